@@ -1,0 +1,169 @@
+"""CTA schedules: which work items (batch·head, Q tile) each CTA of the launched grid processes.
+
+Why the schedule matters for L2. The K/V tiles of a head are shared by all of its Q tiles. CTAs
+that run *at the same time* and work on the *same head* walk the same K/V tiles in near lock-step
+(a "wavefront"): the first CTA to touch a tile misses and the others hit, so the hit rate grows
+like ``1 - 1/N_active``. Between wavefronts the reuse distance is a whole pass over the head's K/V.
+
+- ``GRID``: the seed kernel's launch. One Q tile per CTA, CTA index = q + n_q·bh (q fastest, then
+  batch·head), so resident CTAs are consecutive Q tiles of one head. The hardware starts CTAs in
+  index order as slots free up.
+- ``TILE_X``: each CTA takes X consecutive Q tiles of one head (paper's "Tile-based", X = 2);
+  the sawtooth flips direction between them.
+- ``PERSISTENT``: exactly P CTAs; CTA c takes work items c, c+P, c+2P, ... (a grid-stride loop),
+  work item w → (bh, q) with q fastest (``Q_MAJOR``, the paper's "Static") or heads fastest
+  (``HEAD_MAJOR``, spreading concurrent CTAs over heads: fewer CTAs per wavefront).
+- ``LONGEST_FIRST``: persistent, q-major, Q tiles in descending order: for causal problems the
+  longest rows go first (FlashAttention-3's LPT order), which balances the tail.
+
+The integer codes of ``ScheduleKind`` and ``WorkOrder`` are the kernels' constant parameters.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import numpy as np
+
+from .problem import TileGrid, cdiv
+
+
+class ScheduleKind(enum.IntEnum):
+    GRID = 0
+    TILE_X = 1
+    PERSISTENT = 2
+    LONGEST_FIRST = 3
+
+
+class WorkOrder(enum.IntEnum):
+    Q_MAJOR = 0
+    HEAD_MAJOR = 1
+
+
+@dataclass(frozen=True)
+class WorkItems:
+    """Work items in CTA order: row k is the ``iter[k]``-th Q tile processed by CTA ``cta[k]``."""
+
+    cta: np.ndarray    # int32
+    iter: np.ndarray   # int32, local iteration counter of the CTA
+    bh: np.ndarray     # int32, batch * H + head
+    q: np.ndarray      # int32, Q tile index
+    n_ctas: int
+
+
+@dataclass(frozen=True)
+class CtaSchedule:
+    """A CTA schedule. ``tiles_per_cta`` is X for TILE_X; ``num_ctas`` is P for the persistent kinds."""
+
+    kind: ScheduleKind = ScheduleKind.GRID
+    tiles_per_cta: int = 1
+    num_ctas: int | None = None
+    work_order: WorkOrder = WorkOrder.Q_MAJOR
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", ScheduleKind(self.kind))
+        object.__setattr__(self, "work_order", WorkOrder(self.work_order))
+        persistent = self.kind in (ScheduleKind.PERSISTENT, ScheduleKind.LONGEST_FIRST)
+        if persistent and (not isinstance(self.num_ctas, int) or self.num_ctas < 1):
+            raise ValueError(f"a persistent schedule needs num_ctas P >= 1, got {self.num_ctas!r}")
+        if not persistent and self.num_ctas is not None:
+            raise ValueError("num_ctas only applies to persistent schedules")
+        if self.kind == ScheduleKind.TILE_X:
+            if not isinstance(self.tiles_per_cta, int) or self.tiles_per_cta < 1:
+                raise ValueError(f"tile-X needs X >= 1, got {self.tiles_per_cta!r}")
+        elif self.tiles_per_cta != 1:
+            raise ValueError("tiles_per_cta only applies to the tile-X schedule")
+        if self.kind == ScheduleKind.LONGEST_FIRST and self.work_order != WorkOrder.Q_MAJOR:
+            raise ValueError("longest-first is q-major by construction")
+
+    # constructors -------------------------------------------------------------------------
+    @classmethod
+    def grid(cls) -> "CtaSchedule":
+        return cls(ScheduleKind.GRID)
+
+    @classmethod
+    def tile_x(cls, x: int) -> "CtaSchedule":
+        return cls(ScheduleKind.TILE_X, tiles_per_cta=x)
+
+    @classmethod
+    def persistent(cls, p: int, work_order: WorkOrder = WorkOrder.Q_MAJOR) -> "CtaSchedule":
+        return cls(ScheduleKind.PERSISTENT, num_ctas=p, work_order=work_order)
+
+    @classmethod
+    def longest_first(cls, p: int) -> "CtaSchedule":
+        return cls(ScheduleKind.LONGEST_FIRST, num_ctas=p)
+
+    @property
+    def is_persistent(self) -> bool:
+        return self.kind in (ScheduleKind.PERSISTENT, ScheduleKind.LONGEST_FIRST)
+
+    @property
+    def label(self) -> str:
+        """Token used in variant ids: grid, tile2, static132, static132h, lpt132."""
+        if self.kind == ScheduleKind.GRID:
+            return "grid"
+        if self.kind == ScheduleKind.TILE_X:
+            return f"tile{self.tiles_per_cta}"
+        if self.kind == ScheduleKind.LONGEST_FIRST:
+            return f"lpt{self.num_ctas}"
+        return f"static{self.num_ctas}" + ("h" if self.work_order == WorkOrder.HEAD_MAJOR else "")
+
+    @classmethod
+    def parse(cls, token: str) -> "CtaSchedule":
+        t = token.strip().lower()
+        try:
+            if t == "grid":
+                return cls.grid()
+            if t.startswith("tile"):
+                return cls.tile_x(int(t[4:]))
+            if t.startswith("lpt"):
+                return cls.longest_first(int(t[3:]))
+            if t.startswith("static"):
+                head = t.endswith("h")
+                p = int(t[6:-1] if head else t[6:])
+                return cls.persistent(p, WorkOrder.HEAD_MAJOR if head else WorkOrder.Q_MAJOR)
+        except ValueError:
+            pass
+        raise ValueError(f"unknown CTA schedule {token!r}; known: grid, tile<X>, static<P>, "
+                         "static<P>h (head-major), lpt<P>")
+
+    # the mapping --------------------------------------------------------------------------
+    def grid_size(self, g: TileGrid) -> int:
+        """Number of CTAs launched."""
+        if self.kind == ScheduleKind.GRID:
+            return g.n_work
+        if self.kind == ScheduleKind.TILE_X:
+            return cdiv(g.n_q, self.tiles_per_cta) * g.n_bh
+        return self.num_ctas
+
+    def work_items(self, g: TileGrid) -> WorkItems:
+        """Every work item of the problem, grouped by CTA in launch order, each CTA's in its order."""
+        n_q, n_bh = g.n_q, g.n_bh
+        if self.kind == ScheduleKind.GRID:
+            cta = np.arange(g.n_work, dtype=np.int64)
+            return _items(cta, np.zeros_like(cta), cta // n_q, cta % n_q, g.n_work)
+        if self.kind == ScheduleKind.TILE_X:
+            x = self.tiles_per_cta
+            n_groups = cdiv(n_q, x)
+            bh, grp, k = np.meshgrid(np.arange(n_bh), np.arange(n_groups), np.arange(x),
+                                     indexing="ij")
+            q = grp * x + k
+            keep = q < n_q                           # the last group of a head may be short
+            cta = grp + n_groups * bh
+            return _items(cta[keep], k[keep], bh[keep], q[keep], n_groups * n_bh)
+        p = self.num_ctas
+        w = np.arange(g.n_work, dtype=np.int64)
+        cta, it = w % p, w // p
+        if self.work_order == WorkOrder.HEAD_MAJOR:
+            bh, q = w % n_bh, w // n_bh
+        else:
+            bh, q = w // n_q, w % n_q
+        if self.kind == ScheduleKind.LONGEST_FIRST:
+            q = n_q - 1 - q
+        order = np.lexsort((it, cta))                # CTA-major, each CTA's items in order
+        return _items(cta[order], it[order], bh[order], q[order], p)
+
+
+def _items(cta, it, bh, q, n_ctas) -> WorkItems:
+    i32 = lambda a: np.ascontiguousarray(a, dtype=np.int32)   # noqa: E731
+    return WorkItems(i32(cta), i32(it), i32(bh), i32(q), int(n_ctas))

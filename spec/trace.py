@@ -1,0 +1,237 @@
+"""Visit orders and L2 access traces: what each CTA reads, and in which order the GPU issues it.
+
+Two views of the same definition (``CtaSchedule`` × ``ScanOrder`` on a ``TileGrid``):
+
+``visit_order``
+    Per CTA, per step, the (b, h, q_tile, kv_tile) it visits: the ground truth the kernels' trace
+    builds are compared with on the GPU.
+
+``build_trace``
+    The interleaved stream of tile accesses of ``resident`` CTAs running concurrently, which is
+    what the L2 sees. Concurrency model: the resident CTAs advance one K/V step at a time in
+    lock-step. A CTA whose work item ends (causal rows end at different steps) starts its next work
+    item at the next step, so causal wavefronts drift apart as they do on the GPU. When a CTA ends
+    and more CTAs are waiting (grid and tile-X launches), the next CTA in launch order takes the
+    freed slot at once, as the hardware's block dispatcher does. Within one step, slots issue in
+    slot order, and a slot issues its Q load (first step of a work item), K tile, V tile and O store
+    (last step) in that order.
+
+Accesses are whole tiles; every tile is a contiguous run of sectors that is touched together, so
+an LRU over tiles weighted by their sectors is an LRU over sectors.
+"""
+from __future__ import annotations
+
+import enum
+import heapq
+from dataclasses import dataclass
+
+import numpy as np
+
+from .orders import ScanOrder
+from .problem import TileGrid
+from .schedules import CtaSchedule
+
+
+class Tensor(enum.IntEnum):
+    Q = 0
+    K = 1
+    V = 2
+    O = 3
+
+
+@dataclass(frozen=True)
+class Visits:
+    """Per-CTA visit order, CTA-major, each CTA's steps in order (all arrays int32, same length)."""
+
+    cta: np.ndarray
+    step: np.ndarray    # the CTA's own step counter over all its work items
+    b: np.ndarray
+    h: np.ndarray       # query head
+    q: np.ndarray
+    kv: np.ndarray
+    n_ctas: int
+
+    def table(self) -> np.ndarray:
+        """``[n_ctas, max_steps, 4]`` int32 of (b, h, q, kv), padded with -1: the layout the
+        kernels' trace builds write."""
+        steps = int(self.step.max()) + 1 if len(self.step) else 0
+        out = np.full((self.n_ctas, steps, 4), -1, dtype=np.int32)
+        out[self.cta, self.step] = np.stack([self.b, self.h, self.q, self.kv], axis=1)
+        return out
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A stream of tile accesses in issue order.
+
+    ``key`` holds one dense tile id per access; ``key_sectors[key]`` is that tile's size in
+    sectors. ``decode`` turns keys back into (tensor, b, h, tile) columns.
+    """
+
+    key: np.ndarray          # int32 [n_accesses]
+    key_sectors: np.ndarray  # int32 [n_keys]
+    grid: TileGrid
+    resident: int
+    sector_bytes: int
+
+    @property
+    def n_accesses(self) -> int:
+        return len(self.key)
+
+    @property
+    def n_keys(self) -> int:
+        return len(self.key_sectors)
+
+    def sectors(self) -> np.ndarray:
+        """Sectors of each access."""
+        return self.key_sectors[self.key]
+
+    def total_sectors(self) -> int:
+        return int(np.bincount(self.key, minlength=self.n_keys) @ self.key_sectors.astype(np.int64))
+
+    def decode(self, keys: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """(tensor, b, h, tile, bytes) of each access; ``h`` is the K/V head for K and V."""
+        return _KeySpace(self.grid, self.sector_bytes).decode(self.key if keys is None else keys)
+
+
+class _KeySpace:
+    """Dense tile ids: Q tiles, then K tiles, then V tiles, then O tiles."""
+
+    def __init__(self, g: TileGrid, sector_bytes: int):
+        p = g.problem
+        self.g, self.sector_bytes = g, sector_bytes
+        self.n_qt = g.n_bh * g.n_q
+        self.n_kvt = p.B * p.H_kv * g.n_kv
+        self.base = {Tensor.Q: 0, Tensor.K: self.n_qt, Tensor.V: self.n_qt + self.n_kvt,
+                     Tensor.O: self.n_qt + 2 * self.n_kvt}
+        self.n_keys = 2 * self.n_qt + 2 * self.n_kvt
+
+    def sectors(self) -> np.ndarray:
+        g, p = self.g, self.g.problem
+        row_bytes = p.D * p.dtype.nbytes
+        q_rows = np.minimum(g.tiles.m, p.S_q - np.arange(g.n_q) * g.tiles.m)
+        kv_rows = np.minimum(g.tiles.n, p.S_kv - np.arange(g.n_kv) * g.tiles.n)
+        q_sec = np.tile(q_rows * row_bytes // self.sector_bytes, g.n_bh)
+        kv_sec = np.tile(kv_rows * row_bytes // self.sector_bytes, p.B * p.H_kv)
+        return np.concatenate([q_sec, kv_sec, kv_sec, q_sec]).astype(np.int32)
+
+    def decode(self, key: np.ndarray) -> dict[str, np.ndarray]:
+        g, p = self.g, self.g.problem
+        key = np.asarray(key, dtype=np.int64)
+        tensor = np.searchsorted(np.array([self.base[t] for t in Tensor]), key, side="right") - 1
+        local = key - np.array([self.base[t] for t in Tensor])[tensor]
+        is_kv = (tensor == Tensor.K) | (tensor == Tensor.V)
+        per = np.where(is_kv, g.n_kv, g.n_q)
+        heads = np.where(is_kv, p.H_kv, p.H)
+        bh, tile = local // per, local % per
+        rows = np.where(is_kv, np.minimum(g.tiles.n, p.S_kv - tile * g.tiles.n),
+                        np.minimum(g.tiles.m, p.S_q - tile * g.tiles.m))
+        return {"tensor": tensor.astype(np.int8), "b": bh // heads, "h": bh % heads,
+                "tile": tile, "bytes": rows * p.D * p.dtype.nbytes}
+
+
+@dataclass(frozen=True)
+class _Expanded:
+    """Work items (in CTA order) and their (item, step) pairs, before interleaving."""
+
+    item_cta: np.ndarray
+    item_bh: np.ndarray
+    item_q: np.ndarray
+    item_len: np.ndarray      # K/V steps of each item (Tc)
+    item_local0: np.ndarray   # the CTA's step counter at the item's first step
+    pair_item: np.ndarray     # int32 [n_pairs]
+    pair_step: np.ndarray     # int32 step within the item
+    pair_kv: np.ndarray       # int32 K/V tile index
+    n_ctas: int
+
+
+def _expand(g: TileGrid, schedule: CtaSchedule, order: ScanOrder) -> _Expanded:
+    wi = schedule.work_items(g)
+    length = np.asarray(g.kv_tiles_for(wi.q.astype(np.int64)), dtype=np.int64)
+    start = np.cumsum(length) - length                       # exclusive prefix over all items
+    first_of_cta = np.searchsorted(wi.cta, wi.cta, side="left")
+    local0 = start - start[first_of_cta]
+    reverse = order.reversed_for(wi.iter, wi.cta)
+    total = int(length.sum())
+    pair_item = np.repeat(np.arange(len(length), dtype=np.int32), length)
+    pair_step = (np.arange(total, dtype=np.int64) - np.repeat(start, length)).astype(np.int32)
+    pair_kv = order.kv_index(pair_step, length[pair_item], reverse[pair_item]).astype(np.int32)
+    return _Expanded(wi.cta, wi.bh, wi.q, length, local0, pair_item, pair_step, pair_kv,
+                     wi.n_ctas)
+
+
+def visit_order(g: TileGrid, schedule: CtaSchedule, order: ScanOrder) -> Visits:
+    """Per CTA and step, the (b, h, q_tile, kv_tile) the schedule and order prescribe."""
+    e = _expand(g, schedule, order)
+    it = e.pair_item
+    h = g.problem.H
+    bh = e.item_bh[it]
+    return Visits(cta=e.item_cta[it], step=(e.item_local0[it] + e.pair_step).astype(np.int32),
+                  b=(bh // h).astype(np.int32), h=(bh % h).astype(np.int32),
+                  q=e.item_q[it], kv=e.pair_kv, n_ctas=e.n_ctas)
+
+
+def dispatch(durations: np.ndarray, resident: int) -> tuple[np.ndarray, np.ndarray]:
+    """Hardware block dispatch: CTAs start in launch order on the earliest free slot.
+
+    Returns (slot, start step) per CTA. With at most ``resident`` CTAs, each has its own slot.
+    """
+    n = len(durations)
+    if resident < 1:
+        raise ValueError(f"resident CTAs must be >= 1, got {resident}")
+    if n <= resident:
+        return np.arange(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    if np.all(durations == durations[0]):            # uniform: round-robin waves, no heap needed
+        c = np.arange(n, dtype=np.int64)
+        return c % resident, (c // resident) * int(durations[0])
+    slot = np.empty(n, dtype=np.int64)
+    start = np.empty(n, dtype=np.int64)
+    free = [(0, s) for s in range(resident)]         # (time the slot frees, slot)
+    for c, d in enumerate(durations.tolist()):
+        t, s = heapq.heappop(free)
+        slot[c], start[c] = s, t
+        heapq.heappush(free, (t + d, s))
+    return slot, start
+
+
+def build_trace(g: TileGrid, schedule: CtaSchedule, order: ScanOrder, resident: int,
+                sector_bytes: int = 32) -> Trace:
+    """The tile-access stream of ``resident`` concurrent CTAs (see the module docstring)."""
+    e = _expand(g, schedule, order)
+    dur = np.bincount(e.item_cta, weights=e.item_len, minlength=e.n_ctas).astype(np.int64)
+    slot, start = dispatch(dur, resident)
+    r = min(resident, e.n_ctas)
+
+    it = e.pair_item
+    cta = e.item_cta[it]
+    time = start[cta] + e.item_local0[it] + e.pair_step
+    pos = time * r + slot[cta]                      # unique: one pair per slot per step
+    del time
+    # counting sort on the dense (step, slot) grid instead of an O(n log n) argsort
+    dense = np.full(int(pos.max()) + 1 if len(pos) else 0, -1, dtype=np.int32)
+    dense[pos] = np.arange(len(pos), dtype=np.int32)
+    del pos
+    perm = dense[dense >= 0]
+    del dense
+
+    it = it[perm]
+    step, kv = e.pair_step[perm], e.pair_kv[perm]
+    del perm
+    first = step == 0
+    last = step == e.item_len[it] - 1
+    n_acc = 2 + first.astype(np.int64) + last
+    base = np.cumsum(n_acc) - n_acc
+    ks = _KeySpace(g, sector_bytes)
+    p = g.problem
+    bh = e.item_bh[it].astype(np.int64)
+    q_key = bh * g.n_q + e.item_q[it]
+    kv_key = ((bh // p.H) * p.H_kv + (bh % p.H) // p.group_size) * g.n_kv + kv
+    del bh, kv, step
+
+    key = np.empty(int(n_acc.sum()), dtype=np.int32)
+    key[base[first]] = ks.base[Tensor.Q] + q_key[first]
+    k_at = base + first
+    key[k_at] = ks.base[Tensor.K] + kv_key
+    key[k_at + 1] = ks.base[Tensor.V] + kv_key
+    key[k_at[last] + 2] = ks.base[Tensor.O] + q_key[last]
+    return Trace(key=key, key_sectors=ks.sectors(), grid=g, resident=r, sector_bytes=sector_bytes)

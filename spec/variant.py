@@ -1,0 +1,33 @@
+"""A variant: one compile-time specialisation of a kernel family, named by one id grammar.
+
+``{backend}.{order}.{schedule}.m{TILE_M}n{TILE_N}d{D}[.occ{N}]``, e.g.
+``cutile.sawtooth.static132.m64n64d64``. The id is the NVTX range under ncu, the ``variant`` column
+of every CSV and the key of the figure style table.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from .orders import ScanOrder
+from .problem import Problem, Tiles
+from .schedules import CtaSchedule
+
+
+class Backend(enum.Enum):
+    CUTILE = "cutile"
+    CUDA = "cuda"
+
+
+@dataclass(frozen=True)
+class Variant:
+    backend: Backend
+    order: ScanOrder
+    schedule: CtaSchedule
+    tiles: Tiles
+    occupancy: int | None = None   # None: the family's default for the arch
+
+    def id(self, problem: Problem) -> str:
+        occ = "" if self.occupancy is None else f".occ{self.occupancy}"
+        return (f"{self.backend.value}.{self.order.label}.{self.schedule.label}."
+                f"{self.tiles.label}d{problem.D}{occ}")
