@@ -1,0 +1,124 @@
+"""The tidy result schema shared by measured (ncu, CUDA events) and simulated rows.
+
+One row per (run, variant, case, metric): analysis and figures treat measured and simulated data
+alike and tell them apart by ``source`` alone. Metric names are Nsight Compute's where a counter
+exists (paper.md), so a simulated ``lts__t_sectors_srcunit_tex_lookup_miss.sum`` sits on the same
+axis as the measured one.
+"""
+from __future__ import annotations
+
+import csv
+import enum
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Iterable
+
+from .problem import Problem, Tiles
+from .variant import Variant
+
+SCHEMA_VERSION = 1
+
+
+class Source(enum.Enum):
+    MEASURED = "measured"
+    SIMULATED = "simulated"
+    MODEL = "model"
+
+
+class Metric:
+    """Metric names (ncu's where one exists)."""
+
+    L2_SECTORS = "lts__t_sectors.sum"
+    L2_TEX_SECTORS = "lts__t_sectors_srcunit_tex.sum"
+    L2_TEX_HITS = "lts__t_sectors_srcunit_tex_lookup_hit.sum"
+    L2_TEX_MISSES = "lts__t_sectors_srcunit_tex_lookup_miss.sum"
+    L2_HIT_RATE = "lts__t_sector_hit_rate.pct"
+    L1_SECTORS = "l1tex__t_sectors.sum"
+    L1_HITS = "l1tex__t_sectors_lookup_hit.sum"
+    DRAM_READ_BYTES = "dram__bytes_read.sum"
+    # derived (not ncu counters)
+    COLD_MISSES = "cold_misses"
+    NONCOMPULSORY_MISSES = "noncompulsory_misses"
+    KERNEL_TIME_MS = "kernel_time_ms"
+    TFLOPS = "tflops"
+
+
+UNITS = {
+    Metric.L2_SECTORS: "sector", Metric.L2_TEX_SECTORS: "sector", Metric.L2_TEX_HITS: "sector",
+    Metric.L2_TEX_MISSES: "sector", Metric.L2_HIT_RATE: "%", Metric.L1_SECTORS: "sector",
+    Metric.L1_HITS: "sector", Metric.DRAM_READ_BYTES: "byte", Metric.COLD_MISSES: "sector",
+    Metric.NONCOMPULSORY_MISSES: "sector", Metric.KERNEL_TIME_MS: "ms", Metric.TFLOPS: "TFLOP/s",
+}
+
+
+@dataclass(frozen=True)
+class Row:
+    run: str
+    study: str
+    arch: str
+    variant: str
+    backend: str
+    order: str
+    schedule: str
+    tile_m: int
+    tile_n: int
+    occupancy: int | None
+    B: int
+    H: int
+    H_kv: int
+    S_q: int
+    S_kv: int
+    D: int
+    dtype: str
+    causal: bool
+    metric: str
+    value: float
+    unit: str
+    source: str
+    sample: int = 0          # repetition index for timing samples, 0 for counters
+    note: str = ""           # e.g. "C_eff=20.0MiB" for simulated rows
+
+
+COLUMNS = tuple(f.name for f in fields(Row))
+
+
+def case_fields(problem: Problem, variant: Variant | None = None,
+                tiles: Tiles | None = None) -> dict:
+    """The case columns of a row (problem shape, and the variant's ids when there is one)."""
+    d = dict(B=problem.B, H=problem.H, H_kv=problem.H_kv, S_q=problem.S_q, S_kv=problem.S_kv,
+             D=problem.D, dtype=problem.dtype.value, causal=problem.causal)
+    if variant is not None:
+        tiles = variant.tiles
+        d.update(variant=variant.id(problem), backend=variant.backend.value,
+                 order=variant.order.label, schedule=variant.schedule.label,
+                 occupancy=variant.occupancy)
+    if tiles is not None:
+        d.update(tile_m=tiles.m, tile_n=tiles.n)
+    return d
+
+
+def write_csv(path: Path, rows: Iterable[Row]) -> int:
+    """Write rows as CSV with the schema's columns; returns the number written."""
+    n = 0
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        w.writeheader()
+        for r in rows:
+            w.writerow(asdict(r))
+            n += 1
+    return n
+
+
+def read_csv(path: Path) -> list[dict]:
+    """Rows as dicts with numeric columns converted (value float, sizes int, causal bool)."""
+    ints = {"tile_m", "tile_n", "B", "H", "H_kv", "S_q", "S_kv", "D", "sample"}
+    out = []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            for k in ints:
+                r[k] = int(r[k])
+            r["occupancy"] = int(r["occupancy"]) if r["occupancy"] else None
+            r["value"] = float(r["value"])
+            r["causal"] = r["causal"] in ("True", "true", "1")
+            out.append(r)
+    return out
