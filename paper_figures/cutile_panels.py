@@ -1,0 +1,39 @@
+"""F9a and F10a share one layout: cuTile L2 misses for Static and Tile-based, linear vs sawtooth."""
+from __future__ import annotations
+
+import math
+
+from spec.records import Metric
+
+from .bars import grouped_bars
+from .data import Skip, select
+
+SCHEDULE_NAMES = {"static": "Static (persistent)", "tile": "Tile-based"}
+
+
+def _schedule_name(label: str) -> str:
+    for prefix, name in SCHEDULE_NAMES.items():
+        if label.startswith(prefix):
+            return f"{name}\n{label}"
+    return label
+
+
+def load_misses(rows: list[dict], causal: bool) -> dict:
+    rows = select(rows, study="sawtooth", backend="cutile", causal=causal,
+                  metric=Metric.L2_TEX_MISSES)
+    if not rows:
+        raise Skip(f"no cuTile {'causal' if causal else 'non-causal'} rows of the sawtooth study")
+    schedules = sorted({r["schedule"] for r in rows})
+    series = {}
+    for r in rows:
+        vals = series.setdefault((r["order"], r["source"]), [math.nan] * len(schedules))
+        vals[schedules.index(r["schedule"])] = r["value"] / 1e6
+    return {"groups": [_schedule_name(s) for s in schedules], "series": series,
+            "S": rows[0]["S_q"], "B": rows[0]["B"]}
+
+
+def plot_misses(data: dict, figure: str, causal: bool, arch: str | None):
+    mode = "causal" if causal else "non-causal"
+    return grouped_bars(data["groups"], data["series"], ylabel="L2 misses (M sectors)",
+                        title=f"{figure}: cuTile {mode}, B={data['B']}, S={data['S']}, "
+                              f"64×64 tiles, {arch or ''}")

@@ -1,0 +1,28 @@
+"""F8a: CUDA kernel L2 misses, linear vs sawtooth, over batch size (80×80 tiles, one persistent
+CTA per SM, non-causal). F8b/F8c (GFLOPS, time) need measured timing rows."""
+from __future__ import annotations
+
+import math
+
+from .bars import grouped_bars
+from .data import Skip, select
+from spec.records import Metric
+
+FIGURE = "F8a"
+
+
+def load(rows: list[dict]) -> dict:
+    rows = select(rows, study="sawtooth", backend="cuda", metric=Metric.L2_TEX_MISSES)
+    if not rows:
+        raise Skip("no CUDA rows of the sawtooth study (lts__t_sectors_srcunit_tex_lookup_miss.sum)")
+    batches = sorted({r["B"] for r in rows})
+    series = {}
+    for r in rows:
+        vals = series.setdefault((r["order"], r["source"]), [math.nan] * len(batches))
+        vals[batches.index(r["B"])] = r["value"] / 1e6
+    return {"groups": [f"B={b}" for b in batches], "series": series, "S": rows[0]["S_q"]}
+
+
+def plot(data: dict, arch: str | None = None):
+    return grouped_bars(data["groups"], data["series"], ylabel="L2 misses (M sectors)",
+                        title=f"F8a: CUDA split-Q, S={data['S']}, 80×80 tiles, {arch or ''}")

@@ -1,0 +1,12 @@
+"""F9a: cuTile non-causal L2 misses, Static and Tile-based, linear vs sawtooth."""
+from .cutile_panels import load_misses, plot_misses
+
+FIGURE = "F9a"
+
+
+def load(rows):
+    return load_misses(rows, causal=False)
+
+
+def plot(data, arch=None):
+    return plot_misses(data, FIGURE, False, arch)
