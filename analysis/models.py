@@ -1,0 +1,571 @@
+"""Analytic models of the kernel's L2 traffic and misses, and the fit of the effective capacity.
+
+Three layers, from exact to fitted (all counts in sectors of ``C`` bytes):
+
+1. **Sector accesses** (``sector_accesses``, exact). A split-Q FlashAttention forward loads each Q
+   tile once, streams K and V tiles ``0 .. Tc(i)-1`` for Q tile ``i`` and stores O once. Summing
+   tile sizes over that visit set gives the L2 sector traffic exactly; it equals
+   ``spec.build_trace(...).total_sectors()`` for any schedule and order (they only permute it).
+   Closed form (``sector_accesses_closed_form``), per (b, h), with ``T`` dividing ``S``:
+
+       non-causal   M = (2·D·E/C) · S_q · (1 + S_kv/T_m)
+       causal       M = (2·D·E/C) · S · (S/(2T) + 3/2)            (T_m = T_n = T, S_q = S_kv = S)
+
+   For fp16, D = 64, C = 32 (2·D·E/C = 8) the non-causal line is the paper's ``8S(1 + S/T)``.
+   The paper's causal line ``8S(S/(2T) + 1/2)`` is exactly the K/V term alone: it leaves out the
+   ``8S`` of Q and O (relative size ``2T/S``: 6% at S = 2K, T = 64; 0.1% at S = 128K).
+   ``paper_sector_accesses`` evaluates the paper's formulas literally.
+
+2. **Cold misses** (``cold_misses``, exact): every byte of Q, K, V and O that is touched, once:
+   ``B·(H·2·S_q + H_kv·2·S_kv)·D·E/C`` (``4·S·D·E/C = 16S`` per head for fp16, D = 64, no GQA; with
+   grouped-query attention K/V count once per K/V head). A causal problem with ``S_kv > S_q``
+   never touches the K/V rows past ``S_q``; the exact count knows it. Non-compulsory misses are
+   ``measured − cold`` (``noncompulsory``).
+
+3. **The wave model** (``wave_misses``). ``P`` persistent CTAs take work items ``(bh, q)`` in
+   q-major grid-stride order, so at any time they work on ``P`` consecutive Q tiles, a
+   *wavefront*, and walk the same K/V tiles in near lock-step: within a wave each tile misses
+   once and hits for the other ``P − 1`` CTAs. Between two waves of the same head every K/V tile
+   is reused, and the reuse distance decides the misses. With ``KV = 2·S_kv·D·E/C`` sectors of K+V
+   per head and ``W = n_q / P`` waves per head (the paper's form, ``wave_misses_paper``):
+
+       linear     misses ≈ B·H·(cold + (W − 1)·KV)              once KV > C_eff, else cold
+       sawtooth   misses ≈ B·H·(cold + (W − 1)·max(0, KV − C_eff))
+
+   Linear: a cyclic scan over more than the cache is LRU's worst case; every tile is reused at
+   distance KV and misses; below the capacity the whole head stays resident and only cold
+   misses remain (a step at KV = C_eff). Sawtooth: the next wave starts on the tiles the previous
+   wave touched last; tile ``j`` is reused at distance ``j`` (or ``N − 1 − j``), so the ``C_eff``
+   most recent sectors hit and ``KV − C_eff`` miss: continuous at the capacity, zero below it.
+
+   Worked example (GB10, S = 128K, D = 64, fp16, 64×64 tiles, P = 48): n_q = 2048, W = 42.7,
+   KV = 32 MiB = 1 048 576 sectors, cold = 16S = 2 097 152 sectors per head. With C_eff = 24 MiB,
+   linear ≈ cold + 41.7·1 048 576 ≈ 45.8 M sectors per head; sawtooth ≈ cold + 41.7·262 144
+   ≈ 13.0 M: 75% fewer non-compulsory misses.
+
+   ``wave_misses`` is the same argument counted wave by wave instead of with the average ``W``.
+   Assumptions, all stated so they can be checked against the simulator:
+
+   - Waves are aligned: wave ``g`` holds work items ``g·P .. g·P + P − 1`` and all its CTAs scan
+     in the direction ``order.reversed_for(g)`` (true for the persistent schedules; for
+     block-parity concurrent CTAs disagree and the model refuses).
+   - Several heads: the work of a K/V head (its ``H/H_kv`` query heads, adjacent in q-major order)
+     is a contiguous run of items; every wave that touches the run streams the head's K/V once,
+     so a head gets ``ceil``-ish rather than fractional ``W`` passes (a wave straddling two heads
+     streams both). Consecutive waves of the same K/V head are reuse transitions; under GQA the
+     hand-over from one query head to the next in the group is one too (its K/V is the same).
+     The extra working set of a straddling wave (two heads' K/V at once) is not modelled.
+   - Reuse cost of one transition between waves that span ``a`` and ``b`` sectors of K/V
+     (``a = b = KV`` unless causal), with ``m = min(a, b)``, ``M = max(a, b)``:
+     forward→forward ``m·[a > C]``; backward→backward ``m·[b > C]``; forward→backward
+     ``clip(M − C, 0, m)``; backward→forward ``clip(m − C, 0, m)``. Newly reached tiles (causal
+     waves grow) are cold misses, counted in ``cold``.
+   - Causal: a wave's span is that of its longest Q tile. On the GPU (and in ``spec.build_trace``)
+     causal CTAs finish rows of different length at different times, so waves drift apart; the
+     causal wave model is a rough guide, the simulator is the reference there.
+   - Q, O and anything else sharing the cache is folded into ``C_eff``; that, set associativity
+     and the hash of addresses to slices is why ``C_eff`` comes out below the nominal L2.
+
+``fit_c_eff`` fits ``C_eff`` by least squares to measured (or simulated) misses over a sweep of
+``S`` and reports the residuals. For the linear order the model is a step in ``C_eff``: any value
+between two consecutive KV sizes fits equally, and the fit says so with ``interval_bytes``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Iterable, Sequence
+
+import numpy as np
+from scipy import optimize
+
+from spec.orders import OrderKind, ScanOrder
+
+__all__ = ["Shape", "Traffic", "sector_accesses", "sector_accesses_closed_form",
+           "paper_sector_accesses", "cold_misses", "cold_misses_closed_form", "noncompulsory",
+           "kv_sectors", "wave_misses", "wave_misses_paper", "CEffFit", "fit_c_eff",
+           "fit_c_eff_rows", "mape"]
+
+MiB = 1 << 20
+
+
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+# --------------------------------------------------------------------------------------------
+# shapes
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Shape:
+    """Everything the models need, in plain numbers (no restriction on D or E).
+
+    ``S_kv`` defaults to ``S_q``, ``H_kv`` to ``H``; ``E`` is the element size in bytes and ``C``
+    the sector size in bytes. Build one from the spec with ``Shape.of(problem, tiles)``.
+    """
+
+    S_q: int
+    D: int
+    S_kv: int | None = None
+    T_m: int = 64
+    T_n: int = 64
+    E: int = 2
+    C: int = 32
+    causal: bool = False
+    B: int = 1
+    H: int = 1
+    H_kv: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.S_kv is None:
+            object.__setattr__(self, "S_kv", self.S_q)
+        if self.H_kv is None:
+            object.__setattr__(self, "H_kv", self.H)
+        for f in ("S_q", "S_kv", "D", "T_m", "T_n", "E", "C", "B", "H", "H_kv"):
+            v = getattr(self, f)
+            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v <= 0:
+                raise ValueError(f"{f}={v!r} must be a positive integer")
+        if self.H % self.H_kv:
+            raise ValueError(f"H={self.H} must be a multiple of H_kv={self.H_kv}")
+
+    @classmethod
+    def of(cls, problem, tiles, sector_bytes: int = 32) -> "Shape":
+        """From a ``spec.Problem`` and ``spec.Tiles``."""
+        p = problem
+        return cls(S_q=p.S_q, S_kv=p.S_kv, D=p.D, T_m=tiles.m, T_n=tiles.n, E=p.dtype.nbytes,
+                   C=sector_bytes, causal=p.causal, B=p.B, H=p.H, H_kv=p.H_kv)
+
+    def with_S(self, S_q: int, S_kv: int | None = None) -> "Shape":
+        """The same shape at another sequence length (``S_kv`` follows ``S_q`` unless given)."""
+        return replace(self, S_q=int(S_q), S_kv=int(S_q if S_kv is None else S_kv))
+
+    @property
+    def n_q(self) -> int:
+        return _cdiv(self.S_q, self.T_m)
+
+    @property
+    def n_kv(self) -> int:
+        return _cdiv(self.S_kv, self.T_n)
+
+    @property
+    def group(self) -> int:
+        return self.H // self.H_kv
+
+    @property
+    def row_sectors(self) -> float:
+        """Sectors of one row of D elements (``D·E/C``; 4 for fp16, D = 64, C = 32)."""
+        return self.D * self.E / self.C
+
+    def q_tile_sectors(self) -> np.ndarray:
+        """Sectors of each Q (and O) tile: ``ceil(rows·D·E / C)``, the last tile partial."""
+        rows = np.minimum(self.T_m, self.S_q - np.arange(self.n_q, dtype=np.int64) * self.T_m)
+        return _cdiv(rows * self.D * self.E, self.C)
+
+    def kv_tile_sectors(self) -> np.ndarray:
+        """Sectors of each K (and each V) tile."""
+        rows = np.minimum(self.T_n, self.S_kv - np.arange(self.n_kv, dtype=np.int64) * self.T_n)
+        return _cdiv(rows * self.D * self.E, self.C)
+
+    def kv_tiles_for(self, i) -> np.ndarray:
+        """``Tc(i)``: K/V tiles ``0..Tc-1`` Q tile ``i`` reads (causal: top-left diagonal, as
+        ``spec.TileGrid.kv_tiles_for``)."""
+        i = np.asarray(i, dtype=np.int64)
+        if not self.causal:
+            return np.full(i.shape, self.n_kv, dtype=np.int64)
+        last_row = np.minimum((i + 1) * self.T_m, self.S_q)
+        return np.minimum(_cdiv(last_row, self.T_n), self.n_kv)
+
+    def kv_prefix(self) -> np.ndarray:
+        """``kv_prefix[t]`` = sectors of K tiles ``0..t-1`` (the same for V)."""
+        return np.concatenate([[0], np.cumsum(self.kv_tile_sectors())]).astype(np.int64)
+
+
+def _shape(x, tiles=None, sector_bytes: int = 32) -> Shape:
+    if isinstance(x, Shape):
+        return x
+    if tiles is None:
+        raise TypeError("give a Shape, or a spec Problem together with its Tiles")
+    return Shape.of(x, tiles, sector_bytes)
+
+
+# --------------------------------------------------------------------------------------------
+# sector accesses
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Traffic:
+    """L2 sector accesses per tensor (all batches and heads)."""
+
+    q: int
+    k: int
+    v: int
+    o: int
+
+    @property
+    def total(self) -> int:
+        return self.q + self.k + self.v + self.o
+
+    @property
+    def kv(self) -> int:
+        return self.k + self.v
+
+
+def sector_accesses(shape, tiles=None, sector_bytes: int = 32) -> Traffic:
+    """Exact L2 sector accesses: Q and O once per Q tile, K and V once per visited (q, kv) pair.
+
+    Accepts a ``Shape`` or ``(spec.Problem, spec.Tiles[, sector_bytes])``. Equals
+    ``build_trace(...).total_sectors()`` for every schedule and scan order whenever ``C`` divides
+    a row's bytes ``D·E`` (always, for the supported head dims; otherwise the trace floors the
+    partial sector of a tile and this counts it).
+
+    >>> sector_accesses(Shape(S_q=256, D=64, T_m=64, T_n=64)).total     # 8S(1 + S/T) = 10240
+    10240
+    """
+    s = _shape(shape, tiles, sector_bytes)
+    qs = s.q_tile_sectors()
+    tc = s.kv_tiles_for(np.arange(s.n_q))
+    kv_per_head = int(s.kv_prefix()[tc].sum())
+    bh = s.B * s.H
+    q = bh * int(qs.sum())
+    return Traffic(q=q, k=bh * kv_per_head, v=bh * kv_per_head, o=q)
+
+
+def sector_accesses_closed_form(shape, tiles=None, sector_bytes: int = 32) -> float:
+    """The closed form of ``sector_accesses`` (continuous tile counts; exact when tiles divide S).
+
+    Non-causal: ``B·H·(2·D·E/C)·S_q·(1 + S_kv/T_m)``. Causal (top-left diagonal, ``S_kv >= S_q``
+    reads K/V rows up to ``S_q`` only; ``g = gcd(T_m, T_n)``; the last term is the average
+    round-up of the diagonal to whole K/V tiles):
+    ``B·H·(2·D·E/C)·S_q·(S_q/(2·T_m) + 3/2 + (T_n − g)/(2·T_m))``; with ``S_kv < S_q`` the rows
+    past ``S_kv`` read all ``S_kv`` keys.
+
+    >>> sector_accesses_closed_form(Shape(S_q=4096, D=64, causal=True))   # 8S(S/2T + 3/2)
+    1097728.0
+    """
+    s = _shape(shape, tiles, sector_bytes)
+    r2 = 2.0 * s.row_sectors
+    Sq, Skv, Tm, Tn = float(s.S_q), float(s.S_kv), float(s.T_m), float(s.T_n)
+    if not s.causal:
+        per_head = r2 * Sq * (1.0 + Skv / Tm)
+    else:
+        g = math.gcd(s.T_m, s.T_n)
+        tri = min(Sq, Skv)                              # Q rows on the triangle
+        kv_rows = tri * tri / (2 * Tm) + tri / 2 + tri * (Tn - g) / (2 * Tm)
+        kv_rows += (Sq - tri) * Skv / Tm                 # rows past S_kv read every key
+        per_head = r2 * (Sq + kv_rows)
+    return s.B * s.H * per_head
+
+
+def paper_sector_accesses(S, T, causal: bool = False):
+    """The paper's formulas verbatim (fp16, D = 64, C = 32, per batch and head):
+    ``8S(1 + S/T)`` non-causal, ``8S(S/(2T) + 1/2)`` causal (K/V only; see the module doc)."""
+    S = np.asarray(S, dtype=np.float64)
+    out = 8 * S * (S / (2 * T) + 0.5) if causal else 8 * S * (1 + S / T)
+    return float(out) if out.ndim == 0 else out
+
+
+# --------------------------------------------------------------------------------------------
+# cold misses
+# --------------------------------------------------------------------------------------------
+def cold_misses(shape, tiles=None, sector_bytes: int = 32) -> int:
+    """Exact compulsory misses: the sectors of every Q, O tile and every K, V tile touched.
+
+    Q/O per query head, K/V per K/V head (GQA); for a causal problem with ``S_kv > S_q`` only the
+    K/V tiles up to ``Tc(n_q − 1)`` are touched.
+
+    >>> cold_misses(Shape(S_q=1024, D=64))                  # 4·S·D·E/C = 16S
+    16384
+    """
+    s = _shape(shape, tiles, sector_bytes)
+    qo = 2 * s.B * s.H * int(s.q_tile_sectors().sum())
+    touched = int(s.kv_tiles_for(s.n_q - 1))
+    kv = 2 * s.B * s.H_kv * int(s.kv_prefix()[touched])
+    return qo + kv
+
+
+def cold_misses_closed_form(shape, tiles=None, sector_bytes: int = 32) -> float:
+    """``B·(H·2·S_q + H_kv·2·S_kv')·D·E/C`` with ``S_kv' = min(S_kv, S_q)`` when causal."""
+    s = _shape(shape, tiles, sector_bytes)
+    skv = min(s.S_kv, s.S_q) if s.causal else s.S_kv
+    return s.B * (s.H * 2.0 * s.S_q + s.H_kv * 2.0 * skv) * s.row_sectors
+
+
+def noncompulsory(measured, cold):
+    """Non-compulsory misses: measured − cold (arrays or scalars)."""
+    return np.asarray(measured) - np.asarray(cold)
+
+
+def kv_sectors(shape, tiles=None, sector_bytes: int = 32) -> int:
+    """K+V sectors of one K/V head (``KV = 2·S_kv·D·E/C`` for whole tiles)."""
+    s = _shape(shape, tiles, sector_bytes)
+    return 2 * int(s.kv_prefix()[-1])
+
+
+# --------------------------------------------------------------------------------------------
+# the wave model
+# --------------------------------------------------------------------------------------------
+_FF, _BB, _FB, _BF = 0, 1, 2, 3
+
+
+def _order(order) -> ScanOrder:
+    o = ScanOrder.parse(order) if isinstance(order, str) else order
+    if not isinstance(o, ScanOrder):
+        raise TypeError(f"order must be a ScanOrder or its label, got {order!r}")
+    if o.kind == OrderKind.BLOCK_PARITY:
+        raise ValueError("the wave model needs every CTA of a wave to scan in one direction; "
+                         "block-parity makes neighbours disagree (use the simulator)")
+    return o
+
+
+@dataclass(frozen=True)
+class _WaveTerms:
+    """Cold misses plus the reuse transitions of a shape: misses(C) = cold + Σ cost(a, b, C)."""
+
+    cold: int
+    a: np.ndarray       # span (K+V sectors) of the earlier wave
+    b: np.ndarray       # span of the later wave
+    kind: np.ndarray    # _FF, _BB, _FB or _BF
+
+    def extra(self, c) -> np.ndarray:
+        """Non-compulsory misses at capacities ``c`` (array, sectors)."""
+        c = np.atleast_1d(np.asarray(c, dtype=np.float64))[:, None]
+        a, b, k = self.a[None, :], self.b[None, :], self.kind[None, :]
+        m, M = np.minimum(a, b), np.maximum(a, b)
+        cost = np.where(k == _FF, m * (a > c),
+               np.where(k == _BB, m * (b > c),
+               np.where(k == _FB, np.clip(M - c, 0, m), np.clip(m - c, 0, m))))
+        return cost.sum(axis=1)
+
+    def misses(self, c) -> np.ndarray:
+        return self.cold + self.extra(c)
+
+
+def _wave_terms(s: Shape, P: int, order) -> _WaveTerms:
+    if not isinstance(P, (int, np.integer)) or P < 1:
+        raise ValueError(f"P={P!r} concurrent CTAs must be a positive integer")
+    o = _order(order)
+    n_q = s.n_q
+    L = s.group * n_q                                    # items of one K/V head (a "unit")
+    U = s.B * s.H_kv
+    u = np.arange(U, dtype=np.int64)
+    g0, g1 = (u * L) // P, (u * L + L - 1) // P
+    count = g1 - g0 + 1
+    unit = np.repeat(u, count)
+    g = np.repeat(g0, count) + (np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count))
+    lo = np.maximum(g * P, unit * L)                     # items [lo, hi) of this unit in wave g
+    hi = np.minimum(g * P + P, unit * L + L)
+    crosses = (lo // n_q) != ((hi - 1) // n_q)
+    max_q = np.where(crosses, n_q - 1, (hi - 1) % n_q)
+    span = 2 * s.kv_prefix()[s.kv_tiles_for(max_q)]
+    rev = np.asarray(o.reversed_for(g, 0), dtype=bool)
+    same = unit[1:] == unit[:-1]                        # transitions inside a unit
+    prev_rev, cur_rev = rev[:-1][same], rev[1:][same]
+    kind = np.where(~prev_rev & ~cur_rev, _FF, np.where(prev_rev & cur_rev, _BB,
+                    np.where(~prev_rev & cur_rev, _FB, _BF)))
+    return _WaveTerms(cold_misses(s), span[:-1][same].astype(np.float64),
+                      span[1:][same].astype(np.float64), kind.astype(np.int8))
+
+
+def wave_misses(shape, P: int, c_eff: float, order="linear", tiles=None,
+                sector_bytes: int = 32) -> float:
+    """Predicted L2 misses (sectors) of ``P`` persistent q-major CTAs, wave by wave.
+
+    ``c_eff`` is the effective LRU capacity in sectors. See the module docstring for the
+    assumptions; for non-causal MHA with ``P`` dividing ``n_q`` this equals ``wave_misses_paper``.
+
+    >>> s = Shape(S_q=4096, D=64)                       # n_q = 64, KV = 32768 sectors
+    >>> wave_misses(s, P=16, c_eff=24576, order="linear") - cold_misses(s)      # 3 waves · KV
+    98304.0
+    >>> wave_misses(s, P=16, c_eff=24576, order="sawtooth") - cold_misses(s)    # 3 · (KV − C)
+    24576.0
+    """
+    s = _shape(shape, tiles, sector_bytes)
+    return float(_wave_terms(s, P, order).misses(c_eff)[0])
+
+
+@dataclass(frozen=True)
+class _PaperTerms:
+    cold: float
+    kv: float
+    n_trans: float      # B·H_kv·max(0, group·W − 1)
+    flip: float         # fraction of transitions that reverse direction
+
+    def misses(self, c) -> np.ndarray:
+        c = np.atleast_1d(np.asarray(c, dtype=np.float64))
+        lin = self.kv * (self.kv > c)
+        f = self.flip * np.maximum(0.0, self.kv - c) + (1 - self.flip) * lin
+        return self.cold + self.n_trans * f
+
+
+def _paper_terms(s: Shape, P: int, order) -> _PaperTerms:
+    if s.causal:
+        raise ValueError("the paper's wave formula is for non-causal problems; use wave_misses")
+    if not isinstance(P, (int, np.integer)) or P < 1:
+        raise ValueError(f"P={P!r} concurrent CTAs must be a positive integer")
+    o = _order(order)
+    flip = 1.0 / o.group if o.kind == OrderKind.SAWTOOTH else 0.0
+    W = s.n_q / P
+    return _PaperTerms(float(cold_misses(s)), float(kv_sectors(s)),
+                       s.B * s.H_kv * max(0.0, s.group * W - 1), flip)
+
+
+def wave_misses_paper(shape, P: int, c_eff: float, order="linear", tiles=None,
+                      sector_bytes: int = 32) -> float:
+    """The paper's wave formula with fractional ``W = n_q / P`` (non-causal only).
+
+    ``cold + B·H_kv·max(0, group·W − 1)·f`` with ``f = KV·[KV > C_eff]`` for linear or reverse
+    and ``max(0, KV − C_eff)`` for sawtooth (group factor ``X``: a fraction ``1/X`` of the
+    transitions flip direction, the rest cost like linear). ``cold`` is the exact cold count
+    (``B·H·4·S·D·E/C`` for whole tiles and no GQA).
+    """
+    s = _shape(shape, tiles, sector_bytes)
+    return float(_paper_terms(s, P, order).misses(c_eff)[0])
+
+
+# --------------------------------------------------------------------------------------------
+# C_eff fit and error measures
+# --------------------------------------------------------------------------------------------
+def mape(predicted, measured) -> float:
+    """Mean absolute percentage error of a model against measurements, in percent."""
+    p = np.asarray(predicted, dtype=np.float64)
+    m = np.asarray(measured, dtype=np.float64)
+    if p.shape != m.shape:
+        raise ValueError(f"shapes differ: {p.shape} vs {m.shape}")
+    if np.any(m == 0):
+        raise ValueError("MAPE is undefined for a measured value of 0")
+    return float(100.0 * np.mean(np.abs(p - m) / np.abs(m)))
+
+
+@dataclass(frozen=True)
+class CEffFit:
+    """A least-squares fit of the effective capacity.
+
+    ``c_eff_bytes`` is the best value; ``interval_bytes`` the range of capacities that fit as well
+    (within 1e-9 relative SSE, up to the search grid's resolution): for the sawtooth order it is
+    a point, for the linear order a whole step. ``residuals = measured − predicted``.
+    """
+
+    c_eff_bytes: float
+    interval_bytes: tuple[float, float]
+    S: np.ndarray
+    measured: np.ndarray
+    predicted: np.ndarray
+    residuals: np.ndarray
+    mape: float
+    rmse: float
+    model: str
+    sector_bytes: int
+
+    @property
+    def c_eff_sectors(self) -> float:
+        return self.c_eff_bytes / self.sector_bytes
+
+    @property
+    def c_eff_mib(self) -> float:
+        return self.c_eff_bytes / MiB
+
+    @property
+    def rel_residuals(self) -> np.ndarray:
+        return self.residuals / self.measured
+
+
+def fit_c_eff(S_values: Sequence[int], measured_misses: Sequence[float], *, shape, P: int,
+              order="linear", model: str = "waves", bounds_bytes: tuple[float, float] | None = None,
+              grid: int = 4097, tiles=None, sector_bytes: int = 32) -> CEffFit:
+    """Least-squares ``C_eff`` of the wave model against misses measured at several ``S``.
+
+    ``shape`` is a template (``Shape``, or a spec Problem with ``tiles``) whose ``S_q``/``S_kv``
+    are replaced by each value of ``S_values``. ``model="waves"`` uses ``wave_misses``,
+    ``"paper"`` the fractional-W formula. The SSE is piecewise quadratic (sawtooth) or piecewise
+    constant (linear) in ``C_eff``; it is evaluated on a grid over ``bounds_bytes`` (default:
+    0 .. 1.25 × the largest K+V of a head) and refined with ``scipy.optimize.minimize_scalar``
+    around the best grid point. Only S values whose K+V exceed C_eff carry information.
+
+    >>> s = Shape(S_q=1024, D=64)
+    >>> S = [16384, 24576, 32768, 40960]
+    >>> y = [wave_misses(s.with_S(x), 32, 150000.0, "sawtooth") for x in S]
+    >>> round(fit_c_eff(S, y, shape=s, P=32, order="sawtooth").c_eff_sectors)
+    150000
+    """
+    base = _shape(shape, tiles, sector_bytes)
+    S = np.asarray(S_values, dtype=np.int64)
+    y = np.asarray(measured_misses, dtype=np.float64)
+    if S.shape != y.shape or S.ndim != 1 or len(S) == 0:
+        raise ValueError("S_values and measured_misses must be 1-D and of the same length")
+    shapes = [base.with_S(int(x)) for x in S]
+    C = base.C
+    if model == "waves":
+        terms = [_wave_terms(sh, P, order) for sh in shapes]
+    elif model == "paper":
+        terms = [_paper_terms(sh, P, order) for sh in shapes]
+    else:
+        raise ValueError(f"model must be 'waves' or 'paper', got {model!r}")
+
+    def predict(c_sectors) -> np.ndarray:                     # [n_c, n_S]
+        return np.stack([t.misses(c_sectors) for t in terms], axis=1)
+
+    if bounds_bytes is None:
+        hi = 1.25 * max(kv_sectors(sh) for sh in shapes)
+        lo = 0.0
+    else:
+        lo, hi = bounds_bytes[0] / C, bounds_bytes[1] / C
+    cs = np.linspace(lo, hi, grid)
+    sse = ((predict(cs) - y[None, :]) ** 2).sum(axis=1)
+    best = int(np.argmin(sse))
+    a, b = cs[max(best - 1, 0)], cs[min(best + 1, grid - 1)]
+    res = optimize.minimize_scalar(lambda c: float(((predict(c)[0] - y) ** 2).sum()),
+                                   bounds=(a, b), method="bounded",
+                                   options={"xatol": 1e-6 * max(hi, 1.0)})
+    c_best = float(res.x) if res.fun <= sse[best] else float(cs[best])
+    sse_best = min(float(res.fun), float(sse[best]))
+    tol = 1e-9 * max(sse_best, 1e-12 * float((y ** 2).sum()))
+    ok = sse <= sse_best + tol
+    i0 = i1 = best
+    while i0 > 0 and ok[i0 - 1]:
+        i0 -= 1
+    while i1 < grid - 1 and ok[i1 + 1]:
+        i1 += 1
+    interval = (min(cs[i0], c_best) * C, max(cs[i1], c_best) * C)
+    if i0 != i1:                     # a flat optimum: report its middle, not an arbitrary end
+        c_best = 0.5 * (cs[i0] + cs[i1])
+    pred = predict(c_best)[0]
+    resid = y - pred
+    return CEffFit(c_eff_bytes=c_best * C, interval_bytes=interval, S=S, measured=y,
+                   predicted=pred, residuals=resid,
+                   mape=mape(pred, y) if np.all(y != 0) else float("nan"),
+                   rmse=float(np.sqrt(np.mean(resid ** 2))), model=model, sector_bytes=C)
+
+
+def fit_c_eff_rows(rows: Iterable, *, P: int, order=None, sector_bytes: int = 32,
+                   metric: str = "lts__t_sectors_srcunit_tex_lookup_miss.sum",
+                   model: str = "waves", **kw) -> CEffFit:
+    """``fit_c_eff`` on tidy rows (``spec.records.Row`` or dicts from ``read_csv``) of one variant.
+
+    Takes the rows of ``metric`` (default: L2 misses), averages repeated samples per ``S_q`` and
+    reads the shape (D, tiles, B, H, H_kv, causal) from them; all must agree. ``order`` defaults
+    to the rows' ``order`` label.
+    """
+    def get(r, k):
+        return r[k] if isinstance(r, dict) else getattr(r, k)
+
+    sel = [r for r in rows if get(r, "metric") == metric]
+    if not sel:
+        raise ValueError(f"no rows of metric {metric!r}")
+    keys = ("D", "tile_m", "tile_n", "B", "H", "H_kv", "causal", "variant")
+    first = {k: get(sel[0], k) for k in keys}
+    for r in sel:
+        if any(get(r, k) != first[k] for k in keys):
+            raise ValueError("rows mix cases: fit one variant and shape at a time "
+                             f"(saw {first} and { {k: get(r, k) for k in keys} })")
+        if get(r, "S_kv") != get(r, "S_q"):
+            raise ValueError("fit_c_eff_rows sweeps S with S_kv = S_q")
+    by_s: dict[int, list[float]] = {}
+    for r in sel:
+        by_s.setdefault(int(get(r, "S_q")), []).append(float(get(r, "value")))
+    S = sorted(by_s)
+    y = [float(np.mean(by_s[x])) for x in S]
+    shape = Shape(S_q=S[0], D=int(first["D"]), T_m=int(first["tile_m"]), T_n=int(first["tile_n"]),
+                  C=sector_bytes, causal=bool(first["causal"]), B=int(first["B"]),
+                  H=int(first["H"]), H_kv=int(first["H_kv"]))
+    if order is None:
+        order = get(sel[0], "order")
+    return fit_c_eff(S, y, shape=shape, P=P, order=order, model=model, **kw)
