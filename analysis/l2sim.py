@@ -20,6 +20,9 @@ Worked example (GB10, B=8, H=1, S=128K, D=64, fp16, 64×64 tiles, 48 persistent 
 head is 2·131072·64·2 B = 32 MiB > 24 MiB of L2. A linear scan re-reads the whole head per wave of
 48 Q tiles and misses on every K/V access after the first wave; the sawtooth scan starts each wave
 on the tiles the previous wave left in the cache and misses only about ``32 − 24 = 8`` MiB of them.
+Simulated at 24 MiB: 355.5 M non-compulsory sectors linear, 101.0 M sawtooth (−72%), on 16.8 M
+cold ones; ``analysis.models.wave_misses`` gives the linear count exactly (339 head passes of
+1 048 576 sectors) and the sawtooth one to within 4% with ``C_eff = 24 MiB − 2·48`` Q/O tiles.
 """
 from __future__ import annotations
 

@@ -55,16 +55,22 @@ Three layers, from exact to fitted (all counts in sectors of ``C`` bytes):
      streams both). Consecutive waves of the same K/V head are reuse transitions; under GQA the
      hand-over from one query head to the next in the group is one too (its K/V is the same).
      The extra working set of a straddling wave (two heads' K/V at once) is not modelled.
-   - Reuse cost of one transition between waves that span ``a`` and ``b`` sectors of K/V
-     (``a = b = KV`` unless causal), with ``m = min(a, b)``, ``M = max(a, b)``:
-     forward→forward ``m·[a > C]``; backward→backward ``m·[b > C]``; forward→backward
-     ``clip(M − C, 0, m)``; backward→forward ``clip(m − C, 0, m)``. Newly reached tiles (causal
-     waves grow) are cold misses, counted in ``cold``.
-   - Causal: a wave's span is that of its longest Q tile. On the GPU (and in ``spec.build_trace``)
-     causal CTAs finish rows of different length at different times, so waves drift apart; the
-     causal wave model is a rough guide, the simulator is the reference there.
+   - Reuse cost of one transition between two waves (``KV`` sectors each): forward→forward and
+     backward→backward ``KV·[KV > C]``; a direction change ``max(0, KV − C)``. (The code keeps
+     the general form for waves spanning ``a`` and ``b`` sectors, ``m = min``, ``M = max``:
+     FF ``m·[a > C]``, BB ``m·[b > C]``, FB ``clip(M − C, 0, m)``, BF ``clip(m − C, 0, m)``,
+     derived from the LRU stack of two scans; it only matters if waves of unequal span return.)
+   - Non-causal only. A causal CTA's rows have different lengths, so the persistent CTAs drift
+     apart (CTA ``c`` of ``P`` runs ``c`` steps longer per item than CTA 0) and there are no
+     wavefronts to speak of after a few items; ``spec.build_trace`` models that drift, and on it
+     an aligned-wave count underestimates the non-compulsory misses 8–12× (B = H = 1, S = 8K,
+     P = 8). ``wave_misses`` therefore refuses causal shapes: use the simulator.
    - Q, O and anything else sharing the cache is folded into ``C_eff``; that, set associativity
-     and the hash of addresses to slices is why ``C_eff`` comes out below the nominal L2.
+     and the hash of addresses to slices is why ``C_eff`` comes out below the nominal L2. On the
+     simulator itself (an ideal LRU of capacity ``C``) the O stores of one wave and the Q loads
+     of the next (``2·P`` Q-tile sizes) sit between the two scans, and the model reproduces the
+     simulated misses exactly with ``C_eff = C − 2·P·T_m·D·E`` for aligned waves (``P`` dividing
+     ``n_q``); a wave that straddles two heads adds a little more.
 
 ``fit_c_eff`` fits ``C_eff`` by least squares to measured (or simulated) misses over a sweep of
 ``S`` and reports the residuals. For the linear order the model is a step in ``C_eff``: any value
@@ -340,6 +346,9 @@ class _WaveTerms:
 
 
 def _wave_terms(s: Shape, P: int, order) -> _WaveTerms:
+    if s.causal:
+        raise ValueError("the wave model assumes aligned wavefronts, which causal problems do not "
+                         "keep (CTAs drift apart); simulate causal cases with analysis.simulate")
     if not isinstance(P, (int, np.integer)) or P < 1:
         raise ValueError(f"P={P!r} concurrent CTAs must be a positive integer")
     o = _order(order)
@@ -398,7 +407,8 @@ class _PaperTerms:
 
 def _paper_terms(s: Shape, P: int, order) -> _PaperTerms:
     if s.causal:
-        raise ValueError("the paper's wave formula is for non-causal problems; use wave_misses")
+        raise ValueError("the paper's wave formula is for non-causal problems; "
+                         "simulate causal cases")
     if not isinstance(P, (int, np.integer)) or P < 1:
         raise ValueError(f"P={P!r} concurrent CTAs must be a positive integer")
     o = _order(order)
