@@ -1,0 +1,206 @@
+"""The cuTile backend (``spec.backend.AttentionBackend``) and the user-facing ``attention()``.
+
+    >>> from kernels import backend
+    >>> out = backend.attention(q, k, v, causal=True, order="sawtooth", schedule="static132")
+
+``CutileBackend.prepare(variant, problem)`` resolves tiles / occupancy (the arch's measured defaults,
+``kernels/configs/<arch>.json``), the constant codes and the launch grid; ``run`` launches on
+``torch.cuda.current_stream()``; ``trace`` runs the trace build and returns the visits table in the
+layout of ``spec.Visits.table()``. Nothing here autotunes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from spec import arch as arch_registry
+from spec.backend import BadInput, UnsupportedVariant, problem_from_tensors
+from spec.orders import OrderKind, ScanOrder
+from spec.problem import Problem, TileGrid, Tiles
+from spec.schedules import CtaSchedule, ScheduleKind
+from spec.variant import Backend, Variant
+
+from .config import KernelConfig, default_config
+
+MAX_TILE = 256
+
+
+@dataclass(frozen=True)
+class Prepared:
+    variant: Variant
+    problem: Problem
+    arch: str
+    occupancy: int | None
+    worker_warps: int | None
+    level: int
+    consts: tuple          # constant kernel arguments without the trailing TRACE flag
+    qk_scale: float
+    n_ctas: int
+
+    @property
+    def id(self) -> str:
+        return self.variant.id(self.problem)
+
+
+def _present_arch():
+    a = arch_registry.detect()
+    if a is None:
+        raise UnsupportedVariant("no CUDA GPU is present (torch.cuda.is_available() is False); "
+                                 "the cuTile kernels need an NVIDIA GPU of compute capability "
+                                 "8.0 or newer and driver r580+")
+    return a
+
+
+def _check_arch(requested: str | None):
+    """The present GPU's Arch; an error naming both when ``requested`` is another arch."""
+    present = _present_arch()
+    if requested is None:
+        return present
+    want = arch_registry.get(requested)     # UnknownArch lists the known names
+    same = want.name == present.name        # detect() maps the device onto the registry
+    if not same:
+        raise UnsupportedVariant(
+            f"arch {requested!r} ({want.marketing_name}, {want.sm}) was requested, but the GPU "
+            f"present is {present.marketing_name} ({present.name}, sm_"
+            f"{present.compute_capability[0]}{present.compute_capability[1]}); pass "
+            f"arch={present.name!r} or arch=None")
+    return present
+
+
+class CutileBackend:
+    """cuTile FlashAttention forward family. ``arch=None`` uses the GPU present."""
+
+    name = "cutile"
+
+    def __init__(self, arch: str | None = None, level: int = 6):
+        if level not in range(1, 7):
+            raise UnsupportedVariant(f"tuning-ladder level {level!r}; accepted: 1..6")
+        self.requested_arch = arch
+        self.level = level
+
+    # --------------------------------------------------------------------------------------
+    def prepare(self, variant: Variant, problem: Problem) -> Prepared:
+        if variant.backend != Backend.CUTILE:
+            raise UnsupportedVariant(f"variant backend {variant.backend.value!r}; this is the "
+                                     "cutile backend")
+        arch = _check_arch(self.requested_arch)
+        tiles = variant.tiles
+        for name, v in (("TILE_M", tiles.m), ("TILE_N", tiles.n)):
+            if v & (v - 1) or v > MAX_TILE:
+                raise UnsupportedVariant(f"{name}={v}: cuTile tiles must be powers of two up to "
+                                         f"{MAX_TILE} (e.g. 64 or 128)")
+        base = default_config(arch.name, problem.D, problem.causal)
+        occupancy = variant.occupancy if variant.occupancy is not None else base.occupancy
+        # worker warps belong to the measured config they were tuned with (same tiles)
+        worker_warps = base.worker_warps if tiles == base.tiles else None
+        if self.level < 5:
+            occupancy, worker_warps = None, None
+        sched, order = variant.schedule, variant.order
+        g = TileGrid(problem, tiles)
+        from . import fmha
+        consts = fmha.constants(
+            D=problem.D, tile_m=tiles.m, tile_n=tiles.n, H=problem.H,
+            group_size=problem.group_size, causal=problem.causal,
+            even_k=problem.S_kv % tiles.n == 0, order=int(order.kind), group=order.group,
+            sched=int(sched.kind), work=int(sched.work_order),
+            tiles_per_cta=sched.tiles_per_cta, level=self.level, trace=False)[:-1]
+        return Prepared(variant, problem, arch.name, occupancy, worker_warps, self.level,
+                        consts, fmha.qk_scale_for(problem.D, self.level), sched.grid_size(g))
+
+    def _launch(self, p: Prepared, q, k, v, out, trace_buf, trace: bool) -> None:
+        import cuda.tile as ct
+        import torch
+
+        from . import fmha
+        from .toolchain import explain_compile_error
+        got = problem_from_tensors(q, k, v, p.problem.causal, out)
+        if replace(got, causal=p.problem.causal) != p.problem:
+            raise BadInput(f"tensors describe {got.label}, but the kernel was prepared for "
+                           f"{p.problem.label}")
+        kern = fmha.get_kernel(p.occupancy, p.worker_warps)
+        args = (q, k, v, out, trace_buf, p.qk_scale) + p.consts + (bool(trace),)
+        try:
+            ct.launch(torch.cuda.current_stream(), (p.n_ctas, 1, 1), kern, args)
+        except Exception as e:  # noqa: BLE001 - only toolchain failures are rewrapped
+            err = explain_compile_error(e)
+            if err is e:
+                raise
+            raise err from e
+
+    def run(self, prepared: Prepared, q, k, v, out) -> None:
+        self._launch(prepared, q, k, v, out, _dummy_trace(q.device), trace=False)
+
+    def trace(self, prepared: Prepared, q, k, v, out) -> dict:
+        """Run the trace build; ``visits`` is int32 [n_ctas, max_steps, 4] padded with -1."""
+        import torch
+        from spec.trace import visit_order
+        g = TileGrid(prepared.problem, prepared.variant.tiles)
+        steps = visit_order(g, prepared.variant.schedule, prepared.variant.order).table().shape[1]
+        # one spare step column: a kernel that visits more than the spec leaves a mark there
+        buf = torch.full((prepared.n_ctas, steps + 1, 4), -1, dtype=torch.int32, device=q.device)
+        self._launch(prepared, q, k, v, out, buf, trace=True)
+        torch.cuda.synchronize()
+        return {"visits": buf.cpu().numpy()}
+
+
+_DUMMIES: dict = {}
+
+
+def _dummy_trace(device):
+    import torch
+    key = str(device)
+    if key not in _DUMMIES:
+        _DUMMIES[key] = torch.zeros((1, 1, 4), dtype=torch.int32, device=device)
+    return _DUMMIES[key]
+
+
+# ------------------------------------------------------------------------------------------
+# the plain function
+# ------------------------------------------------------------------------------------------
+_BACKENDS: dict = {}
+_PREPARED: dict = {}
+
+
+def default_schedule(problem: Problem, cfg: KernelConfig, tiles: Tiles, num_sms: int
+                     ) -> CtaSchedule:
+    if cfg.schedule == "grid":
+        return CtaSchedule.grid()
+    n_work = TileGrid(problem, tiles).n_work
+    p = max(1, min(num_sms * (cfg.occupancy or 1), n_work))
+    return CtaSchedule.persistent(p)
+
+
+def attention(q, k, v, *, causal: bool = False, order: str | ScanOrder = "linear",
+              schedule: str | CtaSchedule | None = None, tiles: Tiles | None = None,
+              occupancy: int | None = None, arch: str | None = None, level: int = 6,
+              out=None):
+    """Attention forward ``softmax(q kᵀ / sqrt(D)) v`` with the cuTile kernel family.
+
+    q: [B, H, S_q, D]; k, v: [B, H_kv, S_kv, D] (H_kv divides H); fp16 or bf16 on one CUDA GPU;
+    D in (64, 128). ``order``: "linear", "sawtooth[X]", "reverse", "blockparity" or a ScanOrder.
+    ``schedule``: "grid", "tile<X>", "static<P>", "static<P>h", "lpt<P>", a CtaSchedule, or
+    None for the arch's measured default. ``tiles`` / ``occupancy`` override the defaults.
+    Returns ``out`` (allocated when not given).
+    """
+    import torch
+    problem = problem_from_tensors(q, k, v, causal, out)
+    key = (arch, level)
+    be = _BACKENDS.get(key) or _BACKENDS.setdefault(key, CutileBackend(arch, level))
+    present = _check_arch(arch)
+    cfg = default_config(present.name, problem.D, causal)
+    tiles = tiles or cfg.tiles
+    order = order if isinstance(order, ScanOrder) else ScanOrder.parse(order)
+    if schedule is None:
+        schedule = default_schedule(problem, cfg, tiles, present.num_sms)
+    elif not isinstance(schedule, CtaSchedule):
+        schedule = CtaSchedule.parse(schedule)
+    variant = Variant(Backend.CUTILE, order, schedule, tiles, occupancy)
+    pkey = (key, variant, problem)
+    prepared = _PREPARED.get(pkey) or _PREPARED.setdefault(pkey, be.prepare(variant, problem))
+    if out is None:
+        out = torch.empty_like(q)
+    be.run(prepared, q, k, v, out)
+    return out
+
+
+__all__ = ["CutileBackend", "Prepared", "attention", "BadInput", "UnsupportedVariant",
+           "OrderKind", "ScheduleKind"]

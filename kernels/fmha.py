@@ -1,0 +1,308 @@
+"""Split-Q FlashAttention forward in cuTile Python: one kernel body, pluggable K/V order and CTA schedule.
+
+Each CTA holds one Q tile ``[TILE_M, D]`` at a time and streams the K/V tiles of its head through an
+online softmax (fp32 running max ``m``, sum ``l`` and accumulator), then writes ``O`` once. What the
+variants change is *which* work items a CTA takes (the CTA schedule) and *in which order* it walks
+the K/V tiles of each (the scan order); both are ``ct.Constant`` parameters whose integer codes are
+the spec's enums (``spec.OrderKind``, ``spec.ScheduleKind``, ``spec.WorkOrder``), so every variant is
+a separate compile with its branches folded away and nothing is switched at run time inside the
+K/V loop.
+
+The K/V loop (the "3-loop" form, cutile-notes.md §5.3). For a Q tile the visited K/V tiles are
+``0 .. Tc-1``; the ones from ``mask_start`` on need an element mask (causal diagonal, ragged end of
+S_kv). With ``r`` = 1 for a backward scan and 0 for a forward one::
+
+    for i in range(r * n_masked):          j = Tc - 1 - i                 # backward: masked tiles first
+    for i in range(mask_start):            j = i + r*(mask_start-1-2i)    # unmasked bulk, either way
+    for i in range((1 - r) * n_masked):    j = mask_start + i             # forward: masked tiles last
+
+No loop has an ``if`` inside, so the front end's loop-split pass is not needed, the masked and
+unmasked bodies are separate, and for the linear order (``r`` a compile-time 0) the SASS is that of
+the seed kernel. The mask adds a *finite* ``-1e30``: a backward causal scan with TILE_M > TILE_N
+starts on tiles that are fully masked for some rows, and ``-inf - (-inf)`` would give NaN.
+
+Worked example (S = 4 tiles, non-causal, persistent P CTAs, sawtooth): a CTA's 1st Q tile reads K/V
+tiles 0 1 2 3, its 2nd reads 3 2 1 0; tiles 3 and 2 were touched last and are still in L2.
+
+The NVIDIA tuning ladder (``LEVEL``), each step on top of the previous one:
+1 basic (exp, scale multiplied, K loaded row-major then transposed, no hints, exact division),
+2 exp2 with the scale folded by 1/ln 2, 3 K loaded transposed through ``order=``, 4 latency hints
+(K 2, V 4), 5 the occupancy hint (a kernel hint, applied by ``get_kernel``), 6 approximate final
+division. Level 6 is what every study variant runs.
+
+The trace build (``TRACE=True``) additionally stores, for every CTA and step, the
+``(b, h, q_tile, kv_tile)`` it visits into an int32 ``[n_ctas, max_steps, 4]`` tensor: the layout
+of ``spec.Visits.table()``.
+"""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import cuda.tile as ct
+from cuda.tile import PaddingMode, RoundingMode
+
+from spec.orders import OrderKind
+from spec.schedules import ScheduleKind, WorkOrder
+
+ConstInt = ct.Constant[int]
+ConstBool = ct.Constant[bool]
+
+# The constant codes: the spec's enums, spelled once.
+ORDER_LINEAR = int(OrderKind.LINEAR)
+ORDER_SAWTOOTH = int(OrderKind.SAWTOOTH)
+ORDER_REVERSE = int(OrderKind.REVERSE)
+ORDER_BLOCK_PARITY = int(OrderKind.BLOCK_PARITY)
+SCHED_GRID = int(ScheduleKind.GRID)
+SCHED_TILE_X = int(ScheduleKind.TILE_X)
+SCHED_PERSISTENT = int(ScheduleKind.PERSISTENT)
+SCHED_LONGEST_FIRST = int(ScheduleKind.LONGEST_FIRST)
+WORK_Q_MAJOR = int(WorkOrder.Q_MAJOR)
+WORK_HEAD_MAJOR = int(WorkOrder.HEAD_MAJOR)
+
+NEG_BIG = -1.0e30          # finite mask value (see the module docstring: NaN trap)
+INV_LN2 = 1.0 / math.log(2.0)
+ZERO = PaddingMode.ZERO    # out-of-bounds rows of partial tiles read as 0 (never NaN garbage)
+
+
+def qk_scale_for(head_dim: int, level: int) -> float:
+    """The scalar the kernel multiplies Q·Kᵀ by: 1/sqrt(D), folded by 1/ln 2 from level 2 on."""
+    s = 1.0 / math.sqrt(head_dim)
+    return s * INV_LN2 if level >= 2 else s
+
+
+# ------------------------------------------------------------------------------------------------
+# helpers (inlined by the cuTile front end)
+# ------------------------------------------------------------------------------------------------
+def _reverse_flag(ORDER: ConstInt, GROUP: ConstInt, it, cta):
+    """1 when the scan runs backward, else 0 (spec ``ScanOrder.reversed_for``).
+
+    ``it`` is the CTA's local Q-tile counter, ``cta`` its index in the launched grid."""
+    if ORDER == ORDER_LINEAR:
+        r = 0
+    elif ORDER == ORDER_REVERSE:
+        r = 1
+    elif ORDER == ORDER_SAWTOOTH:
+        r = (it // GROUP) % 2
+    else:
+        r = cta % 2
+    return r
+
+
+def _record(Trace, cta, step, b, h, q_tile, j):
+    """Trace build: store (b, h, q_tile, kv_tile) at ``Trace[cta, step, :]``."""
+    lane = ct.arange(4, dtype=ct.int32)                                       # [4]
+    row = ct.where(lane == 0, b, ct.where(lane == 1, h, ct.where(lane == 2, q_tile, j)))
+    ct.store(Trace, index=(cta, step, 0), tile=ct.reshape(row, (1, 1, 4)))
+
+
+def _kv_step(q, K, V, b, kvh, j, m_i, l_i, acc, qk_scale, offs_m, k_len,
+             TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, MASKED: ConstBool,
+             CAUSAL: ConstBool, LEVEL: ConstInt):
+    """One K/V tile of the online softmax; returns the new (m, l, acc)."""
+    # S = Q Kᵀ ---------------------------------------------------------------------------------
+    if LEVEL >= 3:
+        # K loaded already transposed: the TMA box is read as [D, TILE_N]
+        if LEVEL >= 4:
+            kt = ct.load(K, index=(b, kvh, 0, j), shape=(1, 1, TILE_D, TILE_N),
+                         order=(0, 1, 3, 2), padding_mode=ZERO, latency=2)
+        else:
+            kt = ct.load(K, index=(b, kvh, 0, j), shape=(1, 1, TILE_D, TILE_N),
+                         order=(0, 1, 3, 2), padding_mode=ZERO)
+        kt = ct.reshape(kt, (TILE_D, TILE_N))                                 # [D, TILE_N]
+    else:
+        k = ct.load(K, index=(b, kvh, j, 0), shape=(1, 1, TILE_N, TILE_D), padding_mode=ZERO)
+        kt = ct.transpose(ct.reshape(k, (TILE_N, TILE_D)))                    # [D, TILE_N]
+    qk = ct.full((TILE_M, TILE_N), 0.0, dtype=ct.float32)
+    qk = ct.mma(q, kt, qk)                                                    # [TILE_M, TILE_N]
+    if MASKED:
+        offs_n = j * TILE_N + ct.arange(TILE_N, dtype=ct.int32)               # [TILE_N]
+        keep = offs_n[None, :] < k_len                                        # [1, TILE_N]
+        if CAUSAL:
+            keep = keep & (offs_m[:, None] >= offs_n[None, :])                # [TILE_M, TILE_N]
+        qk = qk + ct.where(keep, 0.0, NEG_BIG)
+    # online softmax ---------------------------------------------------------------------------
+    if LEVEL >= 2:
+        m_ij = ct.maximum(m_i, ct.max(qk, axis=-1, keepdims=True) * qk_scale)  # [TILE_M, 1]
+        p = ct.exp2(qk * qk_scale - m_ij, flush_to_zero=True)                  # [TILE_M, TILE_N]
+        alpha = ct.exp2(m_i - m_ij, flush_to_zero=True)                        # [TILE_M, 1]
+    else:
+        qk = qk * qk_scale
+        m_ij = ct.maximum(m_i, ct.max(qk, axis=-1, keepdims=True))
+        p = ct.exp(qk - m_ij)
+        alpha = ct.exp(m_i - m_ij)
+    l_i = l_i * alpha + ct.sum(p, axis=-1, keepdims=True)                     # [TILE_M, 1]
+    acc = acc * alpha                                                         # [TILE_M, D]
+    # O += P V ---------------------------------------------------------------------------------
+    if LEVEL >= 4:
+        v = ct.load(V, index=(b, kvh, j, 0), shape=(1, 1, TILE_N, TILE_D),
+                    padding_mode=ZERO, latency=4)
+    else:
+        v = ct.load(V, index=(b, kvh, j, 0), shape=(1, 1, TILE_N, TILE_D), padding_mode=ZERO)
+    v = ct.reshape(v, (TILE_N, TILE_D))                                       # [TILE_N, D]
+    acc = ct.mma(p.astype(q.dtype), v, acc)                                   # [TILE_M, D]
+    return m_ij, l_i, acc
+
+
+def attention_tile_impl(Q, K, V, Out, Trace, qk_scale, b, h, kvh, q_tile, r, cta, step0,
+                        TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
+                        CAUSAL: ConstBool, EVEN_K: ConstBool, LEVEL: ConstInt,
+                        TRACE: ConstBool):
+    """The kernel body: one Q tile of head (b, h), K/V scanned forward (r=0) or backward (r=1).
+
+    Returns the number of K/V steps taken (``Tc``), which the schedules add to the CTA's step
+    counter of the trace build."""
+    q_len = Q.shape[2]
+    k_len = K.shape[2]
+    n_kv = ct.cdiv(k_len, TILE_N)
+    q = ct.load(Q, index=(b, h, q_tile, 0), shape=(1, 1, TILE_M, TILE_D), padding_mode=ZERO)
+    q = ct.reshape(q, (TILE_M, TILE_D))                                       # [TILE_M, D]
+    offs_m = q_tile * TILE_M + ct.arange(TILE_M, dtype=ct.int32)              # [TILE_M]
+    m_i = ct.full((TILE_M, 1), -math.inf, dtype=ct.float32)
+    l_i = ct.full((TILE_M, 1), 0.0, dtype=ct.float32)
+    acc = ct.full((TILE_M, TILE_D), 0.0, dtype=ct.float32)
+
+    if CAUSAL:
+        # rows [q_tile*TILE_M, m_end) see keys 0..row (top-left aligned, as SDPA's is_causal)
+        m_end = ct.minimum((q_tile + 1) * TILE_M, q_len)
+        Tc = ct.minimum(ct.cdiv(m_end, TILE_N), n_kv)
+        mask_start = ct.minimum((q_tile * TILE_M) // TILE_N, Tc)
+    else:
+        Tc = n_kv
+        mask_start = n_kv
+    if not EVEN_K:
+        mask_start = ct.minimum(mask_start, n_kv - 1)
+
+    if CAUSAL or not EVEN_K:
+        n_masked = Tc - mask_start
+        # backward scan: the masked tiles (diagonal / ragged end) come first, descending
+        for i in range(0, r * n_masked):
+            j = Tc - 1 - i
+            if TRACE:
+                _record(Trace, cta, step0 + i, b, h, q_tile, j)
+            m_i, l_i, acc = _kv_step(q, K, V, b, kvh, j, m_i, l_i, acc, qk_scale, offs_m, k_len,
+                                     TILE_D, TILE_M, TILE_N, True, CAUSAL, LEVEL)
+        # the unmasked bulk, ascending or descending
+        for i in range(0, mask_start):
+            j = i + r * (mask_start - 1 - 2 * i)
+            if TRACE:
+                _record(Trace, cta, step0 + r * n_masked + i, b, h, q_tile, j)
+            m_i, l_i, acc = _kv_step(q, K, V, b, kvh, j, m_i, l_i, acc, qk_scale, offs_m, k_len,
+                                     TILE_D, TILE_M, TILE_N, False, CAUSAL, LEVEL)
+        # forward scan: the masked tiles come last, ascending
+        for i in range(0, (1 - r) * n_masked):
+            j = mask_start + i
+            if TRACE:
+                _record(Trace, cta, step0 + mask_start + i, b, h, q_tile, j)
+            m_i, l_i, acc = _kv_step(q, K, V, b, kvh, j, m_i, l_i, acc, qk_scale, offs_m, k_len,
+                                     TILE_D, TILE_M, TILE_N, True, CAUSAL, LEVEL)
+    else:
+        for i in range(0, Tc):
+            j = i + r * (Tc - 1 - 2 * i)
+            if TRACE:
+                _record(Trace, cta, step0 + i, b, h, q_tile, j)
+            m_i, l_i, acc = _kv_step(q, K, V, b, kvh, j, m_i, l_i, acc, qk_scale, offs_m, k_len,
+                                     TILE_D, TILE_M, TILE_N, False, CAUSAL, LEVEL)
+
+    if LEVEL >= 6:
+        acc = ct.truediv(acc, l_i, flush_to_zero=True, rounding_mode=RoundingMode.APPROX)
+    else:
+        acc = acc / l_i
+    out = ct.reshape(acc, (1, 1, TILE_M, TILE_D)).astype(Out.dtype)
+    ct.store(Out, index=(b, h, q_tile, 0), tile=out)
+    return Tc
+
+
+# ------------------------------------------------------------------------------------------------
+# the entry: CTA -> work mapping
+# ------------------------------------------------------------------------------------------------
+def fmha_fwd_impl(Q, K, V, Out, Trace, qk_scale, H, QUERY_GROUP_SIZE,
+                  TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
+                  CAUSAL: ConstBool, EVEN_K: ConstBool, ORDER: ConstInt, GROUP: ConstInt,
+                  SCHED: ConstInt, WORK: ConstInt, TILES_PER_CTA: ConstInt, LEVEL: ConstInt,
+                  TRACE: ConstBool):
+    """Maps this CTA to its work items (spec ``CtaSchedule.work_items``) and runs the body."""
+    cta = ct.bid(0)
+    n_q = ct.cdiv(Q.shape[2], TILE_M)
+    n_bh = Q.shape[0] * H
+    if SCHED == SCHED_GRID:
+        # one Q tile per CTA; cta = q + n_q * bh
+        bh = cta // n_q
+        q_tile = cta % n_q
+        head = bh % H
+        attention_tile_impl(Q, K, V, Out, Trace, qk_scale, bh // H, head,
+                            head // QUERY_GROUP_SIZE, q_tile,
+                            _reverse_flag(ORDER, GROUP, 0, cta), cta, 0,
+                            TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, LEVEL, TRACE)
+    elif SCHED == SCHED_TILE_X:
+        # X consecutive Q tiles of one head per CTA; cta = group + n_groups * bh
+        n_groups = ct.cdiv(n_q, TILES_PER_CTA)
+        bh = cta // n_groups
+        q0 = (cta % n_groups) * TILES_PER_CTA
+        head = bh % H
+        n_here = ct.minimum(n_q - q0, TILES_PER_CTA)
+        step = 0
+        for k in range(0, n_here):
+            tc = attention_tile_impl(Q, K, V, Out, Trace, qk_scale, bh // H, head,
+                                     head // QUERY_GROUP_SIZE, q0 + k,
+                                     _reverse_flag(ORDER, GROUP, k, cta), cta, step,
+                                     TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, LEVEL, TRACE)
+            step = step + tc
+    else:
+        # persistent: work items cta, cta + P, cta + 2P, ... (grid-stride loop)
+        total = n_q * n_bh
+        it = 0
+        step = 0
+        for w in range(cta, total, ct.num_blocks(0)):
+            if WORK == WORK_HEAD_MAJOR:
+                bh = w % n_bh
+                q_tile = w // n_bh
+            else:
+                bh = w // n_q
+                q_tile = w % n_q
+            if SCHED == SCHED_LONGEST_FIRST:
+                q_tile = n_q - 1 - q_tile
+            head = bh % H
+            tc = attention_tile_impl(Q, K, V, Out, Trace, qk_scale, bh // H, head,
+                                     head // QUERY_GROUP_SIZE, q_tile,
+                                     _reverse_flag(ORDER, GROUP, it, cta), cta, step,
+                                     TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, LEVEL, TRACE)
+            it = it + 1
+            step = step + tc
+
+
+@ct.kernel
+def fmha_fwd(Q, K, V, Out, Trace, qk_scale: float, H: ConstInt, QUERY_GROUP_SIZE: ConstInt,
+             TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
+             CAUSAL: ConstBool, EVEN_K: ConstBool, ORDER: ConstInt, GROUP: ConstInt,
+             SCHED: ConstInt, WORK: ConstInt, TILES_PER_CTA: ConstInt, LEVEL: ConstInt,
+             TRACE: ConstBool):
+    """Q [B,H,S_q,D], K/V [B,H_kv,S_kv,D], Out like Q; Trace int32 [n_ctas, max_steps, 4] (read
+    only when TRACE)."""
+    fmha_fwd_impl(Q, K, V, Out, Trace, qk_scale, H, QUERY_GROUP_SIZE, TILE_D, TILE_M, TILE_N,
+                  CAUSAL, EVEN_K, ORDER, GROUP, SCHED, WORK, TILES_PER_CTA, LEVEL, TRACE)
+
+
+# ------------------------------------------------------------------------------------------------
+# hints: occupancy / worker warps (tuning-ladder level 5) per kernel object, created once
+# ------------------------------------------------------------------------------------------------
+@lru_cache(maxsize=None)
+def get_kernel(occupancy: int | None = None, worker_warps: int | None = None):
+    """The ``fmha_fwd`` kernel with these hints (``replace_hints`` makes a new JIT cache: cached).
+
+    ``None`` leaves a hint at the compiler's default."""
+    hints = {}
+    if occupancy is not None:
+        hints["occupancy"] = occupancy
+    if worker_warps is not None:
+        hints["num_worker_warps"] = worker_warps
+    return fmha_fwd.replace_hints(**hints) if hints else fmha_fwd
+
+
+def constants(*, D: int, tile_m: int, tile_n: int, H: int, group_size: int, causal: bool,
+              even_k: bool, order: int, group: int, sched: int, work: int, tiles_per_cta: int,
+              level: int, trace: bool) -> tuple:
+    """The constant arguments after (Q, K, V, Out, Trace, qk_scale), in kernel order."""
+    return (int(H), int(group_size), int(D), int(tile_m), int(tile_n), bool(causal),
+            bool(even_k), int(order), int(group), int(sched), int(work), int(tiles_per_cta),
+            int(level), bool(trace))

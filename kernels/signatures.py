@@ -1,0 +1,89 @@
+"""JIT-like export signatures, so compile-only checks (no GPU, no libcuda) see the code that runs.
+
+``KernelSignature.from_kernel_args`` needs libcuda, and a bare ``ArrayConstraint`` drops the facts
+the JIT infers from real tensors (unit strides, 16-byte divisible strides / shapes / base address,
+size-1 dims). Without them sm_90 code has no TMA (LDG + STS) and different register use, so a
+resource check on it says nothing (cutile-notes.md §4.3). ``jit_like_array`` mirrors the JIT's
+specialisation bits (the same rule as ``cuda.tile.jax``'s constraint builder).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import cuda.tile as ct
+from cuda.tile.compilation import (ArrayConstraint, CallingConvention, KernelSignature,
+                                   ScalarConstraint)
+
+from . import fmha
+
+_ITEMSIZE = {ct.float16: 2, ct.bfloat16: 2, ct.float32: 4, ct.int32: 4}
+
+
+def contiguous_strides(shape) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= d
+    return tuple(reversed(strides))
+
+
+def jit_like_array(shape, dtype=ct.float16, strides=None, base_aligned: bool = True,
+                   index_dtype=ct.int32) -> ArrayConstraint:
+    """The ArrayConstraint the JIT derives from a tensor of this shape/strides/alignment."""
+    strides = contiguous_strides(shape) if strides is None else tuple(strides)
+    isz = _ITEMSIZE[dtype]
+    return ArrayConstraint(
+        dtype, len(shape), index_dtype=index_dtype, stride_lower_bound_incl=0, alias_groups=(),
+        may_alias_internally=False,
+        stride_constant=tuple(1 if s == 1 else None for s in strides),
+        shape_constant=tuple(1 if d == 1 else None for d in shape),
+        stride_divisible_by=tuple(16 // isz if (s * isz) % 16 == 0 else 1 for s in strides),
+        shape_divisible_by=tuple(16 if d % 16 == 0 else 1 for d in shape),
+        base_addr_divisible_by=16 if base_aligned else 1)
+
+
+def _needs_v2(params) -> bool:
+    return any(isinstance(p, ArrayConstraint) and any(x is not None for x in p.shape_constant)
+               for p in params)
+
+
+@dataclass(frozen=True)
+class CompileCase:
+    """One variant to compile: shapes plus the constant codes (what ``CutileBackend`` launches)."""
+
+    B: int = 1
+    H: int = 16
+    H_kv: int = 16
+    S_q: int = 4096
+    S_kv: int = 4096
+    D: int = 64
+    dtype: str = "fp16"
+    causal: bool = False
+    tile_m: int = 64
+    tile_n: int = 64
+    order: int = 0
+    group: int = 1
+    sched: int = 0
+    work: int = 0
+    tiles_per_cta: int = 1
+    level: int = 6
+    trace: bool = False
+    n_ctas: int = 132
+
+    def signature(self) -> KernelSignature:
+        dt = {"fp16": ct.float16, "bf16": ct.bfloat16}[self.dtype]
+        qshape = (self.B, self.H, self.S_q, self.D)
+        kvshape = (self.B, self.H_kv, self.S_kv, self.D)
+        trace_shape = (self.n_ctas, 64, 4) if self.trace else (1, 1, 4)
+        params = [jit_like_array(qshape, dt), jit_like_array(kvshape, dt),
+                  jit_like_array(kvshape, dt), jit_like_array(qshape, dt),
+                  jit_like_array(trace_shape, ct.int32), ScalarConstraint(ct.float32)]
+        params += list(fmha.constants(
+            D=self.D, tile_m=self.tile_m, tile_n=self.tile_n, H=self.H,
+            group_size=self.H // self.H_kv, causal=self.causal,
+            even_k=self.S_kv % self.tile_n == 0, order=self.order, group=self.group,
+            sched=self.sched, work=self.work, tiles_per_cta=self.tiles_per_cta,
+            level=self.level, trace=self.trace))
+        cc = (CallingConvention.cutile_python_v2() if _needs_v2(params)
+              else CallingConvention.cutile_python_v1())
+        return KernelSignature(params, cc).with_mangled_symbol("fmha_fwd")

@@ -1,0 +1,115 @@
+"""Compile-only checks of the cuTile family (no GPU): every variant builds for sm_90, sm_100 and
+sm_121 through ``export_kernel`` with JIT-like signatures, and the resources of the cubins are sane:
+the per-arch default configurations have no stack / spills, and every sawtooth build uses no more
+registers and stack than its linear twin (a spilling sawtooth build reads local memory through L2
+and would fake a cache effect).
+
+Skips locally without cuda-tile + tileiras + cuobjdump; fails in CI (REQUIRE_COMPILE=1).
+Set CUDA_TILE_CACHE_DIR outside the repository to reuse compiles across runs.
+"""
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from tests.conftest import require_toolchain
+
+pytestmark = pytest.mark.compile
+
+
+def _available() -> bool:
+    if importlib.util.find_spec("cuda") is None or importlib.util.find_spec("cuda.tile") is None:
+        return False
+    try:
+        from kernels.resources import find_cuobjdump
+        from kernels.toolchain import inspect
+        return inspect().tileiras is not None and find_cuobjdump() is not None
+    except Exception:  # noqa: BLE001
+        return False
+
+
+@pytest.fixture(scope="module")
+def toolchain():
+    require_toolchain(_available(), "cuda-tile + tileiras + cuobjdump (pip install "
+                      "'cuda-tile[tileiras]' nvidia-cuda-cuobjdump)")
+
+
+ORDERS = {"linear": (0, 1), "sawtooth": (1, 1), "sawtooth2": (1, 2), "reverse": (2, 1),
+          "blockparity": (3, 1)}
+SCHEDS = {"grid": (0, 0, 1), "tile2": (1, 0, 2), "static": (2, 0, 1), "statich": (2, 1, 1),
+          "lpt": (3, 0, 1)}
+ARCHS = {"sm_90": "h100", "sm_100": "b200", "sm_121": "gb10"}
+
+
+def _case(arch_name, D, causal, order, sched, dtype="fp16", S=4096, trace=False, level=6):
+    from kernels.config import default_config
+    from kernels.signatures import CompileCase
+    cfg = default_config(arch_name, D, causal)
+    o, g = ORDERS[order]
+    s, w, x = SCHEDS[sched]
+    case = CompileCase(B=1, H=16, H_kv=16, S_q=S, S_kv=S, D=D, dtype=dtype, causal=causal,
+                       tile_m=cfg.tile_m, tile_n=cfg.tile_n, order=o, group=g, sched=s, work=w,
+                       tiles_per_cta=x, trace=trace, level=level)
+    return case, cfg
+
+
+@pytest.mark.parametrize("sm", list(ARCHS))
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("sched", list(SCHEDS))
+@pytest.mark.parametrize("order", list(ORDERS))
+def test_every_variant_compiles(toolchain, sm, causal, sched, order):
+    from kernels.resources import compile_cubin
+    D = 128 if causal else 64                    # both head dims, without doubling CI time
+    case, cfg = _case(ARCHS[sm], D, causal, order, sched)
+    cubin = compile_cubin(case, sm, cfg.occupancy, cfg.worker_warps)
+    assert cubin[:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize("sm", list(ARCHS))
+def test_trace_build_and_ladder_compile(toolchain, sm):
+    from kernels.resources import compile_cubin
+    for level in (1, 3, 6):
+        case, cfg = _case(ARCHS[sm], 64, True, "sawtooth", "static", S=1000, level=level)
+        assert compile_cubin(case, sm, cfg.occupancy if level >= 5 else None)[:4] == b"\x7fELF"
+    case, cfg = _case(ARCHS[sm], 64, True, "sawtooth", "tile2", S=1000, trace=True)
+    assert compile_cubin(case, sm, cfg.occupancy, cfg.worker_warps)[:4] == b"\x7fELF"
+
+
+def _default_sched(cfg) -> str:
+    return "grid" if cfg.schedule == "grid" else "static"
+
+
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_sm90_defaults_do_not_spill_and_sawtooth_costs_nothing(toolchain, D, causal):
+    from kernels.resources import resources
+    res = {}
+    for order in ("linear", "sawtooth"):
+        for sched in ("static", "grid"):
+            for dtype in ("fp16", "bf16"):
+                if dtype == "bf16" and order == "sawtooth":
+                    continue
+                case, cfg = _case("h100", D, causal, order, sched, dtype=dtype)
+                r = resources(case, "sm_90", cfg.occupancy, cfg.worker_warps)
+                res[order, sched, dtype] = r
+                print(f"sm_90 D={D} causal={causal} {order} {sched} {dtype} "
+                      f"{cfg.tile_m}x{cfg.tile_n} occ{cfg.occupancy} ww{cfg.worker_warps}: {r}")
+    default = _default_sched(cfg)
+    for (order, sched, dtype), r in res.items():
+        if sched == default:
+            assert r.stack == 0 and r.spill_stores == 0 and r.spill_loads == 0, \
+                f"default {order}/{sched}/{dtype} D={D} causal={causal} spills: {r}"
+    for sched in ("static", "grid"):
+        lin, saw = res["linear", sched, "fp16"], res["sawtooth", sched, "fp16"]
+        assert saw.regs <= lin.regs and saw.stack <= lin.stack, \
+            f"{sched} D={D} causal={causal}: sawtooth {saw} vs linear {lin}"
+
+
+def test_signature_carries_jit_facts(toolchain):
+    """Without the JIT's alignment facts sm_90 loses TMA; with them the loads are UTMALDG."""
+    from kernels.resources import resources
+    case, cfg = _case("h100", 64, False, "linear", "static")
+    r = resources(case, "sm_90", cfg.occupancy, cfg.worker_warps)
+    if r.sass:      # SASS counts need nvdisasm (nvidia-cuda-nvdisasm); skip the check without it
+        assert r.sass.get("UTMALDG", 0) > 0 and r.sass.get("HGMMA", 0) > 0, r
