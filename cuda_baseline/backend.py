@@ -1,0 +1,324 @@
+"""CudaBackend: the raw CUDA split-Q FlashAttention family behind spec.backend.AttentionBackend.
+
+``prepare`` validates the variant against the problem and the device, compiles the instantiation
+with ``cupy.RawModule(name_expressions=...)`` (NVRTC, cached on disk by CuPy) and reads its
+resources; ``run`` launches it on torch's current stream (so CUDA events time it); ``trace`` runs the
+trace build, which records per CTA and step the (b, h, q_tile, kv_tile) visited and the
+``%globaltimer`` at the start of the step.
+
+Every error is raised before any launch: bad tensors (spec.backend.BadInput), a variant this
+family cannot build or this device cannot run (UnsupportedVariant: tiles over the shared-memory
+limit, P over the resident CTAs, ...), a failed compilation (CompileError, with the instantiation
+and NVRTC's log).
+"""
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+import warnings
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import numpy as np
+
+from spec.backend import BadInput, UnsupportedVariant, problem_from_tensors
+from spec.orders import OrderKind, ScanOrder
+from spec.problem import Problem, TileGrid, Tiles, cdiv
+from spec.schedules import CtaSchedule, ScheduleKind, WorkOrder
+from spec.variant import Backend, Variant
+
+from .source import (MAX_TILE, CompileError, Instance, compile_options, smem_bytes,
+                     source_text)
+
+__all__ = ["CudaBackend", "Prepared", "attention", "instance_for", "check_variant",
+           "CompileError", "DeviceLimits"]
+
+
+@dataclass(frozen=True)
+class DeviceLimits:
+    """What the occupancy and validity checks need to know about a GPU."""
+
+    name: str
+    num_sms: int
+    smem_per_block_optin: int
+    smem_per_sm: int
+    regs_per_sm: int
+    threads_per_sm: int
+    compute_capability: tuple[int, int]
+    reserved_smem_per_block: int = 1024
+
+    @classmethod
+    def of(cls, device_index: int) -> "DeviceLimits":
+        import torch
+        p = torch.cuda.get_device_properties(device_index)
+        return cls(p.name, p.multi_processor_count, p.shared_memory_per_block_optin,
+                   p.shared_memory_per_multiprocessor, p.regs_per_multiprocessor,
+                   p.max_threads_per_multi_processor, (p.major, p.minor))
+
+    def ctas_per_sm(self, threads: int, registers: int, smem: int) -> int:
+        """Resident CTAs per SM (registers are allocated per warp in units of 256)."""
+        warps = threads // 32
+        regs_per_warp = cdiv(registers * 32, 256) * 256
+        by_regs = self.regs_per_sm // (regs_per_warp * warps)
+        by_smem = self.smem_per_sm // (smem + self.reserved_smem_per_block)
+        return max(0, min(by_regs, by_smem, self.threads_per_sm // threads, 32))
+
+
+def instance_for(variant: Variant, problem: Problem, trace: bool = False) -> Instance:
+    """The template instantiation that runs ``variant`` on ``problem``."""
+    s = variant.schedule
+    work = s.work_order if s.kind == ScheduleKind.PERSISTENT else WorkOrder.Q_MAJOR
+    return Instance(variant.order.kind, s.kind, work, variant.tiles, problem.D, problem.causal,
+                    problem.dtype, trace)
+
+
+def check_variant(variant: Variant, problem: Problem, smem_limit: int | None = None) -> None:
+    """Raise UnsupportedVariant, saying why, if this family cannot build ``variant`` for ``problem``
+    (``smem_limit``: the device's per-block shared-memory limit, when known)."""
+    if variant.backend != Backend.CUDA:
+        raise UnsupportedVariant(f"variant backend is {variant.backend.value!r}; CudaBackend "
+                                 "builds Backend.CUDA variants only")
+    t = variant.tiles
+    for name, v in (("TILE_M", t.m), ("TILE_N", t.n)):
+        if v > MAX_TILE:
+            raise UnsupportedVariant(f"{name}={v} is over {MAX_TILE}; the CUDA family is built for "
+                                     "multiples of 16 up to 256 (tested: 64, 80, 128)")
+    need = smem_bytes(t, problem.D)
+    if smem_limit is not None and need > smem_limit:
+        raise UnsupportedVariant(
+            f"tiles {t.m}x{t.n} at D={problem.D} need {need} B of shared memory (Q tile + 2 K + "
+            f"2 V buffers), over this device's {smem_limit} B per block; use smaller tiles "
+            "(e.g. 128x64 or 64x64)")
+
+
+@dataclass(frozen=True)
+class Prepared:
+    variant: Variant
+    problem: Problem
+    instance: Instance
+    kernel: Any               # cupy RawKernel
+    grid: int                 # CTAs launched
+    threads: int
+    smem_bytes: int
+    registers: int
+    local_bytes: int          # per-thread local memory (spills, stack); 0 for a clean build
+    ctas_per_sm: int
+    device_index: int
+
+    @property
+    def id(self) -> str:
+        return self.variant.id(self.problem)
+
+    @property
+    def resident_ctas(self) -> int:
+        return self.ctas_per_sm * _limits(self.device_index).num_sms
+
+
+_LIMITS: dict[int, DeviceLimits] = {}
+_KERNELS: dict[tuple[int, str], Any] = {}   # (device, instantiation name) -> RawKernel
+
+
+def _limits(device_index: int) -> DeviceLimits:
+    if device_index not in _LIMITS:
+        _LIMITS[device_index] = DeviceLimits.of(device_index)
+    return _LIMITS[device_index]
+
+
+def _module(names: list[str]):
+    import cupy
+    return cupy.RawModule(code=source_text(), options=compile_options(), name_expressions=names)
+
+
+def _load(names: list[str], device_index: int) -> None:
+    """Compile (or fetch from CuPy's disk cache) one module holding ``names``; register them."""
+    import cupy
+    with cupy.cuda.Device(device_index):
+        try:
+            mod = _module(names)
+            mod.compile()
+            for n in names:
+                _KERNELS[(device_index, n)] = mod.get_function(n)
+        except Exception as e:   # CuPy raises CompileException (NVRTC log) or driver errors
+            listed = "\n  ".join(names)
+            raise CompileError(f"compiling\n  {listed}\nfailed:\n{e}") from e
+
+
+def _compile_worker(names: list[str], device_index: int) -> None:
+    import cupy
+    with cupy.cuda.Device(device_index):
+        _module(names).compile()
+
+
+def precompile(instances: Iterable[Instance], device_index: int = 0, jobs: int | None = None,
+               chunk: int = 8) -> None:
+    """Compile many instantiations in parallel processes (NVRTC is single-threaded), then load
+    them from CuPy's disk cache into this process. Modules group ``chunk`` kernels each."""
+    names = sorted({i.name for i in instances} - {n for d, n in _KERNELS if d == device_index})
+    parts = [names[i:i + chunk] for i in range(0, len(names), chunk)]
+    jobs = min(jobs or os.cpu_count() or 1, len(parts))
+    if jobs > 1:
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as ex:
+            futures = [ex.submit(_compile_worker, p, device_index) for p in parts]
+            errors = [f.exception() for f in futures]
+        for p, e in zip(parts, errors):
+            if e is not None:
+                _load(p, device_index)   # recompile here to raise CompileError with the log
+    for p in parts:
+        _load(p, device_index)
+
+
+def _stream(device_index: int):
+    import cupy
+    import torch
+    return cupy.cuda.ExternalStream(torch.cuda.current_stream(device_index).cuda_stream,
+                                    device_index)
+
+
+class CudaBackend:
+    """The raw CUDA family (see the module docstring)."""
+
+    name = "cuda"
+
+    def prepare(self, variant: Variant, problem: Problem) -> Prepared:
+        import torch
+        if not torch.cuda.is_available():
+            raise UnsupportedVariant("CudaBackend needs a CUDA GPU (torch.cuda.is_available() is "
+                                     "False)")
+        dev = torch.cuda.current_device()
+        lim = _limits(dev)
+        if lim.compute_capability < (8, 0):
+            raise UnsupportedVariant(f"{lim.name} is sm_{''.join(map(str, lim.compute_capability))}"
+                                     "; the kernel needs sm_80 or newer (mma.sync bf16, cp.async)")
+        check_variant(variant, problem, lim.smem_per_block_optin)
+        inst = instance_for(variant, problem)
+        kernel = self._kernel(inst, dev)
+        regs, local = int(kernel.num_regs), int(kernel.local_size_bytes)
+        per_sm = lim.ctas_per_sm(inst.threads, regs, inst.smem_bytes)
+        if per_sm < 1:
+            raise UnsupportedVariant(f"{inst.name}: {inst.threads} threads x {regs} registers and "
+                                     f"{inst.smem_bytes} B shared memory do not fit one SM")
+        if variant.occupancy is not None and variant.occupancy != per_sm:
+            raise UnsupportedVariant(
+                f"occupancy={variant.occupancy} requested, but this build holds {per_sm} CTAs per "
+                f"SM ({regs} registers, {inst.smem_bytes} B shared memory); leave occupancy None")
+        g = TileGrid(problem, variant.tiles)
+        sched = variant.schedule
+        if sched.is_persistent and sched.num_ctas > per_sm * lim.num_sms:
+            raise UnsupportedVariant(
+                f"persistent schedule with P={sched.num_ctas} CTAs, but only "
+                f"{per_sm * lim.num_sms} ({lim.num_sms} SMs x {per_sm}) can be resident at once; "
+                "choose P <= that")
+        if local:
+            warnings.warn(f"{inst.name} uses {local} B of local memory per thread (register "
+                          "spills): its L2 traffic includes spill traffic", stacklevel=2)
+        return Prepared(variant, problem, inst, kernel, sched.grid_size(g), inst.threads,
+                        inst.smem_bytes, regs, local, per_sm, dev)
+
+    def _kernel(self, inst: Instance, dev: int):
+        key = (dev, inst.name)
+        if key not in _KERNELS:
+            _load([inst.name], dev)
+        kernel = _KERNELS[key]
+        if inst.smem_bytes > 48 * 1024:   # opt in to more than the default 48 KB per block
+            kernel.max_dynamic_shared_size_bytes = inst.smem_bytes
+        return kernel
+
+    # -- launches ---------------------------------------------------------------------------
+    def _check_tensors(self, p: Prepared, q, k, v, out) -> None:
+        got = problem_from_tensors(q, k, v, p.problem.causal, out)
+        if got != p.problem:
+            raise BadInput(f"tensors describe {got.label}, but the kernel was prepared for "
+                           f"{p.problem.label}; prepare it for this problem")
+        if q.device.index != p.device_index:
+            raise BadInput(f"tensors are on cuda:{q.device.index}, the kernel was prepared on "
+                           f"cuda:{p.device_index}")
+        for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
+            if t.data_ptr() % 16 or any(s % 8 for s in t.stride()[:3]):
+                raise BadInput(f"{name} (strides {t.stride()}) must start 16-byte aligned with "
+                               "every stride a multiple of 8 elements (16-byte row copies); "
+                               "call .contiguous()")
+
+    def _args(self, p: Prepared, q, k, v, out, visits=None, times=None, steps: int = 0):
+        pr, g = p.problem, TileGrid(p.problem, p.variant.tiles)
+        i64, i32 = np.int64, np.int32
+        ptr = lambda t: np.uint64(0 if t is None else t.data_ptr())   # noqa: E731
+        strides = [i64(s) for t in (q, k, v, out) for s in t.stride()[:3]]
+        order = p.variant.order
+        return (ptr(q), ptr(k), ptr(v), ptr(out), *strides,
+                i32(pr.H), i32(pr.H_kv), i32(pr.S_q), i32(pr.S_kv), i32(g.n_q), i32(g.n_kv),
+                i32(g.n_work), i32(p.variant.schedule.tiles_per_cta),
+                i32(order.group if order.kind == OrderKind.SAWTOOTH else 1),
+                np.float32(math.log2(math.e) / math.sqrt(pr.D)),
+                ptr(visits), ptr(times), i32(steps))
+
+    def _launch(self, p: Prepared, kernel, args) -> None:
+        import cupy
+        with cupy.cuda.Device(p.device_index), _stream(p.device_index):
+            kernel((p.grid,), (p.threads,), args, shared_mem=p.smem_bytes)
+
+    def run(self, prepared: Prepared, q, k, v, out) -> None:
+        self._check_tensors(prepared, q, k, v, out)
+        self._launch(prepared, prepared.kernel, self._args(prepared, q, k, v, out))
+
+    def trace(self, prepared: Prepared, q, k, v, out) -> dict:
+        """Run the trace build. Returns ``visits`` int32 [n_ctas, steps, 4] (b, h, q_tile,
+        kv_tile, -1 padded: the layout of spec.Visits.table()) and ``time_ns`` int64
+        [n_ctas, steps] (%globaltimer at the start of each step, -1 padded)."""
+        import torch
+        self._check_tensors(prepared, q, k, v, out)
+        inst = instance_for(prepared.variant, prepared.problem, trace=True)
+        kernel = self._kernel(inst, prepared.device_index)
+        g = TileGrid(prepared.problem, prepared.variant.tiles)
+        s = prepared.variant.schedule
+        items = (1 if s.kind == ScheduleKind.GRID else s.tiles_per_cta
+                 if s.kind == ScheduleKind.TILE_X else cdiv(g.n_work, s.num_ctas))
+        steps = items * g.n_kv                       # upper bound on any CTA's steps
+        dev = q.device
+        visits = torch.full((prepared.grid, steps, 4), -1, dtype=torch.int32, device=dev)
+        times = torch.zeros((prepared.grid, steps), dtype=torch.int64, device=dev)
+        self._launch(prepared, kernel,
+                     self._args(prepared, q, k, v, out, visits, times, steps))
+        torch.cuda.current_stream(dev).synchronize()
+        vis = visits.cpu().numpy()
+        ns = times.cpu().numpy()
+        used = int((vis[:, :, 0] >= 0).any(axis=0).sum())
+        vis, ns = vis[:, :used], ns[:, :used]
+        ns = np.where(vis[:, :, 0] >= 0, ns, -1)
+        return {"visits": vis, "time_ns": ns, "instance": inst.name}
+
+
+# -- user function ---------------------------------------------------------------------------
+
+_BACKEND = CudaBackend()
+_PREPARED: dict[tuple, Prepared] = {}
+
+
+def _default_tiles() -> Tiles:
+    from spec.arch import detect
+    arch = detect()
+    return arch.cuda_tiles if arch is not None else Tiles(128, 64)
+
+
+def attention(q, k, v, *, causal: bool = False, order: str | ScanOrder = "linear",
+              schedule: str | CtaSchedule = "grid", tiles: Tiles | tuple[int, int] | None = None,
+              out=None):
+    """``softmax(q kᵀ / sqrt(D)) v`` on [B, H, S, D] fp16/bf16 CUDA tensors with the raw CUDA
+    kernel. ``order``: linear, sawtooth[X], reverse, blockparity; ``schedule``: grid, tile<X>,
+    static<P>[h], lpt<P>; ``tiles``: (TILE_M, TILE_N), default the arch registry's."""
+    problem = problem_from_tensors(q, k, v, causal, out)
+    order = order if isinstance(order, ScanOrder) else ScanOrder.parse(order)
+    schedule = schedule if isinstance(schedule, CtaSchedule) else CtaSchedule.parse(schedule)
+    tiles = _default_tiles() if tiles is None else (
+        tiles if isinstance(tiles, Tiles) else Tiles(*tiles))
+    variant = Variant(Backend.CUDA, order, schedule, tiles)
+    key = (variant, problem, q.device.index)
+    if key not in _PREPARED:
+        _PREPARED[key] = _BACKEND.prepare(variant, problem)
+    if out is None:
+        import torch
+        out = torch.empty_like(q)
+    _BACKEND.run(_PREPARED[key], q, k, v, out)
+    return out

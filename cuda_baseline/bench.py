@@ -1,0 +1,163 @@
+"""Benchmark of the raw CUDA family beside PyTorch SDPA (flash and cuDNN backends), one GPU.
+
+    python -m cuda_baseline.bench --out profiles/h100/cuda_bench.csv [--reps 20] [--S 16384]
+
+For each head dim (64, 128) and mask (full, causal) at B=1, H=16, S=16K fp16: every tested tile
+shape with the grid schedule and linear order, plus persistent linear / sawtooth builds of the
+arch's default tile, each checked against the fp32 reference first (experiments.correctness), then
+timed with experiments.timing.time_interleaved (cold L2, A/B alternation, every sample kept) beside
+the SDPA peers. Writes tidy rows (spec.records schema: kernel_time_ms samples, tflops, and the
+resource metrics registers / local_bytes / smem_bytes / ctas_per_sm per variant) and prints a
+resource table and a speed table last. A failed correctness check is reported and the variant is
+still timed (marked in the note column), so one run always yields the whole picture.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+import time
+from pathlib import Path
+
+from spec.orders import ScanOrder
+from spec.problem import Problem, Tiles
+from spec.records import Metric, Row, Source, case_fields, write_csv
+from spec.schedules import CtaSchedule
+from spec.variant import Backend, Variant
+
+from .source import TESTED_TILES
+
+
+def _variants(num_ctas: int, default: Tiles) -> list[Variant]:
+    out = [Variant(Backend.CUDA, ScanOrder.linear(), CtaSchedule.grid(), t) for t in TESTED_TILES]
+    for order in (ScanOrder.linear(), ScanOrder.sawtooth()):
+        out.append(Variant(Backend.CUDA, order, CtaSchedule.persistent(num_ctas), default))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True, help="tidy CSV to write")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--S", type=int, default=16384)
+    ap.add_argument("--H", type=int, default=16)
+    ap.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
+    ap.add_argument("--causal", choices=["full", "causal", "both"], default="both")
+    args = ap.parse_args(argv)
+
+    import cupy
+    import torch
+
+    from experiments.correctness import check, poisoned_like, random_inputs, reference
+    from experiments.timing import sdpa_peers, time_interleaved
+    from spec.arch import detect
+
+    from .backend import CudaBackend, instance_for, precompile
+
+    arch = detect()
+    props = torch.cuda.get_device_properties(0)
+    backend = CudaBackend()
+    run_id = time.strftime("%Y%m%dT%H%M%S")
+    masks = {"full": [False], "causal": [True], "both": [False, True]}[args.causal]
+    cases = [Problem(B=1, H=args.H, S_q=args.S, D=d, causal=c)
+             for d, c in itertools.product(args.head_dims, masks)]
+    header = (f"{props.name}, {props.multi_processor_count} SMs, L2 {props.L2_cache_size} B, "
+              f"torch {torch.__version__}, CuPy {cupy.__version__}, "
+              f"CUDA runtime {torch.version.cuda}, arch {arch.name if arch else '?'}")
+    print(header, flush=True)
+
+    # Persistent builds get one CTA per SM slot (the largest P the default tile keeps resident).
+    default = arch.cuda_tiles if arch else Tiles(128, 64)
+    probe = {}
+    insts = []
+    for pr in cases:
+        for v in _variants(1, default):
+            insts.append(instance_for(v, pr))
+    t0 = time.perf_counter()
+    precompile(insts)
+    print(f"compiled {len(set(i.name for i in insts))} kernels in "
+          f"{time.perf_counter() - t0:.1f} s", flush=True)
+
+    rows: list[Row] = []
+    speed: list[tuple] = []
+    resources: dict[str, tuple] = {}
+    base_fields = dict(run=run_id, study="cuda_bench", arch=arch.name if arch else "unknown",
+                       source=Source.MEASURED.value)
+    for pr in cases:
+        q, k, v = random_inputs(pr, seed=1234 + pr.D + pr.causal)
+        ref = reference(q, k, v, pr.causal)
+        if pr not in probe:   # P = CTAs resident at once, for both persistent builds
+            probe[pr] = min(backend.prepare(v, pr).resident_ctas
+                            for v in _variants(1, default)[-2:])
+        fns, notes, prepared = {}, {}, {}
+        for var in _variants(probe[pr], default):
+            try:
+                p = backend.prepare(var, pr)
+            except Exception as e:   # report and go on: one run must give the whole picture
+                print(f"  {var.id(pr):<44} {pr.label:<32} NOT RUN: {e}", flush=True)
+                continue
+            out = poisoned_like(q)
+            backend.run(p, q, k, v, out)
+            torch.cuda.synchronize()
+            res = check(out, q, k, v, pr.causal, ref=ref)
+            vid = var.id(pr)
+            notes[vid] = "" if res.passed else f"CORRECTNESS {res}"
+            print(f"  {vid:<44} {pr.label:<32} {res}", flush=True)
+            o = torch.empty_like(q)
+            fns[vid] = (lambda p=p, o=o: backend.run(p, q, k, v, o))
+            prepared[vid] = (var, p)
+            resources[p.instance.name] = (p.registers, p.local_bytes, p.smem_bytes, p.threads,
+                                          p.ctas_per_sm)
+        peers = sdpa_peers(q, k, v, pr.causal)
+        samples = time_interleaved({**fns, **peers}, reps=args.reps, l2="cold")
+        for name, s in samples.items():
+            var_p = prepared.get(name)
+            if var_p:
+                var, p = var_p
+                f = case_fields(pr, var)
+            else:
+                f = case_fields(pr) | dict(variant=name, backend="torch", order="", schedule="",
+                                           occupancy=None, tile_m=0, tile_n=0)
+            f |= base_fields
+            note = notes.get(name, "")
+            for i, ms in enumerate(s.ms):
+                rows.append(Row(**f, metric=Metric.KERNEL_TIME_MS, value=ms, unit="ms",
+                                sample=i, note=note))
+            rows.append(Row(**f, metric=Metric.TFLOPS, value=s.tflops(pr.flops), unit="TFLOP/s",
+                            note=f"median of {len(s.ms)}, spread {s.spread:.3f}; {note}".strip()))
+            if var_p:
+                for metric, val, unit in (("registers", p.registers, "register"),
+                                          ("local_bytes", p.local_bytes, "byte"),
+                                          ("smem_bytes", p.smem_bytes, "byte"),
+                                          ("ctas_per_sm", p.ctas_per_sm, "CTA")):
+                    rows.append(Row(**f, metric=metric, value=float(val), unit=unit,
+                                    note=p.instance.name))
+            speed.append((pr, name, s.tflops(pr.flops), s.spread, note))
+        del q, k, v, ref
+        torch.cuda.empty_cache()
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    n = write_csv(args.out, rows)
+    print(f"\nwrote {n} rows to {args.out}")
+
+    print("\nresources per instantiation (registers/thread, local B/thread, smem B/CTA, "
+          "threads, CTAs/SM):")
+    for name, (r, l, s, t, c) in sorted(resources.items()):
+        print(f"  {r:>3} reg {l:>4} local {s:>6} smem {t:>4} thr {c} CTA/SM  {name}")
+
+    print(f"\nTFLOPS (median of {args.reps}, cold L2) on {props.name}; ratio to sdpa-flash / "
+          "sdpa-cudnn of the same case:")
+    for pr in cases:
+        mine = [x for x in speed if x[0] == pr]
+        ref_t = {x[1]: x[2] for x in mine}
+        fl, cu = ref_t.get("sdpa-flash"), ref_t.get("sdpa-cudnn")
+        print(f"  {pr.label}")
+        for _, name, tf, spread, note in sorted(mine, key=lambda x: -x[2]):
+            rf = f"{tf / fl:5.2f}x" if fl else "   - "
+            rc = f"{tf / cu:5.2f}x" if cu else "   - "
+            print(f"    {name:<44} {tf:7.1f}  ±{spread * 100:4.1f}%  {rf} {rc} {note}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

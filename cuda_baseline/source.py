@@ -1,0 +1,223 @@
+"""The CUDA sources, the name of each instantiation, and a compile driver for nvcc.
+
+No GPU and no CuPy needed here: CI uses this module to compile every instantiation with the
+machine's ``nvcc`` and to read registers, shared memory and spills off ``-Xptxas -v``; the backend
+uses the same names as ``cupy.RawModule(name_expressions=...)``.
+
+An instantiation is ``flash_fwd<OrderKind::X, ScheduleKind::Y, WorkOrder::Z, TILE_M, TILE_N, D,
+causal, DType::T, trace>``; enumerator names are the Python enums' names (spec.OrderKind,
+spec.ScheduleKind, spec.WorkOrder, spec.DType).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from spec.orders import OrderKind
+from spec.problem import DType, Tiles
+from spec.schedules import ScheduleKind, WorkOrder
+
+HERE = Path(__file__).resolve().parent
+HEADER = HERE / "flash_fwd.cuh"
+ENTRY = HERE / "flash_fwd.cu"
+
+# Tile edges the family is built and tested for (the paper's 80 x 80 among them). Other multiples
+# of 16 up to MAX_TILE compile too; TILE_M, TILE_N in TESTED_TILES are the ones CI and the GPU
+# tests cover in full.
+MAX_TILE = 256
+TESTED_TILES = (Tiles(64, 64), Tiles(80, 80), Tiles(128, 64), Tiles(128, 128))
+TILE_EDGES = (64, 80, 128)
+# Only PERSISTENT distinguishes q-major from head-major; other kinds are built as Q_MAJOR.
+SCHEDULE_FORMS = ((ScheduleKind.GRID, WorkOrder.Q_MAJOR), (ScheduleKind.TILE_X, WorkOrder.Q_MAJOR),
+                  (ScheduleKind.PERSISTENT, WorkOrder.Q_MAJOR),
+                  (ScheduleKind.PERSISTENT, WorkOrder.HEAD_MAJOR),
+                  (ScheduleKind.LONGEST_FIRST, WorkOrder.Q_MAJOR))
+BASE_OPTIONS = ("-std=c++17",)
+
+
+class CompileError(RuntimeError):
+    """A CUDA compilation failed; the message holds the instantiation(s) and the compiler log."""
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One template instantiation of ``flash_fwd``."""
+
+    order: OrderKind
+    schedule: ScheduleKind
+    work: WorkOrder
+    tiles: Tiles
+    D: int
+    causal: bool
+    dtype: DType
+    trace: bool = False
+
+    @property
+    def name(self) -> str:
+        b = lambda x: "true" if x else "false"   # noqa: E731
+        return (f"flash_fwd<OrderKind::{self.order.name}, ScheduleKind::{self.schedule.name}, "
+                f"WorkOrder::{self.work.name}, {self.tiles.m}, {self.tiles.n}, {self.D}, "
+                f"{b(self.causal)}, DType::{self.dtype.name}, {b(self.trace)}>")
+
+    @property
+    def threads(self) -> int:
+        return 32 * (self.tiles.m // (16 * mrep(self.tiles, self.D)))
+
+    @property
+    def smem_bytes(self) -> int:
+        return smem_bytes(self.tiles, self.D)
+
+
+def mrep(tiles: Tiles, D: int) -> int:
+    """16-row slices per warp; mirrors FwdShape::MREP in flash_fwd.cuh (checked on the GPU)."""
+    acc = tiles.n // 2 + D // 2
+    return 2 if (tiles.m % 32 == 0 and tiles.m >= 128 and 2 * acc <= 128) else 1
+
+
+def smem_bytes(tiles: Tiles, D: int) -> int:
+    """Q tile plus double-buffered K and V tiles, 16-bit elements (FwdShape::SMEM_BYTES)."""
+    return (tiles.m + 4 * tiles.n) * D * 2
+
+
+def source_text() -> str:
+    return ENTRY.read_text()
+
+
+def source_digest() -> str:
+    """Hash of the kernel sources: part of the compile options, so that CuPy's on-disk cache (keyed
+    on the .cu text) is invalidated when only the header changes."""
+    h = hashlib.sha256(HEADER.read_bytes() + ENTRY.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def compile_options() -> tuple[str, ...]:
+    return BASE_OPTIONS + (f"-I{HERE}", f"-DFLASH_FWD_SOURCE={source_digest()}")
+
+
+def all_instances(dtypes=(DType.FP16, DType.BF16), tiles=TESTED_TILES, traces=(False, True),
+                  head_dims=(64, 128)) -> list[Instance]:
+    """The cross product of orders, schedule forms, tiles, D, causal, dtypes and trace builds."""
+    return [Instance(o, s, w, t, d, c, dt, tr)
+            for o in OrderKind for s, w in SCHEDULE_FORMS for t in tiles for d in head_dims
+            for c in (False, True) for dt in dtypes for tr in traces]
+
+
+def ci_instances() -> list[Instance]:
+    """What CI compiles (about 700 kernels, < 3 min on 2 cores): every order x schedule form x
+    causal x D x tested tile, fp16, plain and trace builds; and every kernel body (all TILE_EDGES
+    pairs x D x causal x dtype) once. CUDA_COMPILE_ALL=1 compiles ``all_instances()`` instead."""
+    if os.environ.get("CUDA_COMPILE_ALL") == "1":
+        return all_instances()
+    out = all_instances(dtypes=(DType.FP16,))
+    seen = {i.name for i in out}
+    for m in TILE_EDGES:
+        for n in TILE_EDGES:
+            for i in all_instances(dtypes=tuple(DType), tiles=(Tiles(m, n),), traces=(False,)):
+                if i.order == OrderKind.LINEAR and i.schedule == ScheduleKind.GRID \
+                        and i.name not in seen:
+                    out.append(i)
+                    seen.add(i.name)
+    return out
+
+
+# --- nvcc driver -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Resources:
+    """Per-thread registers, spill traffic and stack (local memory) of one compiled kernel."""
+
+    registers: int
+    spill_store_bytes: int
+    spill_load_bytes: int
+    stack_bytes: int
+
+    @property
+    def spills(self) -> bool:
+        return self.spill_store_bytes > 0 or self.spill_load_bytes > 0
+
+
+def nvcc_path() -> str | None:
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    for cand in (os.environ.get("CUDA_HOME", ""), "/usr/local/cuda"):
+        p = Path(cand) / "bin" / "nvcc"
+        if cand and p.exists():
+            return str(p)
+    return None
+
+
+def translation_unit(instances: list[Instance]) -> str:
+    """A .cu that instantiates each kernel by taking its address (what NVRTC's name expressions
+    do), so nvcc compiles exactly the kernels CuPy would."""
+    lines = ['#include "flash_fwd.cu"', "static void* const flash_fwd_instances[] = {"]
+    lines += [f"    (void*)&{i.name}," for i in instances]
+    lines += ["};", ""]
+    return "\n".join(lines)
+
+
+_MANGLE = re.compile(r"Compiling entry function '(\S+)'")
+_SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_REGS = re.compile(r"Used (\d+) registers")
+_DEMANGLE = re.compile(r"_Z9flash_fwdIL9OrderKind(\d)EL12ScheduleKind(\d)EL9WorkOrder(\d)ELi(\d+)"
+                       r"ELi(\d+)ELi(\d+)ELb(\d)EL5DType(\d)ELb(\d)E")
+
+
+def parse_ptxas(log: str) -> dict[str, Resources]:
+    """Resources per instantiation name from ``-Xptxas -v`` output."""
+    out: dict[str, Resources] = {}
+    cur, spill = None, None
+    dtypes = list(DType)
+    for line in log.splitlines():
+        if m := _MANGLE.search(line):
+            d = _DEMANGLE.search(m.group(1))
+            cur = None if d is None else Instance(
+                OrderKind(int(d[1])), ScheduleKind(int(d[2])), WorkOrder(int(d[3])),
+                Tiles(int(d[4]), int(d[5])), int(d[6]), d[7] == "1", dtypes[int(d[8])],
+                d[9] == "1").name
+        elif (m := _SPILL.search(line)) and cur:
+            spill = (int(m[1]), int(m[2]), int(m[3]))
+        elif (m := _REGS.search(line)) and cur and spill:
+            out[cur] = Resources(int(m[1]), spill[1], spill[2], spill[0])
+            cur, spill = None, None
+    return out
+
+
+def compile_nvcc(instances: list[Instance], arch: str = "sm_90", jobs: int | None = None,
+                 chunk: int = 60, workdir: str | None = None) -> dict[str, Resources]:
+    """Compile instances to cubins with nvcc (``jobs`` processes in parallel, ``chunk`` kernels per
+    translation unit) and return their resources. Raises CompileError with the compiler's log and
+    the instantiations of the failing unit."""
+    nvcc = nvcc_path()
+    if nvcc is None:
+        raise CompileError("nvcc not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)")
+    jobs = jobs or os.cpu_count() or 1
+    parts = [instances[i:i + chunk] for i in range(0, len(instances), chunk)]
+    tmp = Path(workdir or tempfile.mkdtemp(prefix="flash_fwd_"))
+
+    def one(k: int) -> dict[str, Resources]:
+        cu, cubin = tmp / f"unit{k}.cu", tmp / f"unit{k}.cubin"
+        cu.write_text(translation_unit(parts[k]))
+        cmd = [nvcc, f"-arch={arch}", "-cubin", "-Xptxas", "-v", *compile_options(),
+               "-o", str(cubin), str(cu)]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode:
+            names = "\n  ".join(i.name for i in parts[k])
+            raise CompileError(f"nvcc failed ({' '.join(cmd)}) on the unit with:\n  {names}\n"
+                               f"compiler output:\n{r.stdout}{r.stderr}")
+        return parse_ptxas(r.stdout + r.stderr)
+
+    res: dict[str, Resources] = {}
+    with ThreadPoolExecutor(max_workers=jobs) as ex:
+        for part in ex.map(one, range(len(parts))):
+            res.update(part)
+    if workdir is None:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return res

@@ -1,0 +1,213 @@
+"""GPU tests of the raw CUDA FlashAttention family (skipped without a GPU).
+
+Every order × schedule × causal × D × tested tile against the fp32 SDPA reference (the rule of
+experiments/correctness.py: NaN never passes, outputs poisoned first, fresh seeded inputs, uneven S
+and grouped-query heads included); schedule-only changes are bitwise identical (and the sawtooth
+equals the linear or reverse scan tile by tile); the trace build visits exactly what
+``spec.visit_order`` prescribes; P = 1 and P = all resident CTAs are correct; bad input gets a clear
+error before any launch. All instantiations are compiled once, in parallel, by a session fixture.
+"""
+from __future__ import annotations
+
+import itertools
+import zlib
+
+import numpy as np
+import pytest
+
+from spec import Problem
+from spec.backend import BadInput, UnsupportedVariant
+from spec.orders import ScanOrder
+from spec.problem import DType, TileGrid, Tiles
+from spec.schedules import CtaSchedule
+from spec.trace import visit_order
+from spec.variant import Backend, Variant
+
+pytestmark = pytest.mark.gpu
+
+ORDERS = ["linear", "sawtooth", "sawtooth2", "reverse", "blockparity"]
+SCHEDULES = ["grid", "tile2", "static7", "static7h", "lpt7"]
+TILES = [Tiles(64, 64), Tiles(80, 80), Tiles(128, 64), Tiles(128, 128)]
+HEAD_DIMS = [64, 128]
+
+
+def _problem(D: int, causal: bool, dtype=DType.FP16) -> Problem:
+    # uneven S (not a multiple of any tile), S_kv != S_q, grouped-query heads
+    return Problem(B=2, H=4, S_q=389, S_kv=389 if causal else 301, D=D, H_kv=2, dtype=dtype,
+                   causal=causal)
+
+
+def _variant(order: str, schedule: str, tiles: Tiles) -> Variant:
+    return Variant(Backend.CUDA, ScanOrder.parse(order), CtaSchedule.parse(schedule), tiles)
+
+
+@pytest.fixture(scope="session")
+def backend():
+    from cuda_baseline.backend import CudaBackend, instance_for, precompile
+    insts = []
+    for d, c in itertools.product(HEAD_DIMS, (False, True)):
+        for o, s, t in itertools.product(ORDERS, SCHEDULES, TILES):
+            v = _variant(o, s, t)
+            insts.append(instance_for(v, _problem(d, c)))
+            if t == Tiles(64, 64):
+                insts.append(instance_for(v, _problem(d, c), trace=True))
+        insts.append(instance_for(_variant("linear", "grid", Tiles(128, 64)),
+                                  _problem(d, c, DType.BF16)))
+    precompile(insts)
+    return CudaBackend()
+
+
+_CASES: dict = {}
+
+
+def _case(problem: Problem):
+    """Inputs, fp32 reference and the check closure of a problem (shared across variants)."""
+    import torch
+
+    from experiments.correctness import check, random_inputs, reference
+    if problem not in _CASES:
+        seed = zlib.crc32(problem.label.encode())
+        q, k, v = random_inputs(problem, seed)
+        ref = reference(q, k, v, problem.causal)
+        _CASES[problem] = (q, k, v, ref)
+    q, k, v, ref = _CASES[problem]
+    return q, k, v, (lambda out: check(out, q, k, v, problem.causal, ref=ref)), torch
+
+
+def _run(backend, variant: Variant, problem: Problem):
+    from experiments.correctness import poisoned_like
+    q, k, v, chk, torch = _case(problem)
+    out = poisoned_like(q)
+    p = backend.prepare(variant, problem)
+    backend.run(p, q, k, v, out)
+    torch.cuda.synchronize()
+    return out, chk(out), p
+
+
+@pytest.mark.parametrize("D", HEAD_DIMS)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("tiles", TILES, ids=lambda t: t.label)
+@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("order", ORDERS)
+def test_matches_reference(backend, order, schedule, tiles, causal, D):
+    out, res, p = _run(backend, _variant(order, schedule, tiles), _problem(D, causal))
+    assert res.passed, f"{p.id} on {p.problem.label}: {res}"
+
+
+@pytest.mark.parametrize("D", HEAD_DIMS)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_bf16(backend, causal, D):
+    out, res, p = _run(backend, _variant("linear", "grid", Tiles(128, 64)),
+                       _problem(D, causal, DType.BF16))
+    assert res.passed, f"{p.id}: {res}"
+
+
+@pytest.mark.parametrize("D", HEAD_DIMS)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("tiles", TILES, ids=lambda t: t.label)
+def test_schedule_only_changes_are_bitwise_identical(backend, tiles, causal, D):
+    """Linear and reverse scans: every schedule gives the same bits. Sawtooth and block-parity:
+    each Q tile equals, bit for bit, the linear or the reverse result, as its direction says."""
+    import torch
+    pr = _problem(D, causal)
+    g = TileGrid(pr, tiles)
+    base = {o: _run(backend, _variant(o, "grid", tiles), pr)[0] for o in ("linear", "reverse")}
+    for order, sched in itertools.product(ORDERS, SCHEDULES):
+        out = _run(backend, _variant(order, sched, tiles), pr)[0]
+        so, cs = ScanOrder.parse(order), CtaSchedule.parse(sched)
+        wi = cs.work_items(g)
+        back = so.reversed_for(wi.iter, wi.cta)
+        for bh, qt, rev in zip(wi.bh, wi.q, back):
+            b, h = divmod(int(bh), pr.H)
+            rows = slice(int(qt) * tiles.m, (int(qt) + 1) * tiles.m)
+            want = base["reverse" if rev else "linear"][b, h, rows]
+            assert torch.equal(out[b, h, rows], want), \
+                f"{order}/{sched} {tiles.label} q_tile {qt} of b{b}h{h} differs from " \
+                f"{'reverse' if rev else 'linear'}/grid"
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("D", HEAD_DIMS)
+def test_persistent_extremes(backend, causal, D):
+    """P = 1 (one CTA does everything) and P = every resident CTA are both correct."""
+    pr = _problem(D, causal)
+    ps = [backend.prepare(_variant(o, "static1", Tiles(64, 64)), pr) for o in ("linear", "sawtooth")]
+    resident = min(p.resident_ctas for p in ps)
+    num_sms = resident // min(p.ctas_per_sm for p in ps)
+    for p_ctas in (1, num_sms, resident):
+        for order in ("linear", "sawtooth"):
+            out, res, p = _run(backend, _variant(order, f"static{p_ctas}", Tiles(64, 64)), pr)
+            assert res.passed, f"P={p_ctas} {order}: {res}"
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("D", HEAD_DIMS)
+@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("order", ORDERS)
+def test_trace_equals_spec(backend, order, schedule, D, causal):
+    from experiments.correctness import poisoned_like
+    pr = _problem(D, causal)
+    var = _variant(order, schedule, Tiles(64, 64))
+    q, k, v, chk, torch = _case(pr)
+    p = backend.prepare(var, pr)
+    out = poisoned_like(q)
+    tr = backend.trace(p, q, k, v, out)
+    want = visit_order(TileGrid(pr, var.tiles), var.schedule, var.order).table()
+    assert tr["visits"].shape == want.shape, (tr["visits"].shape, want.shape)
+    np.testing.assert_array_equal(tr["visits"], want)
+    ns = tr["time_ns"]
+    valid = ns >= 0
+    assert (valid == (want[:, :, 0] >= 0)).all()
+    for row, ok in zip(ns, valid):   # the timer never runs backwards within a CTA
+        assert (np.diff(row[ok]) >= 0).all()
+    assert chk(out).passed, "the trace build computes the same attention"
+
+
+# -- bad input -------------------------------------------------------------------------------
+
+def _tensors(shape=(1, 2, 128, 64), dtype="float16", device="cuda"):
+    import torch
+    dt = getattr(torch, dtype)
+    return [torch.randn(*shape, dtype=dt, device=device) for _ in range(3)]
+
+
+def test_bad_input_is_rejected_before_launch():
+    import torch
+
+    from cuda_baseline import attention
+    q, k, v = _tensors(device="cpu")
+    with pytest.raises(BadInput, match="cuda"):
+        attention(q, k, v)
+    q, k, v = _tensors(dtype="float32")
+    with pytest.raises(BadInput, match="dtype"):
+        attention(q, k, v)
+    q, k, v = _tensors(shape=(1, 2, 128, 96))
+    with pytest.raises(BadInput, match="head dim"):
+        attention(q, k, v)
+    q, k, v = _tensors()
+    with pytest.raises(BadInput, match="4-D"):
+        attention(q[0], k[0], v[0])
+    with pytest.raises(UnsupportedVariant, match="shared memory"):
+        attention(*_tensors(shape=(1, 1, 512, 128)), tiles=(256, 256))
+    with pytest.raises(UnsupportedVariant, match="resident"):
+        attention(q, k, v, schedule="static100000")
+    padded = torch.randn(1, 2, 128, 66, dtype=torch.float16, device="cuda")[..., :64]
+    with pytest.raises(BadInput, match="aligned"):   # row stride 66: no 16-byte row copies
+        attention(padded, k, v)
+    with pytest.raises(BadInput, match="prepared"):
+        from cuda_baseline.backend import CudaBackend
+        b = CudaBackend()
+        p = b.prepare(_variant("linear", "grid", Tiles(64, 64)),
+                      Problem(B=1, H=2, S_q=256, D=64))
+        b.run(p, q, k, v, torch.empty_like(q))
+
+
+def test_compile_error_names_the_instantiation():
+    from cuda_baseline.backend import CompileError, _load
+    from cuda_baseline.source import Instance
+    from spec.orders import OrderKind
+    from spec.schedules import ScheduleKind, WorkOrder
+    bad = Instance(OrderKind.LINEAR, ScheduleKind.GRID, WorkOrder.Q_MAJOR, Tiles(64, 64), 96,
+                   False, DType.FP16)
+    with pytest.raises(CompileError, match=r"(?s)flash_fwd<.*96.*head dim 64 or 128"):
+        _load([bad.name], 0)
