@@ -31,6 +31,7 @@ from pathlib import Path
 
 from spec import Problem
 from spec.orders import ScanOrder
+from spec.problem import Tiles
 from spec.records import Metric, Row, Source, write_csv
 from spec.schedules import CtaSchedule
 from spec.variant import Backend, Variant
@@ -149,14 +150,13 @@ class Bench:
         from experiments.timing import time_interleaved
 
         from .config import default_config
-        for (B, H, S, D, causal, P, reps) in cases:
+        for (B, H, S, D, causal, P, reps, tiles, occ) in cases:
             problem = Problem(B=B, H=H, S_q=S, D=D, causal=causal)
-            cfg = default_config(self.arch.name, D, causal)
             q, k, v = self._inputs(problem, 1)
             fns, ress, vars_ = {}, {}, {}
             for order in ("linear", "sawtooth"):
                 var = Variant(Backend.CUTILE, ScanOrder.parse(order), CtaSchedule.persistent(P),
-                              cfg.tiles, cfg.occupancy)
+                              Tiles(*tiles), occ)
                 fns[order], ress[order], _ = self._cutile(var, problem, q, k, v)
                 vars_[order] = var
             s = time_interleaved(fns, reps=reps, warmup=2, l2="cold")
@@ -201,6 +201,44 @@ class Bench:
             print(self.table[-1], flush=True)
 
 
+def diag(b: "Bench") -> None:
+    """Launch overhead and protocol sensitivity of one config (printed, not written)."""
+    import torch
+
+    from experiments.timing import sdpa_peers, time_interleaved, time_one
+
+    from .backend import default_schedule
+    from .config import default_config
+    for D, causal in ((128, False), (128, True)):
+        problem = Problem(B=1, H=16, S_q=16 * K, D=D, causal=causal)
+        cfg = default_config(b.arch.name, D, causal)
+        q, k, v = b._inputs(problem)
+        var = Variant(Backend.CUTILE, ScanOrder.linear(),
+                      default_schedule(problem, cfg, cfg.tiles, b.arch.num_sms), cfg.tiles,
+                      cfg.occupancy)
+        launch, res, p = b._cutile(var, problem, q, k, v)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(50):
+            launch()
+        host_us = (time.perf_counter() - t0) / 50 * 1e6
+        torch.cuda.synchronize()
+        alone = time_one(launch, reps=15, l2="cold").tflops(problem.flops)
+        warm = time_one(launch, reps=15, l2="warm").tflops(problem.flops)
+        inter = time_interleaved({"c": launch} | sdpa_peers(q, k, v, causal), reps=15, l2="cold")
+        st, en = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        st.record()
+        for _ in range(20):
+            launch()
+        en.record()
+        torch.cuda.synchronize()
+        b2b = problem.flops / (st.elapsed_time(en) / 20 * 1e-3) / 1e12
+        print(f"diag {problem.label} {p.id}: host launch {host_us:.0f} us; alone cold {alone:.0f}, "
+              f"warm {warm:.0f}, back-to-back {b2b:.0f}, interleaved "
+              + ", ".join(f"{n} {x.tflops(problem.flops):.0f}" for n, x in inter.items()),
+              flush=True)
+
+
 def manifest(run_id: str, arch) -> dict:
     import torch
     try:
@@ -237,12 +275,22 @@ def main(argv=None) -> int:
     seqs = [int(s) for s in args.seqs.split(",")]
     dims = [int(d) for d in args.dims.split(",")]
     P = b.arch.num_sms
-    saw_cases = [(1, 16, 16 * K, 128, False, P, 10), (1, 1, 128 * K, 128, False, P, 8),
-                 (1, 16, 16 * K, 64, False, P, 10), (1, 1, 128 * K, 64, False, P, 8),
-                 (1, 1, 128 * K, 128, True, P, 8)]
+    # (B, H, S, D, causal, P, reps, tiles, occupancy): configurations whose linear and sawtooth
+    # persistent builds are both spill-free on sm_90 (tests/cpu/test_cutile_compile.py); 64x64 is
+    # the paper's tile
+    saw_cases = [(1, 16, 16 * K, 128, False, P, 10, (128, 64), 2),
+                 (1, 16, 16 * K, 128, False, P, 10, (64, 64), 2),
+                 (1, 1, 128 * K, 128, False, P, 8, (128, 64), 2),
+                 (1, 1, 128 * K, 128, False, P, 8, (64, 64), 2),
+                 (1, 16, 16 * K, 64, False, P, 10, (128, 64), 2),
+                 (1, 16, 16 * K, 64, False, P, 10, (64, 64), 2),
+                 (1, 1, 128 * K, 64, False, P, 8, (64, 64), 2),
+                 (1, 1, 128 * K, 128, True, P, 8, (128, 128), 1)]
     ladder_cases = [(16 * K, 128, False), (16 * K, 64, True)]
     t0 = time.time()
     try:
+        if "diag" in sections:
+            diag(b)
         if "peers" in sections:
             b.peers(seqs, dims, (False, True))
         if "sawtooth" in sections:

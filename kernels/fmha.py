@@ -60,7 +60,7 @@ SCHED_LONGEST_FIRST = int(ScheduleKind.LONGEST_FIRST)
 WORK_Q_MAJOR = int(WorkOrder.Q_MAJOR)
 WORK_HEAD_MAJOR = int(WorkOrder.HEAD_MAJOR)
 
-NEG_BIG = -1.0e30          # finite mask value (see the module docstring: NaN trap)
+NEG_BIG = -2.0 ** 100    # finite mask value, a power of two: see the module docstring (NaN trap)
 INV_LN2 = 1.0 / math.log(2.0)
 ZERO = PaddingMode.ZERO    # out-of-bounds rows of partial tiles read as 0 (never NaN garbage)
 
