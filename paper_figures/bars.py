@@ -13,7 +13,7 @@ from .style import SIMULATED_HATCH, order_style, series_label, title_suffix  # n
 def grouped_bars(groups: list[str], series: dict[tuple[str, str], list[float]], *, ylabel: str,
                  title: str, annotate_reduction: bool = True):
     """``series`` maps (order, source) to one value per group (NaN where missing)."""
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(groups) + 2), 3.6), constrained_layout=True)
+    fig, ax = plt.subplots(figsize=(max(6.5, 1.6 * len(groups) + 2), 3.8), constrained_layout=True)
     x = np.arange(len(groups))
     width = 0.8 / max(1, len(series))
     for k, ((order, source), vals) in enumerate(series.items()):
