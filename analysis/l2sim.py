@@ -21,8 +21,9 @@ head is 2·131072·64·2 B = 32 MiB > 24 MiB of L2. A linear scan re-reads the w
 48 Q tiles and misses on every K/V access after the first wave; the sawtooth scan starts each wave
 on the tiles the previous wave left in the cache and misses only about ``32 − 24 = 8`` MiB of them.
 Simulated at 24 MiB: 355.5 M non-compulsory sectors linear, 101.0 M sawtooth (−72%), on 16.8 M
-cold ones; ``analysis.models.wave_misses`` gives the linear count exactly (339 head passes of
-1 048 576 sectors) and the sawtooth one to within 4% with ``C_eff = 24 MiB − 2·48`` Q/O tiles.
+cold ones. ``analysis.models.wave_misses`` gives the linear count exactly (339 head passes of
+1 048 576 sectors) and the sawtooth one to 0.01% with ``C_eff = 24 MiB − 2·48`` Q/O tiles (the O
+stores of one wave and the Q loads of the next sit between two scans of the K/V).
 """
 from __future__ import annotations
 
