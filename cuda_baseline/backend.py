@@ -170,11 +170,18 @@ def precompile(instances: Iterable[Instance], device_index: int = 0, jobs: int |
         _load(p, device_index)
 
 
+_STREAMS: dict[tuple[int, int], Any] = {}
+
+
 def _stream(device_index: int):
+    """CuPy's view of torch's current stream (one wrapper per stream, made once)."""
     import cupy
     import torch
-    return cupy.cuda.ExternalStream(torch.cuda.current_stream(device_index).cuda_stream,
-                                    device_index)
+    ptr = torch.cuda.current_stream(device_index).cuda_stream
+    key = (device_index, ptr)
+    if key not in _STREAMS:
+        _STREAMS[key] = cupy.cuda.ExternalStream(ptr, device_index)
+    return _STREAMS[key]
 
 
 class CudaBackend:

@@ -3,13 +3,16 @@
     python -m cuda_baseline.bench --out profiles/h100/cuda_bench.csv [--reps 20] [--S 16384]
 
 For each head dim (64, 128) and mask (full, causal) at B=1, H=16, S=16K fp16: every tested tile
-shape with the grid schedule and linear order, plus persistent linear / sawtooth builds of the
-arch's default tile, each checked against the fp32 reference first (experiments.correctness), then
-timed with experiments.timing.time_interleaved (cold L2, A/B alternation, every sample kept) beside
-the SDPA peers. Writes tidy rows (spec.records schema: kernel_time_ms samples, tflops, and the
-resource metrics registers / local_bytes / smem_bytes / ctas_per_sm per variant) and prints a
-resource table and a speed table last. A failed correctness check is reported and the variant is
-still timed (marked in the note column), so one run always yields the whole picture.
+shape with the grid schedule and linear order, plus persistent linear / sawtooth / longest-first
+builds of the arch's default tile with P = all resident CTAs, each checked against the fp32
+reference first (experiments.correctness), then timed with experiments.timing.time_interleaved
+(cold L2, A/B alternation, every sample kept) beside the SDPA peers. The trace build of the
+persistent linear variant measures how far the CTAs drift apart (cuda_baseline.drift). Writes tidy
+rows (spec.records schema: kernel_time_ms samples, tflops, the resource metrics registers /
+local_bytes / smem_bytes / ctas_per_sm per variant, median_step_ns and cta_start_spread_ns) and
+prints a resource table, the drift summary and a speed table last. A failed correctness check is
+reported and the variant is still timed (marked in the note column), so one run always yields the
+whole picture.
 """
 from __future__ import annotations
 
@@ -29,10 +32,36 @@ from .source import TESTED_TILES
 
 
 def _variants(num_ctas: int, default: Tiles) -> list[Variant]:
+    """Grid/linear at every tested tile; persistent linear, sawtooth and longest-first at the
+    arch's default tile (the last three share P)."""
     out = [Variant(Backend.CUDA, ScanOrder.linear(), CtaSchedule.grid(), t) for t in TESTED_TILES]
-    for order in (ScanOrder.linear(), ScanOrder.sawtooth()):
-        out.append(Variant(Backend.CUDA, order, CtaSchedule.persistent(num_ctas), default))
+    for order, sched in ((ScanOrder.linear(), CtaSchedule.persistent(num_ctas)),
+                         (ScanOrder.sawtooth(), CtaSchedule.persistent(num_ctas)),
+                         (ScanOrder.linear(), CtaSchedule.longest_first(num_ctas))):
+        out.append(Variant(Backend.CUDA, order, sched, default))
     return out
+
+
+def _drift_rows(backend, var: Variant, pr: Problem, q, k, v, fields: dict) -> tuple[list, str]:
+    """Trace build of a persistent variant: spread of step start times over the CTAs."""
+    import torch
+
+    from .drift import drift
+    p = backend.prepare(var, pr)
+    tr = backend.trace(p, q, k, v, torch.empty_like(q))
+    d = drift(tr["time_ns"])
+    f = case_fields(pr, var) | fields
+    rows = [Row(**f, metric="median_step_ns", value=d.median_step_ns, unit="ns",
+                note="trace build")]
+    for s, ns in zip(d.step[::32], d.spread_ns[::32]):
+        rows.append(Row(**f, metric="cta_start_spread_ns", value=float(ns), unit="ns",
+                        sample=int(s), note="trace build; every 32nd step"))
+    n_kv = -(-pr.S_kv // var.tiles.n)
+    at = {f"step {s}": d.spread_steps[s] for s in (0, n_kv - 1, n_kv) if s < len(d.step)}
+    at["max"] = float(d.spread_steps.max())
+    summary = ", ".join(f"{k} {x:.1f}" for k, x in at.items())
+    return rows, (f"{var.id(pr)} {pr.label}: median step {d.median_step_ns:.0f} ns; start-time "
+                  f"spread over {tr['visits'].shape[0]} CTAs, in steps: {summary}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     for pr in cases:
         for v in _variants(1, default):
             insts.append(instance_for(v, pr))
+        insts.append(instance_for(_variants(1, default)[-3], pr, trace=True))
     t0 = time.perf_counter()
     precompile(insts)
     print(f"compiled {len(set(i.name for i in insts))} kernels in "
@@ -80,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rows: list[Row] = []
     speed: list[tuple] = []
+    drift_lines: list[str] = []
     resources: dict[str, tuple] = {}
     base_fields = dict(run=run_id, study="cuda_bench", arch=arch.name if arch else "unknown",
                        source=Source.MEASURED.value)
@@ -88,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         ref = reference(q, k, v, pr.causal)
         if pr not in probe:   # P = CTAs resident at once, for both persistent builds
             probe[pr] = min(backend.prepare(v, pr).resident_ctas
-                            for v in _variants(1, default)[-2:])
+                            for v in _variants(1, default)[-3:])
         fns, notes, prepared = {}, {}, {}
         for var in _variants(probe[pr], default):
             try:
@@ -133,6 +164,13 @@ def main(argv: list[str] | None = None) -> int:
                     rows.append(Row(**f, metric=metric, value=float(val), unit=unit,
                                     note=p.instance.name))
             speed.append((pr, name, s.tflops(pr.flops), s.spread, note))
+        try:
+            drows, line = _drift_rows(backend, _variants(probe[pr], default)[-3], pr, q, k, v,
+                                      base_fields)
+            rows += drows
+            drift_lines.append(line)
+        except Exception as e:   # the speed table still gets printed
+            drift_lines.append(f"{pr.label}: drift measurement failed: {e}")
         del q, k, v, ref
         torch.cuda.empty_cache()
 
@@ -144,6 +182,10 @@ def main(argv: list[str] | None = None) -> int:
           "threads, CTAs/SM):")
     for name, (r, l, s, t, c) in sorted(resources.items()):
         print(f"  {r:>3} reg {l:>4} local {s:>6} smem {t:>4} thr {c} CTA/SM  {name}")
+
+    print("\nlock-step check (trace build, persistent linear, all CTAs resident):")
+    for line in drift_lines:
+        print("  " + line)
 
     print(f"\nTFLOPS (median of {args.reps}, cold L2) on {props.name}; ratio to sdpa-flash / "
           "sdpa-cudnn of the same case:")

@@ -10,7 +10,7 @@
 
 template <OrderKind ORDER, ScheduleKind SCHEDULE, WorkOrder WORK, int TILE_M, int TILE_N, int D,
           bool CAUSAL, DType DT, bool TRACE>
-__global__ void __launch_bounds__(FwdShape<TILE_M, TILE_N, D>::THREADS)
+__global__ void __launch_bounds__(FwdShape<TILE_M, TILE_N, D>::THREADS, 1)
 flash_fwd(const unsigned short* q, const unsigned short* k, const unsigned short* v,
           unsigned short* o,
           long long q_sb, long long q_sh, long long q_ss, long long k_sb, long long k_sh,

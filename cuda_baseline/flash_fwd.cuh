@@ -64,6 +64,11 @@ struct FwdShape {
     // registers of state). Larger products spill in the persistent builds (checked with
     // -Xptxas -v), and then every warp owns one 16-row slice.
     static constexpr int MREP = (TILE_M % 32 == 0 && TILE_M >= 128 && 2 * ACC_REGS <= 128) ? 2 : 1;
+    // Q fragments stay in registers for the whole scan when accumulators plus Q take at most half
+    // of the 255 registers a thread can have; otherwise (two slices per warp, or 128-wide K/V
+    // tiles at D = 128) ptxas runs out of room and spills in some causal / persistent builds, so Q
+    // is re-read from shared memory at every k-step instead (a quarter more shared-memory reads).
+    static constexpr bool Q_IN_REGS = MREP * (ACC_REGS + D / 4) <= 128;
     static constexpr int WARP_M = 16 * MREP;
     static constexpr int WARPS = TILE_M / WARP_M;
     static constexpr int THREADS = 32 * WARPS;
@@ -157,9 +162,10 @@ __device__ __forceinline__ unsigned swizzle(int row, int chunk) {   // byte offs
     return static_cast<unsigned>(row * (D * 2) + ((chunk ^ (row & 7)) << 4));
 }
 
-// The ldmatrix addresses of one lane differ between k-steps only in the chunk bits: with the tile
-// base and row offset aligned to the row pitch, chunk 2*ks + c (c in {0,1}) swizzles to
-// ((c ^ row%8) ^ 2*ks), so a lane keeps one base offset and XORs the k-step in (an immediate).
+// The ldmatrix addresses of one lane differ between k-steps only in the chunk bits: chunk
+// 2*ks + c (c in {0,1}) swizzles to ((c ^ row%8) ^ 2*ks), and the row part of the offset is a
+// multiple of the row pitch, so a lane keeps one offset and XORs the k-step in (an immediate)
+// instead of holding one address register per k-step.
 __device__ __forceinline__ unsigned kstep(unsigned lane_off, int ks) {
     return lane_off ^ static_cast<unsigned>(ks << 5);
 }
@@ -245,7 +251,7 @@ __device__ __forceinline__ void attend_q_tile(const FwdParams& p, unsigned char*
     // the 4 threads of a quad.
     float o_acc[MREP][DB][4];                     // O [WARP_M, D], fp32
     float m_run[MREP][2], l_run[MREP][2];         // running max (raw score units), partial row sum
-    unsigned q_frag[MREP][KS][4];                 // Q [WARP_M, D], 16-bit, loaded at step 0
+    unsigned q_frag[S::Q_IN_REGS ? MREP : 1][S::Q_IN_REGS ? KS : 1][4];   // Q [WARP_M, D]
 #pragma unroll
     for (int mi = 0; mi < MREP; ++mi) {
 #pragma unroll
@@ -280,11 +286,13 @@ __device__ __forceinline__ void attend_q_tile(const FwdParams& p, unsigned char*
         // visible and guarantees all warps left step s-1, so buffer buf^1 may be overwritten.
         cp_async_wait_all();
         __syncthreads();
-        if (s == 0) {
+        if constexpr (S::Q_IN_REGS) {
+            if (s == 0) {
 #pragma unroll
-            for (int mi = 0; mi < MREP; ++mi)
+                for (int mi = 0; mi < MREP; ++mi)
 #pragma unroll
-                for (int ks = 0; ks < KS; ++ks) ldmatrix_x4(q_frag[mi][ks], q_frag_addr(mi, ks));
+                    for (int ks = 0; ks < KS; ++ks) ldmatrix_x4(q_frag[mi][ks], q_frag_addr(mi, ks));
+            }
         }
         // Prefetch K/V tile s+1 into the other buffers while this step computes; K now, V after
         // Q Kᵀ (their address registers are then never live together). Both land by step s+1.
@@ -304,14 +312,24 @@ __device__ __forceinline__ void attend_q_tile(const FwdParams& p, unsigned char*
         const unsigned kbase = sK + buf * S::KV_BYTES;
 #pragma unroll
         for (int ks = 0; ks < KS; ++ks) {
+            unsigned a[MREP][4];   // A operand: Q rows of slice mi, k-step ks
+#pragma unroll
+            for (int mi = 0; mi < MREP; ++mi) {
+                if constexpr (S::Q_IN_REGS) {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) a[mi][e] = q_frag[mi][ks][e];
+                } else {
+                    ldmatrix_x4(a[mi], q_frag_addr(mi, ks));
+                }
+            }
 #pragma unroll
             for (int np = 0; np < NB / 2; ++np) {
                 unsigned bk[4];
                 ldmatrix_x4(bk, kbase + np * 16 * (D * 2) + kstep(k_lane, ks));
 #pragma unroll
                 for (int mi = 0; mi < MREP; ++mi) {
-                    mma_16816<DT>(s_acc[mi][2 * np], q_frag[mi][ks], bk[0], bk[1]);
-                    mma_16816<DT>(s_acc[mi][2 * np + 1], q_frag[mi][ks], bk[2], bk[3]);
+                    mma_16816<DT>(s_acc[mi][2 * np], a[mi], bk[0], bk[1]);
+                    mma_16816<DT>(s_acc[mi][2 * np + 1], a[mi], bk[2], bk[3]);
                 }
             }
         }
@@ -428,7 +446,7 @@ __device__ __forceinline__ void attend_q_tile(const FwdParams& p, unsigned char*
 template <OrderKind ORDER, ScheduleKind SCHEDULE, WorkOrder WORK, int TILE_M, int TILE_N, int D,
           bool CAUSAL, DType DT, bool TRACE>
 __device__ __forceinline__ void flash_fwd_impl(const FwdParams& p) {
-    extern __shared__ __align__(1024) unsigned char smem[];   // row-pitch aligned (kstep)
+    extern __shared__ __align__(128) unsigned char smem[];   // 128-B aligned: the swizzle's banks
     const int cta = blockIdx.x;
     int step = 0;
     if constexpr (SCHEDULE == ScheduleKind::GRID) {

@@ -205,7 +205,8 @@ def compile_nvcc(instances: list[Instance], arch: str = "sm_90", jobs: int | Non
     def one(k: int) -> dict[str, Resources]:
         cu, cubin = tmp / f"unit{k}.cu", tmp / f"unit{k}.cubin"
         cu.write_text(translation_unit(parts[k]))
-        cmd = [nvcc, f"-arch={arch}", "-cubin", "-Xptxas", "-v", *compile_options(),
+        # -ftz=true: CuPy adds it to every NVRTC compile, so nvcc builds the same code
+        cmd = [nvcc, f"-arch={arch}", "-cubin", "-Xptxas", "-v", "-ftz=true", *compile_options(),
                "-o", str(cubin), str(cu)]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode:

@@ -9,6 +9,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from cuda_baseline.backend import check_variant, instance_for
@@ -135,3 +136,13 @@ def test_every_instantiation_compiles_for_sm90():
     plain = [i for i in insts if not i.trace and i.dtype == DType.FP16 and i.tiles in TESTED_TILES]
     spilling = [f"{i.name}: {res[i.name]}" for i in plain if res[i.name].spills]
     assert not spilling, "spilling builds:\n" + "\n".join(spilling)
+
+
+def test_drift_of_a_synthetic_trace():
+    from cuda_baseline.drift import drift
+    t = np.array([[0, 20, 40, 60], [10, 30, 50, -1], [5, 25, -1, -1]], dtype=np.int64)
+    d = drift(t)
+    np.testing.assert_array_equal(d.step, [0, 1, 2])
+    np.testing.assert_array_equal(d.spread_ns, [10, 10, 10])
+    assert d.median_step_ns == 20
+    np.testing.assert_allclose(d.spread_steps, [0.5, 0.5, 0.5])
