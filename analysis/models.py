@@ -421,7 +421,8 @@ def wave_misses(shape, P: int, c_eff: float, order="linear", tiles=None,
     """Predicted L2 misses (sectors) of ``P`` persistent q-major CTAs, wave by wave.
 
     ``c_eff`` is the effective LRU capacity in sectors. See the module docstring for the
-    assumptions; for non-causal MHA with ``P`` dividing ``n_q`` this equals ``wave_misses_paper``.
+    assumptions; when ``P`` divides ``group·n_q`` (no wave straddles two K/V heads) it equals
+    ``wave_misses_paper`` for the linear, reverse and sawtooth (X = 1) orders.
 
     >>> s = Shape(S_q=4096, D=64)                       # n_q = 64, KV = 32768 sectors
     >>> wave_misses(s, P=16, c_eff=24576, order="linear") - cold_misses(s)      # 3 waves · KV

@@ -1,4 +1,4 @@
-"""LRU stack distances, histograms and miss-ratio curves against brute force and hand-derived cases."""
+"""LRU stack distances, histograms and miss-ratio curves vs brute force and hand-derived cases."""
 from __future__ import annotations
 
 import numpy as np
