@@ -48,9 +48,16 @@ def config_key(D: int, causal: bool) -> str:
     return f"d{D}.{'causal' if causal else 'full'}"
 
 
+# archs without a measured file of their own that share a die with one that has it (same SMs,
+# registers and shared memory; only the L2 size differs): H200 is a GH100 like the H100
+SAME_DIE = {"h200": "h100"}
+
+
 @lru_cache(maxsize=None)
 def load_arch_configs(arch: str) -> dict[str, KernelConfig]:
     path = CONFIG_DIR / f"{arch}.json"
+    if not path.exists() and arch in SAME_DIE:
+        path = CONFIG_DIR / f"{SAME_DIE[arch]}.json"
     if not path.exists():
         return {}
     data = json.loads(path.read_text())
@@ -66,4 +73,6 @@ def default_config(arch: str, D: int, causal: bool) -> KernelConfig:
     if cfg is not None:
         return cfg
     a = arch_registry.get(arch)
-    return KernelConfig(a.cutile_tiles.m, a.cutile_tiles.n, a.cutile_occupancy)
+    # on sm_90, 128x128 tiles need 8 worker warps (384 threads, 168 registers) to stay spill-free
+    ww = 8 if a.sm == "sm_90" and a.cutile_tiles.m * a.cutile_tiles.n >= 128 * 128 else None
+    return KernelConfig(a.cutile_tiles.m, a.cutile_tiles.n, a.cutile_occupancy, ww)

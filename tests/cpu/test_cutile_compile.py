@@ -35,8 +35,7 @@ def toolchain():
                       "'cuda-tile[tileiras]' nvidia-cuda-cuobjdump)")
 
 
-ORDERS = {"linear": (0, 1), "sawtooth": (1, 1), "sawtooth2": (1, 2), "reverse": (2, 1),
-          "blockparity": (3, 1)}
+ORDERS = {"linear": (0, 1), "sawtooth": (1, 1), "reverse": (2, 1), "blockparity": (3, 1)}
 SCHEDS = {"grid": (0, 0, 1), "tile2": (1, 0, 2), "static": (2, 0, 1), "statich": (2, 1, 1),
           "lpt": (3, 0, 1)}
 ARCHS = {"sm_90": "h100", "sm_100": "b200", "sm_121": "gb10"}
@@ -54,10 +53,19 @@ def _case(arch_name, D, causal, order, sched, dtype="fp16", S=4096, trace=False,
     return case, cfg
 
 
-@pytest.mark.parametrize("sm", list(ARCHS))
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("sched", list(SCHEDS))
-@pytest.mark.parametrize("order", list(ORDERS))
+def _matrix():
+    """Every order × schedule code on every arch; sm_90 (the measured GPU) in both causal modes,
+    the others in one mode per cell (alternating), to keep CI at a few minutes on 2 cores. The
+    sawtooth group factor X only changes a constant divisor (covered on the GPU)."""
+    for sm in ARCHS:
+        for i, (order, sched) in enumerate((o, s) for o in ORDERS for s in SCHEDS):
+            modes = (False, True) if sm == "sm_90" else ((i + (sm == "sm_121")) % 2 == 1,)
+            for causal in modes:
+                yield pytest.param(sm, causal, sched, order,
+                                   id=f"{sm}-{order}-{sched}-{'causal' if causal else 'full'}")
+
+
+@pytest.mark.parametrize("sm, causal, sched, order", list(_matrix()))
 def test_every_variant_compiles(toolchain, sm, causal, sched, order):
     from kernels.resources import compile_cubin
     D = 128 if causal else 64                    # both head dims, without doubling CI time
