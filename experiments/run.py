@@ -44,6 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seq", type=int, help="override every case's sequence length (quick runs)")
     p.add_argument("--filter", help="regular expression on case ids: run only the matching cases")
     p.add_argument("--no-figures", action="store_true", help="skip drawing figures")
+    p.add_argument("--reps", type=int, default=10, help="timed repetitions per variant (measure)")
+    p.add_argument("--seed", type=int, default=0, help="input generator seed (measure)")
+    p.add_argument("--metric-set", default="hopper", help="ncu metric set: paper, hopper")
+    p.add_argument("--no-profile", action="store_true", help="measure mode: time only, no ncu")
     return p
 
 
@@ -53,7 +57,7 @@ def _has_cuda_gpu() -> bool:
 
 def _resolve_mode(requested: str, study, has_gpu: bool) -> tuple[str, str]:
     """(mode, one-line reason)."""
-    can_measure = study.measure is not None
+    can_measure = study.measurable
     if requested == "simulate":
         return "simulate", "simulating (--mode simulate): predictions, not measurements"
     if requested == "measure":
@@ -104,50 +108,106 @@ def _print_plan(console, study, arch, cases: list[Case]) -> None:
         console.print(f"  S={p.S_kv}: {describe_scale(arch, p)}")
 
 
-def _simulate(args, console, study, arch, cases, run_dir: Path) -> list:
+def _simulate(args, console, study, arch, cases, run_dir: Path) -> tuple[list, dict]:
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                TimeElapsedColumn)
     from spec.records import write_csv
     from .simulate import rows_for, simulate_case
 
     capacity = int(args.capacity_mib * MiB) if args.capacity_mib else arch.l2_bytes
-    if capacity <= 0:
-        raise UsageError(f"--capacity-mib {args.capacity_mib} must be positive")
-    results, rows = [], []
+    rows = []
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console, transient=False) as progress:
         task = progress.add_task("simulating", total=len(cases))
         for c in cases:
-            progress.update(task, description=f"simulating {c.variant.id(c.problem)} {c.problem.label}")
-            r = simulate_case(c, arch, capacity)
-            results.append(r)
-            rows.extend(rows_for(r, run=run_dir.name, study=study.name, arch=arch))
+            progress.update(task, description=f"simulating {c.id}")
+            rows.extend(rows_for(simulate_case(c, arch, capacity), run=run_dir.name,
+                                 study=study.name, arch=arch))
             progress.advance(task)
     write_csv(run_dir / "counters.csv", rows)
-    return results, capacity
+    return rows, {"source": "simulated", "capacity_bytes": capacity}
 
 
-def _summary(console, results, capacity: int) -> None:
+def _measure(args, console, study, arch, cases, run_dir: Path) -> tuple[list, dict]:
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn)
+    from spec.records import write_csv
+    from . import measure
+
+    live = detect()
+    if live.name != arch.name:
+        raise UsageError(f"--arch {arch.name} was asked for, but the GPU present is "
+                         f"{live.marketing_name} ({live.name}); pass --arch {live.name}")
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console) as progress:
+        task = progress.add_task("checking and timing", total=len(cases))
+        outcome = measure.check_and_time(cases, live, run=run_dir.name, study=study.name,
+                                         reps=args.reps, seed=args.seed,
+                                         progress=lambda n: progress.advance(task, n))
+    write_csv(run_dir / "timing.csv", outcome.rows)
+    for case_id, why in outcome.failed.items():
+        console.print(f"[red]FAILED[/] {case_id}: {why}")
+    params = {"source": "measured", "device": measure.device_facts(), "seed": args.seed,
+              "reps": args.reps, "l2_state": "cold", "failed": outcome.failed}
+    rows = list(outcome.rows)
+    if args.no_profile:
+        params["profiling"] = "skipped (--no-profile)"
+    elif outcome.passed:
+        from profiles.ncu import NcuError
+        console.print(f"profiling {len(outcome.passed)} cases under ncu ...")
+        try:
+            counters, settings = measure.profile(outcome.passed, live, run_dir,
+                                                 run=run_dir.name, study=study.name,
+                                                 metric_set=args.metric_set, seed=args.seed)
+        except NcuError as e:
+            console.print(f"[red]profiling failed[/]: {e}")
+            params["profiling"] = f"failed: {e}"
+        else:
+            write_csv(run_dir / "counters.csv", counters)
+            rows += counters
+            params["profiling"] = settings
+    return rows, params
+
+
+def _summary(console, cases: list[Case], rows: list, title: str) -> None:
+    """One line per case: misses, non-compulsory misses, time, and the change vs its linear twin."""
+    import statistics
     from rich.table import Table
-    t = Table(title=f"SIMULATED L2 misses (fully associative LRU, {capacity / MiB:.1f} MiB)")
-    for col in ("panel", "variant", "B", "S", "misses", "non-compulsory", "reduction vs linear"):
-        t.add_column(col, justify="right" if col not in ("panel", "variant") else "left")
-    linear = {}
-    for r in results:
-        c = r.case
-        key = (c.panel, c.problem, c.variant.schedule, c.variant.tiles)
-        if c.variant.order.label == "linear":
-            linear[key] = r.counts
-    for r in results:
-        c, k = r.case, r.counts
-        base = linear.get((c.panel, c.problem, c.variant.schedule, c.variant.tiles))
-        red = ""
-        if base is not None and c.variant.order.label != "linear" and base.misses:
-            red = f"{100 * (1 - k.misses / base.misses):.1f}% misses"
-            if base.noncompulsory_misses:
-                red += f", {100 * (1 - k.noncompulsory_misses / base.noncompulsory_misses):.1f}% non-comp."
+    from spec.records import Metric
+
+    values: dict = {}
+    for r in rows:
+        values.setdefault((r.variant, r.B, r.S_q, r.causal, r.metric), []).append(r.value)
+
+    def get(c: Case, metric: str, agg=statistics.median):
+        v = values.get((c.variant.id(c.problem), c.problem.B, c.problem.S_q, c.problem.causal,
+                        metric))
+        return agg(v) if v else None
+
+    def twin(c: Case) -> Case | None:
+        return next((t for t in cases if t.panel == c.panel and t.problem == c.problem
+                     and t.variant.schedule == c.variant.schedule
+                     and t.variant.tiles == c.variant.tiles
+                     and t.variant.order.label == "linear"), None)
+
+    t = Table(title=title)
+    for col in ("panel", "variant", "B", "S", "misses", "non-compulsory", "time ms", "TFLOPS",
+                "vs linear"):
+        t.add_column(col, justify="left" if col in ("panel", "variant") else "right")
+    fmt = lambda x, f="{:,.0f}": "" if x is None else f.format(x)   # noqa: E731
+    for c in cases:
+        miss, nc = get(c, Metric.L2_TEX_MISSES), get(c, Metric.NONCOMPULSORY_MISSES)
+        ms, tf = get(c, Metric.KERNEL_TIME_MS), get(c, Metric.TFLOPS)
+        change = []
+        base = twin(c)
+        if base is not None and base is not c:
+            for label, mine, theirs in (("misses", miss, get(base, Metric.L2_TEX_MISSES)),
+                                        ("non-comp.", nc, get(base, Metric.NONCOMPULSORY_MISSES)),
+                                        ("time", ms, get(base, Metric.KERNEL_TIME_MS))):
+                if mine is not None and theirs:
+                    change.append(f"{100 * (mine / theirs - 1):+.1f}% {label}")
         t.add_row(c.panel, c.variant.id(c.problem), str(c.problem.B), str(c.problem.S_q),
-                  f"{k.misses:,}", f"{k.noncompulsory_misses:,}", red)
+                  fmt(miss), fmt(nc), fmt(ms, "{:.3f}"), fmt(tf, "{:.1f}"), ", ".join(change))
     console.print(t)
 
 
@@ -176,16 +236,20 @@ def run(args) -> int:
     console.print(f"[bold yellow]{why}[/]")
     t0 = time.perf_counter()
     with atomic_run_dir(out) as tmp:
-        results, capacity = _simulate(args, console, study, arch, cases, tmp)
+        runner = _simulate if mode == "simulate" else _measure
+        rows, params = runner(args, console, study, arch, cases, tmp)
         figures = []
         if not args.no_figures:
             from paper_figures import render_run
             figures = render_run(tmp, arch.name, tmp / "figures", console=console)
-        write_manifest(tmp, study=study.name, mode=mode, arch=arch, source="simulated",
-                       parameters={"capacity_bytes": capacity, "seq_override": args.seq,
-                                   "filter": args.filter, "cases": [c.id for c in cases]},
+        write_manifest(tmp, study=study.name, mode=mode, arch=arch,
+                       parameters={"seq_override": args.seq, "filter": args.filter,
+                                   "cases": [c.id for c in cases], **params},
                        figures=figures, wall_seconds=round(time.perf_counter() - t0, 1))
-    _summary(console, results, capacity)
+    title = ("SIMULATED L2 (fully associative LRU, "
+             f"{params['capacity_bytes'] / MiB:.1f} MiB): predictions, not measurements"
+             if mode == "simulate" else f"MEASURED on {params['device']['gpu']}")
+    _summary(console, cases, rows, title)
     console.print(f"wrote {out} ({time.perf_counter() - t0:.0f} s)")
     return 0
 

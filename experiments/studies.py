@@ -32,7 +32,7 @@ class Study:
     description: str
     figures: tuple[str, ...]
     plan: Callable[[Arch], list[Case]]
-    measure: Callable | None = None    # GPU runner; None until the study can be measured
+    measurable: bool = True           # False: simulate only (e.g. an analytic study)
 
 
 PAPER_S = 131072            # the paper's sequence length on GB10
@@ -107,3 +107,22 @@ def describe_scale(arch: Arch, problem: Problem) -> str:
     kv = kv_bytes_per_head(problem)
     return (f"K+V per head {kv / MiB:.0f} MiB = {kv / arch.l2_bytes:.2f}x the "
             f"{arch.l2_mib:.0f} MiB L2 of {arch.name}")
+
+
+def case_to_dict(c: Case) -> dict:
+    """A JSON-able case (for the profiling target, which runs in another process)."""
+    p, v = c.problem, c.variant
+    return {"panel": c.panel, "resident": c.resident,
+            "problem": {"B": p.B, "H": p.H, "S_q": p.S_q, "S_kv": p.S_kv, "H_kv": p.H_kv,
+                        "D": p.D, "dtype": p.dtype.value, "causal": p.causal},
+            "variant": {"backend": v.backend.value, "order": v.order.label,
+                        "schedule": v.schedule.label, "tile_m": v.tiles.m, "tile_n": v.tiles.n,
+                        "occupancy": v.occupancy}}
+
+
+def case_from_dict(d: dict) -> Case:
+    v = d["variant"]
+    variant = Variant(Backend(v["backend"]), ScanOrder.parse(v["order"]),
+                      CtaSchedule.parse(v["schedule"]), Tiles(v["tile_m"], v["tile_n"]),
+                      v["occupancy"])
+    return Case(Problem(**d["problem"]), variant, d["resident"], d["panel"])

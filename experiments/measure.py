@@ -1,0 +1,145 @@
+"""Measure mode: correctness gate, CUDA-event timing beside the SDPA peers, then ncu counters.
+
+For every problem of a plan (cases sharing a problem share inputs and the fp32 reference):
+
+1. each variant is prepared and run once on a NaN-poisoned output and checked against the fp32
+   reference (``experiments.correctness``); a variant that fails to build or to pass is reported and
+   the sweep goes on without it;
+2. the passing variants and PyTorch SDPA's flash and cuDNN backends are timed together, launch by
+   launch alternating, cold L2 (``experiments.timing``); every sample becomes a row;
+3. the passing cases are profiled in one ncu session (``profiles``): each launched once inside an
+   NVTX range named by its id; the report is converted to rows by metric name, and non-compulsory
+   misses are derived from the exact cold-miss count of ``analysis.models``.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from analysis.models import cold_misses
+from spec import Arch
+from spec.records import UNITS, Metric, Row, Source, case_fields
+
+from .backends import get_backend
+from .correctness import check, poisoned_like, random_inputs, reference
+from .studies import Case, case_to_dict
+from .timing import sdpa_peers, time_interleaved
+
+NVTX_RANGE = "sawtooth-profile"
+
+
+@dataclass
+class Outcome:
+    passed: list[Case] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)     # case id -> reason
+    rows: list[Row] = field(default_factory=list)
+
+
+def _row(case_or_peer, problem, metric, value, *, run, study, arch, sample=0, note="",
+         source=Source.MEASURED.value, unit=None) -> Row:
+    if isinstance(case_or_peer, Case):
+        fields = case_fields(problem, case_or_peer.variant)
+    else:   # an SDPA peer: no tiles, order or schedule of ours
+        fields = case_fields(problem) | dict(variant=case_or_peer, backend=case_or_peer, order="",
+                                             schedule="", occupancy=None, tile_m=0, tile_n=0)
+    return Row(run=run, study=study, arch=arch, metric=metric, value=float(value),
+               unit=UNITS.get(metric, "") if unit is None else unit, source=source,
+               sample=sample, note=note, **fields)
+
+
+def _by_problem(cases: list[Case]) -> dict:
+    groups: dict = {}
+    for c in cases:
+        groups.setdefault(c.problem, []).append(c)
+    return groups
+
+
+def check_and_time(cases: list[Case], arch: Arch, *, run: str, study: str, reps: int, seed: int,
+                   progress=None) -> Outcome:
+    import torch
+    res = Outcome()
+    backends = {}
+    for problem, group in _by_problem(cases).items():
+        q, k, v = random_inputs(problem, seed)
+        ref = reference(q, k, v, problem.causal)
+        launchers = {}
+        for case in group:
+            try:
+                be = backends.setdefault(case.variant.backend,
+                                         get_backend(case.variant.backend, arch.name))
+                prepared = be.prepare(case.variant, problem)
+                out = poisoned_like(q)
+                be.run(prepared, q, k, v, out)
+                torch.cuda.synchronize()
+                verdict = check(out, q, k, v, problem.causal, ref)
+            except Exception as e:          # a failed variant is reported; the sweep goes on
+                res.failed[case.id] = f"{type(e).__name__}: {e}"
+                continue
+            res.rows.append(_row(case, problem, "max_abs_err", verdict.max_err, run=run,
+                                 study=study, arch=arch.name, note=str(verdict), unit=""))
+            if not verdict.passed:
+                res.failed[case.id] = str(verdict)
+                continue
+            res.passed.append(case)
+            launchers[case] = (lambda be=be, p=prepared, o=out: be.run(p, q, k, v, o))
+        peers = sdpa_peers(q, k, v, problem.causal)
+        named = {c.id: fn for c, fn in launchers.items()} | peers
+        samples = time_interleaved(named, reps=reps, l2="cold", l2_bytes=arch.l2_bytes)
+        for who, s in samples.items():
+            subject = next((c for c in launchers if c.id == who), who)
+            for i, ms in enumerate(s.ms):
+                res.rows.append(_row(subject, problem, Metric.KERNEL_TIME_MS, ms, run=run,
+                                     study=study, arch=arch.name, sample=i, note="l2=cold"))
+            res.rows.append(_row(subject, problem, Metric.TFLOPS, s.tflops(problem.flops),
+                                 run=run, study=study, arch=arch.name,
+                                 note=f"median of {len(s.ms)}, spread ±{100 * s.spread:.1f}%"))
+        del q, k, v, ref
+        torch.cuda.empty_cache()
+        if progress is not None:
+            progress(len(group))
+    return res
+
+
+def profile(cases: list[Case], arch: Arch, run_dir: Path, *, run: str, study: str,
+            metric_set: str, seed: int) -> tuple[list[Row], dict]:
+    """ncu counters of every case, one launch each; returns rows and the ncu settings."""
+    from profiles import ingest, metrics, ncu
+    tool = ncu.find()
+    plan = run_dir / "profile_plan.json"
+    plan.write_text(json.dumps({"range": NVTX_RANGE, "arch": arch.name, "seed": seed,
+                                "cases": [case_to_dict(c) for c in cases]}, indent=1))
+    report = run_dir / f"{study}.ncu-rep"
+    tool_out = ncu.profile(tool, [sys.executable, "-m", "profiles.target", str(plan)], report,
+                           metrics.get(metric_set), nvtx_include=f"{NVTX_RANGE}/")
+    (run_dir / "ncu.log").write_text(tool_out[-20000:])
+    raw = ncu.export_raw_csv(tool, report)
+    (run_dir / "ncu_raw.csv").write_text(raw)
+    rows = ingest.to_rows(ingest.parse_raw_csv(raw), cases, run=run, study=study, arch=arch.name)
+    for c in cases:
+        cold = cold_misses(c.problem, c.variant.tiles, arch.sector_bytes)
+        miss = next(r.value for r in rows
+                    if r.metric == Metric.L2_TEX_MISSES and r.variant == c.variant.id(c.problem)
+                    and r.B == c.problem.B and r.causal == c.problem.causal)
+        rows.append(_row(c, c.problem, Metric.COLD_MISSES, cold, run=run, study=study,
+                         arch=arch.name, source=Source.MODEL.value, note="exact cold-miss count"))
+        rows.append(_row(c, c.problem, Metric.NONCOMPULSORY_MISSES, miss - cold, run=run,
+                         study=study, arch=arch.name, note="measured misses - exact cold misses"))
+    return rows, tool.settings() | {"metric_set": metric_set}
+
+
+def device_facts() -> dict:
+    """What every measured run records about the device it ran on (goes into the manifest)."""
+    import subprocess
+    import torch
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    try:
+        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version",
+                                 "--format=csv,noheader"], capture_output=True, text=True,
+                                timeout=30).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        driver = None
+    return {"gpu": props.name, "sms": props.multi_processor_count,
+            "l2_bytes": props.L2_cache_size, "driver": driver,
+            "cuda_runtime": torch.version.cuda, "torch": torch.__version__}

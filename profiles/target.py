@@ -1,0 +1,47 @@
+"""The program ncu profiles: ``python -m profiles.target PLAN.json``.
+
+It prepares every case of the plan and launches each once outside any NVTX range (JIT compilation
+and first-touch stay out of the profile), then launches each case exactly once inside the NVTX
+range ``PLAN["range"]`` / ``<case id>``. ncu is told to profile only that range, so the report holds
+one kernel per case, in plan order.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+from experiments.backends import get_backend
+from experiments.correctness import poisoned_like, random_inputs
+from experiments.studies import case_from_dict
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch
+    argv = sys.argv[1:] if argv is None else argv
+    plan = json.loads(open(argv[0]).read())
+    cases = [case_from_dict(d) for d in plan["cases"]]
+    backends, launches, inputs = {}, [], {}
+    for case in cases:
+        be = backends.setdefault(case.variant.backend,
+                                 get_backend(case.variant.backend, plan.get("arch")))
+        if case.problem not in inputs:
+            q, k, v = random_inputs(case.problem, plan.get("seed", 0))
+            inputs[case.problem] = (q, k, v, poisoned_like(q))
+        q, k, v, out = inputs[case.problem]
+        prepared = be.prepare(case.variant, case.problem)
+        be.run(prepared, q, k, v, out)                      # warm-up: compile outside the range
+        launches.append((case, be, prepared))
+    torch.cuda.synchronize()
+    for case, be, prepared in launches:
+        q, k, v, out = inputs[case.problem]
+        torch.cuda.nvtx.range_push(plan["range"])
+        torch.cuda.nvtx.range_push(case.id)
+        be.run(prepared, q, k, v, out)
+        torch.cuda.nvtx.range_pop()
+        torch.cuda.nvtx.range_pop()
+        torch.cuda.synchronize()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
