@@ -18,8 +18,12 @@ S_kv). With ``r`` = 1 for a backward scan and 0 for a forward one::
 
 No loop has an ``if`` inside, so the front end's loop-split pass is not needed, the masked and
 unmasked bodies are separate, and for the linear order (``r`` a compile-time 0) the SASS is that of
-the seed kernel. The mask adds a *finite* ``-1e30``: a backward causal scan with TILE_M > TILE_N
-starts on tiles that are fully masked for some rows, and ``-inf - (-inf)`` would give NaN.
+the seed kernel. The mask adds a *finite* ``-2**100``: a backward causal scan with TILE_M > TILE_N
+starts on tiles that are fully masked for some rows, and ``-inf - (-inf)`` would give NaN. It must
+be a power of two: the compiler fuses ``qk * scale - m`` into one FMA, and with ``-1e30`` the
+unrounded product minus the rounded row max leaves the product's rounding error (about ±1e22), so
+``exp2`` of a positive one gave ``inf`` and then NaN (seen on the H100: D=64, 128×64 tiles). With
+``-2**100`` the product is exact and the difference is 0.
 
 Worked example (S = 4 tiles, non-causal, persistent P CTAs, sawtooth): a CTA's 1st Q tile reads K/V
 tiles 0 1 2 3, its 2nd reads 3 2 1 0; tiles 3 and 2 were touched last and are still in L2.
