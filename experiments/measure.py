@@ -8,7 +8,7 @@ For every problem of a plan (cases sharing a problem share inputs and the fp32 r
 2. the passing variants and PyTorch SDPA's flash and cuDNN backends are timed together, launch by
    launch alternating, cold L2 (``experiments.timing``); every sample becomes a row;
 3. the passing cases are profiled in one ncu session (``profiles``): each launched once inside an
-   NVTX range named by its id; the report is converted to rows by metric name, and non-compulsory
+   NVTX range named by its case id; the report is converted to rows by metric name, and non-compulsory
    misses are derived from the exact cold-miss count of ``analysis.models``.
 """
 from __future__ import annotations
@@ -26,9 +26,6 @@ from .backends import get_backend
 from .correctness import check, poisoned_like, random_inputs, reference
 from .studies import Case, case_to_dict
 from .timing import sdpa_peers, time_interleaved
-
-NVTX_RANGE = "sawtooth-profile"
-
 
 @dataclass
 class Outcome:
@@ -108,12 +105,12 @@ def profile(cases: list[Case], arch: Arch, run_dir: Path, *, run: str, study: st
     from profiles import ingest, metrics, ncu
     tool = ncu.find()
     plan = run_dir / "profile_plan.json"
-    plan.write_text(json.dumps({"range": NVTX_RANGE, "arch": arch.name, "seed": seed,
+    plan.write_text(json.dumps({"arch": arch.name, "seed": seed,
                                 "cases": [case_to_dict(c) for c in cases]}, indent=1))
     report = run_dir / f"{study}.ncu-rep"
-    tool_out = ncu.profile(tool, [sys.executable, "-m", "profiles.target", str(plan)], report,
-                           metrics.get(metric_set), nvtx_include=f"{NVTX_RANGE}/")
-    (run_dir / "ncu.log").write_text(tool_out[-20000:])
+    ncu.profile(tool, [sys.executable, "-m", "profiles.target", str(plan)], report,
+                metrics.get(metric_set), nvtx_ranges=[c.id for c in cases],
+                log=run_dir / "ncu.log")
     raw = ncu.export_raw_csv(tool, report)
     (run_dir / "ncu_raw.csv").write_text(raw)
     rows = ingest.to_rows(ingest.parse_raw_csv(raw), cases, run=run, study=study, arch=arch.name)

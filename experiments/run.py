@@ -153,13 +153,14 @@ def _measure(args, console, study, arch, cases, run_dir: Path) -> tuple[list, di
     if args.no_profile:
         params["profiling"] = "skipped (--no-profile)"
     elif outcome.passed:
+        from profiles.ingest import IngestError
         from profiles.ncu import NcuError
         console.print(f"profiling {len(outcome.passed)} cases under ncu ...")
         try:
             counters, settings = measure.profile(outcome.passed, live, run_dir,
                                                  run=run_dir.name, study=study.name,
                                                  metric_set=args.metric_set, seed=args.seed)
-        except NcuError as e:
+        except (NcuError, IngestError) as e:
             console.print(f"[red]profiling failed[/]: {e}")
             params["profiling"] = f"failed: {e}"
         else:

@@ -23,7 +23,9 @@ class Case:
 
     @property
     def id(self) -> str:
-        return f"{self.variant.id(self.problem)}@{self.problem.label}"
+        """Variant id and problem label: the NVTX range of the case's profiled launch (no '@' or
+        '/', which ncu's NVTX filter syntax reserves)."""
+        return f"{self.variant.id(self.problem)} {self.problem.label}"
 
 
 @dataclass(frozen=True)

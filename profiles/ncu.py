@@ -82,18 +82,21 @@ def check_output(text: str) -> None:
 
 
 def profile(ncu: Ncu, target: list[str], report: Path, metrics: tuple[str, ...], *,
-            nvtx_include: str, env: dict | None = None, timeout: int = 3600) -> str:
-    """Profile the kernels ``target`` launches inside the NVTX range ``nvtx_include``; writes
-    ``report`` (.ncu-rep, never overwritten) and returns ncu's console output."""
+            nvtx_ranges: list[str], log: Path | None = None, env: dict | None = None,
+            timeout: int = 3600) -> str:
+    """Profile the kernels ``target`` launches inside the NVTX push/pop ranges ``nvtx_ranges``;
+    writes ``report`` (.ncu-rep, never overwritten) and returns ncu's console output."""
     if report.exists():
         raise NcuError(f"report {report} exists; reports are never overwritten")
     cmd = [str(ncu.path), "--clock-control", ncu.clock_control,
            "--cache-control", ncu.cache_control, "--metrics", ",".join(metrics),
-           "--nvtx", "--nvtx-include", nvtx_include,
+           "--nvtx", *[a for r in nvtx_ranges for a in ("--nvtx-include", f"{r}/")],
            "--export", str(report.with_suffix("")), *target]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                          env={**os.environ, **(env or {})})
     text = run.stdout + run.stderr
+    if log is not None:
+        log.write_text(text[-50000:])
     check_output(text)
     if run.returncode != 0:
         raise NcuError(f"ncu exited with {run.returncode}; last output:\n{text[-2000:]}")
