@@ -108,12 +108,13 @@ def profile(cases: list[Case], arch: Arch, run_dir: Path, *, run: str, study: st
     plan.write_text(json.dumps({"arch": arch.name, "seed": seed,
                                 "cases": [case_to_dict(c) for c in cases]}, indent=1))
     report = run_dir / f"{study}.ncu-rep"
+    wanted = metrics.get(metric_set)
     ncu.profile(tool, [sys.executable, "-m", "profiles.target", str(plan)], report,
-                metrics.get(metric_set), nvtx_ranges=[c.id for c in cases],
+                wanted, nvtx_ranges=[c.id for c in cases],
                 log=run_dir / "ncu.log")
     raw = ncu.export_raw_csv(tool, report)
     (run_dir / "ncu_raw.csv").write_text(raw)
-    rows = ingest.to_rows(ingest.parse_raw_csv(raw), cases, run=run, study=study, arch=arch.name)
+    rows = ingest.to_rows(ingest.parse_raw_csv(raw, wanted), cases, run=run, study=study, arch=arch.name)
     for c in cases:
         cold = cold_misses(c.problem, c.variant.tiles, arch.sector_bytes)
         miss = next(r.value for r in rows

@@ -28,14 +28,19 @@ class IngestError(ValueError):
     pass
 
 
-def _number(text: str) -> float:
+def _number(text: str, column: str) -> float:
     t = text.strip().replace(",", "")
     if t in ("", "n/a", "N/A"):
         return math.nan
-    return float(t)
+    try:
+        return float(t)
+    except ValueError:
+        raise IngestError(f"ncu column {column!r} holds {text!r}, not a number") from None
 
 
-def parse_raw_csv(text: str) -> list[KernelResult]:
+def parse_raw_csv(text: str, metrics: tuple[str, ...]) -> list[KernelResult]:
+    """Kernels of a raw-page export with the values of ``metrics`` (other columns, such as
+    launch and device attributes, are not read)."""
     rows = list(csv.reader(io.StringIO(text)))
     start = next((i for i, r in enumerate(rows) if r and r[0] == "ID"), None)
     if start is None or len(rows) < start + 2:
@@ -44,12 +49,15 @@ def parse_raw_csv(text: str) -> list[KernelResult]:
     col = {name: i for i, name in enumerate(header)}
     if "Kernel Name" not in col:
         raise IngestError("ncu CSV has no 'Kernel Name' column")
-    metric_cols = [name for name in header if "__" in name]
+    missing = [m for m in metrics if m not in col]
+    if missing:
+        raise IngestError(f"ncu export lacks metric column(s) {', '.join(missing)}: was the "
+                          "report collected with this metric set?")
     out = []
     for r in rows[start + 2:]:
         if not r or len(r) != len(header):
             continue
-        values = {m: (_number(r[col[m]]), units[col[m]]) for m in metric_cols}
+        values = {m: (_number(r[col[m]], m), units[col[m]]) for m in metrics}
         out.append(KernelResult(int(r[col["ID"]]), r[col["Kernel Name"]], values))
     return out
 
