@@ -58,10 +58,16 @@ class DeviceLimits:
                    p.max_threads_per_multi_processor, (p.major, p.minor))
 
     def ctas_per_sm(self, threads: int, registers: int, smem: int) -> int:
-        """Resident CTAs per SM (registers are allocated per warp in units of 256)."""
+        """Resident CTAs per SM. Registers are allocated per warp in units of 256 from four
+        sub-partition register files (a quarter of the SM's each) with the warps dealt round
+        robin, so n CTAs of W warps need ceil(n W / 4) warps' registers in one sub-partition
+        (what ptxas assumes too: two 5-warp CTAs leave 168 registers per thread, not 204)."""
         warps = threads // 32
         regs_per_warp = cdiv(registers * 32, 256) * 256
-        by_regs = self.regs_per_sm // (regs_per_warp * warps)
+        per_partition = self.regs_per_sm // 4
+        by_regs = 0
+        while cdiv((by_regs + 1) * warps, 4) * regs_per_warp <= per_partition:
+            by_regs += 1
         by_smem = self.smem_per_sm // (smem + self.reserved_smem_per_block)
         return max(0, min(by_regs, by_smem, self.threads_per_sm // threads, 32))
 

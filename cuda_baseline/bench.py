@@ -17,7 +17,10 @@ whole picture.
 from __future__ import annotations
 
 import argparse
+import datetime
 import itertools
+import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -62,6 +65,27 @@ def _drift_rows(backend, var: Variant, pr: Problem, q, k, v, fields: dict) -> tu
     summary = ", ".join(f"{k} {x:.1f}" for k, x in at.items())
     return rows, (f"{var.id(pr)} {pr.label}: median step {d.median_step_ns:.0f} ns; start-time "
                   f"spread over {tr['visits'].shape[0]} CTAs, in steps: {summary}")
+
+
+def _manifest(run_id: str, args, arch) -> dict:
+    """The environment of the run (design.md: every result records it), beside the CSV."""
+    import torch
+
+    from experiments.rundir import git_state, package_versions
+    from spec.records import SCHEMA_VERSION
+    props = torch.cuda.get_device_properties(0)
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,clocks.sm,clocks.max.sm",
+                          "--format=csv,noheader"], capture_output=True, text=True).stdout
+    return {"schema_version": SCHEMA_VERSION, "run": run_id, "study": "cuda_bench",
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "command": " ".join(["python", "-m", "cuda_baseline.bench", *sys.argv[1:]]),
+            "gpu": props.name, "sm_count": props.multi_processor_count,
+            "l2_bytes": props.L2_cache_size, "nvidia_smi_driver_clock_maxclock": smi.strip(),
+            "cuda_runtime": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
+            "arch": arch.name if arch else None, "git": git_state(),
+            "versions": package_versions(), "seed": "1234 + D + causal",
+            "l2_state": "cold (2x L2 flush before every repetition)", "reps": args.reps,
+            "ncu": None, "clock_control": "none (card as found)"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -176,7 +200,9 @@ def main(argv: list[str] | None = None) -> int:
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
     n = write_csv(args.out, rows)
-    print(f"\nwrote {n} rows to {args.out}")
+    manifest = args.out.with_suffix(".json")
+    manifest.write_text(json.dumps(_manifest(run_id, args, arch), indent=1) + "\n")
+    print(f"\nwrote {n} rows to {args.out}, environment to {manifest}")
 
     print("\nresources per instantiation (registers/thread, local B/thread, smem B/CTA, "
           "threads, CTAs/SM):")

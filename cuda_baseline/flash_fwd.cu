@@ -10,7 +10,8 @@
 
 template <OrderKind ORDER, ScheduleKind SCHEDULE, WorkOrder WORK, int TILE_M, int TILE_N, int D,
           bool CAUSAL, DType DT, bool TRACE>
-__global__ void __launch_bounds__(FwdShape<TILE_M, TILE_N, D>::THREADS, 1)
+__global__ void
+__launch_bounds__(FwdShape<TILE_M, TILE_N, D>::THREADS, FwdShape<TILE_M, TILE_N, D>::MIN_CTAS)
 flash_fwd(const unsigned short* q, const unsigned short* k, const unsigned short* v,
           unsigned short* o,
           long long q_sb, long long q_sh, long long q_ss, long long k_sb, long long k_sh,

@@ -64,13 +64,21 @@ struct FwdShape {
     // registers of state). Larger products spill in the persistent builds (checked with
     // -Xptxas -v), and then every warp owns one 16-row slice.
     static constexpr int MREP = (TILE_M % 32 == 0 && TILE_M >= 128 && 2 * ACC_REGS <= 128) ? 2 : 1;
-    // Q fragments stay in registers for the whole scan when accumulators plus Q take at most half
-    // of the 255 registers a thread can have; otherwise (two slices per warp, or 128-wide K/V
-    // tiles at D = 128) ptxas runs out of room and spills in some causal / persistent builds, so Q
-    // is re-read from shared memory at every k-step instead (a quarter more shared-memory reads).
-    static constexpr bool Q_IN_REGS = MREP * (ACC_REGS + D / 4) <= 128;
     static constexpr int WARP_M = 16 * MREP;
     static constexpr int WARPS = TILE_M / WARP_M;
+    // Occupancy target, given to ptxas through __launch_bounds__. The register file is split over
+    // the SM's four sub-partitions (16K registers each, a CTA's warps dealt round robin), so two
+    // CTAs of 5 warps (80-row tiles) put 3 warps on one sub-partition: 168 registers per thread.
+    // At D = 64 the 80-row kernel fits that (with Q re-read, below) and runs two CTAs per SM; at
+    // 169 registers it would silently drop to one (measured: 175 instead of 254 TFLOPS). Every
+    // other shape asks for one CTA and gets as many as its registers allow.
+    static constexpr int MIN_CTAS = (WARPS == 5 && D == 64) ? 2 : 1;
+    // Q fragments stay in registers for the whole scan when accumulators plus Q take at most half
+    // of the 255 registers a thread can have and no tighter cap applies; otherwise (two slices
+    // per warp, 128-wide K/V tiles at D = 128, the 168-register 80-row kernel) ptxas runs out of
+    // room and spills in some causal / persistent builds, so Q is re-read from shared memory at
+    // every k-step instead (a quarter more shared-memory reads).
+    static constexpr bool Q_IN_REGS = MREP * (ACC_REGS + D / 4) <= 128 && MIN_CTAS == 1;
     static constexpr int THREADS = 32 * WARPS;
     static constexpr int NB = TILE_N / 8;     // 8-column blocks of S (mma n = 8)
     static constexpr int KS = D / 16;         // 16-deep k-steps of Q Kᵀ
