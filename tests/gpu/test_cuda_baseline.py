@@ -211,3 +211,16 @@ def test_compile_error_names_the_instantiation():
                    False, DType.FP16)
     with pytest.raises(CompileError, match=r"(?s)flash_fwd<.*96.*head dim 64 or 128"):
         _load([bad.name], 0)
+
+
+@pytest.mark.parametrize("D", HEAD_DIMS)
+@pytest.mark.parametrize("tiles", TILES, ids=lambda t: t.label)
+def test_occupancy_matches_the_driver(backend, tiles, D):
+    """The backend's CTAs-per-SM (which bounds P) equals cuOccupancyMaxActiveBlocksPerMultiprocessor."""
+    import cupy
+    for order, sched in (("linear", "grid"), ("sawtooth", "static1")):
+        p = backend.prepare(_variant(order, sched, tiles), _problem(D, False))
+        fn = p.kernel.kernel.ptr
+        drv = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(fn, p.threads,
+                                                                          p.smem_bytes)
+        assert p.ctas_per_sm == drv, (p.id, p.registers, p.ctas_per_sm, drv)
