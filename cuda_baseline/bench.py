@@ -20,6 +20,7 @@ import argparse
 import datetime
 import itertools
 import json
+import re
 import subprocess
 import sys
 import time
@@ -67,6 +68,13 @@ def _drift_rows(backend, var: Variant, pr: Problem, q, k, v, fields: dict) -> tu
                   f"spread over {tr['visits'].shape[0]} CTAs, in steps: {summary}")
 
 
+def _git(state: dict) -> dict:
+    """git_state() outside a checkout (the device copy) reads 'HEAD'; record unknown instead."""
+    if not re.fullmatch(r"[0-9a-f]{40}", state.get("commit") or ""):
+        return {"commit": None, "dirty": None}
+    return state
+
+
 def _manifest(run_id: str, args, arch) -> dict:
     """The environment of the run (design.md: every result records it), beside the CSV."""
     import torch
@@ -82,7 +90,7 @@ def _manifest(run_id: str, args, arch) -> dict:
             "gpu": props.name, "sm_count": props.multi_processor_count,
             "l2_bytes": props.L2_cache_size, "nvidia_smi_driver_clock_maxclock": smi.strip(),
             "cuda_runtime": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
-            "arch": arch.name if arch else None, "git": git_state(),
+            "arch": arch.name if arch else None, "git": _git(git_state()),
             "versions": package_versions(), "seed": "1234 + D + causal",
             "l2_state": "cold (2x L2 flush before every repetition)", "reps": args.reps,
             "ncu": None, "clock_control": "none (card as found)"}
