@@ -67,12 +67,15 @@ struct FwdShape {
     static constexpr int WARP_M = 16 * MREP;
     static constexpr int WARPS = TILE_M / WARP_M;
     // Occupancy target, given to ptxas through __launch_bounds__. The register file is split over
-    // the SM's four sub-partitions (16K registers each, a CTA's warps dealt round robin), so two
-    // CTAs of 5 warps (80-row tiles) put 3 warps on one sub-partition: 168 registers per thread.
-    // At D = 64 the 80-row kernel fits that (with Q re-read, below) and runs two CTAs per SM; at
-    // 169 registers it would silently drop to one (measured: 175 instead of 254 TFLOPS). Every
-    // other shape asks for one CTA and gets as many as its registers allow.
-    static constexpr int MIN_CTAS = (WARPS == 5 && D == 64) ? 2 : 1;
+    // the SM's four sub-partitions (16K registers each, a CTA's warps dealt round robin), so three
+    // CTAs of 4 warps, or two of 5, put 3 warps on one sub-partition: 168 registers per thread.
+    // Small tiles at D = 64 need about that much; left alone, ptxas lands some of their builds
+    // just above and the CTA silently drops to the next occupancy (80 x 80 measured 175 instead of
+    // 254 TFLOPS at 177 registers), and linear and sawtooth builds of one shape could differ in
+    // occupancy. So they ask for it (and re-read Q, below); every other shape asks for one CTA and
+    // gets as many as its registers allow, the same for all its builds (checked in CI).
+    static constexpr int MIN_CTAS =
+        (D == 64 && TILE_N <= 80 && MREP == 1 && WARPS <= 5) ? (WARPS == 5 ? 2 : 3) : 1;
     // Q fragments stay in registers for the whole scan when accumulators plus Q take at most half
     // of the 255 registers a thread can have and no tighter cap applies; otherwise (two slices
     // per warp, 128-wide K/V tiles at D = 128, the 168-register 80-row kernel) ptxas runs out of
