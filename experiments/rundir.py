@@ -10,6 +10,7 @@ import datetime as _dt
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -55,13 +56,21 @@ def atomic_run_dir(path: Path):
 
 
 def git_state() -> dict:
+    """Commit and dirty flag of the tree. A copy without git history (e.g. a working tree shipped
+    to a GPU machine) can name its commit in $SAWTOOTH_GIT_COMMIT; otherwise it is recorded as
+    unknown (None), never guessed."""
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
                               timeout=10).stdout.strip()
+    if os.environ.get("SAWTOOTH_GIT_COMMIT"):
+        return {"commit": os.environ["SAWTOOTH_GIT_COMMIT"], "dirty": None,
+                "source": "SAWTOOTH_GIT_COMMIT"}
     try:
-        commit = git("rev-parse", "HEAD")
-        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+        commit = git("rev-parse", "--verify", "-q", "HEAD^{commit}")
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no")) if commit else None
     except (OSError, subprocess.SubprocessError):
+        commit, dirty = "", None
+    if not re.fullmatch(r"[0-9a-f]{40}", commit):
         commit, dirty = "", None
     return {"commit": commit or None, "dirty": dirty}
 

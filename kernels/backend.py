@@ -66,6 +66,18 @@ def _check_arch(requested: str | None):
     return present
 
 
+def compile_hints(variant: Variant, problem: Problem, arch: str,
+                  level: int = 6) -> tuple[int | None, int | None]:
+    """(occupancy, num_worker_warps) hints a variant is compiled with on ``arch`` (no GPU needed):
+    the variant's own occupancy or the arch's measured default; worker warps only with the tiles
+    they were tuned for; neither below ladder level 5."""
+    if level < 5:
+        return None, None
+    base = default_config(arch, problem.D, problem.causal)
+    occupancy = variant.occupancy if variant.occupancy is not None else base.occupancy
+    return occupancy, base.worker_warps if variant.tiles == base.tiles else None
+
+
 class CutileBackend:
     """cuTile FlashAttention forward family. ``arch=None`` uses the GPU present."""
 
@@ -88,12 +100,7 @@ class CutileBackend:
             if v & (v - 1) or v > MAX_TILE:
                 raise UnsupportedVariant(f"{name}={v}: cuTile tiles must be powers of two up to "
                                          f"{MAX_TILE} (e.g. 64 or 128)")
-        base = default_config(arch.name, problem.D, problem.causal)
-        occupancy = variant.occupancy if variant.occupancy is not None else base.occupancy
-        # worker warps belong to the measured config they were tuned with (same tiles)
-        worker_warps = base.worker_warps if tiles == base.tiles else None
-        if self.level < 5:
-            occupancy, worker_warps = None, None
+        occupancy, worker_warps = compile_hints(variant, problem, arch.name, self.level)
         sched, order = variant.schedule, variant.order
         g = TileGrid(problem, tiles)
         from . import fmha

@@ -70,6 +70,18 @@ class CompileCase:
     trace: bool = False
     n_ctas: int = 132
 
+    @classmethod
+    def of(cls, variant, problem, *, trace: bool = False, level: int = 6) -> "CompileCase":
+        """The compile case of a spec ``Variant`` on a ``Problem`` (what the backend launches)."""
+        from spec.problem import TileGrid
+        o, s = variant.order, variant.schedule
+        return cls(B=problem.B, H=problem.H, H_kv=problem.H_kv, S_q=problem.S_q,
+                   S_kv=problem.S_kv, D=problem.D, dtype=problem.dtype.value,
+                   causal=problem.causal, tile_m=variant.tiles.m, tile_n=variant.tiles.n,
+                   order=int(o.kind), group=o.group, sched=int(s.kind), work=int(s.work_order),
+                   tiles_per_cta=s.tiles_per_cta, level=level, trace=trace,
+                   n_ctas=s.grid_size(TileGrid(problem, variant.tiles)))
+
     def signature(self) -> KernelSignature:
         dt = {"fp16": ct.float16, "bf16": ct.bfloat16}[self.dtype]
         qshape = (self.B, self.H, self.S_q, self.D)

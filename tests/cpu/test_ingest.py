@@ -8,24 +8,21 @@ from pathlib import Path
 
 import pytest
 
-from experiments.studies import get_study
+from experiments.studies import Case
 from profiles import metrics, ncu
 from profiles.ingest import IngestError, innermost_range, parse_raw_csv, to_rows
-from spec import get_arch
-from dataclasses import replace
+from spec import Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "ncu_raw_h100.csv"
 
 
 def fixture_cases():
-    cases = get_study("sawtooth").plan(get_arch("h100"))
-    cases = [replace(c, problem=replace(c.problem, S_q=16384, S_kv=16384)) for c in cases]
-    ids = ["cutile.linear.static132.m64n64d64 b8h1s16384d64.fp16.full",
-           "cutile.sawtooth.static132.m64n64d64 b8h1s16384d64.fp16.full",
-           "cuda.linear.static132.m80n80d64 b8h1s16384d64.fp16.full",
-           "cuda.sawtooth.static132.m80n80d64 b8h1s16384d64.fp16.full"]
-    by_id = {c.id: c for c in cases}
-    return [by_id[i] for i in ids]
+    """The four cases the fixture's kernels ran, as the plan of that run named them."""
+    prob = Problem(B=8, H=1, S_q=16384, D=64)
+    p132 = CtaSchedule.persistent(132)
+    return [Case(prob, Variant(backend, order, p132, tiles), 132, "fixture")
+            for backend, tiles in ((Backend.CUTILE, Tiles(64, 64)), (Backend.CUDA, Tiles(80, 80)))
+            for order in (ScanOrder.linear(), ScanOrder.sawtooth())]
 
 
 def test_parses_kernels_metrics_units_and_nvtx_ranges():
