@@ -86,6 +86,9 @@ def check_variant(variant: Variant, problem: Problem, smem_limit: int | None = N
     if variant.backend != Backend.CUDA:
         raise UnsupportedVariant(f"variant backend is {variant.backend.value!r}; CudaBackend "
                                  "builds Backend.CUDA variants only")
+    if variant.level is not None:
+        raise UnsupportedVariant(f"ladder level {variant.level} is a cuTile notion; the CUDA "
+                                 "family has one build per variant (leave level None)")
     t = variant.tiles
     for name, v in (("TILE_M", t.m), ("TILE_N", t.n)):
         if v > MAX_TILE:

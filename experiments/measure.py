@@ -54,7 +54,7 @@ def _by_problem(cases: list[Case]) -> dict:
 
 
 def check_and_time(cases: list[Case], arch: Arch, *, run: str, study: str, reps: int, seed: int,
-                   progress=None) -> Outcome:
+                   timed: bool = True, progress=None) -> Outcome:
     import torch
     res = Outcome()
     backends = {}
@@ -64,8 +64,8 @@ def check_and_time(cases: list[Case], arch: Arch, *, run: str, study: str, reps:
         launchers = {}
         for case in group:
             try:
-                be = backends.setdefault(case.variant.backend,
-                                         get_backend(case.variant.backend, arch.name))
+                be = backends.get(case.variant.backend) or backends.setdefault(
+                    case.variant.backend, get_backend(case.variant.backend, arch.name))
                 prepared = be.prepare(case.variant, problem)
                 out = poisoned_like(q)
                 be.run(prepared, q, k, v, out)
@@ -81,9 +81,10 @@ def check_and_time(cases: list[Case], arch: Arch, *, run: str, study: str, reps:
                 continue
             res.passed.append(case)
             launchers[case] = (lambda be=be, p=prepared, o=out: be.run(p, q, k, v, o))
-        peers = sdpa_peers(q, k, v, problem.causal)
+        peers = sdpa_peers(q, k, v, problem.causal) if timed else {}
         named = {c.id: fn for c, fn in launchers.items()} | peers
-        samples = time_interleaved(named, reps=reps, l2="cold", l2_bytes=arch.l2_bytes)
+        samples = (time_interleaved(named, reps=reps, l2="cold", l2_bytes=arch.l2_bytes)
+                   if timed and named else {})
         for who, s in samples.items():
             subject = next((c for c in launchers if c.id == who), who)
             for i, ms in enumerate(s.ms):

@@ -44,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seq", type=int, help="override every case's sequence length (quick runs)")
     p.add_argument("--filter", help="regular expression on case ids: run only the matching cases")
     p.add_argument("--no-figures", action="store_true", help="skip drawing figures")
-    p.add_argument("--reps", type=int, default=10, help="timed repetitions per variant (measure)")
+    p.add_argument("--reps", type=int, help="timed repetitions per variant (measure; default: "
+                   "the study's)")
     p.add_argument("--seed", type=int, default=0, help="input generator seed (measure)")
     p.add_argument("--metric-set", default="hopper", help="ncu metric set: paper, hopper")
     p.add_argument("--no-profile", action="store_true", help="measure mode: time only, no ncu")
@@ -135,6 +136,9 @@ def _measure(args, console, study, arch, cases, run_dir: Path) -> tuple[list, di
     from . import measure
 
     live = detect()
+    reps = args.reps if args.reps is not None else study.reps
+    if reps < 1:
+        raise UsageError(f"--reps {reps} must be at least 1")
     if live.name != arch.name:
         raise UsageError(f"--arch {arch.name} was asked for, but the GPU present is "
                          f"{live.marketing_name} ({live.name}); pass --arch {live.name}")
@@ -142,16 +146,17 @@ def _measure(args, console, study, arch, cases, run_dir: Path) -> tuple[list, di
                   TimeElapsedColumn(), console=console) as progress:
         task = progress.add_task("checking and timing", total=len(cases))
         outcome = measure.check_and_time(cases, live, run=run_dir.name, study=study.name,
-                                         reps=args.reps, seed=args.seed,
+                                         reps=reps, seed=args.seed, timed=study.timed,
                                          progress=lambda n: progress.advance(task, n))
     write_csv(run_dir / "timing.csv", outcome.rows)
     for case_id, why in outcome.failed.items():
         console.print(f"[red]FAILED[/] {case_id}: {why}")
     params = {"source": "measured", "device": measure.device_facts(), "seed": args.seed,
-              "reps": args.reps, "l2_state": "cold", "failed": outcome.failed}
+              "reps": reps if study.timed else 0, "l2_state": "cold", "failed": outcome.failed}
     rows = list(outcome.rows)
-    if args.no_profile:
-        params["profiling"] = "skipped (--no-profile)"
+    if args.no_profile or not study.profiled:
+        params["profiling"] = "skipped (--no-profile)" if args.no_profile else \
+            f"not part of the {study.name} study"
     elif outcome.passed:
         from profiles.ingest import IngestError
         from profiles.ncu import NcuError

@@ -35,6 +35,9 @@ class Study:
     figures: tuple[str, ...]
     plan: Callable[[Arch], list[Case]]
     measurable: bool = True           # False: simulate only (e.g. an analytic study)
+    timed: bool = True                # measure mode: CUDA-event timing beside the SDPA peers
+    profiled: bool = True             # measure mode: ncu counters
+    reps: int = 10                    # timed repetitions per variant
 
 
 PAPER_S = 131072            # the paper's sequence length on GB10
@@ -83,12 +86,111 @@ def sawtooth_plan(arch: Arch) -> list[Case]:
     return cases
 
 
+def kv_scaled_seqs(arch: Arch, lo: float, hi: float, n: int, D: int = 64,
+                   quantum: int = 2048) -> list[int]:
+    """``n`` sequence lengths whose K+V per head spans ``lo``..``hi`` times the arch's L2."""
+    per_token = 2 * D * 2                                  # K and V rows, fp16
+    first, last = lo * arch.l2_bytes / per_token, hi * arch.l2_bytes / per_token
+    step = (last - first) / max(1, n - 1)
+    return sorted({max(quantum, round((first + i * step) / quantum) * quantum) for i in range(n)})
+
+
+def _cuda_linear(p: int, order: ScanOrder | None = None) -> Variant:
+    return Variant(Backend.CUDA, order or ScanOrder.linear(), CtaSchedule.persistent(p),
+                   Tiles(80, 80))
+
+
+def traffic_plan(arch: Arch) -> list[Case]:
+    """F3, F4, T2: L2 sector accesses vs S = 2^11 .. (the arch's scaled 128K), CUDA kernel with
+    the paper's 80×80 tiles, one persistent CTA per SM, B = H = 1, causal and non-causal."""
+    top = scaled_seq(arch)
+    seqs = [1 << k for k in range(11, 20) if (1 << k) <= top]
+    return [Case(Problem(1, 1, s, 64, causal=c), _cuda_linear(arch.num_sms), arch.num_sms,
+                 "traffic-causal" if c else "traffic-noncausal")
+            for c in (False, True) for s in seqs]
+
+
+def divergence_plan(arch: Arch) -> list[Case]:
+    """F5: L2 misses vs S where K+V per head crosses the L2 (0.5x .. 2x of it; GB10: the paper's
+    64K .. 128K), linear and sawtooth, for the cold-miss line and the C_eff fit."""
+    if arch.name == "gb10":
+        seqs = list(range(65536, 131072 + 1, 4096))
+    else:
+        seqs = kv_scaled_seqs(arch, 0.5, 2.0, 13)
+    return [Case(Problem(1, 1, s, 64), _cuda_linear(arch.num_sms, o), arch.num_sms,
+                 f"divergence-{o.label}")
+            for o in (ScanOrder.linear(), ScanOrder.sawtooth()) for s in seqs]
+
+
+def active_sm_counts(arch: Arch) -> list[int]:
+    """Persistent CTA counts 1 .. SM count: powers of two plus the SM count and its halves."""
+    ps = {1 << k for k in range(arch.num_sms.bit_length()) if (1 << k) <= arch.num_sms}
+    return sorted(ps | {arch.num_sms, arch.num_sms // 2, 3 * arch.num_sms // 4})
+
+
+def l1l2_plan(arch: Arch) -> list[Case]:
+    """F1, F2, T1: L1/L2 counters vs persistent CTA count at two sequence lengths (the paper's
+    32K and 128K on GB10, scaled with L2 elsewhere), CUDA kernel, B = H = 1, 80×80 tiles."""
+    return [Case(Problem(1, 1, s, 64), _cuda_linear(p), p, f"l1l2-s{s}")
+            for s in (scaled_seq(arch, 32768), scaled_seq(arch)) for p in active_sm_counts(arch)]
+
+
+def active_sms_plan(arch: Arch) -> list[Case]:
+    """F6: misses, hits and hit rate vs persistent CTA count at the long sequence, linear and
+    sawtooth (the paper shows linear; the sawtooth twin is our extension)."""
+    s = scaled_seq(arch)
+    return [Case(Problem(1, 1, s, 64), _cuda_linear(p, o), p, f"active-{o.label}")
+            for o in (ScanOrder.linear(), ScanOrder.sawtooth()) for p in active_sm_counts(arch)]
+
+
+def ladder_plan(arch: Arch) -> list[Case]:
+    """The NVIDIA cuTile FMHA tuning ladder, levels 1..6, at B=1, H=16, S=16K, D=128 and D=64,
+    non-causal, grid launch, the arch's measured default tiles; timed beside SDPA."""
+    cases = []
+    for D in (128, 64):
+        prob = Problem(1, 16, 16384, D)
+        for level in range(1, 7):
+            v = Variant(Backend.CUTILE, ScanOrder.linear(), CtaSchedule.grid(), arch.cutile_tiles,
+                        level=level)
+            cases.append(Case(prob, v, arch.resident_ctas(arch.cutile_occupancy), f"ladder-d{D}"))
+    return cases
+
+
+def scaling_plan(arch: Arch) -> list[Case]:
+    """TFLOPS vs S = 1K .. 128K, B=1, H=16, fp16, D = 64 and 128, causal and not: the best
+    default cuTile and CUDA builds (grid launch, the arch's default tiles) beside both SDPA
+    backends."""
+    cases = []
+    for D in (64, 128):
+        for causal in (False, True):
+            for k in range(10, 18):
+                prob = Problem(1, 16, 1 << k, D, causal=causal)
+                panel = f"scaling-d{D}-{'causal' if causal else 'noncausal'}"
+                for backend, tiles in ((Backend.CUTILE, arch.cutile_tiles),
+                                       (Backend.CUDA, arch.cuda_tiles)):
+                    v = Variant(backend, ScanOrder.linear(), CtaSchedule.grid(), tiles)
+                    cases.append(Case(prob, v, arch.num_sms, panel))
+    return cases
+
+
 STUDIES: dict[str, Study] = {
     s.name: s
     for s in (
-        Study("sawtooth", "linear vs sawtooth K/V order: misses, non-compulsory misses "
+        Study("sawtooth", "linear vs sawtooth K/V order: misses, non-compulsory misses, time "
               "(cuTile Static / Tile-based, causal and not; CUDA batch sweep)",
               ("F7", "F8a", "F9a", "F10a"), sawtooth_plan),
+        Study("l1l2", "L1/L2 counters vs persistent CTA count at two sequence lengths (CUDA)",
+              ("F1", "F2", "T1"), l1l2_plan, timed=False),
+        Study("traffic", "L2 sector accesses vs S, causal and not, against the traffic model",
+              ("F3", "F4", "T2"), traffic_plan, timed=False),
+        Study("divergence", "L2 misses vs S around the capacity knee, cold-miss line, C_eff fit",
+              ("F5",), divergence_plan, timed=False),
+        Study("active-sms", "L2 misses, hits and hit rate vs persistent CTA count",
+              ("F6",), active_sms_plan, timed=False),
+        Study("ladder", "the NVIDIA cuTile tuning ladder: TFLOPS per step beside SDPA",
+              ("ladder",), ladder_plan, profiled=False),
+        Study("scaling", "TFLOPS vs S for the best cuTile and CUDA builds beside SDPA",
+              ("scaling",), scaling_plan, profiled=False, reps=5),
     )
 }
 
@@ -122,12 +224,12 @@ def case_to_dict(c: Case) -> dict:
                         "D": p.D, "dtype": p.dtype.value, "causal": p.causal},
             "variant": {"backend": v.backend.value, "order": v.order.label,
                         "schedule": v.schedule.label, "tile_m": v.tiles.m, "tile_n": v.tiles.n,
-                        "occupancy": v.occupancy}}
+                        "occupancy": v.occupancy, "level": v.level}}
 
 
 def case_from_dict(d: dict) -> Case:
     v = d["variant"]
     variant = Variant(Backend(v["backend"]), ScanOrder.parse(v["order"]),
                       CtaSchedule.parse(v["schedule"]), Tiles(v["tile_m"], v["tile_n"]),
-                      v["occupancy"])
+                      v["occupancy"], v.get("level"))
     return Case(Problem(**d["problem"]), variant, d["resident"], d["panel"])

@@ -100,7 +100,10 @@ class CutileBackend:
             if v & (v - 1) or v > MAX_TILE:
                 raise UnsupportedVariant(f"{name}={v}: cuTile tiles must be powers of two up to "
                                          f"{MAX_TILE} (e.g. 64 or 128)")
-        occupancy, worker_warps = compile_hints(variant, problem, arch.name, self.level)
+        level = variant.level if variant.level is not None else self.level
+        if level not in range(1, 7):
+            raise UnsupportedVariant(f"tuning-ladder level {level!r}; accepted: 1..6")
+        occupancy, worker_warps = compile_hints(variant, problem, arch.name, level)
         sched, order = variant.schedule, variant.order
         g = TileGrid(problem, tiles)
         from . import fmha
@@ -109,9 +112,9 @@ class CutileBackend:
             group_size=problem.group_size, causal=problem.causal,
             even_k=problem.S_kv % tiles.n == 0, order=int(order.kind), group=order.group,
             sched=int(sched.kind), work=int(sched.work_order),
-            tiles_per_cta=sched.tiles_per_cta, level=self.level, trace=False)[:-1]
-        return Prepared(variant, problem, arch.name, occupancy, worker_warps, self.level,
-                        consts, fmha.qk_scale_for(problem.D, self.level), sched.grid_size(g))
+            tiles_per_cta=sched.tiles_per_cta, level=level, trace=False)[:-1]
+        return Prepared(variant, problem, arch.name, occupancy, worker_warps, level,
+                        consts, fmha.qk_scale_for(problem.D, level), sched.grid_size(g))
 
     def _launch(self, p: Prepared, q, k, v, out, trace_buf, trace: bool) -> None:
         import cuda.tile as ct

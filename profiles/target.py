@@ -22,8 +22,8 @@ def main(argv: list[str] | None = None) -> int:
     cases = [case_from_dict(d) for d in plan["cases"]]
     backends, launches, inputs = {}, [], {}
     for case in cases:
-        be = backends.setdefault(case.variant.backend,
-                                 get_backend(case.variant.backend, plan.get("arch")))
+        be = backends.get(case.variant.backend) or backends.setdefault(
+            case.variant.backend, get_backend(case.variant.backend, plan.get("arch")))
         if case.problem not in inputs:
             q, k, v = random_inputs(case.problem, plan.get("seed", 0))
             inputs[case.problem] = (q, k, v, poisoned_like(q))

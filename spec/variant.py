@@ -1,6 +1,6 @@
 """A variant: one compile-time specialisation of a kernel family, named by one id grammar.
 
-``{backend}.{order}.{schedule}.m{TILE_M}n{TILE_N}d{D}[.occ{N}]``, e.g.
+``{backend}.{order}.{schedule}.m{TILE_M}n{TILE_N}d{D}[.occ{N}][.L{level}]``, e.g.
 ``cutile.sawtooth.static132.m64n64d64``. The id is the NVTX range under ncu, the ``variant`` column
 of every CSV and the key of the figure style table.
 """
@@ -26,8 +26,10 @@ class Variant:
     schedule: CtaSchedule
     tiles: Tiles
     occupancy: int | None = None   # None: the family's default for the arch
+    level: int | None = None       # cuTile tuning-ladder level 1..6; None: the full kernel (6)
 
     def id(self, problem: Problem) -> str:
         occ = "" if self.occupancy is None else f".occ{self.occupancy}"
+        lvl = "" if self.level is None else f".L{self.level}"
         return (f"{self.backend.value}.{self.order.label}.{self.schedule.label}."
-                f"{self.tiles.label}d{problem.D}{occ}")
+                f"{self.tiles.label}d{problem.D}{occ}{lvl}")

@@ -20,7 +20,9 @@ def cli(*args, cwd=ROOT):
 
 def test_list_names_the_studies():
     r = cli("--list")
-    assert r.returncode == 0 and "sawtooth" in r.stdout
+    assert r.returncode == 0
+    for study in ("sawtooth", "l1l2", "traffic", "divergence", "active-sms", "ladder", "scaling"):
+        assert study in r.stdout
 
 
 def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path):
@@ -33,7 +35,7 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["sawtooth", "--arch", "a100"], "unknown arch 'a100'; known: gb10, h100, h200, b200, b300"),
-    (["nope", "--arch", "gb10"], "unknown study 'nope'; known: sawtooth"),
+    (["nope", "--arch", "gb10"], "unknown study 'nope'; known: sawtooth, l1l2"),
     (["sawtooth"], "--arch is required"),
     (["sawtooth", "--arch", "gb10", "--seq", "0"], "--seq 0 must be a positive"),
     (["sawtooth", "--arch", "gb10", "--capacity-mib", "-1"], "must be positive"),
