@@ -115,17 +115,30 @@ def profile(cases: list[Case], arch: Arch, run_dir: Path, *, run: str, study: st
                 log=run_dir / "ncu.log")
     raw = ncu.export_raw_csv(tool, report)
     (run_dir / "ncu_raw.csv").write_text(raw)
-    rows = ingest.to_rows(ingest.parse_raw_csv(raw, wanted), cases, run=run, study=study, arch=arch.name)
+    rows = ingest.to_rows(ingest.parse_raw_csv(raw, wanted), cases, run=run, study=study,
+                          arch=arch.name)
+    rows += derived_miss_rows(rows, cases, arch, run=run, study=study)
+    return rows, tool.settings() | {"metric_set": metric_set}
+
+
+def _same_case(row: Row, case: Case) -> bool:
+    return row.variant == case.variant.id(case.problem) and all(
+        getattr(row, k) == v for k, v in case_fields(case.problem).items())
+
+
+def derived_miss_rows(rows: list[Row], cases: list[Case], arch: Arch, *, run: str,
+                      study: str) -> list[Row]:
+    """Per case: the exact cold-miss count (``source=model``) and measured misses minus it."""
+    out = []
     for c in cases:
         cold = cold_misses(c.problem, c.variant.tiles, arch.sector_bytes)
         miss = next(r.value for r in rows
-                    if r.metric == Metric.L2_TEX_MISSES and r.variant == c.variant.id(c.problem)
-                    and r.B == c.problem.B and r.causal == c.problem.causal)
-        rows.append(_row(c, c.problem, Metric.COLD_MISSES, cold, run=run, study=study,
-                         arch=arch.name, source=Source.MODEL.value, note="exact cold-miss count"))
-        rows.append(_row(c, c.problem, Metric.NONCOMPULSORY_MISSES, miss - cold, run=run,
-                         study=study, arch=arch.name, note="measured misses - exact cold misses"))
-    return rows, tool.settings() | {"metric_set": metric_set}
+                    if r.metric == Metric.L2_TEX_MISSES and _same_case(r, c))
+        out.append(_row(c, c.problem, Metric.COLD_MISSES, cold, run=run, study=study,
+                        arch=arch.name, source=Source.MODEL.value, note="exact cold-miss count"))
+        out.append(_row(c, c.problem, Metric.NONCOMPULSORY_MISSES, miss - cold, run=run,
+                        study=study, arch=arch.name, note="measured misses - exact cold misses"))
+    return out
 
 
 def device_facts() -> dict:
