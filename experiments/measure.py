@@ -74,8 +74,8 @@ def check_and_time(cases: list[Case], arch: Arch, *, run: str, study: str, reps:
             except Exception as e:          # a failed variant is reported; the sweep goes on
                 res.failed[case.id] = f"{type(e).__name__}: {e}"
                 continue
-            res.rows.append(_row(case, problem, "max_abs_err", verdict.max_err, run=run,
-                                 study=study, arch=arch.name, note=str(verdict), unit=""))
+            res.rows.append(_row(case, problem, Metric.MAX_ABS_ERR, verdict.max_err, run=run,
+                                 study=study, arch=arch.name, note=str(verdict)))
             if not verdict.passed:
                 res.failed[case.id] = str(verdict)
                 continue

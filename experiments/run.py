@@ -122,8 +122,11 @@ def _simulate(args, console, study, arch, cases, run_dir: Path) -> tuple[list, d
         task = progress.add_task("simulating", total=len(cases))
         for c in cases:
             progress.update(task, description=f"simulating {c.id}")
-            rows.extend(rows_for(simulate_case(c, arch, capacity), run=run_dir.name,
-                                 study=study.name, arch=arch))
+            if study.simulate is not None:
+                rows.extend(study.simulate(c, arch, capacity, run=run_dir.name, study=study.name))
+            else:
+                rows.extend(rows_for(simulate_case(c, arch, capacity), run=run_dir.name,
+                                     study=study.name, arch=arch))
             progress.advance(task)
     write_csv(run_dir / "counters.csv", rows)
     return rows, {"source": "simulated", "capacity_bytes": capacity}

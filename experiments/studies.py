@@ -38,6 +38,7 @@ class Study:
     timed: bool = True                # measure mode: CUDA-event timing beside the SDPA peers
     profiled: bool = True             # measure mode: ncu counters
     reps: int = 10                    # timed repetitions per variant
+    simulate: Callable | None = None  # simulate-mode rows of one case; None: the L2 counters
 
 
 PAPER_S = 131072            # the paper's sequence length on GB10
@@ -173,6 +174,28 @@ def scaling_plan(arch: Arch) -> list[Case]:
     return cases
 
 
+def reuse_plan(arch: Arch) -> list[Case]:
+    """Reuse distances and miss-ratio curves of one head (B = H = 1) at the sawtooth study's
+    sequence length: cuTile Static 64×64 and CUDA 80×80 (one persistent CTA per SM), causal and
+    not, linear vs sawtooth vs the block-parity ablation."""
+    s, p = scaled_seq(arch), arch.num_sms
+    orders = (ScanOrder.linear(), ScanOrder.sawtooth(), ScanOrder.block_parity())
+    cases = []
+    for causal in (False, True):
+        prob = Problem(1, 1, s, 64, causal=causal)
+        mode = "causal" if causal else "noncausal"
+        for backend, tiles in ((Backend.CUTILE, Tiles(64, 64)), (Backend.CUDA, Tiles(80, 80))):
+            for o in orders:
+                v = Variant(backend, o, CtaSchedule.persistent(p), tiles)
+                cases.append(Case(prob, v, p, f"reuse-{backend.value}-{mode}"))
+    return cases
+
+
+def _reuse_rows(*args, **kw):
+    from .simulate import reuse_rows       # analysis imports stay out of plan-only commands
+    return reuse_rows(*args, **kw)
+
+
 STUDIES: dict[str, Study] = {
     s.name: s
     for s in (
@@ -191,6 +214,9 @@ STUDIES: dict[str, Study] = {
               ("ladder",), ladder_plan, profiled=False),
         Study("scaling", "TFLOPS vs S for the best cuTile and CUDA builds beside SDPA",
               ("scaling",), scaling_plan, profiled=False, reps=5),
+        Study("reuse", "reuse-distance histograms and LRU miss-ratio curves (simulator only), "
+              "linear vs sawtooth vs block-parity, every arch's L2 marked",
+              ("reuse",), reuse_plan, measurable=False, simulate=_reuse_rows),
     )
 }
 

@@ -16,7 +16,8 @@ from typing import Iterable
 from .problem import Problem, Tiles
 from .variant import Variant
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: adds ``x``, the abscissa of curve metrics (schema-1 files read with ``x = None``)."""
 
 
 class Source(enum.Enum):
@@ -26,7 +27,7 @@ class Source(enum.Enum):
 
 
 class Metric:
-    """Metric names (ncu's where one exists)."""
+    """Metric names (ncu's where one exists). Curve metrics carry their abscissa in ``Row.x``."""
 
     L2_SECTORS = "lts__t_sectors.sum"
     L2_TEX_SECTORS = "lts__t_sectors_srcunit_tex.sum"
@@ -41,6 +42,10 @@ class Metric:
     NONCOMPULSORY_MISSES = "noncompulsory_misses"
     KERNEL_TIME_MS = "kernel_time_ms"
     TFLOPS = "tflops"
+    MAX_ABS_ERR = "max_abs_err"
+    # curves (x = capacity in bytes / lower edge of a log2 distance bin in bytes)
+    LRU_MISSES = "lru_misses"
+    REUSE_DISTANCE_SECTORS = "reuse_distance_sectors"
 
 
 UNITS = {
@@ -48,6 +53,7 @@ UNITS = {
     Metric.L2_TEX_MISSES: "sector", Metric.L2_HIT_RATE: "%", Metric.L1_SECTORS: "sector",
     Metric.L1_HITS: "sector", Metric.DRAM_READ_BYTES: "byte", Metric.COLD_MISSES: "sector",
     Metric.NONCOMPULSORY_MISSES: "sector", Metric.KERNEL_TIME_MS: "ms", Metric.TFLOPS: "TFLOP/s",
+    Metric.MAX_ABS_ERR: "", Metric.LRU_MISSES: "sector", Metric.REUSE_DISTANCE_SECTORS: "sector",
 }
 
 
@@ -76,7 +82,8 @@ class Row:
     unit: str
     source: str
     sample: int = 0          # repetition index for timing samples, 0 for counters
-    note: str = ""           # e.g. "C_eff=20.0MiB" for simulated rows
+    note: str = ""           # e.g. "LRU capacity=24.00MiB (nominal L2)" for simulated rows
+    x: float | None = None   # abscissa of a curve metric (e.g. cache capacity in bytes)
 
 
 COLUMNS = tuple(f.name for f in fields(Row))
@@ -120,5 +127,6 @@ def read_csv(path: Path) -> list[dict]:
             r["occupancy"] = int(r["occupancy"]) if r["occupancy"] else None
             r["value"] = float(r["value"])
             r["causal"] = r["causal"] in ("True", "true", "1")
+            r["x"] = float(r["x"]) if r.get("x") not in (None, "") else None
             out.append(r)
     return out

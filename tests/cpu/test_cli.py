@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from spec.records import read_csv
+from spec.records import SCHEMA_VERSION, read_csv
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -62,7 +62,7 @@ def test_small_simulation_writes_rows_manifest_and_figures(tmp_path):
     miss = [r for r in rows if r["metric"] == "lts__t_sectors_srcunit_tex_lookup_miss.sum"]
     assert len(miss) == 12                                   # 4 static + 8 CUDA variants
     m = json.loads((out / "manifest.json").read_text())
-    assert m["schema_version"] == 1 and m["mode"] == "simulate" and m["arch"]["name"] == "gb10"
+    assert m["schema_version"] == SCHEMA_VERSION and m["mode"] == "simulate" and m["arch"]["name"] == "gb10"
     assert m["parameters"]["capacity_bytes"] == 512 * 1024 and m["git"]["commit"]
     assert m["versions"]["numpy"]
     for fig in ("F7", "F8a", "F9a", "F10a"):
@@ -82,3 +82,19 @@ def test_paper_figures_cli_redraws_from_a_run(tmp_path):
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "figs" / "F8a.pdf").stat().st_size > 1000
     assert "F9a: skipped (no cuTile non-causal rows" in r.stdout
+
+
+def test_reuse_study_writes_curves_with_their_abscissa(tmp_path):
+    out = tmp_path / "run"
+    r = cli("reuse", "--arch", "gb10", "--seq", "4096", "--filter", "cuda-noncausal",
+            "--no-figures", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    rows = read_csv(out / "counters.csv")
+    mrc = [x for x in rows if x["metric"] == "lru_misses" and x["order"] == "linear"]
+    caps = [x["x"] for x in mrc]
+    assert caps == sorted(caps) and 24 << 20 in caps                  # GB10's L2 is on the grid
+    misses = [x["value"] for x in mrc]
+    assert all(a >= b for a, b in zip(misses, misses[1:]))           # never rises with capacity
+    assert {x["source"] for x in rows} == {"simulated"}
+    again = cli("reuse", "--arch", "gb10", "--mode", "measure", "--out", str(tmp_path / "m"))
+    assert again.returncode == 2 and "needs a CUDA GPU" in again.stderr
