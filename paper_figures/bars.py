@@ -11,9 +11,20 @@ from .style import SIMULATED_HATCH, order_style, series_label, title_suffix  # n
 
 
 def grouped_bars(groups: list[str], series: dict[tuple[str, str], list[float]], *, ylabel: str,
-                 title: str, annotate_reduction: bool = True):
-    """``series`` maps (order, source) to one value per group (NaN where missing)."""
-    fig, ax = plt.subplots(figsize=(max(6.5, 1.6 * len(groups) + 2), 3.8), constrained_layout=True)
+                 title: str, annotate_reduction: bool = True,
+                 errors: dict[tuple[str, str], tuple[list[float], list[float]]] | None = None,
+                 peers: dict[tuple[str, str], float] | None = None, ax=None):
+    """``series`` maps (order, source) to one value per group (NaN where missing).
+
+    ``errors`` maps a series key to (low, high) absolute bounds per group (drawn as error bars,
+    e.g. the min..max of timing samples); ``peers`` maps (backend, source) to a value drawn as a
+    horizontal reference line across the groups (the SDPA peers of the same problem), or to one
+    value per group drawn as a segment over that group. ``ax``: draw into that axes (a panel)."""
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(max(6.5, 1.6 * len(groups) + 2), 3.8),
+                               constrained_layout=True)
+    else:                                # a panel of a larger figure
+        fig = ax.figure
     x = np.arange(len(groups))
     width = 0.8 / max(1, len(series))
     for k, ((order, source), vals) in enumerate(series.items()):
@@ -21,6 +32,18 @@ def grouped_bars(groups: list[str], series: dict[tuple[str, str], list[float]], 
         ax.bar(x + (k - (len(series) - 1) / 2) * width, vals, width, color=st["color"],
                hatch=None if source == "measured" else SIMULATED_HATCH, edgecolor="black",
                linewidth=0.5, label=series_label(order, source))
+        if errors and (order, source) in errors:
+            lo, hi = (np.asarray(v, dtype=float) for v in errors[(order, source)])
+            v = np.asarray(vals, dtype=float)
+            ax.errorbar(x + (k - (len(series) - 1) / 2) * width, v, yerr=[v - lo, hi - v],
+                        fmt="none", ecolor="black", elinewidth=0.8, capsize=3)
+    for k, ((backend, source), value) in enumerate((peers or {}).items()):
+        st = order_style(backend)
+        kw = dict(color=st["color"], ls=("-.", ":")[k % 2], lw=1.3)
+        if np.ndim(value) == 0:          # one problem: a line across every group
+            ax.axhline(value, label=f"{series_label(backend, source)}: {value:.0f}", **kw)
+        else:                            # one value per group: a segment over each group
+            ax.hlines(value, x - 0.45, x + 0.45, label=series_label(backend, source), **kw)
     if annotate_reduction:
         lin = next((v for (o, _), v in series.items() if o == "linear"), None)
         saw = next((v for (o, _), v in series.items() if o.startswith("sawtooth")), None)
@@ -32,7 +55,11 @@ def grouped_bars(groups: list[str], series: dict[tuple[str, str], list[float]], 
                                 va="bottom", fontsize=8)
     ax.set_xticks(x, groups)
     ax.set_ylabel(ylabel)
-    ax.set_title(title + title_suffix({s for _, s in series}), fontsize=10)
-    ax.legend(fontsize=8)
+    ax.set_title(title + title_suffix({s for _, s in series} | {s for _, s in (peers or {})}),
+                 fontsize=10)
+    if peers:       # reference lines cross the bars: keep the legend outside
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    else:
+        ax.legend(fontsize=8)
     ax.margins(y=0.15)
     return fig

@@ -26,3 +26,12 @@ def load(rows: list[dict]) -> dict:
 def plot(data: dict, arch: str | None = None):
     return grouped_bars(data["groups"], data["series"], ylabel="L2 misses (M sectors)",
                         title=f"F8a: CUDA split-Q, S={data['S']}, 80×80 tiles, {arch or ''}")
+
+
+def main(argv=None):
+    from .cli import figure_main
+    return figure_main(__name__, argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -10,3 +10,12 @@ def load(rows):
 
 def plot(data, arch=None):
     return plot_misses(data, FIGURE, False, arch)
+
+
+def main(argv=None):
+    from .cli import figure_main
+    return figure_main(__name__, argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,22 @@
+"""F8b: CUDA split-Q throughput (TFLOP/s) vs batch size, linear vs sawtooth, with SDPA peers per batch
+(sawtooth study; bars: median of the timed samples, error bars: their min..max)."""
+from .timing_panels import load_cuda_batch, plot_cuda_batch
+
+FIGURE = "F8b"
+
+
+def load(rows):
+    return load_cuda_batch(rows, "tflops")
+
+
+def plot(data, arch=None):
+    return plot_cuda_batch(data, FIGURE, "tflops", arch)
+
+
+def main(argv=None):
+    from .cli import figure_main
+    return figure_main(__name__, argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,22 @@
+"""F9b: cuTile non-causal throughput per schedule (Static, Tile-based), linear vs sawtooth, with the
+SDPA flash and cuDNN peers of the same problem as horizontal reference lines (sawtooth study)."""
+from .timing_panels import load_cutile, plot_cutile
+
+FIGURE = "F9b"
+
+
+def load(rows):
+    return load_cutile(rows, causal=False)
+
+
+def plot(data, arch=None):
+    return plot_cutile(data, FIGURE, False, arch)
+
+
+def main(argv=None):
+    from .cli import figure_main
+    return figure_main(__name__, argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,22 @@
+"""F10b: cuTile causal throughput per schedule (Static, Tile-based), linear vs sawtooth, with the
+SDPA flash and cuDNN peers of the same problem as horizontal reference lines (sawtooth study)."""
+from .timing_panels import load_cutile, plot_cutile
+
+FIGURE = "F10b"
+
+
+def load(rows):
+    return load_cutile(rows, causal=True)
+
+
+def plot(data, arch=None):
+    return plot_cutile(data, FIGURE, True, arch)
+
+
+def main(argv=None):
+    from .cli import figure_main
+    return figure_main(__name__, argv)
+
+
+if __name__ == "__main__":
+    main()

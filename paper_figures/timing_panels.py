@@ -1,0 +1,78 @@
+"""Throughput and time figures of the sawtooth study (F8b, F8c, F9b, F10b): grouped bars of the
+median over the timed samples, error bars from the slowest to the fastest sample, and the SDPA
+peers measured in the same run for the same problem."""
+from __future__ import annotations
+
+import math
+
+from .bars import grouped_bars
+from .cutile_panels import _schedule_name
+from .data import Skip, sources, tflops_stats
+from .style import gpu_name
+
+PEERS = ("sdpa-flash", "sdpa-cudnn")
+QUANTITY = {"tflops": ("TFLOP/s (median; bars: sample min..max)", "tflops"),
+            "ms": ("kernel time (ms, median; bars: sample min..max)", "ms")}
+
+
+def _bars(stats: list[dict], group_of, groups: list, quantity: str):
+    series, errors = {}, {}
+    for s in stats:
+        key = (s["order"], s["source"])
+        vals = series.setdefault(key, [math.nan] * len(groups))
+        lo, hi = errors.setdefault(key, ([math.nan] * len(groups), [math.nan] * len(groups)))
+        i = groups.index(group_of(s))
+        vals[i], lo[i], hi[i] = s[quantity], s[f"{quantity}_lo"], s[f"{quantity}_hi"]
+    return series, errors
+
+
+def load_cuda_batch(rows: list[dict], quantity: str) -> dict:
+    stats = tflops_stats(rows, "sawtooth", causal=False)
+    cuda = [s for s in stats.values() if s["backend"] == "cuda"]
+    if quantity == "ms":
+        cuda = [s for s in cuda if not math.isnan(s["ms"])]
+    if not cuda:
+        raise Skip("no CUDA timing rows of the sawtooth study (kernel_time_ms / tflops)")
+    batches = sorted({s["B"] for s in cuda})
+    S = cuda[0]["S_q"]
+    series, errors = _bars(cuda, lambda s: s["B"], batches, quantity)
+    peers = {}
+    for s in stats.values():
+        if s["backend"] in PEERS and s["S_q"] == S and s["B"] in batches \
+                and s["D"] == cuda[0]["D"] and not math.isnan(s[quantity]):
+            vals = peers.setdefault((s["backend"], s["source"]), [math.nan] * len(batches))
+            vals[batches.index(s["B"])] = s[quantity]
+    return {"groups": [f"B={b}" for b in batches], "series": series, "errors": errors,
+            "peers": peers, "S": S, "sources": sources(cuda)}
+
+
+def plot_cuda_batch(data: dict, figure: str, quantity: str, arch: str | None):
+    what = "throughput" if quantity == "tflops" else "kernel time"
+    return grouped_bars(data["groups"], data["series"], ylabel=QUANTITY[quantity][0],
+                        errors=data["errors"], peers=data["peers"],
+                        title=f"{figure}: CUDA split-Q {what}, S={data['S']}, 80×80 tiles, "
+                              f"non-causal\n{gpu_name(arch)}")
+
+
+def load_cutile(rows: list[dict], causal: bool) -> dict:
+    stats = tflops_stats(rows, "sawtooth", causal=causal)
+    ct = [s for s in stats.values() if s["backend"] == "cutile"]
+    if not ct:
+        raise Skip(f"no cuTile {'causal' if causal else 'non-causal'} timing rows of the sawtooth "
+                   "study (kernel_time_ms / tflops)")
+    schedules = sorted({s["schedule"] for s in ct})
+    ref = ct[0]
+    series, errors = _bars(ct, lambda s: s["schedule"], schedules, "tflops")
+    peers = {(s["backend"], s["source"]): s["tflops"] for s in stats.values()
+             if s["backend"] in PEERS and (s["B"], s["H"], s["S_q"], s["D"])
+             == (ref["B"], ref["H"], ref["S_q"], ref["D"])}
+    return {"groups": [_schedule_name(s) for s in schedules], "series": series, "errors": errors,
+            "peers": peers, "S": ref["S_q"], "B": ref["B"], "sources": sources(ct)}
+
+
+def plot_cutile(data: dict, figure: str, causal: bool, arch: str | None):
+    mode = "causal" if causal else "non-causal"
+    return grouped_bars(data["groups"], data["series"], ylabel=QUANTITY["tflops"][0],
+                        errors=data["errors"], peers=data["peers"],
+                        title=f"{figure}: cuTile {mode} throughput, B={data['B']}, S={data['S']}, "
+                              f"64×64 tiles\n{gpu_name(arch)}")
