@@ -15,8 +15,8 @@ from .data import Skip, sources, tflops_stats
 from .style import gpu_name
 
 FIGURE = "ladder"
-LEVELS = {1: "basic", 2: "exp2+FTZ", 3: "K transposed", 4: "latency hints", 5: "occupancy 2",
-          6: "approx. div"}
+LEVELS = {1: "basic", 2: "exp2\n+FTZ", 3: "K pre-\ntransposed", 4: "latency\nhints",
+          5: "occu-\npancy 2", 6: "approx.\ndivision"}
 PEERS = ("sdpa-flash", "sdpa-cudnn")
 _LEVEL = re.compile(r"\.L(\d+)$")
 
@@ -50,7 +50,7 @@ def load(rows: list[dict]) -> dict:
 
 def plot(data: dict, arch: str | None = None):
     n = len(data["panels"])
-    fig, axes = lines.figure(ncols=n, width=7.0, height=4.0)
+    fig, axes = lines.figure(ncols=n, width=7.5, height=4.3)
     for ax, p in zip(axes[0], data["panels"]):
         grouped_bars(p["groups"], p["series"], ylabel="TFLOP/s (median; bars: sample min..max)",
                      errors=p["errors"], peers=p["peers"], annotate_reduction=False, ax=ax,

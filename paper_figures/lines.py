@@ -49,14 +49,16 @@ def hline(ax, y: float, key: str, label: str | None = None, **extra):
     return ax.axhline(y, **kw)
 
 
-def vline(ax, x: float, label: str, color: str = "#999999", text: bool = True, **extra):
-    """A vertical marker with its label written along it."""
+def vline(ax, x: float, label: str, color: str = "#999999", text: bool = True,
+          bottom: bool = False, **extra):
+    """A vertical marker with its label written along it (from the top, or from the bottom)."""
     kw = dict(color=color, ls="--", lw=1.0)
     kw.update(extra)
     ax.axvline(x, **kw)
     if text:
-        ax.annotate(label, (x, 0.98), xycoords=("data", "axes fraction"), rotation=90,
-                    ha="right", va="top", fontsize=7, color=color)
+        ax.annotate(label, (x, 0.02 if bottom else 0.98), xycoords=("data", "axes fraction"),
+                    rotation=90, ha="right", va="bottom" if bottom else "top", fontsize=7,
+                    color=color)
 
 
 def title(ax_or_fig, text: str, sources: set[str], size: float = 10):

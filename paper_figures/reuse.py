@@ -45,7 +45,7 @@ def _l2_marks(ax, text: bool):
     for k, name in enumerate(ARCHS):
         a = get_arch(name)
         lines.vline(ax, a.l2_bytes / (1 << 20), f"{name} L2 {a.l2_mib:.0f} MiB",
-                    color=ARCH_COLORS[k], text=text, lw=0.9)
+                    color=ARCH_COLORS[k], text=text, bottom=True, lw=0.9)
 
 
 def plot(data: dict, arch: str | None = None):
@@ -76,9 +76,9 @@ def plot(data: dict, arch: str | None = None):
                       f"{tm}×{tn}, {sched}", fontsize=8)
         lines.legend(top, loc="upper right", fontsize=6)
         lines.legend(bot, loc="upper left", fontsize=6)
-    lines.title(fig, f"reuse: LRU miss-ratio curves and reuse distances of one head, "
-                     f"fully associative LRU over tiles (drawn for {gpu_name(arch)}; "
-                     "every arch's L2 marked)", data["sources"], size=9)
+    lines.title(fig, "reuse: LRU miss-ratio curves and reuse distances of one head, fully "
+                     f"associative LRU over tiles\ndrawn for {gpu_name(arch)}; every arch's "
+                     "nominal L2 marked", data["sources"], size=9)
     return fig
 
 
