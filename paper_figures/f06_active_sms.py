@@ -63,9 +63,8 @@ def plot(data: dict, arch: str | None = None):
         ax.set_ylim(bottom=0)
         h1, l1 = ax.get_legend_handles_labels()
         h2, l2 = right.get_legend_handles_labels()
-        ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.07),
-                  ncols=2)
-        ax.set_title(f"{order_style(order)['label']}", fontsize=9, pad=42)
+        ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.02),
+                  ncols=2, title=f"{order_style(order)['label']}", title_fontsize=8)
     ref = data["ref"]
     src = "" if data["study"] == "active-sms" else " (l1l2 study rows)"
     lines.title(fig, f"F6: L2 misses, hits and hit rate vs active SMs, CUDA split-Q, "

@@ -79,11 +79,13 @@ def legend(ax, **kw):
 
 def table_figure(columns: list[str], rows: list[list], text: str, sources: set[str]):
     """A table drawn as a figure (PNG/PDF beside the CSV and markdown of a table module)."""
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.25 * len(columns)), 0.9 + 0.32 * (len(rows) + 1)),
+    cells = [[str(c) for c in r] for r in rows]
+    chars = sum(max(len(str(c)), *(len(r[i]) for r in cells)) + 2 for i, c in enumerate(columns))
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.075 * chars), 0.55 + 0.24 * (len(rows) + 1)),
                            constrained_layout=True)
     ax.axis("off")
-    t = ax.table(cellText=[[str(c) for c in r] for r in rows], colLabels=columns, loc="center",
-                 cellLoc="right", colLoc="center")
+    t = ax.table(cellText=cells, colLabels=columns, cellLoc="right", colLoc="center",
+                 bbox=[0, 0, 1, 1])
     t.auto_set_font_size(False)
     t.set_fontsize(8)
     t.auto_set_column_width(list(range(len(columns))))

@@ -61,6 +61,8 @@ def plot(data: dict, arch: str | None = None):
                          markersize=2.5)
         for (order, source), pts in sorted(per.get(Metric.REUSE_DISTANCE_SECTORS, {}).items()):
             x = sorted(pts)
+            nz = [c for c in x if pts[c] > 0]
+            x = [c for c in x if nz and nz[0] / 2 <= c <= nz[-1] * 2]    # trim empty tails
             kw = line_kwargs(order, source)
             bot.step(np.array(x) / (1 << 20), [pts[c] / 1e6 for c in x], where="post",
                      color=kw.get("color"), ls=kw.get("ls", "-"), label=kw.get("label"), lw=1.3)
