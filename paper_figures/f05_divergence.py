@@ -99,7 +99,7 @@ def plot(data: dict, arch: str | None = None):
     ceff = ", ".join(f"C_eff {o} {f.c_eff_mib:.1f} MiB" for (o, _), f in data["fits"].items()
                      if not isinstance(f, str))
     lines.title(ax, f"F5: L2 misses vs S, CUDA split-Q, B={ref['B']}, H={ref['H']}, "
-                    f"{resident(ref['schedule'])} persistent CTAs\n{gpu_name(arch)}: "
+                    f"{resident(ref['schedule'])} persistent CTAs\n{gpu_name(arch)}\n"
                     f"{ceff}{'; ' + labels[0] if labels else ''}", data["sources"] | {"model"},
                 size=9)
     return fig

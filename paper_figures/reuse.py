@@ -72,7 +72,9 @@ def plot(data: dict, arch: str | None = None):
         top.set_ylim(bottom=0)
         top.set_ylabel("LRU misses (M sectors)")
         top.set_xlabel("cache capacity (MiB, log2)")
-        bot.set_ylabel("accesses (M sectors)")
+        bot.set_yscale("symlog", linthresh=1e-3)  # in-wavefront reuse dwarfs the rest
+        bot.set_ylim(bottom=0)
+        bot.set_ylabel("accesses (M sectors, symlog)")
         bot.set_xlabel("reuse distance (MiB, log2 bins; lower edge)")
         top.set_title(f"{backend}, {'causal' if causal else 'non-causal'}, B={B}, H={H}, S={S}, "
                       f"{tm}×{tn}, {sched}", fontsize=8)
