@@ -62,16 +62,16 @@ def _resolve_mode(requested: str, study, has_gpu: bool) -> tuple[str, str]:
     if requested == "simulate":
         return "simulate", "simulating (--mode simulate): predictions, not measurements"
     if requested == "measure":
+        if not can_measure:
+            raise UsageError(f"study {study.name!r} is simulator-only (nothing in it runs on a "
+                             "GPU); use --mode simulate")
         if not has_gpu:
             raise UsageError("--mode measure needs a CUDA GPU and none was found "
                              "(torch.cuda.is_available() is False); use --mode simulate")
-        if not can_measure:
-            raise UsageError(f"study {study.name!r} has no measure mode yet (it lands with the "
-                             "profiling layer); use --mode simulate")
         return "measure", "measuring on the GPU (--mode measure)"
     if has_gpu and can_measure:
         return "measure", "auto: CUDA GPU found, measuring"
-    why = "no CUDA GPU found" if not has_gpu else f"study {study.name!r} has no measure mode yet"
+    why = "no CUDA GPU found" if not has_gpu else f"study {study.name!r} is simulator-only"
     return "simulate", f"auto: {why}, SIMULATING: every number below is a prediction of the L2 simulator"
 
 
