@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             notes[vid] = "" if res.passed else f"CORRECTNESS {res}"
             print(f"  {vid:<44} {pr.label:<32} {res}", flush=True)
             o = torch.empty_like(q)
-            fns[vid] = (lambda p=p, o=o: backend.run(p, q, k, v, o))
+            fns[vid] = (lambda p=p, o=o, q=q, k=k, v=v: backend.run(p, q, k, v, o))
             prepared[vid] = (var, p)
             resources[p.instance.name] = (p.registers, p.local_bytes, p.smem_bytes, p.threads,
                                           p.ctas_per_sm)

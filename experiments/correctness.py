@@ -48,7 +48,6 @@ def poisoned_like(q):
 
 
 def _sdpa(q, k, v, causal: bool):
-    import torch
     import torch.nn.functional as F
     g = q.shape[1] // k.shape[1]
     if g > 1:   # grouped-query: expand K/V heads (enable_gqa is not in every backend)
@@ -58,7 +57,6 @@ def _sdpa(q, k, v, causal: bool):
 
 def reference(q, k, v, causal: bool):
     """fp32 SDPA on upcast inputs (memory-efficient backend where it applies, math otherwise)."""
-    import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
     with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]):
         return _sdpa(q.float(), k.float(), v.float(), causal)

@@ -8,8 +8,8 @@ For every problem of a plan (cases sharing a problem share inputs and the fp32 r
 2. the passing variants and PyTorch SDPA's flash and cuDNN backends are timed together, launch by
    launch alternating, cold L2 (``experiments.timing``); every sample becomes a row;
 3. the passing cases are profiled in one ncu session (``profiles``): each launched once inside an
-   NVTX range named by its case id; the report is converted to rows by metric name, and non-compulsory
-   misses are derived from the exact cold-miss count of ``analysis.models``.
+   NVTX range named by its case id; the report is converted to rows by metric name, and
+   non-compulsory misses are derived from the exact cold-miss count of ``analysis.models``.
 """
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from .backends import get_backend
 from .correctness import check, poisoned_like, random_inputs, reference
 from .studies import Case, case_to_dict
 from .timing import sdpa_peers, time_interleaved
+
 
 @dataclass
 class Outcome:
@@ -80,7 +81,7 @@ def check_and_time(cases: list[Case], arch: Arch, *, run: str, study: str, reps:
                 res.failed[case.id] = str(verdict)
                 continue
             res.passed.append(case)
-            launchers[case] = (lambda be=be, p=prepared, o=out: be.run(p, q, k, v, o))
+            launchers[case] = (lambda be=be, p=prepared, o=out, q=q, k=k, v=v: be.run(p, q, k, v, o))
         peers = sdpa_peers(q, k, v, problem.causal) if timed else {}
         named = {c.id: fn for c, fn in launchers.items()} | peers
         samples = (time_interleaved(named, reps=reps, l2="cold", l2_bytes=arch.l2_bytes)

@@ -19,7 +19,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from spec import InvalidProblem, Problem, detect, get_arch, known_archs
+from spec import InvalidProblem, detect, get_arch, known_archs
 from spec.arch import MiB, UnknownArch
 
 from .rundir import RunDirExists, atomic_run_dir, check_free, default_run_dir, write_manifest

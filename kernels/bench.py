@@ -149,7 +149,6 @@ class Bench:
     def sawtooth(self, cases):
         from experiments.timing import time_interleaved
 
-        from .config import default_config
         for (B, H, S, D, causal, P, reps, tiles, occ) in cases:
             problem = Problem(B=B, H=H, S_q=S, D=D, causal=causal)
             q, k, v = self._inputs(problem, 1)

@@ -2,7 +2,6 @@
 fix it (no GPU and no cuda-tile needed: the toolchain lookup is faked)."""
 from __future__ import annotations
 
-import os
 import stat
 import sys
 import types
