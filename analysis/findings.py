@@ -307,6 +307,8 @@ def sawtooth_vs_linear(counter_rows: list[dict], timing_rows: list[dict]) -> lis
                         f"ms_{name}_max": max(t) if t else float("nan"),
                         f"tflops_{name}": flops / (median(t) * 1e-3) / 1e12 if t else float("nan"),
                         f"n_{name}": len(t)})
+        for name in ("linear", "sawtooth"):            # L2-miss traffic per second, GB/s
+            row[f"miss_GBps_{name}"] = row[f"misses_{name}"] * 32 / row[f"ms_{name}"] / 1e6
         row["time_change_pct"] = pct_change(row["ms_sawtooth"], row["ms_linear"])
         row["time_verdict"] = time_verdict(tl, ts)
         out.append(row)
