@@ -383,12 +383,17 @@ class _WaveTerms:
         return self.kv * np.unique(n).astype(np.float64)
 
 
-def _wave_terms(s: Shape, P: int, order) -> _WaveTerms:
+def _check_wave_args(s: Shape, P: int) -> None:
+    """Both wave models assume aligned wavefronts of ``P`` CTAs over a non-causal problem."""
     if s.causal:
-        raise ValueError("the wave model assumes aligned wavefronts, which causal problems do not "
-                         "keep (CTAs drift apart); simulate causal cases with analysis.simulate")
+        raise ValueError("the wave models assume aligned wavefronts, which causal problems do not "
+                         "keep (CTAs drift apart); simulate causal cases with analysis.l2sim")
     if not isinstance(P, (int, np.integer)) or P < 1:
         raise ValueError(f"P={P!r} concurrent CTAs must be a positive integer")
+
+
+def _wave_terms(s: Shape, P: int, order) -> _WaveTerms:
+    _check_wave_args(s, P)
     o = _order(order)
     L = s.group * s.n_q                                  # items of one K/V head (a "unit")
     U = s.B * s.H_kv
@@ -452,11 +457,7 @@ class _PaperTerms:
 
 
 def _paper_terms(s: Shape, P: int, order) -> _PaperTerms:
-    if s.causal:
-        raise ValueError("the paper's wave formula is for non-causal problems; "
-                         "simulate causal cases")
-    if not isinstance(P, (int, np.integer)) or P < 1:
-        raise ValueError(f"P={P!r} concurrent CTAs must be a positive integer")
+    _check_wave_args(s, P)
     o = _order(order)
     flip = 1.0 / o.group if o.kind == OrderKind.SAWTOOTH else 0.0
     W = s.n_q / P
