@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from analysis.models import cold_misses
-from spec import Arch
+from spec import Arch, Backend
 from spec.records import UNITS, Metric, Row, Source, case_fields
 
 from .backends import get_backend
@@ -52,6 +52,29 @@ def _by_problem(cases: list[Case]) -> dict:
     for c in cases:
         groups.setdefault(c.problem, []).append(c)
     return groups
+
+
+def precompile(cases: list[Case]) -> list[str]:
+    """Build every variant of a plan in parallel worker processes before anything is timed (both
+    families keep compiled kernels in a disk cache, so the timed process then only loads them).
+    Returns error strings; a variant that fails here fails again, with its full message, in
+    ``check_and_time``."""
+    from cuda_baseline.backend import instance_for, precompile as cuda_precompile
+    from kernels.warm import Job, warm
+    jobs = [Job(B=c.problem.B, H=c.problem.H, H_kv=c.problem.H_kv, S_q=c.problem.S_q,
+                S_kv=c.problem.S_kv, D=c.problem.D, dtype=c.problem.dtype.value,
+                causal=c.problem.causal, order=c.variant.order.label,
+                schedule=c.variant.schedule.label, tile_m=c.variant.tiles.m,
+                tile_n=c.variant.tiles.n, occupancy=c.variant.occupancy,
+                level=c.variant.level or 6)
+            for c in cases if c.variant.backend == Backend.CUTILE]
+    errors = warm(jobs)
+    cuda = [instance_for(c.variant, c.problem) for c in cases if c.variant.backend == Backend.CUDA]
+    try:
+        cuda_precompile(cuda)
+    except Exception as e:  # noqa: BLE001 - reported per case by check_and_time
+        errors.append(f"CUDA precompile: {type(e).__name__}: {str(e)[:300]}")
+    return errors
 
 
 def check_and_time(cases: list[Case], arch: Arch, *, run: str, study: str, reps: int, seed: int,

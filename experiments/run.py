@@ -145,6 +145,9 @@ def _measure(args, console, study, arch, cases, run_dir: Path) -> tuple[list, di
     if live.name != arch.name:
         raise UsageError(f"--arch {arch.name} was asked for, but the GPU present is "
                          f"{live.marketing_name} ({live.name}); pass --arch {live.name}")
+    console.print(f"compiling {len(cases)} variants in parallel ...")
+    for err in measure.precompile(cases):
+        console.print(f"[yellow]precompile[/] {err}")
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console) as progress:
         task = progress.add_task("checking and timing", total=len(cases))

@@ -174,6 +174,29 @@ def scaling_plan(arch: Arch) -> list[Case]:
     return cases
 
 
+LONG_S = 131072   # "long" for every arch here: K+V of one head at D=128 is 64 MiB, above any L2
+
+
+def longseq_plan(arch: Arch) -> list[Case]:
+    """The best sawtooth-aware configuration per (D, causal) at a long sequence, beside cuDNN:
+    B=1, H=16, S=128K, fp16. Each family at its arch default tiles (cuTile: the measured
+    kernels/configs entry, CUDA: the registry's), linear and sawtooth under the grid launch,
+    tile-X 2 and a persistent launch of one wave of resident CTAs; timed only."""
+    cases = []
+    for D in (64, 128):
+        for causal in (False, True):
+            prob = Problem(1, 16, LONG_S, D, causal=causal)
+            panel = f"longseq-d{D}-{'causal' if causal else 'noncausal'}"
+            for backend, tiles, resident in (
+                    (Backend.CUTILE, arch.cutile_tiles, arch.resident_ctas(arch.cutile_occupancy)),
+                    (Backend.CUDA, arch.cuda_tiles, arch.num_sms)):
+                for sched in (CtaSchedule.grid(), CtaSchedule.tile_x(2),
+                              CtaSchedule.persistent(resident)):
+                    for v in _twins(backend, sched, tiles):
+                        cases.append(Case(prob, v, resident, panel))
+    return cases
+
+
 def reuse_plan(arch: Arch) -> list[Case]:
     """Reuse distances and miss-ratio curves of one head (B = H = 1) at the sawtooth study's
     sequence length: cuTile Static 64×64 and CUDA 80×80 (one persistent CTA per SM), causal and
@@ -214,6 +237,9 @@ STUDIES: dict[str, Study] = {
               ("ladder",), ladder_plan, profiled=False),
         Study("scaling", "TFLOPS vs S for the best cuTile and CUDA builds beside SDPA",
               ("scaling",), scaling_plan, profiled=False, reps=5),
+        Study("longseq", "best sawtooth-aware configuration per (D, causal) at S=128K: "
+              "order x schedule for both families, timed beside SDPA",
+              ("longseq",), longseq_plan, profiled=False, reps=5),
         Study("reuse", "reuse-distance histograms and LRU miss-ratio curves (simulator only), "
               "linear vs sawtooth vs block-parity, every arch's L2 marked",
               ("reuse",), reuse_plan, measurable=False, simulate=_reuse_rows),

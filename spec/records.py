@@ -46,6 +46,9 @@ class Metric:
     # curves (x = capacity in bytes / lower edge of a log2 distance bin in bytes)
     LRU_MISSES = "lru_misses"
     REUSE_DISTANCE_SECTORS = "reuse_distance_sectors"
+    # CTA drift (trace build timestamps; x = step index)
+    CTA_START_SPREAD_NS = "cta_start_spread_ns"
+    STEP_NS = "median_step_ns"
 
 
 UNITS = {
@@ -54,6 +57,7 @@ UNITS = {
     Metric.L1_HITS: "sector", Metric.DRAM_READ_BYTES: "byte", Metric.COLD_MISSES: "sector",
     Metric.NONCOMPULSORY_MISSES: "sector", Metric.KERNEL_TIME_MS: "ms", Metric.TFLOPS: "TFLOP/s",
     Metric.MAX_ABS_ERR: "", Metric.LRU_MISSES: "sector", Metric.REUSE_DISTANCE_SECTORS: "sector",
+    Metric.CTA_START_SPREAD_NS: "ns", Metric.STEP_NS: "ns",
 }
 
 
