@@ -97,12 +97,12 @@ def measure(cases, arch: Arch, run: str, points: int, seed: int = 0) -> tuple[li
         d = drift(tr["time_ns"])
         base = dict(run=run, study="drift", arch=arch.name, source=Source.MEASURED.value,
                     **case_fields(problem, variant))
-        note = f"trace build ({tr['instance']}), %globaltimer at each step start; {verdict}"
         rows.append(Row(**base, metric=Metric.STEP_NS, value=d.median_step_ns, unit="ns",
-                        note=note))
+                        note=f"trace build {tr['instance']}, %globaltimer at each step start; "
+                             f"output {verdict}"))
         for i in sample_steps(len(d.step), points):
             rows.append(Row(**base, metric=Metric.CTA_START_SPREAD_NS, value=float(d.spread_ns[i]),
-                            unit="ns", x=float(d.step[i]), note=note))
+                            unit="ns", x=float(d.step[i])))
         n_kv = TileGrid(problem, variant.tiles).n_kv
         steps = d.spread_steps
         after_one = steps[min(n_kv, len(steps) - 1)]
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         "Measure how far persistent CTAs drift from lock-step (CUDA trace build timestamps)."))
     ap.add_argument("--arch", required=True, help="the GPU present (h100, h200, ...)")
     ap.add_argument("--out", type=Path, help="run directory to create (must not exist)")
-    ap.add_argument("--points", type=int, default=1000, help="spread samples kept per case")
+    ap.add_argument("--points", type=int, default=300, help="spread samples kept per case")
     ap.add_argument("--dry-run", action="store_true", help="list the cases and exit")
     args = ap.parse_args(argv)
     try:

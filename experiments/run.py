@@ -48,7 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "the study's)")
     p.add_argument("--seed", type=int, default=0, help="input generator seed (measure)")
     p.add_argument("--metric-set", default="hopper", help="ncu metric set: paper, hopper")
-    p.add_argument("--no-profile", action="store_true", help="measure mode: time only, no ncu")
+    prof = p.add_mutually_exclusive_group()
+    prof.add_argument("--no-profile", action="store_true", help="measure mode: time only, no ncu")
+    prof.add_argument("--profile", action="store_true",
+                      help="measure mode: run ncu even for a study that is timed only by default")
     return p
 
 
@@ -160,9 +163,9 @@ def _measure(args, console, study, arch, cases, run_dir: Path) -> tuple[list, di
     params = {"source": "measured", "device": measure.device_facts(), "seed": args.seed,
               "reps": reps if study.timed else 0, "l2_state": "cold", "failed": outcome.failed}
     rows = list(outcome.rows)
-    if args.no_profile or not study.profiled:
+    if args.no_profile or not (study.profiled or args.profile):
         params["profiling"] = "skipped (--no-profile)" if args.no_profile else \
-            f"not part of the {study.name} study"
+            f"not part of the {study.name} study (pass --profile)"
     elif outcome.passed:
         from profiles.ingest import IngestError
         from profiles.ncu import NcuError

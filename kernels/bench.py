@@ -268,6 +268,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seqs", default="4096,16384,32768")
     ap.add_argument("--dims", default="64,128")
     args = ap.parse_args(argv)
+    if args.out.exists() or args.out.with_suffix(".json").exists():
+        ap.error(f"{args.out} (or its .json manifest) exists; results are never overwritten: "
+                 "pass another --out")
     run_id = time.strftime("%Y%m%dT%H%M%S")
     b = Bench(run_id, args.reps, args.warmup)
     sections = args.sections.split(",")
@@ -284,7 +287,11 @@ def main(argv=None) -> int:
                  (1, 16, 16 * K, 64, False, P, 10, (128, 64), 2),
                  (1, 16, 16 * K, 64, False, P, 10, (64, 64), 2),
                  (1, 1, 128 * K, 64, False, P, 8, (64, 64), 2),
-                 (1, 1, 128 * K, 128, True, P, 8, (128, 128), 1)]
+                 (1, 1, 128 * K, 128, True, P, 8, (128, 128), 1),
+                 # the arch's default tiles (128x128, occupancy 1, 8 worker warps on sm_90)
+                 (1, 16, 16 * K, 128, False, P, 10, (128, 128), 1),
+                 (1, 1, 128 * K, 128, False, P, 8, (128, 128), 1),
+                 (1, 16, 128 * K, 128, False, P, 5, (128, 128), 1)]
     ladder_cases = [(16 * K, 128, False), (16 * K, 64, True)]
     t0 = time.time()
     try:
@@ -296,12 +303,20 @@ def main(argv=None) -> int:
             b.sawtooth(saw_cases)
         if "ladder" in sections:
             b.ladder(ladder_cases)
-    finally:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        n = write_csv(args.out, b.rows)
-        args.out.with_suffix(".json").write_text(json.dumps(manifest(run_id, b.arch), indent=1))
-        print(f"\nwrote {n} rows to {args.out} ({time.time() - t0:.0f}s)\n")
+    except BaseException:
         print("\n".join(b.table))
+        print(f"\nbenchmark interrupted: nothing written to {args.out}", file=sys.stderr)
+        raise
+    # complete files only: written beside the target, then renamed into place
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp_csv, tmp_json = (args.out.with_name(f".{args.out.name}.partial"),
+                         args.out.with_name(f".{args.out.stem}.json.partial"))
+    n = write_csv(tmp_csv, b.rows)
+    tmp_json.write_text(json.dumps(manifest(run_id, b.arch), indent=1))
+    tmp_json.rename(args.out.with_suffix(".json"))
+    tmp_csv.rename(args.out)
+    print(f"\nwrote {n} rows to {args.out} ({time.time() - t0:.0f}s)\n")
+    print("\n".join(b.table))
     return 0
 
 
