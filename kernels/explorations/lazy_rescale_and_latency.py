@@ -1,0 +1,134 @@
+"""Exploration (H100, 2026-11-21): lazy softmax rescaling and latency-hint values for the D=128 kernel, beside cuDNN.
+
+    python -m kernels.explorations.lazy_rescale_and_latency
+
+Negative result, kept so it can be re-run: see kernels/explorations/README.md."""
+import math, sys, time
+import torch
+import cuda.tile as ct
+from cuda.tile import PaddingMode, RoundingMode
+from experiments.correctness import check, poisoned_like, random_inputs, reference
+from experiments.timing import sdpa_peers, time_interleaved
+from spec import Problem
+from spec.orders import ScanOrder
+from spec.problem import Tiles
+from spec.schedules import CtaSchedule
+from spec.variant import Backend, Variant
+from kernels.backend import CutileBackend
+from kernels import fmha
+
+CI = ct.Constant[int]; CB = ct.Constant[bool]
+ZERO = PaddingMode.ZERO
+
+
+@ct.kernel
+def fwd(Q, K, V, Out, qk_scale: float, H: CI, TILE_D: CI, TILE_M: CI, TILE_N: CI,
+        KLAT: CI, VLAT: CI, LAZY: CB, THR: CI):
+    cta = ct.bid(0)
+    n_q = ct.cdiv(Q.shape[2], TILE_M)
+    bh = cta // n_q
+    q_tile = cta % n_q
+    b = bh // H
+    h = bh % H
+    q = ct.reshape(ct.load(Q, index=(b, h, q_tile, 0), shape=(1, 1, TILE_M, TILE_D),
+                           padding_mode=ZERO), (TILE_M, TILE_D))
+    m_i = ct.full((TILE_M, 1), -math.inf, dtype=ct.float32)
+    l_i = ct.full((TILE_M, 1), 0.0, dtype=ct.float32)
+    acc = ct.full((TILE_M, TILE_D), 0.0, dtype=ct.float32)
+    Tc = ct.cdiv(K.shape[2], TILE_N)
+    for j in range(0, Tc):
+        kt = ct.load(K, index=(b, h, 0, j), shape=(1, 1, TILE_D, TILE_N), order=(0, 1, 3, 2),
+                     padding_mode=ZERO, latency=KLAT)
+        kt = ct.reshape(kt, (TILE_D, TILE_N))
+        qk = ct.full((TILE_M, TILE_N), 0.0, dtype=ct.float32)
+        qk = ct.mma(q, kt, qk)
+        if LAZY:
+            m_new = ct.maximum(m_i, ct.max(qk, axis=-1, keepdims=True) * qk_scale)
+            grow = ct.max(m_new - m_i)
+            if grow > THR:
+                alpha = ct.exp2(m_i - m_new, flush_to_zero=True)
+                acc = acc * alpha
+                l_i = l_i * alpha
+                m_i = m_new
+            p = ct.exp2(qk * qk_scale - m_i, flush_to_zero=True)
+            l_i = l_i + ct.sum(p, axis=-1, keepdims=True)
+        else:
+            m_ij = ct.maximum(m_i, ct.max(qk, axis=-1, keepdims=True) * qk_scale)
+            p = ct.exp2(qk * qk_scale - m_ij, flush_to_zero=True)
+            alpha = ct.exp2(m_i - m_ij, flush_to_zero=True)
+            l_i = l_i * alpha + ct.sum(p, axis=-1, keepdims=True)
+            acc = acc * alpha
+            m_i = m_ij
+        v = ct.load(V, index=(b, h, j, 0), shape=(1, 1, TILE_N, TILE_D), padding_mode=ZERO,
+                    latency=VLAT)
+        v = ct.reshape(v, (TILE_N, TILE_D))
+        acc = ct.mma(p.astype(q.dtype), v, acc)
+    acc = ct.truediv(acc, l_i, flush_to_zero=True, rounding_mode=RoundingMode.APPROX)
+    ct.store(Out, index=(b, h, q_tile, 0), tile=ct.reshape(acc, (1, 1, TILE_M, TILE_D)).astype(Out.dtype))
+
+
+KERNELS = {}
+def kern(occ, ww):
+    if (occ, ww) not in KERNELS:
+        KERNELS[(occ, ww)] = fwd.replace_hints(occupancy=occ, num_worker_warps=ww)
+    return KERNELS[(occ, ww)]
+
+
+def scratch_launcher(q, k, v, out, D, tm, tn, klat, vlat, lazy, thr=8, occ=1, ww=8):
+    B, H, S, _ = q.shape
+    grid = (B * H * math.ceil(S / tm), 1, 1)
+    args = (q, k, v, out, fmha.qk_scale_for(D, 6), H, D, tm, tn, klat, vlat, lazy, thr)
+    k_ = kern(occ, ww)
+    st = torch.cuda.current_stream()
+    return lambda: ct.launch(st, grid, k_, args)
+
+
+CANDS = {  # name: (klat, vlat, lazy, thr)
+    "x-base(2,4)": (2, 4, False, 8),
+    "x-lazy8": (2, 4, True, 8),
+    "x-lat(1,2)": (1, 2, False, 8),
+    "x-lat(3,6)": (3, 6, False, 8),
+    "x-lat(4,8)": (4, 8, False, 8),
+    "x-lat(4,4)": (4, 4, False, 8),
+    "x-lazy8-lat(4,8)": (4, 8, True, 8),
+}
+
+
+def main():
+    be = CutileBackend()
+    lines = []
+    for D in (128, 64):
+        for S in ((4096, 16384, 32768) if D == 128 else (16384,)):
+            problem = Problem(B=1, H=16, S_q=S, D=D, causal=False)
+            q, k, v = random_inputs(problem, 7)
+            ref = reference(q, k, v, False)
+            fns = {}
+            var = Variant(Backend.CUTILE, ScanOrder.linear(), CtaSchedule.grid(), Tiles(128, 128), 1)
+            p = be.prepare(var, problem)
+            out0 = poisoned_like(q); be.run(p, q, k, v, out0); torch.cuda.synchronize()
+            print("prod", check(out0, q, k, v, False, ref), flush=True)
+            fns["prod"] = lambda p=p, o=out0: be.run(p, q, k, v, o)
+            for name, (kl, vl, lz, thr) in CANDS.items():
+                out = poisoned_like(q)
+                try:
+                    t0 = time.time()
+                    fn = scratch_launcher(q, k, v, out, D, 128, 128, kl, vl, lz, thr)
+                    fn(); torch.cuda.synchronize()
+                    c = check(out, q, k, v, False, ref)
+                    print(name, f"{time.time()-t0:.1f}s", c, flush=True)
+                    if c.passed:
+                        fns[name] = fn
+                except Exception as e:
+                    print(name, "FAILED", type(e).__name__, str(e)[:400], flush=True)
+            fns |= sdpa_peers(q, k, v, False)
+            s = time_interleaved(fns, reps=15, warmup=3, l2="cold")
+            cu = s["sdpa-cudnn"].tflops(problem.flops)
+            for n, x in s.items():
+                tf = x.tflops(problem.flops)
+                lines.append(f"D={D} S={S//1024}K {n:18s} {tf:7.1f} TFLOPS ±{100*x.spread:.1f}%  x_cudnn {tf/cu:.3f}")
+                print(lines[-1], flush=True)
+            del q, k, v, ref
+            torch.cuda.empty_cache()
+    print("\n".join(lines))
+
+main()

@@ -1,0 +1,112 @@
+"""Exploration (H100, 2026-11-21): two independent 64-row halves per CTA sharing K/V loads (ping-pong).
+
+    python -m kernels.explorations.pingpong_halves
+
+Negative result, kept so it can be re-run: see kernels/explorations/README.md."""
+import math, time
+import torch
+import cuda.tile as ct
+from cuda.tile import PaddingMode, RoundingMode
+from experiments.correctness import check, poisoned_like, random_inputs, reference
+from experiments.timing import sdpa_peers, time_interleaved
+from spec import Problem
+from spec.orders import ScanOrder
+from spec.problem import Tiles
+from spec.schedules import CtaSchedule
+from spec.variant import Backend, Variant
+from kernels.backend import CutileBackend
+from kernels import fmha
+
+CI = ct.Constant[int]
+ZERO = PaddingMode.ZERO
+
+
+def _soft(qk, m_i, l_i, acc, qk_scale):
+    m_ij = ct.maximum(m_i, ct.max(qk, axis=-1, keepdims=True) * qk_scale)
+    p = ct.exp2(qk * qk_scale - m_ij, flush_to_zero=True)
+    alpha = ct.exp2(m_i - m_ij, flush_to_zero=True)
+    l_i = l_i * alpha + ct.sum(p, axis=-1, keepdims=True)
+    return p, m_ij, l_i, acc * alpha
+
+
+@ct.kernel
+def fwd2(Q, K, V, Out, qk_scale: float, H: CI, TILE_D: CI, HALF: CI, TILE_N: CI):
+    cta = ct.bid(0)
+    n_q = ct.cdiv(Q.shape[2], 2 * HALF)
+    bh = cta // n_q
+    qt = cta % n_q
+    b = bh // H
+    h = bh % H
+    q0 = ct.reshape(ct.load(Q, index=(b, h, 2 * qt, 0), shape=(1, 1, HALF, TILE_D), padding_mode=ZERO), (HALF, TILE_D))
+    q1 = ct.reshape(ct.load(Q, index=(b, h, 2 * qt + 1, 0), shape=(1, 1, HALF, TILE_D), padding_mode=ZERO), (HALF, TILE_D))
+    m0 = ct.full((HALF, 1), -math.inf, dtype=ct.float32)
+    m1 = ct.full((HALF, 1), -math.inf, dtype=ct.float32)
+    l0 = ct.full((HALF, 1), 0.0, dtype=ct.float32)
+    l1 = ct.full((HALF, 1), 0.0, dtype=ct.float32)
+    a0 = ct.full((HALF, TILE_D), 0.0, dtype=ct.float32)
+    a1 = ct.full((HALF, TILE_D), 0.0, dtype=ct.float32)
+    Tc = ct.cdiv(K.shape[2], TILE_N)
+    for j in range(0, Tc):
+        kt = ct.reshape(ct.load(K, index=(b, h, 0, j), shape=(1, 1, TILE_D, TILE_N), order=(0, 1, 3, 2),
+                                padding_mode=ZERO, latency=2), (TILE_D, TILE_N))
+        s0 = ct.mma(q0, kt, ct.full((HALF, TILE_N), 0.0, dtype=ct.float32))
+        s1 = ct.mma(q1, kt, ct.full((HALF, TILE_N), 0.0, dtype=ct.float32))
+        v = ct.reshape(ct.load(V, index=(b, h, j, 0), shape=(1, 1, TILE_N, TILE_D), padding_mode=ZERO,
+                               latency=4), (TILE_N, TILE_D))
+        p0, m0, l0, a0 = _soft(s0, m0, l0, a0, qk_scale)
+        a0 = ct.mma(p0.astype(q0.dtype), v, a0)
+        p1, m1, l1, a1 = _soft(s1, m1, l1, a1, qk_scale)
+        a1 = ct.mma(p1.astype(q1.dtype), v, a1)
+    a0 = ct.truediv(a0, l0, flush_to_zero=True, rounding_mode=RoundingMode.APPROX)
+    a1 = ct.truediv(a1, l1, flush_to_zero=True, rounding_mode=RoundingMode.APPROX)
+    ct.store(Out, index=(b, h, 2 * qt, 0), tile=ct.reshape(a0, (1, 1, HALF, TILE_D)).astype(Out.dtype))
+    ct.store(Out, index=(b, h, 2 * qt + 1, 0), tile=ct.reshape(a1, (1, 1, HALF, TILE_D)).astype(Out.dtype))
+
+
+def launcher(q, k, v, out, D, half, tn, occ, ww):
+    B, H, S, _ = q.shape
+    kern = fwd2.replace_hints(**{k_: v_ for k_, v_ in (("occupancy", occ), ("num_worker_warps", ww)) if v_})
+    grid = (B * H * math.ceil(S / (2 * half)), 1, 1)
+    args = (q, k, v, out, fmha.qk_scale_for(D, 6), H, D, half, tn)
+    st = torch.cuda.current_stream()
+    return lambda: ct.launch(st, grid, kern, args)
+
+
+CANDS = {"pp64x128-ww8": (64, 128, 1, 8), "pp64x128-ww4": (64, 128, 1, None),
+         "pp64x64-ww8": (64, 64, 1, 8), "pp128x128-ww8": (128, 128, 1, 8)}
+
+
+def main():
+    be = CutileBackend()
+    lines = []
+    for D, S in ((128, 16384), (128, 32768), (64, 16384)):
+        problem = Problem(B=1, H=16, S_q=S, D=D, causal=False)
+        q, k, v = random_inputs(problem, 11)
+        ref = reference(q, k, v, False)
+        var = Variant(Backend.CUTILE, ScanOrder.linear(), CtaSchedule.grid(), Tiles(128, 128), 1)
+        p = be.prepare(var, problem)
+        out0 = poisoned_like(q); be.run(p, q, k, v, out0); torch.cuda.synchronize()
+        fns = {"prod": lambda p=p, o=out0: be.run(p, q, k, v, o)}
+        for name, (half, tn, occ, ww) in CANDS.items():
+            out = poisoned_like(q)
+            try:
+                t0 = time.time()
+                fn = launcher(q, k, v, out, D, half, tn, occ, ww)
+                fn(); torch.cuda.synchronize()
+                c = check(out, q, k, v, False, ref)
+                print(name, f"{time.time()-t0:.1f}s", c, flush=True)
+                if c.passed:
+                    fns[name] = fn
+            except Exception as e:
+                print(name, "FAILED", type(e).__name__, str(e)[:300], flush=True)
+        fns |= sdpa_peers(q, k, v, False)
+        s = time_interleaved(fns, reps=15, warmup=3, l2="cold")
+        cu = s["sdpa-cudnn"].tflops(problem.flops)
+        for n, x in s.items():
+            tf = x.tflops(problem.flops)
+            lines.append(f"D={D} S={S//1024}K {n:16s} {tf:7.1f} TFLOPS ±{100*x.spread:.1f}%  x_cudnn {tf/cu:.3f}")
+        del q, k, v, ref
+        torch.cuda.empty_cache()
+    print("\n".join(lines))
+
+main()
