@@ -35,9 +35,15 @@ class Drift:
 
 
 def drift(time_ns: np.ndarray) -> Drift:
-    """``time_ns``: int64 [n_ctas, steps], -1 where a CTA has no such step (trace()["time_ns"])."""
-    t = np.asarray(time_ns, dtype=np.float64)
-    valid = t >= 0
+    """``time_ns``: int64 [n_ctas, steps], -1 where a CTA has no such step (trace()["time_ns"]).
+
+    %globaltimer stamps are large (ns since the epoch on current drivers, ~1.8e18), where float64
+    resolves only 256 ns; times are made relative to the earliest stamp in int64 before any
+    floating-point arithmetic."""
+    raw = np.asarray(time_ns, dtype=np.int64)
+    valid = raw >= 0
+    base = raw[valid].min() if valid.any() else 0
+    t = (raw - base).astype(np.float64)
     both = valid[:, 1:] & valid[:, :-1]
     durations = np.diff(t, axis=1)[both]
     median = float(np.median(durations)) if durations.size else float("nan")
@@ -54,7 +60,10 @@ def kv_tile_bytes(problem: Problem, tiles: Tiles) -> int:
 
 
 def sample_steps(n: int, points: int) -> np.ndarray:
-    """At most ``points`` step positions out of ``0..n-1``, evenly spaced, first and last kept."""
+    """At most ``points`` (>= 2) step positions out of ``0..n-1``, evenly spaced, first and last
+    kept."""
+    if points < 2:
+        raise ValueError(f"points={points}: at least 2 are needed to keep the first and last step")
     if n <= points:
         return np.arange(n)
     return np.unique(np.linspace(0, n - 1, points).round().astype(np.int64))
@@ -117,6 +126,18 @@ def measure(cases, arch: Arch, run: str, points: int, seed: int = 0) -> tuple[li
     return rows, table
 
 
+def _points(text: str) -> int:
+    import argparse
+    try:
+        n = int(text)
+    except ValueError:
+        n = None
+    if n is None or n < 2:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 2 (the first and last "
+                                         "step are always kept)")
+    return n
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
     import datetime as dt
@@ -131,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         "Measure how far persistent CTAs drift from lock-step (CUDA trace build timestamps)."))
     ap.add_argument("--arch", required=True, help="the GPU present (h100, h200, ...)")
     ap.add_argument("--out", type=Path, help="run directory to create (must not exist)")
-    ap.add_argument("--points", type=int, default=300, help="spread samples kept per case")
+    ap.add_argument("--points", type=_points, default=300,
+                    help="spread samples kept per case (an integer >= 2; first and last step kept)")
     ap.add_argument("--dry-run", action="store_true", help="list the cases and exit")
     args = ap.parse_args(argv)
     try:
@@ -142,10 +164,13 @@ def main(argv: list[str] | None = None) -> int:
                 print(variant.id(problem), problem.label)
             return 0
         present = arch_registry.detect()
-        if present is None or present.name != arch.name:
-            raise UnsupportedVariant(f"--arch {arch.name} but the GPU present is "
-                                     f"{present.name if present else 'none'}; pass --arch "
-                                     f"{present.name if present else '<the GPU present>'}")
+        if present is None:
+            raise UnsupportedVariant(f"no CUDA GPU found: the drift measurement runs the trace "
+                                     f"build on the {arch.name} GPU; run it on that machine, or "
+                                     f"pass --dry-run to list the cases")
+        if present.name != arch.name:
+            raise UnsupportedVariant(f"--arch {arch.name} but the GPU present is {present.name}; "
+                                     f"pass --arch {present.name}")
         out = args.out or default_run_dir(arch.name, "drift", "measure")
         check_free(out)
     except (KeyError, ValueError, UnsupportedVariant, RunDirExists) as e:

@@ -161,3 +161,13 @@ def test_arch_registry():
     assert get_arch("h100").sm == "sm_90" and get_arch("h200").l2_bytes == 60 << 20
     assert all(get_arch(a).sector_bytes == 32 and get_arch(a).line_bytes == 128 for a in known_archs())
     assert OrderKind.SAWTOOTH == 1
+
+
+def test_every_metric_has_a_unit():
+    from spec.records import UNITS, Metric
+    names = {k: v for k, v in vars(Metric).items() if k.isupper()}
+    assert len(names) >= 17 and len(set(names.values())) == len(names)   # distinct metric names
+    missing = sorted(k for k, v in names.items() if v not in UNITS)
+    assert not missing, f"Metric constants without a unit in UNITS: {missing}"
+    assert set(UNITS) == set(names.values())          # and no unit for a name that is not a Metric
+    assert UNITS[Metric.CTA_START_SPREAD_NS] == UNITS[Metric.STEP_NS] == "ns"
