@@ -1,10 +1,19 @@
 """Every number the findings report (REPORT.md) cites, computed from the committed datasets only.
 
 ``python -m analysis.findings --arch h100 [--out DIR] [--no-sim] [--cache DIR]`` reads the tidy
-rows under ``profiles/<arch>/<study>-*/`` (no GPU, no ncu), prints one markdown table per section
-and, with ``--out``, writes each table as ``<section>.csv`` and all of them as ``findings-<arch>.md``.
+rows under ``profiles/<arch>/`` (no GPU, no ncu), prints one markdown table per section and, with
+``--out``, writes each table as ``<section>.csv`` and all of them as ``findings-<arch>.md``.
 
-Sections (the numbering follows the issue):
+Which directories are read. A committed run is ``profiles/<arch>/<study>-<stamp>[-r<N>]`` with a
+``manifest.json``; the stamp starts with a digit, so ``longseq-profile-20261121`` is the study
+``longseq-profile`` and never a run of ``longseq``. ``-r<N>`` is the N-th independent repeat of the
+run ``<study>-<stamp>`` (repeat 1, label r1). Single-run sections read **repeat 1 of the latest
+stamp** (``find_study_dir``), and say so in their titles; only section 5c (and the extra rows of
+section 0) read the repeats, each run on its own, never pooled. ``ARTIFACT_DIRS``
+(``longseq-forloop-spill-20261121``: a build that spilled, see its README.md) are never loaded as
+datasets; section 9b reads that one by its explicit path.
+
+Sections (the numbering follows the issue; printed in this order, 7 only without ``--no-sim``):
 
 0. consistency: ncu collects hits, misses and sectors in different replay passes; per study, how
    far ``hits + misses`` is from ``srcunit_tex`` sectors (a check on the counters themselves).
@@ -16,12 +25,35 @@ Sections (the numbering follows the issue):
    (``analysis.models.fit_c_eff_rows``) with its interval and residuals vs the nominal L2, and the
    cross-partition (``lts__t_sectors_srcunit_ltcfabric*``) share of L2 sectors and misses.
 4. Hit rate vs active CTAs against ``1 - 1/N`` (active-sms study; l1l2 where there is none).
-5. Sawtooth vs linear per configuration (sawtooth study): misses, non-compulsory misses, median
-   kernel time and TFLOPS with the min..max of the samples; a time difference of the medians
-   smaller than the larger min..max range of the two is reported as "no difference".
+5. Sawtooth vs linear per configuration (sawtooth study, run r1): misses, non-compulsory
+   misses, median kernel time and TFLOPS with the min..max of the samples; a time difference of the
+   medians smaller than the larger min..max range of the two is reported as "no difference".
+   5b: the SDPA peers timed in the same run (r1).
+   5c, repeats: per configuration (panel × problem) and quantity (misses, non-compulsory misses,
+   median time), the sawtooth-vs-linear % change in every run r1, r2, ..., with mean, min, max.
+   Verdict rule (``repeat_verdict``): noise = the larger run-to-run range (max − min over the runs)
+   of the linear and the sawtooth values, in % of the linear mean (the scale of the change); the
+   change is reported ("sawtooth fewer/more", "sawtooth faster/slower") only if (a) there are at
+   least two runs, (b) every run's change has the same sign, (c) the smallest |change| exceeds the
+   noise, and, for time, (d) every run's own samples show it (``time_verdict``: the medians differ
+   by more than the larger min..max range of the two sample sets, in that direction). Anything
+   else is "no difference". (c) makes a change count only if it survives the worst run-to-run
+   drift of either twin; (d) adds the within-run sample spread for time.
+6. CTA drift (``drift`` run, ``python -m cuda_baseline.drift``): per case the median step, the
+   start-time spread over the CTAs in steps after one work item (the sampled step nearest
+   ``n_kv``) and at most (over the sampled steps), that maximum as K/V bytes
+   (``cuda_baseline.drift.kv_tile_bytes`` per step) beside the L2 size.
 7. Simulator vs measured: ``spec.build_trace`` + the LRU stack-distance simulator
-   (``analysis.reuse``) for the measured sawtooth and divergence cases, one effective capacity
-   fitted by least squares (relative errors) over the non-causal CUDA cases, per-case error.
+   (``analysis.reuse``) for the measured sawtooth (run r1) and divergence cases, one effective
+   capacity fitted by least squares (relative errors) over the non-causal CUDA cases, per-case
+   error.
+8. Best configuration at long S (``longseq`` run): per (D, causal) the best study kernel by
+   median TFLOPS, the best sawtooth-order and the best linear one, beside cuDNN and flash from the
+   same run, and whether the two bests differ by more than the sample spread.
+9. DRAM: 9a per profiled case of ``longseq-profile`` the DRAM bytes read, achieved bandwidth, share
+   of the datasheet peak (``DRAM_PEAK_BYTES_PER_S``) and the bandwidth bound on what reading fewer
+   bytes could save; 9b the for-loop spill artifact against the fixed build; 9c the bound of 9a
+   for the sawtooth-study kernels (run r1).
 
 Everything but section 7 is a pure function of tidy rows (dicts from ``spec.records.read_csv``).
 Section 7 simulates: one stack-distance pass per case gives the exact miss-ratio curve (misses at
@@ -40,6 +72,7 @@ import csv
 import hashlib
 import math
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -62,25 +95,69 @@ CASE_KEYS = ("variant", "backend", "order", "schedule", "tile_m", "tile_n", "B",
 # --------------------------------------------------------------------------------------------
 # loading and small helpers
 # --------------------------------------------------------------------------------------------
-def find_study_dir(arch: str, study: str, root: Path = ROOT) -> Path | None:
-    """The committed run of ``study`` for ``arch`` (the latest ``profiles/<arch>/<study>-*``)."""
+RUN_DIR = r"(?P<stamp>\d[0-9A-Za-z]*)(?:-r(?P<rep>\d+))?"
+"""A committed run directory is ``<study>-<stamp>[-r<N>]``: the stamp starts with a digit (so
+``longseq-profile-20261121`` is a run of the study ``longseq-profile``, not of ``longseq``), and
+``-r<N>`` marks the N-th independent repeat of the run ``<study>-<stamp>`` (which is repeat 1)."""
+
+ARTIFACT_DIRS = {
+    "longseq-forloop-spill-20261121":
+        "code-generation artifact (the linear for-loop builds spilled; its README.md): read only by "
+        "section 9b through its explicit path, never as a dataset",
+}
+"""Directories under ``profiles/<arch>/`` that the loaders never return, whatever study is asked
+for. (The stamp rule alone already keeps ``longseq-forloop-spill-*`` out of ``longseq``; this list
+also keeps it out if it is ever asked for by its own name, e.g. as study ``longseq-forloop-spill``.)"""
+
+SPILL_ARTIFACT = "longseq-forloop-spill-20261121"
+
+
+def find_study_runs(arch: str, study: str, root: Path = ROOT) -> list[Path]:
+    """All repeats of the latest committed run of ``study`` for ``arch``, in repeat order:
+    ``profiles/<arch>/<study>-<stamp>`` (r1), ``-r2``, ``-r3``, ... of the latest stamp (each with a
+    ``manifest.json``). Empty when there is none."""
     base = root / "profiles" / arch
     if not base.is_dir():
-        return None
-    cands = sorted(p for p in base.glob(f"{study}-*")
-                   if p.is_dir() and (p / "manifest.json").exists()
-                   and p.name[len(study) + 1:][:1].isdigit())
-    return cands[-1] if cands else None
+        return []
+    pat = re.compile(re.escape(study) + "-" + RUN_DIR)
+    by_stamp: dict[str, list[tuple[int, Path]]] = {}
+    for p in base.iterdir():
+        m = pat.fullmatch(p.name)
+        if m is None or p.name in ARTIFACT_DIRS or not p.is_dir() \
+                or not (p / "manifest.json").exists():
+            continue
+        by_stamp.setdefault(m["stamp"], []).append((int(m["rep"] or 1), p))
+    if not by_stamp:
+        return []
+    return [p for _, p in sorted(by_stamp[max(by_stamp)])]
+
+
+def find_study_dir(arch: str, study: str, root: Path = ROOT) -> Path | None:
+    """The committed run of ``study`` that single-run sections read: repeat 1 (the directory without
+    ``-r<N>``) of the latest stamp. Repeats are read only where a section says so (5c, 0)."""
+    runs = find_study_runs(arch, study, root)
+    return runs[0] if runs else None
+
+
+def read_run(d: Path) -> tuple[list[dict], list[dict]]:
+    """(counter rows, timing rows) of one run directory; empty lists for absent files."""
+    c = read_csv(d / "counters.csv") if (d / "counters.csv").exists() else []
+    t = read_csv(d / "timing.csv") if (d / "timing.csv").exists() else []
+    return c, t
 
 
 def load_study(arch: str, study: str, root: Path = ROOT) -> tuple[list[dict], list[dict], Path | None]:
-    """(counter rows, timing rows, run dir) of a committed study; empty lists when absent."""
+    """(counter rows, timing rows, run dir) of repeat 1 of a committed study; empty when absent."""
     d = find_study_dir(arch, study, root)
     if d is None:
         return [], [], None
-    c = read_csv(d / "counters.csv") if (d / "counters.csv").exists() else []
-    t = read_csv(d / "timing.csv") if (d / "timing.csv").exists() else []
-    return c, t, d
+    return (*read_run(d), d)
+
+
+def load_study_runs(arch: str, study: str,
+                    root: Path = ROOT) -> list[tuple[str, list[dict], list[dict]]]:
+    """``[(label, counter rows, timing rows)]`` for every repeat, labelled r1, r2, ..."""
+    return [(f"r{i}", *read_run(d)) for i, d in enumerate(find_study_runs(arch, study, root), 1)]
 
 
 def case_key(r: dict) -> tuple:
@@ -338,6 +415,268 @@ def peers(timing_rows: list[dict]) -> list[dict]:
 
 
 # --------------------------------------------------------------------------------------------
+# section 5c: sawtooth vs linear across repeated runs
+# --------------------------------------------------------------------------------------------
+_WITHIN = {"no difference": "=", "sawtooth faster": "-", "sawtooth slower": "+", "not measured": "?"}
+
+
+def repeat_verdict(changes_pct: Sequence[float], lin: Sequence[float], saw: Sequence[float],
+                   within: Sequence[str] | None = None,
+                   words: tuple[str, str] = ("sawtooth fewer", "sawtooth more")) -> tuple[float, str]:
+    """``(noise_pct, verdict)`` of one sawtooth-vs-linear comparison repeated over runs.
+
+    ``changes_pct[i]`` is run i's change (sawtooth vs the linear twin of the same run, % of linear),
+    ``lin[i]``/``saw[i]`` the two values it came from (counts, or median times). The run-to-run
+    noise is ``100·max(max(lin) − min(lin), max(saw) − min(saw)) / mean(lin)``: the larger of
+    the two twins' ranges over the runs, on the scale of the change (% of the linear value). The verdict is
+    ``words[0]`` (change < 0) or ``words[1]`` (> 0) only if there are at least two runs, every run's
+    change has that sign, the smallest |change| exceeds the noise, and (``within``, for time) every
+    run's own verdict (``time_verdict``: medians apart by more than the larger min..max of the
+    samples) is in that direction; otherwise "no difference"."""
+    c = np.asarray(changes_pct, dtype=float)
+    lo, sa = np.asarray(lin, dtype=float), np.asarray(saw, dtype=float)
+    if len(c) < 2 or np.isnan(c).any() or np.isnan(lo).any() or np.isnan(sa).any():
+        return float("nan"), "no difference"
+    noise = 100.0 * max(np.ptp(lo), np.ptp(sa)) / float(np.mean(lo))
+    sign = np.sign(c)
+    if not (np.all(sign == sign[0]) and sign[0] != 0 and float(np.min(np.abs(c))) > noise):
+        return noise, "no difference"
+    want = "sawtooth faster" if sign[0] < 0 else "sawtooth slower"
+    if within is not None and any(w != want for w in within):
+        return noise, "no difference"
+    return noise, words[0] if sign[0] < 0 else words[1]
+
+
+def sawtooth_repeats(runs: Sequence[tuple[str, list[dict], list[dict]]]) -> list[dict]:
+    """Section 5c: per configuration (sawtooth study panel × problem) and quantity (misses,
+    non-compulsory misses, median kernel time), the sawtooth-vs-linear change of every run
+    (``sawtooth_vs_linear`` on that run's rows alone, so runs are never mixed), their mean, min and
+    max, the run-to-run noise and the verdict of ``repeat_verdict``. ``within`` lists each run's own
+    time verdict: ``+`` slower / ``-`` faster beyond its sample spread, ``=`` within it.
+    ``runs``: ``[(label, counter rows, timing rows)]``; needs at least two runs."""
+    if len(runs) < 2:
+        return []
+    tabs = [(lab, {r["config"]: r for r in sawtooth_vs_linear(c, t)}) for lab, c, t in runs]
+    configs = [cfg for cfg in tabs[0][1] if all(cfg in t for _, t in tabs)]
+    out = []
+    for cfg in configs:
+        per = [t[cfg] for _, t in tabs]
+        for q, ch, lk, sk, words in (
+                ("misses", "misses_change_pct", "misses_linear", "misses_sawtooth",
+                 ("sawtooth fewer", "sawtooth more")),
+                ("noncomp misses", "noncomp_change_pct", "noncomp_linear", "noncomp_sawtooth",
+                 ("sawtooth fewer", "sawtooth more")),
+                ("median time", "time_change_pct", "ms_linear", "ms_sawtooth",
+                 ("sawtooth faster", "sawtooth slower"))):
+            changes = [r[ch] for r in per]
+            within = [r["time_verdict"] for r in per] if q == "median time" else None
+            noise, verdict = repeat_verdict(changes, [r[lk] for r in per], [r[sk] for r in per],
+                                            within, words)
+            row = dict(config=cfg, quantity=q)
+            row.update({f"{lab}_pct": x for (lab, _), x in zip(tabs, changes)})
+            row.update(mean_pct=float(np.mean(changes)), min_pct=float(np.min(changes)),
+                       max_pct=float(np.max(changes)), noise_pct=noise,
+                       within=" ".join(_WITHIN[w] for w in within) if within else "",
+                       verdict=verdict)
+            out.append(row)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# section 6: CTA drift (cuda_baseline.drift trace-build timestamps)
+# --------------------------------------------------------------------------------------------
+def _problem_tiles(c: dict):
+    from spec import Problem, Tiles
+    return (Problem(B=int(c["B"]), H=int(c["H"]), S_q=int(c["S_q"]), S_kv=int(c["S_kv"]),
+                    H_kv=int(c["H_kv"]), D=int(c["D"]), dtype=c.get("dtype", "fp16"),
+                    causal=bool(c["causal"])),
+            Tiles(int(c["tile_m"]), int(c["tile_n"])))
+
+
+def drift_table(rows: list[dict], l2_bytes: int) -> list[dict]:
+    """Section 6, per drift case: the median step (µs), the start-time spread over the CTAs in
+    steps at the sampled step nearest ``n_kv`` (the steps of one work item; ties to the earlier
+    step) and its maximum over the sampled steps, that maximum as K/V bytes
+    (spread × ``cuda_baseline.drift.kv_tile_bytes``) and as a fraction of the L2. The dataset keeps
+    at most a few hundred sampled steps per case, so the maximum is over those samples (a lower
+    bound on the maximum over all steps) and the "after one item" step is the nearest sample."""
+    from cuda_baseline.drift import kv_tile_bytes
+    from spec import TileGrid
+    step_ns: dict[tuple, float] = {}
+    spread: dict[tuple, list[tuple[float, float]]] = {}
+    for r in rows:
+        if r["source"] != "measured":
+            continue
+        if r["metric"] == Metric.STEP_NS:
+            step_ns[case_key(r)] = float(r["value"])
+        elif r["metric"] == Metric.CTA_START_SPREAD_NS and r["x"] is not None:
+            spread.setdefault(case_key(r), []).append((float(r["x"]), float(r["value"])))
+    out = []
+    for k in sorted(step_ns, key=lambda k: (k[12], k[6], k[2] != "linear", k[2])):
+        c, step = as_case(k), step_ns[k]
+        pts = sorted(spread.get(k, []))
+        if not pts or not step > 0:
+            continue
+        x = np.array([p[0] for p in pts])
+        s = np.array([p[1] for p in pts]) / step
+        prob, tiles = _problem_tiles(c)
+        n_kv = TileGrid(prob, tiles).n_kv
+        i1 = int(np.argmin(np.abs(x - n_kv)))
+        im = int(np.argmax(s))
+        kv_mib = s[im] * kv_tile_bytes(prob, tiles) / MiB
+        out.append(dict(order=c["order"], B=c["B"], causal=c["causal"],
+                        ctas=resident_of(c["schedule"]), step_us=step / 1e3, n_kv=n_kv,
+                        at_step=int(x[i1]), spread_after_one_item=float(s[i1]),
+                        spread_max=float(s[im]), at_step_max=int(x[im]), steps_sampled=len(x),
+                        max_spread_kv_mib=kv_mib, l2_mib=l2_bytes / MiB,
+                        max_spread_over_l2=kv_mib * MiB / l2_bytes))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# section 8: best configuration at long S (longseq study)
+# --------------------------------------------------------------------------------------------
+def _times_by_case(timing_rows: list[dict]) -> dict[tuple, list[float]]:
+    acc: dict[tuple, list[float]] = {}
+    for r in timing_rows:
+        if r["source"] == "measured" and r["metric"] == Metric.KERNEL_TIME_MS and r["value"] > 0:
+            acc.setdefault(case_key(r), []).append(float(r["value"]))
+    return acc
+
+
+def _ratio(kt, tf, denom: float) -> float:
+    return tf(*kt) / denom if kt else float("nan")
+
+
+def longseq_best(timing_rows: list[dict]) -> list[dict]:
+    """Section 8, per (D, causal): the study kernel (cuTile or CUDA, any schedule and order) with
+    the highest median TFLOPS, the best sawtooth-order one and the best linear one, the SDPA peers
+    (cuDNN, flash) timed in the same run, the ratios to them, the sawtooth-vs-linear change of the
+    two bests' median times and ``time_verdict`` on their samples. A best of several noisy
+    candidates is biased upwards (each pick is the luckiest of its set), which is one more reason
+    to read a difference within the spread as none."""
+    times = _times_by_case(timing_rows)
+    groups: dict[tuple, dict[str, list]] = {}
+    for k, t in times.items():
+        c = as_case(k)
+        g = groups.setdefault((c["D"], c["causal"], c["B"], c["H"], c["S_q"]), {})
+        g.setdefault("peer" if c["backend"].startswith("sdpa") else c["order"], []).append((k, t))
+    out = []
+    for (D, causal, B, H, S), g in sorted(groups.items()):
+        def tf(k, t):
+            return _flops(as_case(k)) / (median(t) * 1e-3) / 1e12
+
+        def best(cands):
+            return max(cands, key=lambda kt: tf(*kt)) if cands else None
+
+        def label(k):
+            c = as_case(k)
+            return f"{c['backend']} {c['order']} {c['schedule']} {c['tile_m']}x{c['tile_n']}"
+        ours = g.get("linear", []) + g.get("sawtooth", [])
+        b, bs, bl = best(ours), best(g.get("sawtooth", [])), best(g.get("linear", []))
+        if b is None:
+            continue
+        peer = {as_case(k)["backend"]: tf(k, t) for k, t in g.get("peer", [])}
+        cudnn, flash = peer.get("sdpa-cudnn", float("nan")), peer.get("sdpa-flash", float("nan"))
+        row = dict(D=D, causal=causal, B=B, H=H, S=S, best=label(b[0]), best_tflops=tf(*b))
+        row.update(best_saw=label(bs[0]) if bs else "", saw_tflops=tf(*bs) if bs else float("nan"),
+                   best_lin=label(bl[0]) if bl else "", lin_tflops=tf(*bl) if bl else float("nan"),
+                   cudnn_tflops=cudnn, flash_tflops=flash,
+                   best_over_cudnn=tf(*b) / cudnn, best_over_flash=tf(*b) / flash,
+                   saw_over_cudnn=_ratio(bs, tf, cudnn), lin_over_cudnn=_ratio(bl, tf, cudnn))
+        if bs and bl:
+            row.update(saw_vs_lin_time_pct=pct_change(median(bs[1]), median(bl[1])),
+                       saw_vs_lin=time_verdict(bl[1], bs[1]))
+        out.append(row)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# section 9: how far from the DRAM limit, and the spill artifact
+# --------------------------------------------------------------------------------------------
+DRAM_PEAK_BYTES_PER_S = {
+    # H100 SXM5 80 GB HBM3: 3.35 TB/s peak memory bandwidth (NVIDIA H100 Tensor Core GPU
+    # datasheet). The committed H100 runs are on "NVIDIA H100 80GB HBM3", the SXM5 part.
+    "h100": 3.35e12,
+    # H200 SXM 141 GB HBM3e: 4.8 TB/s peak memory bandwidth (NVIDIA H200 Tensor Core GPU datasheet).
+    "h200": 4.8e12,
+}
+
+
+def _twin_key(k: tuple) -> tuple:
+    """A case key without variant and order: the configuration a linear/sawtooth pair shares."""
+    return tuple(v for n, v in zip(CASE_KEYS, k) if n not in ("variant", "order"))
+
+
+def dram_bound(counter_rows: list[dict], timing_rows: list[dict],
+               peak_bytes_per_s: float) -> list[dict]:
+    """Section 9a/9c, per profiled case: misses, ``dram__bytes_read.sum``, the median kernel time of
+    the timing samples of the same run, the achieved DRAM read bandwidth and its share of the peak.
+    On each sawtooth row: the measured time change vs its linear twin, and an upper bound on what the
+    sawtooth order could save by reading less from DRAM, ``(linear bytes − sawtooth bytes) / peak``
+    as % of the linear time. The bound assumes the bytes saved would otherwise stream at the peak
+    bandwidth on the critical path; it is a bandwidth bound, not a latency bound (a kernel stalled on
+    DRAM latency at a small share of the peak could save more per byte; the measured change beside
+    it says whether it did)."""
+    piv = pivot(counter_rows)
+    times = _times_by_case(timing_rows)
+    pairs: dict[tuple, dict[str, tuple]] = {}
+    for k in piv:
+        pairs.setdefault(_twin_key(k), {})[as_case(k)["order"]] = k
+    out = []
+    for k, m in sorted(piv.items(), key=lambda kv: (_config(as_case(kv[0])), kv[0][2])):
+        c = as_case(k)
+        if Metric.DRAM_READ_BYTES not in m:
+            continue
+        t = times.get(k, [])
+        ms = median(t) if t else float("nan")
+        dram = m[Metric.DRAM_READ_BYTES]
+        row = dict(config=_config(c), D=c["D"], order=c["order"],
+                   misses=m.get(Metric.L2_TEX_MISSES, float("nan")), dram_GB=dram / 1e9, ms=ms,
+                   dram_GBps=dram / (ms * 1e-3) / 1e9,
+                   dram_peak_pct=100.0 * dram / (ms * 1e-3) / peak_bytes_per_s,
+                   time_change_pct=float("nan"), saving_bound_pct=float("nan"))
+        lin = pairs.get(_twin_key(k), {}).get("linear")
+        if c["order"] != "linear" and lin is not None and Metric.DRAM_READ_BYTES in piv[lin] \
+                and times.get(lin):
+            ms_lin = median(times[lin])
+            row["time_change_pct"] = pct_change(ms, ms_lin)
+            row["saving_bound_pct"] = 100.0 * (piv[lin][Metric.DRAM_READ_BYTES] - dram) \
+                / peak_bytes_per_s / (ms_lin * 1e-3)
+        out.append(row)
+    return out
+
+
+def spill_artifact(forloop: tuple[list[dict], list[dict]],
+                   fixed: tuple[list[dict], list[dict]]) -> list[dict]:
+    """Section 9b: the same profiled cases built with the ``for`` loop over work items (the linear
+    persistent and tile-X builds spilled) and with the ``while`` loop (no spill): misses, DRAM bytes
+    read, ``l1tex__t_sectors.sum`` and median TFLOPS, per schedule and order. A cuTile build loads
+    K/V through TMA, which bypasses L1, so any L1 sectors there are local-memory (spill) traffic.
+    ``forloop``/``fixed``: (counter rows, timing rows) of each run."""
+    sides = {}
+    for name, (cnt, tim) in (("forloop", forloop), ("fixed", fixed)):
+        times = _times_by_case(tim)
+        sides[name] = {(as_case(k)["schedule"], as_case(k)["order"], as_case(k)["D"],
+                        as_case(k)["causal"]): (k, m, times.get(k, []))
+                       for k, m in pivot(cnt).items()}
+    out = []
+    for key in sorted(set(sides["forloop"]) & set(sides["fixed"]),
+                      key=lambda x: (x[2], x[3], x[0] != "grid", x[0], x[1] != "linear")):
+        sched, o, D, causal = key
+        row = dict(schedule=sched, order=o, D=D, causal=causal)
+        for col, get in (("misses", lambda k, m, t: m.get(Metric.L2_TEX_MISSES, float("nan"))),
+                         ("dram_GB", lambda k, m, t: m.get(Metric.DRAM_READ_BYTES, float("nan")) / 1e9),
+                         ("l1_sectors", lambda k, m, t: m.get(Metric.L1_SECTORS, float("nan"))),
+                         ("tflops", lambda k, m, t: _flops(as_case(k)) / (median(t) * 1e-3) / 1e12
+                          if t else float("nan"))):
+            for name in ("forloop", "fixed"):
+                row[f"{col}_{name}"] = get(*sides[name][key])
+        out.append(row)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
 # section 7: simulator vs measured
 # --------------------------------------------------------------------------------------------
 class Curve:
@@ -568,8 +907,12 @@ def compute(arch: str, *, sim: bool = True, cache_dir: Path | None = None,
                                             "active-sms")}
     cnt = {s: d[0] for s, d in data.items()}
     out: dict[str, tuple[str, list[dict]]] = {}
-    out["s0_consistency"] = ("0. Counter consistency: (hits + misses) / srcunit_tex sectors",
-                             consistency({s: r for s, r in cnt.items() if r}))
+    by_study = {s: r for s, r in cnt.items() if r}
+    by_study.update({f"sawtooth {lab}": c for lab, c, _ in load_study_runs(arch, "sawtooth")[1:]})
+    by_study["longseq-profile"] = load_study(arch, "longseq-profile")[0]
+    out["s0_consistency"] = ("0. Counter consistency: (hits + misses) / srcunit_tex sectors "
+                             "(sawtooth = its run r1; repeats listed apart)",
+                             consistency({s: r for s, r in by_study.items() if r}))
     out["s1_l1_passthrough"] = ("1. L1 pass-through (l1l2 study: CUDA; sawtooth study: cuTile)",
                                 l1_passthrough(cnt["l1l2"], cnt["sawtooth"]))
     out["s2_model_error"] = ("2. Sector-access model error (traffic study, exact model)",
@@ -581,19 +924,54 @@ def compute(arch: str, *, sim: bool = True, cache_dir: Path | None = None,
     hv_src = "active-sms" if cnt["active-sms"] else "l1l2"
     out["s4_hit_vs_active"] = (f"4. L2 hit rate vs active CTAs against 1 - 1/N ({hv_src} study)",
                                hit_vs_active(cnt[hv_src], hv_src))
-    out["s5_sawtooth_vs_linear"] = ("5. Sawtooth vs linear per configuration (sawtooth study)",
+    r1 = data["sawtooth"][2]
+    r1_name = f"run r1 = {r1.name}" if r1 else "no run"
+    out["s5_sawtooth_vs_linear"] = (f"5. Sawtooth vs linear per configuration (sawtooth study, "
+                                    f"{r1_name})",
                                     sawtooth_vs_linear(cnt["sawtooth"], data["sawtooth"][1]))
-    out["s5_peers"] = ("5b. SDPA peers timed in the same run (sawtooth study)",
+    out["s5_peers"] = (f"5b. SDPA peers timed in the same run (sawtooth study, {r1_name})",
                        peers(data["sawtooth"][1]))
+    runs = load_study_runs(arch, "sawtooth")
+    names = ", ".join(f"{lab} = {d.name}" for (lab, _, _), d in
+                      zip(runs, find_study_runs(arch, "sawtooth")))
+    out["s5_repeats"] = (f"5c. Sawtooth vs linear across repeated runs ({names or 'none'}"
+                         f"{'' if len(runs) >= 2 else '; needs >= 2 runs'}): % change per run; "
+                         f"noise_pct = the larger run-to-run range of the two twins, % of the linear "
+                         f"mean; a difference needs one sign in every run, min |change| > noise_pct "
+                         f"and, for time, every run's own verdict (within: + slower, - faster, "
+                         f"= inside the sample spread)", sawtooth_repeats(runs))
+    drift_dir = find_study_dir(arch, "drift")
+    drift_csv = drift_dir / "drift.csv" if drift_dir else None
+    drift_rows = read_csv(drift_csv) if drift_csv and drift_csv.exists() else []
+    out["s6_drift"] = (f"6. CTA drift: start-time spread over the CTAs, in steps "
+                       f"({drift_dir.name if drift_dir else 'no drift run'}; sampled steps)",
+                       drift_table(drift_rows, a.l2_bytes))
     if sim:
         log("section 7: simulating the measured sawtooth and divergence cases ...")
         rows, fit = simulator_vs_measured(arch, cache_dir=cache_dir, max_accesses=max_accesses,
                                           log=log)
         out["s7_capacity_fit"] = ("7a. One effective LRU capacity fitted to the non-causal CUDA "
                                   "cases (relative least squares)", [fit] if fit else [])
-        out["s7_sim_vs_measured"] = ("7b. Simulator vs measured L2 misses per case", rows)
+        out["s7_sim_vs_measured"] = (f"7b. Simulator vs measured L2 misses per case (sawtooth "
+                                     f"study {r1_name}; divergence study)", rows)
         out["s7_order_change"] = ("7c. Sawtooth vs linear change in misses, measured vs simulated",
                                   sim_order_changes(rows))
+    _, ls_t, ls_dir = load_study(arch, "longseq")
+    out["s8_longseq_best"] = (f"8. Best configuration at long S (longseq study"
+                              f"{', ' + ls_dir.name if ls_dir else ': no run'})", longseq_best(ls_t))
+    peak = DRAM_PEAK_BYTES_PER_S.get(arch, float("nan"))
+    lp_c, lp_t, lp_dir = load_study(arch, "longseq-profile")
+    out["s9_dram_bound"] = (f"9a. DRAM bound (longseq-profile"
+                            f"{', ' + lp_dir.name if lp_dir else ': no run'}; peak "
+                            f"{peak / 1e12:.2f} TB/s)", dram_bound(lp_c, lp_t, peak))
+    spill = ROOT / "profiles" / arch / SPILL_ARTIFACT / "profile"
+    out["s9_spill_artifact"] = (f"9b. Spill artifact: for-loop build ({SPILL_ARTIFACT}/profile) "
+                                f"vs the fixed while-loop build ({lp_dir.name if lp_dir else 'no run'})",
+                                spill_artifact(read_run(spill), (lp_c, lp_t))
+                                if spill.is_dir() and lp_dir else [])
+    out["s9_dram_bound_sawtooth"] = (f"9c. DRAM bound of the sawtooth-study kernels ({r1_name}; "
+                                     f"peak {peak / 1e12:.2f} TB/s)",
+                                     dram_bound(cnt["sawtooth"], data["sawtooth"][1], peak))
     return out
 
 

@@ -12,13 +12,19 @@ from spec.records import Metric
 
 
 def row(metric, value, *, order="linear", schedule="static132", S=4096, B=1, causal=False,
-        backend="cuda", tiles=(80, 80), sample=0, study="x", source="measured"):
+        backend="cuda", tiles=(80, 80), sample=0, study="x", source="measured", D=64, H=1, x=None):
+    peer = backend.startswith("sdpa")
     return dict(run="r", study=study, arch="h100",
-                variant=f"{backend}.{order}.{schedule}.m{tiles[0]}n{tiles[1]}d64",
-                backend=backend, order=order, schedule=schedule, tile_m=tiles[0],
-                tile_n=tiles[1], occupancy=None, B=B, H=1, H_kv=1, S_q=S, S_kv=S, D=64,
-                dtype="fp16", causal=causal, metric=metric, value=float(value), unit="",
-                source=source, sample=sample, note="", x=None)
+                variant=backend if peer else f"{backend}.{order}.{schedule}.m{tiles[0]}n{tiles[1]}d{D}",
+                backend=backend, order="" if peer else order, schedule="" if peer else schedule,
+                tile_m=0 if peer else tiles[0], tile_n=0 if peer else tiles[1], occupancy=None,
+                B=B, H=H, H_kv=H, S_q=S, S_kv=S, D=D, dtype="fp16", causal=causal, metric=metric,
+                value=float(value), unit="", source=source, sample=sample, note="", x=x)
+
+
+def times(ms, **kw):
+    """Timing sample rows (kernel_time_ms, samples 0..n-1)."""
+    return [row(Metric.KERNEL_TIME_MS, t, sample=i, **kw) for i, t in enumerate(ms)]
 
 
 def test_time_verdict_no_difference_within_spread():
@@ -130,3 +136,207 @@ def test_simulator_section_small(tmp_path):
     assert len(rows) == 4 and fit["n_cases"] == 4
     assert 0 < fit["capacity_bytes"] <= 2 * 50 * 2**20
     assert all(r["how"] == "direct" for r in rows)
+
+
+# --------------------------------------------------------------------------------------------
+# the loaders: repeats, single-run sections, the spill artifact
+# --------------------------------------------------------------------------------------------
+def test_run_directories_repeats_and_artifacts(tmp_path):
+    base = tmp_path / "profiles" / "h100"
+    for name in ("sawtooth-20261001", "sawtooth-20261121", "sawtooth-20261121-r3",
+                 "sawtooth-20261121-r2", "sawtooth-20261121-r10", "longseq-20261121",
+                 "longseq-profile-20261121", "longseq-forloop-spill-20261121", "drift-20261121"):
+        (base / name).mkdir(parents=True)
+        (base / name / "manifest.json").write_text("{}")
+    (base / "sawtooth-20261121-r4").mkdir()                 # no manifest: an incomplete run
+    runs = F.find_study_runs("h100", "sawtooth", tmp_path)
+    assert [p.name for p in runs] == ["sawtooth-20261121", "sawtooth-20261121-r2",
+                                      "sawtooth-20261121-r3", "sawtooth-20261121-r10"]
+    assert F.find_study_dir("h100", "sawtooth", tmp_path).name == "sawtooth-20261121"
+    assert [p.name for p in F.find_study_runs("h100", "longseq", tmp_path)] == ["longseq-20261121"]
+    assert F.find_study_dir("h100", "longseq-profile", tmp_path).name == "longseq-profile-20261121"
+    # the spill artifact is never a dataset, not even when asked for by its own name
+    assert F.find_study_runs("h100", "longseq-forloop-spill", tmp_path) == []
+    assert F.find_study_dir("h200", "sawtooth", tmp_path) is None
+    assert [lab for lab, _, _ in F.load_study_runs("h100", "sawtooth", tmp_path)] == \
+        ["r1", "r2", "r3", "r4"]
+
+
+# --------------------------------------------------------------------------------------------
+# section 5c: repeats
+# --------------------------------------------------------------------------------------------
+def test_repeat_verdict_rule():
+    # noise = 100 * max(range lin 20, range saw 11.5) / mean lin 100 = 20; min |change| 30 > 20
+    assert F.repeat_verdict([-30, -40, -35], [100, 110, 90], [70, 66, 58.5]) == (20.0, "sawtooth fewer")
+    assert F.repeat_verdict([30, 40, 35], [100, 100, 100], [130, 140, 135]) == (10.0, "sawtooth more")
+    # the same changes when the sawtooth twin itself moves by 32.5 (% of the linear mean) between
+    # runs: the smallest change, 30%, is inside that noise
+    assert F.repeat_verdict([30, 40, 35], [100, 110, 90], [130, 154, 121.5]) == \
+        (pytest.approx(32.5), "no difference")
+    # one run of the other sign: no difference, whatever the sizes
+    assert F.repeat_verdict([-30, -40, 35], [100, 110, 90], [70, 66, 121.5])[1] == "no difference"
+    # smallest change (10%) inside the noise (100 * 60 / 100 = 60%): no difference
+    noise, v = F.repeat_verdict([-10, -30, -20], [100, 130, 70], [90, 91, 56])
+    assert noise == pytest.approx(60.0) and v == "no difference"
+    # time: also every run's own verdict, in the same direction
+    slow = ["sawtooth slower"] * 3
+    assert F.repeat_verdict([1, 1, 1], [100] * 3, [101] * 3, slow,
+                            ("sawtooth faster", "sawtooth slower")) == (0.0, "sawtooth slower")
+    assert F.repeat_verdict([1, 1, 1], [100] * 3, [101] * 3, slow[:2] + ["no difference"],
+                            ("sawtooth faster", "sawtooth slower"))[1] == "no difference"
+    # a single run is never a verdict
+    n, v = F.repeat_verdict([-50], [100], [50])
+    assert math.isnan(n) and v == "no difference"
+
+
+def _run(miss_lin, miss_saw, ms_lin, ms_saw, cold=10):
+    c, t = [], []
+    for order, miss, ms in (("linear", miss_lin, ms_lin), ("sawtooth", miss_saw, ms_saw)):
+        c += [row(Metric.L2_TEX_MISSES, miss, order=order),
+              row(Metric.NONCOMPULSORY_MISSES, miss - cold, order=order)]
+        t += times(ms, order=order)
+    return c, t
+
+
+def test_sawtooth_repeats_table():
+    runs = [("r1", *_run(110, 66, [10, 10, 10], [10.5, 10.5, 10.5])),
+            ("r2", *_run(100, 70, [10, 10, 10], [10.4, 10.5, 10.6])),
+            ("r3", *_run(90, 58.5, [10, 10.1, 10.2], [10.7, 10.8, 10.9]))]
+    t = {r["quantity"]: r for r in F.sawtooth_repeats(runs)}
+    assert set(t) == {"misses", "noncomp misses", "median time"}
+    m = t["misses"]
+    assert m["config"] == "cuda static132 80x80 B=1 non-causal"
+    assert (m["r1_pct"], m["r2_pct"], m["r3_pct"]) == pytest.approx((-40, -30, -35))
+    assert (m["mean_pct"], m["min_pct"], m["max_pct"]) == pytest.approx((-35, -40, -30))
+    assert m["noise_pct"] == pytest.approx(20.0) and m["verdict"] == "sawtooth fewer"
+    nc = t["noncomp misses"]                       # 100 -> 56, 90 -> 60, 80 -> 48.5
+    assert nc["r1_pct"] == pytest.approx(-44.0) and nc["verdict"] == "sawtooth fewer"
+    tm = t["median time"]                          # +5%, +5%, +6.86%; noise 100*0.3/10.033
+    assert tm["r1_pct"] == pytest.approx(5.0) and tm["r3_pct"] == pytest.approx(100 * 0.7 / 10.1)
+    assert tm["noise_pct"] == pytest.approx(100 * 0.3 / np.mean([10, 10, 10.1]))
+    # r2: 0.5 ms apart, sawtooth samples span 0.2 -> slower; all three runs say so
+    assert tm["within"] == "+ + +" and tm["verdict"] == "sawtooth slower"
+    assert F.sawtooth_repeats(runs[:1]) == []
+
+
+# --------------------------------------------------------------------------------------------
+# section 6: drift
+# --------------------------------------------------------------------------------------------
+def test_drift_table():
+    kw = dict(S=800, order="sawtooth", study="drift")      # 80x80 tiles: n_kv = 10 steps
+    rows = [row(Metric.STEP_NS, 100, **kw)]
+    rows += [row(Metric.CTA_START_SPREAD_NS, ns, x=x, **kw)
+             for x, ns in ((0, 0), (4, 200), (11, 400), (9, 300), (12, 1000), (20, 500))]
+    (d,) = F.drift_table(rows, l2_bytes=2 * 2**20)
+    assert d["step_us"] == pytest.approx(0.1) and d["n_kv"] == 10
+    assert d["at_step"] == 9 and d["spread_after_one_item"] == pytest.approx(3.0)  # 9 and 11 tie
+    assert d["spread_max"] == pytest.approx(10.0) and d["at_step_max"] == 12
+    # 10 steps × (K + V tile: 2 × 80 × 64 × 2 B = 20480 B) = 204800 B
+    assert d["max_spread_kv_mib"] == pytest.approx(204800 / 2**20)
+    assert d["max_spread_over_l2"] == pytest.approx(204800 / (2 * 2**20))
+    assert d["steps_sampled"] == 6 and d["l2_mib"] == 2.0
+
+
+# --------------------------------------------------------------------------------------------
+# sections 8 and 9: long sequences
+# --------------------------------------------------------------------------------------------
+def test_longseq_best():
+    kw = dict(S=4096, study="longseq")
+    rows = (times([10, 11, 12], backend="cutile", order="linear", schedule="grid", **kw)
+            + times([9.0, 9.5, 9.6], backend="cutile", order="sawtooth", schedule="grid", **kw)
+            + times([10.5] * 3, order="linear", **kw) + times([12] * 3, order="sawtooth", **kw)
+            + times([8] * 3, backend="sdpa-cudnn", **kw) + times([16] * 3, backend="sdpa-flash", **kw))
+    (r,) = F.longseq_best(rows)
+    flops = 4.0 * 4096 * 4096 * 64
+    assert r["best"] == "cutile sawtooth grid 80x80" and r["best_saw"] == r["best"]
+    assert r["best_lin"] == "cuda linear static132 80x80"
+    assert r["best_tflops"] == pytest.approx(flops / 9.5e-3 / 1e12)
+    assert r["lin_tflops"] == pytest.approx(flops / 10.5e-3 / 1e12)
+    assert r["best_over_cudnn"] == pytest.approx(8 / 9.5)
+    assert r["best_over_flash"] == pytest.approx(16 / 9.5)
+    assert r["lin_over_cudnn"] == pytest.approx(8 / 10.5)
+    assert r["saw_vs_lin_time_pct"] == pytest.approx(100 * (9.5 - 10.5) / 10.5)
+    assert r["saw_vs_lin"] == "sawtooth faster"           # 1.0 ms apart, spreads 0 and 0.6
+    # a causal problem is its own group, with half the flops
+    (c,) = F.longseq_best(times([10.0] * 3, order="linear", causal=True, **kw))
+    assert c["causal"] and c["best_tflops"] == pytest.approx(flops / 2 / 10e-3 / 1e12)
+    assert math.isnan(c["saw_tflops"]) and "saw_vs_lin" not in c
+
+
+def test_dram_bound():
+    kw = dict(backend="cutile", tiles=(128, 128), D=128)
+    cnt = [row(Metric.DRAM_READ_BYTES, 4e9, order="linear", **kw),
+           row(Metric.L2_TEX_MISSES, 5e7, order="linear", **kw),
+           row(Metric.DRAM_READ_BYTES, 1e9, order="sawtooth", **kw),
+           row(Metric.L2_TEX_MISSES, 2e7, order="sawtooth", **kw)]
+    tim = times([10, 10, 10], order="linear", **kw) + times([9.8, 9.9, 10.0], order="sawtooth", **kw)
+    lin, saw = F.dram_bound(cnt, tim, peak_bytes_per_s=1e12)
+    assert lin["order"] == "linear" and lin["dram_GB"] == 4.0 and lin["ms"] == 10
+    assert lin["dram_GBps"] == pytest.approx(400.0) and lin["dram_peak_pct"] == pytest.approx(40.0)
+    assert math.isnan(lin["saving_bound_pct"]) and lin["misses"] == 5e7
+    assert saw["dram_GBps"] == pytest.approx(1e9 / 9.9e-3 / 1e9)
+    assert saw["time_change_pct"] == pytest.approx(-1.0)
+    # (4e9 - 1e9) B at 1e12 B/s = 3 ms = 30% of the linear 10 ms
+    assert saw["saving_bound_pct"] == pytest.approx(30.0)
+
+
+def test_spill_artifact():
+    kw = dict(backend="cutile", tiles=(128, 128), D=128)
+
+    def run(lin_miss, lin_l1, lin_ms):
+        c = [row(Metric.L2_TEX_MISSES, lin_miss, order="linear", **kw),
+             row(Metric.DRAM_READ_BYTES, 10 * lin_miss, order="linear", **kw),
+             row(Metric.L1_SECTORS, lin_l1, order="linear", **kw),
+             row(Metric.L2_TEX_MISSES, 100, order="sawtooth", **kw),
+             row(Metric.DRAM_READ_BYTES, 1000, order="sawtooth", **kw),
+             row(Metric.L1_SECTORS, 0, order="sawtooth", **kw)]
+        return c, times(lin_ms, order="linear", **kw) + times([1.0], order="sawtooth", **kw)
+
+    lin, saw = F.spill_artifact(run(5000, 777, [2.0, 2.0]), run(200, 0, [1.0]))
+    assert (lin["schedule"], lin["order"], saw["order"]) == ("static132", "linear", "sawtooth")
+    assert (lin["misses_forloop"], lin["misses_fixed"]) == (5000, 200)
+    assert (lin["dram_GB_forloop"], lin["dram_GB_fixed"]) == (5e-5, 2e-6)
+    assert (lin["l1_sectors_forloop"], lin["l1_sectors_fixed"]) == (777, 0)
+    flops = 4.0 * 4096 * 4096 * 128
+    assert lin["tflops_forloop"] == pytest.approx(flops / 2e-3 / 1e12)
+    assert lin["tflops_fixed"] == pytest.approx(flops / 1e-3 / 1e12)
+    assert saw["misses_forloop"] == saw["misses_fixed"] == 100
+
+
+def test_new_sections_on_committed_data(tmp_path, capsys):
+    """Smoke on the committed H100 data: the repeats are read run by run (never pooled), the spill
+    artifact is no dataset, and every new section is printed and written."""
+    if len(F.find_study_runs("h100", "sawtooth")) < 2:
+        pytest.skip("no committed h100 repeats")
+    for study in ("longseq", "longseq-profile", "longseq-forloop-spill"):
+        assert all(p.name not in F.ARTIFACT_DIRS for p in F.find_study_runs("h100", study))
+    runs = F.load_study_runs("h100", "sawtooth")
+    rep = F.sawtooth_repeats(runs)
+    s5 = {r["config"]: r for r in F.sawtooth_vs_linear(runs[0][1], runs[0][2])}
+    assert len(rep) == 3 * len(s5)
+    for r in rep:                                    # r1 of 5c is section 5 (run r1 alone)
+        key = {"misses": "misses_change_pct", "noncomp misses": "noncomp_change_pct",
+               "median time": "time_change_pct"}[r["quantity"]]
+        assert r["r1_pct"] == pytest.approx(s5[r["config"]][key])
+        assert r["min_pct"] <= r["mean_pct"] <= r["max_pct"]
+        assert r["verdict"] in ("no difference", "sawtooth fewer", "sawtooth more",
+                                "sawtooth faster", "sawtooth slower")
+    assert F.main(["--arch", "h100", "--no-sim", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    for title in ("5c. Sawtooth vs linear across repeated runs", "6. CTA drift",
+                  "8. Best configuration at long S", "9a. DRAM bound", "9b. Spill artifact"):
+        assert title in out
+    for name in ("s5_repeats", "s6_drift", "s8_longseq_best", "s9_dram_bound", "s9_spill_artifact"):
+        assert (tmp_path / f"{name}.csv").stat().st_size > 10
+    rows = F.read_csv(F.find_study_dir("h100", "drift") / "drift.csv")
+    drift = F.drift_table(rows, 50 * 2**20)
+    assert len(drift) == sum(r["metric"] == Metric.STEP_NS for r in rows)
+    assert all(d["spread_max"] >= d["spread_after_one_item"] for d in drift)
+
+
+def test_other_arch_without_new_data(capsys):
+    """h200 has no repeats, drift or longseq runs: the new sections print "(no data)"."""
+    if F.find_study_dir("h200", "sawtooth") is None:
+        pytest.skip("no committed h200 data")
+    assert F.main(["--arch", "h200", "--no-sim"]) == 0
+    assert "5c. Sawtooth vs linear across repeated runs" in capsys.readouterr().out
