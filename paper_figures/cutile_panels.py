@@ -1,4 +1,8 @@
-"""F9a and F10a share one layout: cuTile L2 misses for Static and Tile-based, linear vs sawtooth."""
+"""F9a and F10a share one layout: cuTile L2 misses for Static and Tile-based, linear vs sawtooth.
+
+Data: one run of the sawtooth study (``python -m experiments.run sawtooth --arch <arch>``); of
+several loaded runs (the original and its repeats -r2, -r3) only the original is drawn
+(``data.one_run``), and the title says so; the ``repeats`` figure shows every run."""
 from __future__ import annotations
 
 import math
@@ -6,7 +10,7 @@ import math
 from spec.records import Metric
 
 from .bars import grouped_bars
-from .data import Skip, select
+from .data import Skip, one_run, select
 
 SCHEDULE_NAMES = {"static": "Static (persistent)", "tile": "Tile-based"}
 
@@ -19,6 +23,7 @@ def _schedule_name(label: str) -> str:
 
 
 def load_misses(rows: list[dict], causal: bool) -> dict:
+    rows, run = one_run(rows, "sawtooth")
     rows = select(rows, study="sawtooth", backend="cutile", causal=causal,
                   metric=Metric.L2_TEX_MISSES)
     if not rows:
@@ -29,11 +34,12 @@ def load_misses(rows: list[dict], causal: bool) -> dict:
         vals = series.setdefault((r["order"], r["source"]), [math.nan] * len(schedules))
         vals[schedules.index(r["schedule"])] = r["value"] / 1e6
     return {"groups": [_schedule_name(s) for s in schedules], "series": series,
-            "S": rows[0]["S_q"], "B": rows[0]["B"]}
+            "S": rows[0]["S_q"], "B": rows[0]["B"], "run": run}
 
 
 def plot_misses(data: dict, figure: str, causal: bool, arch: str | None):
     mode = "causal" if causal else "non-causal"
     return grouped_bars(data["groups"], data["series"], ylabel="L2 misses (M sectors)",
                         title=f"{figure}: cuTile {mode}, B={data['B']}, S={data['S']}, "
-                              f"64×64 tiles, {arch or ''}")
+                              f"64×64 tiles, {arch or ''}"
+                              + (f"\n{data['run']['note']}" if data["run"]["note"] else ""))

@@ -1,6 +1,15 @@
-"""Loading stored results for figures: tidy rows from run directories, never from stdout."""
+"""Loading stored results for figures: tidy rows from run directories, never from stdout.
+
+Every row read by ``load_rows`` carries the run directory it came from (``run_dir``; the schema's
+own ``run`` column holds the temporary name a run had while it was written, so it cannot tell two
+runs apart). Several runs of one study may be loaded at once (``profiles/h100/sawtooth-20261121``
+and its repeats ``...-r2``, ``...-r3``): a figure of one study draws exactly one of them
+(``one_run``) unless it is about the repeats themselves (``runs_of``).
+"""
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 from spec.records import read_csv
@@ -12,13 +21,98 @@ class Skip(Exception):
     """A figure cannot be drawn from the data at hand; the message says what is missing."""
 
 
+RUN_DIR = "run_dir"
+FILES = ("counters.csv", "timing.csv", "drift.csv")
+
+
 def load_rows(run_dirs: list[Path]) -> list[dict]:
+    """The rows of every run directory (``FILES``), each tagged with its directory (``run_dir``)."""
     rows = []
     for d in run_dirs:
-        for name in ("counters.csv", "timing.csv"):
-            if (d / name).exists():
-                rows.extend(read_csv(d / name))
+        for name in FILES:
+            if (Path(d) / name).exists():
+                for r in read_csv(Path(d) / name):
+                    r[RUN_DIR] = str(d)
+                    rows.append(r)
     return rows
+
+
+def run_of(row: dict) -> str:
+    """The run a row belongs to: its directory when it was read by ``load_rows``, else ``run``."""
+    return row.get(RUN_DIR) or row["run"]
+
+
+def run_name(run: str) -> str:
+    """'profiles/h100/sawtooth-20261121' -> 'sawtooth-20261121'."""
+    return Path(run).name
+
+
+def runs_of(rows: list[dict], study: str) -> dict[str, list[dict]]:
+    """The rows of ``study`` per run, runs in the order they were loaded."""
+    out: dict[str, list[dict]] = {}
+    for r in rows:
+        if r["study"] == study:
+            out.setdefault(run_of(r), []).append(r)
+    return out
+
+
+_REPEAT = re.compile(r"^(?P<base>.+)-r(?P<k>\d+)$")
+
+
+def primary_run(rows: list[dict], study: str) -> str | None:
+    """The one run of ``study`` that single-run figures draw. A run whose directory is named
+    ``<base>-r<k>`` is a repeat of ``<base>`` and is passed over when ``<base>`` is loaded too;
+    of the rest, the run with the most rows of the study wins, the first loaded on a tie (the
+    committed dataset before a local run). None when no run has rows of the study."""
+    runs = runs_of(rows, study)
+    names = {run_name(k) for k in runs}
+    first = [k for k in runs
+             if not (m := _REPEAT.match(run_name(k))) or m.group("base") not in names]
+    return max(first, key=lambda k: len(runs[k])) if first else None
+
+
+def one_run(rows: list[dict], study: str) -> tuple[list[dict], dict]:
+    """``rows`` with the rows of ``study`` cut down to its ``primary_run`` (other studies' rows
+    untouched), and what was chosen: {'run': name, 'n_runs': runs of the study loaded,
+    'note': a line for a title when another run was left out, else ''}."""
+    runs = runs_of(rows, study)
+    keep = primary_run(rows, study)
+    if len(runs) <= 1:
+        return rows, {"run": run_name(keep) if keep else None, "n_runs": len(runs), "note": ""}
+    note = f"run {run_name(keep)} only; {len(runs) - 1} other run(s) loaded, not mixed in"
+    return ([r for r in rows if r["study"] != study or run_of(r) == keep],
+            {"run": run_name(keep), "n_runs": len(runs), "note": note})
+
+
+def manifest(rows: list[dict]) -> dict:
+    """The manifest.json of the run the rows came from ({} when there is none or several runs)."""
+    dirs = {r.get(RUN_DIR) for r in rows}
+    if len(dirs) != 1 or None in dirs:
+        return {}
+    p = Path(dirs.pop()) / "manifest.json"
+    try:
+        return json.loads(p.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def manifest_device(m: dict) -> str | None:
+    """The GPU a manifest says the run was measured on (its layout differs between tools)."""
+    for d in (m.get("device"), (m.get("parameters") or {}).get("device")):
+        if isinstance(d, str) and d:
+            return d
+        if isinstance(d, dict) and d.get("gpu"):
+            return d["gpu"]
+    return None
+
+
+def manifest_command(m: dict) -> str | None:
+    """The manifest's command with the checkout's absolute path dropped
+    ('python /work/main/experiments/run.py ...' -> 'python experiments/run.py ...')."""
+    cmd = m.get("command")
+    if not cmd:
+        return None
+    return re.sub(r"\S*/(?=(experiments|cuda_baseline|kernels|profiles)/)", "", cmd)
 
 
 def select(rows: list[dict], **where) -> list[dict]:

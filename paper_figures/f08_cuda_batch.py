@@ -1,17 +1,23 @@
 """F8a: CUDA kernel L2 misses, linear vs sawtooth, over batch size (80×80 tiles, one persistent
-CTA per SM, non-causal). F8b/F8c (GFLOPS, time) need measured timing rows."""
+CTA per SM, non-causal). F8b/F8c (GFLOPS, time) need measured timing rows.
+
+Data: one run of the sawtooth study (``python -m experiments.run sawtooth --arch <arch>``); when
+several are loaded (profiles/h100/sawtooth-20261121 and its repeats -r2, -r3) it draws the original
+only (``data.one_run``: repeats ``<base>-r<k>`` are passed over) and says so in the title; the
+run-to-run spread is the ``repeats`` figure."""
 from __future__ import annotations
 
 import math
 
 from .bars import grouped_bars
-from .data import Skip, select
+from .data import Skip, one_run, select
 from spec.records import Metric
 
 FIGURE = "F8a"
 
 
 def load(rows: list[dict]) -> dict:
+    rows, run = one_run(rows, "sawtooth")
     rows = select(rows, study="sawtooth", backend="cuda", metric=Metric.L2_TEX_MISSES)
     if not rows:
         raise Skip("no CUDA rows of the sawtooth study (lts__t_sectors_srcunit_tex_lookup_miss.sum)")
@@ -20,12 +26,14 @@ def load(rows: list[dict]) -> dict:
     for r in rows:
         vals = series.setdefault((r["order"], r["source"]), [math.nan] * len(batches))
         vals[batches.index(r["B"])] = r["value"] / 1e6
-    return {"groups": [f"B={b}" for b in batches], "series": series, "S": rows[0]["S_q"]}
+    return {"groups": [f"B={b}" for b in batches], "series": series, "S": rows[0]["S_q"],
+            "run": run}
 
 
 def plot(data: dict, arch: str | None = None):
     return grouped_bars(data["groups"], data["series"], ylabel="L2 misses (M sectors)",
-                        title=f"F8a: CUDA split-Q, S={data['S']}, 80×80 tiles, {arch or ''}")
+                        title=f"F8a: CUDA split-Q, S={data['S']}, 80×80 tiles, {arch or ''}"
+                              + (f"\n{data['run']['note']}" if data["run"]["note"] else ""))
 
 
 def main(argv=None):

@@ -1,5 +1,9 @@
 """F8b: CUDA split-Q throughput (TFLOP/s) vs batch size, linear vs sawtooth, with SDPA peers per batch
-(sawtooth study; bars: median of the timed samples, error bars: their min..max)."""
+(sawtooth study; bars: median of the timed samples, error bars: their min..max).
+
+One run of the sawtooth study only (``python -m experiments.run sawtooth --arch <arch>``):
+with several loaded (profiles/h100/sawtooth-20261121 and its repeats -r2, -r3) it draws the
+original (``data.one_run``) and the title says so; ``repeats`` shows every run."""
 from .timing_panels import load_cuda_batch, plot_cuda_batch
 
 FIGURE = "F8b"

@@ -1,5 +1,9 @@
 """F10b: cuTile causal throughput per schedule (Static, Tile-based), linear vs sawtooth, with the
-SDPA flash and cuDNN peers of the same problem as horizontal reference lines (sawtooth study)."""
+SDPA flash and cuDNN peers of the same problem as horizontal reference lines (sawtooth study).
+
+One run of the sawtooth study only (``python -m experiments.run sawtooth --arch <arch>``):
+with several loaded (profiles/h100/sawtooth-20261121 and its repeats -r2, -r3) it draws the
+original (``data.one_run``) and the title says so; ``repeats`` shows every run."""
 from .timing_panels import load_cutile, plot_cutile
 
 FIGURE = "F10b"

@@ -1,13 +1,17 @@
 """Throughput and time figures of the sawtooth study (F8b, F8c, F9b, F10b): grouped bars of the
 median over the timed samples, error bars from the slowest to the fastest sample, and the SDPA
-peers measured in the same run for the same problem."""
+peers measured in the same run for the same problem.
+
+Data: one run of the sawtooth study (``python -m experiments.run sawtooth --arch <arch>``): samples
+of several loaded runs are never pooled; the original is drawn and its repeats (-r2, -r3) are left
+to the ``repeats`` figure (``data.one_run``), which the title says when it happens."""
 from __future__ import annotations
 
 import math
 
 from .bars import grouped_bars
 from .cutile_panels import _schedule_name
-from .data import Skip, sources, tflops_stats
+from .data import Skip, one_run, sources, tflops_stats
 from .style import gpu_name
 
 PEERS = ("sdpa-flash", "sdpa-cudnn")
@@ -26,7 +30,12 @@ def _bars(stats: list[dict], group_of, groups: list, quantity: str):
     return series, errors
 
 
+def _note(data: dict) -> str:
+    return f"\n{data['run']['note']}" if data.get("run", {}).get("note") else ""
+
+
 def load_cuda_batch(rows: list[dict], quantity: str) -> dict:
+    rows, run = one_run(rows, "sawtooth")
     stats = tflops_stats(rows, "sawtooth", causal=False)
     cuda = [s for s in stats.values() if s["backend"] == "cuda"]
     if quantity == "ms":
@@ -43,7 +52,7 @@ def load_cuda_batch(rows: list[dict], quantity: str) -> dict:
             vals = peers.setdefault((s["backend"], s["source"]), [math.nan] * len(batches))
             vals[batches.index(s["B"])] = s[quantity]
     return {"groups": [f"B={b}" for b in batches], "series": series, "errors": errors,
-            "peers": peers, "S": S, "sources": sources(cuda)}
+            "peers": peers, "S": S, "sources": sources(cuda), "run": run}
 
 
 def plot_cuda_batch(data: dict, figure: str, quantity: str, arch: str | None):
@@ -51,10 +60,11 @@ def plot_cuda_batch(data: dict, figure: str, quantity: str, arch: str | None):
     return grouped_bars(data["groups"], data["series"], ylabel=QUANTITY[quantity][0],
                         errors=data["errors"], peers=data["peers"],
                         title=f"{figure}: CUDA split-Q {what}, S={data['S']}, 80×80 tiles, "
-                              f"non-causal\n{gpu_name(arch)}")
+                              f"non-causal\n{gpu_name(arch)}" + _note(data))
 
 
 def load_cutile(rows: list[dict], causal: bool) -> dict:
+    rows, run = one_run(rows, "sawtooth")
     stats = tflops_stats(rows, "sawtooth", causal=causal)
     ct = [s for s in stats.values() if s["backend"] == "cutile"]
     if not ct:
@@ -67,7 +77,7 @@ def load_cutile(rows: list[dict], causal: bool) -> dict:
              if s["backend"] in PEERS and (s["B"], s["H"], s["S_q"], s["D"])
              == (ref["B"], ref["H"], ref["S_q"], ref["D"])}
     return {"groups": [_schedule_name(s) for s in schedules], "series": series, "errors": errors,
-            "peers": peers, "S": ref["S_q"], "B": ref["B"], "sources": sources(ct)}
+            "peers": peers, "S": ref["S_q"], "B": ref["B"], "sources": sources(ct), "run": run}
 
 
 def plot_cutile(data: dict, figure: str, causal: bool, arch: str | None):
@@ -75,4 +85,4 @@ def plot_cutile(data: dict, figure: str, causal: bool, arch: str | None):
     return grouped_bars(data["groups"], data["series"], ylabel=QUANTITY["tflops"][0],
                         errors=data["errors"], peers=data["peers"],
                         title=f"{figure}: cuTile {mode} throughput, B={data['B']}, S={data['S']}, "
-                              f"64×64 tiles\n{gpu_name(arch)}")
+                              f"64×64 tiles\n{gpu_name(arch)}" + _note(data))

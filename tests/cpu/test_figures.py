@@ -25,19 +25,30 @@ EXPECTED = {
     "sim-reuse": ("gb10", {"reuse"}),
     "ladder": ("h200", {"ladder"}),
     "scaling": ("h200", {"scaling"}),
+    "h100-drift": ("h100", {"drift"}),
+    "h100-longseq": ("h100", {"longseq"}),
+    # three runs of one study: the repeats figure draws each, F8-F10 the original only
+    "h100-repeats": ("h100", {"repeats", "F8a", "F8b", "F8c", "F9a", "F9b", "F10a", "F10b"}),
 }
+REPEATS = ("sawtooth-20261121", "sawtooth-20261121-r2", "sawtooth-20261121-r3")
 TABLES = {"T1", "T2"}
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
+def _runs(name: str) -> list[Path]:
+    """A fixture is one run directory, or a directory of several (h100-repeats)."""
+    subs = sorted(p for p in (FIX / name).iterdir() if p.is_dir())
+    return subs or [FIX / name]
+
+
 def _render(name: str, out: Path) -> list[dict]:
     arch, _ = EXPECTED[name]
-    return render(load_rows([FIX / name]), arch, out)
+    return render(load_rows(_runs(name)), arch, out)
 
 
 def test_fixtures_are_small():
     total = sum(p.stat().st_size for p in FIX.rglob("*.csv"))
-    assert 0 < total < 220_000
+    assert 0 < total < 300_000
 
 
 def test_every_registered_figure_has_a_fixture():
@@ -104,3 +115,123 @@ def test_a_figure_module_runs_on_its_own(tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "T2.md").exists() and (tmp_path / "T2.csv").exists()
+
+
+# -- the H100 drift, longseq and repeats figures ---------------------------------------------------
+
+def _median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+
+
+def test_drift_draws_every_case_and_the_l2_line():
+    from paper_figures import drift
+    from spec import get_arch
+    from spec.records import read_csv
+    rows = read_csv(FIX / "h100-drift" / "drift.csv")
+    cases = {(r["variant"], r["B"], r["causal"]) for r in rows if r["metric"] == "median_step_ns"}
+    step = {k: r["value"] for r in rows if r["metric"] == "median_step_ns"
+            for k in [(r["variant"], r["B"], r["causal"])]}
+    fig = drift.plot(drift.load(load_rows([FIX / "h100-drift"])), "h100")
+    lines = [ln for ax in fig.axes for ln in ax.get_lines() if (ln.get_gid() or "").startswith("case:")]
+    assert len(cases) == 8 and len(lines) == len(cases)
+    # one panel per (B, causal), each with the L2 line at L2 / (K+V bytes of one 80x80, D=64 step)
+    kv = 2 * 80 * 64 * 2
+    l2 = [ln for ax in fig.axes for ln in ax.get_lines() if ln.get_gid() == "l2"]
+    assert len(l2) == len({(b, c) for _, b, c in cases}) == 4
+    for ln in l2:
+        assert ln.get_ydata()[0] == pytest.approx(get_arch("h100").l2_bytes / kv)   # 2560 steps
+    # the right axis reads steps as MiB of K/V at 20 KiB a step, and the line is labelled 50 MiB
+    for ln in l2:
+        (sec,) = ln.axes.child_axes
+        assert "20 KiB/step" in sec.get_ylabel() and ln.get_label().startswith("L2 (50 MiB)")
+    # y is the spread in steps: the last sample of each case over that case's median step
+    for ln in lines:
+        order = ln.get_gid().split(":")[1]
+        ax = ln.axes
+        B = int(ax.get_title().split(",")[0].split("=")[1])
+        causal = "non-causal" not in ax.get_title()
+        pts = sorted((r["x"], r["value"]) for r in rows if r["metric"] == "cta_start_spread_ns"
+                     and r["order"] == order and r["B"] == B and r["causal"] == causal)
+        k = next(k for k in cases if k[1] == B and k[2] == causal and f".{order}." in k[0])
+        assert ln.get_ydata()[-1] == pytest.approx(pts[-1][1] / step[k])
+    title = fig._suptitle.get_text()
+    assert "measured on NVIDIA H100 80GB HBM3" in title and "cuda_baseline/drift.py" in title
+
+
+def test_longseq_bars_peers_and_title():
+    from paper_figures import longseq
+    from spec import Problem
+    from spec.records import read_csv
+    rows = read_csv(FIX / "h100-longseq" / "timing.csv")
+    fig = longseq.plot(longseq.load(load_rows([FIX / "h100-longseq"])), "h100")
+    panels = [ax for ax in fig.axes if ax.patches]
+    assert len(panels) == 4                                   # D in {64, 128} x causal
+    for ax in panels:
+        D = int(ax.get_title().split(",")[0].split("=")[1])
+        causal = "non-causal" not in ax.get_title()
+        kernels = {r["variant"] for r in rows if r["D"] == D and r["causal"] == causal
+                   and r["backend"] in ("cutile", "cuda")}
+        assert len(ax.patches) == len(kernels) == 12          # 2 backends x 3 schedules x 2 orders
+        peers = {ln.get_label().split(":")[0]: ln.get_ydata()[0] for ln in ax.get_lines()
+                 if ln.get_label().startswith("PyTorch SDPA")}
+        assert set(peers) == {"PyTorch SDPA (cuDNN)", "PyTorch SDPA (flash)"}
+        ms = [r["value"] for r in rows if r["backend"] == "sdpa-cudnn" and r["D"] == D
+              and r["causal"] == causal]
+        flops = Problem(1, 16, 131072, D, causal=causal).flops
+        assert peers["PyTorch SDPA (cuDNN)"] == pytest.approx(
+            _median([flops / (t * 1e-3) / 1e12 for t in ms]))
+    title = fig._suptitle.get_text()
+    assert "measured on NVIDIA H100 80GB HBM3" in title and "run.py longseq --arch h100" in title
+
+
+def test_repeats_one_marker_per_run_and_comparison():
+    from paper_figures import repeats
+    from spec.records import read_csv
+    data = repeats.load(load_rows(_runs("h100-repeats")))
+    assert data["runs"] == list(REPEATS) and len(data["cases"]) == 8
+    fig = repeats.plot(data, "h100")
+    for q in ("misses", "time"):
+        for run in REPEATS:
+            (pc,) = [c for ax in fig.axes for c in ax.collections if c.get_gid() == f"{q}:{run}"]
+            assert len(pc.get_offsets()) == len(data["cases"])
+    # the original run's CUDA B=1 miss change, recomputed from the fixture
+    rows = read_csv(FIX / "h100-repeats" / REPEATS[0] / "counters.csv")
+    m = {r["order"]: r["value"] for r in rows if r["backend"] == "cuda" and r["B"] == 1}
+    want = 100 * (m["sawtooth"] / m["linear"] - 1)
+    case = next(c for c in data["cases"] if c["backend"] == "cuda" and c["B"] == 1)
+    assert case["runs"][REPEATS[0]]["misses"] == pytest.approx(want)
+    # and the three runs disagree (else the figure would have nothing to show)
+    assert len({round(c["runs"][r]["misses"], 3) for c in data["cases"] for r in REPEATS}) > 8
+
+
+def test_repeats_needs_two_runs():
+    from paper_figures import Skip, repeats
+    with pytest.raises(Skip, match="^no repeated runs"):
+        repeats.load(load_rows([FIX / "h100-repeats" / REPEATS[0]]))
+
+
+@pytest.mark.parametrize("order", [REPEATS, REPEATS[::-1]])
+def test_single_run_figures_never_mix_runs(order):
+    """F8a (misses) and F8b/F9b (timing samples) from three loaded runs equal the original run
+    alone, whatever the load order; the title says a run was chosen."""
+    from paper_figures import f08_cuda_batch, f08b_cuda_tflops, f09b_cutile_tflops
+    alone = load_rows([FIX / "h100-repeats" / REPEATS[0]])
+    three = load_rows([FIX / "h100-repeats" / r for r in order])
+    for mod in (f08_cuda_batch, f08b_cuda_tflops, f09b_cutile_tflops):
+        a, b = mod.load(alone), mod.load(three)
+        assert a["series"] == b["series"]
+        assert b["run"]["run"] == REPEATS[0] and b["run"]["n_runs"] == 3
+        assert "not mixed in" in mod.plot(b, "h100").axes[0].get_title()
+        assert "not mixed in" not in mod.plot(a, "h100").axes[0].get_title()
+
+
+def test_primary_run_rule(tmp_path):
+    from paper_figures.data import primary_run
+    rows = [dict(study="s", run_dir=d, run="x") for d in
+            ("a/s-1-r2", "a/s-1", "a/s-1", "b/local")]
+    assert primary_run(rows, "s") == "a/s-1"                       # repeats passed over
+    rows = [dict(study="s", run_dir=d, run="x") for d in ("a/s-1-r2", "a/s-1-r3")]
+    assert primary_run(rows, "s") == "a/s-1-r2"                    # no base loaded: first
+    assert primary_run(rows, "other") is None
