@@ -1,7 +1,8 @@
 """drift: how far the persistent CTAs of the CUDA kernel drift apart from lock-step, measured.
 
 Data: ``drift.csv`` of ``python -m cuda_baseline.drift --arch h100`` (committed as
-profiles/h100/drift-20261121; the manifest names the command and the GPU): the trace build of the
+profiles/h100/drift-20261121b, re-measured with exact int64 timestamps; the manifest names the
+command and the GPU): the trace build of the
 CUDA kernel (persistent, one CTA per SM, 80×80 tiles, D=64, the sawtooth study's S) stamps
 ``%globaltimer`` at the start of every K/V step of every CTA; ``cta_start_spread_ns`` is, for a
 sampled step index ``x``, the latest minus the earliest start of that step over the CTAs, and
@@ -100,7 +101,8 @@ def plot(data: dict, arch: str | None = None):
             y = np.where(c["steps"] > 0, c["steps"], np.nan)       # log axis: 0 spread not drawn
             peak = int(np.nanargmax(c["steps"]))
             ax.plot(c["x"], y, color=st["color"], lw=1.2, gid=f"case:{c['order']}",
-                    label=f"{st['label']}: max {c['steps'][peak]:.0f} steps = "
+                    label=f"{st['label']}, step {c['step_ns'] / 1e3:.2f} µs: max "
+                          f"{c['steps'][peak]:.0f} steps = "
                           f"{c['steps'][peak] * c['kv_bytes'] / MiB:.1f} MiB")
             ax.plot(c["x"][peak], c["steps"][peak], marker="v", color=st["color"], ms=5)
             top = max(top, float(np.nanmax(c["steps"])))
@@ -109,11 +111,12 @@ def plot(data: dict, arch: str | None = None):
                 ax.axvline(k * ref["n_kv"], color="grey", lw=0.4, alpha=0.35, zorder=0)
         if l2 and all(c["kv_bytes"] == kvb for c in cases):
             ax.axhline(l2 / kvb, color="black", ls="--", lw=1.1, gid="l2",
-                       label=f"L2 ({l2 / MiB:.0f} MiB) = {l2 / kvb:.0f} steps of K/V")
+                       label=f"L2 ({l2 / MiB:.0f} MiB) = {l2 / kvb:.0f} steps of "
+                             f"{kvb // 1024} KiB K/V")
             top = max(top, l2 / kvb)
             sec = ax.secondary_yaxis("right", functions=(lambda s, b=kvb: s * b / MiB,
                                                          lambda m, b=kvb: m * MiB / b))
-            sec.set_ylabel(f"K/V spanned (MiB, {kvb // 1024} KiB/step)", fontsize=8)
+            sec.set_ylabel("MiB of K/V", fontsize=8)
         ax.set_yscale("log")
         ax.set_ylim(0.1, top * 3)
         ax.set_xlim(0, ref["x"].max())
@@ -122,7 +125,7 @@ def plot(data: dict, arch: str | None = None):
                  else f"work items of 1..{ref['n_kv']} steps")
         ax.set_title(f"B={B}, {'causal' if causal else 'non-causal'}: {items}", fontsize=9)
         ax.set_xlabel("step index of the CTAs' K/V scans")
-        ax.set_ylabel(f"start spread (steps of {ref['step_ns'] / 1e3:.2f} µs)", fontsize=8)
+        ax.set_ylabel("start spread (steps)", fontsize=8)
         ax.legend(fontsize=7, loc="lower right")
         ax.grid(True, which="major", axis="y", lw=0.3, alpha=0.5)
     c0 = next(iter(panels.values()))[0]
