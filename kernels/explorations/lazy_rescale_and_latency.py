@@ -2,20 +2,16 @@
 
     python -m kernels.explorations.lazy_rescale_and_latency
 
-Negative result, kept so it can be re-run: see kernels/explorations/README.md."""
-import math, sys, time
-import torch
+Negative result, kept so it can be re-run: see kernels/explorations/README.md (the shared
+measurement is kernels/explorations/harness.py)."""
+import math
+
 import cuda.tile as ct
+import torch
 from cuda.tile import PaddingMode, RoundingMode
-from experiments.correctness import check, poisoned_like, random_inputs, reference
-from experiments.timing import sdpa_peers, time_interleaved
-from spec import Problem
-from spec.orders import ScanOrder
-from spec.problem import Tiles
-from spec.schedules import CtaSchedule
-from spec.variant import Backend, Variant
-from kernels.backend import CutileBackend
+
 from kernels import fmha
+from kernels.explorations.harness import compare
 
 CI = ct.Constant[int]; CB = ct.Constant[bool]
 ZERO = PaddingMode.ZERO
@@ -95,40 +91,10 @@ CANDS = {  # name: (klat, vlat, lazy, thr)
 
 
 def main():
-    be = CutileBackend()
-    lines = []
-    for D in (128, 64):
-        for S in ((4096, 16384, 32768) if D == 128 else (16384,)):
-            problem = Problem(B=1, H=16, S_q=S, D=D, causal=False)
-            q, k, v = random_inputs(problem, 7)
-            ref = reference(q, k, v, False)
-            fns = {}
-            var = Variant(Backend.CUTILE, ScanOrder.linear(), CtaSchedule.grid(), Tiles(128, 128), 1)
-            p = be.prepare(var, problem)
-            out0 = poisoned_like(q); be.run(p, q, k, v, out0); torch.cuda.synchronize()
-            print("prod", check(out0, q, k, v, False, ref), flush=True)
-            fns["prod"] = lambda p=p, o=out0: be.run(p, q, k, v, o)
-            for name, (kl, vl, lz, thr) in CANDS.items():
-                out = poisoned_like(q)
-                try:
-                    t0 = time.time()
-                    fn = scratch_launcher(q, k, v, out, D, 128, 128, kl, vl, lz, thr)
-                    fn(); torch.cuda.synchronize()
-                    c = check(out, q, k, v, False, ref)
-                    print(name, f"{time.time()-t0:.1f}s", c, flush=True)
-                    if c.passed:
-                        fns[name] = fn
-                except Exception as e:
-                    print(name, "FAILED", type(e).__name__, str(e)[:400], flush=True)
-            fns |= sdpa_peers(q, k, v, False)
-            s = time_interleaved(fns, reps=15, warmup=3, l2="cold")
-            cu = s["sdpa-cudnn"].tflops(problem.flops)
-            for n, x in s.items():
-                tf = x.tflops(problem.flops)
-                lines.append(f"D={D} S={S//1024}K {n:18s} {tf:7.1f} TFLOPS ±{100*x.spread:.1f}%  x_cudnn {tf/cu:.3f}")
-                print(lines[-1], flush=True)
-            del q, k, v, ref
-            torch.cuda.empty_cache()
-    print("\n".join(lines))
+    cands = {name: (lambda q, k, v, out, D, c=c: scratch_launcher(q, k, v, out, D, 128, 128, *c))
+             for name, c in CANDS.items()}
+    compare([(128, 4096), (128, 16384), (128, 32768), (64, 16384)], cands, seed=7)
 
-main()
+
+if __name__ == "__main__":
+    main()
