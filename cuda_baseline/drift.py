@@ -23,50 +23,11 @@ from spec.problem import TileGrid
 from spec.records import Metric, Row, Source, case_fields
 
 
-@dataclass(frozen=True)
-class Drift:
-    step: np.ndarray        # step indices with at least two CTAs
-    spread_ns: np.ndarray   # max - min start time of that step over the CTAs that ran it
-    median_step_ns: float   # median duration of one step (all CTAs, all steps)
-
-    @property
-    def spread_steps(self) -> np.ndarray:
-        return self.spread_ns / self.median_step_ns
+from analysis.drift import drift, sample_steps  # noqa: E402  (moving to experiments: issue 11)
 
 
-def drift(time_ns: np.ndarray) -> Drift:
-    """``time_ns``: int64 [n_ctas, steps], -1 where a CTA has no such step (trace()["time_ns"]).
-
-    %globaltimer stamps are large (ns since the epoch on current drivers, ~1.8e18), where float64
-    resolves only 256 ns; times are made relative to the earliest stamp in int64 before any
-    floating-point arithmetic."""
-    raw = np.asarray(time_ns, dtype=np.int64)
-    valid = raw >= 0
-    base = raw[valid].min() if valid.any() else 0
-    t = (raw - base).astype(np.float64)
-    both = valid[:, 1:] & valid[:, :-1]
-    durations = np.diff(t, axis=1)[both]
-    median = float(np.median(durations)) if durations.size else float("nan")
-    counts = valid.sum(axis=0)
-    hi = np.where(valid, t, -np.inf).max(axis=0)
-    lo = np.where(valid, t, np.inf).min(axis=0)
-    keep = counts >= 2
-    return Drift(np.flatnonzero(keep), (hi - lo)[keep], median)
-
-
-def kv_tile_bytes(problem: Problem, tiles: Tiles) -> int:
-    """Bytes of one K tile plus one V tile: what one step of a CTA reads from L2."""
-    return 2 * tiles.n * problem.D * problem.dtype.nbytes
-
-
-def sample_steps(n: int, points: int) -> np.ndarray:
-    """At most ``points`` (>= 2) step positions out of ``0..n-1``, evenly spaced, first and last
-    kept."""
-    if points < 2:
-        raise ValueError(f"points={points}: at least 2 are needed to keep the first and last step")
-    if n <= points:
-        return np.arange(n)
-    return np.unique(np.linspace(0, n - 1, points).round().astype(np.int64))
+def kv_tile_bytes(problem, tiles):
+    return TileGrid(problem, tiles).kv_step_bytes
 
 
 # -- the measured dataset -------------------------------------------------------------------------

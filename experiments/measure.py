@@ -24,7 +24,7 @@ from spec.records import UNITS, Metric, Row, Source, case_fields
 
 from .backends import get_backend
 from .correctness import check, poisoned_like, random_inputs, reference
-from .studies import Case, case_to_dict
+from spec.case import Case, case_to_dict
 from .timing import sdpa_peers, time_interleaved
 
 

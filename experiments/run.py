@@ -23,7 +23,9 @@ from spec import InvalidProblem, detect, get_arch, known_archs
 from spec.arch import MiB, UnknownArch
 
 from .rundir import RunDirExists, atomic_run_dir, check_free, default_run_dir, write_manifest
-from .studies import STUDIES, Case, UnknownStudy, describe_scale, get_study
+from spec.case import Case
+
+from .studies import STUDIES, UnknownStudy, describe_scale, get_study
 
 
 class UsageError(ValueError):

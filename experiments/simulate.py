@@ -15,7 +15,7 @@ from analysis import l2sim, reuse
 from spec import Arch, TileGrid, build_trace, get_arch, known_archs
 from spec.records import UNITS, Metric, Row, Source, case_fields
 
-from .studies import Case
+from spec.case import Case
 
 
 @dataclass(frozen=True)

@@ -11,21 +11,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from spec import (Arch, Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant, get_arch)
+from spec.case import Case
 from spec.arch import MiB
-
-
-@dataclass(frozen=True)
-class Case:
-    problem: Problem
-    variant: Variant
-    resident: int          # CTAs resident at once (the wavefront width)
-    panel: str             # which figure panel / table group the case belongs to
-
-    @property
-    def id(self) -> str:
-        """Variant id and problem label: the NVTX range of the case's profiled launch (no '@' or
-        '/', which ncu's NVTX filter syntax reserves)."""
-        return f"{self.variant.id(self.problem)} {self.problem.label}"
 
 
 @dataclass(frozen=True)
@@ -266,22 +253,3 @@ def describe_scale(arch: Arch, problem: Problem) -> str:
     kv = kv_bytes_per_head(problem)
     return (f"K+V per head {kv / MiB:.0f} MiB = {kv / arch.l2_bytes:.2f}x the "
             f"{arch.l2_mib:.0f} MiB L2 of {arch.name}")
-
-
-def case_to_dict(c: Case) -> dict:
-    """A JSON-able case (for the profiling target, which runs in another process)."""
-    p, v = c.problem, c.variant
-    return {"panel": c.panel, "resident": c.resident,
-            "problem": {"B": p.B, "H": p.H, "S_q": p.S_q, "S_kv": p.S_kv, "H_kv": p.H_kv,
-                        "D": p.D, "dtype": p.dtype.value, "causal": p.causal},
-            "variant": {"backend": v.backend.value, "order": v.order.label,
-                        "schedule": v.schedule.label, "tile_m": v.tiles.m, "tile_n": v.tiles.n,
-                        "occupancy": v.occupancy, "level": v.level}}
-
-
-def case_from_dict(d: dict) -> Case:
-    v = d["variant"]
-    variant = Variant(Backend(v["backend"]), ScanOrder.parse(v["order"]),
-                      CtaSchedule.parse(v["schedule"]), Tiles(v["tile_m"], v["tile_n"]),
-                      v["occupancy"], v.get("level"))
-    return Case(Problem(**d["problem"]), variant, d["resident"], d["panel"])

@@ -15,7 +15,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from experiments.measure import derived_miss_rows
-from experiments.studies import case_from_dict
+from spec.case import case_from_dict
 from spec import get_arch
 from spec.records import Metric, Row, read_csv, write_csv
 

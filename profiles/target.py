@@ -12,7 +12,7 @@ import sys
 
 from experiments.backends import get_backend
 from experiments.correctness import poisoned_like, random_inputs
-from experiments.studies import case_from_dict
+from spec.case import case_from_dict
 
 
 def main(argv: list[str] | None = None) -> int:

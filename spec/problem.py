@@ -152,6 +152,11 @@ class TileGrid:
         """Work items: one per (batch, head, Q tile)."""
         return self.n_bh * self.n_q
 
+    @property
+    def kv_step_bytes(self) -> int:
+        """Bytes of one K tile plus one V tile: what one step of a CTA's scan reads from L2."""
+        return 2 * self.tiles.n * self.problem.D * self.problem.dtype.nbytes
+
     def q_rows(self, i: int) -> int:
         return min(self.tiles.m, self.problem.S_q - i * self.tiles.m)
 

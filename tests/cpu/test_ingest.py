@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.studies import Case
+from spec.case import Case
 from profiles import metrics, ncu
 from profiles.ingest import IngestError, innermost_range, parse_raw_csv, to_rows
 from spec import Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant
