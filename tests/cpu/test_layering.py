@@ -1,0 +1,289 @@
+"""The import graph of the source is a stack, and it has no cycles.
+
+    spec/                                            the vocabulary: imports nothing of ours
+    kernels/  cuda_baseline/  profiles/  analysis/   side by side: each imports only spec/
+    paper_figures/                                   spec/ and analysis/ only
+    experiments/                                     on top: anything
+
+Every ``.py`` file of these packages is parsed with ``ast`` (nothing is imported), so imports inside
+functions ("lazy" imports), under ``if TYPE_CHECKING`` and ``importlib.import_module("...")`` with a
+literal name count the same as top-level ones; relative imports are resolved against the file's
+package. Third-party imports are ignored. A failure names the file, the line and the rule broken.
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# package -> the packages of ours it may import (itself always included)
+ALLOWED: dict[str, frozenset[str]] = {
+    "spec": frozenset(),
+    "kernels": frozenset({"spec"}),
+    "cuda_baseline": frozenset({"spec"}),
+    "profiles": frozenset({"spec"}),
+    "analysis": frozenset({"spec"}),
+    "paper_figures": frozenset({"spec", "analysis"}),
+    "experiments": frozenset({"spec", "kernels", "cuda_baseline", "profiles", "analysis",
+                              "paper_figures"}),
+}
+
+
+@dataclass(frozen=True)
+class Import:
+    module: str          # the importing module, e.g. "kernels.backend"
+    file: Path
+    line: int
+    target: str          # the imported module of ours, resolved, e.g. "experiments.correctness"
+
+
+def module_name(root: Path, file: Path) -> str:
+    parts = list(file.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _resolve(root: Path, module: str, is_package: bool, node: ast.ImportFrom) -> str:
+    """The absolute module a ``from ... import`` names (relative levels resolved)."""
+    if not node.level:
+        return node.module or ""
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    if node.level - 1 > len(base) - 1:
+        raise ValueError(f"relative import beyond the top-level package: level {node.level} "
+                         f"in {module}")
+    base = base[:len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _exists(root: Path, module: str) -> bool:
+    p = root.joinpath(*module.split("."))
+    return p.with_suffix(".py").is_file() or (p / "__init__.py").is_file()
+
+
+def imports_of(root: Path, file: Path, ours: set[str]) -> list[Import]:
+    """Every import of one of ``ours`` packages in ``file``, anywhere in it."""
+    module = module_name(root, file)
+    is_package = file.name == "__init__.py"
+    tree = ast.parse(file.read_text(encoding="utf-8"), filename=str(file))
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = _resolve(root, module, is_package, node)
+            for a in node.names:        # `from pkg import sub` imports the module pkg.sub
+                sub = f"{base}.{a.name}" if base else a.name
+                found.append((node.lineno, sub if a.name != "*" and _exists(root, sub) else base))
+        elif (isinstance(node, ast.Call) and node.args
+              and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
+              and ((isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
+                   or (isinstance(node.func, ast.Name)
+                       and node.func.id in ("import_module", "__import__")))):
+            found.append((node.lineno, node.args[0].value))
+    return [Import(module, file, line, target) for line, target in sorted(dict.fromkeys(found))
+            if target.split(".")[0] in ours]
+
+
+def source_files(root: Path, packages) -> list[Path]:
+    return sorted(f for p in packages for f in (root / p).rglob("*.py")
+                  if "__pycache__" not in f.parts)
+
+
+def layering_violations(imports: list[Import], root: Path, allowed=ALLOWED) -> list[str]:
+    out = []
+    for imp in imports:
+        mine, theirs = imp.module.split(".")[0], imp.target.split(".")[0]
+        if theirs == mine or theirs in allowed[mine]:
+            continue
+        may = ", ".join(f"{p}/" for p in sorted(allowed[mine])) or "nothing of ours"
+        out.append(f"{imp.file.relative_to(root)}:{imp.line}: {imp.module} imports {imp.target}: "
+                   f"{mine}/ may import only {may} (and third-party libraries)")
+    return out
+
+
+def _owner(root: Path, target: str) -> str:
+    """The module of ours a target names: itself, or its nearest existing parent (an attribute
+    import such as ``spec.Problem`` is an edge to ``spec``)."""
+    parts = target.split(".")
+    while parts and not _exists(root, ".".join(parts)):
+        parts.pop()
+    return ".".join(parts)
+
+
+def import_cycles(imports: list[Import], root: Path) -> list[list[str]]:
+    """Strongly connected components of more than one module (or a module importing itself)."""
+    graph: dict[str, set[str]] = {}
+    for imp in imports:
+        dst = _owner(root, imp.target)
+        graph.setdefault(imp.module, set())
+        if dst:
+            graph[imp.module].add(dst)
+            graph.setdefault(dst, set())
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    sccs: list[list[str]] = []
+
+    def visit(v: str) -> None:          # Tarjan's algorithm
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1 or v in graph[v]:
+                sccs.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sccs
+
+
+def _cycle_message(comp: list[str], imports: list[Import], root: Path) -> str:
+    """One shortest cycle through the component's first module, each edge with its file:line."""
+    members = set(comp)
+    edge = {}
+    for i in imports:
+        dst = _owner(root, i.target)
+        if i.module in members and dst in members:
+            edge.setdefault((i.module, dst), f"{i.file.relative_to(root)}:{i.line}")
+    start = comp[0]
+    prev: dict[str, str] = {}
+    frontier, back = [start], None
+    while frontier and back is None:        # breadth first: the shortest way back to start
+        nxt = []
+        for v in frontier:
+            for (a, b) in sorted(edge):
+                if a != v:
+                    continue
+                if b == start:
+                    back = v
+                    break
+                if b not in prev:
+                    prev[b] = v
+                    nxt.append(b)
+            if back is not None:
+                break
+        frontier = nxt
+    path = [start]
+    v = back
+    while v != start:
+        path.insert(1, v)
+        v = prev[v]
+    path.append(start)
+    steps = " -> ".join(f"{a} ({edge[(a, b)]})" for a, b in zip(path, path[1:])) + f" -> {start}"
+    others = f" ({len(comp)} modules in the cycle's component)" if len(comp) > len(path) - 1 else ""
+    return f"import cycle: {steps}{others}"
+
+
+def check(root: Path, allowed=ALLOWED) -> list[str]:
+    ours = set(allowed)
+    imports = [i for f in source_files(root, [p for p in allowed if (root / p).is_dir()])
+               for i in imports_of(root, f, ours)]
+    return (layering_violations(imports, root, allowed)
+            + [_cycle_message(c, imports, root) for c in import_cycles(imports, root)])
+
+
+# -- the repository -------------------------------------------------------------------------------
+
+def test_every_package_is_present():
+    assert all((ROOT / p / "__init__.py").is_file() for p in ALLOWED), \
+        "a package of the stack is missing; update ALLOWED with the layout"
+
+
+def test_imports_go_down_the_stack_and_never_in_a_circle():
+    problems = check(ROOT)
+    assert not problems, f"{len(problems)} import(s) break the stack:\n" + "\n".join(problems)
+
+
+# -- the checker itself, on a synthetic tree ------------------------------------------------------
+
+def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
+    for p in ALLOWED:
+        (tmp_path / p).mkdir()
+        (tmp_path / p / "__init__.py").write_text("")
+    for name, text in files.items():
+        f = tmp_path / name
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(text)
+    return tmp_path
+
+
+def test_checker_passes_a_clean_tree(tmp_path):
+    root = _tree(tmp_path, {
+        "spec/problem.py": "import numpy\nfrom dataclasses import dataclass\n",
+        "kernels/backend.py": "from spec.problem import X\nfrom . import fmha\nimport torch\n",
+        "kernels/fmha.py": "import spec\n",
+        "analysis/models.py": "from spec import problem\n",
+        "paper_figures/f1.py": "from analysis.models import fit\nfrom spec import Problem\n",
+        "experiments/run.py": "def f():\n    import kernels.backend, paper_figures.f1, profiles\n",
+    })
+    assert check(root) == []
+
+
+def test_checker_catches_an_upward_import_with_file_line_and_rule(tmp_path):
+    root = _tree(tmp_path, {"kernels/bench.py": "import os\n\nfrom experiments.timing import t\n"})
+    (msg,) = check(root)
+    assert msg.startswith("kernels/bench.py:3: kernels.bench imports experiments.timing: ")
+    assert "kernels/ may import only spec/ (and third-party libraries)" in msg
+
+
+def test_checker_catches_a_lazy_a_sideways_and_a_dynamic_import(tmp_path):
+    root = _tree(tmp_path, {
+        "analysis/sim.py": "def f():\n    if True:\n        from cuda_baseline import backend\n",
+        "paper_figures/f2.py": "import importlib\nm = importlib.import_module('kernels.fmha')\n",
+        "spec/arch.py": "class A:\n    def m(self):\n        from analysis import sim\n",
+    })
+    msgs = check(root)
+    assert any(m.startswith("analysis/sim.py:3: analysis.sim imports cuda_baseline") for m in msgs)
+    assert any(m.startswith("paper_figures/f2.py:2: paper_figures.f2 imports kernels.fmha")
+               and "only analysis/, spec/" in m for m in msgs)
+    assert any(m.startswith("spec/arch.py:3: spec.arch imports analysis.sim")
+               and "nothing of ours" in m for m in msgs)
+    assert len(msgs) == 3
+
+
+def test_checker_resolves_relative_imports(tmp_path):
+    root = _tree(tmp_path, {
+        "profiles/sub/__init__.py": "",
+        "profiles/sub/deep.py": "from ...experiments import measure\n",
+    })
+    # three dots from profiles.sub.deep climb above the top-level package: a syntax the checker
+    # refuses rather than guesses about
+    try:
+        check(root)
+    except ValueError as e:
+        assert "beyond the top-level package" in str(e)
+    else:
+        raise AssertionError("a relative import above the top-level package was accepted")
+    (root / "profiles/sub/deep.py").write_text("from .. import ncu\nfrom ..ncu import run\n")
+    (root / "profiles/ncu.py").write_text("from .sub import deep\n")
+    (msg,) = check(root)                     # no layering problem, but a cycle
+    assert msg == ("import cycle: profiles.ncu (profiles/ncu.py:1) -> profiles.sub.deep "
+                   "(profiles/sub/deep.py:1) -> profiles.ncu")
+
+
+def test_checker_catches_a_cycle_through_a_lazy_import(tmp_path):
+    root = _tree(tmp_path, {
+        "experiments/a.py": "from experiments.b import x\n",
+        "experiments/b.py": "def g():\n    from . import a\n",
+    })
+    (msg,) = check(root)
+    assert msg == ("import cycle: experiments.a (experiments/a.py:1) -> experiments.b "
+                   "(experiments/b.py:2) -> experiments.a")
