@@ -1,4 +1,4 @@
-"""CudaBackend: the raw CUDA split-Q FlashAttention family behind spec.backend.AttentionBackend.
+"""CudaFamily: the raw CUDA split-Q FlashAttention family (``spec.family.KernelFamily``).
 
 ``prepare`` validates the variant against the problem and the device, compiles the instantiation
 with ``cupy.RawModule(name_expressions=...)`` (NVRTC, cached on disk by CuPy) and reads its
@@ -6,7 +6,7 @@ resources; ``run`` launches it on torch's current stream (so CUDA events time it
 trace build, which records per CTA and step the (b, h, q_tile, kv_tile) visited and the
 ``%globaltimer`` at the start of the step.
 
-Every error is raised before any launch: bad tensors (spec.backend.BadInput), a variant this
+Every error is raised before any launch: bad tensors (spec.family.BadInput), a variant this
 family cannot build or this device cannot run (UnsupportedVariant: tiles over the shared-memory
 limit, P over the resident CTAs, ...), a failed compilation (CompileError, with the instantiation
 and NVRTC's log).
@@ -23,7 +23,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from spec.backend import BadInput, UnsupportedVariant, problem_from_tensors
+from spec import arch as arch_registry
+from spec.family import BadInput, UnsupportedVariant, device_limits, problem_from_tensors
 from spec.orders import OrderKind, ScanOrder
 from spec.problem import Problem, TileGrid, Tiles, cdiv
 from spec.schedules import CtaSchedule, ScheduleKind, WorkOrder
@@ -32,44 +33,8 @@ from spec.variant import Backend, Variant
 from .source import (MAX_TILE, CompileError, Instance, compile_options, smem_bytes,
                      source_text)
 
-__all__ = ["CudaBackend", "Prepared", "attention", "instance_for", "check_variant",
-           "CompileError", "DeviceLimits"]
-
-
-@dataclass(frozen=True)
-class DeviceLimits:
-    """What the occupancy and validity checks need to know about a GPU."""
-
-    name: str
-    num_sms: int
-    smem_per_block_optin: int
-    smem_per_sm: int
-    regs_per_sm: int
-    threads_per_sm: int
-    compute_capability: tuple[int, int]
-    reserved_smem_per_block: int = 1024
-
-    @classmethod
-    def of(cls, device_index: int) -> "DeviceLimits":
-        import torch
-        p = torch.cuda.get_device_properties(device_index)
-        return cls(p.name, p.multi_processor_count, p.shared_memory_per_block_optin,
-                   p.shared_memory_per_multiprocessor, p.regs_per_multiprocessor,
-                   p.max_threads_per_multi_processor, (p.major, p.minor))
-
-    def ctas_per_sm(self, threads: int, registers: int, smem: int) -> int:
-        """Resident CTAs per SM. Registers are allocated per warp in units of 256 from four
-        sub-partition register files (a quarter of the SM's each) with the warps dealt round
-        robin, so n CTAs of W warps need ceil(n W / 4) warps' registers in one sub-partition
-        (what ptxas assumes too: two 5-warp CTAs leave 168 registers per thread, not 204)."""
-        warps = threads // 32
-        regs_per_warp = cdiv(registers * 32, 256) * 256
-        per_partition = self.regs_per_sm // 4
-        by_regs = 0
-        while cdiv((by_regs + 1) * warps, 4) * regs_per_warp <= per_partition:
-            by_regs += 1
-        by_smem = self.smem_per_sm // (smem + self.reserved_smem_per_block)
-        return max(0, min(by_regs, by_smem, self.threads_per_sm // threads, 32))
+__all__ = ["CudaFamily", "Prepared", "attention", "instance_for", "check_variant",
+           "CompileError"]
 
 
 def instance_for(variant: Variant, problem: Problem, trace: bool = False) -> Instance:
@@ -84,7 +49,7 @@ def check_variant(variant: Variant, problem: Problem, smem_limit: int | None = N
     """Raise UnsupportedVariant, saying why, if this family cannot build ``variant`` for ``problem``
     (``smem_limit``: the device's per-block shared-memory limit, when known)."""
     if variant.backend != Backend.CUDA:
-        raise UnsupportedVariant(f"variant backend is {variant.backend.value!r}; CudaBackend "
+        raise UnsupportedVariant(f"variant backend is {variant.backend.value!r}; CudaFamily "
                                  "builds Backend.CUDA variants only")
     if variant.level is not None:
         raise UnsupportedVariant(f"ladder level {variant.level} is a cuTile notion; the CUDA "
@@ -104,16 +69,19 @@ def check_variant(variant: Variant, problem: Problem, smem_limit: int | None = N
 
 @dataclass(frozen=True)
 class Prepared:
+    """A compiled instantiation ready to launch (``spec.family.PREPARED_FIELDS`` first)."""
+
     variant: Variant
     problem: Problem
-    instance: Instance
-    kernel: Any               # cupy RawKernel
-    grid: int                 # CTAs launched
+    n_ctas: int               # CTAs launched
     threads: int
-    smem_bytes: int
     registers: int
     local_bytes: int          # per-thread local memory (spills, stack); 0 for a clean build
+    smem_bytes: int
     ctas_per_sm: int
+    build: str                # the instantiation's name
+    instance: Instance
+    kernel: Any               # cupy RawKernel
     device_index: int
 
     @property
@@ -122,17 +90,10 @@ class Prepared:
 
     @property
     def resident_ctas(self) -> int:
-        return self.ctas_per_sm * _limits(self.device_index).num_sms
+        return self.ctas_per_sm * device_limits(self.device_index).num_sms
 
 
-_LIMITS: dict[int, DeviceLimits] = {}
 _KERNELS: dict[tuple[int, str], Any] = {}   # (device, instantiation name) -> RawKernel
-
-
-def _limits(device_index: int) -> DeviceLimits:
-    if device_index not in _LIMITS:
-        _LIMITS[device_index] = DeviceLimits.of(device_index)
-    return _LIMITS[device_index]
 
 
 def _module(names: list[str]):
@@ -193,18 +154,30 @@ def _stream(device_index: int):
     return _STREAMS[key]
 
 
-class CudaBackend:
-    """The raw CUDA family (see the module docstring)."""
+class CudaFamily:
+    """The raw CUDA family (see the module docstring). ``arch=None`` uses the GPU present; a
+    named arch must be the GPU present (the same rule as ``kernels.CutileFamily``)."""
 
     name = "cuda"
+
+    def __init__(self, arch: str | None = None):
+        self.requested_arch = arch
 
     def prepare(self, variant: Variant, problem: Problem) -> Prepared:
         import torch
         if not torch.cuda.is_available():
-            raise UnsupportedVariant("CudaBackend needs a CUDA GPU (torch.cuda.is_available() is "
+            raise UnsupportedVariant("CudaFamily needs a CUDA GPU (torch.cuda.is_available() is "
                                      "False)")
+        if self.requested_arch is not None:
+            present = arch_registry.detect()
+            want = arch_registry.get(self.requested_arch)
+            if present is None or present.name != want.name:
+                raise UnsupportedVariant(
+                    f"arch {self.requested_arch!r} was requested, but the GPU present is "
+                    f"{present.name if present else 'not in the arch registry'}; pass that arch "
+                    "or arch=None")
         dev = torch.cuda.current_device()
-        lim = _limits(dev)
+        lim = device_limits(dev)
         if lim.compute_capability < (8, 0):
             raise UnsupportedVariant(f"{lim.name} is sm_{''.join(map(str, lim.compute_capability))}"
                                      "; the kernel needs sm_80 or newer (mma.sync bf16, cp.async)")
@@ -230,8 +203,8 @@ class CudaBackend:
         if local:
             warnings.warn(f"{inst.name} uses {local} B of local memory per thread (register "
                           "spills): its L2 traffic includes spill traffic", stacklevel=2)
-        return Prepared(variant, problem, inst, kernel, sched.grid_size(g), inst.threads,
-                        inst.smem_bytes, regs, local, per_sm, dev)
+        return Prepared(variant, problem, sched.grid_size(g), inst.threads, regs, local,
+                        inst.smem_bytes, per_sm, inst.name, inst, kernel, dev)
 
     def _kernel(self, inst: Instance, dev: int):
         key = (dev, inst.name)
@@ -273,16 +246,17 @@ class CudaBackend:
     def _launch(self, p: Prepared, kernel, args) -> None:
         import cupy
         with cupy.cuda.Device(p.device_index), _stream(p.device_index):
-            kernel((p.grid,), (p.threads,), args, shared_mem=p.smem_bytes)
+            kernel((p.n_ctas,), (p.threads,), args, shared_mem=p.smem_bytes)
 
     def run(self, prepared: Prepared, q, k, v, out) -> None:
         self._check_tensors(prepared, q, k, v, out)
         self._launch(prepared, prepared.kernel, self._args(prepared, q, k, v, out))
 
     def trace(self, prepared: Prepared, q, k, v, out) -> dict:
-        """Run the trace build. Returns ``visits`` int32 [n_ctas, steps, 4] (b, h, q_tile,
-        kv_tile, -1 padded: the layout of spec.Visits.table()) and ``time_ns`` int64
-        [n_ctas, steps] (%globaltimer at the start of each step, -1 padded)."""
+        """Run the trace build; returns ``spec.family.TRACE_KEYS``: ``visits`` int32
+        [n_ctas, steps, 4] (b, h, q_tile, kv_tile, -1 padded: the layout of spec.Visits.table()),
+        ``time_ns`` int64 [n_ctas, steps] (%globaltimer at the start of each step, -1 padded) and
+        ``build``, the trace instantiation's name."""
         import torch
         self._check_tensors(prepared, q, k, v, out)
         inst = instance_for(prepared.variant, prepared.problem, trace=True)
@@ -293,8 +267,8 @@ class CudaBackend:
                  if s.kind == ScheduleKind.TILE_X else cdiv(g.n_work, s.num_ctas))
         steps = items * g.n_kv                       # upper bound on any CTA's steps
         dev = q.device
-        visits = torch.full((prepared.grid, steps, 4), -1, dtype=torch.int32, device=dev)
-        times = torch.zeros((prepared.grid, steps), dtype=torch.int64, device=dev)
+        visits = torch.full((prepared.n_ctas, steps, 4), -1, dtype=torch.int32, device=dev)
+        times = torch.zeros((prepared.n_ctas, steps), dtype=torch.int64, device=dev)
         self._launch(prepared, kernel,
                      self._args(prepared, q, k, v, out, visits, times, steps))
         torch.cuda.current_stream(dev).synchronize()
@@ -303,12 +277,12 @@ class CudaBackend:
         used = int((vis[:, :, 0] >= 0).any(axis=0).sum())
         vis, ns = vis[:, :used], ns[:, :used]
         ns = np.where(vis[:, :, 0] >= 0, ns, -1)
-        return {"visits": vis, "time_ns": ns, "instance": inst.name}
+        return {"visits": vis, "time_ns": ns, "build": inst.name}
 
 
 # -- user function ---------------------------------------------------------------------------
 
-_BACKEND = CudaBackend()
+_FAMILY = CudaFamily()
 _PREPARED: dict[tuple, Prepared] = {}
 
 
@@ -332,9 +306,9 @@ def attention(q, k, v, *, causal: bool = False, order: str | ScanOrder = "linear
     variant = Variant(Backend.CUDA, order, schedule, tiles)
     key = (variant, problem, q.device.index)
     if key not in _PREPARED:
-        _PREPARED[key] = _BACKEND.prepare(variant, problem)
+        _PREPARED[key] = _FAMILY.prepare(variant, problem)
     if out is None:
         import torch
         out = torch.empty_like(q)
-    _BACKEND.run(_PREPARED[key], q, k, v, out)
+    _FAMILY.run(_PREPARED[key], q, k, v, out)
     return out

@@ -206,9 +206,10 @@ __device__ __forceinline__ void load_tile_async(unsigned dst, const unsigned sho
 }
 
 // ------------------------------------------------------------------------------------------------
-// Scan order: does the CTA walk the K/V tiles of its `iter`-th work item backwards? (spec/orders.py)
+// Scan order: does the CTA walk the K/V tiles of its `iter`-th work item backwards? One name in
+// Python, C++ and cuTile: spec ScanOrder.reversed_for, kernels/fmha.py reversed_for, this function.
 template <OrderKind ORDER>
-__device__ __forceinline__ bool scan_backward(int iter, int cta, int sawtooth_group) {
+__device__ __forceinline__ bool reversed_for(int iter, int cta, int sawtooth_group) {
     if constexpr (ORDER == OrderKind::LINEAR) return false;
     else if constexpr (ORDER == OrderKind::REVERSE) return true;
     else if constexpr (ORDER == OrderKind::SAWTOOTH) return (iter / sawtooth_group) & 1;
@@ -463,14 +464,14 @@ __device__ __forceinline__ void flash_fwd_impl(const FwdParams& p) {
     if constexpr (SCHEDULE == ScheduleKind::GRID) {
         // One Q tile per CTA, Q tile fastest: CTA c = q + n_q * bh.
         attend_q_tile<TILE_M, TILE_N, D, CAUSAL, DT, TRACE>(
-            p, smem, cta / p.n_q, cta % p.n_q, scan_backward<ORDER>(0, cta, p.sawtooth_group), step);
+            p, smem, cta / p.n_q, cta % p.n_q, reversed_for<ORDER>(0, cta, p.sawtooth_group), step);
     } else if constexpr (SCHEDULE == ScheduleKind::TILE_X) {
         // X consecutive Q tiles of one head per CTA: CTA c = group + n_groups * bh.
         const int n_groups = (p.n_q + p.tiles_per_cta - 1) / p.tiles_per_cta;
         const int bh = cta / n_groups, first = (cta % n_groups) * p.tiles_per_cta;
         for (int k = 0; k < p.tiles_per_cta && first + k < p.n_q; ++k)
             attend_q_tile<TILE_M, TILE_N, D, CAUSAL, DT, TRACE>(
-                p, smem, bh, first + k, scan_backward<ORDER>(k, cta, p.sawtooth_group), step);
+                p, smem, bh, first + k, reversed_for<ORDER>(k, cta, p.sawtooth_group), step);
     } else {
         // Persistent: exactly gridDim.x CTAs walk the work items with a grid-stride loop.
         // PERSISTENT q-major: w -> (bh = w / n_q, q = w % n_q); head-major: (w % BH, w / BH).
@@ -483,7 +484,7 @@ __device__ __forceinline__ void flash_fwd_impl(const FwdParams& p) {
             else { bh = w / p.n_q; q = w % p.n_q; }
             if constexpr (SCHEDULE == ScheduleKind::LONGEST_FIRST) q = p.n_q - 1 - q;
             attend_q_tile<TILE_M, TILE_N, D, CAUSAL, DT, TRACE>(
-                p, smem, bh, q, scan_backward<ORDER>(iter, cta, p.sawtooth_group), step);
+                p, smem, bh, q, reversed_for<ORDER>(iter, cta, p.sawtooth_group), step);
         }
     }
 }

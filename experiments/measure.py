@@ -22,7 +22,7 @@ from analysis.models import cold_misses
 from spec import Arch, Backend
 from spec.records import UNITS, Metric, Row, Source, case_fields
 
-from .backends import get_backend
+from .families import family
 from .correctness import check, poisoned_like, random_inputs, reference
 from spec.case import Case, case_to_dict
 from .timing import sdpa_peers, time_interleaved
@@ -81,15 +81,15 @@ def check_and_time(cases: list[Case], arch: Arch, *, run: str, study: str, reps:
                    timed: bool = True, progress=None) -> Outcome:
     import torch
     res = Outcome()
-    backends = {}
+    families = {}
     for problem, group in _by_problem(cases).items():
         q, k, v = random_inputs(problem, seed)
         ref = reference(q, k, v, problem.causal)
         launchers = {}
         for case in group:
             try:
-                be = backends.get(case.variant.backend) or backends.setdefault(
-                    case.variant.backend, get_backend(case.variant.backend, arch.name))
+                be = families.get(case.variant.backend) or families.setdefault(
+                    case.variant.backend, family(case.variant.backend, arch.name))
                 prepared = be.prepare(case.variant, problem)
                 out = poisoned_like(q)
                 be.run(prepared, q, k, v, out)
@@ -134,7 +134,7 @@ def profile(cases: list[Case], arch: Arch, run_dir: Path, *, run: str, study: st
                                 "cases": [case_to_dict(c) for c in cases]}, indent=1))
     report = run_dir / f"{study}.ncu-rep"
     wanted = metrics.get(metric_set)
-    ncu.profile(tool, [sys.executable, "-m", "profiles.target", str(plan)], report,
+    ncu.profile(tool, [sys.executable, "-m", "experiments.target", str(plan)], report,
                 wanted, nvtx_ranges=[c.id for c in cases],
                 log=run_dir / "ncu.log")
     raw = ncu.export_raw_csv(tool, report)

@@ -1,19 +1,20 @@
-"""The cuTile backend (``spec.backend.AttentionBackend``) and the user-facing ``attention()``.
+"""The cuTile family (``spec.family.KernelFamily``) and the user-facing ``attention()``.
 
     >>> from kernels import backend
     >>> out = backend.attention(q, k, v, causal=True, order="sawtooth", schedule="static132")
 
-``CutileBackend.prepare(variant, problem)`` resolves tiles / occupancy (the arch's measured defaults,
-``kernels/configs/<arch>.json``), the constant codes and the launch grid; ``run`` launches on
-``torch.cuda.current_stream()``; ``trace`` runs the trace build and returns the visits table in the
-layout of ``spec.Visits.table()``. Nothing here autotunes.
+``CutileFamily.prepare(variant, problem)`` resolves tiles / occupancy (the arch's measured defaults,
+``kernels/configs/<arch>.json``), the constant codes and the launch grid, and reads the build's
+resources (registers, local memory, shared memory, CTAs per SM) off its JIT-like export loaded by
+the driver; ``run`` launches on ``torch.cuda.current_stream()``; ``trace`` runs the trace build and
+returns ``spec.family.TRACE_KEYS``. Nothing here autotunes.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
 from spec import arch as arch_registry
-from spec.backend import BadInput, UnsupportedVariant, problem_from_tensors
+from spec.family import BadInput, UnsupportedVariant, problem_from_tensors
 from spec.orders import OrderKind, ScanOrder
 from spec.problem import Problem, TileGrid, Tiles
 from spec.schedules import CtaSchedule, ScheduleKind
@@ -26,19 +27,32 @@ MAX_TILE = 256
 
 @dataclass(frozen=True)
 class Prepared:
+    """A variant ready to launch (``spec.family.PREPARED_FIELDS`` first)."""
+
     variant: Variant
     problem: Problem
+    n_ctas: int               # CTAs launched
+    threads: int
+    registers: int
+    local_bytes: int          # per-thread local memory (stack, spills); 0 for a clean build
+    smem_bytes: int
+    ctas_per_sm: int
+    build: str                # the exported kernel's symbol
     arch: str
+    num_sms: int
     occupancy: int | None
     worker_warps: int | None
     level: int
-    consts: tuple          # constant kernel arguments without the trailing TRACE flag
+    consts: tuple             # constant kernel arguments without the trailing TRACE flag
     qk_scale: float
-    n_ctas: int
 
     @property
     def id(self) -> str:
         return self.variant.id(self.problem)
+
+    @property
+    def resident_ctas(self) -> int:
+        return self.ctas_per_sm * self.num_sms
 
 
 def _present_arch():
@@ -78,16 +92,14 @@ def compile_hints(variant: Variant, problem: Problem, arch: str,
     return occupancy, base.worker_warps if variant.tiles == base.tiles else None
 
 
-class CutileBackend:
-    """cuTile FlashAttention forward family. ``arch=None`` uses the GPU present."""
+class CutileFamily:
+    """cuTile FlashAttention forward family. ``arch=None`` uses the GPU present; a named arch must
+    be the GPU present. The tuning-ladder level is the variant's (``Variant.level``, None: 6)."""
 
     name = "cutile"
 
-    def __init__(self, arch: str | None = None, level: int = 6):
-        if level not in range(1, 7):
-            raise UnsupportedVariant(f"tuning-ladder level {level!r}; accepted: 1..6")
+    def __init__(self, arch: str | None = None):
         self.requested_arch = arch
-        self.level = level
 
     # --------------------------------------------------------------------------------------
     def prepare(self, variant: Variant, problem: Problem) -> Prepared:
@@ -100,21 +112,29 @@ class CutileBackend:
             if v & (v - 1) or v > MAX_TILE:
                 raise UnsupportedVariant(f"{name}={v}: cuTile tiles must be powers of two up to "
                                          f"{MAX_TILE} (e.g. 64 or 128)")
-        level = variant.level if variant.level is not None else self.level
+        level = variant.level if variant.level is not None else 6
         if level not in range(1, 7):
             raise UnsupportedVariant(f"tuning-ladder level {level!r}; accepted: 1..6")
         occupancy, worker_warps = compile_hints(variant, problem, arch.name, level)
         sched, order = variant.schedule, variant.order
         g = TileGrid(problem, tiles)
+        import torch
+
         from . import fmha
+        from .resources import load_build
+        from .signatures import CompileCase
         consts = fmha.constants(
             D=problem.D, tile_m=tiles.m, tile_n=tiles.n, H=problem.H,
             group_size=problem.group_size, causal=problem.causal,
             even_k=problem.S_kv % tiles.n == 0, order=int(order.kind), group=order.group,
             sched=int(sched.kind), work=int(sched.work_order),
             tiles_per_cta=sched.tiles_per_cta, level=level, trace=False)[:-1]
-        return Prepared(variant, problem, arch.name, occupancy, worker_warps, level,
-                        consts, fmha.qk_scale_for(problem.D, level), sched.grid_size(g))
+        b = load_build(CompileCase.of(variant, problem, level=level), arch.sm, occupancy,
+                       worker_warps, torch.cuda.current_device())
+        return Prepared(variant, problem, sched.grid_size(g), b.threads, b.registers,
+                        b.local_bytes, b.smem_bytes, b.ctas_per_sm, b.symbol, arch.name,
+                        arch.num_sms, occupancy, worker_warps, level, consts,
+                        fmha.qk_scale_for(problem.D, level))
 
     def _launch(self, p: Prepared, q, k, v, out, trace_buf, trace: bool) -> None:
         import cuda.tile as ct
@@ -140,16 +160,21 @@ class CutileBackend:
         self._launch(prepared, q, k, v, out, _dummy_trace(q.device), trace=False)
 
     def trace(self, prepared: Prepared, q, k, v, out) -> dict:
-        """Run the trace build; ``visits`` is int32 [n_ctas, max_steps, 4] padded with -1."""
+        """Run the trace build; returns ``spec.family.TRACE_KEYS``: ``visits`` int32
+        [n_ctas, max_steps + 1, 4] padded with -1 (one spare step column: a kernel that visits
+        more than the spec leaves a mark there), ``time_ns`` None (cuTile has no timer intrinsic)
+        and ``build``, the trace build's symbol."""
         import torch
         from spec.trace import visit_order
         g = TileGrid(prepared.problem, prepared.variant.tiles)
         steps = visit_order(g, prepared.variant.schedule, prepared.variant.order).table().shape[1]
-        # one spare step column: a kernel that visits more than the spec leaves a mark there
         buf = torch.full((prepared.n_ctas, steps + 1, 4), -1, dtype=torch.int32, device=q.device)
         self._launch(prepared, q, k, v, out, buf, trace=True)
         torch.cuda.synchronize()
-        return {"visits": buf.cpu().numpy()}
+        from .signatures import CompileCase
+        build = CompileCase.of(prepared.variant, prepared.problem, trace=True,
+                               level=prepared.level).signature().symbol
+        return {"visits": buf.cpu().numpy(), "time_ns": None, "build": build}
 
 
 _DUMMIES: dict = {}
@@ -166,7 +191,7 @@ def _dummy_trace(device):
 # ------------------------------------------------------------------------------------------
 # the plain function
 # ------------------------------------------------------------------------------------------
-_BACKENDS: dict = {}
+_FAMILIES: dict = {}
 _PREPARED: dict = {}
 
 
@@ -193,8 +218,7 @@ def attention(q, k, v, *, causal: bool = False, order: str | ScanOrder = "linear
     """
     import torch
     problem = problem_from_tensors(q, k, v, causal, out)
-    key = (arch, level)
-    be = _BACKENDS.get(key) or _BACKENDS.setdefault(key, CutileBackend(arch, level))
+    fam = _FAMILIES.get(arch) or _FAMILIES.setdefault(arch, CutileFamily(arch))
     present = _check_arch(arch)
     cfg = default_config(present.name, problem.D, causal)
     tiles = tiles or cfg.tiles
@@ -203,14 +227,15 @@ def attention(q, k, v, *, causal: bool = False, order: str | ScanOrder = "linear
         schedule = default_schedule(problem, cfg, tiles, present.num_sms)
     elif not isinstance(schedule, CtaSchedule):
         schedule = CtaSchedule.parse(schedule)
-    variant = Variant(Backend.CUTILE, order, schedule, tiles, occupancy)
-    pkey = (key, variant, problem)
-    prepared = _PREPARED.get(pkey) or _PREPARED.setdefault(pkey, be.prepare(variant, problem))
+    variant = Variant(Backend.CUTILE, order, schedule, tiles, occupancy,
+                      None if level == 6 else level)
+    pkey = (arch, variant, problem)
+    prepared = _PREPARED.get(pkey) or _PREPARED.setdefault(pkey, fam.prepare(variant, problem))
     if out is None:
         out = torch.empty_like(q)
-    be.run(prepared, q, k, v, out)
+    fam.run(prepared, q, k, v, out)
     return out
 
 
-__all__ = ["CutileBackend", "Prepared", "attention", "BadInput", "UnsupportedVariant",
+__all__ = ["CutileFamily", "Prepared", "attention", "BadInput", "UnsupportedVariant",
            "OrderKind", "ScheduleKind"]

@@ -1,6 +1,6 @@
 """Kernel configurations per arch: tiles, occupancy hint, worker warps, tuning-ladder level.
 
-Runs never autotune. They read ``kernels/configs/<arch>.json`` (written by ``python -m kernels.tune``,
+Runs never autotune. They read ``kernels/configs/<arch>.json`` (written by ``python -m experiments.tune``,
 values chosen by measurement) and fall back to the arch registry's ``cutile_tiles`` /
 ``cutile_occupancy`` (spec/arch.py) for keys the file lacks.
 
@@ -63,7 +63,7 @@ def load_arch_configs(arch: str) -> dict[str, KernelConfig]:
     data = json.loads(path.read_text())
     if data.get("schema") != SCHEMA:
         raise ValueError(f"{path}: schema {data.get('schema')!r}, expected {SCHEMA}; re-run "
-                         f"python -m kernels.tune --arch {arch}")
+                         f"python -m experiments.tune --arch {arch}")
     return {k: KernelConfig(**v) for k, v in data.get("configs", {}).items()}
 
 

@@ -88,7 +88,7 @@ def qk_scale_for(head_dim: int, level: int) -> float:
 # ------------------------------------------------------------------------------------------------
 # helpers (inlined by the cuTile front end)
 # ------------------------------------------------------------------------------------------------
-def _reverse_flag(ORDER: ConstInt, GROUP: ConstInt, it, cta):
+def reversed_for(ORDER: ConstInt, GROUP: ConstInt, it, cta):
     """1 when the scan runs backward, else 0 (spec ``ScanOrder.reversed_for``).
 
     ``it`` is the CTA's local Q-tile counter, ``cta`` its index in the launched grid."""
@@ -246,7 +246,7 @@ def fmha_fwd_impl(Q, K, V, Out, Trace, qk_scale, H, QUERY_GROUP_SIZE,
         head = bh % H
         attention_tile_impl(Q, K, V, Out, Trace, qk_scale, bh // H, head,
                             head // QUERY_GROUP_SIZE, q_tile,
-                            _reverse_flag(ORDER, GROUP, 0, cta), cta, 0,
+                            reversed_for(ORDER, GROUP, 0, cta), cta, 0,
                             TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, LEVEL, TRACE)
     elif SCHED == SCHED_TILE_X:
         # X consecutive Q tiles of one head per CTA; cta = group + n_groups * bh
@@ -260,7 +260,7 @@ def fmha_fwd_impl(Q, K, V, Out, Trace, qk_scale, H, QUERY_GROUP_SIZE,
         while k < n_here:        # a while, not a for (module docstring)
             tc = attention_tile_impl(Q, K, V, Out, Trace, qk_scale, bh // H, head,
                                      head // QUERY_GROUP_SIZE, q0 + k,
-                                     _reverse_flag(ORDER, GROUP, k, cta), cta, step,
+                                     reversed_for(ORDER, GROUP, k, cta), cta, step,
                                      TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, LEVEL, TRACE)
             step = step + tc
             k = k + 1
@@ -282,7 +282,7 @@ def fmha_fwd_impl(Q, K, V, Out, Trace, qk_scale, H, QUERY_GROUP_SIZE,
             head = bh % H
             tc = attention_tile_impl(Q, K, V, Out, Trace, qk_scale, bh // H, head,
                                      head // QUERY_GROUP_SIZE, q_tile,
-                                     _reverse_flag(ORDER, GROUP, it, cta), cta, step,
+                                     reversed_for(ORDER, GROUP, it, cta), cta, step,
                                      TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, LEVEL, TRACE)
             it = it + 1
             step = step + tc

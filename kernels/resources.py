@@ -1,7 +1,9 @@
-"""Compile a variant to a cubin without a GPU and read its resources (registers, stack, spills).
+"""Compile a variant to a cubin and read its resources (registers, stack, spills, occupancy).
 
-Uses ``export_kernel`` with a JIT-like signature (``kernels.signatures``) and
-``cuobjdump -res-usage`` (pip package ``nvidia-cuda-cuobjdump``) plus a SASS instruction count.
+Uses ``export_kernel`` with a JIT-like signature (``kernels.signatures``). Without a GPU:
+``cuobjdump -res-usage`` (pip package ``nvidia-cuda-cuobjdump``) plus a SASS instruction count
+(``resources``). On the GPU: the driver's attributes of the loaded cubin (``load_build``), which
+``CutileFamily.prepare`` reports so that every measured cuTile case records its spills.
 """
 from __future__ import annotations
 
@@ -89,3 +91,37 @@ def read_resources(cubin: bytes, cuobjdump: str | None = None) -> Resources:
 
 def resources(case, arch: str, occupancy=None, worker_warps=None) -> Resources:
     return read_resources(compile_cubin(case, arch, occupancy, worker_warps))
+
+
+@dataclass(frozen=True)
+class LoadedBuild:
+    """A cuTile build as the driver sees it on the GPU present: the facts ``CutileFamily.prepare``
+    reports (``spec.family.PREPARED_FIELDS``)."""
+
+    symbol: str
+    threads: int          # the thread count the build requires (REQNTID), as the driver reports it
+    registers: int
+    local_bytes: int      # per-thread local memory (stack, spills)
+    smem_bytes: int       # static shared memory per CTA
+    ctas_per_sm: int      # cuOccupancyMaxActiveBlocksPerMultiprocessor at that thread count
+
+
+def load_build(case, arch: str, occupancy=None, worker_warps=None,
+               device_index: int = 0) -> LoadedBuild:
+    """Export ``case`` (a ``kernels.signatures.CompileCase``) for ``arch`` with the JIT's
+    specialisation facts, load the cubin with the driver and read its attributes and occupancy.
+    The JIT-like export is the cubin the compile-only tests check (``kernels.signatures``); the
+    disk cache of cuda.tile makes a second export of the same case a lookup."""
+    import cupy
+    symbol = case.signature().symbol
+    cubin = compile_cubin(case, arch, occupancy, worker_warps)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "k.cubin")
+        Path(path).write_bytes(cubin)
+        with cupy.cuda.Device(device_index):
+            fn = cupy.RawModule(path=path).get_function(symbol)
+            threads = int(fn.max_threads_per_block)
+            per_sm = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
+                fn.kernel.ptr, threads, 0)
+            return LoadedBuild(symbol, threads, int(fn.num_regs), int(fn.local_size_bytes),
+                               int(fn.shared_size_bytes), int(per_sm))

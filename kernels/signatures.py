@@ -49,7 +49,7 @@ def _needs_v2(params) -> bool:
 
 @dataclass(frozen=True)
 class CompileCase:
-    """One variant to compile: shapes plus the constant codes (what ``CutileBackend`` launches)."""
+    """One variant to compile: shapes plus the constant codes (what ``CutileFamily`` launches)."""
 
     B: int = 1
     H: int = 16

@@ -47,7 +47,7 @@ def _run(jobs: list[Job]) -> list[str]:
     from spec.schedules import CtaSchedule
     from spec.variant import Backend, Variant
 
-    from .backend import CutileBackend
+    from .backend import CutileFamily
     errors = []
     for j in jobs:
         try:
@@ -60,13 +60,14 @@ def _run(jobs: list[Job]) -> list[str]:
             out = torch.empty_like(q)
             sched = CtaSchedule.parse(j.schedule)
             var = Variant(Backend.CUTILE, ScanOrder.parse(j.order), sched,
-                          Tiles(j.tile_m, j.tile_n), j.occupancy)
-            be = CutileBackend(level=j.level)
-            prep = be.prepare(var, p)
+                          Tiles(j.tile_m, j.tile_n), j.occupancy,
+                          None if j.level == 6 else j.level)
+            fam = CutileFamily()
+            prep = fam.prepare(var, p)      # also exports the build and reads its resources
             if j.trace:
-                be.trace(prep, q, k, v, out)
+                fam.trace(prep, q, k, v, out)
             else:
-                be.run(prep, q, k, v, out)
+                fam.run(prep, q, k, v, out)
             torch.cuda.synchronize()
         except Exception as e:  # noqa: BLE001 - reported, the real run will raise properly
             errors.append(f"{j}: {type(e).__name__}: {str(e)[:300]}")

@@ -1,20 +1,34 @@
-"""The interface both kernel families implement, and the input checks they share.
+"""The interface both kernel families implement, the facts they report, and the input checks they share.
 
-A backend turns a ``Variant`` and a ``Problem`` into something launchable (``prepare``: compile,
-check resources), launches it on the torch current stream (``run``), and runs its trace build
-(``trace``), which records per CTA and step the (b, h, q_tile, kv_tile) visited so a GPU test can
-compare it with ``spec.visit_order``. Nothing here imports torch at module import time.
+Names (one per concept):
+
+- ``spec.Backend`` (an enum, ``cutile`` / ``cuda``) *names* the family a variant belongs to: the
+  first field of a variant id and the ``backend`` column of every CSV.
+- ``KernelFamily`` (this module) is the interface a family implements: ``kernels.CutileFamily`` and
+  ``cuda_baseline.CudaFamily``; ``experiments.families.family(backend, arch)`` picks one by name.
+
+A family turns a ``Variant`` and a ``Problem`` into something launchable (``prepare``: compile,
+read the build's resources), launches it on the torch current stream (``run``), and runs its trace
+build (``trace``), which records per CTA and step the (b, h, q_tile, kv_tile) visited so a GPU test
+can compare it with ``spec.visit_order``. Both return the same ``Prepared`` fields (``PREPARED_FIELDS``)
+and the same ``trace`` keys (``TRACE_KEYS``).
+
+Why the resources are part of the interface: a build that spills reads its local memory through
+L2, so its L2 misses include spill traffic and a locality comparison between two builds is only
+fair when both have ``local_bytes == 0`` and the same ``ctas_per_sm`` (the wavefront width).
+Nothing here imports torch at module import time.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .problem import SUPPORTED_HEAD_DIMS, DType, Problem
+from .problem import SUPPORTED_HEAD_DIMS, DType, Problem, cdiv
 from .variant import Variant
 
 
 class UnsupportedVariant(ValueError):
-    """A variant/problem combination a backend cannot build; the message says why and what works."""
+    """A variant/problem combination a family cannot build; the message says why and what works."""
 
 
 class BadInput(ValueError):
@@ -22,18 +36,78 @@ class BadInput(ValueError):
     what is accepted."""
 
 
-class AttentionBackend(Protocol):
+PREPARED_FIELDS = ("variant", "problem", "n_ctas", "threads", "registers", "local_bytes",
+                   "smem_bytes", "ctas_per_sm", "build")
+"""Fields every family's ``Prepared`` has: the variant and problem it was prepared for, the CTAs
+launched (``n_ctas``), threads per CTA, registers per thread, local memory per thread in bytes
+(stack and spills; 0 for a clean build), shared memory per CTA in bytes, CTAs resident per SM,
+and ``build``, the name of the compiled kernel (its instantiation)."""
+
+TRACE_KEYS = ("visits", "time_ns", "build")
+"""Keys of ``trace()``: ``visits`` int32 [n_ctas, steps, 4] (b, h, q_tile, kv_tile; -1 padded, the
+layout of ``spec.Visits.table()``); ``time_ns`` int64 [n_ctas, steps], the ``%globaltimer`` at
+the start of each step (-1 padded), or None for a family whose trace build does not stamp time
+(cuTile has no timer intrinsic); ``build``, the trace build's kernel name."""
+
+
+class KernelFamily(Protocol):
     name: str
 
     def prepare(self, variant: Variant, problem: Problem) -> Any:
-        """Compile (or fetch from cache) the specialisation; raise UnsupportedVariant if impossible."""
+        """Compile (or fetch from cache) the specialisation and read its resources (a ``Prepared``
+        with ``PREPARED_FIELDS``); raise UnsupportedVariant if impossible."""
 
     def run(self, prepared: Any, q, k, v, out) -> None:
         """Launch on ``torch.cuda.current_stream()``; ``out`` is written, nothing is returned."""
 
     def trace(self, prepared: Any, q, k, v, out) -> dict:
-        """Run the trace build; returns at least ``{"visits": int32 [n_ctas, max_steps, 4]}``
-        padded with -1, the layout of ``spec.Visits.table()``."""
+        """Run the trace build; returns ``TRACE_KEYS``."""
+
+
+@dataclass(frozen=True)
+class DeviceLimits:
+    """What the occupancy and validity checks need to know about a GPU."""
+
+    name: str
+    num_sms: int
+    smem_per_block_optin: int
+    smem_per_sm: int
+    regs_per_sm: int
+    threads_per_sm: int
+    compute_capability: tuple[int, int]
+    reserved_smem_per_block: int = 1024
+
+    @classmethod
+    def of(cls, device_index: int) -> "DeviceLimits":
+        import torch
+        p = torch.cuda.get_device_properties(device_index)
+        return cls(p.name, p.multi_processor_count, p.shared_memory_per_block_optin,
+                   p.shared_memory_per_multiprocessor, p.regs_per_multiprocessor,
+                   p.max_threads_per_multi_processor, (p.major, p.minor))
+
+    def ctas_per_sm(self, threads: int, registers: int, smem: int) -> int:
+        """Resident CTAs per SM. Registers are allocated per warp in units of 256 from four
+        sub-partition register files (a quarter of the SM's each) with the warps dealt round
+        robin, so n CTAs of W warps need ceil(n W / 4) warps' registers in one sub-partition
+        (what ptxas assumes too: two 5-warp CTAs leave 168 registers per thread, not 204)."""
+        warps = threads // 32
+        regs_per_warp = cdiv(registers * 32, 256) * 256
+        per_partition = self.regs_per_sm // 4
+        by_regs = 0
+        while cdiv((by_regs + 1) * warps, 4) * regs_per_warp <= per_partition:
+            by_regs += 1
+        by_smem = self.smem_per_sm // (smem + self.reserved_smem_per_block)
+        return max(0, min(by_regs, by_smem, self.threads_per_sm // threads, 32))
+
+
+_LIMITS: dict[int, DeviceLimits] = {}
+
+
+def device_limits(device_index: int) -> DeviceLimits:
+    """The limits of ``cuda:device_index`` (read once per process)."""
+    if device_index not in _LIMITS:
+        _LIMITS[device_index] = DeviceLimits.of(device_index)
+    return _LIMITS[device_index]
 
 
 _TORCH_DTYPES = {"float16": DType.FP16, "bfloat16": DType.BF16}

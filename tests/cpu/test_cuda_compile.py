@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cuda_baseline.backend import DeviceLimits, check_variant, instance_for
+from cuda_baseline.backend import check_variant, instance_for
 from cuda_baseline.source import (HEADER, TESTED_TILES, TILE_EDGES, CompileError, Instance,
                                   ci_instances, compile_nvcc, compile_options, mrep, nvcc_path,
                                   parse_ptxas, smem_bytes)
-from spec.backend import UnsupportedVariant
+from spec.family import DeviceLimits, UnsupportedVariant
 from spec.orders import OrderKind, ScanOrder
 from spec.problem import DType, Problem, Tiles
 from spec.schedules import CtaSchedule, ScheduleKind, WorkOrder

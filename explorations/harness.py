@@ -21,10 +21,10 @@ def compare(problems: list[tuple[int, int]], candidates: dict[str, MakeLauncher]
 
     from experiments.correctness import check, poisoned_like, random_inputs, reference
     from experiments.timing import sdpa_peers, time_interleaved
-    from kernels.backend import CutileBackend
+    from kernels.backend import CutileFamily
     from spec import Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant
 
-    be = CutileBackend()
+    be = CutileFamily()
     lines = []
     for D, S in problems:
         problem = Problem(B=1, H=16, S_q=S, D=D, causal=False)

@@ -1,9 +1,9 @@
 """Exploration (H100, 2026-11-21): two independent 64-row halves per CTA sharing K/V loads (ping-pong).
 
-    python -m kernels.explorations.pingpong_halves
+    python -m explorations.pingpong_halves
 
-Negative result, kept so it can be re-run: see kernels/explorations/README.md (the shared
-measurement is kernels/explorations/harness.py)."""
+Negative result, kept so it can be re-run: see explorations/README.md (the shared
+measurement is explorations/harness.py)."""
 import math
 
 import cuda.tile as ct
@@ -11,7 +11,7 @@ import torch
 from cuda.tile import PaddingMode, RoundingMode
 
 from kernels import fmha
-from kernels.explorations.harness import compare
+from explorations.harness import compare
 
 CI = ct.Constant[int]
 ZERO = PaddingMode.ZERO

@@ -1,9 +1,9 @@
 """Exploration (H100, 2026-11-21): lazy softmax rescaling and latency-hint values for the D=128 kernel, beside cuDNN.
 
-    python -m kernels.explorations.lazy_rescale_and_latency
+    python -m explorations.lazy_rescale_and_latency
 
-Negative result, kept so it can be re-run: see kernels/explorations/README.md (the shared
-measurement is kernels/explorations/harness.py)."""
+Negative result, kept so it can be re-run: see explorations/README.md (the shared
+measurement is explorations/harness.py)."""
 import math
 
 import cuda.tile as ct
@@ -11,7 +11,7 @@ import torch
 from cuda.tile import PaddingMode, RoundingMode
 
 from kernels import fmha
-from kernels.explorations.harness import compare
+from explorations.harness import compare
 
 CI = ct.Constant[int]; CB = ct.Constant[bool]
 ZERO = PaddingMode.ZERO

@@ -1,4 +1,4 @@
-"""The program ncu profiles: ``python -m profiles.target PLAN.json``.
+"""The program ncu profiles: ``python -m experiments.target PLAN.json``.
 
 It prepares every case of the plan and launches each once outside any NVTX range (JIT compilation
 and first-touch stay out of the profile), then launches each case exactly once inside the NVTX
@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import sys
 
-from experiments.backends import get_backend
-from experiments.correctness import poisoned_like, random_inputs
 from spec.case import case_from_dict
+
+from .correctness import poisoned_like, random_inputs
+from .families import family
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,10 +21,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     plan = json.loads(open(argv[0]).read())
     cases = [case_from_dict(d) for d in plan["cases"]]
-    backends, launches, inputs = {}, [], {}
+    families, launches, inputs = {}, [], {}
     for case in cases:
-        be = backends.get(case.variant.backend) or backends.setdefault(
-            case.variant.backend, get_backend(case.variant.backend, plan.get("arch")))
+        be = families.get(case.variant.backend) or families.setdefault(
+            case.variant.backend, family(case.variant.backend, plan.get("arch")))
         if case.problem not in inputs:
             q, k, v = random_inputs(case.problem, plan.get("seed", 0))
             inputs[case.problem] = (q, k, v, poisoned_like(q))
