@@ -2,9 +2,10 @@
 
 For every problem of a plan (cases sharing a problem share inputs and the fp32 reference):
 
-1. each variant is prepared and run once on a NaN-poisoned output and checked against the fp32
-   reference (``experiments.correctness``); a variant that fails to build or to pass is reported and
-   the sweep goes on without it;
+1. each variant is prepared (compiled; its resources become rows: registers, local bytes per
+   thread, shared memory, CTAs per SM, so every run records spills) and run once on a NaN-poisoned
+   output and checked against the fp32 reference (``experiments.correctness``); a variant that
+   fails to build or to pass is reported and the sweep goes on without it;
 2. the passing variants and PyTorch SDPA's flash and cuDNN backends are timed together, launch by
    launch alternating, cold L2 (``experiments.timing``); every sample becomes a row;
 3. the passing cases are profiled in one ncu session (``profiles``): each launched once inside an
@@ -19,13 +20,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from analysis.models import cold_misses
-from spec import Arch, Backend
+from analysis.drift import drift, sample_steps
+from spec import Arch, Backend, TileGrid
+from spec.case import Case, case_to_dict
 from spec.records import UNITS, Metric, Row, Source, case_fields
 
-from .families import family
 from .correctness import check, poisoned_like, random_inputs, reference
-from spec.case import Case, case_to_dict
+from .families import family
 from .timing import sdpa_peers, time_interleaved
+
+RESOURCES = (("registers", "registers", "register"), ("local_bytes", "local_bytes", "byte"),
+             ("smem_bytes", "smem_bytes", "byte"), ("ctas_per_sm", "ctas_per_sm", "CTA"))
+"""(metric, ``Prepared`` field, unit) of the resource rows: the names and units the committed
+profiles/h100/cuda_bench.csv uses."""
+DRIFT_POINTS = 300
+"""Spread samples kept per drift case (the first and last step always among them)."""
 
 
 @dataclass
@@ -33,10 +42,11 @@ class Outcome:
     passed: list[Case] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)     # case id -> reason
     rows: list[Row] = field(default_factory=list)
+    summary: list[str] = field(default_factory=list)         # one line per case, for the log
 
 
 def _row(case_or_peer, problem, metric, value, *, run, study, arch, sample=0, note="",
-         source=Source.MEASURED.value, unit=None) -> Row:
+         source=Source.MEASURED.value, unit=None, x=None) -> Row:
     if isinstance(case_or_peer, Case):
         fields = case_fields(problem, case_or_peer.variant)
     else:   # an SDPA peer: no tiles, order or schedule of ours
@@ -44,7 +54,15 @@ def _row(case_or_peer, problem, metric, value, *, run, study, arch, sample=0, no
                                              schedule="", occupancy=None, tile_m=0, tile_n=0)
     return Row(run=run, study=study, arch=arch, metric=metric, value=float(value),
                unit=UNITS.get(metric, "") if unit is None else unit, source=source,
-               sample=sample, note=note, **fields)
+               sample=sample, note=note, x=x, **fields)
+
+
+def resource_rows(case: Case, prepared, *, run: str, study: str, arch: str) -> list[Row]:
+    """Registers, local bytes per thread, shared memory per CTA and CTAs per SM of a prepared
+    build (either family: ``spec.family.PREPARED_FIELDS``); the note names the build."""
+    return [_row(case, case.problem, metric, getattr(prepared, attr), run=run, study=study,
+                 arch=arch, unit=unit, note=prepared.build)
+            for metric, attr, unit in RESOURCES]
 
 
 def _by_problem(cases: list[Case]) -> dict:
@@ -91,6 +109,7 @@ def check_and_time(cases: list[Case], arch: Arch, *, run: str, study: str, reps:
                 be = families.get(case.variant.backend) or families.setdefault(
                     case.variant.backend, family(case.variant.backend, arch.name))
                 prepared = be.prepare(case.variant, problem)
+                res.rows += resource_rows(case, prepared, run=run, study=study, arch=arch.name)
                 out = poisoned_like(q)
                 be.run(prepared, q, k, v, out)
                 torch.cuda.synchronize()
@@ -121,6 +140,67 @@ def check_and_time(cases: list[Case], arch: Arch, *, run: str, study: str, reps:
         torch.cuda.empty_cache()
         if progress is not None:
             progress(len(group))
+    return res
+
+
+def measure_drift(cases: list[Case], arch: Arch, *, run: str, study: str, reps: int = 0,
+                  seed: int, timed: bool = False, progress=None,
+                  points: int = DRIFT_POINTS) -> Outcome:
+    """The drift study's measure hook (check_and_time's signature; ``reps`` and ``timed`` are
+    unused): the trace build of every case, its output through the correctness gate, then per
+    case the median step time (``median_step_ns``) and the spread of step start times over the
+    CTAs at ``points`` sampled steps (``cta_start_spread_ns``, x = step), the rows of
+    profiles/h100/drift-20261121b/drift.csv. Resource rows come from the trace build's plain twin.
+
+    Why: the wavefront argument assumes CTAs running together advance in lock-step, so one CTA's
+    miss is the others' hit; a spread of ``k`` steps puts shared K/V tiles ``k`` tiles apart."""
+    import torch
+    from cuda_baseline.backend import instance_for, precompile as cuda_precompile
+    if any(c.variant.backend != Backend.CUDA for c in cases):
+        raise ValueError("the drift measurement reads %globaltimer stamps, which only the CUDA "
+                         "family's trace build records")
+    cuda_precompile([instance_for(c.variant, c.problem, trace=t) for c in cases
+                     for t in (False, True)])
+    res = Outcome()
+    fam = family(Backend.CUDA, arch.name)
+    for case in cases:
+        problem, variant = case.problem, case.variant
+        q, k, v = random_inputs(problem, seed)
+        out = poisoned_like(q)
+        try:
+            prepared = fam.prepare(variant, problem)
+            res.rows += resource_rows(case, prepared, run=run, study=study, arch=arch.name)
+            tr = fam.trace(prepared, q, k, v, out)
+            verdict = check(out, q, k, v, problem.causal)
+        except Exception as e:              # a failed case is reported; the sweep goes on
+            res.failed[case.id] = f"{type(e).__name__}: {e}"
+            continue
+        res.rows.append(_row(case, problem, Metric.MAX_ABS_ERR, verdict.max_err, run=run,
+                             study=study, arch=arch.name, note=str(verdict)))
+        if not verdict.passed:
+            res.failed[case.id] = f"trace build output {verdict}"
+            continue
+        res.passed.append(case)
+        d = drift(tr["time_ns"])
+        res.rows.append(_row(case, problem, Metric.STEP_NS, d.median_step_ns, run=run,
+                             study=study, arch=arch.name,
+                             note=f"trace build {tr['build']}, %globaltimer at each step start; "
+                                  f"output {verdict}"))
+        for i in sample_steps(len(d.step), points):
+            res.rows.append(_row(case, problem, Metric.CTA_START_SPREAD_NS, d.spread_ns[i],
+                                 run=run, study=study, arch=arch.name, x=float(d.step[i])))
+        g = TileGrid(problem, variant.tiles)
+        steps = d.spread_steps
+        after_one = steps[min(g.n_kv, len(steps) - 1)]
+        span_mib = steps.max() * g.kv_step_bytes / 2**20
+        res.summary.append(f"{case.id}: step {d.median_step_ns / 1e3:.2f} us, spread "
+                           f"{after_one:.1f} steps after one work item ({g.n_kv} steps), max "
+                           f"{steps.max():.1f} steps = {span_mib:.1f} MiB of K/V (L2 "
+                           f"{arch.l2_bytes / 2**20:.0f} MiB)")
+        del q, k, v, out, tr
+        torch.cuda.empty_cache()
+        if progress is not None:
+            progress(1)
     return res
 
 

@@ -17,6 +17,11 @@ from spec.arch import MiB
 
 @dataclass(frozen=True)
 class Study:
+    """A named plan plus how it is run. Measure mode runs ``measure`` (default
+    ``experiments.measure.check_and_time``: correctness gate, timing beside the SDPA peers and
+    resource rows) and writes its rows to ``rows_file``; ncu counters follow when ``profiled``.
+    Simulate mode runs ``simulate`` per case (default: the L2 counters of the simulator)."""
+
     name: str
     description: str
     figures: tuple[str, ...]
@@ -26,6 +31,8 @@ class Study:
     profiled: bool = True             # measure mode: ncu counters
     reps: int = 10                    # timed repetitions per variant
     simulate: Callable | None = None  # simulate-mode rows of one case; None: the L2 counters
+    measure: Callable | None = None   # measure-mode hook, check_and_time's signature; None: it
+    rows_file: str = "timing.csv"     # where the measure-mode rows of the run directory go
 
 
 PAPER_S = 131072            # the paper's sequence length on GB10
@@ -201,6 +208,74 @@ def reuse_plan(arch: Arch) -> list[Case]:
     return cases
 
 
+BENCH_SEQS = (4096, 16384, 32768)
+
+
+def bench_plan(arch: Arch) -> list[Case]:
+    """The peer benchmark: each family's default ``attention()`` configuration (cuTile: the
+    measured kernels/configs/<arch>.json entry and its default schedule; CUDA: grid launch at the
+    registry's tiles), linear order, fp16, B=1, H=16, S in {4K, 16K, 32K}, D in {64, 128}, causal
+    and not; timed beside SDPA's flash and cuDNN backends."""
+    from kernels.backend import default_schedule
+    from kernels.config import default_config
+    cases = []
+    for D in (64, 128):
+        for causal in (False, True):
+            cfg = default_config(arch.name, D, causal)
+            panel = f"bench-d{D}-{'causal' if causal else 'noncausal'}"
+            for S in BENCH_SEQS:
+                prob = Problem(1, 16, S, D, causal=causal)
+                sched = default_schedule(prob, cfg, cfg.tiles, arch.num_sms)
+                cases.append(Case(prob, Variant(Backend.CUTILE, ScanOrder.linear(), sched,
+                                                cfg.tiles, cfg.occupancy),
+                                  arch.resident_ctas(cfg.occupancy or 1), panel))
+                cases.append(Case(prob, Variant(Backend.CUDA, ScanOrder.linear(), CtaSchedule.grid(),
+                                                arch.cuda_tiles), arch.num_sms, panel))
+    return cases
+
+
+def cuda_tiles_plan(arch: Arch) -> list[Case]:
+    """The CUDA tile sweep at B=1, H=16, S=16K, fp16, D in {64, 128}, causal and not: every
+    tested tile shape with the grid launch and linear order, and at the registry's default tile
+    the persistent linear and sawtooth builds and the longest-first (LPT) launch, one persistent
+    CTA per SM (as in the locality studies; the ``ctas_per_sm`` rows say how many would fit)."""
+    from cuda_baseline.source import TESTED_TILES
+    p = arch.num_sms
+    cases = []
+    for D in (64, 128):
+        for causal in (False, True):
+            prob = Problem(1, 16, 16384, D, causal=causal)
+            panel = f"cuda-tiles-d{D}-{'causal' if causal else 'noncausal'}"
+            for t in TESTED_TILES:
+                cases.append(Case(prob, Variant(Backend.CUDA, ScanOrder.linear(), CtaSchedule.grid(),
+                                                t), p, panel))
+            for order, sched in ((ScanOrder.linear(), CtaSchedule.persistent(p)),
+                                 (ScanOrder.sawtooth(), CtaSchedule.persistent(p)),
+                                 (ScanOrder.linear(), CtaSchedule.longest_first(p))):
+                cases.append(Case(prob, Variant(Backend.CUDA, order, sched, arch.cuda_tiles), p,
+                                  panel))
+    return cases
+
+
+def drift_plan(arch: Arch) -> list[Case]:
+    """CTA drift: the sawtooth study's CUDA configuration (persistent, one CTA per SM, 80×80
+    tiles, D=64, H=1, the arch's scaled S), non-causal and causal, linear and sawtooth, at B=1
+    and B=4; each case runs its trace build, which stamps %globaltimer at every step."""
+    s, p = scaled_seq(arch), arch.num_sms
+    cases = []
+    for causal in (False, True):
+        for b in (1, 4):
+            prob = Problem(B=b, H=1, S_q=s, D=64, causal=causal)
+            for v in _twins(Backend.CUDA, CtaSchedule.persistent(p), Tiles(80, 80)):
+                cases.append(Case(prob, v, p, f"drift-{'causal' if causal else 'noncausal'}"))
+    return cases
+
+
+def _drift_measure(*args, **kw):
+    from .measure import measure_drift     # GPU imports stay out of plan-only commands
+    return measure_drift(*args, **kw)
+
+
 def _reuse_rows(*args, **kw):
     from .simulate import reuse_rows       # analysis imports stay out of plan-only commands
     return reuse_rows(*args, **kw)
@@ -227,6 +302,16 @@ STUDIES: dict[str, Study] = {
         Study("longseq", "best sawtooth-aware configuration per (D, causal) at S=128K: "
               "order x schedule for both families, timed beside SDPA",
               ("longseq",), longseq_plan, profiled=False, reps=5),
+        Study("bench", "each family's default attention() configuration beside SDPA flash and "
+              "cuDNN: S in {4K, 16K, 32K}, D in {64, 128}, causal and not",
+              ("bench",), bench_plan, profiled=False, reps=15),
+        Study("cuda-tiles", "the CUDA tile sweep (grid launch at every tested tile) with the "
+              "persistent linear / sawtooth and LPT builds of the default tile, beside SDPA",
+              ("cuda-tiles",), cuda_tiles_plan, profiled=False, reps=20),
+        Study("drift", "how far persistent CTAs drift from lock-step: %globaltimer stamps of the "
+              "CUDA trace build, spread of step start times over the CTAs",
+              ("drift",), drift_plan, timed=False, profiled=False, measure=_drift_measure,
+              rows_file="drift.csv"),
         Study("reuse", "reuse-distance histograms and LRU miss-ratio curves (simulator only), "
               "linear vs sawtooth vs block-parity, every arch's L2 marked",
               ("reuse",), reuse_plan, measurable=False, simulate=_reuse_rows),

@@ -80,26 +80,29 @@ def _check_arch(requested: str | None):
     return present
 
 
-def compile_hints(variant: Variant, problem: Problem, arch: str,
-                  level: int = 6) -> tuple[int | None, int | None]:
+def compile_hints(variant: Variant, problem: Problem, arch: str, level: int = 6,
+                  defaults: KernelConfig | None = None) -> tuple[int | None, int | None]:
     """(occupancy, num_worker_warps) hints a variant is compiled with on ``arch`` (no GPU needed):
-    the variant's own occupancy or the arch's measured default; worker warps only with the tiles
-    they were tuned for; neither below ladder level 5."""
+    the variant's own occupancy or the default's (``defaults``, else the arch's measured default);
+    worker warps only with the tiles they were tuned for; neither below ladder level 5."""
     if level < 5:
         return None, None
-    base = default_config(arch, problem.D, problem.causal)
+    base = defaults or default_config(arch, problem.D, problem.causal)
     occupancy = variant.occupancy if variant.occupancy is not None else base.occupancy
     return occupancy, base.worker_warps if variant.tiles == base.tiles else None
 
 
 class CutileFamily:
     """cuTile FlashAttention forward family. ``arch=None`` uses the GPU present; a named arch must
-    be the GPU present. The tuning-ladder level is the variant's (``Variant.level``, None: 6)."""
+    be the GPU present. The tuning-ladder level is the variant's (``Variant.level``, None: 6).
+    ``defaults`` replaces the arch's measured configuration as the source of the compile hints
+    (``experiments.tune`` prepares every candidate configuration this way)."""
 
     name = "cutile"
 
-    def __init__(self, arch: str | None = None):
+    def __init__(self, arch: str | None = None, defaults: KernelConfig | None = None):
         self.requested_arch = arch
+        self.defaults = defaults
 
     # --------------------------------------------------------------------------------------
     def prepare(self, variant: Variant, problem: Problem) -> Prepared:
@@ -115,7 +118,7 @@ class CutileFamily:
         level = variant.level if variant.level is not None else 6
         if level not in range(1, 7):
             raise UnsupportedVariant(f"tuning-ladder level {level!r}; accepted: 1..6")
-        occupancy, worker_warps = compile_hints(variant, problem, arch.name, level)
+        occupancy, worker_warps = compile_hints(variant, problem, arch.name, level, self.defaults)
         sched, order = variant.schedule, variant.order
         g = TileGrid(problem, tiles)
         import torch
