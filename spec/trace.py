@@ -235,3 +235,56 @@ def build_trace(g: TileGrid, schedule: CtaSchedule, order: ScanOrder, resident: 
     key[k_at + 1] = ks.base[Tensor.V] + kv_key
     key[k_at[last] + 2] = ks.base[Tensor.O] + q_key[last]
     return Trace(key=key, key_sectors=ks.sectors(), grid=g, resident=r, sector_bytes=sector_bytes)
+
+
+@dataclass(frozen=True)
+class WorkTable:
+    """The work items of a launch in the form a time-stepped simulator walks them (no trace).
+
+    Items are CTA-major (CTA ``c`` owns items ``cta_first[c] .. cta_first[c + 1] - 1``, in the
+    order it runs them). Item ``i`` runs ``length[i]`` K/V steps; at step ``s`` it reads K/V tile
+    ``length[i] - 1 - s`` if ``reverse[i]`` else ``s``, i.e. keys ``k_base + kv_row[i] + tile``
+    and ``v_base + kv_row[i] + tile``; it loads Q tile ``q_key[i]`` (a key of the ``_KeySpace``)
+    at its first step and stores O tile ``o_key[i]`` at its last. The keys and ``key_sectors`` are
+    exactly those ``build_trace`` emits, so a simulator driven by this table and one fed the trace
+    see the same tiles.
+    """
+
+    cta_first: np.ndarray    # int64 [n_ctas + 1]
+    length: np.ndarray       # int32 [n_items]
+    reverse: np.ndarray      # bool  [n_items]
+    q_key: np.ndarray        # int32 [n_items]
+    o_key: np.ndarray        # int32 [n_items]
+    kv_row: np.ndarray       # int32 [n_items]: K/V head * n_kv (offset of the item's K/V tiles)
+    k_base: int
+    v_base: int
+    key_sectors: np.ndarray  # int32 [n_keys]
+    n_ctas: int
+
+    @property
+    def n_steps(self) -> int:
+        return int(self.length.astype(np.int64).sum())
+
+    @property
+    def n_accesses(self) -> int:
+        """Accesses of the equivalent trace: K and V per step, Q and O per item."""
+        return 2 * self.n_steps + 2 * len(self.length)
+
+
+def work_table(g: TileGrid, schedule: CtaSchedule, order: ScanOrder,
+               sector_bytes: int = 32) -> WorkTable:
+    """The ``WorkTable`` of ``schedule`` × ``order`` on ``g`` (the same items as ``visit_order``)."""
+    wi = schedule.work_items(g)
+    p = g.problem
+    length = np.asarray(g.kv_tiles_for(wi.q.astype(np.int64)), dtype=np.int32)
+    reverse = np.asarray(order.reversed_for(wi.iter, wi.cta), dtype=bool)
+    ks = _KeySpace(g, sector_bytes)
+    bh = wi.bh.astype(np.int64)
+    q_local = bh * g.n_q + wi.q
+    kv_row = ((bh // p.H) * p.H_kv + (bh % p.H) // p.group_size) * g.n_kv
+    cta_first = np.searchsorted(wi.cta, np.arange(wi.n_ctas + 1), side="left").astype(np.int64)
+    return WorkTable(cta_first=cta_first, length=length, reverse=reverse,
+                     q_key=(ks.base[Tensor.Q] + q_local).astype(np.int32),
+                     o_key=(ks.base[Tensor.O] + q_local).astype(np.int32),
+                     kv_row=kv_row.astype(np.int32), k_base=int(ks.base[Tensor.K]),
+                     v_base=int(ks.base[Tensor.V]), key_sectors=ks.sectors(), n_ctas=wi.n_ctas)

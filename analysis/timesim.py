@@ -1,0 +1,452 @@
+"""The timed L2 simulator: CTAs on their own clocks, tiles in flight, two L2 partitions, merged
+requests, and SHARDS sampling for the large arches.
+
+Why time matters for locality. The wavefront argument (paper §Wavefront) says that concurrent CTAs
+scanning the same K/V tiles turn one CTA's miss into the others' hits. ``spec.build_trace`` assumes
+they do so in exact lock-step. Measured CTAs drift 10-16 steps per work item (REPORT.md §6), and the
+drift is not a free parameter: a CTA that misses waits for DRAM while its neighbours, hitting, run
+ahead; the next one to reach a new tile becomes the leader and pays the miss; a CTA that needs a
+tile already requested by another waits for that fill instead of missing again (a *merged* miss).
+Here each resident CTA slot has its own clock and the order in which the L2 sees the accesses
+comes out of those clocks.
+
+The model, one step of one slot at its time ``t`` (times in units of a hit step):
+
+- it issues its accesses (Q load at an item's first step, K tile, V tile, O store at the last
+  step), in that order, at ``t``;
+- an access that hits is ready at ``t + 1``; one that misses marks the tile in flight until
+  ``t + miss_ratio`` (the fill) and is ready then; one to a tile in flight (present, fill not done)
+  is a hit that waits for the fill (``merged``: not a second miss);
+- the step lasts until its loads are ready (at least 1; the O store does not stall), times a
+  log-normal jitter factor ``exp(jitter·z − jitter²/2)`` from a seeded generator;
+- when a CTA's last step ends, its slot takes the next CTA in launch order (grid and tile-X
+  launches), so the dispatch of later CTAs comes out of the clocks too. Events are processed in
+  (time, slot) order.
+
+With ``miss_ratio = 1``, ``jitter = 0``, one partition and no merge window every step lasts exactly
+1 and the event order is ``build_trace``'s lock-step order: the counts equal
+``analysis.l2sim.simulate(build_trace(...))`` bit for bit (``tests/cpu/test_timesim.py``).
+
+The cache is an exact LRU over whole tiles weighted by their sectors (the same cache as
+``analysis.l2sim``: a tile is resident iff the sectors used since its last use, plus its own, fit).
+
+**Two partitions** (``partitions=2``, Hopper and Blackwell; ``../shared/l2-ncu-notes.md`` §1). Every
+tile is split into two halves, each homed in one partition: the tile-granular form of a fine
+address interleave that sends half of every tile's sectors to each side. Slot ``s`` sits on SM
+``s`` and SMs alternate between the partitions (``s % 2``). A request first looks up the SM's
+local partition (the ``srcunit_tex`` lookup ncu counts). A local miss on a half homed on the other
+side looks that half up in its home partition over the fabric (``srcunit_ltcfabric``; a fabric hit
+costs a hit) and fills both: the local copy duplicates the line, so data read from both sides
+occupies twice its size and the *effective* capacity depends on the traffic. DRAM fills are the
+local-home tex misses plus the fabric misses. Each partition holds ``capacity_bytes / 2``.
+
+**Merged requests** (``merge_window > 0``; the L2 Request Coalescer, ``lrc``). A request for a
+half-tile that the same partition already received less than ``merge_window`` ago is coalesced
+before the L2: it is not a lookup at all (no sector, hit or miss is counted) and is ready when
+the request it joined is. This is the mechanism behind "L2 sectors ≈ 0.35..0.58 of the loads"
+(REPORT.md §1). ``merged_sectors`` counts what it removed.
+
+**SHARDS sampling** (``sample_rate R < 1``; Waldspurger et al., FAST 2015). Only half-tiles whose
+hashed id falls below ``R`` enter the cache model; the cache holds ``R · capacity`` and every
+count is scaled by ``1/R``. Unsampled accesses cost the slot's running mean of sampled load
+times, so the clocks still see misses. Every sampled row states ``R`` and the error measured
+against the exact simulator (``experiments/simbench.py``).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from spec.arch import MiB, Arch
+from spec.case import Case
+from spec.problem import TileGrid
+from spec.records import UNITS, Metric, Row, Source, case_fields
+from spec.trace import WorkTable, work_table
+
+__all__ = ["TimeParams", "TimeCounts", "simulate", "simulate_case", "counts_to_rows",
+           "FABRIC_SECTORS", "FABRIC_HITS", "FABRIC_MISSES", "MERGED_SECTORS"]
+
+FABRIC_SECTORS = "lts__t_sectors_srcunit_ltcfabric.sum"
+FABRIC_HITS = "lts__t_sectors_srcunit_ltcfabric_lookup_hit.sum"
+FABRIC_MISSES = "lts__t_sectors_srcunit_ltcfabric_lookup_miss.sum"
+MERGED_SECTORS = "lrc_merged_sectors"
+"""Sectors the request coalescer removed (simulated; the hardware's ``lrc__`` counters measure
+the coalesced share directly)."""
+INFLIGHT_SECTORS = "inflight_merged_sectors"
+"""Hits that found their tile still in flight and waited for its fill (simulated)."""
+MAKESPAN_STEPS = "makespan_steps"
+"""Simulated kernel length in hit-step units (simulated)."""
+_UNITS = {FABRIC_SECTORS: "sector", FABRIC_HITS: "sector", FABRIC_MISSES: "sector",
+          MERGED_SECTORS: "sector", INFLIGHT_SECTORS: "sector", MAKESPAN_STEPS: "step"}
+
+
+@dataclass(frozen=True)
+class TimeParams:
+    """Everything the timed simulator assumes; ``note()`` writes it into every simulated row."""
+
+    capacity_bytes: int            # total (all partitions) effective L2 capacity
+    miss_ratio: float = 1.0        # miss (fill) time / hit step time, >= 1
+    jitter: float = 0.0            # sd of the log of each step's duration factor
+    seed: int = 0
+    partitions: int = 1            # 1, or 2 (Hopper/Blackwell)
+    merge_window: float = 0.0      # request-coalescer window, in hit-step units (0: off)
+    sample_rate: float = 1.0       # SHARDS rate R (1: exact)
+
+    def __post_init__(self) -> None:
+        if int(self.capacity_bytes) < 0:
+            raise ValueError(f"capacity_bytes must be >= 0, got {self.capacity_bytes}")
+        if not self.miss_ratio >= 1.0:
+            raise ValueError(f"miss_ratio is miss time / hit time and must be >= 1, "
+                             f"got {self.miss_ratio}")
+        if not self.jitter >= 0.0:
+            raise ValueError(f"jitter must be >= 0, got {self.jitter}")
+        if self.partitions not in (1, 2):
+            raise ValueError(f"partitions must be 1 or 2, got {self.partitions}")
+        if not self.merge_window >= 0.0:
+            raise ValueError(f"merge_window must be >= 0, got {self.merge_window}")
+        if not 0.0 < self.sample_rate <= 1.0:
+            raise ValueError(f"sample_rate must be in (0, 1], got {self.sample_rate}")
+
+    def note(self) -> str:
+        s = (f"timesim capacity={self.capacity_bytes / MiB:.2f}MiB partitions={self.partitions} "
+             f"miss_ratio={self.miss_ratio:g} jitter={self.jitter:g} seed={self.seed} "
+             f"merge_window={self.merge_window:g}")
+        if self.sample_rate < 1.0:
+            s += f" SHARDS R={self.sample_rate:g}"
+        return s
+
+
+@dataclass(frozen=True)
+class TimeCounts:
+    """Simulated counters in sectors (scaled by 1/R when sampled).
+
+    ``tex_hits + tex_misses == tex_sectors``; merged (coalesced) requests are in none of them.
+    ``fabric_*`` are the home-partition lookups of remote misses; ``dram_fills`` the sectors read
+    from DRAM (load misses that reach DRAM; O stores allocate in L2 but read nothing); ``cold_misses`` the first touch of each half-tile anywhere.
+    """
+
+    tex_sectors: int
+    tex_hits: int
+    tex_misses: int
+    inflight_hits: int
+    merged_sectors: int
+    fabric_sectors: int
+    fabric_hits: int
+    fabric_misses: int
+    dram_fills: int
+    cold_misses: int
+    makespan: float
+    params: TimeParams
+
+    @property
+    def noncompulsory_misses(self) -> int:
+        return self.tex_misses - self.cold_misses
+
+
+# --------------------------------------------------------------------------------------------
+# the event loop
+# --------------------------------------------------------------------------------------------
+_N_COUNTERS = 10
+(_TEX, _HIT, _MISS, _INFL, _MERGED, _FAB, _FHIT, _FMISS, _DRAM, _COLD) = range(_N_COUNTERS)
+
+
+@numba.njit(cache=True)
+def _less(time, a, b):  # pragma: no cover - compiled
+    return time[a] < time[b] or (time[a] == time[b] and a < b)
+
+
+@numba.njit(cache=True)
+def _sift_down(heap, n, time, i):  # pragma: no cover - compiled
+    while True:
+        l = 2 * i + 1
+        if l >= n:
+            return
+        m = l
+        r = l + 1
+        if r < n and _less(time, heap[r], heap[l]):
+            m = r
+        if _less(time, heap[m], heap[i]):
+            tmp = heap[m]
+            heap[m] = heap[i]
+            heap[i] = tmp
+            i = m
+        else:
+            return
+
+
+@numba.njit(cache=True)
+def _lookup(j, p, w, prev, nxt, head, tail, present, occ, cap, wsub, nsub):  # pragma: no cover
+    """LRU lookup of entry ``j`` (= p * nsub + sub) in partition ``p``. Returns True on a hit
+    (the entry moves to the MRU end); on a miss inserts it at the MRU end and evicts from the
+    LRU end until the partition fits, unless it cannot fit at all (then the l2sim stack model
+    misses it every time too, and so does this)."""
+    if present[j]:
+        a = prev[j]
+        b = nxt[j]
+        if a < 0:
+            return True                      # already the MRU entry
+        nxt[a] = b
+        if b >= 0:
+            prev[b] = a
+        else:
+            tail[p] = a
+        prev[j] = -1
+        nxt[j] = head[p]
+        prev[head[p]] = j
+        head[p] = j
+        return True
+    if w > cap[p]:
+        return False
+    present[j] = True
+    prev[j] = -1
+    nxt[j] = head[p]
+    if head[p] >= 0:
+        prev[head[p]] = j
+    else:
+        tail[p] = j
+    head[p] = j
+    occ[p] += w
+    while occ[p] > cap[p]:
+        e = tail[p]
+        t2 = prev[e]
+        tail[p] = t2
+        nxt[t2] = -1                         # e is not j: j alone fits, so t2 >= 0
+        present[e] = False
+        prev[e] = -1
+        occ[p] -= wsub[e - p * nsub]
+    return False
+
+
+@numba.njit(cache=True)
+def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub, sampled,
+         n_parts, resident, cap, miss_t, jitter, seed, window):  # pragma: no cover - compiled
+    nsub = wsub.size
+    n_ctas = cta_first.size - 1
+    tot = n_parts * nsub
+    prev = np.full(tot, -1, np.int64)
+    nxt = np.full(tot, -1, np.int64)
+    present = np.zeros(tot, np.bool_)
+    fill = np.zeros(tot, np.float64)
+    lrc_t = np.full(tot if window > 0 else 0, -np.inf)
+    lrc_ready = np.zeros(tot if window > 0 else 0)
+    seen = np.zeros(nsub, np.bool_)
+    head = np.full(n_parts, -1, np.int64)
+    tail = np.full(n_parts, -1, np.int64)
+    occ = np.zeros(n_parts, np.int64)
+    cnt = np.zeros(10, np.int64)
+    if jitter > 0:
+        np.random.seed(seed)
+    sub_rate = False
+    for x in range(nsub):
+        if not sampled[x]:
+            sub_rate = True
+            break
+
+    # slots: the CTA, item and step each runs, and its clock
+    r = min(resident, n_ctas)
+    s_cta = np.zeros(r, np.int64)
+    s_item = np.zeros(r, np.int64)
+    s_step = np.zeros(r, np.int64)
+    time = np.zeros(r, np.float64)
+    est = np.ones(r, np.float64)              # running mean load time (sampled mode)
+    heap = np.zeros(r, np.int64)
+    n = 0
+    nxt_cta = 0
+    for s in range(r):                        # launch order; CTAs without items finish at once
+        while nxt_cta < n_ctas and cta_first[nxt_cta + 1] == cta_first[nxt_cta]:
+            nxt_cta += 1
+        if nxt_cta == n_ctas:
+            break
+        s_cta[s] = nxt_cta
+        s_item[s] = cta_first[nxt_cta]
+        heap[n] = s
+        n += 1
+        nxt_cta += 1
+    makespan = 0.0
+
+    while n > 0:
+        s = heap[0]
+        t = time[s]
+        i = s_item[s]
+        st = s_step[s]
+        L = length[i]
+        kv = L - 1 - st if reverse[i] else st
+        ready = t + 1.0
+        for a in range(4):
+            if a == 0:
+                if st != 0:
+                    continue
+                key = q_key[i]
+            elif a == 1:
+                key = k_base + kv_row[i] + kv
+            elif a == 2:
+                key = v_base + kv_row[i] + kv
+            else:
+                if st != L - 1:
+                    continue
+                key = o_key[i]
+            p = s % n_parts
+            for h in range(n_parts):
+                sub = key * n_parts + h
+                if not sampled[sub]:
+                    rdy = t + est[s]
+                else:
+                    w = wsub[sub]
+                    j = p * nsub + sub
+                    if window > 0 and t - lrc_t[j] < window:
+                        cnt[4] += w                                   # coalesced before L2
+                        rdy = max(lrc_ready[j], t + 1.0)
+                    else:
+                        cnt[0] += w
+                        if not seen[sub]:
+                            seen[sub] = True
+                            cnt[9] += w
+                        if _lookup(j, p, w, prev, nxt, head, tail, present, occ, cap, wsub,
+                                   nsub):
+                            cnt[1] += w
+                            if fill[j] > t:
+                                cnt[3] += w
+                                rdy = fill[j]
+                            else:
+                                rdy = t + 1.0
+                        else:
+                            cnt[2] += w
+                            home = h if n_parts > 1 else p
+                            if home == p:
+                                if a < 3:
+                                    cnt[8] += w
+                                rdy = t + miss_t
+                            else:
+                                cnt[5] += w
+                                jh = home * nsub + sub
+                                if _lookup(jh, home, w, prev, nxt, head, tail, present, occ,
+                                           cap, wsub, nsub):
+                                    cnt[6] += w
+                                    rdy = fill[jh] if fill[jh] > t else t + 1.0
+                                else:
+                                    cnt[7] += w
+                                    if a < 3:
+                                        cnt[8] += w
+                                    rdy = t + miss_t
+                                    if present[jh]:
+                                        fill[jh] = rdy
+                            if present[j]:
+                                fill[j] = rdy
+                        if window > 0:
+                            lrc_t[j] = t
+                            lrc_ready[j] = rdy
+                    if sub_rate and a < 3:
+                        est[s] += (rdy - t - est[s]) * (1.0 / 64.0)
+                if a < 3 and rdy > ready:             # the O store does not stall the CTA
+                    ready = rdy
+        dur = ready - t
+        if jitter > 0:
+            dur *= math.exp(jitter * np.random.standard_normal() - 0.5 * jitter * jitter)
+        t_end = t + dur
+        if t_end > makespan:
+            makespan = t_end
+        time[s] = t_end
+        st += 1
+        if st == L:
+            st = 0
+            i += 1
+            if i == cta_first[s_cta[s] + 1]:
+                while nxt_cta < n_ctas and cta_first[nxt_cta + 1] == cta_first[nxt_cta]:
+                    nxt_cta += 1
+                if nxt_cta < n_ctas:
+                    s_cta[s] = nxt_cta
+                    i = cta_first[nxt_cta]
+                    nxt_cta += 1
+                else:                                   # retire the slot
+                    n -= 1
+                    heap[0] = heap[n]
+                    _sift_down(heap, n, time, 0)
+                    continue
+            s_item[s] = i
+        s_step[s] = st
+        _sift_down(heap, n, time, 0)
+    return cnt, makespan
+
+
+# --------------------------------------------------------------------------------------------
+# public API
+# --------------------------------------------------------------------------------------------
+def _splitmix(x: np.ndarray) -> np.ndarray:
+    """A fixed 64-bit mixing hash (splitmix64's finaliser) of integer ids."""
+    z = x.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def sampled_subkeys(n_sub: int, rate: float) -> np.ndarray:
+    """SHARDS spatial sample: sub-key ``x`` is in iff ``hash(x) < rate · 2^64``."""
+    if rate >= 1.0:
+        return np.ones(n_sub, dtype=bool)
+    thr = np.uint64(min(int(rate * 2.0 ** 64), 2 ** 64 - 1))
+    return _splitmix(np.arange(n_sub, dtype=np.uint64)) < thr
+
+
+def simulate(table: WorkTable, resident: int, params: TimeParams,
+             sector_bytes: int = 32) -> TimeCounts:
+    """Run the timed simulator over ``table`` with ``resident`` CTA slots."""
+    if resident < 1:
+        raise ValueError(f"resident CTAs must be >= 1, got {resident}")
+    P = params.partitions
+    w = table.key_sectors.astype(np.int64)
+    if P == 1:
+        wsub = w
+    else:
+        wsub = np.stack([w - w // 2, w // 2], axis=1).reshape(-1)   # sub = key * 2 + half
+    sampled = sampled_subkeys(len(wsub), params.sample_rate)
+    R = params.sample_rate
+    cap_sectors = int(params.capacity_bytes) // sector_bytes
+    cap = np.full(P, int(cap_sectors // P * R) if R < 1 else cap_sectors // P, dtype=np.int64)
+    cnt, makespan = _run(table.cta_first, table.length, table.reverse, table.q_key, table.o_key,
+                         table.kv_row, np.int64(table.k_base), np.int64(table.v_base), wsub,
+                         sampled, P, int(resident), cap, float(params.miss_ratio),
+                         float(params.jitter), int(params.seed), float(params.merge_window))
+    c = cnt.astype(np.float64) / R if R < 1 else cnt
+    v = [int(round(x)) for x in c]
+    return TimeCounts(tex_sectors=v[_TEX], tex_hits=v[_HIT], tex_misses=v[_MISS],
+                      inflight_hits=v[_INFL], merged_sectors=v[_MERGED], fabric_sectors=v[_FAB],
+                      fabric_hits=v[_FHIT], fabric_misses=v[_FMISS], dram_fills=v[_DRAM],
+                      cold_misses=v[_COLD], makespan=float(makespan), params=params)
+
+
+def simulate_case(case: Case, params: TimeParams, sector_bytes: int = 32) -> TimeCounts:
+    """Simulate one study case (its problem, variant and resident CTAs)."""
+    v = case.variant
+    table = work_table(TileGrid(case.problem, v.tiles), v.schedule, v.order, sector_bytes)
+    return simulate(table, case.resident, params, sector_bytes)
+
+
+def counts_to_rows(counts: TimeCounts, case: Case, *, run: str, study: str, arch: str | Arch,
+                   sector_bytes: int = 32, note: str = "") -> list[Row]:
+    """Tidy rows (``source=simulated``) for one case; the note names every parameter used."""
+    arch_name = arch.name if isinstance(arch, Arch) else str(arch)
+    fields = case_fields(case.problem, case.variant)
+    full_note = counts.params.note() + (f"; {note}" if note else "")
+    values = {
+        Metric.L2_SECTORS: counts.tex_sectors + counts.fabric_sectors,
+        Metric.L2_TEX_SECTORS: counts.tex_sectors,
+        Metric.L2_TEX_HITS: counts.tex_hits,
+        Metric.L2_TEX_MISSES: counts.tex_misses,
+        Metric.COLD_MISSES: counts.cold_misses,
+        Metric.NONCOMPULSORY_MISSES: counts.noncompulsory_misses,
+        Metric.DRAM_READ_BYTES: counts.dram_fills * sector_bytes,
+        FABRIC_SECTORS: counts.fabric_sectors,
+        FABRIC_HITS: counts.fabric_hits,
+        FABRIC_MISSES: counts.fabric_misses,
+        MERGED_SECTORS: counts.merged_sectors,
+        INFLIGHT_SECTORS: counts.inflight_hits,
+        MAKESPAN_STEPS: counts.makespan,
+    }
+    units = {**UNITS, **_UNITS}
+    return [Row(run=run, study=study, arch=arch_name, metric=m, value=float(x), unit=units[m],
+                source=Source.SIMULATED.value, note=full_note, **fields)
+            for m, x in values.items()]

@@ -1,0 +1,136 @@
+"""The timed L2 simulator: its lock-step limit, a hand-computed miss cost, the two partitions and
+the merge window."""
+import numpy as np
+import pytest
+
+from analysis import l2sim, timesim
+from analysis.timesim import TimeParams
+from spec import CtaSchedule, Problem, ScanOrder, TileGrid, Tiles
+from spec.trace import build_trace, work_table
+
+KiB = 1024
+TILE = 256          # sectors of one 64x64 fp16 tile at D=64
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("sched,resident", [
+    (CtaSchedule.persistent(20), 20), (CtaSchedule.tile_x(2), 24),
+    (CtaSchedule.longest_first(16), 16), (CtaSchedule.grid(), 24),
+    (CtaSchedule.persistent(13), 13)])
+@pytest.mark.parametrize("order", [ScanOrder.linear(), ScanOrder.sawtooth(),
+                                   ScanOrder.sawtooth(2), ScanOrder.block_parity()])
+def test_lockstep_limit_equals_l2sim_bit_for_bit(causal, sched, resident, order):
+    g = TileGrid(Problem(2, 4, 2048, 64, H_kv=2, causal=causal), Tiles(64, 32))
+    tab = work_table(g, sched, order)
+    tr = build_trace(g, sched, order, resident)
+    assert tab.n_accesses == tr.n_accesses
+    for cap in (0, 96 * KiB, 700 * KiB, 4 << 20):
+        a = l2sim.simulate(tr, cap)
+        b = timesim.simulate(tab, resident, TimeParams(cap))
+        assert (b.tex_sectors, b.tex_hits, b.tex_misses, b.cold_misses) == \
+            (a.sectors, a.hits, a.misses, a.cold_misses)
+
+
+def _two_ctas(n_q=2):
+    """Two persistent CTAs, one head, S = 64·n_q, 64x64 tiles (n_kv = n_q)."""
+    return work_table(TileGrid(Problem(1, 1, 64 * n_q, 64), Tiles(64, 64)),
+                      CtaSchedule.persistent(2), ScanOrder.linear())
+
+
+def test_two_ctas_hand_computed_miss_cost():
+    # t=0: CTA0 misses Q0, K0, V0 (fills done at 3); CTA1 misses Q1 and finds K0, V0 in flight:
+    # hits that wait until 3. t=3: CTA0 misses K1, V1 and stores O0; CTA1 waits on K1, V1 and
+    # stores O1. Both end at 6. 12 accesses: 8 misses, 4 hits on tiles in flight.
+    c = timesim.simulate(_two_ctas(), 2, TimeParams(1 << 20, miss_ratio=3.0))
+    assert c.tex_sectors == 12 * TILE
+    assert c.tex_misses == 8 * TILE and c.cold_misses == 8 * TILE
+    assert c.tex_hits == c.inflight_hits == 4 * TILE
+    assert c.makespan == 6.0
+    assert c.dram_fills == 6 * TILE            # the O stores read nothing
+    assert timesim.simulate(_two_ctas(), 2, TimeParams(1 << 20)).makespan == 2.0
+
+
+def test_jitter_spreads_and_miss_cost_reconvoys():
+    # 8 CTAs scan one head's 64 K/V tiles (2 MiB) through a 64 KiB cache (4 tiles): only the
+    # wavefront shares. Jitter alone spreads the CTAs and the misses grow; a miss cost makes a
+    # drifted leader wait for its fill while the followers catch up on hits (a convoy), which
+    # restores the lock-step count here.
+    g = TileGrid(Problem(1, 1, 4096, 64), Tiles(64, 64))
+    tab = work_table(g, CtaSchedule.persistent(8), ScanOrder.linear())
+    base = timesim.simulate(tab, 8, TimeParams(64 * KiB))
+    drift = timesim.simulate(tab, 8, TimeParams(64 * KiB, jitter=0.1, seed=1))
+    convoy = timesim.simulate(tab, 8, TimeParams(64 * KiB, miss_ratio=4.0, jitter=0.1, seed=1))
+    assert drift.tex_sectors == base.tex_sectors
+    assert drift.tex_misses > 2 * base.tex_misses
+    assert convoy.tex_misses < drift.tex_misses
+    assert convoy.makespan > drift.makespan
+    again = timesim.simulate(tab, 8, TimeParams(64 * KiB, jitter=0.1, seed=1))
+    assert again == drift                      # seeded: reproducible
+
+
+def test_partitions_hand_made_duplication():
+    # CTA0 on partition 0, CTA1 on partition 1; each tile is two halves of 128 sectors, half h
+    # homed in partition h. t=0, CTA0 reads Q0, K0, V0: its home halves miss to DRAM, the other
+    # halves miss locally, miss at home over the fabric, and fill both partitions.
+    # CTA1 reads Q1 (the same, new tile) and K0, V0: half 1 (its home) hits the line CTA0's
+    # fabric miss filled; half 0 misses locally and hits at home over the fabric: a second copy.
+    c = timesim.simulate(_two_ctas(), 2, TimeParams(1 << 20, partitions=2))
+    # t=1: the same with K1, V1, and each CTA stores its O tile (new: like Q).
+    # 8 new tiles (Q0 K0 V0 K1 V1 O0 Q1 O1): 256 tex misses and 128 fabric misses each;
+    # 4 shared reads (CTA1's K0 V0 K1 V1): 128 local misses that hit at home, 128 local hits.
+    h = TILE // 2
+    assert c.tex_sectors == 12 * TILE
+    assert c.tex_misses == 8 * TILE + 4 * h
+    assert c.fabric_sectors == 8 * h + 4 * h
+    assert c.fabric_hits == 4 * h and c.fabric_misses == 8 * h
+    assert c.dram_fills == 6 * TILE           # every loaded tile read once; stores read nothing
+    assert c.tex_hits == 4 * h
+
+
+def test_partitions_duplicate_capacity():
+    # Two CTAs (one per partition) re-scan one head's K/V of 16 tiles: 16 * 2 * 8 KiB = 256 KiB.
+    # One partition of 384 KiB holds it (cold misses only); two of 192 KiB each must each hold
+    # the whole K/V (home halves + copies of the others), which does not fit: capacity misses.
+    tab = _two_ctas(16)
+    one = timesim.simulate(tab, 2, TimeParams(384 * KiB))
+    two = timesim.simulate(tab, 2, TimeParams(384 * KiB, partitions=2))
+    assert one.tex_misses == one.cold_misses
+    assert two.tex_misses > two.cold_misses
+    assert two.dram_fills > one.dram_fills
+    big = timesim.simulate(tab, 2, TimeParams(2 * 384 * KiB, partitions=2))
+    assert big.dram_fills == one.dram_fills   # twice the capacity: duplication fits again
+
+
+def test_merge_window():
+    # lock-step: CTA1 requests K0/V0 at t=0 and K1/V1 at t=1, each at the same time as CTA0:
+    # with a window of half a step they are coalesced before the L2 and not counted at all.
+    no = timesim.simulate(_two_ctas(), 2, TimeParams(1 << 20))
+    yes = timesim.simulate(_two_ctas(), 2, TimeParams(1 << 20, merge_window=0.5))
+    assert no.tex_sectors == 12 * TILE and no.tex_hits == 4 * TILE and no.merged_sectors == 0
+    assert yes.merged_sectors == 4 * TILE
+    assert yes.tex_sectors == 8 * TILE and yes.tex_hits == 0 and yes.tex_misses == no.tex_misses
+    # n_q = 4: CTA0 runs q0 then q2, CTA1 q1 then q3, 4 steps each: every K/V tile is requested
+    # by both CTAs at t = kv and again at t = 4 + kv. A 1.5-step window joins only the
+    # same-time requests (16 of 32); a 5-step window also joins the second item's to the first's
+    # (the window runs from the last request that reached the L2): 24 of 32.
+    tab = _two_ctas(4)
+    merged = [timesim.simulate(tab, 2, TimeParams(1 << 20, merge_window=w)).merged_sectors
+              for w in (1.5, 5.0)]
+    assert merged == [16 * TILE, 24 * TILE]
+
+
+def test_sampling_unbiased_roughly_and_stated():
+    g = TileGrid(Problem(2, 1, 8192, 64), Tiles(64, 64))
+    tab = work_table(g, CtaSchedule.persistent(16), ScanOrder.sawtooth())
+    exact = timesim.simulate(tab, 16, TimeParams(1 << 20))
+    samp = timesim.simulate(tab, 16, TimeParams(1 << 20, sample_rate=0.25))
+    assert "SHARDS R=0.25" in samp.params.note()
+    assert abs(samp.tex_sectors / exact.tex_sectors - 1) < 0.1
+    assert abs(samp.tex_misses / exact.tex_misses - 1) < 0.15
+
+
+@pytest.mark.parametrize("bad", [dict(miss_ratio=0.5), dict(jitter=-1), dict(partitions=3),
+                                 dict(sample_rate=0), dict(merge_window=-1)])
+def test_bad_params(bad):
+    with pytest.raises(ValueError):
+        TimeParams(1 << 20, **bad)
