@@ -102,7 +102,7 @@ from spec.orders import OrderKind, ScanOrder
 __all__ = ["Shape", "Traffic", "sector_accesses", "sector_accesses_closed_form",
            "paper_sector_accesses", "cold_misses", "cold_misses_closed_form", "noncompulsory",
            "kv_sectors", "wave_misses", "wave_misses_paper", "CEffFit", "fit_c_eff",
-           "fit_c_eff_rows", "mape"]
+           "fit_c_eff_rows", "mape", "ModelError", "model_error"]
 
 MiB = 1 << 20
 
@@ -490,6 +490,28 @@ def mape(predicted, measured) -> float:
     if np.any(m == 0):
         raise ValueError("MAPE is undefined for a measured value of 0")
     return float(100.0 * np.mean(np.abs(p - m) / np.abs(m)))
+
+
+@dataclass(frozen=True)
+class ModelError:
+    """How far a model is from measurements: MAPE and the largest |error| (percent of the measured
+    value), the range of measured/model and the number of points."""
+
+    mape_pct: float
+    max_abs_pct: float
+    ratio_min: float
+    ratio_max: float
+    points: int
+
+
+def model_error(predicted, measured) -> ModelError:
+    """``ModelError`` of ``predicted`` against ``measured`` (1-D, same length, no zero measured)."""
+    p = np.asarray(predicted, dtype=np.float64)
+    m = np.asarray(measured, dtype=np.float64)
+    rel = 100.0 * (p - m) / m
+    return ModelError(mape_pct=mape(p, m), max_abs_pct=float(np.max(np.abs(rel))),
+                      ratio_min=float(np.min(m / p)), ratio_max=float(np.max(m / p)),
+                      points=len(m))
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,13 @@ import math
 import numpy as np
 import pytest
 
-from analysis import findings as F
+from analysis import datasets as DS
+from analysis import rows as R
+from analysis.findings import (active, consistency, divergence, dram, drift, l1, longseq,
+                               sawtooth, simulator, traffic)
+from analysis.findings.__main__ import main
+from spec import get_arch
+from spec.records import read_csv
 from analysis.models import sector_accesses
 from spec.records import Metric
 
@@ -22,6 +28,18 @@ def row(metric, value, *, order="linear", schedule="static132", S=4096, B=1, cau
                 value=float(value), unit="", source=source, sample=sample, note="", x=x)
 
 
+def load(arch: str, study: str) -> tuple[list[dict], list[dict]]:
+    """(counter rows, timing rows) of the run the findings read for ``study``."""
+    t = DS.read_run(DS.select(arch, study, source="measured").path)
+    return t.get("counters.csv", []), t.get("timing.csv", [])
+
+
+def labelled_repeats(arch: str, study: str) -> list[tuple[str, list[dict], list[dict]]]:
+    reps = DS.repeats_of(DS.select(arch, study, source="measured"))
+    return [(f"r{i}", *(lambda t: (t.get("counters.csv", []), t.get("timing.csv", [])))(
+        DS.read_run(d.path))) for i, d in enumerate(reps, 1)]
+
+
 def times(ms, **kw):
     """Timing sample rows (kernel_time_ms, samples 0..n-1)."""
     return [row(Metric.KERNEL_TIME_MS, t, sample=i, **kw) for i, t in enumerate(ms)]
@@ -29,10 +47,10 @@ def times(ms, **kw):
 
 def test_time_verdict_no_difference_within_spread():
     lin = [10.0, 10.5, 11.0]
-    assert F.time_verdict(lin, [10.4, 10.6, 10.9]) == "no difference"
-    assert F.time_verdict(lin, [9.0, 9.1, 9.2]) == "sawtooth faster"     # 1.4 ms > 1.0 spread
-    assert F.time_verdict(lin, [12.5, 12.6, 12.7]) == "sawtooth slower"
-    assert F.time_verdict([], [1.0]) == "not measured"
+    assert R.time_verdict(lin, [10.4, 10.6, 10.9]) == "no difference"
+    assert R.time_verdict(lin, [9.0, 9.1, 9.2]) == "sawtooth faster"     # 1.4 ms > 1.0 spread
+    assert R.time_verdict(lin, [12.5, 12.6, 12.7]) == "sawtooth slower"
+    assert R.time_verdict([], [1.0]) == "not measured"
 
 
 def test_hit_vs_active_table():
@@ -40,7 +58,7 @@ def test_hit_vs_active_table():
     for n, (h, m) in {1: (0, 100), 4: (75, 25), 10: (80, 20)}.items():
         rows += [row(Metric.L2_TEX_HITS, h, schedule=f"static{n}"),
                  row(Metric.L2_TEX_MISSES, m, schedule=f"static{n}")]
-    t = F.hit_vs_active(rows, "active-sms")
+    t = active.hit_vs_active(rows, "active-sms")
     assert [r["ctas"] for r in t] == [1, 4, 10]
     assert [round(r["hit_rate_pct"], 6) for r in t] == [0.0, 75.0, 80.0]
     assert [round(r["diff_pp"], 6) for r in t] == [0.0, 0.0, -10.0]
@@ -49,10 +67,10 @@ def test_hit_vs_active_table():
 def test_model_error_mape():
     rows = []
     for S, f in ((2048, 1.0), (4096, 1.1), (8192, 0.5)):
-        exact = sector_accesses(F.shape_of(dict(S_q=S, S_kv=S, D=64, tile_m=80, tile_n=80,
-                                                causal=False, B=1, H=1, H_kv=1))).total
+        exact = sector_accesses(*R.problem_tiles(dict(S_q=S, S_kv=S, D=64, tile_m=80, tile_n=80,
+                                                      causal=False, B=1, H=1, H_kv=1))).total
         rows += [row(Metric.L1_SECTORS, exact * f, S=S), row(Metric.L2_SECTORS, exact, S=S)]
-    t = {r["counter"]: r for r in F.model_error(rows)}
+    t = {r["counter"]: r for r in traffic.traffic_model_error(rows)}
     l1 = t["L1 sectors (loads)"]
     # |1 - 1/f| per point: 0, 0.0909, 1.0
     assert l1["mape_pct"] == pytest.approx(100 * (0 + 0.1 / 1.1 + 1.0) / 3)
@@ -67,7 +85,7 @@ def test_sawtooth_vs_linear_row():
         rows += [row(Metric.L2_TEX_MISSES, miss, order=order),
                  row(Metric.NONCOMPULSORY_MISSES, miss - cold, order=order)]
         times += [row(Metric.KERNEL_TIME_MS, t, order=order, sample=i) for i, t in enumerate(ms)]
-    (r,) = F.sawtooth_vs_linear(rows, times)
+    (r,) = sawtooth.sawtooth_vs_linear(rows, times)
     assert r["misses_change_pct"] == pytest.approx(-50.0)
     assert r["noncomp_change_pct"] == pytest.approx(-75.0)
     assert r["ms_linear"] == 11 and r["ms_sawtooth"] == 11.2
@@ -81,14 +99,14 @@ def test_l1_passthrough_and_consistency():
     rows = [row(Metric.L1_SECTORS, 1000, study="l1l2"), row(Metric.L1_HITS, 1, study="l1l2"),
             row(Metric.L2_TEX_SECTORS, 500, study="l1l2"),
             row(Metric.L2_TEX_HITS, 300, study="l1l2"), row(Metric.L2_TEX_MISSES, 150, study="l1l2")]
-    (t,) = F.l1_passthrough(rows)
+    (t,) = l1.l1_passthrough(rows)
     assert t["l1_hit_pct"] == pytest.approx(0.1) and t["l2_tex_over_l1"] == pytest.approx(0.5)
-    (c,) = F.consistency({"l1l2": rows})
+    (c,) = consistency.consistency({"l1l2": rows})
     assert c["ratio_median"] == pytest.approx(0.9) and c["off_by_more_than_5pct"] == 1
 
 
 def test_extrapolate_b_and_capacity_fit():
-    assert F.extrapolate_b(10, 25, 8).tolist() == 10 + 7 * 15
+    assert simulator.extrapolate_b(10, 25, 8).tolist() == 10 + 7 * 15
 
     class Fake:                         # misses fall by 10 per sector of capacity down to 0
         def __init__(self, measured, offset):
@@ -98,68 +116,41 @@ def test_extrapolate_b_and_capacity_fit():
             return np.maximum(0.0, 1000.0 - 10 * np.asarray(cap)) + self.offset
 
     cases = [Fake(1000.0 - 10 * 40 + o, o) for o in (5.0, 50.0, 500.0)]   # all fit cap = 40
-    fit = F.fit_capacity(cases, 0, 90 * 32, sector_bytes=32, grid=91)
+    fit = simulator.fit_capacity(cases, 0, 90 * 32, sector_bytes=32, grid=91)
     assert fit["capacity_bytes"] // 32 == 40
     assert fit["rel_rms_pct"] == pytest.approx(0.0, abs=1e-9)
 
 
-def test_curve_matches_reuse_mrc():
-    from analysis import reuse
-    k = np.array([0, 1, 2, 0, 1, 2], np.int32)
-    mrc = reuse.miss_ratio_curve(reuse.stack_distances(k), k)
-    c = F.Curve(mrc.need, mrc.hits_upto, mrc.total, mrc.cold)
-    assert c.misses(np.array([0, 2, 3, 100])).tolist() == [6, 6, 3, 3]
-
-
 def test_command_on_committed_data(tmp_path, capsys):
     """Smoke: sections 0-5 on the committed H100 runs (no simulator), files written."""
-    if F.find_study_dir("h100", "sawtooth") is None:
+    if DS.select("h100", "sawtooth") is None:
         pytest.skip("no committed h100 data")
-    assert F.main(["--arch", "h100", "--no-sim", "--out", str(tmp_path)]) == 0
+    assert main(["--arch", "h100", "--no-sim", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "5. Sawtooth vs linear" in out
-    assert (tmp_path / "findings-h100.md").exists()
-    t = {r["config"]: r for r in F.sawtooth_vs_linear(*F.load_study("h100", "sawtooth")[:2])}
+    assert (tmp_path / "h100" / "findings-h100.md").exists()
+    t = {r["config"]: r for r in sawtooth.sawtooth_vs_linear(*load("h100", "sawtooth"))}
     r = t["cutile static132 64x64 B=8 non-causal"]
     assert r["misses_change_pct"] < -50 and r["n_linear"] == 10
     assert all(not math.isnan(x["l1_hit_pct"]) for x in
-               F.l1_passthrough(F.load_study("h100", "l1l2")[0]))
+               l1.l1_passthrough(load("h100", "l1l2")[0]))
 
 
 def test_simulator_section_small(tmp_path):
     """Section 7 end to end on the cheapest divergence cases (two S, both orders)."""
-    if F.find_study_dir("h100", "divergence") is None:
+    if DS.select("h100", "divergence") is None:
         pytest.skip("no committed h100 data")
-    rows, fit = F.simulator_vs_measured(
-        "h100", cache_dir=None, studies=("divergence",),
-        filt=lambda c: c.problem.S_q <= 126976, log=lambda s: None)
+    d = DS.select("h100", "divergence")
+    cnt = DS.read_run(d.path)["counters.csv"]
+    arch = get_arch("h100")
+    cases = simulator.run_cases(d.path, cnt, arch, "divergence")
+    assert len(cases) == 26 and all(c.resident == 132 for c in cases)
+    sims = simulator.measured_cases("divergence", cases, cnt,
+                                    filt=lambda c: c.problem.S_q <= 126976)
+    rows, fit = simulator.simulator_vs_measured(sims, arch, cache_dir=None, log=lambda s: None)
     assert len(rows) == 4 and fit["n_cases"] == 4
     assert 0 < fit["capacity_bytes"] <= 2 * 50 * 2**20
     assert all(r["how"] == "direct" for r in rows)
-
-
-# --------------------------------------------------------------------------------------------
-# the loaders: repeats, single-run sections, the spill artifact
-# --------------------------------------------------------------------------------------------
-def test_run_directories_repeats_and_artifacts(tmp_path):
-    base = tmp_path / "profiles" / "h100"
-    for name in ("sawtooth-20261001", "sawtooth-20261121", "sawtooth-20261121-r3",
-                 "sawtooth-20261121-r2", "sawtooth-20261121-r10", "longseq-20261121",
-                 "longseq-profile-20261121", "longseq-forloop-spill-20261121", "drift-20261121"):
-        (base / name).mkdir(parents=True)
-        (base / name / "manifest.json").write_text("{}")
-    (base / "sawtooth-20261121-r4").mkdir()                 # no manifest: an incomplete run
-    runs = F.find_study_runs("h100", "sawtooth", tmp_path)
-    assert [p.name for p in runs] == ["sawtooth-20261121", "sawtooth-20261121-r2",
-                                      "sawtooth-20261121-r3", "sawtooth-20261121-r10"]
-    assert F.find_study_dir("h100", "sawtooth", tmp_path).name == "sawtooth-20261121"
-    assert [p.name for p in F.find_study_runs("h100", "longseq", tmp_path)] == ["longseq-20261121"]
-    assert F.find_study_dir("h100", "longseq-profile", tmp_path).name == "longseq-profile-20261121"
-    # the spill artifact is never a dataset, not even when asked for by its own name
-    assert F.find_study_runs("h100", "longseq-forloop-spill", tmp_path) == []
-    assert F.find_study_dir("h200", "sawtooth", tmp_path) is None
-    assert [lab for lab, _, _ in F.load_study_runs("h100", "sawtooth", tmp_path)] == \
-        ["r1", "r2", "r3", "r4"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -167,25 +158,25 @@ def test_run_directories_repeats_and_artifacts(tmp_path):
 # --------------------------------------------------------------------------------------------
 def test_repeat_verdict_rule():
     # noise = 100 * max(range lin 20, range saw 11.5) / mean lin 100 = 20; min |change| 30 > 20
-    assert F.repeat_verdict([-30, -40, -35], [100, 110, 90], [70, 66, 58.5]) == (20.0, "sawtooth fewer")
-    assert F.repeat_verdict([30, 40, 35], [100, 100, 100], [130, 140, 135]) == (10.0, "sawtooth more")
+    assert sawtooth.repeat_verdict([-30, -40, -35], [100, 110, 90], [70, 66, 58.5]) == (20.0, "sawtooth fewer")
+    assert sawtooth.repeat_verdict([30, 40, 35], [100, 100, 100], [130, 140, 135]) == (10.0, "sawtooth more")
     # the same changes when the sawtooth twin itself moves by 32.5 (% of the linear mean) between
     # runs: the smallest change, 30%, is inside that noise
-    assert F.repeat_verdict([30, 40, 35], [100, 110, 90], [130, 154, 121.5]) == \
+    assert sawtooth.repeat_verdict([30, 40, 35], [100, 110, 90], [130, 154, 121.5]) == \
         (pytest.approx(32.5), "no difference")
     # one run of the other sign: no difference, whatever the sizes
-    assert F.repeat_verdict([-30, -40, 35], [100, 110, 90], [70, 66, 121.5])[1] == "no difference"
+    assert sawtooth.repeat_verdict([-30, -40, 35], [100, 110, 90], [70, 66, 121.5])[1] == "no difference"
     # smallest change (10%) inside the noise (100 * 60 / 100 = 60%): no difference
-    noise, v = F.repeat_verdict([-10, -30, -20], [100, 130, 70], [90, 91, 56])
+    noise, v = sawtooth.repeat_verdict([-10, -30, -20], [100, 130, 70], [90, 91, 56])
     assert noise == pytest.approx(60.0) and v == "no difference"
     # time: also every run's own verdict, in the same direction
     slow = ["sawtooth slower"] * 3
-    assert F.repeat_verdict([1, 1, 1], [100] * 3, [101] * 3, slow,
+    assert sawtooth.repeat_verdict([1, 1, 1], [100] * 3, [101] * 3, slow,
                             ("sawtooth faster", "sawtooth slower")) == (0.0, "sawtooth slower")
-    assert F.repeat_verdict([1, 1, 1], [100] * 3, [101] * 3, slow[:2] + ["no difference"],
+    assert sawtooth.repeat_verdict([1, 1, 1], [100] * 3, [101] * 3, slow[:2] + ["no difference"],
                             ("sawtooth faster", "sawtooth slower"))[1] == "no difference"
     # a single run is never a verdict
-    n, v = F.repeat_verdict([-50], [100], [50])
+    n, v = sawtooth.repeat_verdict([-50], [100], [50])
     assert math.isnan(n) and v == "no difference"
 
 
@@ -202,7 +193,7 @@ def test_sawtooth_repeats_table():
     runs = [("r1", *_run(110, 66, [10, 10, 10], [10.5, 10.5, 10.5])),
             ("r2", *_run(100, 70, [10, 10, 10], [10.4, 10.5, 10.6])),
             ("r3", *_run(90, 58.5, [10, 10.1, 10.2], [10.7, 10.8, 10.9]))]
-    t = {r["quantity"]: r for r in F.sawtooth_repeats(runs)}
+    t = {r["quantity"]: r for r in sawtooth.sawtooth_repeats(runs)}
     assert set(t) == {"misses", "noncomp misses", "median time"}
     m = t["misses"]
     assert m["config"] == "cuda static132 80x80 B=1 non-causal"
@@ -216,7 +207,7 @@ def test_sawtooth_repeats_table():
     assert tm["noise_pct"] == pytest.approx(100 * 0.3 / np.mean([10, 10, 10.1]))
     # r2: 0.5 ms apart, sawtooth samples span 0.2 -> slower; all three runs say so
     assert tm["within"] == "+ + +" and tm["verdict"] == "sawtooth slower"
-    assert F.sawtooth_repeats(runs[:1]) == []
+    assert sawtooth.sawtooth_repeats(runs[:1]) == []
 
 
 # --------------------------------------------------------------------------------------------
@@ -227,7 +218,7 @@ def test_drift_table():
     rows = [row(Metric.STEP_NS, 100, **kw)]
     rows += [row(Metric.CTA_START_SPREAD_NS, ns, x=x, **kw)
              for x, ns in ((0, 0), (4, 200), (11, 400), (9, 300), (12, 1000), (20, 500))]
-    (d,) = F.drift_table(rows, l2_bytes=2 * 2**20)
+    (d,) = drift.drift_table(rows, l2_bytes=2 * 2**20)
     assert d["step_us"] == pytest.approx(0.1) and d["n_kv"] == 10
     assert d["at_step"] == 9 and d["spread_after_one_item"] == pytest.approx(3.0)  # 9 and 11 tie
     assert d["spread_max"] == pytest.approx(10.0) and d["at_step_max"] == 12
@@ -246,7 +237,7 @@ def test_longseq_best():
             + times([9.0, 9.5, 9.6], backend="cutile", order="sawtooth", schedule="grid", **kw)
             + times([10.5] * 3, order="linear", **kw) + times([12] * 3, order="sawtooth", **kw)
             + times([8] * 3, backend="sdpa-cudnn", **kw) + times([16] * 3, backend="sdpa-flash", **kw))
-    (r,) = F.longseq_best(rows)
+    (r,) = longseq.longseq_best(rows)
     flops = 4.0 * 4096 * 4096 * 64
     assert r["best"] == "cutile sawtooth grid 80x80" and r["best_saw"] == r["best"]
     assert r["best_lin"] == "cuda linear static132 80x80"
@@ -258,7 +249,7 @@ def test_longseq_best():
     assert r["saw_vs_lin_time_pct"] == pytest.approx(100 * (9.5 - 10.5) / 10.5)
     assert r["saw_vs_lin"] == "sawtooth faster"           # 1.0 ms apart, spreads 0 and 0.6
     # a causal problem is its own group, with half the flops
-    (c,) = F.longseq_best(times([10.0] * 3, order="linear", causal=True, **kw))
+    (c,) = longseq.longseq_best(times([10.0] * 3, order="linear", causal=True, **kw))
     assert c["causal"] and c["best_tflops"] == pytest.approx(flops / 2 / 10e-3 / 1e12)
     assert math.isnan(c["saw_tflops"]) and "saw_vs_lin" not in c
 
@@ -270,7 +261,7 @@ def test_dram_bound():
            row(Metric.DRAM_READ_BYTES, 1e9, order="sawtooth", **kw),
            row(Metric.L2_TEX_MISSES, 2e7, order="sawtooth", **kw)]
     tim = times([10, 10, 10], order="linear", **kw) + times([9.8, 9.9, 10.0], order="sawtooth", **kw)
-    lin, saw = F.dram_bound(cnt, tim, peak_bytes_per_s=1e12)
+    lin, saw = dram.dram_bound(cnt, tim, peak_bytes_per_s=1e12)
     assert lin["order"] == "linear" and lin["dram_GB"] == 4.0 and lin["ms"] == 10
     assert lin["dram_GBps"] == pytest.approx(400.0) and lin["dram_peak_pct"] == pytest.approx(40.0)
     assert math.isnan(lin["saving_bound_pct"]) and lin["misses"] == 5e7
@@ -292,7 +283,7 @@ def test_spill_artifact():
              row(Metric.L1_SECTORS, 0, order="sawtooth", **kw)]
         return c, times(lin_ms, order="linear", **kw) + times([1.0], order="sawtooth", **kw)
 
-    lin, saw = F.spill_artifact(run(5000, 777, [2.0, 2.0]), run(200, 0, [1.0]))
+    lin, saw = dram.spill_artifact(run(5000, 777, [2.0, 2.0]), run(200, 0, [1.0]))
     assert (lin["schedule"], lin["order"], saw["order"]) == ("static132", "linear", "sawtooth")
     assert (lin["misses_forloop"], lin["misses_fixed"]) == (5000, 200)
     assert (lin["dram_GB_forloop"], lin["dram_GB_fixed"]) == (5e-5, 2e-6)
@@ -306,13 +297,13 @@ def test_spill_artifact():
 def test_new_sections_on_committed_data(tmp_path, capsys):
     """Smoke on the committed H100 data: the repeats are read run by run (never pooled), the spill
     artifact is no dataset, and every new section is printed and written."""
-    if len(F.find_study_runs("h100", "sawtooth")) < 2:
+    if DS.select("h100", "sawtooth") is None \
+            or len(DS.repeats_of(DS.select("h100", "sawtooth"))) < 2:
         pytest.skip("no committed h100 repeats")
-    for study in ("longseq", "longseq-profile", "longseq-forloop-spill"):
-        assert all(p.name not in F.ARTIFACT_DIRS for p in F.find_study_runs("h100", study))
-    runs = F.load_study_runs("h100", "sawtooth")
-    rep = F.sawtooth_repeats(runs)
-    s5 = {r["config"]: r for r in F.sawtooth_vs_linear(runs[0][1], runs[0][2])}
+    assert all(d.path.name not in DS.ARTIFACT_DIRS for d in DS.discover("h100"))
+    runs = labelled_repeats("h100", "sawtooth")
+    rep = sawtooth.sawtooth_repeats(runs)
+    s5 = {r["config"]: r for r in sawtooth.sawtooth_vs_linear(runs[0][1], runs[0][2])}
     assert len(rep) == 3 * len(s5)
     for r in rep:                                    # r1 of 5c is section 5 (run r1 alone)
         key = {"misses": "misses_change_pct", "noncomp misses": "noncomp_change_pct",
@@ -321,22 +312,22 @@ def test_new_sections_on_committed_data(tmp_path, capsys):
         assert r["min_pct"] <= r["mean_pct"] <= r["max_pct"]
         assert r["verdict"] in ("no difference", "sawtooth fewer", "sawtooth more",
                                 "sawtooth faster", "sawtooth slower")
-    assert F.main(["--arch", "h100", "--no-sim", "--out", str(tmp_path)]) == 0
+    assert main(["--arch", "h100", "--no-sim", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     for title in ("5c. Sawtooth vs linear across repeated runs", "6. CTA drift",
                   "8. Best configuration at long S", "9a. DRAM bound", "9b. Spill artifact"):
         assert title in out
     for name in ("s5_repeats", "s6_drift", "s8_longseq_best", "s9_dram_bound", "s9_spill_artifact"):
-        assert (tmp_path / f"{name}.csv").stat().st_size > 10
-    rows = F.read_csv(F.find_study_dir("h100", "drift") / "drift.csv")
-    drift = F.drift_table(rows, 50 * 2**20)
-    assert len(drift) == sum(r["metric"] == Metric.STEP_NS for r in rows)
-    assert all(d["spread_max"] >= d["spread_after_one_item"] for d in drift)
+        assert (tmp_path / "h100" / f"{name}.csv").stat().st_size > 10
+    rows = read_csv(DS.select("h100", "drift").path / "drift.csv")
+    table = drift.drift_table(rows, 50 * 2**20)
+    assert len(table) == sum(r["metric"] == Metric.STEP_NS for r in rows)
+    assert all(d["spread_max"] >= d["spread_after_one_item"] for d in table)
 
 
 def test_other_arch_without_new_data(capsys):
     """h200 has no repeats, drift or longseq runs: the new sections print "(no data)"."""
-    if F.find_study_dir("h200", "sawtooth") is None:
+    if DS.select("h200", "sawtooth") is None:
         pytest.skip("no committed h200 data")
-    assert F.main(["--arch", "h200", "--no-sim"]) == 0
+    assert main(["--arch", "h200", "--no-sim"]) == 0
     assert "5c. Sawtooth vs linear across repeated runs" in capsys.readouterr().out

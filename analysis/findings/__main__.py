@@ -1,0 +1,80 @@
+"""``python -m analysis.findings``: the findings report of one arch (see the package docstring)."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+from spec import known_archs
+
+from ..datasets import ROOT, DatasetError, discover
+from .report import compute, markdown, write_report
+
+
+def default_cache() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "sawtooth-findings"
+
+
+def main(argv=None) -> int:
+    from . import __doc__ as doc
+    ap = argparse.ArgumentParser(prog="python -m analysis.findings",
+                                 description=doc.splitlines()[0])
+    ap.add_argument("--arch", required=True, help="h100 or h200 (committed profiles/<arch>/)")
+    ap.add_argument("--run", type=Path, action="append", default=[],
+                    help="run directory that replaces the selected run of its study (repeatable)")
+    ap.add_argument("--out", type=Path,
+                    help="write <section>.csv and findings-<arch>.md into the new directory "
+                         "OUT/<arch>")
+    ap.add_argument("--no-sim", action="store_true", help="skip section 7 (the simulator)")
+    ap.add_argument("--cache", type=Path, default=None,
+                    help="miss-curve cache (default $XDG_CACHE_HOME/sawtooth-findings)")
+    ap.add_argument("--no-cache", action="store_true", help="do not read or write the cache")
+    ap.add_argument("--max-accesses", type=int, default=180_000_000,
+                    help="simulate larger cases from B=1,2 (default 180M trace accesses)")
+    a = ap.parse_args(argv)
+    err = lambda s: print(f"error: {s}", file=sys.stderr)  # noqa: E731
+    if a.arch not in known_archs():
+        err(f"unknown arch {a.arch!r}; known: {', '.join(known_archs())}")
+        return 2
+    if not a.run and not discover(a.arch):
+        err(f"no stored runs for {a.arch} (profiles/{a.arch}/ or runs/{a.arch}/); run a study "
+            f"first (python -m experiments.run <study> --arch {a.arch}) or pass --run DIR")
+        return 2
+    cache = None if a.no_cache else (a.cache or default_cache())
+    if cache is not None and ROOT in cache.resolve().parents:
+        err("--cache must be outside the repository")
+        return 2
+    out = a.out / a.arch if a.out else None
+    if out is not None and out.exists() and (not out.is_dir() or any(out.iterdir())):
+        err(f"{out} already exists; pass a new --out directory (reports are never overwritten "
+            f"or mixed)")
+        return 2
+    t0 = time.perf_counter()
+    log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
+    try:
+        sections = compute(a.arch, sim=not a.no_sim, cache_dir=cache,
+                           max_accesses=a.max_accesses, runs=a.run, log=log)
+    except DatasetError as e:
+        err(str(e))
+        return 2
+    md = [f"# Findings for {a.arch} (python -m analysis.findings --arch {a.arch})\n"]
+    for name, (title, rows) in sections.items():
+        md.append(f"## {title}\n\n{markdown(rows)}")
+    text = "\n".join(md)
+    print(text)
+    if out is not None:
+        try:
+            write_report(out, a.arch, sections, text)
+        except (FileExistsError, OSError) as e:
+            err(str(e))
+            return 2
+        log(f"wrote {out}")
+    log(f"done in {time.perf_counter() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,223 @@
+"""The findings report: every section for one arch, from the runs ``analysis.datasets`` selects,
+and its output (markdown tables on stdout; with an output directory, one CSV per section and the
+markdown file, written as a new directory atomically)."""
+from __future__ import annotations
+
+import csv
+import math
+import os
+import shutil
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from spec import get_arch
+
+from ..datasets import (ANY, ROOT, Dataset, DatasetError, dataset, read_run, repeats_of,
+                        select)
+from .active import hit_vs_active
+from .consistency import consistency
+from .divergence import divergence_fits, divergence_points
+from .dram import DRAM_PEAK_BYTES_PER_S, dram_bound, spill_artifact
+from .drift import drift_table
+from .l1 import l1_passthrough
+from .longseq import longseq_best
+from .sawtooth import peers, sawtooth_repeats, sawtooth_vs_linear
+from .traffic import traffic_model_error
+
+SPILL_ARTIFACT = "longseq-forloop-spill-20261121"
+"""``profiles/<arch>/<SPILL_ARTIFACT>/profile``: the for-loop build that spilled, read by 9b only."""
+
+STUDIES = ("sawtooth", "traffic", "divergence", "l1l2", "active-sms", "drift", "longseq")
+
+
+class Runs:
+    """The runs the sections read: per study the named run (``named``, by the manifest's study)
+    or the one ``analysis.datasets.select`` picks (measured, default parameters)."""
+
+    def __init__(self, arch: str, named: Sequence[Path] = (), root: Path = ROOT):
+        self.arch, self.root = arch, root
+        self.named: dict[str, Dataset] = {}
+        for p in named:
+            ds = dataset(p, arch)
+            if ds.study in self.named:
+                raise DatasetError(f"two runs of the study {ds.study!r} named ({self.named[ds.study].path} "
+                                   f"and {p}); name one run per study")
+            self.named[ds.study] = ds
+        self._tables: dict[Path, dict[str, list[dict]]] = {}
+
+    def get(self, study: str, **kw) -> Dataset | None:
+        if study in self.named and not kw:
+            return self.named[study]
+        return select(self.arch, study, source="measured", root=self.root, **kw)
+
+    def tables(self, ds: Dataset | None) -> dict[str, list[dict]]:
+        """``{file name: rows}`` of a run (``read_run``, read once); empty for none."""
+        if ds is None:
+            return {}
+        if ds.path not in self._tables:
+            self._tables[ds.path] = read_run(ds.path)
+        return self._tables[ds.path]
+
+    def rows(self, ds: Dataset | None) -> tuple[list[dict], list[dict]]:
+        """(counter rows, timing rows) of a run; empty for none."""
+        t = self.tables(ds)
+        return t.get("counters.csv", []), t.get("timing.csv", [])
+
+    def repeats(self, study: str) -> list[Dataset]:
+        ds = self.get(study)
+        return repeats_of(ds, self.root) if ds else []
+
+
+def compute(arch: str, *, sim: bool = True, cache_dir: Path | None = None,
+            max_accesses: int = 180_000_000, runs: Sequence[Path] = (), root: Path = ROOT,
+            log=print) -> dict[str, tuple[str, list[dict]]]:
+    """All sections for ``arch``: ``{name: (title, rows)}``. ``runs``: run directories that replace
+    the selected run of their study."""
+    a = get_arch(arch)
+    R = Runs(arch, runs, root)
+    chosen = {s: R.get(s) for s in STUDIES}
+    cnt = {s: R.rows(chosen[s])[0] for s in STUDIES}
+    tim = {s: R.rows(chosen[s])[1] for s in STUDIES}
+    saw_runs = R.repeats("sawtooth")
+    lp = R.get("longseq", name="longseq-profile", params={"filter": ANY})
+    lp_c, lp_t = R.rows(lp)
+    name = {s: chosen[s].label if chosen[s] else "no run" for s in STUDIES}
+
+    out: dict[str, tuple[str, list[dict]]] = {}
+    by_study = {s: cnt[s] for s in ("sawtooth", "traffic", "divergence", "l1l2", "active-sms")
+                if cnt[s]}
+    by_study.update({f"sawtooth r{i}": R.rows(d)[0] for i, d in enumerate(saw_runs, 1) if i > 1})
+    by_study["longseq-profile"] = lp_c
+    out["s0_consistency"] = ("0. Counter consistency: (hits + misses) / srcunit_tex sectors "
+                             f"(sawtooth = its run r1 = {name['sawtooth']}; repeats listed apart)",
+                             consistency({s: r for s, r in by_study.items() if r}))
+    out["s1_l1_passthrough"] = (f"1. L1 pass-through (l1l2 study: CUDA, {name['l1l2']}; sawtooth "
+                                f"study: cuTile, {name['sawtooth']})",
+                                l1_passthrough(cnt["l1l2"], cnt["sawtooth"]))
+    out["s2_model_error"] = (f"2. Sector-access model error (traffic study, {name['traffic']}, "
+                             f"exact model)", traffic_model_error(cnt["traffic"]))
+    out["s3_divergence"] = (f"3a. Misses vs the cold-miss line, cross-partition share "
+                            f"(divergence, {name['divergence']})",
+                            divergence_points(cnt["divergence"], a.l2_bytes))
+    out["s3_ceff_fit"] = (f"3b. Wave-model C_eff fit per order (divergence, {name['divergence']})",
+                          divergence_fits(cnt["divergence"], a.l2_bytes) if cnt["divergence"] else [])
+    hv_src = "active-sms" if cnt["active-sms"] else "l1l2"
+    out["s4_hit_vs_active"] = (f"4. L2 hit rate vs active CTAs against 1 - 1/N ({hv_src} study, "
+                               f"{name[hv_src]})", hit_vs_active(cnt[hv_src], hv_src))
+    r1_name = f"run r1 = {name['sawtooth']}" if chosen["sawtooth"] else "no run"
+    out["s5_sawtooth_vs_linear"] = (f"5. Sawtooth vs linear per configuration (sawtooth study, "
+                                    f"{r1_name})",
+                                    sawtooth_vs_linear(cnt["sawtooth"], tim["sawtooth"]))
+    out["s5_peers"] = (f"5b. SDPA peers timed in the same run (sawtooth study, {r1_name})",
+                       peers(tim["sawtooth"]))
+    labelled = [(f"r{i}", *R.rows(d)) for i, d in enumerate(saw_runs, 1)]
+    names = ", ".join(f"r{i} = {d.label}" for i, d in enumerate(saw_runs, 1))
+    out["s5_repeats"] = (f"5c. Sawtooth vs linear across repeated runs ({names or 'none'}"
+                         f"{'' if len(saw_runs) >= 2 else '; needs >= 2 runs'}): % change per run; "
+                         f"noise_pct = the larger run-to-run range of the two twins, % of the linear "
+                         f"mean; a difference needs one sign in every run, min |change| > noise_pct "
+                         f"and, for time, every run's own verdict (within: + slower, - faster, "
+                         f"= inside the sample spread)", sawtooth_repeats(labelled))
+    out["s6_drift"] = (f"6. CTA drift: start-time spread over the CTAs, in steps "
+                       f"({name['drift'] if chosen['drift'] else 'no drift run'}; sampled steps)",
+                       drift_table(R.tables(chosen["drift"]).get("drift.csv", []), a.l2_bytes))
+    if sim:
+        from .simulator import measured_cases, run_cases, sim_order_changes, simulator_vs_measured
+        log("section 7: simulating the measured sawtooth and divergence cases ...")
+        sims = []
+        for study in ("sawtooth", "divergence"):
+            ds = chosen[study]
+            if ds is not None:
+                sims += measured_cases(study, run_cases(ds.path, cnt[study], a, study), cnt[study])
+        rows, fit = simulator_vs_measured(sims, a, cache_dir=cache_dir,
+                                          max_accesses=max_accesses, log=log)
+        out["s7_capacity_fit"] = ("7a. One effective LRU capacity fitted to the non-causal CUDA "
+                                  "cases (relative least squares)", [fit] if fit else [])
+        out["s7_sim_vs_measured"] = (f"7b. Simulator vs measured L2 misses per case (sawtooth "
+                                     f"study {r1_name}; divergence study, {name['divergence']})",
+                                     rows)
+        out["s7_order_change"] = ("7c. Sawtooth vs linear change in misses, measured vs simulated",
+                                  sim_order_changes(rows))
+    out["s8_longseq_best"] = (f"8. Best configuration at long S (longseq study"
+                              f"{', ' + name['longseq'] if chosen['longseq'] else ': no run'})",
+                              longseq_best(tim["longseq"]))
+    peak = DRAM_PEAK_BYTES_PER_S.get(arch, float("nan"))
+    out["s9_dram_bound"] = (f"9a. DRAM bound (longseq-profile"
+                            f"{', ' + lp.label if lp else ': no run'}; peak "
+                            f"{peak / 1e12:.2f} TB/s)", dram_bound(lp_c, lp_t, peak))
+    spill = root / "profiles" / arch / SPILL_ARTIFACT / "profile"
+    spill_rows = read_run(spill) if spill.is_dir() and lp else {}
+    out["s9_spill_artifact"] = (f"9b. Spill artifact: for-loop build ({SPILL_ARTIFACT}/profile) "
+                                f"vs the fixed while-loop build ({lp.label if lp else 'no run'})",
+                                spill_artifact((spill_rows.get("counters.csv", []),
+                                                spill_rows.get("timing.csv", [])), (lp_c, lp_t))
+                                if spill_rows else [])
+    out["s9_dram_bound_sawtooth"] = (f"9c. DRAM bound of the sawtooth-study kernels ({r1_name}; "
+                                     f"peak {peak / 1e12:.2f} TB/s)",
+                                     dram_bound(cnt["sawtooth"], tim["sawtooth"], peak))
+    return out
+
+
+def _fmt(v) -> str:
+    if isinstance(v, bool) or v is None:
+        return str(v)
+    if isinstance(v, (int, np.integer)):
+        return str(int(v))
+    if isinstance(v, (float, np.floating)):
+        v = float(v)
+        if math.isnan(v):
+            return "n/a"
+        if abs(v) >= 1e6:
+            return f"{v / 1e6:.2f}M"
+        if abs(v) >= 100:
+            return f"{v:.1f}"
+        if abs(v) >= 1:
+            return f"{v:.2f}"
+        return f"{v:.4g}"
+    return str(v)
+
+
+def markdown(rows: list[dict]) -> str:
+    if not rows:
+        return "(no data)\n"
+    cols = list(rows[0])
+    for r in rows[1:]:
+        cols += [k for k in r if k not in cols]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    lines += ["| " + " | ".join(_fmt(r.get(c, "")) for c in cols) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    cols: list[str] = []
+    for r in rows:
+        cols += [k for k in r if k not in cols]
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols)
+        w.writeheader()
+        w.writerows(rows)
+
+
+def write_report(out_dir: Path, arch: str, sections: dict[str, tuple[str, list[dict]]],
+                 text: str) -> Path:
+    """Write ``<section>.csv`` and ``findings-<arch>.md`` into ``out_dir``, a new directory
+    (refused if it exists and is not empty) filled beside it and renamed into place, so a reader
+    never sees a half-written report and two reports never mix."""
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise FileExistsError(f"{out_dir} already exists; pass a new --out directory (reports are "
+                              f"never overwritten or mixed)")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.with_name(f".{out_dir.name}.partial-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        for name, (_, rows) in sections.items():
+            write_csv(tmp / f"{name}.csv", rows)
+        (tmp / f"findings-{arch}.md").write_text(text)
+        os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
