@@ -143,14 +143,60 @@ def check_and_time(cases: list[Case], arch: Arch, *, run: str, study: str, reps:
     return res
 
 
+def drift_rows(case: Case, time_ns, arch: Arch, *, run: str, study: str, points: int,
+               note: str) -> tuple[list[Row], str]:
+    """The drift rows of one trace build (``time_ns`` int64 [n_ctas, steps], -1 padded): the
+    median step time (``median_step_ns``, with ``note``) and the spread of step start times
+    over the CTAs at ``points`` sampled steps (``cta_start_spread_ns``, x = step); and a summary
+    line: the spread after one work item and at most, in steps and in MiB of K/V."""
+    problem, variant = case.problem, case.variant
+    d = drift(time_ns)
+    rows = [_row(case, problem, Metric.STEP_NS, d.median_step_ns, run=run, study=study,
+                 arch=arch.name, note=note)]
+    rows += [_row(case, problem, Metric.CTA_START_SPREAD_NS, d.spread_ns[i], run=run,
+                  study=study, arch=arch.name, x=float(d.step[i]))
+             for i in sample_steps(len(d.step), points)]
+    g = TileGrid(problem, variant.tiles)
+    steps = d.spread_steps
+    after_one = steps[min(g.n_kv, len(steps) - 1)]
+    span_mib = steps.max() * g.kv_step_bytes / 2**20
+    return rows, (f"{case.id}: step {d.median_step_ns / 1e3:.2f} us, spread {after_one:.1f} "
+                  f"steps after one work item ({g.n_kv} steps), max {steps.max():.1f} steps = "
+                  f"{span_mib:.1f} MiB of K/V (L2 {arch.l2_bytes / 2**20:.0f} MiB)")
+
+
+def _drift_case(fam, case: Case, arch: Arch, res: Outcome, *, run: str, study: str, seed: int,
+                points: int) -> None:
+    problem = case.problem
+    q, k, v = random_inputs(problem, seed)
+    out = poisoned_like(q)
+    try:
+        prepared = fam.prepare(case.variant, problem)
+        res.rows += resource_rows(case, prepared, run=run, study=study, arch=arch.name)
+        tr = fam.trace(prepared, q, k, v, out)
+        verdict = check(out, q, k, v, problem.causal)
+    except Exception as e:              # a failed case is reported; the sweep goes on
+        res.failed[case.id] = f"{type(e).__name__}: {e}"
+        return
+    res.rows.append(_row(case, problem, Metric.MAX_ABS_ERR, verdict.max_err, run=run,
+                         study=study, arch=arch.name, note=str(verdict)))
+    if not verdict.passed:
+        res.failed[case.id] = f"trace build output {verdict}"
+        return
+    res.passed.append(case)
+    rows, line = drift_rows(case, tr["time_ns"], arch, run=run, study=study, points=points,
+                            note=f"trace build {tr['build']}, %globaltimer at each step start; "
+                                 f"output {verdict}")
+    res.rows += rows
+    res.summary.append(line)
+
+
 def measure_drift(cases: list[Case], arch: Arch, *, run: str, study: str, reps: int = 0,
                   seed: int, timed: bool = False, progress=None,
                   points: int = DRIFT_POINTS) -> Outcome:
     """The drift study's measure hook (check_and_time's signature; ``reps`` and ``timed`` are
-    unused): the trace build of every case, its output through the correctness gate, then per
-    case the median step time (``median_step_ns``) and the spread of step start times over the
-    CTAs at ``points`` sampled steps (``cta_start_spread_ns``, x = step), the rows of
-    profiles/h100/drift-20261121b/drift.csv. Resource rows come from the trace build's plain twin.
+    unused): the trace build of every case, its output through the correctness gate, then its
+    ``drift_rows`` (the rows of profiles/h100/drift-20261121b/drift.csv) and resource rows.
 
     Why: the wavefront argument assumes CTAs running together advance in lock-step, so one CTA's
     miss is the others' hit; a spread of ``k`` steps puts shared K/V tiles ``k`` tiles apart."""
@@ -164,43 +210,12 @@ def measure_drift(cases: list[Case], arch: Arch, *, run: str, study: str, reps: 
     res = Outcome()
     fam = family(Backend.CUDA, arch.name)
     for case in cases:
-        problem, variant = case.problem, case.variant
-        q, k, v = random_inputs(problem, seed)
-        out = poisoned_like(q)
         try:
-            prepared = fam.prepare(variant, problem)
-            res.rows += resource_rows(case, prepared, run=run, study=study, arch=arch.name)
-            tr = fam.trace(prepared, q, k, v, out)
-            verdict = check(out, q, k, v, problem.causal)
-        except Exception as e:              # a failed case is reported; the sweep goes on
-            res.failed[case.id] = f"{type(e).__name__}: {e}"
-            continue
-        res.rows.append(_row(case, problem, Metric.MAX_ABS_ERR, verdict.max_err, run=run,
-                             study=study, arch=arch.name, note=str(verdict)))
-        if not verdict.passed:
-            res.failed[case.id] = f"trace build output {verdict}"
-            continue
-        res.passed.append(case)
-        d = drift(tr["time_ns"])
-        res.rows.append(_row(case, problem, Metric.STEP_NS, d.median_step_ns, run=run,
-                             study=study, arch=arch.name,
-                             note=f"trace build {tr['build']}, %globaltimer at each step start; "
-                                  f"output {verdict}"))
-        for i in sample_steps(len(d.step), points):
-            res.rows.append(_row(case, problem, Metric.CTA_START_SPREAD_NS, d.spread_ns[i],
-                                 run=run, study=study, arch=arch.name, x=float(d.step[i])))
-        g = TileGrid(problem, variant.tiles)
-        steps = d.spread_steps
-        after_one = steps[min(g.n_kv, len(steps) - 1)]
-        span_mib = steps.max() * g.kv_step_bytes / 2**20
-        res.summary.append(f"{case.id}: step {d.median_step_ns / 1e3:.2f} us, spread "
-                           f"{after_one:.1f} steps after one work item ({g.n_kv} steps), max "
-                           f"{steps.max():.1f} steps = {span_mib:.1f} MiB of K/V (L2 "
-                           f"{arch.l2_bytes / 2**20:.0f} MiB)")
-        del q, k, v, out, tr
-        torch.cuda.empty_cache()
-        if progress is not None:
-            progress(1)
+            _drift_case(fam, case, arch, res, run=run, study=study, seed=seed, points=points)
+        finally:
+            torch.cuda.empty_cache()
+            if progress is not None:
+                progress(1)
     return res
 
 

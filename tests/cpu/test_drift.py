@@ -1,18 +1,20 @@
-"""cuda_baseline.drift on the CPU: the spread arithmetic on hand-made traces, sampling, the plan,
-and the CLI's plan and refusals (exit 2, one line, nothing written) without a GPU."""
+"""The drift study on the CPU: the spread arithmetic (analysis.drift) on hand-made traces,
+sampling, the study's plan, and the rows ``experiments.measure.drift_rows`` writes (the columns and
+metrics of the committed profiles/h100/drift-20261121b/drift.csv)."""
 from __future__ import annotations
 
 import dataclasses
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from cuda_baseline import drift as dr
-from experiments.studies import scaled_seq
-from spec import Backend, Problem, ScanOrder, Tiles, get_arch, known_archs
+from analysis import drift as dr
+from experiments.measure import drift_rows
+from experiments.studies import get_study, scaled_seq
+from spec import Backend, Case, CtaSchedule, Problem, ScanOrder, TileGrid, Tiles, Variant
+from spec import get_arch, known_archs
+from spec.records import COLUMNS, Metric, read_csv, write_csv
 from spec.schedules import ScheduleKind
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,12 +62,12 @@ def test_drift_of_a_single_cta_has_no_spread():
     assert d.median_step_ns == 15
 
 
-# -- kv_tile_bytes, sample_steps ------------------------------------------------------------------
+# -- kv_step_bytes, sample_steps ------------------------------------------------------------------
 
-def test_kv_tile_bytes_by_hand():
+def test_kv_step_bytes_by_hand():
     # K and V tiles of n=64 rows, D=128, fp16: 2 * 64 * 128 * 2 bytes (m=128 must not enter)
-    assert dr.kv_tile_bytes(Problem(1, 1, 1024, 128), Tiles(128, 64)) == 32768
-    assert dr.kv_tile_bytes(Problem(1, 1, 1024, 64), Tiles(80, 80)) == 20480
+    assert TileGrid(Problem(1, 1, 1024, 128), Tiles(128, 64)).kv_step_bytes == 32768
+    assert TileGrid(Problem(1, 1, 1024, 64), Tiles(80, 80)).kv_step_bytes == 20480
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 7, 300, 301, 1000, 4097])
@@ -94,91 +96,76 @@ def test_sample_steps_needs_two_points(points):
 @pytest.mark.parametrize("name", known_archs())
 def test_plan_is_persistent_twins_at_the_scaled_sequence(name):
     arch = get_arch(name)
-    cases = dr.plan(arch)
+    cases = get_study("drift").plan(arch)
     assert len(cases) == 8
-    assert {(p.B, p.causal) for p, _ in cases} == {(1, False), (4, False), (1, True), (4, True)}
-    for p, v in cases:
+    assert {(c.problem.B, c.problem.causal) for c in cases} == {(1, False), (4, False),
+                                                                (1, True), (4, True)}
+    for c in cases:
+        p, v = c.problem, c.variant
         assert p.S_q == p.S_kv == scaled_seq(arch) and p.H == 1 and p.D == 64
         assert v.backend == Backend.CUDA and v.tiles == Tiles(80, 80)
         assert v.schedule.kind == ScheduleKind.PERSISTENT and v.schedule.num_ctas == arch.num_sms
-    for (p1, lin), (p2, saw) in zip(cases[::2], cases[1::2]):
-        assert p1 == p2
-        assert lin.order == ScanOrder.linear() and saw.order == ScanOrder.sawtooth()
-        assert dataclasses.replace(lin, order=saw.order) == saw      # only the order differs
-    assert len({v.id(p) + p.label for p, v in cases}) == 8
+        assert c.resident == arch.num_sms
+    for lin, saw in zip(cases[::2], cases[1::2]):
+        assert lin.problem == saw.problem
+        assert lin.variant.order == ScanOrder.linear() and saw.variant.order == ScanOrder.sawtooth()
+        assert dataclasses.replace(lin.variant, order=saw.variant.order) == saw.variant
+    assert len({c.id for c in cases}) == 8
 
 
-# -- CLI ------------------------------------------------------------------------------------------
-
-def cli(*args):
-    return subprocess.run([sys.executable, "-m", "cuda_baseline.drift", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
-
-
-def test_cli_dry_run_lists_the_eight_cases(tmp_path):
-    r = cli("--arch", "h100", "--dry-run", "--out", str(tmp_path / "x"))
-    assert r.returncode == 0, r.stderr
-    lines = r.stdout.strip().splitlines()
-    want = [f"{v.id(p)} {p.label}" for p, v in dr.plan(get_arch("h100"))]
-    assert lines == want
-    assert "cuda.sawtooth.static132.m80n80d64 b4h1s262144d64.fp16.causal" in lines
-    assert not list(tmp_path.iterdir())
+def test_plan_on_h100_is_the_committed_datasets_case_list():
+    """The study measures the cases of profiles/h100/drift-20261121b, in its order."""
+    import json
+    manifest = json.loads((ROOT / "profiles/h100/drift-20261121b/manifest.json").read_text())
+    assert [c.id for c in get_study("drift").plan(get_arch("h100"))] == manifest["cases"]
 
 
-def test_cli_unknown_arch_is_one_line_exit_2(tmp_path):
-    r = cli("--arch", "a100", "--out", str(tmp_path / "x"))
-    assert r.returncode == 2
-    assert r.stderr.strip() == "error: unknown arch 'a100'; known: gb10, h100, h200, b200, b300"
-    assert "Traceback" not in r.stderr and not list(tmp_path.iterdir())
+def test_drift_study_is_measured_only_into_drift_csv():
+    s = get_study("drift")
+    assert s.measure is not None and s.rows_file == "drift.csv"
+    assert not s.timed and not s.profiled
 
 
-def _no_measure(*a, **k):
-    raise AssertionError("measure() must not be reached")
+# -- rows -----------------------------------------------------------------------------------------
+
+def _case():
+    arch = get_arch("h100")
+    return arch, Case(Problem(1, 1, 1024, 64), Variant(Backend.CUDA, ScanOrder.sawtooth(),
+                                                       CtaSchedule.persistent(2), Tiles(64, 64)),
+                      2, "drift-noncausal")
 
 
-@pytest.mark.parametrize("present, words", [
-    (None, ("no CUDA GPU found", "run it on that machine", "--dry-run")),
-    ("h200", ("--arch h100 but the GPU present is h200", "pass --arch h200")),
-])
-def test_cli_without_the_gpu_is_one_line_exit_2_and_writes_nothing(tmp_path, monkeypatch, capsys,
-                                                                     present, words):
-    import spec.arch
-    monkeypatch.setattr(spec.arch, "detect", lambda: present and get_arch(present))
-    monkeypatch.setattr(dr, "measure", _no_measure)
-    runs = ROOT / "runs" / "h100" / "drift"
-    before = set(runs.iterdir()) if runs.exists() else None
-    out = tmp_path / "run"
-    assert dr.main(["--arch", "h100", "--out", str(out)]) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and err.startswith("error: ")
-    for w in words:
-        assert w in err
-    assert not out.exists() and not list(tmp_path.iterdir())
-    # without --out: the default run directory is not created either
-    assert dr.main(["--arch", "h100"]) == 2
-    assert (set(runs.iterdir()) if runs.exists() else None) == before
+def test_drift_rows_by_hand():
+    # 2 CTAs, 16 K/V tiles per work item; step start times 100 ns apart, CTA 1 starts 30 ns late
+    arch, case = _case()
+    steps = 40
+    t = EPOCH_NS + np.stack([np.arange(steps) * 100, 30 + np.arange(steps) * 100])
+    t[1, -5:] = -1                                       # CTA 1 ran 35 steps
+    rows, line = drift_rows(case, t, arch, run="r", study="drift", points=7, note="trace build x")
+    step = [r for r in rows if r.metric == Metric.STEP_NS]
+    spread = [r for r in rows if r.metric == Metric.CTA_START_SPREAD_NS]
+    assert len(step) == 1 and step[0].value == 100 and step[0].note == "trace build x"
+    assert step[0].unit == "ns" and step[0].source == "measured"
+    assert len(spread) == 7 and all(r.value == 30 for r in spread)
+    assert [r.x for r in spread] == sorted(r.x for r in spread)
+    assert spread[0].x == 0 and spread[-1].x == 34       # the last step two CTAs share
+    assert all(r.variant == "cuda.sawtooth.static2.m64n64d64" and r.study == "drift"
+               for r in rows)
+    # 30 ns = 0.3 steps; K/V step of 64 rows at D=64 fp16 = 16 KiB
+    assert "spread 0.3 steps after one work item (16 steps)" in line
+    assert "max 0.3 steps = 0.0 MiB" in line
 
 
-def test_cli_existing_out_is_refused_before_measuring(tmp_path, monkeypatch, capsys):
-    import spec.arch
-    monkeypatch.setattr(spec.arch, "detect", lambda: get_arch("h100"))
-    monkeypatch.setattr(dr, "measure", _no_measure)
-    (tmp_path / "run").mkdir()
-    assert dr.main(["--arch", "h100", "--out", str(tmp_path / "run")]) == 2
-    err = capsys.readouterr().err
-    assert "already exists" in err and len(err.strip().splitlines()) == 1
-
-
-@pytest.mark.parametrize("points", ["1", "0", "-5", "two"])
-def test_cli_points_below_two_is_an_argparse_error(points, capsys, monkeypatch):
-    monkeypatch.setattr(dr, "measure", _no_measure)
-    with pytest.raises(SystemExit) as e:
-        dr.main(["--arch", "h100", "--points", points, "--dry-run"])
-    assert e.value.code == 2
-    err = capsys.readouterr().err
-    assert "argument --points" in err and "integer >= 2" in err
-
-
-def test_cli_points_two_is_accepted(capsys):
-    assert dr.main(["--arch", "h100", "--points", "2", "--dry-run"]) == 0
-    assert len(capsys.readouterr().out.strip().splitlines()) == 8
+def test_drift_rows_round_trip_with_the_committed_columns(tmp_path):
+    arch, case = _case()
+    t = np.stack([np.arange(10) * 50, np.arange(10) * 50 + 7]).astype(np.int64)
+    rows, _ = drift_rows(case, t, arch, run="r", study="drift", points=3, note="n")
+    write_csv(tmp_path / "drift.csv", rows)
+    committed = (ROOT / "profiles/h100/drift-20261121b/drift.csv").read_text().splitlines()[0]
+    mine = (tmp_path / "drift.csv").read_text().splitlines()[0].split(",")
+    # the committed file's columns are a prefix of the schema's (newer columns read as empty)
+    assert mine[:len(committed.split(","))] == committed.split(",") and tuple(mine) == COLUMNS
+    back = read_csv(tmp_path / "drift.csv")
+    xs = [r["x"] for r in back if r["metric"] == Metric.CTA_START_SPREAD_NS]
+    assert len(xs) == 3 and xs[0] == 0.0 and xs[-1] == 9.0          # first and last step kept
+    assert {r["value"] for r in back if r["metric"] == Metric.CTA_START_SPREAD_NS} == {7.0}

@@ -1,5 +1,5 @@
-"""The builds a locality study compares must be fair: every cuTile variant of the sawtooth and
-longseq studies compiles for sm_90 without stack or spills, and each sawtooth build uses no more
+"""The builds a study compares must be fair: every cuTile variant of the sawtooth, longseq and bench
+studies compiles for sm_90 without stack or spills, and each sawtooth build uses no more
 registers than its linear twin. A spilling build reads local memory through L2 and fakes (or hides)
 a cache effect. Two traps this has caught:
 
@@ -19,7 +19,7 @@ from tests.cpu.test_cutile_compile import _available
 
 pytestmark = pytest.mark.compile
 
-STUDIES = ("sawtooth", "longseq")
+STUDIES = ("sawtooth", "longseq", "bench")
 CASES = [(s, c) for s in STUDIES for c in get_study(s).plan(get_arch("h100"))
          if c.variant.backend == Backend.CUTILE]
 
@@ -37,7 +37,7 @@ def test_locality_study_cutile_builds_do_not_spill(study, case):
     require_toolchain(_available(), "cuda-tile + tileiras + cuobjdump")
     res = _resources(case)
     assert res.stack == 0 and res.spill_loads == 0 and res.spill_stores == 0, str(res)
-    if case.variant.order.label != "linear":
+    if case.variant.order.label != "linear":      # bench has linear builds only
         twin = next(c for s, c in CASES if s == study and c.panel == case.panel
                     and c.problem == case.problem and c.variant.schedule == case.variant.schedule
                     and c.variant.tiles == case.variant.tiles and c.variant.order.label == "linear")
