@@ -9,7 +9,6 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from cuda_baseline.backend import check_variant, instance_for
@@ -144,13 +143,3 @@ def test_every_instantiation_compiles_for_sm90():
         groups.setdefault((i.tiles, i.D, i.dtype, i.trace), {}).setdefault(occ, []).append(i.name)
     mixed = {k: {o: len(n) for o, n in v.items()} for k, v in groups.items() if len(v) > 1}
     assert not mixed, f"shapes whose builds differ in occupancy (CTAs/SM: count): {mixed}"
-
-
-def test_drift_of_a_synthetic_trace():
-    from cuda_baseline.drift import drift
-    t = np.array([[0, 20, 40, 60], [10, 30, 50, -1], [5, 25, -1, -1]], dtype=np.int64)
-    d = drift(t)
-    np.testing.assert_array_equal(d.step, [0, 1, 2])
-    np.testing.assert_array_equal(d.spread_ns, [10, 10, 10])
-    assert d.median_step_ns == 20
-    np.testing.assert_allclose(d.spread_steps, [0.5, 0.5, 0.5])
