@@ -3,6 +3,12 @@
 Clock control defaults to ``none``: the lent GPUs' clocks are not ours to lock, and the setting is
 recorded with every run. Cache control defaults to ``all`` (ncu flushes the caches before each
 replay pass), so every variant starts from a cold L2 and the counters of one launch are comparable.
+
+Two kinds of failure. :class:`NcuError` is a setup problem that no retry fixes (ncu missing or
+too old, no permission to read counters, a metric this GPU or ncu does not have): its message is
+one line naming the fix, and the CLI turns it into exit code 2. :class:`NcuRunFailed` (a subclass)
+is one profiling session that failed (the target crashed, ncu timed out): the repeated collector
+records it as a failed repeat and goes on.
 """
 from __future__ import annotations
 
@@ -24,6 +30,15 @@ PERMISSION_HELP = (
 class NcuError(RuntimeError):
     """ncu is missing, too old, not permitted to read counters, or failed; the message says how
     to fix it."""
+
+
+class NcuRunFailed(NcuError):
+    """One ncu session failed (target error, crash, timeout): recorded, not fatal, when repeated."""
+
+
+UNKNOWN_METRIC = (re.compile(r"Failed to find metrics?(?: regex)?:?\s+'?([\w.]+)"),
+                  re.compile(r"[Mm]etric '?([\w.]+?)'? (?:was )?(?:not found|could not be found|"
+                             r"is not (?:available|supported|valid)|does not exist)"))
 
 
 @dataclass(frozen=True)
@@ -73,34 +88,65 @@ def find(clock_control: str = "none", cache_control: str = "all") -> Ncu:
 
 
 def check_output(text: str) -> None:
-    """Raise NcuError for the failures ncu reports in its output rather than its exit code."""
+    """Raise for the failures ncu reports in its output rather than its exit code: NcuError for
+    setup problems (permission, unknown metric), NcuRunFailed for any other ``==ERROR==``."""
     if "ERR_NVGPUCTRPERM" in text:
         raise NcuError(PERMISSION_HELP)
+    for pattern in UNKNOWN_METRIC:
+        m = pattern.search(text)
+        if m:
+            raise NcuError(f"ncu does not know metric {m.group(1)} on this GPU: check "
+                           f"`ncu --query-metrics --chip <chip> | grep {m.group(1).split('.')[0]}` "
+                           "and drop or rename it in profiles/metrics.py")
     m = re.search(r"==ERROR== (.*)", text)
     if m and "No kernels were profiled" not in m.group(1):
-        raise NcuError(f"ncu failed: {m.group(1).strip()}")
+        raise NcuRunFailed(f"ncu failed: {m.group(1).strip()}")
+
+
+def command(ncu: Ncu, target: list[str], report: Path, metrics: tuple[str, ...], *,
+            nvtx_ranges: list[str], replay_mode: str = "kernel",
+            extra: tuple[str, ...] = ()) -> list[str]:
+    """The ncu command line (application replay matches kernels by name and grid size)."""
+    if replay_mode not in ("kernel", "application"):
+        raise ValueError(f"replay mode {replay_mode!r}: use kernel or application")
+    replay = ["--replay-mode", replay_mode]
+    if replay_mode == "application":
+        replay += ["--app-replay-match", "grid"]
+    return [str(ncu.path), "--clock-control", ncu.clock_control,
+            "--cache-control", ncu.cache_control, *replay, "--metrics", ",".join(metrics),
+            "--nvtx", *[a for r in nvtx_ranges for a in ("--nvtx-include", f"{r}/")],
+            *extra, "--export", str(report.with_suffix("")), *target]
 
 
 def profile(ncu: Ncu, target: list[str], report: Path, metrics: tuple[str, ...], *,
             nvtx_ranges: list[str], log: Path | None = None, env: dict | None = None,
-            timeout: int = 3600) -> str:
+            timeout: int = 3600, replay_mode: str = "kernel",
+            extra: tuple[str, ...] = ()) -> str:
     """Profile the kernels ``target`` launches inside the NVTX push/pop ranges ``nvtx_ranges``;
     writes ``report`` (.ncu-rep, never overwritten) and returns ncu's console output."""
     if report.exists():
         raise NcuError(f"report {report} exists; reports are never overwritten")
-    cmd = [str(ncu.path), "--clock-control", ncu.clock_control,
-           "--cache-control", ncu.cache_control, "--metrics", ",".join(metrics),
-           "--nvtx", *[a for r in nvtx_ranges for a in ("--nvtx-include", f"{r}/")],
-           "--export", str(report.with_suffix("")), *target]
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                         env={**os.environ, **(env or {})})
+    cmd = command(ncu, target, report, metrics, nvtx_ranges=nvtx_ranges,
+                  replay_mode=replay_mode, extra=extra)
+    try:
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                             env={**os.environ, **(env or {})})
+    except subprocess.TimeoutExpired as e:
+        text = _text(e.stdout) + _text(e.stderr)
+        if log is not None:
+            log.write_text(text[-50000:])
+        raise NcuRunFailed(f"ncu did not finish within {timeout} s") from None
     text = run.stdout + run.stderr
     if log is not None:
         log.write_text(text[-50000:])
     check_output(text)
     if run.returncode != 0:
-        raise NcuError(f"ncu exited with {run.returncode}; last output:\n{text[-2000:]}")
+        raise NcuRunFailed(f"ncu exited with {run.returncode}; last output: {text[-300:]!r}")
     return text
+
+
+def _text(b: bytes | str | None) -> str:
+    return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
 
 
 def export_raw_csv(ncu: Ncu, report: Path) -> str:

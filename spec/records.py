@@ -16,8 +16,10 @@ from typing import Iterable
 from .problem import Problem, Tiles
 from .variant import Variant
 
-SCHEMA_VERSION = 2
-"""2: adds ``x``, the abscissa of curve metrics (schema-1 files read with ``x = None``)."""
+SCHEMA_VERSION = 3
+"""2: adds ``x``, the abscissa of curve metrics (schema-1 files read with ``x = None``).
+3: adds ``group``, ``stat``, ``lo``, ``hi`` and ``flags`` for repeated, pass-aware ncu counters
+(older files read with ``group = stat = flags = ""`` and ``lo = hi = None``)."""
 
 
 class Source(enum.Enum):
@@ -37,6 +39,28 @@ class Metric:
     L1_SECTORS = "l1tex__t_sectors.sum"
     L1_HITS = "l1tex__t_sectors_lookup_hit.sum"
     DRAM_READ_BYTES = "dram__bytes_read.sum"
+    L2_TEX_READ_SECTORS = "lts__t_sectors_srcunit_tex_op_read.sum"
+    L2_TEX_READ_HITS = "lts__t_sectors_srcunit_tex_op_read_lookup_hit.sum"
+    L2_TEX_READ_MISSES = "lts__t_sectors_srcunit_tex_op_read_lookup_miss.sum"
+    # Hopper's L2 is two partitions: a tex lookup miss in the SM's local partition is forwarded
+    # over the L2 fabric to the line's home partition, where it is looked up again and counted
+    # under srcunit_ltcfabric. So L2_TEX_MISSES are *local tex misses*, not DRAM fills.
+    L2_FABRIC_SECTORS = "lts__t_sectors_srcunit_ltcfabric.sum"
+    L2_FABRIC_HITS = "lts__t_sectors_srcunit_ltcfabric_lookup_hit.sum"
+    L2_FABRIC_MISSES = "lts__t_sectors_srcunit_ltcfabric_lookup_miss.sum"
+    # L2 Request Coalescer: read sectors L1 received from the crossbar vs sectors the LRC sent
+    # to the crossbar after coalescing (why L2 tex sectors fall below L1 read sectors)
+    L1_XBAR_READ_SECTORS = "l1tex__m_xbar2l1tex_read_sectors.sum"
+    LRC_READ_SECTORS = "lrc__lrc2xbar_sectors_op_read.sum"
+    REPLAY_PASSES = "profiler__replayer_passes"
+    # derived from measured counters: the two meanings of "a miss" on a partitioned L2
+    DRAM_FILL_SECTORS = "dram_fill_sectors"                    # dram__bytes_read.sum / sector
+    DRAM_FILL_ESTIMATE_SECTORS = "dram_fill_estimate_sectors"  # tex misses - fabric hits
+    # consistency checks (ratios that must be 1, or are reported beside one that must)
+    CHECK_TEX_LOOKUPS = "check_tex_lookups"            # (tex hits + misses) / tex sectors
+    CHECK_FABRIC_LOOKUPS = "check_fabric_lookups"      # (fabric hits + misses) / fabric sectors
+    CHECK_DRAM_PER_TEX_MISS = "check_dram_per_tex_miss"  # DRAM fills / local tex misses
+    CHECK_DRAM_PER_ESTIMATE = "check_dram_per_estimate"  # DRAM fills / fabric-aware estimate
     # derived (not ncu counters)
     COLD_MISSES = "cold_misses"
     NONCOMPULSORY_MISSES = "noncompulsory_misses"
@@ -58,6 +82,14 @@ UNITS = {
     Metric.NONCOMPULSORY_MISSES: "sector", Metric.KERNEL_TIME_MS: "ms", Metric.TFLOPS: "TFLOP/s",
     Metric.MAX_ABS_ERR: "", Metric.LRU_MISSES: "sector", Metric.REUSE_DISTANCE_SECTORS: "sector",
     Metric.CTA_START_SPREAD_NS: "ns", Metric.STEP_NS: "ns",
+    Metric.L2_TEX_READ_SECTORS: "sector", Metric.L2_TEX_READ_HITS: "sector",
+    Metric.L2_TEX_READ_MISSES: "sector", Metric.L2_FABRIC_SECTORS: "sector",
+    Metric.L2_FABRIC_HITS: "sector", Metric.L2_FABRIC_MISSES: "sector",
+    Metric.L1_XBAR_READ_SECTORS: "sector", Metric.LRC_READ_SECTORS: "sector",
+    Metric.REPLAY_PASSES: "pass", Metric.DRAM_FILL_SECTORS: "sector",
+    Metric.DRAM_FILL_ESTIMATE_SECTORS: "sector", Metric.CHECK_TEX_LOOKUPS: "ratio",
+    Metric.CHECK_FABRIC_LOOKUPS: "ratio", Metric.CHECK_DRAM_PER_TEX_MISS: "ratio",
+    Metric.CHECK_DRAM_PER_ESTIMATE: "ratio",
 }
 
 
@@ -85,9 +117,14 @@ class Row:
     value: float
     unit: str
     source: str
-    sample: int = 0          # repetition index for timing samples, 0 for counters
+    sample: int = 0          # repetition index (timing samples, repeated ncu sessions)
     note: str = ""           # e.g. "LRU capacity=24.00MiB (nominal L2)" for simulated rows
     x: float | None = None   # abscissa of a curve metric (e.g. cache capacity in bytes)
+    group: str = ""          # ncu metric group (one replay pass by intent) the value came from
+    stat: str = ""           # "" = one observation; "median" = summary over repeats (lo..hi)
+    lo: float | None = None  # min over repeats of a summary row
+    hi: float | None = None  # max over repeats of a summary row
+    flags: str = ""          # ';'-joined: failed, multipass=N, inconsistent=<check>, ...
 
 
 COLUMNS = tuple(f.name for f in fields(Row))
@@ -131,6 +168,9 @@ def read_csv(path: Path) -> list[dict]:
             r["occupancy"] = int(r["occupancy"]) if r["occupancy"] else None
             r["value"] = float(r["value"])
             r["causal"] = r["causal"] in ("True", "true", "1")
-            r["x"] = float(r["x"]) if r.get("x") not in (None, "") else None
+            for k in ("x", "lo", "hi"):
+                r[k] = float(r[k]) if r.get(k) not in (None, "") else None
+            for k in ("group", "stat", "flags"):
+                r[k] = r.get(k) or ""
             out.append(r)
     return out

@@ -75,8 +75,10 @@ def test_innermost_range():
 def test_ncu_errors_name_the_fix(tmp_path, monkeypatch):
     with pytest.raises(ncu.NcuError, match="ERR_NVGPUCTRPERM"):
         ncu.check_output("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission")
-    with pytest.raises(ncu.NcuError, match="ncu failed: Failed to find metric"):
-        ncu.check_output("==ERROR== Failed to find metric lts__x")
+    with pytest.raises(ncu.NcuError, match="does not know metric lts__x.sum.*--query-metrics"):
+        ncu.check_output("==ERROR== Failed to find metric lts__x.sum")
+    with pytest.raises(ncu.NcuRunFailed, match="returned an error code"):
+        ncu.check_output("==ERROR== The application returned an error code (1).")
     assert ncu.parse_version("NVIDIA (R) Nsight Compute Command Line Profiler\nVersion 2025.3.1.0 "
                              "(build 36398880)") == (2025, 3, 1)
     monkeypatch.setenv("PATH", str(tmp_path))

@@ -1,0 +1,459 @@
+"""Pass-aware, repeated ncu counters without a GPU: metric groups, repeat statistics, consistency
+flags, what a miss is (DRAM fills vs local tex misses), the repeated collector driven through fake
+``ncu`` executables that print ncu's messages, and the ``ncu_report`` reader."""
+from __future__ import annotations
+
+import math
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from profiles import collect, counters, metrics, ncu, report
+from profiles.counters import Observation, summarize
+from profiles.ingest import IngestError, KernelResult, parse_raw_csv
+from spec import Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant, get_arch
+from spec.case import Case
+from spec.records import Metric
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+RAW_CSV = FIXTURES / "ncu_raw_h100.csv"
+H100 = get_arch("h100")
+
+
+def fixture_cases():
+    """The four cases of the committed raw export (tests/cpu/test_ingest.py)."""
+    prob = Problem(B=8, H=1, S_q=16384, D=64)
+    p132 = CtaSchedule.persistent(132)
+    return [Case(prob, Variant(backend, order, p132, tiles), 132, "fixture")
+            for backend, tiles in ((Backend.CUTILE, Tiles(64, 64)), (Backend.CUDA, Tiles(80, 80)))
+            for order in (ScanOrder.linear(), ScanOrder.sawtooth())]
+
+
+# ---------------------------------------------------------------- groups
+
+def test_groups_are_small_disjoint_by_home_and_cover_the_old_sets():
+    homes = [m for g in metrics.GROUPS.values() for m in g.metrics]
+    assert len(homes) == len(set(homes)), "a metric is home in two groups"
+    assert set(metrics.HOPPER) <= set(homes)
+    for g in metrics.GROUPS.values():
+        assert g.collect[-1] == Metric.REPLAY_PASSES and len(g.collect) <= 4
+        assert not set(g.also) & set(g.metrics)
+    tex = metrics.GROUPS["tex"]
+    assert set(tex.metrics) == {Metric.L2_TEX_SECTORS, Metric.L2_TEX_HITS, Metric.L2_TEX_MISSES}
+    assert metrics.home_group(Metric.L2_TEX_MISSES, metrics.get_groups(("dram", "tex"))) == "tex"
+    assert metrics.home_group(Metric.L2_TEX_MISSES, metrics.get_groups(("dram",))) is None
+    with pytest.raises(ValueError, match="unknown metric group.*nope"):
+        metrics.get_groups(("tex", "nope"))
+    with pytest.raises(ValueError, match="distinct"):
+        metrics.get_groups(("tex", "tex"))
+
+
+# ---------------------------------------------------------------- statistics and checks
+
+def test_summary_is_median_and_min_max_of_the_repeats_that_succeeded():
+    s = summarize([20.7e9, math.nan, 12.7e9, 21.7e9])
+    assert (s.median, s.lo, s.hi, s.n) == (20.7e9, 12.7e9, 21.7e9, 3)
+    assert s.spread == pytest.approx(9.0 / 20.7)
+    assert summarize([math.nan]).n == 0 and math.isnan(summarize([]).median)
+    assert summarize([4.0, 1.0]).median == 2.5
+
+
+def test_derive_dram_fills_and_same_pass_ratios():
+    v = {Metric.DRAM_READ_BYTES: 67.1e6, Metric.L2_TEX_MISSES: 3.15e6}
+    d = counters.derive(v, 32)
+    assert d[Metric.DRAM_FILL_SECTORS] == pytest.approx(2.096875e6)
+    assert d[Metric.CHECK_DRAM_PER_TEX_MISS] == pytest.approx(2.096875e6 / 3.15e6)
+    d = counters.derive({Metric.L2_TEX_SECTORS: 100, Metric.L2_TEX_HITS: 60,
+                         Metric.L2_TEX_MISSES: 37}, 32)
+    assert d == {Metric.CHECK_TEX_LOOKUPS: pytest.approx(0.97)}
+    # nothing to compare: no denominator
+    assert counters.derive({Metric.L2_FABRIC_SECTORS: 0, Metric.L2_FABRIC_HITS: 0,
+                            Metric.L2_FABRIC_MISSES: 0}, 32) == {}
+
+
+def test_dram_per_tex_miss_flags_only_fills_above_the_misses():
+    check = counters.SAME_PASS_CHECKS[2]
+    assert check.metric == Metric.CHECK_DRAM_PER_TEX_MISS
+    assert not check.fails(0.67, 0.02)        # fabric hits explain fewer fills than misses
+    assert check.fails(1.05, 0.02)
+    tex = counters.SAME_PASS_CHECKS[0]
+    assert tex.fails(0.97, 0.02) and tex.fails(1.03, 0.02) and not tex.fails(1.019, 0.02)
+
+
+def obs(case, group, repeat, values, passes=1, error=""):
+    vals = {} if error else {m: (v, "sector") for m, v in values.items()} | {
+        Metric.REPLAY_PASSES: (passes, "pass")}
+    return Observation(case.id, group, repeat, vals, kernel="" if error else "fmha", error=error)
+
+
+def synthetic():
+    """Two cases x groups tex, fabric, dram x 3 repeats. Case a: consistent, one multi-pass
+    repeat of fabric; case b: repeat 1 of tex fails, repeat 2 of tex has hits + misses 5% short."""
+    a, b = fixture_cases()[:2]
+    out = []
+    for r, miss in enumerate((100.0, 110.0, 90.0)):
+        out.append(obs(a, "tex", r, {Metric.L2_TEX_SECTORS: 1000, Metric.L2_TEX_HITS: 1000 - miss,
+                                      Metric.L2_TEX_MISSES: miss}))
+        out.append(obs(a, "fabric", r, {Metric.L2_FABRIC_SECTORS: 50, Metric.L2_FABRIC_HITS: 30,
+                                         Metric.L2_FABRIC_MISSES: 20}, passes=2 if r == 1 else 1))
+        out.append(obs(a, "dram", r, {Metric.DRAM_READ_BYTES: 70 * 32,
+                                       Metric.L2_TEX_MISSES: miss}))
+    out.append(obs(b, "tex", 0, {Metric.L2_TEX_SECTORS: 1000, Metric.L2_TEX_HITS: 800,
+                                  Metric.L2_TEX_MISSES: 200}))
+    out.append(obs(b, "tex", 1, {}, error="ncu failed: The application returned an error code"))
+    out.append(obs(b, "tex", 2, {Metric.L2_TEX_SECTORS: 1000, Metric.L2_TEX_HITS: 750,
+                                  Metric.L2_TEX_MISSES: 200}))
+    return (a, b), out
+
+
+def rows_of(observations, cases, groups=("tex", "fabric", "dram")):
+    return counters.rows(observations, list(cases), metrics.get_groups(groups), repeats=3,
+                         run="r", study="s", arch="h100", sector_bytes=32)
+
+
+def pick(rows, case, metric, group=None, stat="median", sample=None):
+    got = [r for r in rows if r.variant == case.variant.id(case.problem) and r.metric == metric
+           and (group is None or r.group == group) and r.stat == stat
+           and (sample is None or r.sample == sample)]
+    assert len(got) == 1, (metric, group, stat, sample, len(got))
+    return got[0]
+
+
+def test_rows_per_repeat_summary_and_flags():
+    (a, b), observations = synthetic()
+    rows = rows_of(observations, (a, b))
+    assert {r.source for r in rows} == {"measured"}
+    # per repeat: every collected metric of the group, sample = repeat index
+    per = [r for r in rows if r.variant == a.variant.id(a.problem) and r.group == "tex"
+           and r.stat == "" and r.metric == Metric.L2_TEX_MISSES]
+    assert [(r.sample, r.value) for r in per] == [(0, 100.0), (1, 110.0), (2, 90.0)]
+    s = pick(rows, a, Metric.L2_TEX_MISSES, "tex")
+    assert (s.value, s.lo, s.hi) == (100.0, 90.0, 110.0) and s.note.startswith("n=3 of 3")
+    assert s.flags == ""
+    # the multi-pass repeat is flagged, and so is the group's summary
+    assert pick(rows, a, Metric.L2_FABRIC_HITS, "fabric", stat="", sample=1).flags == "multipass=2"
+    assert pick(rows, a, Metric.L2_FABRIC_HITS, "fabric").flags == "multipass=2"
+    assert pick(rows, a, Metric.REPLAY_PASSES, "fabric").hi == 2
+    # the same tex miss counter in two groups stays two series
+    assert pick(rows, a, Metric.L2_TEX_MISSES, "dram").value == 100.0
+    # failed repeat: NaN rows with the reason, counted in the summary, never averaged in
+    failed = pick(rows, b, Metric.L2_TEX_MISSES, "tex", stat="", sample=1)
+    assert math.isnan(failed.value) and failed.flags == "failed"
+    assert "returned an error code" in failed.note
+    sb = pick(rows, b, Metric.L2_TEX_MISSES, "tex")
+    assert sb.value == 200.0 and sb.note.startswith("n=2 of 3")
+    assert sb.flags.split(";") == ["failed=1", f"inconsistent={Metric.CHECK_TEX_LOOKUPS}"]
+
+
+def test_consistency_checks_and_the_two_meanings_of_a_miss():
+    (a, b), observations = synthetic()
+    rows = rows_of(observations, (a, b))
+    chk = pick(rows, a, Metric.CHECK_TEX_LOOKUPS, "tex")
+    assert chk.value == 1.0 and chk.flags == ""
+    bad = pick(rows, b, Metric.CHECK_TEX_LOOKUPS, "tex", stat="", sample=2)
+    assert bad.value == pytest.approx(0.95) and "inconsistent=check_tex_lookups" in bad.flags
+    assert pick(rows, b, Metric.CHECK_TEX_LOOKUPS, "tex", stat="", sample=0).flags == ""
+    # DRAM fills: measured (bytes / 32) and estimated (tex misses - fabric hits = 100 - 30)
+    assert pick(rows, a, Metric.DRAM_FILL_SECTORS, "dram").value == 70
+    est = pick(rows, a, Metric.DRAM_FILL_ESTIMATE_SECTORS)
+    assert (est.value, est.lo, est.hi, est.group) == (70, 60, 80, "derived")
+    assert "cross-pass" in est.note
+    ratio = pick(rows, a, Metric.CHECK_DRAM_PER_ESTIMATE)
+    assert ratio.value == 1.0 and ratio.flags == "" and (ratio.lo, ratio.hi) == (70 / 80, 70 / 60)
+    per_miss = pick(rows, a, Metric.CHECK_DRAM_PER_TEX_MISS, "dram")
+    assert per_miss.value == pytest.approx(0.7) and per_miss.flags == ""
+    # case b has no fabric or dram group: no estimate rows, and its failing check is listed
+    assert not [r for r in rows if r.variant == b.variant.id(b.problem) and r.group == "derived"]
+    failing = counters.failing_checks(rows)
+    assert [(r.variant, r.metric) for r in failing] == [
+        (b.variant.id(b.problem), Metric.CHECK_TEX_LOOKUPS)]
+    assert {r.metric for r in counters.flagged(rows)} >= {Metric.L2_FABRIC_HITS,
+                                                          Metric.CHECK_TEX_LOOKUPS}
+
+
+def test_estimate_check_flags_a_fill_model_that_does_not_hold():
+    (a, _), observations = synthetic()
+    observations = [o if o.group != "dram" else
+                    obs(a, "dram", o.repeat, {Metric.DRAM_READ_BYTES: 90 * 32,
+                                              Metric.L2_TEX_MISSES: 100}) for o in observations
+                    if o.case_id == a.id]
+    rows = rows_of(observations, (a,))
+    ratio = pick(rows, a, Metric.CHECK_DRAM_PER_ESTIMATE)
+    assert ratio.value == pytest.approx(90 / 70) and ratio.flags == \
+        f"inconsistent={Metric.CHECK_DRAM_PER_ESTIMATE}"
+    assert counters.failing_checks(rows) == [ratio]
+
+
+def test_rows_reject_observations_of_unknown_cases_or_groups():
+    (a, b), observations = synthetic()
+    with pytest.raises(ValueError, match="not in the case list"):
+        rows_of(observations, (a,))
+    with pytest.raises(ValueError, match="unknown metric group"):
+        rows_of(observations, (a, b), groups=("tex", "fabric"))
+
+
+def test_real_export_checks_hits_plus_misses_against_sectors():
+    """The committed H100 export (old 'hopper' set, 4 passes): every row is flagged multipass,
+    and the tex check flags exactly the kernels whose lookups miss the sectors by > 2%."""
+    tex = metrics.GROUPS["tex"]
+    ks = parse_raw_csv(RAW_CSV.read_text(), tex.collect)
+    cases = fixture_cases()
+    observations = [Observation(k.nvtx_range, "tex", 0, dict(k.values), kernel=k.kernel)
+                    for k in ks]
+    rows = counters.rows(observations, cases, (tex,), repeats=1, run="r", study="s",
+                         arch="h100", sector_bytes=32)
+    for k, case in zip(ks, [next(c for c in cases if c.id == k.nvtx_range) for k in ks]):
+        v = {m: x for m, (x, _) in k.values.items()}
+        ratio = (v[Metric.L2_TEX_HITS] + v[Metric.L2_TEX_MISSES]) / v[Metric.L2_TEX_SECTORS]
+        r = pick(rows, case, Metric.CHECK_TEX_LOOKUPS, "tex", stat="", sample=0)
+        assert r.value == pytest.approx(ratio)
+        assert r.flags.split(";")[0] == "multipass=4"
+        assert ("inconsistent=check_tex_lookups" in r.flags) == (abs(ratio - 1) > 0.02)
+
+
+# ---------------------------------------------------------------- collector with fake ncu
+
+def fake_ncu(tmp_path: Path, body: str) -> ncu.Ncu:
+    """An executable named ncu: ``--import`` prints the committed raw export; a profiling call
+    runs ``body`` (shell), then creates the --export report file unless body exited."""
+    exe = tmp_path / "bin" / "ncu"
+    exe.parent.mkdir(exist_ok=True)
+    exe.write_text(f"""#!/bin/sh
+if [ "$1" = "--version" ]; then echo "Version 2025.3.1.0 (build 1)"; exit 0; fi
+if [ "$1" = "--import" ]; then cat "{RAW_CSV}"; exit 0; fi
+n=$(cat "{tmp_path}/calls" 2>/dev/null || echo 0); n=$((n+1)); echo $n > "{tmp_path}/calls"
+{body}
+while [ $# -gt 0 ]; do if [ "$1" = "--export" ]; then touch "$2.ncu-rep"; fi; shift; done
+echo "==PROF== Disconnected"
+""")
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    return ncu.Ncu(exe, (2025, 3, 1))
+
+
+@pytest.fixture
+def csv_reader(monkeypatch):
+    """Force the CSV fallback (the fake ncu writes no real report)."""
+    monkeypatch.setattr(report, "load_module", lambda ncu_path=None: None)
+
+
+def test_collector_runs_one_session_per_group_and_repeat_and_records_failures(tmp_path,
+                                                                             csv_reader):
+    tool = fake_ncu(tmp_path, 'if [ $n = 2 ]; then echo "==ERROR== The application returned '
+                              'an error code (1)."; exit 1; fi')
+    cases = fixture_cases()
+    seen = []
+    col = collect.profile_cases(tool, ["python", "-m", "target", "plan.json"],
+                                [c.id for c in cases], tmp_path / "ncu", ("tex", "dram"), 2,
+                                progress=seen.append)
+    assert seen == ["ncu tex repeat 1/2", "ncu dram repeat 1/2", "ncu tex repeat 2/2",
+                    "ncu dram repeat 2/2"]
+    assert [(s.group, s.repeat, bool(s.error)) for s in col.sessions] == [
+        ("tex", 0, False), ("dram", 0, True), ("tex", 1, False), ("dram", 1, False)]
+    assert (tmp_path / "ncu" / "dram-r0.log").read_text().startswith("==ERROR== The app")
+    assert col.settings["reader"] == "csv" and col.settings["sessions_failed"] == 1
+    assert col.settings["groups"]["dram"][-1] == Metric.REPLAY_PASSES
+    rows = collect.to_rows(col, cases, run="r", study="s", arch=H100)
+    c = cases[2]
+    failed = pick(rows, c, Metric.DRAM_READ_BYTES, "dram", stat="", sample=0)
+    assert math.isnan(failed.value) and failed.flags == "failed"
+    summ = pick(rows, c, Metric.DRAM_READ_BYTES, "dram")
+    assert summ.note.startswith("n=1 of 2") and "failed=1" in summ.flags
+    raw = parse_raw_csv(RAW_CSV.read_text(), (Metric.DRAM_READ_BYTES,))
+    assert summ.value == next(k.values[Metric.DRAM_READ_BYTES][0] for k in raw
+                              if k.nvtx_range == c.id)
+    # the same command again: reports are never overwritten
+    with pytest.raises(ncu.NcuError, match="never overwritten"):
+        collect.profile_cases(tool, ["t"], [c.id for c in cases], tmp_path / "ncu", ("tex",), 1)
+
+
+def test_collector_setup_errors_stop_with_the_fix(tmp_path, csv_reader):
+    ids = [c.id for c in fixture_cases()]
+    perm = fake_ncu(tmp_path, 'echo "==ERROR== ERR_NVGPUCTRPERM - The user does not have '
+                              'permission to access NVIDIA GPU Performance Counters on the target '
+                              'device 0. For instructions on enabling permissions and to get more '
+                              'information see https://developer.nvidia.com/ERR_NVGPUCTRPERM"; '
+                              'exit 1')
+    with pytest.raises(ncu.NcuError, match="NVreg_RestrictProfilingToAdminUsers=0") as e:
+        collect.profile_cases(perm, ["t"], ids, tmp_path / "a", ("tex",), 3)
+    assert not isinstance(e.value, ncu.NcuRunFailed) and "\n" not in str(e.value)
+    unknown = fake_ncu(tmp_path, 'echo "==ERROR== Failed to find metric '
+                                 'lrc__lrc2xbar_sectors_op_read.sum"; exit 1')
+    with pytest.raises(ncu.NcuError, match="does not know metric lrc__lrc2xbar_sectors_op_read"
+                                           ".sum.*query-metrics.*grep lrc__lrc2xbar"):
+        collect.profile_cases(unknown, ["t"], ids, tmp_path / "b", ("lrc",), 3)
+    broken = fake_ncu(tmp_path, 'echo "==ERROR== The application returned an error code (1)."; '
+                                'exit 1')
+    with pytest.raises(ncu.NcuRunFailed, match="every ncu session failed"):
+        collect.profile_cases(broken, ["t"], ids, tmp_path / "c", ("tex",), 2)
+    with pytest.raises(ValueError, match="repeats"):
+        collect.profile_cases(perm, ["t"], ids, tmp_path / "e", ("tex",), 0)
+
+
+def test_timeout_is_a_failed_session(tmp_path):
+    slow = fake_ncu(tmp_path, "sleep 5")
+    with pytest.raises(ncu.NcuRunFailed, match="within 1 s"):
+        ncu.profile(slow, ["t"], tmp_path / "x.ncu-rep", ("a",), nvtx_ranges=["r"], timeout=1)
+
+
+def test_observations_pair_kernels_by_nvtx_range():
+    a, b, c, d = [x.id for x in fixture_cases()]
+    k = lambda i, rng: KernelResult(i, "fmha", rng, {Metric.L2_TEX_MISSES: (1.0, "sector")})
+    col = collect.Collected((a, b, c), metrics.get_groups(("tex",)), 2, (
+        collect.Session("tex", 0, "tex-r0", (k(0, b), k(1, a), k(2, a))),
+        collect.Session("tex", 1, "tex-r1", error="ncu exited with 139")))
+    got = {(o.case_id, o.repeat): o.error for o in col.observations()}
+    assert got == {(a, 0): "2 kernels in its NVTX range (each case must launch one)",
+                   (b, 0): "", (c, 0): "no kernel profiled in its NVTX range",
+                   (a, 1): "ncu exited with 139", (b, 1): "ncu exited with 139",
+                   (c, 1): "ncu exited with 139"}
+    stray = collect.Collected((a,), col.groups, 1, (collect.Session("tex", 0, "x", (k(0, d),)),))
+    with pytest.raises(IngestError, match="not a case of this plan"):
+        stray.observations()
+
+
+def test_command_line_per_replay_mode(tmp_path):
+    tool = ncu.Ncu(Path("/x/ncu"), (2025, 3))
+    cmd = ncu.command(tool, ["python", "t.py"], tmp_path / "r.ncu-rep", ("m.sum",),
+                      nvtx_ranges=["a b"], replay_mode="application")
+    assert cmd[cmd.index("--replay-mode") + 1] == "application"
+    assert cmd[cmd.index("--app-replay-match") + 1] == "grid"
+    assert cmd[cmd.index("--nvtx-include") + 1] == "a b/" and cmd[-2:] == ["python", "t.py"]
+    assert "--app-replay-match" not in ncu.command(tool, ["t"], tmp_path / "r", ("m",),
+                                                   nvtx_ranges=["a"])
+    with pytest.raises(ValueError, match="replay mode"):
+        ncu.command(tool, ["t"], tmp_path / "r", ("m",), nvtx_ranges=["a"], replay_mode="range")
+
+
+# ---------------------------------------------------------------- ncu_report reader
+
+class FakeMetric:
+    def __init__(self, name, value, unit):
+        self._n, self._v, self._u = name, value, unit
+
+    def name(self):
+        return self._n
+
+    def value(self):
+        return self._v
+
+    def unit(self):
+        return self._u
+
+
+class FakeRange:
+    def __init__(self, name):
+        self._n = name
+
+    def name(self):
+        return self._n
+
+
+class FakeDomain:
+    def __init__(self, stack):
+        self._s = stack
+
+    def push_pop_ranges(self):
+        return tuple(sorted(self._s))          # documented as sorted, not stack order
+
+    def push_pop_range(self, i):
+        return FakeRange(self._s[i]) if i < len(self._s) else None
+
+
+class FakeState:
+    def __init__(self, domains):
+        self._d = domains
+
+    def domains(self):
+        return tuple(range(len(self._d)))
+
+    def domain_by_id(self, i):
+        return FakeDomain(self._d[i])
+
+
+class FakeAction:
+    def __init__(self, name, metrics_, domains):
+        self._n, self._m, self._d = name, metrics_, domains
+
+    def name(self):
+        return self._n
+
+    def metric_by_name(self, name):
+        return FakeMetric(name, *self._m[name]) if name in self._m else None
+
+    def nvtx_state(self):
+        return FakeState(self._d) if self._d is not None else None
+
+
+class FakeReportModule:
+    """The documented IContext/IRange/IAction walk (PRI), for testing the reader's logic."""
+    def __init__(self, ranges):
+        self.ranges = ranges
+
+    def load_report(self, path):
+        mod = self
+
+        class Ctx:
+            def num_ranges(self):
+                return len(mod.ranges)
+
+            def range_by_idx(self, i):
+                actions = mod.ranges[i]
+
+                class Rng:
+                    def num_actions(self):
+                        return len(actions)
+
+                    def action_by_idx(self, j):
+                        return actions[j]
+                return Rng()
+        return Ctx()
+
+
+def test_report_reader_walks_ranges_actions_metrics_and_nvtx(tmp_path):
+    rep = tmp_path / "x.ncu-rep"
+    rep.write_bytes(b"\0")
+    m = {Metric.L2_TEX_MISSES: (123, "sector"), Metric.REPLAY_PASSES: (1, "pass")}
+    mod = FakeReportModule([[FakeAction("fmha_fwd", m, [["zz outer", "aa inner"]])],
+                            [FakeAction("flash_fwd", m, [[], ["only"]]),
+                             FakeAction("other", m, None)]])
+    ks = report.read_report(rep, (Metric.L2_TEX_MISSES, Metric.REPLAY_PASSES), mod)
+    assert [(k.index, k.kernel, k.nvtx_range) for k in ks] == [
+        (0, "fmha_fwd", "aa inner"), (1, "flash_fwd", "only"), (2, "other", None)]
+    assert ks[0].values == {Metric.L2_TEX_MISSES: (123.0, "sector"),
+                            Metric.REPLAY_PASSES: (1.0, "pass")}
+    with pytest.raises(IngestError, match="lacks metric lts__nope.sum"):
+        report.read_report(rep, ("lts__nope.sum",), mod)
+    with pytest.raises(IngestError, match="no report at"):
+        report.read_report(tmp_path / "missing.ncu-rep", ("a",), mod)
+
+
+def test_ncu_report_module_is_found_beside_the_ncu_on_path(tmp_path, monkeypatch):
+    install = tmp_path / "nsight-compute-2025.3.1"
+    (install / "extras" / "python").mkdir(parents=True)
+    (install / "extras" / "python" / "fake_ncu_report_h5.py").write_text("FOUND = 'extras'\n")
+    (install / "ncu").write_text("#!/bin/sh\n")
+    (tmp_path / "bin").mkdir()
+    os.symlink(install / "ncu", tmp_path / "bin" / "ncu")
+    monkeypatch.setattr(report, "MODULE", "fake_ncu_report_h5")
+    assert report.extras_dirs(str(tmp_path / "bin" / "ncu")) == [install / "extras/python"]
+    wrapper = tmp_path / "cuda" / "bin" / "ncu"      # toolkit layout: bin/ncu beside the install
+    wrapper.parent.mkdir(parents=True)
+    wrapper.write_text("#!/bin/sh\n")
+    os.symlink(install, tmp_path / "cuda" / "nsight-compute-2025.3.1")
+    assert report.extras_dirs(str(wrapper)) == [tmp_path / "cuda/nsight-compute-2025.3.1/"
+                                                "extras/python"]
+    monkeypatch.setattr("sys.path", list(__import__("sys").path))
+    assert report.load_module(str(tmp_path / "bin" / "ncu")).FOUND == "extras"
+    monkeypatch.setattr(report, "MODULE", "fake_ncu_report_absent_h5")
+    assert report.load_module(str(tmp_path / "bin" / "ncu")) is None
+    assert report.extras_dirs(None) == []
+
+
+def test_read_kernels_falls_back_to_the_csv_export(tmp_path, csv_reader):
+    ks, reader = report.read_kernels(tmp_path / "r.ncu-rep", (Metric.L2_TEX_MISSES,),
+                                     export_csv=lambda p: RAW_CSV.read_text())
+    assert reader == "csv" and len(ks) == 4
+    with pytest.raises(IngestError, match="pip install ncu-report"):
+        report.read_kernels(tmp_path / "r.ncu-rep", (Metric.L2_TEX_MISSES,))
