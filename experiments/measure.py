@@ -106,12 +106,12 @@ def check_and_time(cases: list[Case], arch: Arch, *, run: str, study: str, reps:
         launchers = {}
         for case in group:
             try:
-                be = families.get(case.variant.backend) or families.setdefault(
+                fam = families.get(case.variant.backend) or families.setdefault(
                     case.variant.backend, family(case.variant.backend, arch.name))
-                prepared = be.prepare(case.variant, problem)
+                prepared = fam.prepare(case.variant, problem)
                 res.rows += resource_rows(case, prepared, run=run, study=study, arch=arch.name)
                 out = poisoned_like(q)
-                be.run(prepared, q, k, v, out)
+                fam.run(prepared, q, k, v, out)
                 torch.cuda.synchronize()
                 verdict = check(out, q, k, v, problem.causal, ref)
             except Exception as e:          # a failed variant is reported; the sweep goes on
@@ -123,7 +123,7 @@ def check_and_time(cases: list[Case], arch: Arch, *, run: str, study: str, reps:
                 res.failed[case.id] = str(verdict)
                 continue
             res.passed.append(case)
-            launchers[case] = (lambda be=be, p=prepared, o=out, q=q, k=k, v=v: be.run(p, q, k, v, o))
+            launchers[case] = (lambda f=fam, p=prepared, o=out, q=q, k=k, v=v: f.run(p, q, k, v, o))
         peers = sdpa_peers(q, k, v, problem.causal) if timed else {}
         named = {c.id: fn for c, fn in launchers.items()} | peers
         samples = (time_interleaved(named, reps=reps, l2="cold", l2_bytes=arch.l2_bytes)
