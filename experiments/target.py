@@ -23,20 +23,20 @@ def main(argv: list[str] | None = None) -> int:
     cases = [case_from_dict(d) for d in plan["cases"]]
     families, launches, inputs = {}, [], {}
     for case in cases:
-        be = families.get(case.variant.backend) or families.setdefault(
+        fam = families.get(case.variant.backend) or families.setdefault(
             case.variant.backend, family(case.variant.backend, plan.get("arch")))
         if case.problem not in inputs:
             q, k, v = random_inputs(case.problem, plan.get("seed", 0))
             inputs[case.problem] = (q, k, v, poisoned_like(q))
         q, k, v, out = inputs[case.problem]
-        prepared = be.prepare(case.variant, case.problem)
-        be.run(prepared, q, k, v, out)                      # warm-up: compile outside the range
-        launches.append((case, be, prepared))
+        prepared = fam.prepare(case.variant, case.problem)
+        fam.run(prepared, q, k, v, out)                     # warm-up: compile outside the range
+        launches.append((case, fam, prepared))
     torch.cuda.synchronize()
-    for case, be, prepared in launches:
+    for case, fam, prepared in launches:
         q, k, v, out = inputs[case.problem]
         torch.cuda.nvtx.range_push(case.id)
-        be.run(prepared, q, k, v, out)
+        fam.run(prepared, q, k, v, out)
         torch.cuda.nvtx.range_pop()
         torch.cuda.synchronize()
     return 0
