@@ -9,18 +9,27 @@ Why groups. ncu collects a metric list in as many *replay passes* as the hardwar
 need, and it splits the list by counter domain, not by meaning. The ``hopper`` set takes 4 passes
 on an H100 (``profiler__replayer_passes`` = 4 in every committed raw export), so the hits, the
 misses and the sector total of one case can come from different executions of a kernel whose
-CTA placement and timing differ between executions: hits + misses then miss the total by up to
-30%, and a hit *rate* built from them is meaningless (Nsight Compute's metrics guide warns about
-exactly this). A :class:`Group` names metrics that must agree with each other, small enough to be
-meant for ONE pass; the collector (``profiles.collect``) runs one ncu session per group, asks for
-``profiler__replayer_passes`` in every session and records it, and the rows of a group that still
-needed more than one pass are flagged ``multipass=N`` (whether a group fits is found by measuring,
-since ncu publishes no table of counter slots). Values of different groups are never combined
-into one ratio per repeat; checks across groups use medians and say so.
+timing differs between executions: hits + misses then miss the total by up to 30%, and a hit
+*rate* built from them is meaningless (Nsight Compute's metrics guide warns about exactly this).
+A :class:`Group` names metrics collected together for one purpose; the collector
+(``profiles.collect``) runs one ncu session per group, asks for ``profiler__replayer_passes`` in
+every session and records it, and the rows of a group that needed more than one pass are flagged
+``multipass=N``. Values of different groups are never combined into one ratio per repeat; checks
+across groups use medians and say so.
 
-``metrics`` of a group are its *home* metrics (the value analysis reads by default); ``also`` are
-companions collected again in the same pass only so that a check can compare them with the home
-metrics of the same execution (e.g. DRAM bytes beside the tex misses of that very replay).
+Which sets fit one pass is found by measuring (ncu publishes no table of counter slots). On the
+H100 (``profiles/h100/ncu-passes-20261123/passes.csv``, ncu 2025.3.1, one CUDA kernel) these
+groups took: ``dram`` 1 pass, ``lrc`` 1, ``l1`` 1 (and the three LRC coalescing counters with five
+others, 1), but ``tex`` 4 and ``fabric`` 4: tex hits, misses and sectors cannot be read from one
+execution there, while the local tex misses and the DRAM bytes can. So the miss count the study
+compares lives in group ``dram`` (one pass, beside the DRAM fills of that same execution), the
+tex sector count in ``lrc`` (one pass, beside the L1 and LRC read sectors it is compared with),
+and group ``tex`` (hits, with misses and sectors as companions) exists for the hits + misses =
+sectors check, whose rows carry ``multipass=4`` on an H100.
+
+``metrics`` of a group are its *home* metrics (each metric is home in one group, which analysis
+reads by default); ``also`` are companions collected again in the same session only so that a
+check can compare them with the home metrics of that session.
 """
 from __future__ import annotations
 
@@ -73,25 +82,27 @@ class Group:
 
 
 GROUPS: dict[str, Group] = {g.name: g for g in (
-    Group("tex", (Metric.L2_TEX_SECTORS, Metric.L2_TEX_HITS, Metric.L2_TEX_MISSES),
-          "L2 lookups from L1TEX/TMA in the SM's local partition: hits + misses = sectors"),
+    Group("dram", (Metric.L2_TEX_MISSES, Metric.DRAM_READ_BYTES),
+          "local tex misses and DRAM fills of one execution (1 pass on an H100)"),
+    Group("lrc", (Metric.LRC_READ_SECTORS, Metric.L1_XBAR_READ_SECTORS, Metric.L2_TEX_SECTORS),
+          "read sectors into L1, out of the L2 Request Coalescer, and L2 tex lookups (1 pass)"),
+    Group("tex", (Metric.L2_TEX_HITS,),
+          "tex hits beside misses and sectors: the hits + misses = sectors check (4 passes)",
+          also=(Metric.L2_TEX_MISSES, Metric.L2_TEX_SECTORS)),
+    Group("fabric", (Metric.L2_FABRIC_SECTORS, Metric.L2_FABRIC_HITS, Metric.L2_FABRIC_MISSES),
+          "lookups forwarded from the other partition to the line's home partition (4 passes)"),
+    Group("l1", (Metric.L1_SECTORS, Metric.L1_HITS), "L1TEX lookups, zero for TMA loads (1 pass)"),
+    Group("lrc_detail", (Metric.LRC_COALESCED_HW_SECTORS, Metric.LRC_COALESCED_PROG_SECTORS,
+                         Metric.LRC_UNCOALESCED_SECTORS),
+          "how the LRC's read sectors were coalesced: hardware, programmatic (multicast), none"),
     Group("tex_read", (Metric.L2_TEX_READ_SECTORS, Metric.L2_TEX_READ_HITS,
                        Metric.L2_TEX_READ_MISSES),
-          "the read-only part of the tex lookups (O stores excluded)"),
-    Group("fabric", (Metric.L2_FABRIC_SECTORS, Metric.L2_FABRIC_HITS, Metric.L2_FABRIC_MISSES),
-          "lookups forwarded from the other partition to the line's home partition"),
-    Group("dram", (Metric.DRAM_READ_BYTES,),
-          "DRAM fills, beside the local tex misses of the same pass",
-          also=(Metric.L2_TEX_MISSES,)),
-    Group("lrc", (Metric.LRC_READ_SECTORS, Metric.L1_XBAR_READ_SECTORS),
-          "L2 Request Coalescer: read sectors before and after coalescing, beside L2 tex sectors",
-          also=(Metric.L2_TEX_SECTORS,)),
-    Group("l1", (Metric.L1_SECTORS, Metric.L1_HITS), "L1TEX lookups (zero for TMA loads)"),
+          "the read-only part of the tex lookups, O stores excluded (4 passes)"),
     Group("l2_all", (Metric.L2_SECTORS, Metric.L2_HIT_RATE),
           "all L2 clients (the paper's totals; include fabric and other engines)"),
 )}
 
-DEFAULT_GROUPS = ("tex", "fabric", "dram", "lrc", "l1")
+DEFAULT_GROUPS = ("dram", "lrc", "tex", "fabric", "l1")
 
 
 def get_groups(names: tuple[str, ...] | list[str]) -> tuple[Group, ...]:

@@ -52,6 +52,10 @@ class Metric:
     # to the crossbar after coalescing (why L2 tex sectors fall below L1 read sectors)
     L1_XBAR_READ_SECTORS = "l1tex__m_xbar2l1tex_read_sectors.sum"
     LRC_READ_SECTORS = "lrc__lrc2xbar_sectors_op_read.sum"
+    LRC_COALESCED_HW_SECTORS = "lrc__lrc2xbar_sectors_op_read_coalescing_achieved_type_hardware.sum"
+    LRC_COALESCED_PROG_SECTORS = (
+        "lrc__lrc2xbar_sectors_op_read_coalescing_achieved_type_programmatic.sum")
+    LRC_UNCOALESCED_SECTORS = "lrc__lrc2xbar_sectors_op_read_coalescing_none.sum"
     REPLAY_PASSES = "profiler__replayer_passes"
     # derived from measured counters: the two meanings of "a miss" on a partitioned L2
     DRAM_FILL_SECTORS = "dram_fill_sectors"                    # dram__bytes_read.sum / sector
@@ -86,6 +90,8 @@ UNITS = {
     Metric.L2_TEX_READ_MISSES: "sector", Metric.L2_FABRIC_SECTORS: "sector",
     Metric.L2_FABRIC_HITS: "sector", Metric.L2_FABRIC_MISSES: "sector",
     Metric.L1_XBAR_READ_SECTORS: "sector", Metric.LRC_READ_SECTORS: "sector",
+    Metric.LRC_COALESCED_HW_SECTORS: "sector", Metric.LRC_COALESCED_PROG_SECTORS: "sector",
+    Metric.LRC_UNCOALESCED_SECTORS: "sector",
     Metric.REPLAY_PASSES: "pass", Metric.DRAM_FILL_SECTORS: "sector",
     Metric.DRAM_FILL_ESTIMATE_SECTORS: "sector", Metric.CHECK_TEX_LOOKUPS: "ratio",
     Metric.CHECK_FABRIC_LOOKUPS: "ratio", Metric.CHECK_DRAM_PER_TEX_MISS: "ratio",
