@@ -1,0 +1,251 @@
+"""Calibration of the timed simulator that cannot overfit: at most two fitted parameters per arch,
+fitted on one study and judged on the others.
+
+What is fitted and what is not. ``analysis.timesim`` has six knobs; per arch only two may be free:
+
+- ``capacity_fraction`` f: the effective L2 capacity as a fraction of the nominal L2 (the capacity
+  lost to set conflicts, the slice hash, other data; the partitions' duplication is modelled, not
+  fitted);
+- ``miss_ratio`` r: the time of a miss (a DRAM fill) over the time of a hit step.
+
+The others are fixed by measurements or documented facts, never by the miss counts:
+``jitter`` from the measured CTA drift (``jitter_from_drift``: a random walk of ``n`` steps with
+log-normal step factors of sd σ spreads ``N`` CTAs over ``E[range of N normals]·σ·√n`` steps);
+``partitions`` from the arch registry; the request-coalescer window is off for miss counts (it
+removes lookups that would have been hits or waits on a fill in flight, not misses).
+
+``fit`` refuses more than two free parameters, searches a fixed grid (no per-case knob, no
+continuous optimiser that could chase noise), and the winner is written with the run directories,
+cases and grid it came from to ``analysis/params/<arch>.json`` (``write_params``).
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from spec.arch import Arch
+from spec.case import Case
+from spec.orders import ScanOrder
+from spec.problem import Problem, Tiles
+from spec.records import Metric, read_csv
+from spec.schedules import CtaSchedule
+from spec.variant import Backend, Variant
+
+from .timesim import TimeParams
+
+__all__ = ["FITTABLE", "MAX_FREE", "MeasuredCase", "load_measured", "case_of_row",
+           "jitter_from_drift", "ArchParams", "fit", "rel_rms", "write_params", "read_params",
+           "PARAMS_DIR"]
+
+MAX_FREE = 2
+FITTABLE = ("capacity_fraction", "miss_ratio")
+PARAMS_DIR = Path(__file__).resolve().parent / "params"
+MISSES = Metric.L2_TEX_MISSES
+
+
+@dataclass(frozen=True)
+class MeasuredCase:
+    """One measured case of one study: its L2 tex misses in every run that measured it."""
+
+    study: str
+    case: Case
+    runs: tuple[str, ...]
+    values: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        return float(np.median(self.values))
+
+    @property
+    def lo(self) -> float:
+        return float(min(self.values))
+
+    @property
+    def hi(self) -> float:
+        return float(max(self.values))
+
+    @property
+    def spread(self) -> float:
+        """Run-to-run range over the median (0 for a single run)."""
+        return (self.hi - self.lo) / self.median if self.median else float("nan")
+
+    @property
+    def key(self) -> str:
+        return self.case.id
+
+
+def case_of_row(r: dict, arch: Arch) -> Case:
+    """The case a measured row stands for. Resident CTAs: the persistent schedule's P, otherwise
+    SM count × the row's occupancy (the arch default of the family when the row has none)."""
+    backend = Backend(r["backend"])
+    occ = r["occupancy"]
+    variant = Variant(backend, ScanOrder.parse(r["order"]), CtaSchedule.parse(r["schedule"]),
+                      Tiles(r["tile_m"], r["tile_n"]), occ)
+    problem = Problem(B=r["B"], H=r["H"], S_q=r["S_q"], D=r["D"], S_kv=r["S_kv"], H_kv=r["H_kv"],
+                      dtype=r["dtype"], causal=r["causal"])
+    if variant.schedule.is_persistent:
+        resident = variant.schedule.num_ctas
+    else:
+        default = arch.cutile_occupancy if backend == Backend.CUTILE else arch.cuda_occupancy
+        resident = arch.resident_ctas(occ or default)
+    return Case(problem, variant, resident, "measured")
+
+
+def _study_dirs(root: Path, study: str) -> list[Path]:
+    pat = re.compile(rf"^{re.escape(study)}(-profile)?-\d{{8}}[a-z]?(-r\d+)?$")
+    return sorted(d for d in root.iterdir() if d.is_dir() and pat.match(d.name)
+                  and (d / "counters.csv").exists())
+
+
+def load_measured(root: Path, arch: Arch, study: str) -> list[MeasuredCase]:
+    """Every measured case of ``study`` under ``root`` (e.g. ``profiles/h100``) with its tex
+    misses in each run directory (``<study>-YYYYMMDD[-rN]``; a ``longseq-profile-...`` directory
+    counts for longseq)."""
+    per: dict[str, tuple[Case, list[str], list[float]]] = {}
+    for d in _study_dirs(Path(root), study):
+        for r in read_csv(d / "counters.csv"):
+            if r["metric"] != MISSES or r["source"] != "measured":
+                continue
+            c = case_of_row(r, arch)
+            _, runs, vals = per.setdefault(c.id, (c, [], []))
+            runs.append(d.name)
+            vals.append(r["value"])
+    return [MeasuredCase(study, c, tuple(runs), tuple(vals)) for c, runs, vals in per.values()]
+
+
+# --------------------------------------------------------------------------------------------
+# jitter from the measured drift
+# --------------------------------------------------------------------------------------------
+def expected_normal_range(n: int) -> float:
+    """E[max − min] of ``n`` independent standard normals (numerical integral)."""
+    x = np.linspace(-10, 10, 20001)
+    cdf = 0.5 * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
+    pdf = np.exp(-x * x / 2) / math.sqrt(2 * math.pi)
+    e_max = float(np.trapezoid(x * n * pdf * cdf ** (n - 1), x))
+    return 2 * e_max
+
+
+def jitter_from_drift(drift_csv: Path) -> tuple[float, str]:
+    """σ of the per-step log duration factor from a drift run: for every non-causal case, its
+    spread (in steps) after one work item ``n`` divided by ``E[range of N normals]·√n``; the
+    median over the cases. Returns (σ, a note naming the data)."""
+    rows = read_csv(Path(drift_csv))
+    by: dict[tuple, dict] = {}
+    for r in rows:
+        if r["causal"]:
+            continue
+        k = (r["variant"], r["B"])
+        d = by.setdefault(k, {"pts": [], "n": None, "P": None, "step": None})
+        if r["metric"] == Metric.STEP_NS:
+            d["step"] = r["value"]
+        elif r["metric"] == Metric.CTA_START_SPREAD_NS:
+            d["pts"].append((r["x"], r["value"]))
+        d["n"] = -(-r["S_kv"] // r["tile_n"])
+        d["P"] = CtaSchedule.parse(r["schedule"]).num_ctas
+    sig = []
+    for d in by.values():
+        x = np.array([p[0] for p in d["pts"]])
+        v = np.array([p[1] for p in d["pts"]])
+        i = int(np.argmin(abs(x - d["n"])))
+        spread_steps = v[i] / d["step"]
+        sig.append(spread_steps / (expected_normal_range(d["P"]) * math.sqrt(x[i])))
+    if not sig:
+        raise ValueError(f"{drift_csv}: no non-causal drift cases to derive the jitter from")
+    s = float(np.median(sig))
+    return s, f"jitter {s:.4f} = median over {len(sig)} non-causal cases of {Path(drift_csv).parent.name}"
+
+
+# --------------------------------------------------------------------------------------------
+# the fit
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ArchParams:
+    """An arch's simulator parameters and where they came from (one committed JSON per arch)."""
+
+    arch: str
+    capacity_fraction: float
+    miss_ratio: float
+    jitter: float
+    partitions: int
+    fitted: tuple[str, ...]            # which of FITTABLE were fitted (empty: defaults)
+    fit_study: str = ""
+    fit_runs: tuple[str, ...] = ()
+    fit_cases: tuple[str, ...] = ()
+    fit_rel_rms: float | None = None
+    grid: dict = field(default_factory=dict)
+    grid_rel_rms: tuple = ()            # (f, r, rel_rms) of every grid point
+    derivation: str = ""
+
+    def time_params(self, arch: Arch, seed: int = 0, sample_rate: float = 1.0) -> TimeParams:
+        return TimeParams(int(self.capacity_fraction * arch.l2_bytes), miss_ratio=self.miss_ratio,
+                          jitter=self.jitter, seed=seed, partitions=self.partitions,
+                          sample_rate=sample_rate)
+
+    def note(self) -> str:
+        src = (f"fitted {'+'.join(self.fitted)} on {self.fit_study}" if self.fitted
+               else "defaults, not fitted")
+        return f"params {self.arch}: f={self.capacity_fraction:g} r={self.miss_ratio:g} ({src})"
+
+
+def rel_rms(pred: Sequence[float], meas: Sequence[float]) -> float:
+    """sqrt(mean(((pred − meas) / meas)²))."""
+    p, m = np.asarray(pred, float), np.asarray(meas, float)
+    return float(np.sqrt(np.mean(((p - m) / m) ** 2))) if len(m) else float("nan")
+
+
+def fit(cases: Sequence[MeasuredCase], predict: Callable[[Case, dict], float],
+        grid: dict[str, Sequence[float]], fixed: dict[str, float]) -> tuple[dict, float, list]:
+    """Grid search of at most two free parameters minimising the relative RMS error of
+    ``predict(case, params)`` against each case's median.
+
+    ``grid`` maps each free parameter (one of ``FITTABLE``) to its candidate values; ``fixed``
+    gives the others. Returns (best params, its rel. RMS, [(params, rel. RMS)] of every point).
+    """
+    free = list(grid)
+    if len(free) > MAX_FREE:
+        raise ValueError(f"{len(free)} free parameters {free}: the calibration fits at most "
+                         f"{MAX_FREE}; fix the others from measurements or documented facts")
+    unknown = [k for k in free if k not in FITTABLE]
+    if unknown:
+        raise ValueError(f"not fittable: {unknown}; fittable: {FITTABLE}")
+    both = set(free) & set(fixed)
+    if both:
+        raise ValueError(f"{sorted(both)} given as free and fixed")
+    if not cases:
+        raise ValueError("no measured cases to fit")
+    meas = [c.median for c in cases]
+    points = []
+    for values in np.array(np.meshgrid(*[list(grid[k]) for k in free], indexing="ij")).reshape(
+            len(free), -1).T:
+        params = {**fixed, **dict(zip(free, (float(v) for v in values)))}
+        err = rel_rms([predict(c.case, params) for c in cases], meas)
+        points.append((params, err))
+    best = min(points, key=lambda p: p[1])
+    return best[0], best[1], points
+
+
+def write_params(p: ArchParams, path: Path | None = None) -> Path:
+    path = Path(path or PARAMS_DIR / f"{p.arch}.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({"schema": 1, **asdict(p)}, indent=1) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def read_params(arch: str, path: Path | None = None) -> ArchParams:
+    path = Path(path or PARAMS_DIR / f"{arch}.json")
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no simulator parameters for {arch}; run "
+                                f"`python -m analysis.simcheck fit --arch {arch}`")
+    d = json.loads(path.read_text())
+    d.pop("schema", None)
+    for k in ("fitted", "fit_runs", "fit_cases", "grid_rel_rms"):
+        d[k] = tuple(tuple(x) if isinstance(x, list) else x for x in d[k])
+    return ArchParams(**d)

@@ -1,0 +1,262 @@
+"""Simulator vs measured, out of sample: fit two parameters on one study, predict the others.
+
+Rows in, rows out. ``validate(measured, arch, params, fit_study)`` takes ``MeasuredCase``s (from
+``analysis.calibrate.load_measured``) and returns one ``ErrorRow`` per case: measured median and
+range over the runs, the timed simulator's prediction (seed 0) and its range over jitter seeds,
+the relative error, and whether the case was in the fit (in-sample) or not (out-of-sample).
+``summarize`` turns them into per-study and overall relative RMS errors, in and out of sample,
+over the cases whose run-to-run spread is below ``STABLE_SPREAD``; ``sawtooth_signs`` gives the
+sign of every linear→sawtooth change, measured (per run) and predicted.
+
+CLI::
+
+    python -m analysis.simcheck fit --arch h100          # writes analysis/params/h100.json
+    python -m analysis.simcheck validate --arch h100 --out DIR [--seeds 3]
+
+Every number here is simulated against measured; the simulated side names its parameters.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from spec.arch import Arch, get as get_arch
+from spec.case import Case
+
+from . import calibrate as cal
+from .timesim import TimeCounts, TimeParams, simulate_case
+
+__all__ = ["ErrorRow", "SignRow", "predict", "validate", "summarize", "sawtooth_signs",
+           "STABLE_SPREAD", "STUDIES"]
+
+STABLE_SPREAD = 0.15
+"""Cases whose run-to-run range exceeds this fraction of their median are judged by range
+overlap, not by relative error (the issue's Bar)."""
+STUDIES = ("divergence", "sawtooth", "active-sms", "l1l2", "traffic", "longseq")
+FIT_GRID = {"capacity_fraction": (0.25, 0.35, 0.5, 0.7, 1.0), "miss_ratio": (1.0, 3.0, 9.0)}
+"""The fixed grid every arch is fitted on (chosen before looking at any fit)."""
+
+
+def _params(arch: Arch, p: dict, seed: int = 0) -> TimeParams:
+    return TimeParams(int(p["capacity_fraction"] * arch.l2_bytes), miss_ratio=p["miss_ratio"],
+                      jitter=p["jitter"], seed=seed, partitions=int(p["partitions"]))
+
+
+def predict(case: Case, arch: Arch, p: dict, seed: int = 0) -> TimeCounts:
+    """The timed simulator's counts for one case under parameter dict ``p``."""
+    return simulate_case(case, _params(arch, p, seed), arch.sector_bytes)
+
+
+@dataclass(frozen=True)
+class ErrorRow:
+    arch: str
+    study: str
+    case: str
+    sample: str               # "in" (the fit used it) or "out"
+    runs: int
+    measured_median: float
+    measured_lo: float
+    measured_hi: float
+    spread: float             # (hi - lo) / median over the runs
+    predicted: float          # seed 0
+    predicted_lo: float       # over the jitter seeds
+    predicted_hi: float
+    rel_err: float            # (predicted - median) / median
+    overlap: bool             # predicted range overlaps the measured range
+    source: str = "simulated"
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class SignRow:
+    arch: str
+    case: str
+    measured_pct: tuple       # sawtooth vs linear, % of linear, per run
+    stable: bool              # same sign in every run
+    predicted_pct: float
+    sign_right: bool
+
+
+def validate(measured: Sequence[cal.MeasuredCase], arch: Arch, p: dict, fit_study: str,
+             seeds: int = 1, note: str = "", progress=None) -> list[ErrorRow]:
+    """One ``ErrorRow`` per measured case (see the module docstring)."""
+    out = []
+    for m in measured:
+        preds = [predict(m.case, arch, p, s).tex_misses for s in range(seeds)]
+        if progress:
+            progress(m)
+        lo, hi = min(preds), max(preds)
+        out.append(ErrorRow(
+            arch=arch.name, study=m.study, case=m.key,
+            sample="in" if m.study == fit_study else "out", runs=len(m.values),
+            measured_median=m.median, measured_lo=m.lo, measured_hi=m.hi, spread=m.spread,
+            predicted=float(preds[0]), predicted_lo=float(lo), predicted_hi=float(hi),
+            rel_err=(preds[0] - m.median) / m.median, overlap=bool(lo <= m.hi and hi >= m.lo),
+            note=note))
+    return out
+
+
+def summarize(rows: Sequence[ErrorRow]) -> list[dict]:
+    """Relative RMS error per (study, sample) and overall in/out, over the stable cases; counts of
+    the unstable ones and how many of their predicted ranges overlap the measured range."""
+    out = []
+    groups: dict[tuple, list[ErrorRow]] = {}
+    for r in rows:
+        groups.setdefault((r.study, r.sample), []).append(r)
+        groups.setdefault(("all", r.sample), []).append(r)
+    for (study, sample), rs in sorted(groups.items()):
+        stable = [r for r in rs if r.spread <= STABLE_SPREAD]
+        unstable = [r for r in rs if r.spread > STABLE_SPREAD]
+        err = np.array([r.rel_err for r in stable])
+        out.append(dict(arch=rs[0].arch, study=study, sample=sample, cases=len(rs),
+                        stable=len(stable),
+                        rel_rms=float(np.sqrt(np.mean(err ** 2))) if len(err) else float("nan"),
+                        median_rel_err=float(np.median(err)) if len(err) else float("nan"),
+                        unstable=len(unstable),
+                        unstable_overlap=sum(r.overlap for r in unstable)))
+    return out
+
+
+def sawtooth_signs(measured: Sequence[cal.MeasuredCase], rows: Sequence[ErrorRow]) -> list[SignRow]:
+    """Every linear/sawtooth twin pair of the sawtooth study: measured change per run, whether
+    its sign is the same in every run, the predicted change, and whether the predicted sign is
+    right (judged only where the measured sign is stable)."""
+    pred = {r.case: r.predicted for r in rows}
+    by_id = {m.key: m for m in measured if m.study == "sawtooth"}
+    out = []
+    for key, lin in by_id.items():
+        if ".linear." not in key:
+            continue
+        saw = by_id.get(key.replace(".linear.", ".sawtooth.", 1))
+        if saw is None or key not in pred:
+            continue
+        runs = [r for r in lin.runs if r in saw.runs]
+        ch = tuple(100 * (saw.values[saw.runs.index(r)] / lin.values[lin.runs.index(r)] - 1)
+                   for r in runs)
+        stable = all(c < 0 for c in ch) or all(c > 0 for c in ch)
+        pc = 100 * (pred[saw.key] / pred[key] - 1)
+        out.append(SignRow(arch=rows[0].arch, case=key.replace(".linear.", ".{linear,sawtooth}."),
+                           measured_pct=tuple(round(c, 2) for c in ch), stable=stable,
+                           predicted_pct=round(pc, 2),
+                           sign_right=bool(stable and np.sign(pc) == np.sign(ch[0]))))
+    return out
+
+
+def write_rows(path: Path, rows: Sequence) -> None:
+    rows = list(rows)
+    if not rows:
+        return
+    d0 = rows[0] if isinstance(rows[0], dict) else asdict(rows[0])
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(d0))
+        w.writeheader()
+        for r in rows:
+            w.writerow(r if isinstance(r, dict) else asdict(r))
+    tmp.replace(path)
+
+
+# --------------------------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------------------------
+def _fixed(arch: Arch, root: Path) -> tuple[dict, str]:
+    drift = Path("profiles/h100/drift-20261121b/drift.csv")
+    jitter, why = cal.jitter_from_drift(drift)
+    return {"jitter": jitter, "partitions": arch.l2_partitions}, why
+
+
+def cmd_fit(arch: Arch, root: Path, study: str) -> cal.ArchParams:
+    measured = cal.load_measured(root, arch, study)
+    if not measured:
+        raise SystemExit(f"no measured {study} cases under {root}; give --root with the data")
+    fixed, why = _fixed(arch, root)
+    t0 = time.perf_counter()
+    n = [0]
+    n_points = int(np.prod([len(v) for v in FIT_GRID.values()]))
+
+    def pred(case, p):
+        n[0] += 1
+        print(f"\r  fit {n[0]}/{len(measured) * n_points} {time.perf_counter() - t0:.0f}s",
+              end="", file=sys.stderr, flush=True)
+        return predict(case, arch, p).tex_misses
+
+    best, err, points = cal.fit(measured, pred, FIT_GRID, fixed)
+    print(file=sys.stderr)
+    ap = cal.ArchParams(
+        arch=arch.name, capacity_fraction=best["capacity_fraction"],
+        miss_ratio=best["miss_ratio"], jitter=fixed["jitter"], partitions=fixed["partitions"],
+        fitted=cal.FITTABLE, fit_study=study,
+        fit_runs=tuple(sorted({r for m in measured for r in m.runs})),
+        fit_cases=tuple(m.key for m in measured), fit_rel_rms=err,
+        grid={k: list(v) for k, v in FIT_GRID.items()},
+        grid_rel_rms=tuple((p["capacity_fraction"], p["miss_ratio"], e) for p, e in points),
+        derivation=f"grid search of rel. RMS of tex misses vs the median of the runs; {why} "
+                   f"(fixed, not fitted); partitions from the arch registry")
+    return ap
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m analysis.simcheck", description=__doc__.split(
+        "\n")[0])
+    ap.add_argument("command", choices=("fit", "validate"))
+    ap.add_argument("--arch", required=True)
+    ap.add_argument("--root", type=Path, help="measured data (default profiles/<arch>)")
+    ap.add_argument("--fit-study", default="divergence")
+    ap.add_argument("--studies", default=",".join(STUDIES))
+    ap.add_argument("--seeds", type=int, default=1)
+    ap.add_argument("--out", type=Path)
+    a = ap.parse_args(argv)
+    try:
+        arch = get_arch(a.arch)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    root = a.root or Path("profiles") / arch.name
+    if not root.is_dir():
+        print(f"error: no measured data at {root}; pass --root DIR", file=sys.stderr)
+        return 2
+    if a.command == "fit":
+        p = cmd_fit(arch, root, a.fit_study)
+        path = cal.write_params(p)
+        print(f"{path}: f={p.capacity_fraction} r={p.miss_ratio} rel RMS {p.fit_rel_rms:.3f}")
+        return 0
+    p = cal.read_params(arch.name)
+    pd = {"capacity_fraction": p.capacity_fraction, "miss_ratio": p.miss_ratio,
+          "jitter": p.jitter, "partitions": p.partitions}
+    if a.out is None:
+        print("error: validate needs --out DIR", file=sys.stderr)
+        return 2
+    a.out.mkdir(parents=True, exist_ok=True)
+    rows, measured = [], []
+    for study in a.studies.split(","):
+        ms = cal.load_measured(root, arch, study)
+        measured += ms
+        t0 = time.perf_counter()
+        seeds = a.seeds if any(m.spread > STABLE_SPREAD for m in ms) else 1
+        rows += validate(ms, arch, pd, p.fit_study, seeds=seeds, note=p.note())
+        print(f"{study}: {len(ms)} cases, {seeds} seed(s), {time.perf_counter() - t0:.0f}s",
+              file=sys.stderr)
+        write_rows(a.out / "errors.csv", rows)
+    summ = summarize(rows)
+    signs = sawtooth_signs(measured, rows)
+    write_rows(a.out / "summary.csv", summ)
+    write_rows(a.out / "signs.csv", signs)
+    for s in summ:
+        print(f"{s['study']:>11} {s['sample']:>3}  cases {s['cases']:>3}  stable {s['stable']:>3}"
+              f"  rel RMS {100 * s['rel_rms']:6.1f}%  unstable {s['unstable']} "
+              f"(overlap {s['unstable_overlap']})")
+    for s in signs:
+        print(f"  {s.case}: measured {s.measured_pct} predicted {s.predicted_pct:+.1f}% "
+              f"{'stable' if s.stable else 'unstable'} {'right' if s.sign_right else ''}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,63 @@
+"""Calibration: at most two free parameters, a fixed grid, parameters written with their data."""
+import math
+from pathlib import Path
+
+import pytest
+
+from analysis import calibrate as cal
+from analysis.merge import merged_sector_accesses
+from analysis.models import sector_accesses
+from analysis.timesim import TimeParams
+from spec import Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant, get_arch
+from spec.case import Case
+
+CASE = Case(Problem(1, 1, 2048, 64), Variant(Backend.CUDA, ScanOrder.linear(),
+                                                CtaSchedule.persistent(8), Tiles(64, 64)), 8, "t")
+
+
+def _measured(value):
+    return cal.MeasuredCase("divergence", CASE, ("r1",), (value,))
+
+
+def test_fit_refuses_more_than_two_free_parameters():
+    grid = {"capacity_fraction": [0.5], "miss_ratio": [1.0], "jitter": [0.0]}
+    with pytest.raises(ValueError, match="at most 2"):
+        cal.fit([_measured(1.0)], lambda c, p: 1.0, grid, {})
+
+
+def test_fit_refuses_unknown_or_doubly_given_parameters():
+    with pytest.raises(ValueError, match="not fittable"):
+        cal.fit([_measured(1.0)], lambda c, p: 1.0, {"jitter": [0.0]}, {})
+    with pytest.raises(ValueError, match="free and fixed"):
+        cal.fit([_measured(1.0)], lambda c, p: 1.0, {"miss_ratio": [1.0]}, {"miss_ratio": 2.0})
+
+
+def test_fit_picks_the_grid_point_of_least_relative_rms():
+    # prediction = 10 * f * r; measured 6: the best grid point is f*r = 0.6
+    best, err, points = cal.fit([_measured(6.0)], lambda c, p: 10 * p["capacity_fraction"] *
+                                p["miss_ratio"], {"capacity_fraction": [0.2, 0.3, 0.5],
+                                                  "miss_ratio": [1.0, 2.0]}, {"jitter": 0.0})
+    assert (best["capacity_fraction"], best["miss_ratio"]) == (0.3, 2.0)
+    assert err == 0.0 and len(points) == 6 and best["jitter"] == 0.0
+
+
+def test_params_round_trip(tmp_path: Path):
+    p = cal.ArchParams("h100", 0.5, 4.0, 0.04, 2, cal.FITTABLE, "divergence", ("d-1",), ("c",),
+                       0.2, {"capacity_fraction": [0.5]}, ((0.5, 4.0, 0.2),), "test")
+    path = cal.write_params(p, tmp_path / "h100.json")
+    assert cal.read_params("h100", path) == p
+    assert p.time_params(get_arch("h100")).capacity_bytes == get_arch("h100").l2_bytes // 2
+
+
+def test_expected_normal_range():
+    assert cal.expected_normal_range(2) == pytest.approx(2 / math.sqrt(math.pi), rel=1e-4)
+    assert cal.expected_normal_range(1) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_merge_term_lowers_sectors_below_the_loads():
+    loads = sector_accesses(CASE.problem, CASE.variant.tiles).total
+    p = TimeParams(1 << 20)
+    assert merged_sector_accesses(CASE, p, window=0.0) == loads
+    merged = merged_sector_accesses(CASE, p, window=1.0)
+    # 8 CTAs in lock-step on the same K/V: 7 of every 8 K/V requests merge
+    assert merged < 0.2 * loads
