@@ -1,2 +1,4 @@
-"""Profiling: Nsight Compute metric sets, the ncu runner, the profiling target and the ingestion
-of reports into the tidy schema; plus the curated, committed datasets under ``profiles/<arch>/``."""
+"""Profiling: Nsight Compute metric sets and one-pass metric groups (``metrics``), the ncu runner
+(``ncu``), repeated pass-aware collection (``collect``), report reading with NVIDIA's ``ncu_report``
+or the CSV export (``report``, ``ingest``), and the tidy rows with repeat statistics and
+consistency checks (``counters``); plus the curated, committed datasets under ``profiles/<arch>/``."""

@@ -507,3 +507,51 @@ def test_read_kernels_falls_back_to_the_csv_export(tmp_path, csv_reader):
     assert reader == "csv" and len(ks) == 4
     with pytest.raises(IngestError, match="pip install ncu-report"):
         report.read_kernels(tmp_path / "r.ncu-rep", (Metric.L2_TEX_MISSES,))
+
+
+# ---------------------------------------------------------------- the variance driver (CPU parts)
+
+def test_variance_conditions_change_one_thing_and_record_missing_launches(tmp_path, csv_reader):
+    from experiments import variance
+    tool = fake_ncu(tmp_path, f'echo "$@" > "{tmp_path}/args"')
+    cases = fixture_cases()
+    cond = variance.CONDITIONS["flush_own"]
+    obs_ = variance.run_condition(tool, cond, cases, H100, tmp_path, n=2, sessions=1, seed=0,
+                                  log=lambda *_: None)
+    args = (tmp_path / "args").read_text().split()
+    assert args[args.index("--cache-control") + 1] == "none"
+    assert args[args.index("--metrics") + 1] == f"{Metric.L2_TEX_MISSES},{Metric.REPLAY_PASSES}"
+    plan = __import__("json").loads((tmp_path / "flush_own.plan.json").read_text())
+    assert plan["flush_bytes"] == 2 * H100.l2_bytes and plan["launches"] == 2
+    assert not plan["reverse"]
+    # the fixture report holds one launch per case: launch 0 measured, launch 1 failed, seen
+    got = sorted((o.case_id, o.repeat, o.error) for o in obs_)
+    assert got == sorted([(c.id, 0, "") for c in cases] +
+                         [(c.id, 1, "session=0: 1 of 2 launches profiled") for c in cases])
+    rows = counters.rows(obs_, cases, (cond.group,), repeats=2, run="r", study="variance",
+                         arch="h100", sector_bytes=32)
+    lines = variance.table(rows)
+    assert len(lines) == 1 + len(cases) and all("failed=1" in ln for ln in lines[1:])
+    assert lines[1].split()[0] == "flush_own"
+    others = {c.name: c for c in variance.CONDITIONS.values()}
+    base = others.pop("miss_alone")
+    for c in others.values():       # each condition differs from the baseline in one setting
+        diff = [f for f in ("metrics", "cache_control", "replay_mode", "reverse")
+                if getattr(c, f) != getattr(base, f)]
+        assert diff in (["metrics"], ["cache_control"], ["reverse"],
+                        ["metrics", "replay_mode"]), c.name
+
+
+def test_variance_bad_input_exits_2_and_writes_nothing(tmp_path, capsys):
+    from experiments import variance
+    out = tmp_path / "v"
+    assert variance.main(["--out", str(out), "--conditions", "miss_alone,nope"]) == 2
+    assert "unknown condition(s) nope" in capsys.readouterr().err
+    assert variance.main(["--out", str(out), "--cases", "no_such_case"]) == 2
+    assert "no case of the sawtooth study matches" in capsys.readouterr().err
+    assert variance.main(["--out", str(out), "--n", "0"]) == 2
+    assert not out.exists()
+    ids = [c.id for c in variance.pick_cases(H100, list(variance.DEFAULT_CASES))]
+    assert ids == ["cutile.linear.static132.m64n64d64.occ2 b8h1s262144d64.fp16.full",
+                   "cutile.sawtooth.static132.m64n64d64.occ2 b8h1s262144d64.fp16.full",
+                   "cuda.linear.static132.m80n80d64 b1h1s262144d64.fp16.full"]
