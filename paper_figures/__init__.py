@@ -5,10 +5,20 @@ when the data is not there), ``plot(data, arch)`` (a matplotlib Figure) and ``ma
 figure from the command line). A table module also has ``table(data, arch)`` -> (columns, rows):
 ``render`` writes it as ``<id>.csv`` and ``<id>.md`` beside the drawn PNG/PDF. ``render`` draws
 every figure the rows allow and reports the others as skipped, with the reason.
+
+Which runs: ``analysis.datasets`` selects them (the rule in its docstring; the findings report
+uses the same one) or the user names them. Each figure states the run(s) it drew in a line at its
+foot (``STUDIES``: the studies each figure reads), and the output directory holds
+``figures.json``: per figure its files and runs, or why it was not drawn. An output directory is
+new for every render: it is filled beside its final name and renamed into place, and an existing
+one (unless empty) is refused, so old and new figures never mix.
 """
 from __future__ import annotations
 
 import csv
+import json
+import os
+import shutil
 from pathlib import Path
 
 from . import (drift, f01_l1l2_short, f02_l1l2_long, f03_traffic_noncausal, f04_traffic_causal,
@@ -16,13 +26,25 @@ from . import (drift, f01_l1l2_short, f02_l1l2_long, f03_traffic_noncausal, f04_
                f08b_cuda_tflops, f08c_cuda_time, f09_cutile_noncausal, f09b_cutile_tflops,
                f10_cutile_causal, f10b_cutile_causal_tflops, ladder, longseq, repeats, reuse,
                scaling, t1_l1l2_table, t2_model_error)
-from .data import Skip, find_runs, load_rows
+from analysis.datasets import DatasetError, default_runs, load_rows
+
+from .data import Skip, primary_run, run_name, runs_of
 
 FIGURES = (f01_l1l2_short, f02_l1l2_long, t1_l1l2_table, f03_traffic_noncausal,
            f04_traffic_causal, t2_model_error, f05_divergence, f06_active_sms, f07_access_order,
            f08_cuda_batch, f08b_cuda_tflops, f08c_cuda_time, f09_cutile_noncausal,
            f09b_cutile_tflops, f10_cutile_causal, f10b_cutile_causal_tflops, repeats, ladder,
            scaling, longseq, drift, reuse)
+
+STUDIES = {"F1": ("l1l2",), "F2": ("l1l2",), "T1": ("l1l2",), "F3": ("traffic",),
+           "F4": ("traffic",), "T2": ("traffic",), "F5": ("divergence",),
+           "F6": ("active-sms", "l1l2"), "F7": (), "F8a": ("sawtooth",), "F8b": ("sawtooth",),
+           "F8c": ("sawtooth",), "F9a": ("sawtooth",), "F9b": ("sawtooth",), "F10a": ("sawtooth",),
+           "F10b": ("sawtooth",), "repeats": ("sawtooth",), "ladder": ("ladder",),
+           "scaling": ("scaling",), "longseq": ("longseq",), "drift": ("drift",),
+           "reuse": ("reuse",)}
+"""The studies each figure reads (F6 reads the first of its two that has rows); ``repeats`` draws
+every run of its study, every other figure one (``data.one_run``)."""
 
 
 def write_table(columns: list[str], rows: list[list], stem: Path) -> list[str]:
@@ -40,37 +62,83 @@ def write_table(columns: list[str], rows: list[list], stem: Path) -> list[str]:
     return [stem.with_suffix(".csv").name, stem.with_suffix(".md").name]
 
 
-def render(rows: list[dict], arch: str, out_dir: Path, console=None, modules=None) -> list[dict]:
-    """Draw every figure (or ``modules``) into ``out_dir`` as PNG and PDF, tables also as CSV and
-    markdown; returns one record per figure."""
+def runs_drawn(rows: list[dict], figure: str) -> list[str]:
+    """The runs a figure drew from ``rows``: every loaded run of its study for ``repeats``, else
+    the primary run of the first of its studies that has rows (names as ``data.run_name``)."""
+    for study in STUDIES[figure]:
+        runs = runs_of(rows, study)
+        if runs:
+            return [run_name(r) for r in runs] if figure == "repeats" \
+                else [run_name(primary_run(rows, study))]
+    return []
+
+
+def render(rows: list[dict], arch: str, out_dir: Path, console=None, modules=None,
+           each: bool = True) -> list[dict]:
+    """Draw every figure (or ``modules``) into the new directory ``out_dir`` as PNG and PDF,
+    tables also as CSV and markdown, and ``figures.json``; returns one record per figure. With
+    ``each``, ``console`` gets one line per figure (drawn or skipped, with the reason); otherwise
+    the caller prints ``summary(report, out_dir)``. Nothing is written when no figure is drawn.
+    ``out_dir`` must not exist (or be empty): ``FileExistsError`` otherwise."""
     import matplotlib.pyplot as plt
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = Path(out_dir)
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise FileExistsError(f"{out_dir} already exists; pass a new output directory (figures "
+                              f"are never overwritten or mixed with older ones)")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.with_name(f".{out_dir.name}.partial-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
     report = []
-    for mod in modules or FIGURES:
-        try:
-            data = mod.load(rows)
-            fig = mod.plot(data, arch)
-        except Skip as why:
-            report.append({"figure": mod.FIGURE, "skipped": str(why)})
-            if console is not None:
-                console.print(f"  {mod.FIGURE}: skipped ({why})")
-            continue
-        paths = []
-        for ext in ("png", "pdf"):
-            p = out_dir / f"{mod.FIGURE}.{ext}"
-            fig.savefig(p, dpi=150)
-            paths.append(p.name)
-        plt.close(fig)
-        if hasattr(mod, "table"):
-            paths += write_table(*mod.table(data, arch), out_dir / mod.FIGURE)
-        report.append({"figure": mod.FIGURE, "files": paths})
-        if console is not None:
-            console.print(f"  {mod.FIGURE}: {', '.join(paths)}")
+    try:
+        for mod in modules or FIGURES:
+            try:
+                data = mod.load(rows)
+                fig = mod.plot(data, arch)
+            except Skip as why:
+                report.append({"figure": mod.FIGURE, "skipped": str(why)})
+                if console is not None and each:
+                    console.print(f"  {mod.FIGURE}: skipped ({why})")
+                continue
+            drawn = runs_drawn(rows, mod.FIGURE)
+            if drawn:
+                fig.text(0.002, 0.998, "data: " + ", ".join(drawn), fontsize=6, color="#555555",
+                         ha="left", va="top")
+            paths = []
+            for ext in ("png", "pdf"):
+                fig.savefig(tmp / f"{mod.FIGURE}.{ext}", dpi=150)
+                paths.append(f"{mod.FIGURE}.{ext}")
+            plt.close(fig)
+            if hasattr(mod, "table"):
+                paths += write_table(*mod.table(data, arch), tmp / mod.FIGURE)
+            report.append({"figure": mod.FIGURE, "files": paths, "runs": drawn})
+            if console is not None and each:
+                console.print(f"  {mod.FIGURE}: {', '.join(paths)}"
+                              + (f" ({', '.join(drawn)})" if drawn else ""))
+        if any("files" in r for r in report):
+            (tmp / "figures.json").write_text(json.dumps({"arch": arch, "figures": report},
+                                                         indent=1) + "\n")
+            os.replace(tmp, out_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return report
 
 
+def summary(report: list[dict], out_dir: Path) -> str:
+    """One line for a render: 'drew N figures in DIR; M not applicable to this run'."""
+    drawn = sum("files" in r for r in report)
+    return (f"drew {drawn} figure(s) in {out_dir}; {len(report) - drawn} not applicable to this "
+            f"run" if drawn else f"no figure applies to this run ({len(report)} skipped)")
+
+
 def render_run(run_dir: Path, arch: str, out_dir: Path, console=None) -> list[dict]:
-    return render(load_rows([run_dir]), arch, out_dir, console)
+    """The figures of one run (``experiments.run`` after a study): one summary line on
+    ``console`` instead of a line per figure."""
+    report = render(load_rows([run_dir]), arch, out_dir, console, each=False)
+    if console is not None:
+        console.print(summary(report, out_dir))
+    return report
 
 
-__all__ = ["FIGURES", "Skip", "find_runs", "load_rows", "render", "render_run", "write_table"]
+__all__ = ["FIGURES", "STUDIES", "DatasetError", "Skip", "default_runs", "load_rows", "render",
+           "render_run", "runs_drawn", "summary", "write_table"]

@@ -1,18 +1,18 @@
-"""Loading stored results for figures: tidy rows from run directories, never from stdout.
+"""Selecting rows for figures: the runs come from ``analysis.datasets`` (which run, and the reader);
+the helpers here cut the loaded rows down to what one figure draws.
 
-Every row read by ``load_rows`` carries the run directory it came from (``run_dir``; the schema's
-own ``run`` column holds the temporary name a run had while it was written, so it cannot tell two
-runs apart). Several runs of one study may be loaded at once (``profiles/h100/sawtooth-20261121``
-and its repeats ``...-r2``, ``...-r3``): a figure of one study draws exactly one of them
-(``one_run``) unless it is about the repeats themselves (``runs_of``).
+Every row read by ``analysis.datasets.load_rows`` carries the run directory it came from
+(``run_dir``). Several runs of one study may be loaded at once (``profiles/h100/sawtooth-20261121``
+and its repeats ``...-r2``, ``...-r3``, or runs named with ``--run``): a figure of one study draws
+exactly one of them (``one_run``) unless it is about the repeats themselves (``runs_of``).
 """
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
-from spec.records import read_csv
+from analysis.datasets import RUN_DIR, DatasetError, read_manifest, run_of
+from analysis.rows import median
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -21,25 +21,6 @@ class Skip(Exception):
     """A figure cannot be drawn from the data at hand; the message says what is missing."""
 
 
-RUN_DIR = "run_dir"
-FILES = ("counters.csv", "timing.csv", "drift.csv")
-
-
-def load_rows(run_dirs: list[Path]) -> list[dict]:
-    """The rows of every run directory (``FILES``), each tagged with its directory (``run_dir``)."""
-    rows = []
-    for d in run_dirs:
-        for name in FILES:
-            if (Path(d) / name).exists():
-                for r in read_csv(Path(d) / name):
-                    r[RUN_DIR] = str(d)
-                    rows.append(r)
-    return rows
-
-
-def run_of(row: dict) -> str:
-    """The run a row belongs to: its directory when it was read by ``load_rows``, else ``run``."""
-    return row.get(RUN_DIR) or row["run"]
 
 
 def run_name(run: str) -> str:
@@ -62,13 +43,14 @@ _REPEAT = re.compile(r"^(?P<base>.+)-r(?P<k>\d+)$")
 def primary_run(rows: list[dict], study: str) -> str | None:
     """The one run of ``study`` that single-run figures draw. A run whose directory is named
     ``<base>-r<k>`` is a repeat of ``<base>`` and is passed over when ``<base>`` is loaded too;
-    of the rest, the run with the most rows of the study wins, the first loaded on a tie (the
-    committed dataset before a local run). None when no run has rows of the study."""
+    of the rest, the first loaded: runs are loaded in the order ``analysis.datasets`` selected
+    them or the user named them, so the run drawn is the selected one (or the first named). None
+    when no run has rows of the study."""
     runs = runs_of(rows, study)
     names = {run_name(k) for k in runs}
     first = [k for k in runs
              if not (m := _REPEAT.match(run_name(k))) or m.group("base") not in names]
-    return max(first, key=lambda k: len(runs[k])) if first else None
+    return first[0] if first else None
 
 
 def one_run(rows: list[dict], study: str) -> tuple[list[dict], dict]:
@@ -89,10 +71,9 @@ def manifest(rows: list[dict]) -> dict:
     dirs = {r.get(RUN_DIR) for r in rows}
     if len(dirs) != 1 or None in dirs:
         return {}
-    p = Path(dirs.pop()) / "manifest.json"
     try:
-        return json.loads(p.read_text())
-    except (OSError, ValueError):
+        return read_manifest(Path(dirs.pop()))
+    except DatasetError:
         return {}
 
 
@@ -119,22 +100,6 @@ def select(rows: list[dict], **where) -> list[dict]:
     return [r for r in rows if all(r.get(k) == v for k, v in where.items())]
 
 
-def find_runs(arch: str) -> list[Path]:
-    """Run directories for an arch: committed datasets (profiles/<arch>/) and the latest local run
-    of each study (runs/<arch>/<study>/)."""
-    found = []
-    prof = ROOT / "profiles" / arch
-    if prof.is_dir():
-        found += sorted(p for p in prof.iterdir() if (p / "manifest.json").exists())
-    runs = ROOT / "runs" / arch
-    if runs.is_dir():
-        for study in sorted(runs.iterdir()):
-            done = sorted(p for p in study.iterdir()
-                          if not p.name.startswith(".") and (p / "manifest.json").exists())
-            if done:
-                found.append(done[-1])
-    return found
-
 
 def require(rows: list[dict], what: str, **where) -> list[dict]:
     """``select`` that raises ``Skip`` naming what is missing when nothing matches."""
@@ -148,12 +113,6 @@ def require(rows: list[dict], what: str, **where) -> list[dict]:
 def sources(rows: list[dict]) -> set[str]:
     return {r["source"] for r in rows}
 
-
-def resident(schedule: str) -> int | None:
-    """The persistent CTA count of a schedule label ('static132' -> 132); None for other kinds."""
-    if schedule.startswith("static") and schedule[6:].isdigit():
-        return int(schedule[6:])
-    return None
 
 
 def mean_by(rows: list[dict], *keys: str) -> dict[tuple, float]:
@@ -182,8 +141,8 @@ def tflops_stats(rows: list[dict], study: str, **where) -> dict[tuple, dict]:
         flops = Problem(d["B"], d["H"], d["S_q"], d["D"], S_kv=d["S_kv"], causal=d["causal"]).flops
         tf = sorted(flops / (t * 1e-3) / 1e12 for t in ms)
         ms = sorted(ms)
-        out[k] = dict(d, n=len(ms), ms=_median(ms), ms_lo=ms[0], ms_hi=ms[-1],
-                      tflops=_median(tf), tflops_lo=tf[0], tflops_hi=tf[-1])
+        out[k] = dict(d, n=len(ms), ms=median(ms), ms_lo=ms[0], ms_hi=ms[-1],
+                      tflops=median(tf), tflops_lo=tf[0], tflops_hi=tf[-1])
     for r in base:
         k = tuple(r[kk] for kk in keys)
         if r["metric"] == "tflops" and k not in out:
@@ -192,7 +151,3 @@ def tflops_stats(rows: list[dict], study: str, **where) -> dict[tuple, dict]:
                           tflops_hi=r["value"])
     return out
 
-
-def _median(xs: list[float]) -> float:
-    n = len(xs)
-    return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])

@@ -1,6 +1,6 @@
 """drift: how far the persistent CTAs of the CUDA kernel drift apart from lock-step, measured.
 
-Data: ``drift.csv`` of ``python -m cuda_baseline.drift --arch h100`` (committed as
+Data: ``drift.csv`` of the drift measurement on the H100 (committed as
 profiles/h100/drift-20261121b, re-measured with exact int64 timestamps; the manifest names the
 command and the GPU): the trace build of the
 CUDA kernel (persistent, one CTA per SM, 80×80 tiles, D=64, the sawtooth study's S) stamps
@@ -10,12 +10,14 @@ sampled step index ``x``, the latest minus the earliest start of that step over 
 
 One panel per (B, causal), linear and sawtooth in each. Left axis: the spread in steps
 (spread_ns / median_step_ns, log scale); right axis: the K/V bytes those steps span
-(steps × ``cuda_baseline.drift.kv_tile_bytes``, one K and one V tile per step), with the arch's L2
+(steps × ``spec.TileGrid.kv_step_bytes``, one K and one V tile per step), with the arch's L2
 size as a dashed line, so the spread can be read against the cache. Light vertical lines mark the
 end of each work item of a non-causal CTA (every n_kv = ceil(S/tile_n) steps); causal work items
 have 1..n_kv steps and are not marked.
 """
 from __future__ import annotations
+
+import sys
 
 import math
 
@@ -38,10 +40,9 @@ MiB = 2 ** 20
 
 
 def kv_bytes(r: dict) -> int:
-    """Bytes of K/V one step of a CTA reads (one K and one V tile)."""
-    from cuda_baseline.drift import kv_tile_bytes
+    """Bytes of K/V one step of a CTA reads (one K and one V tile: ``TileGrid.kv_step_bytes``)."""
     p = Problem(r["B"], r["H"], r["S_q"], r["D"], S_kv=r["S_kv"], causal=r["causal"])
-    return kv_tile_bytes(p, Tiles(r["tile_m"], r["tile_n"]))
+    return TileGrid(p, Tiles(r["tile_m"], r["tile_n"])).kv_step_bytes
 
 
 def load(rows: list[dict]) -> dict:
@@ -150,4 +151,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

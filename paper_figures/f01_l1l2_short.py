@@ -1,5 +1,7 @@
 """F1: L1/L2 counters vs persistent CTA count at the short sequence length of the l1l2 study (CUDA):
 all and L1TEX-sourced L2 sectors and L1 sectors (left axis), L1 hits (right axis, log)."""
+import sys
+
 from .l1l2_panels import load_sweep, plot_sweep
 
 FIGURE = "F1"
@@ -19,4 +21,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

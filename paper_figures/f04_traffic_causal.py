@@ -1,5 +1,7 @@
 """F4: L2 sector accesses (lts__t_sectors.sum, ..._srcunit_tex.sum) vs S, causal, log-log, with the
 exact traffic model and the paper's closed form (below: their error in percent)."""
+import sys
+
 from .traffic_panels import load_mode, plot_mode
 
 FIGURE = "F4"
@@ -19,4 +21,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

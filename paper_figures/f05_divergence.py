@@ -8,14 +8,18 @@ head equals the arch's nominal L2 is marked.
 """
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
-from analysis.models import MiB, Shape, cold_misses, fit_c_eff_rows
+from analysis.findings.divergence import ceff_fits
+from analysis.models import MiB, Shape, cold_misses
+from analysis.rows import persistent_ctas
 from spec import get_arch
 from spec.records import Metric
 
 from . import lines
-from .data import Skip, resident, select, sources
+from .data import Skip, select, sources
 from .style import gpu_name, order_style
 
 FIGURE = "F5"
@@ -28,18 +32,13 @@ def load(rows: list[dict]) -> dict:
     groups: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
         groups.setdefault((r["order"], r["source"]), []).append(r)
-    series, fits = {}, {}
+    series = {}
     for key, grp in sorted(groups.items()):
         by_s: dict[int, list[float]] = {}
         for r in grp:
             by_s.setdefault(r["S_q"], []).append(r["value"])
         series[key] = {s: float(np.mean(v)) for s, v in by_s.items()}
-        P = resident(grp[0]["schedule"])
-        if P and len(by_s) >= 2:
-            try:
-                fits[key] = fit_c_eff_rows(grp, P=P)
-            except ValueError as e:          # mixed cases: no fit, but still draw the points
-                fits[key] = str(e)
+    fits = ceff_fits(rows)                   # a string where rows mix cases: points, no fit
     ref = rows[0]
     return {"series": series, "fits": fits, "ref": ref, "sources": sources(rows),
             "S": sorted({r["S_q"] for r in rows})}
@@ -99,7 +98,7 @@ def plot(data: dict, arch: str | None = None):
     ceff = ", ".join(f"C_eff {o} {f.c_eff_mib:.1f} MiB" for (o, _), f in data["fits"].items()
                      if not isinstance(f, str))
     lines.title(ax, f"F5: L2 misses vs S, CUDA split-Q, B={ref['B']}, H={ref['H']}, "
-                    f"{resident(ref['schedule'])} persistent CTAs\n{gpu_name(arch)}\n"
+                    f"{persistent_ctas(ref['schedule'])} persistent CTAs\n{gpu_name(arch)}\n"
                     f"{ceff}{'; ' + labels[0] if labels else ''}", data["sources"] | {"model"},
                 size=9)
     return fig
@@ -111,4 +110,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

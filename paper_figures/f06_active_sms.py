@@ -9,12 +9,15 @@ long-S rows (linear only). Hit rate = hits / (hits + misses) of the L1TEX-source
 """
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
+from analysis.rows import persistent_ctas
 from spec.records import Metric
 
 from . import lines
-from .data import Skip, mean_by, resident, select, sources
+from .data import Skip, mean_by, select, sources
 from .style import gpu_name, order_style
 
 FIGURE = "F6"
@@ -24,7 +27,7 @@ HITS, MISSES = Metric.L2_TEX_HITS, Metric.L2_TEX_MISSES
 def load(rows: list[dict]) -> dict:
     for study in ("active-sms", "l1l2"):
         got = [r for r in select(rows, study=study, causal=False)
-               if r["metric"] in (HITS, MISSES, Metric.L1_SECTORS) and resident(r["schedule"])]
+               if r["metric"] in (HITS, MISSES, Metric.L1_SECTORS) and persistent_ctas(r["schedule"])]
         if got:
             break
     else:
@@ -34,7 +37,7 @@ def load(rows: list[dict]) -> dict:
     vals = mean_by(got, "order", "source", "metric", "schedule")
     panels: dict[tuple[str, str], dict[str, dict[int, float]]] = {}
     for (order, source, metric, schedule), v in vals.items():
-        panels.setdefault((order, source), {}).setdefault(metric, {})[resident(schedule)] = v
+        panels.setdefault((order, source), {}).setdefault(metric, {})[persistent_ctas(schedule)] = v
     return {"study": study, "S": S, "panels": panels, "sources": sources(got), "ref": got[0]}
 
 
@@ -79,4 +82,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -7,6 +7,8 @@ and starts on the tiles it just touched.
 """
 from __future__ import annotations
 
+import sys
+
 import argparse
 from pathlib import Path
 
@@ -55,4 +57,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

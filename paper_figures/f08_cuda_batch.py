@@ -7,6 +7,8 @@ only (``data.one_run``: repeats ``<base>-r<k>`` are passed over) and says so in 
 run-to-run spread is the ``repeats`` figure."""
 from __future__ import annotations
 
+import sys
+
 import math
 
 from .bars import grouped_bars
@@ -42,4 +44,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

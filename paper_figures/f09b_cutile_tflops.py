@@ -4,6 +4,8 @@ SDPA flash and cuDNN peers of the same problem as horizontal reference lines (sa
 One run of the sawtooth study only (``python -m experiments.run sawtooth --arch <arch>``):
 with several loaded (profiles/h100/sawtooth-20261121 and its repeats -r2, -r3) it draws the
 original (``data.one_run``) and the title says so; ``repeats`` shows every run."""
+import sys
+
 from .timing_panels import load_cutile, plot_cutile
 
 FIGURE = "F9b"
@@ -23,4 +25,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -3,6 +3,8 @@
 One run of the sawtooth study only (``python -m experiments.run sawtooth --arch <arch>``):
 with several loaded (profiles/h100/sawtooth-20261121 and its repeats -r2, -r3) it draws the
 original (``data.one_run``) and the title says so; ``repeats`` shows every run."""
+import sys
+
 from .cutile_panels import load_misses, plot_misses
 
 FIGURE = "F10a"
@@ -22,4 +24,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

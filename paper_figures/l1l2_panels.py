@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from analysis.rows import persistent_ctas
 from spec.records import Metric
 
 from . import lines
-from .data import Skip, mean_by, require, resident, sources
+from .data import Skip, mean_by, require, sources
 from .style import gpu_name
 
 LEFT = (Metric.L2_SECTORS, Metric.L2_TEX_SECTORS, Metric.L1_SECTORS)
@@ -22,7 +23,7 @@ METRICS = LEFT + (RIGHT,)
 
 def l1l2_rows(rows: list[dict]) -> list[dict]:
     got = [r for r in require(rows, "l1l2 study", study="l1l2", backend="cuda")
-           if r["metric"] in METRICS and resident(r["schedule"])]
+           if r["metric"] in METRICS and persistent_ctas(r["schedule"])]
     if not got:
         raise Skip("the l1l2 study has no L1/L2 counter rows (" + ", ".join(METRICS) + ")")
     return got
@@ -43,7 +44,7 @@ def load_sweep(rows: list[dict], which: str) -> dict:
     vals = mean_by(rows, "metric", "source", "schedule")
     series: dict[tuple[str, str], dict[int, float]] = {}
     for (metric, source, schedule), v in vals.items():
-        series.setdefault((metric, source), {})[resident(schedule)] = v
+        series.setdefault((metric, source), {})[persistent_ctas(schedule)] = v
     return {"S": S, "series": series, "sources": sources(rows), "T": rows[0]["tile_m"]}
 
 

@@ -6,6 +6,8 @@ Levels (each on top of the previous): 1 basic, 2 exp2 + flush-to-zero, 3 K loade
 """
 from __future__ import annotations
 
+import sys
+
 import math
 import re
 
@@ -66,4 +68,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -11,6 +11,8 @@ in.
 """
 from __future__ import annotations
 
+import sys
+
 import math
 
 import matplotlib
@@ -109,4 +111,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

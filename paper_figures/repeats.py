@@ -11,6 +11,8 @@ over the run's samples. The single-run figures (F8-F10) draw the original run on
 """
 from __future__ import annotations
 
+import sys
+
 import math
 
 import matplotlib
@@ -21,7 +23,9 @@ import numpy as np  # noqa: E402
 
 from spec.records import Metric  # noqa: E402
 
-from .data import Skip, _median, manifest, manifest_device, run_name, runs_of  # noqa: E402
+from analysis.rows import median  # noqa: E402
+
+from .data import Skip, manifest, manifest_device, run_name, runs_of  # noqa: E402
 from .style import gpu_name, title_suffix  # noqa: E402
 
 FIGURE = "repeats"
@@ -74,7 +78,7 @@ def load(rows: list[dict]) -> dict:
                 times.setdefault(k, {}).setdefault(r["order"], []).append(r["value"])
         for k in set(misses) | set(times):
             m, t = _change(misses.get(k, {})), _change(
-                {o: _median(sorted(v)) for o, v in times.get(k, {}).items()})
+                {o: median(v) for o, v in times.get(k, {}).items()})
             if math.isnan(m) and math.isnan(t):
                 continue
             c = cases.setdefault(k, dict(zip(CASE, k), source=k[-1], runs={}))
@@ -140,4 +144,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

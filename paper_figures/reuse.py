@@ -10,6 +10,8 @@ log2 bin in bytes).
 """
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from spec import get_arch
@@ -92,4 +94,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -3,6 +3,8 @@ head dim and causal mode (scaling study); markers: the median of the timed sampl
 their min..max."""
 from __future__ import annotations
 
+import sys
+
 from . import lines
 from .data import Skip, sources, tflops_stats
 from .style import gpu_name
@@ -55,4 +57,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -2,10 +2,13 @@
 measured), at both sequence lengths, with the L1 hit fraction."""
 from __future__ import annotations
 
+import sys
+
+from analysis.rows import persistent_ctas
 from spec.records import Metric
 
 from . import lines
-from .data import Skip, mean_by, resident, sources
+from .data import Skip, mean_by, sources
 from .l1l2_panels import l1l2_rows
 from .style import gpu_name
 
@@ -16,8 +19,8 @@ COLUMNS = ["S", "CTAs", "source", "L2 sectors (all)", "L2 sectors from L1TEX", "
 
 def load(rows: list[dict]) -> dict:
     rows = l1l2_rows(rows)
-    P = max(resident(r["schedule"]) for r in rows)
-    rows = [r for r in rows if resident(r["schedule"]) == P]
+    P = max(persistent_ctas(r["schedule"]) for r in rows)
+    rows = [r for r in rows if persistent_ctas(r["schedule"]) == P]
     vals = mean_by(rows, "S_q", "source", "metric")
     table = []
     for S, source in sorted({(k[0], k[1]) for k in vals}):
@@ -48,4 +51,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

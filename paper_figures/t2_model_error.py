@@ -2,6 +2,8 @@
 for the exact model and for the paper's closed form, against both L2 sector counters."""
 from __future__ import annotations
 
+import sys
+
 from . import lines
 from .data import Skip
 from .style import gpu_name
@@ -44,4 +46,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

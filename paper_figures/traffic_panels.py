@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.models import Shape, mape, paper_sector_accesses, sector_accesses
+from analysis.models import Shape, model_error, paper_sector_accesses, sector_accesses
 from spec.records import Metric
 
 from . import lines
@@ -64,11 +64,9 @@ def errors(data: dict) -> list[dict]:
         S = sorted(pts)
         meas = np.array([pts[s] for s in S])
         for m in MODELS:
-            pred = np.array([data["model"][m][s] for s in S])
-            rel = 100 * (pred - meas) / meas
-            out.append(dict(metric=metric, source=source, model=m, mape=mape(pred, meas),
-                            max_abs=float(np.max(np.abs(rel))), n=len(S),
-                            S=(S[0], S[-1])))
+            e = model_error([data["model"][m][s] for s in S], meas)
+            out.append(dict(metric=metric, source=source, model=m, mape=e.mape_pct,
+                            max_abs=e.max_abs_pct, n=e.points, S=(S[0], S[-1])))
     return out
 
 
