@@ -253,3 +253,20 @@ def failing_checks(rows_: list[Row]) -> list[Row]:
     """Summary check rows whose check failed, one per (case, check)."""
     return [r for r in flagged(rows_) if r.metric.startswith("check_")
             and f"inconsistent={r.metric}" in r.flags.split(";")]
+
+
+def home_summaries(rows_: list[Row], groups: tuple[Group, ...]) -> list[Row]:
+    """One row per (case, metric), as the single-run files had: the median row of each metric in
+    its home group, the derived (cross-group) rows, and the summaries of checks and derived
+    quantities of each group. This is what comparisons read; per-repeat rows stay for spreads."""
+    def wanted(r: Row) -> bool:
+        if r.stat != "median":
+            return False
+        home = home_group(r.metric, groups)
+        if home is not None:
+            return r.group == home
+        if r.metric == Metric.REPLAY_PASSES:
+            return False
+        return r.group == DERIVED_GROUP or r.metric.startswith("check_") \
+            or r.metric == Metric.DRAM_FILL_SECTORS
+    return [r for r in rows_ if wanted(r)]

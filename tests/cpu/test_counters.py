@@ -555,3 +555,38 @@ def test_variance_bad_input_exits_2_and_writes_nothing(tmp_path, capsys):
     assert ids == ["cutile.linear.static132.m64n64d64.occ2 b8h1s262144d64.fp16.full",
                    "cutile.sawtooth.static132.m64n64d64.occ2 b8h1s262144d64.fp16.full",
                    "cuda.linear.static132.m80n80d64 b1h1s262144d64.fp16.full"]
+
+
+def test_schema_3_round_trip_and_schema_2_files_read_with_defaults(tmp_path):
+    from spec.records import read_csv, write_csv
+    (a, b), observations = synthetic()
+    rows = rows_of(observations, (a, b))
+    write_csv(tmp_path / "c.csv", rows)
+    back = read_csv(tmp_path / "c.csv")
+    assert len(back) == len(rows)
+    for r, d in zip(rows, back):
+        assert (d["group"], d["stat"], d["flags"], d["sample"]) == (r.group, r.stat, r.flags,
+                                                                    r.sample)
+        for k in ("value", "lo", "hi"):
+            x, y = getattr(r, k), d[k]
+            assert (x is None and y is None) or (math.isnan(x) and math.isnan(y)) or x == y
+    old = read_csv(Path(__file__).resolve().parents[2] / "profiles/h100/sawtooth-20261121"
+                   / "counters.csv")
+    assert old and all(d["group"] == d["stat"] == d["flags"] == "" and d["lo"] is None
+                       and d["hi"] is None for d in old)
+
+
+def test_home_summaries_give_one_row_per_case_and_metric():
+    (a, b), observations = synthetic()
+    groups = metrics.get_groups(("tex", "fabric", "dram"))
+    rows = counters.home_summaries(rows_of(observations, (a, b)), groups)
+    keys = [(r.variant, r.metric) for r in rows]
+    assert len(keys) == len(set(keys))
+    miss = [r for r in rows if r.metric == Metric.L2_TEX_MISSES]
+    assert [(r.group, r.value) for r in miss] == [("dram", 100.0)]   # case b has no dram group
+    got = {r.metric for r in rows if r.variant == a.variant.id(a.problem)}
+    assert got == {Metric.L2_TEX_HITS, Metric.L2_TEX_MISSES, Metric.DRAM_READ_BYTES,
+                   Metric.L2_FABRIC_SECTORS, Metric.L2_FABRIC_HITS, Metric.L2_FABRIC_MISSES,
+                   Metric.DRAM_FILL_SECTORS, Metric.DRAM_FILL_ESTIMATE_SECTORS,
+                   Metric.CHECK_TEX_LOOKUPS, Metric.CHECK_FABRIC_LOOKUPS,
+                   Metric.CHECK_DRAM_PER_TEX_MISS, Metric.CHECK_DRAM_PER_ESTIMATE}
