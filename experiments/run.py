@@ -1,35 +1,62 @@
 """``python -m experiments.run <study> --arch <name>``: plan, run and record a study.
 
     python -m experiments.run --list
-    python -m experiments.run sawtooth --arch gb10 --dry-run
+    python -m experiments.run sawtooth --arch gb10 --dry-run    # the plan and the work it means
     python -m experiments.run sawtooth --arch gb10              # no GPU here: simulates, says so
 
 Modes: ``simulate`` runs the study's cases through the L2 simulator (CPU only); ``measure`` runs the
 kernels on the GPU; ``auto`` measures when a CUDA GPU is present and the study can be measured, and
-simulates otherwise, printing one line that says which and why. Results go to a new run directory
-(``runs/<arch>/<study>/<stamp>-<mode>`` unless ``--out``): tidy ``counters.csv``, ``manifest.json``
-and ``figures/``. Errors in the arguments exit with code 2 and one line naming the fix.
+simulates otherwise, printing one line that says which and why. A study that is timed only (its
+result is kernel time beside SDPA) has nothing to simulate: it needs a GPU.
+
+Results go to a new run directory (``runs/<arch>/<study>/<stamp>-<mode>`` unless ``--out``),
+reserved before the work starts and published only when complete (``experiments.rundir``): tidy
+``counters.csv`` / the study's timing file, ``manifest.json`` (with the command that re-runs it)
+and ``figures/``. Bad input exits with code 2 and one line naming the problem and the fix, before
+anything is written; Ctrl-C and SIGTERM leave nothing behind.
 """
 from __future__ import annotations
 
 import argparse
+import math
 import re
+import shlex
+import signal
+import statistics
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from spec import InvalidProblem, detect, get_arch, known_archs
+from spec import InvalidProblem, TileGrid, detect, get_arch, known_archs
 from spec.arch import MiB, UnknownArch
-
-from .rundir import RunDirExists, atomic_run_dir, check_free, default_run_dir, write_manifest
 from spec.case import Case
 
-from .studies import STUDIES, UnknownStudy, describe_scale, get_study
+from .rundir import (BadRunDir, RunDirExists, command_line, default_run_dir, reserved_run_dir,
+                     write_manifest)
+from .studies import STUDIES, UnknownStudy, describe_scale, get_study, kv_bytes_per_head
+
+MODULE = "experiments.run"
+
+# --capacity-mib bounds: at least one K and one V tile of the plan's largest tiles (the simulator
+# caches whole tiles), at most this many times the largest registered L2 (beyond that every
+# study's data fit and the cache is simply "infinite").
+CAPACITY_MAX_L2S = 16
+
+# Peak memory of simulate mode per tile access of the largest case: the trace (int32 keys),
+# its construction arrays and the stack distances. Measured on the development machine as the
+# growth of peak RSS over the process's baseline: 43.0 B at 33.6 M accesses (sawtooth gb10,
+# causal) and 43.1 B at 67.1 M (non-causal); rounded up.
+SIM_BYTES_PER_ACCESS = 44
+SIM_BASE_BYTES = 250 * MiB        # the process before the first case (numpy, numba, rich)
 
 
 class UsageError(ValueError):
     """A problem with the command line; printed as one line, exit code 2."""
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread so that every cleanup runs (like KeyboardInterrupt)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,7 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("study", nargs="?", help="study name (see --list)")
     p.add_argument("--arch", help=f"target architecture: {', '.join(known_archs())}")
     p.add_argument("--list", action="store_true", help="list the studies and exit")
-    p.add_argument("--dry-run", action="store_true", help="print the plan (cases × variants) only")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the plan (cases × variants) and the estimated work only")
     p.add_argument("--mode", choices=("auto", "measure", "simulate"), default="auto")
     p.add_argument("--out", type=Path, help="run directory to create (must not exist)")
     p.add_argument("--capacity-mib", type=float,
@@ -61,10 +89,22 @@ def _has_cuda_gpu() -> bool:
     return detect() is not None
 
 
+def simulatable(study) -> bool:
+    """Whether simulate mode has anything to predict: L2 counters (a profiled study) or the
+    study's own simulate rows. A timed-only study (ladder, scaling, longseq, bench, ...) does not:
+    the simulator predicts misses, not time."""
+    return study.profiled or study.simulate is not None
+
+
 def _resolve_mode(requested: str, study, has_gpu: bool) -> tuple[str, str]:
     """(mode, one-line reason)."""
     can_measure = study.measurable
+    timed_only = (f"study {study.name!r} is GPU-only: it measures time, and the simulator "
+                  "predicts L2 counters, not time")
     if requested == "simulate":
+        if not simulatable(study):
+            raise UsageError(f"{timed_only}: there is nothing to simulate; run it on a GPU with "
+                             "--mode measure")
         return "simulate", "simulating (--mode simulate): predictions, not measurements"
     if requested == "measure":
         if not can_measure:
@@ -76,6 +116,9 @@ def _resolve_mode(requested: str, study, has_gpu: bool) -> tuple[str, str]:
         return "measure", "measuring on the GPU (--mode measure)"
     if has_gpu and can_measure:
         return "measure", "auto: CUDA GPU found, measuring"
+    if not simulatable(study):
+        raise UsageError(f"{timed_only}; it needs a CUDA GPU and none was found: run it on a "
+                         "GPU machine")
     why = "no CUDA GPU found" if not has_gpu else f"study {study.name!r} is simulator-only"
     return "simulate", f"auto: {why}, SIMULATING: every number below is a prediction of the L2 simulator"
 
@@ -98,29 +141,107 @@ def _plan(args, study, arch) -> list[Case]:
     return cases
 
 
-def _print_plan(console, study, arch, cases: list[Case]) -> None:
+def capacity_bounds(arch, cases: list[Case]) -> tuple[int, int]:
+    """(smallest, largest) capacity in bytes that ``--capacity-mib`` accepts for this plan."""
+    lo = max(2 * c.variant.tiles.n * c.problem.D * c.problem.dtype.nbytes for c in cases)
+    hi = CAPACITY_MAX_L2S * max(get_arch(a).l2_bytes for a in known_archs())
+    return lo, hi
+
+
+def _capacity(args, arch, cases: list[Case]) -> int:
+    """The simulated capacity in bytes: ``--capacity-mib`` checked against ``capacity_bounds``,
+    or the arch's L2."""
+    if args.capacity_mib is None:
+        return arch.l2_bytes
+    mib = args.capacity_mib
+    lo, hi = capacity_bounds(arch, cases)
+    if not math.isfinite(mib) or mib <= 0:
+        raise UsageError(f"--capacity-mib {mib} must be a positive finite number of MiB "
+                         f"(e.g. {arch.l2_mib:.0f}, the L2 of {arch.name})")
+    if not lo <= mib * MiB <= hi:
+        raise UsageError(f"--capacity-mib {mib:g} is outside {lo / MiB:.4g} .. {hi / MiB:.0f} MiB "
+                         f"(one K and one V tile of this plan .. {CAPACITY_MAX_L2S}x the largest "
+                         f"registered L2); pass a capacity in that range")
+    return int(mib * MiB)
+
+
+# -- the work a plan means -------------------------------------------------------------------------
+
+def tile_accesses(case: Case) -> int:
+    """Tile accesses of the case's trace (``spec.build_trace``): every (Q tile, K/V tile) pair
+    reads one K and one V tile, and every work item (one Q tile of one head) loads Q once and
+    stores O once."""
+    g = TileGrid(case.problem, case.variant.tiles)
+    pairs = sum(g.kv_tiles_for(i) for i in range(g.n_q)) * g.n_bh
+    return 2 * pairs + 2 * g.n_q * g.n_bh
+
+
+@dataclass(frozen=True)
+class Calibration:
+    accesses: int
+    seconds: float
+
+    def seconds_for(self, n: int) -> float:
+        """Stack distances cost O(n log n) (a Fenwick tree over the access stream)."""
+        per = self.seconds / (self.accesses * math.log2(self.accesses))
+        return per * n * math.log2(max(n, 2))
+
+
+def calibrate() -> Calibration:
+    """Simulate one fixed case of about 5 M accesses on this machine, after a tiny warm-up that
+    loads the JIT-compiled kernels; the faster of two runs (other load on the machine only
+    slows a run down)."""
+    from spec import Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant
+    from .simulate import simulate_case
+    arch = get_arch("gb10")
+    v = Variant(Backend.CUDA, ScanOrder.sawtooth(), CtaSchedule.persistent(48), Tiles(80, 80))
+    simulate_case(Case(Problem(1, 1, 2048, 64), v, 48, "warm-up"), arch, arch.l2_bytes)
+    runs = [simulate_case(Case(Problem(1, 1, 131072, 64), v, 48, "calibration"), arch,
+                          arch.l2_bytes) for _ in range(2)]
+    return Calibration(runs[0].accesses, min(r.seconds for r in runs))
+
+
+def _duration(s: float) -> str:
+    return f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h"
+
+
+def _print_plan(console, study, arch, cases: list[Case], capacity: int) -> None:
     from rich.table import Table
-    from spec import TileGrid
     t = Table(title=f"{study.name} on {arch.name}: {len(cases)} cases")
-    for col in ("panel", "variant", "problem", "resident CTAs", "tile pairs"):
+    for col in ("panel", "variant", "problem", "resident CTAs", "tile accesses"):
         t.add_column(col)
-    for c in cases:
-        g = TileGrid(c.problem, c.variant.tiles)
-        pairs = sum(g.kv_tiles_for(i) for i in range(g.n_q)) * g.n_bh
-        t.add_row(c.panel, c.variant.id(c.problem), c.problem.label, str(c.resident), f"{pairs:,}")
+    acc = [tile_accesses(c) for c in cases]
+    for c, n in zip(cases, acc):
+        t.add_row(c.panel, c.variant.id(c.problem), c.problem.label, str(c.resident), f"{n:,}")
     console.print(t)
     probs = {c.problem.S_kv: c.problem for c in cases}
     for p in probs.values():
         console.print(f"  S={p.S_kv}: {describe_scale(arch, p)}")
+    total, top = sum(acc), max(acc)
+    console.print(f"work: {len(cases)} cases, {total / 1e6:,.1f} M tile accesses "
+                  f"(largest case {top / 1e6:,.1f} M)")
+    if simulatable(study):
+        cal = calibrate()
+        secs = sum(cal.seconds_for(n) for n in acc)
+        peak = SIM_BASE_BYTES + SIM_BYTES_PER_ACCESS * top
+        console.print(f"simulate ({capacity / MiB:g} MiB L2): about {_duration(secs)} on this "
+                      f"machine (calibrated now: {cal.accesses / 1e6:.1f} M accesses in "
+                      f"{cal.seconds:.2f} s, scaled as n log n), peak memory about "
+                      f"{peak / 2**30:.1f} GiB ({SIM_BYTES_PER_ACCESS} B per access of the largest "
+                      "case)")
+    if study.measurable:
+        console.print(f"measure: {len(cases)} variants to compile (in parallel) and run on a GPU")
 
 
-def _simulate(args, console, study, arch, cases, run_dir: Path) -> tuple[list, dict]:
+# -- the two modes ---------------------------------------------------------------------------------
+
+def _simulate(args, console, study, arch, cases, work: Path, run: str,
+              capacity: int) -> tuple[list, dict]:
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                TimeElapsedColumn)
     from spec.records import write_csv
     from .simulate import rows_for, simulate_case
 
-    capacity = int(args.capacity_mib * MiB) if args.capacity_mib else arch.l2_bytes
     rows = []
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console, transient=False) as progress:
@@ -128,16 +249,16 @@ def _simulate(args, console, study, arch, cases, run_dir: Path) -> tuple[list, d
         for c in cases:
             progress.update(task, description=f"simulating {c.id}")
             if study.simulate is not None:
-                rows.extend(study.simulate(c, arch, capacity, run=run_dir.name, study=study.name))
+                rows.extend(study.simulate(c, arch, capacity, run=run, study=study.name))
             else:
-                rows.extend(rows_for(simulate_case(c, arch, capacity), run=run_dir.name,
+                rows.extend(rows_for(simulate_case(c, arch, capacity), run=run,
                                      study=study.name, arch=arch))
             progress.advance(task)
-    write_csv(run_dir / "counters.csv", rows)
+    write_csv(work / "counters.csv", rows)
     return rows, {"source": "simulated", "capacity_bytes": capacity}
 
 
-def _measure(args, console, study, arch, cases, run_dir: Path) -> tuple[list, dict]:
+def _measure(args, console, study, arch, cases, work: Path, run: str) -> tuple[list, dict]:
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                TimeElapsedColumn)
     from spec.records import write_csv
@@ -153,13 +274,15 @@ def _measure(args, console, study, arch, cases, run_dir: Path) -> tuple[list, di
     console.print(f"compiling {len(cases)} variants in parallel ...")
     for err in measure.precompile(cases):
         console.print(f"[yellow]precompile[/] {err}")
+    hook = study.measure or measure.check_and_time
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console) as progress:
         task = progress.add_task("checking and timing", total=len(cases))
-        outcome = measure.check_and_time(cases, live, run=run_dir.name, study=study.name,
-                                         reps=reps, seed=args.seed, timed=study.timed,
-                                         progress=lambda n: progress.advance(task, n))
-    write_csv(run_dir / "timing.csv", outcome.rows)
+        outcome = hook(cases, live, run=run, study=study.name, reps=reps, seed=args.seed,
+                       timed=study.timed, progress=lambda n: progress.advance(task, n))
+    write_csv(work / study.rows_file, outcome.rows)
+    for line in outcome.summary:
+        console.print(f"  {line}")
     for case_id, why in outcome.failed.items():
         console.print(f"[red]FAILED[/] {case_id}: {why}")
     params = {"source": "measured", "device": measure.device_facts(), "seed": args.seed,
@@ -173,22 +296,46 @@ def _measure(args, console, study, arch, cases, run_dir: Path) -> tuple[list, di
         from profiles.ncu import NcuError
         console.print(f"profiling {len(outcome.passed)} cases under ncu ...")
         try:
-            counters, settings = measure.profile(outcome.passed, live, run_dir,
-                                                 run=run_dir.name, study=study.name,
-                                                 metric_set=args.metric_set, seed=args.seed)
+            counters, settings = measure.profile(outcome.passed, live, work, run=run,
+                                                 study=study.name, metric_set=args.metric_set,
+                                                 seed=args.seed)
         except (NcuError, IngestError) as e:
             console.print(f"[red]profiling failed[/]: {e}")
             params["profiling"] = f"failed: {e}"
         else:
-            write_csv(run_dir / "counters.csv", counters)
+            write_csv(work / "counters.csv", counters)
             rows += counters
             params["profiling"] = settings
     return rows, params
 
 
-def _summary(console, cases: list[Case], rows: list, title: str) -> None:
-    """One line per case: misses, non-compulsory misses, time, and the change vs its linear twin."""
-    import statistics
+# -- what a user reads at the end ------------------------------------------------------------------
+
+def _count(x: float) -> str:
+    """Counts with an SI suffix (the full values are in the CSV)."""
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= scale:
+            return f"{x / scale:.1f}{suffix}"
+    return f"{x:.0f}"
+
+
+# (key, header, format); dropped from the right when the table is wider than the terminal
+_COLUMNS = (("variant", "variant", str), ("B", "B", str), ("S", "S", str),
+            ("d_miss", "Δ misses", "{:+.1f}%".format), ("miss", "misses", _count),
+            ("d_ms", "Δ time", "{:+.1f}%".format), ("ms", "time ms", "{:.3f}".format),
+            ("d_nc", "Δ non-comp.", "{:+.1f}%".format), ("nc", "non-comp.", _count),
+            ("tf", "TFLOPS", "{:.1f}".format))
+
+
+def summary_table(cases: list[Case], rows: list, title: str, width: int):
+    """The results as a rich Table that fits ``width`` columns, and the headers left out.
+
+    One row per case under a heading line per panel (its B and S when the panel has one of
+    each): misses, non-compulsory misses, time, TFLOPS and the change against the case's linear
+    twin (same panel, problem, schedule and tiles). Variant ids and numbers are never cut: when
+    the table is too wide, whole columns are left out, least important first (the full table is
+    the run's CSV)."""
+    from rich import box
     from rich.table import Table
     from spec.records import Metric
 
@@ -196,10 +343,10 @@ def _summary(console, cases: list[Case], rows: list, title: str) -> None:
     for r in rows:
         values.setdefault((r.variant, r.B, r.S_q, r.causal, r.metric), []).append(r.value)
 
-    def get(c: Case, metric: str, agg=statistics.median):
+    def get(c: Case, metric: str):
         v = values.get((c.variant.id(c.problem), c.problem.B, c.problem.S_q, c.problem.causal,
                         metric))
-        return agg(v) if v else None
+        return statistics.median(v) if v else None
 
     def twin(c: Case) -> Case | None:
         return next((t for t in cases if t.panel == c.panel and t.problem == c.problem
@@ -207,28 +354,89 @@ def _summary(console, cases: list[Case], rows: list, title: str) -> None:
                      and t.variant.tiles == c.variant.tiles
                      and t.variant.order.label == "linear"), None)
 
-    t = Table(title=title)
-    for col in ("panel", "variant", "B", "S", "misses", "non-compulsory", "time ms", "TFLOPS",
-                "vs linear"):
-        t.add_column(col, justify="left" if col in ("panel", "variant") else "right")
-    fmt = lambda x, f="{:,.0f}": "" if x is None else f.format(x)   # noqa: E731
+    def change(mine, theirs):
+        return None if mine is None or not theirs else 100 * (mine / theirs - 1)
+
+    panels: dict[str, list[Case]] = {}
     for c in cases:
-        miss, nc = get(c, Metric.L2_TEX_MISSES), get(c, Metric.NONCOMPULSORY_MISSES)
-        ms, tf = get(c, Metric.KERNEL_TIME_MS), get(c, Metric.TFLOPS)
-        change = []
-        base = twin(c)
-        if base is not None and base is not c:
-            for label, mine, theirs in (("misses", miss, get(base, Metric.L2_TEX_MISSES)),
-                                        ("non-comp.", nc, get(base, Metric.NONCOMPULSORY_MISSES)),
-                                        ("time", ms, get(base, Metric.KERNEL_TIME_MS))):
-                if mine is not None and theirs:
-                    change.append(f"{100 * (mine / theirs - 1):+.1f}% {label}")
-        t.add_row(c.panel, c.variant.id(c.problem), str(c.problem.B), str(c.problem.S_q),
-                  fmt(miss), fmt(nc), fmt(ms, "{:.3f}"), fmt(tf, "{:.1f}"), ", ".join(change))
-    console.print(t)
+        panels.setdefault(c.panel, []).append(c)
+    varies = {k for k, f in (("B", lambda c: c.problem.B), ("S", lambda c: c.problem.S_q))
+              if any(len({f(c) for c in group}) > 1 for group in panels.values())}
+    cells: list[dict | str] = []
+    for panel, group in panels.items():
+        head = panel
+        if "B" not in varies:
+            head += f"  B={group[0].problem.B}"
+        if "S" not in varies:
+            head += f" S={group[0].problem.S_q}"
+        cells.append(head)
+        for c in group:
+            base = twin(c)
+            base = None if base is c else base
+            d = {"variant": c.variant.id(c.problem), "B": c.problem.B, "S": c.problem.S_q,
+                 "miss": get(c, Metric.L2_TEX_MISSES), "nc": get(c, Metric.NONCOMPULSORY_MISSES),
+                 "ms": get(c, Metric.KERNEL_TIME_MS), "tf": get(c, Metric.TFLOPS)}
+            if base is not None:
+                for key, src in (("d_miss", "miss"), ("d_nc", "nc"), ("d_ms", "ms")):
+                    metric = {"miss": Metric.L2_TEX_MISSES, "nc": Metric.NONCOMPULSORY_MISSES,
+                              "ms": Metric.KERNEL_TIME_MS}[src]
+                    d[key] = change(d[src], get(base, metric))
+            cells.append(d)
+    data = [d for d in cells if isinstance(d, dict)]
+    cols = [(k, h, f) for k, h, f in _COLUMNS
+            if k == "variant" or (k in ("B", "S") and k in varies)
+            or (k not in ("B", "S") and any(d.get(k) is not None for d in data))]
+    text = lambda d, k, f: "" if d.get(k) is None else f(d[k])    # noqa: E731
+
+    def widths(cols):
+        w = [max([len(h)] + [len(text(d, k, f)) for d in data]) for k, h, f in cols]
+        w[0] = max(w[0], *(len(c) for c in cells if isinstance(c, str)))
+        return sum(w) + 3 * (len(cols) - 1)     # pad, rule, pad between columns
+
+    left_out = []
+    while len(cols) > 1 and widths(cols) > width:
+        left_out.append(cols.pop()[1])
+    t = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, expand=False,
+              title_justify="left")
+    for k, h, f in cols:
+        t.add_column(h, justify="left" if k == "variant" else "right", no_wrap=True)
+    for c in cells:
+        if isinstance(c, str):
+            t.add_row(f"[bold]{c}[/]", *[""] * (len(cols) - 1))
+        else:
+            t.add_row(*(text(c, k, f) for k, h, f in cols))
+    return t, left_out[::-1]
 
 
-def run(args) -> int:
+def _fits_notes(cases: list[Case], capacity: int) -> list[str]:
+    """A line per sequence length whose K+V per head fits in the simulated capacity: there,
+    after the first pass over a head, its K/V tiles can all stay cached, whatever the order."""
+    out = {}
+    for p in sorted({c.problem for c in cases}, key=lambda p: (p.S_kv, p.D)):
+        kv = kv_bytes_per_head(p)
+        if kv <= capacity and (p.S_kv, kv) not in out:
+            s_max = capacity // (2 * p.D * p.dtype.nbytes)
+            out[p.S_kv, kv] = (f"note: at S={p.S_kv} K+V per head ({kv / MiB:.3g} MiB) fits in the "
+                       f"{capacity / MiB:g} MiB simulated L2, so the K/V order can save few "
+                       f"misses; it exceeds it for S > {s_max}, or pass --capacity-mib below "
+                       f"{kv / MiB:.3g}")
+    return list(out.values())
+
+
+def _figure_lines(study, report: list[dict], where: str) -> list[str]:
+    """The study's figures (drawn, or skipped with the reason) and one line for all others."""
+    mine = [r for r in report if r["figure"] in study.figures]
+    drawn = [r["figure"] for r in report if "files" in r]
+    lines = [f"figures: {', '.join(drawn)} in {where}" if drawn else "figures: none drawn"]
+    lines += [f"  {r['figure']}: skipped ({r['skipped']})" for r in mine if "skipped" in r]
+    others = [r for r in report if r["figure"] not in study.figures and "skipped" in r]
+    if others:
+        lines.append(f"  {len(others)} figures of other studies skipped (no rows for them in "
+                     "this run)")
+    return lines
+
+
+def run(args, argv: list[str]) -> int:
     from rich.console import Console
     console = Console(width=None if sys.stdout.isatty() else 150)
     if args.list:
@@ -242,45 +450,72 @@ def run(args) -> int:
         raise UsageError(f"--arch is required; known: {', '.join(known_archs())}")
     arch = get_arch(args.arch)
     cases = _plan(args, study, arch)
+    capacity = _capacity(args, arch, cases)
     if args.dry_run:
-        _print_plan(console, study, arch, cases)
+        _print_plan(console, study, arch, cases, capacity)
         return 0
-    if args.capacity_mib is not None and args.capacity_mib <= 0:
-        raise UsageError(f"--capacity-mib {args.capacity_mib} must be positive")
     mode, why = _resolve_mode(args.mode, study, _has_cuda_gpu() if args.mode != "simulate" else False)
-    out = args.out or default_run_dir(arch.name, study.name, mode)
-    check_free(out)
+    if mode == "measure" and args.capacity_mib is not None:
+        raise UsageError("--capacity-mib sets the simulated L2 and means nothing when measuring; "
+                         "add --mode simulate or leave it out")
     console.print(f"[bold yellow]{why}[/]")
     t0 = time.perf_counter()
-    with atomic_run_dir(out) as tmp:
-        runner = _simulate if mode == "simulate" else _measure
-        rows, params = runner(args, console, study, arch, cases, tmp)
-        figures = []
+    with reserved_run_dir(args.out, lambda: default_run_dir(arch.name, study.name, mode)) \
+            as (out, work):
+        if mode == "simulate":
+            rows, params = _simulate(args, console, study, arch, cases, work, out.name, capacity)
+        else:
+            rows, params = _measure(args, console, study, arch, cases, work, out.name)
+        report = []
         if not args.no_figures:
             from paper_figures import render_run
-            figures = render_run(tmp, arch.name, tmp / "figures", console=console)
-        write_manifest(tmp, study=study.name, mode=mode, arch=arch,
-                       parameters={"seq_override": args.seq, "filter": args.filter,
-                                   "cases": [c.id for c in cases], **params},
-                       figures=figures, wall_seconds=round(time.perf_counter() - t0, 1))
+            report = render_run(work, arch.name, work / "figures")
+        write_manifest(work, command=command_line(MODULE, argv), study=study.name, mode=mode,
+                       arch=arch, parameters={"seq_override": args.seq, "filter": args.filter,
+                                              "cases": [c.id for c in cases], **params},
+                       figures=report, wall_seconds=round(time.perf_counter() - t0, 1))
     title = ("SIMULATED L2 (fully associative LRU, "
-             f"{params['capacity_bytes'] / MiB:.1f} MiB): predictions, not measurements"
+             f"{params['capacity_bytes'] / MiB:g} MiB): predictions, not measurements"
              if mode == "simulate" else f"MEASURED on {params['device']['gpu']}")
-    _summary(console, cases, rows, title)
-    console.print(f"wrote {out} ({time.perf_counter() - t0:.0f} s)")
+    table, left_out = summary_table(cases, rows, title, console.width)
+    console.print(table)
+    files = sorted(p.name for p in out.iterdir() if p.is_file())
+    console.print("counts in sectors (k, M, G = 10^3, 10^6, 10^9); Δ: change against the linear "
+                  "twin" + (f"; left out at this width: {', '.join(left_out)}" if left_out else "")
+                  + f"; every value is in {', '.join(f for f in files if f.endswith('.csv'))}")
+    if mode == "simulate":
+        for line in _fits_notes(cases, capacity):
+            console.print(f"[yellow]{line}[/]")
+    console.print(f"wrote {out} ({time.perf_counter() - t0:.0f} s): {', '.join(files)}")
+    if not args.no_figures:
+        for line in _figure_lines(study, report, str(out / "figures")):
+            console.print(line)
+    console.print(f"next: python -m paper_figures --arch {arch.name} --run {shlex.quote(str(out))}")
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+
+    def on_sigterm(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)     # one cleanup, not two
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
-        return run(args)
-    except (UsageError, UnknownArch, UnknownStudy, InvalidProblem, RunDirExists) as e:
+        return run(args, argv)
+    except (UsageError, UnknownArch, UnknownStudy, InvalidProblem, RunDirExists, BadRunDir) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted: no run directory was written", file=sys.stderr)
         return 130
+    except Terminated:
+        print("terminated (SIGTERM): no run directory was written", file=sys.stderr)
+        return 143
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

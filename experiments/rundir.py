@@ -1,7 +1,22 @@
-"""Run directories: written atomically, never overwritten, each with a JSON manifest.
+"""Run directories: reserved before the work, written atomically, never overwritten.
 
-A run is assembled in a hidden sibling directory and renamed into place only when it completed,
-so a crash or Ctrl-C leaves no half-written result that looks like a finished one.
+The life of a run directory ``<parent>/<name>``:
+
+1. **reserve** (before any work): the lock file ``<parent>/.<name>.lock`` is created with
+   ``O_CREAT | O_EXCL``, which succeeds for exactly one process; it holds that process's id and
+   host. A second run for the same name (an explicit ``--out``, or a default name stamped in the
+   same microsecond) is refused, or for a default name takes the next stamp, before it starts.
+   A lock left by a process that no longer runs (killed with SIGKILL, a power cut) is stale and
+   is taken over.
+2. **work** in the hidden sibling ``<parent>/.<name>.partial/``; rows carry the final name.
+3. **publish**: the partial directory is renamed to ``<name>`` (one atomic ``rename``), then the
+   lock is removed.
+
+Whatever stops a run (an exception, Ctrl-C, SIGTERM, which ``experiments.run`` turns into an
+exception) removes the partial directory, the lock and the parent directories the run created,
+so nothing is left; only SIGKILL can leave the two hidden entries, which never look like a run
+(readers skip names starting with a dot and directories without ``manifest.json``) and are
+cleaned by the next run of that name.
 """
 from __future__ import annotations
 
@@ -11,9 +26,10 @@ import json
 import os
 import platform
 import re
+import shlex
 import shutil
+import socket
 import subprocess
-import sys
 from dataclasses import asdict, is_dataclass
 from importlib import metadata
 from pathlib import Path
@@ -25,34 +41,181 @@ PACKAGES = ("numpy", "scipy", "matplotlib", "numba", "rich", "torch", "cupy-cuda
 
 
 class RunDirExists(FileExistsError):
-    pass
+    """The name is taken by a finished run or by a run in progress."""
 
 
-def default_run_dir(arch: str, study: str, mode: str) -> Path:
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return ROOT / "runs" / arch / study / f"{stamp}-{mode}"
+class BadRunDir(ValueError):
+    """The run directory cannot be created there (a file in the way, no permission, ...)."""
+
+
+def stamp() -> str:
+    """``YYYYMMDD-HHMMSS-ffffff``: local time to the microsecond (sorts like the time)."""
+    return _dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+
+
+def default_run_dir(arch: str, study: str, mode: str, root: Path = ROOT) -> Path:
+    return root / "runs" / arch / study / f"{stamp()}-{mode}"
+
+
+def _lock_path(path: Path) -> Path:
+    return path.parent / f".{path.name}.lock"
+
+
+def _partial_path(path: Path) -> Path:
+    return path.parent / f".{path.name}.partial"
 
 
 def check_free(path: Path) -> None:
-    if path.exists():
+    """Raise RunDirExists when ``path`` holds a run (finished, or one in progress)."""
+    if path.exists() or path.is_symlink():
         raise RunDirExists(f"output directory {path} already exists; runs are never overwritten: "
                            "pass another --out or remove it")
+    owner = _lock_owner(_lock_path(path))
+    if owner is not None and _alive(owner):
+        raise RunDirExists(f"output directory {path} is being written by another run (pid "
+                           f"{owner[1]} on {owner[0]}); pass another --out")
+
+
+def _lock_owner(lock: Path) -> tuple[str, int] | None:
+    try:
+        text = lock.read_text()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    try:
+        host, pid = text.split()
+        return host, int(pid)
+    except ValueError:                      # half-written: treat as held
+        return ("?", -1)
+
+
+def _alive(owner: tuple[str, int]) -> bool:
+    host, pid = owner
+    if host != socket.gethostname() or pid < 0:
+        return True                          # cannot tell from here: assume it runs
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _missing_parents(path: Path) -> list[Path]:
+    """The ancestors of ``path`` that do not exist yet, outermost first."""
+    out = []
+    for p in path.parents:
+        if p.exists():
+            break
+        out.append(p)
+    return out[::-1]
+
+
+def check_creatable(path: Path) -> None:
+    """Raise BadRunDir, naming the fix, when a directory ``path`` cannot be created."""
+    for p in path.parents:
+        if p.exists() or p.is_symlink():
+            if not p.is_dir():
+                raise BadRunDir(f"output directory {path} cannot be created: {p} is a file, not "
+                                "a directory; pass another --out")
+            if not os.access(p, os.W_OK | os.X_OK):
+                raise BadRunDir(f"output directory {path} cannot be created: no permission to "
+                                f"write in {p}; pass another --out")
+            return
+
+
+def _cannot(path: Path, e: Exception) -> BadRunDir:
+    return BadRunDir(f"output directory {path} cannot be created: "
+                     f"{getattr(e, 'strerror', None) or e}; pass another --out")
+
+
+def _reserve(path: Path) -> list[Path]:
+    """Create the parents and the lock of ``path`` atomically; returns the parents it created."""
+    try:
+        check_creatable(path)
+        check_free(path)
+        made = _missing_parents(path)
+    except (OSError, ValueError) as e:
+        if isinstance(e, (RunDirExists, BadRunDir)):
+            raise
+        raise _cannot(path, e) from None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (OSError, ValueError) as e:
+        _remove_empty(made)
+        raise _cannot(path, e) from None
+    lock = _lock_path(path)
+    for attempt in (1, 2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            owner = _lock_owner(lock)
+            if attempt == 1 and owner is not None and not _alive(owner):
+                lock.unlink(missing_ok=True)          # stale: its process is gone
+                shutil.rmtree(_partial_path(path), ignore_errors=True)
+                continue
+            _remove_empty(made)
+            raise RunDirExists(f"output directory {path} is being written by another run; "
+                               "pass another --out") from None
+        except (OSError, ValueError) as e:
+            _remove_empty(made)
+            raise _cannot(path, e) from None
+        with os.fdopen(fd, "w") as f:
+            f.write(f"{socket.gethostname()} {os.getpid()}\n")
+        break
+    if path.exists():                       # a finished run appeared between check and lock
+        lock.unlink(missing_ok=True)
+        _remove_empty(made)
+        check_free(path)
+    return made
+
+
+def _remove_empty(dirs: list[Path]) -> None:
+    for d in reversed(dirs):
+        try:
+            d.rmdir()
+        except OSError:
+            break
 
 
 @contextlib.contextmanager
-def atomic_run_dir(path: Path):
-    """Yield a temporary directory that becomes ``path`` when the block completes."""
-    check_free(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.partial-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+def reserved_run_dir(path: Path | None, default=None):
+    """Reserve ``path`` (or, when None, a fresh ``default()`` name), then yield
+    ``(final_path, work_dir)``; the work directory becomes ``final_path`` when the block
+    completes, and everything is removed when it does not (see the module docstring)."""
+    if path is None:
+        for _ in range(100):                # a default name taken: stamp again
+            path = default()
+            try:
+                made = _reserve(path)
+                break
+            except RunDirExists:
+                continue
+        else:
+            raise RunDirExists(f"could not find a free run directory name like {path}")
+    else:
+        made = _reserve(path)
+    tmp = _partial_path(path)
+    done = False
     try:
-        yield tmp
-        check_free(path)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        yield path, tmp
+        if path.exists():
+            raise RunDirExists(f"output directory {path} appeared while this run was written; "
+                               "its results are discarded, runs are never overwritten")
         tmp.rename(path)
+        done = True
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        _lock_path(path).unlink(missing_ok=True)
+        if not done:
+            _remove_empty(made)
+
+
+def command_line(module: str, argv: list[str]) -> str:
+    """The command that re-runs this one, pasteable into a shell from the repository root."""
+    return shlex.join(["python", "-m", module, *argv])
 
 
 def git_state() -> dict:
@@ -97,11 +260,13 @@ def _jsonable(obj):
     return obj
 
 
-def write_manifest(run_dir: Path, **fields) -> Path:
+def write_manifest(run_dir: Path, *, command: str, **fields) -> Path:
+    """``manifest.json``: schema version, creation time, ``command`` (``command_line``), git
+    state, package versions and the caller's fields."""
     manifest = {
         "schema_version": SCHEMA_VERSION,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "command": command,
         "git": git_state(),
         "versions": package_versions(),
         **_jsonable(fields),

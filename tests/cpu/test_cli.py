@@ -3,16 +3,23 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import re
+import shlex
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from experiments.studies import LONG_S, get_study, longseq_plan
+from experiments.studies import LONG_S, STUDIES, get_study, longseq_plan
 from spec import Backend, ScanOrder, Tiles, get_arch, known_archs
 from spec.records import SCHEMA_VERSION, read_csv
 from spec.schedules import ScheduleKind
+from tests.conftest import HAS_GPU
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,7 +50,7 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path):
     (["nope", "--arch", "gb10"], "unknown study 'nope'; known: sawtooth, l1l2"),
     (["sawtooth"], "--arch is required"),
     (["sawtooth", "--arch", "gb10", "--seq", "0"], "--seq 0 must be a positive"),
-    (["sawtooth", "--arch", "gb10", "--capacity-mib", "-1"], "must be positive"),
+    (["sawtooth", "--arch", "gb10", "--capacity-mib", "-1"], "must be a positive finite number"),
     (["sawtooth", "--arch", "gb10", "--filter", "nomatch"], "matches no case"),
     (["sawtooth", "--arch", "gb10", "--mode", "measure"], "--mode measure needs a CUDA GPU"),
 ])
@@ -246,36 +253,290 @@ def test_precompile_sends_cutile_cases_to_warm_and_cuda_cases_to_nvrtc(monkeypat
     assert errors == ["cutile error", "CUDA precompile: RuntimeError: nvrtc boom"]
 
 
-# -- kernels.bench: results are never overwritten -------------------------------------------------
+# -- bad input: one line, exit 2, nothing on disk --------------------------------------------------
 
-class _BenchReached(Exception):
-    pass
-
-
-@pytest.mark.parametrize("existing", ["out.csv", "out.json"])
-def test_bench_refuses_an_existing_output_before_touching_the_gpu(tmp_path, monkeypatch, capsys,
-                                                                  existing):
-    import kernels.bench as bench
-
-    def no_bench(*a, **k):
-        raise _BenchReached
-    monkeypatch.setattr(bench, "Bench", no_bench)
-    (tmp_path / existing).write_text("keep me")
-    with pytest.raises(SystemExit) as e:
-        bench.main(["--out", str(tmp_path / "out.csv")])
-    assert e.value.code == 2
-    err = capsys.readouterr().err
-    assert "never overwritten" in err and "pass another --out" in err
-    assert sorted(p.name for p in tmp_path.iterdir()) == [existing]
-    assert (tmp_path / existing).read_text() == "keep me"
+def _nothing_left(tmp_path, keep=()):
+    left = sorted(p.name for p in tmp_path.iterdir() if p.name not in keep)
+    assert left == [], left
 
 
-def test_bench_with_a_free_output_goes_on_to_the_gpu(tmp_path, monkeypatch):
-    import kernels.bench as bench
+@pytest.mark.parametrize("value, message", [
+    ("nan", "must be a positive finite number of MiB"),
+    ("inf", "must be a positive finite number of MiB"),
+    ("0", "must be a positive finite number of MiB"),
+    ("1e12", "--capacity-mib 1e+12 is outside 0.01953 .. 2016 MiB"),
+    ("0.001", "--capacity-mib 0.001 is outside 0.01953 .. 2016 MiB"),
+])
+def test_capacity_must_be_finite_and_within_bounds(tmp_path, value, message):
+    # 0.01953 MiB = one 80-row K tile and one V tile at D=64 fp16 (the CUDA cases' tiles);
+    # 2016 MiB = 16 x the largest registered L2 (b200, 126 MiB)
+    r = cli("sawtooth", "--arch", "gb10", "--capacity-mib", value, "--out", str(tmp_path / "r"))
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    _nothing_left(tmp_path)
 
-    def no_bench(*a, **k):
-        raise _BenchReached
-    monkeypatch.setattr(bench, "Bench", no_bench)
-    with pytest.raises(_BenchReached):
-        bench.main(["--out", str(tmp_path / "out.csv")])
-    assert not list(tmp_path.iterdir())
+
+def test_capacity_bounds_follow_the_plan_and_the_registry():
+    from experiments.run import CAPACITY_MAX_L2S, capacity_bounds
+    arch = get_arch("h100")
+    cases = get_study("longseq").plan(arch)            # 128-row K/V tiles at D=128
+    lo, hi = capacity_bounds(arch, cases)
+    assert lo == 2 * 128 * 128 * 2
+    assert hi == CAPACITY_MAX_L2S * max(get_arch(a).l2_bytes for a in known_archs())
+
+
+@pytest.mark.parametrize("study", ["ladder", "scaling", "longseq", "bench", "cuda-tiles", "drift"])
+@pytest.mark.parametrize("mode", ["simulate", "auto"])
+def test_timed_only_study_has_nothing_to_simulate(tmp_path, study, mode):
+    if study not in STUDIES:
+        pytest.skip(f"study {study} is not registered yet")
+    if mode == "auto" and HAS_GPU:
+        pytest.skip("auto measures when a GPU is present")
+    r = cli(study, "--arch", "h100", "--mode", mode, "--out", str(tmp_path / "r"))
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert f"study {study!r} is GPU-only: it measures time" in r.stderr
+    assert ("--mode measure" if mode == "simulate" else "needs a CUDA GPU") in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert "+0.0%" not in r.stdout
+    _nothing_left(tmp_path)
+
+
+def _out_cases(tmp_path):
+    f = tmp_path / "a_file"
+    f.write_text("keep me")
+    long = tmp_path / ("x" * 300)                       # a name over NAME_MAX (255)
+    return {"parent is a file": (f / "run", "is a file, not a directory"),
+            "grandparent is a file": (f / "sub" / "run", "is a file, not a directory"),
+            "name too long": (long / "run", "cannot be created"),
+            "null byte": (Path(str(tmp_path / "a\0b")), "cannot be created")}
+
+
+@pytest.mark.parametrize("which", ["parent is a file", "grandparent is a file", "name too long",
+                                   "null byte"])
+def test_impossible_out_is_refused_before_the_work(tmp_path, which):
+    from experiments.run import main
+    out, message = _out_cases(tmp_path)[which]
+    args = ["sawtooth", "--arch", "gb10", "--seq", "2048", "--no-figures", "--out", str(out)]
+    if "\0" in str(out):   # cannot go through a command line: call main in-process
+        import contextlib
+        import io
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            assert main(args) == 2
+        stderr = err.getvalue()
+    else:
+        r = cli(*args)
+        assert r.returncode == 2, (r.stdout, r.stderr)
+        assert "simulating" not in r.stdout           # refused before the work
+        stderr = r.stderr
+    assert message in stderr and "pass another --out" in stderr
+    assert len(stderr.strip().splitlines()) == 1
+    _nothing_left(tmp_path, keep=("a_file",))
+    assert (tmp_path / "a_file").read_text() == "keep me"
+
+
+def test_unwritable_out_is_refused_and_nothing_created(tmp_path, monkeypatch, capsys):
+    from experiments.run import main
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    if os.geteuid() == 0:       # root may write anywhere: let the check see what a user's sees
+        real = os.access
+        monkeypatch.setattr(os, "access", lambda p, m: False if Path(p) == locked else real(p, m))
+    try:
+        assert main(["sawtooth", "--arch", "gb10", "--seq", "2048", "--no-figures",
+                     "--out", str(locked / "deep" / "run")]) == 2
+        err = capsys.readouterr().err
+        assert f"no permission to write in {locked}; pass another --out" in err
+        assert len(err.strip().splitlines()) == 1
+        assert list(locked.iterdir()) == []
+    finally:
+        locked.chmod(0o700)
+
+
+def test_measure_refuses_a_simulated_capacity(tmp_path, fake_gpu):
+    from experiments import run as run_mod
+    args = ["sawtooth", "--arch", "h100", "--mode", "measure", "--capacity-mib", "20",
+            "--out", str(tmp_path / "r")]
+    assert run_mod.main(args) == 2
+    assert fake_gpu["precompile"] == []
+    _nothing_left(tmp_path)
+
+
+# -- run directories: the final name, reserved before the work --------------------------------------
+
+def test_rows_carry_the_final_run_name_and_the_manifest_command_reruns(tmp_path):
+    out = tmp_path / "first run"                        # a space: the command must quote it
+    r = cli("sawtooth", "--arch", "gb10", "--seq", "2048", "--filter", "static|batch",
+            "--no-figures", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    rows = read_csv(out / "counters.csv")
+    assert {x["run"] for x in rows} == {"first run"}
+    cmd = json.loads((out / "manifest.json").read_text())["command"]
+    assert cmd.startswith("python -m experiments.run sawtooth --arch gb10 ")
+    argv = shlex.split(cmd)
+    assert argv[argv.index("--filter") + 1] == "static|batch"
+    assert argv[argv.index("--out") + 1] == str(out)
+    # pasted back (with this interpreter and a new --out) it re-runs the same study
+    argv[0] = sys.executable
+    argv[argv.index("--out") + 1] = str(tmp_path / "again")
+    again = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    strip = lambda rs: [{k: v for k, v in x.items() if k != "run"} for x in rs]   # noqa: E731
+    assert strip(read_csv(tmp_path / "again" / "counters.csv")) == strip(rows)
+
+
+def test_default_names_are_unique_within_a_second(tmp_path):
+    from experiments.rundir import default_run_dir
+    names = {default_run_dir("gb10", "sawtooth", "simulate", root=tmp_path).name
+             for _ in range(200)}
+    assert len(names) == 200
+
+
+def test_a_reserved_name_is_refused_before_the_work_and_a_default_name_moves_on(tmp_path):
+    from experiments.rundir import RunDirExists, reserved_run_dir
+    taken = tmp_path / "runs" / "taken"
+    with reserved_run_dir(taken) as (path, work):
+        assert path == taken and work.name == ".taken.partial" and work.is_dir()
+        assert (taken.parent / ".taken.lock").read_text().split()[1] == str(os.getpid())
+        # an explicit --out of a run in progress: refused at once, from another process too
+        r = cli("sawtooth", "--arch", "gb10", "--seq", "2048", "--no-figures",
+                "--out", str(taken))
+        assert r.returncode == 2 and "being written by another run" in r.stderr
+        assert "simulating" not in r.stdout
+        with pytest.raises(RunDirExists, match="being written by another run"):
+            with reserved_run_dir(taken):
+                pass
+        # a default name that is taken: the next stamp is used instead
+        names = iter([taken, tmp_path / "runs" / "next"])
+        with reserved_run_dir(None, default=lambda: next(names)) as (other, _):
+            assert other == tmp_path / "runs" / "next"
+        (work / "counters.csv").write_text("x")
+    assert (taken / "counters.csv").read_text() == "x"
+    assert sorted(p.name for p in taken.parent.iterdir()) == ["next", "taken"]
+    with pytest.raises(RunDirExists, match="already exists"):
+        with reserved_run_dir(taken):
+            pass
+
+
+def test_a_failed_run_leaves_nothing_and_a_stale_lock_is_taken_over(tmp_path):
+    from experiments.rundir import reserved_run_dir
+    target = tmp_path / "a" / "b" / "run"
+    with pytest.raises(RuntimeError):
+        with reserved_run_dir(target) as (_, work):
+            (work / "half.csv").write_text("half")
+            raise RuntimeError("boom")
+    assert list(tmp_path.iterdir()) == []             # parents it created are gone too
+    # a lock whose process is gone (SIGKILL) and its partial directory: taken over
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    target.parent.mkdir(parents=True)
+    (target.parent / ".run.lock").write_text(f"{socket.gethostname()} {dead}\n")
+    (target.parent / ".run.partial").mkdir()
+    (target.parent / ".run.partial" / "old.csv").write_text("old")
+    with reserved_run_dir(target) as (_, work):
+        assert list(work.iterdir()) == []
+    assert sorted(p.name for p in target.parent.iterdir()) == ["run"]
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_during_the_work_leaves_nothing(tmp_path, sig, code):
+    out = tmp_path / "runs" / "r"
+    p = subprocess.Popen([sys.executable, "-m", "experiments.run", "sawtooth", "--arch", "gb10",
+                          "--out", str(out), "--no-figures"], cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (out.parent / ".r.partial").exists():
+        assert p.poll() is None and time.monotonic() < deadline, p.communicate()
+        time.sleep(0.05)
+    time.sleep(0.5)                                     # inside the simulation
+    p.send_signal(sig)
+    stdout, stderr = p.communicate(timeout=120)
+    assert p.returncode == code, (stdout, stderr)
+    assert "no run directory was written" in stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+# -- what the user reads ----------------------------------------------------------------------------
+
+def _rows_for(cases, metrics):
+    from spec.records import UNITS, Row, case_fields
+    rows = []
+    for c in cases:
+        for m, base in metrics.items():
+            value = base * (0.7 if c.variant.order.label == "sawtooth" else 1.0)
+            rows.append(Row(run="r", study="s", arch="h100", metric=m, value=value,
+                            unit=UNITS.get(m, ""), source="measured",
+                            **case_fields(c.problem, c.variant)))
+    return rows
+
+
+@pytest.mark.parametrize("study", ["sawtooth", "longseq"])
+def test_results_table_reads_in_80_columns(study):
+    from rich.console import Console
+
+    from experiments.run import summary_table
+    from spec.records import Metric
+    cases = get_study(study).plan(get_arch("h100"))
+    rows = _rows_for(cases, {Metric.L2_TEX_MISSES: 3.7e8, Metric.NONCOMPULSORY_MISSES: 1.2e8,
+                             Metric.KERNEL_TIME_MS: 12.345, Metric.TFLOPS: 456.7})
+    console = Console(width=80, record=True, color_system=None)
+    table, left_out = summary_table(cases, rows, "MEASURED on fake H100", console.width)
+    console.print(table)
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    for c in cases:                                      # every variant id whole, on one line
+        assert c.variant.id(c.problem) in text
+    assert "…" not in text
+    assert "Δ misses" in text and "-30.0%" in text      # the change against the linear twin
+    assert left_out                                     # something had to go at 80 columns ...
+    wide = Console(width=200, record=True, color_system=None)
+    table, none = summary_table(cases, rows, "t", wide.width)
+    wide.print(table)
+    assert none == [] and "TFLOPS" in wide.export_text()     # ... and nothing at 200
+
+
+def test_figure_lines_collapse_other_studies_skips():
+    from experiments.run import _figure_lines
+    study = get_study("sawtooth")
+    report = [{"figure": "F8a", "files": ["F8a.png"]},
+              {"figure": "F9a", "skipped": "no cuTile non-causal rows"}]
+    report += [{"figure": f"X{i}", "skipped": "no rows"} for i in range(18)]
+    lines = _figure_lines(study, report, "/r/figures")
+    assert lines == ["figures: F8a in /r/figures", "  F9a: skipped (no cuTile non-causal rows)",
+                     "  18 figures of other studies skipped (no rows for them in this run)"]
+
+
+def test_small_data_says_that_it_fits_the_cache(tmp_path):
+    r = cli("sawtooth", "--arch", "gb10", "--seq", "16384", "--filter", "cuda-batch",
+            "--no-figures", "--out", str(tmp_path / "fits"))
+    assert r.returncode == 0, r.stderr
+    flat = " ".join(r.stdout.split())
+    assert ("note: at S=16384 K+V per head (4 MiB) fits in the 24 MiB simulated L2" in flat
+            and "exceeds it for S > 98304" in flat)
+    assert "next: python -m paper_figures --arch gb10 --run" in flat
+    r = cli("sawtooth", "--arch", "gb10", "--seq", "16384", "--capacity-mib", "3", "--filter",
+            "cuda-batch", "--no-figures", "--out", str(tmp_path / "exceeds"))
+    assert r.returncode == 0, r.stderr
+    assert "fits in the" not in r.stdout
+
+
+def test_dry_run_estimates_the_work():
+    from experiments.run import tile_accesses
+    from spec import TileGrid, build_trace
+    for c in get_study("sawtooth").plan(get_arch("gb10"))[:2]:     # the count is exact
+        small = dataclasses.replace(c, problem=dataclasses.replace(c.problem, S_q=3000,
+                                                                   S_kv=3000))
+        v = small.variant
+        trace = build_trace(TileGrid(small.problem, v.tiles), v.schedule, v.order, small.resident)
+        assert tile_accesses(small) == trace.n_accesses
+    out = {a: " ".join(cli("sawtooth", "--arch", a, "--dry-run").stdout.split())
+           for a in ("gb10", "b200")}
+    acc = {}
+    for a, text in out.items():
+        m = re.search(r"work: 16 cases, ([\d,.]+) M tile accesses", text)
+        acc[a] = float(m.group(1).replace(",", ""))
+        assert re.search(r"simulate \(\d+ MiB L2\): about [\d.]+ (s|min|h) on this machine "
+                         r"\(calibrated now: [\d.]+ M accesses in [\d.]+ s", text), text
+        assert re.search(r"peak memory about [\d.]+ GiB", text)
+    assert 25 < acc["b200"] / acc["gb10"] < 31          # b200's study is ~28x GB10's
