@@ -1,0 +1,208 @@
+"""The one dataset selector (analysis.datasets): the selection rule, the reader's one-line errors,
+and what the figure and findings commands do with bad input and existing output directories."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from analysis import datasets as DS
+
+ROOT = Path(__file__).resolve().parents[2]
+FIX = ROOT / "tests" / "fixtures" / "figures"
+GOOD = FIX / "h200-traffic" / "counters.csv"
+
+
+def _run_dir(base: Path, name: str, manifest: dict | None = None, counters: bytes | None = None):
+    d = base / name
+    d.mkdir(parents=True)
+    (d / "manifest.json").write_text(json.dumps(manifest or {}))
+    if counters is not None:
+        (d / "counters.csv").write_bytes(counters)
+    return d
+
+
+def _manifest(study, mode="simulate", **params):
+    return {"study": study, "mode": mode,
+            "parameters": {"seq_override": None, "filter": None,
+                           "source": "simulated" if mode == "simulate" else "measured", **params}}
+
+
+# -- the selection rule ---------------------------------------------------------------------------
+def test_repeats_stamps_names_and_artifacts(tmp_path):
+    base = tmp_path / "profiles" / "h100"
+    for name in ("sawtooth-20261001", "sawtooth-20261121", "sawtooth-20261121-r3",
+                 "sawtooth-20261121-r2", "sawtooth-20261121-r10", "longseq-20261121",
+                 "longseq-forloop-spill-20261121", "drift-20261121"):
+        _run_dir(base, name, _manifest(name.split("-2")[0].removesuffix("-forloop-spill"),
+                                       "measure"))
+    _run_dir(base, "longseq-profile-20261121",
+             _manifest("longseq", "measure", filter="cutile.*"))
+    (base / "sawtooth-20261121-r4").mkdir()                 # no manifest: an unfinished run
+    ds = DS.select("h100", "sawtooth", root=tmp_path)
+    assert ds.path.name == "sawtooth-20261121" and ds.repeat == 1
+    assert [d.path.name for d in DS.repeats_of(ds, tmp_path)] == [
+        "sawtooth-20261121", "sawtooth-20261121-r2", "sawtooth-20261121-r3",
+        "sawtooth-20261121-r10"]
+    # longseq-profile is the longseq study run with a filter: never the default longseq run
+    assert DS.select("h100", "longseq", root=tmp_path).path.name == "longseq-20261121"
+    lp = DS.select("h100", "longseq", name="longseq-profile", params={"filter": DS.ANY},
+                   root=tmp_path)
+    assert lp.path.name == "longseq-profile-20261121"
+    # the spill artifact is never a dataset
+    assert all("spill" not in d.path.name for d in DS.discover("h100", tmp_path))
+    assert DS.select("h200", "sawtooth", root=tmp_path) is None
+
+
+def test_a_local_run_with_other_parameters_is_not_the_default(tmp_path):
+    """After `experiments.run sawtooth --arch gb10 --capacity-mib 20`, the default GB10 selection
+    still reads the committed nominal-capacity run; the 20 MiB run is read only when named."""
+    l2 = 24 * 2**20
+    _run_dir(tmp_path / "profiles" / "gb10", "sawtooth-20261121",
+             _manifest("sawtooth", capacity_bytes=l2))
+    local = _run_dir(tmp_path / "runs" / "gb10" / "sawtooth", "20261124-101500-simulate",
+                     _manifest("sawtooth", capacity_bytes=20 * 2**20))
+    assert DS.select("gb10", "sawtooth", root=tmp_path).path.name == "sawtooth-20261121"
+    assert [d.path.name for d in DS.default_runs("gb10", root=tmp_path)] == ["sawtooth-20261121"]
+    got = DS.select("gb10", "sawtooth", params={"capacity_bytes": 20 * 2**20}, root=tmp_path)
+    assert got.path == local and not got.committed
+    assert got.label.endswith("20261124-101500-simulate")
+
+
+def test_committed_before_local_and_latest_local(tmp_path):
+    loc = tmp_path / "runs" / "h100" / "sawtooth"
+    _run_dir(loc, "20261124-090000-simulate", _manifest("sawtooth"))
+    _run_dir(loc, "20261124-100000-simulate", _manifest("sawtooth"))
+    _run_dir(loc, ".partial-77", _manifest("sawtooth"))             # unfinished: never read
+    assert DS.select("h100", "sawtooth", root=tmp_path).path.name == "20261124-100000-simulate"
+    _run_dir(tmp_path / "profiles" / "h100", "sawtooth-20261121", _manifest("sawtooth", "measure"))
+    assert DS.select("h100", "sawtooth", root=tmp_path).path.name == "sawtooth-20261121"
+    assert DS.select("h100", "sawtooth", source="simulated", root=tmp_path).path.name == \
+        "20261124-100000-simulate"
+
+
+# -- the reader ------------------------------------------------------------------------------------
+def _bad_inputs() -> dict[str, bytes | None]:
+    good = GOOD.read_bytes()
+    header, rest = good.split(b"\n", 1)
+    cols = header.split(b",")
+    drop = cols.index(b"metric")
+    no_metric = b"\n".join(b",".join(f for i, f in enumerate(line.split(b",")) if i != drop)
+                           for line in good.splitlines())
+    return {"truncated": good[: len(good) // 2 - 7],
+            "binary": b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR" + bytes(range(256)),
+            "column-missing": no_metric,
+            "empty": b"",
+            "header-only": header + b"\n",
+            "absent": None}
+
+
+@pytest.mark.parametrize("kind", list(_bad_inputs()))
+def test_reader_says_what_is_wrong_in_one_line(kind, tmp_path):
+    d = _run_dir(tmp_path, "run", _manifest("traffic"), _bad_inputs()[kind])
+    with pytest.raises(DS.DatasetError) as e:
+        DS.read_run(d)
+    msg = str(e.value)
+    assert "\n" not in msg and "counters.csv" in msg or str(d) in msg
+    assert DS.read_table(GOOD)                                      # the good file reads
+
+
+def test_absent_directory_and_no_data(tmp_path):
+    with pytest.raises(DS.DatasetError, match="no such run directory"):
+        DS.read_run(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DS.DatasetError, match="none of counters.csv"):
+        DS.read_run(tmp_path / "empty")
+
+
+# -- the commands ----------------------------------------------------------------------------------
+def _cmd(*args):
+    # a figure module run with -m is imported twice (the package imports every figure), which
+    # runpy reports with a RuntimeWarning line: not part of the command's own output
+    return subprocess.run([sys.executable, "-W", "ignore::RuntimeWarning", "-m", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("kind", list(_bad_inputs()))
+def test_paper_figures_on_bad_counters(kind, tmp_path):
+    d = _run_dir(tmp_path, "run", _manifest("traffic"), _bad_inputs()[kind])
+    out = tmp_path / "figs"
+    r = _cmd("paper_figures", "--arch", "h200", "--run", str(d), "--out", str(out))
+    assert r.returncode == 2, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    assert not out.exists()
+
+
+def test_figure_module_main_on_bad_counters(tmp_path):
+    d = _run_dir(tmp_path, "run", _manifest("traffic"), _bad_inputs()["truncated"])
+    r = _cmd("paper_figures.t2_model_error", "--arch", "h200", "--run", str(d), "--out",
+             str(tmp_path / "figs"))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "figs").exists()
+
+
+def test_named_run_that_no_figure_applies_to_is_an_error(tmp_path):
+    d = _run_dir(tmp_path, "run", _manifest("traffic"), GOOD.read_bytes())
+    r = _cmd("paper_figures.ladder", "--arch", "h200", "--run", str(d), "--out",
+             str(tmp_path / "figs"))
+    assert r.returncode == 2 and "no figure applies" in r.stderr
+    assert not (tmp_path / "figs").exists()
+
+
+def test_existing_output_directory_is_refused_and_kept(tmp_path):
+    out = tmp_path / "figs"
+    out.mkdir()
+    (out / "old.png").write_bytes(b"old")
+    r = _cmd("paper_figures.t2_model_error", "--arch", "h200", "--run", str(FIX / "h200-traffic"),
+             "--out", str(out))
+    assert r.returncode == 2 and "already exists" in r.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["old.png"]
+
+
+def test_render_run_prints_one_summary_line(tmp_path):
+    from rich.console import Console
+
+    from paper_figures import render_run
+    console = Console(record=True, width=200)
+    report = render_run(FIX / "h200-traffic", "h200", tmp_path / "figs", console)
+    lines = console.export_text().strip().splitlines()
+    drawn = sum("files" in r for r in report)
+    assert lines == [f"drew {drawn} figure(s) in {tmp_path / 'figs'}; {len(report) - drawn} not "
+                     f"applicable to this run"]
+    index = json.loads((tmp_path / "figs" / "figures.json").read_text())
+    assert {f["figure"] for f in index["figures"] if "files" in f} == {"F3", "F4", "T2", "F7"}   # F7 is analytic
+
+
+@pytest.mark.parametrize("kind", ["truncated", "binary", "column-missing", "empty", "absent"])
+def test_findings_on_bad_counters(kind, tmp_path):
+    """A named run with broken counters: one line, exit 2, no report directory."""
+    if DS.select("h100", "traffic") is None:
+        pytest.skip("no committed h100 data")
+    src = DS.select("h100", "traffic").path
+    d = tmp_path / src.name
+    shutil.copytree(src, d)
+    bad = _bad_inputs()[kind]
+    if bad is None:
+        (d / "counters.csv").unlink()
+    else:
+        (d / "counters.csv").write_bytes(bad)
+    r = _cmd("analysis.findings", "--arch", "h100", "--no-sim", "--run", str(d), "--out",
+             str(tmp_path / "out"))
+    assert r.returncode == 2, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_findings_per_arch_directories_never_mix(tmp_path):
+    from analysis.findings.__main__ import main
+    if DS.select("h100", "sawtooth") is None or DS.select("h200", "sawtooth") is None:
+        pytest.skip("no committed data")
+    assert main(["--arch", "h100", "--no-sim", "--out", str(tmp_path)]) == 0
+    assert main(["--arch", "h200", "--no-sim", "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "h100" / "findings-h100.md").exists()
+    assert not (tmp_path / "h100" / "findings-h200.md").exists()
+    assert main(["--arch", "h100", "--no-sim", "--out", str(tmp_path)]) == 2     # refused
