@@ -1,11 +1,15 @@
 """GPU tests of the raw CUDA FlashAttention family (skipped without a GPU).
 
-Every order × schedule × causal × D × tested tile against the fp32 SDPA reference (the rule of
-experiments/correctness.py: NaN never passes, outputs poisoned first, fresh seeded inputs, uneven S
-and grouped-query heads included); schedule-only changes are bitwise identical (and the sawtooth
-equals the linear or reverse scan tile by tile); the trace build visits exactly what
-``spec.visit_order`` prescribes; P = 1 and P = all resident CTAs are correct; bad input gets a clear
-error before any launch. All instantiations are compiled once, in parallel, by a session fixture.
+Every order × schedule × causal × D against the fp32 SDPA reference at 64×64 tiles, and at every
+other tested tile every order (grid launch) and every schedule (sawtooth order), bf16 too (the
+rule of experiments/correctness.py: NaN never passes, outputs poisoned first, fresh seeded inputs,
+uneven S and grouped-query heads included); schedule-only changes are bitwise identical (and the
+sawtooth equals the linear or reverse scan tile by tile); the trace build visits exactly what
+``spec.visit_order`` prescribes; P = 1 and P = all resident CTAs are correct; bad input gets a
+clear error before any launch.
+
+The variants are module-level data: ``builds(arch)`` lists every instantiation the tests launch,
+and tests/gpu/conftest.py compiles them all in parallel before the first test.
 """
 from __future__ import annotations
 
@@ -15,8 +19,8 @@ import zlib
 import numpy as np
 import pytest
 
-from spec import Problem
-from spec.backend import BadInput, UnsupportedVariant
+from spec import Arch, Problem
+from spec.family import BadInput, UnsupportedVariant
 from spec.orders import ScanOrder
 from spec.problem import DType, TileGrid, Tiles
 from spec.schedules import CtaSchedule
@@ -27,8 +31,22 @@ pytestmark = pytest.mark.gpu
 
 ORDERS = ["linear", "sawtooth", "sawtooth2", "reverse", "blockparity"]
 SCHEDULES = ["grid", "tile2", "static7", "static7h", "lpt7"]
-TILES = [Tiles(64, 64), Tiles(80, 80), Tiles(128, 64), Tiles(128, 128)]
+FULL_TILES = Tiles(64, 64)                 # every order x schedule; also the trace tiles
+TILES = [FULL_TILES, Tiles(80, 80), Tiles(128, 64), Tiles(128, 128)]
 HEAD_DIMS = [64, 128]
+BF16_VARIANT = ("linear", "grid", Tiles(128, 64))
+
+
+def pairs(tiles: Tiles) -> list[tuple[str, str]]:
+    """(order, schedule) pairs tested at ``tiles``: all of them at FULL_TILES; elsewhere every
+    order with the grid launch and every schedule with the sawtooth order (the tile shape
+    changes the index arithmetic of each, not how they combine: that is FULL_TILES' job)."""
+    if tiles == FULL_TILES:
+        return list(itertools.product(ORDERS, SCHEDULES))
+    return list(dict.fromkeys([(o, "grid") for o in ORDERS] + [("sawtooth", s) for s in SCHEDULES]))
+
+
+CASES = [(o, s, t) for t in TILES for o, s in pairs(t)]
 
 
 def _problem(D: int, causal: bool, dtype=DType.FP16) -> Problem:
@@ -41,20 +59,30 @@ def _variant(order: str, schedule: str, tiles: Tiles) -> Variant:
     return Variant(Backend.CUDA, ScanOrder.parse(order), CtaSchedule.parse(schedule), tiles)
 
 
+def builds(arch: Arch) -> dict[str, list[tuple[Variant, Problem, bool]]]:
+    """Per test: every (variant, problem, trace build?) it launches (one instantiation each;
+    the persistent P and the occupancy checks reuse these instantiations)."""
+    grid = list(itertools.product(HEAD_DIMS, (False, True)))
+    plain = [(_variant(o, s, t), _problem(d, c), False) for d, c in grid for o, s, t in CASES]
+    return {
+        "test_matches_reference": plain,
+        "test_schedule_only_changes_are_bitwise_identical": plain,
+        "test_persistent_extremes": [(_variant(o, "static1", FULL_TILES), _problem(d, c), False)
+                                     for d, c in grid for o in ("linear", "sawtooth")],
+        "test_occupancy_matches_the_driver": [
+            (_variant(o, s, t), _problem(d, False), False) for d in HEAD_DIMS for t in TILES
+            for o, s in (("linear", "grid"), ("sawtooth", "static1"))],
+        "test_bf16": [(_variant(*BF16_VARIANT), _problem(d, c, DType.BF16), False)
+                      for d, c in grid],
+        "test_trace_equals_spec": [(_variant(o, s, FULL_TILES), _problem(d, c), True)
+                                   for d, c in grid for o, s in pairs(FULL_TILES)],
+    }
+
+
 @pytest.fixture(scope="session")
 def backend():
-    from cuda_baseline.backend import CudaBackend, instance_for, precompile
-    insts = []
-    for d, c in itertools.product(HEAD_DIMS, (False, True)):
-        for o, s, t in itertools.product(ORDERS, SCHEDULES, TILES):
-            v = _variant(o, s, t)
-            insts.append(instance_for(v, _problem(d, c)))
-            if t == Tiles(64, 64):
-                insts.append(instance_for(v, _problem(d, c), trace=True))
-        insts.append(instance_for(_variant("linear", "grid", Tiles(128, 64)),
-                                  _problem(d, c, DType.BF16)))
-    precompile(insts)
-    return CudaBackend()
+    from cuda_baseline.backend import CudaFamily
+    return CudaFamily()
 
 
 _CASES: dict = {}
@@ -86,9 +114,8 @@ def _run(backend, variant: Variant, problem: Problem):
 
 @pytest.mark.parametrize("D", HEAD_DIMS)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("tiles", TILES, ids=lambda t: t.label)
-@pytest.mark.parametrize("schedule", SCHEDULES)
-@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("order, schedule, tiles", CASES,
+                         ids=[f"{o}-{s}-{t.label}" for o, s, t in CASES])
 def test_matches_reference(backend, order, schedule, tiles, causal, D):
     out, res, p = _run(backend, _variant(order, schedule, tiles), _problem(D, causal))
     assert res.passed, f"{p.id} on {p.problem.label}: {res}"
@@ -97,8 +124,7 @@ def test_matches_reference(backend, order, schedule, tiles, causal, D):
 @pytest.mark.parametrize("D", HEAD_DIMS)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_bf16(backend, causal, D):
-    out, res, p = _run(backend, _variant("linear", "grid", Tiles(128, 64)),
-                       _problem(D, causal, DType.BF16))
+    out, res, p = _run(backend, _variant(*BF16_VARIANT), _problem(D, causal, DType.BF16))
     assert res.passed, f"{p.id}: {res}"
 
 
@@ -112,7 +138,7 @@ def test_schedule_only_changes_are_bitwise_identical(backend, tiles, causal, D):
     pr = _problem(D, causal)
     g = TileGrid(pr, tiles)
     base = {o: _run(backend, _variant(o, "grid", tiles), pr)[0] for o in ("linear", "reverse")}
-    for order, sched in itertools.product(ORDERS, SCHEDULES):
+    for order, sched in pairs(tiles):
         out = _run(backend, _variant(order, sched, tiles), pr)[0]
         so, cs = ScanOrder.parse(order), CtaSchedule.parse(sched)
         wi = cs.work_items(g)
@@ -131,12 +157,12 @@ def test_schedule_only_changes_are_bitwise_identical(backend, tiles, causal, D):
 def test_persistent_extremes(backend, causal, D):
     """P = 1 (one CTA does everything) and P = every resident CTA are both correct."""
     pr = _problem(D, causal)
-    ps = [backend.prepare(_variant(o, "static1", Tiles(64, 64)), pr) for o in ("linear", "sawtooth")]
+    ps = [backend.prepare(_variant(o, "static1", FULL_TILES), pr) for o in ("linear", "sawtooth")]
     resident = min(p.resident_ctas for p in ps)
     num_sms = resident // min(p.ctas_per_sm for p in ps)
     for p_ctas in (1, num_sms, resident):
         for order in ("linear", "sawtooth"):
-            out, res, p = _run(backend, _variant(order, f"static{p_ctas}", Tiles(64, 64)), pr)
+            out, res, p = _run(backend, _variant(order, f"static{p_ctas}", FULL_TILES), pr)
             assert res.passed, f"P={p_ctas} {order}: {res}"
 
 
@@ -147,7 +173,7 @@ def test_persistent_extremes(backend, causal, D):
 def test_trace_equals_spec(backend, order, schedule, D, causal):
     from experiments.correctness import poisoned_like
     pr = _problem(D, causal)
-    var = _variant(order, schedule, Tiles(64, 64))
+    var = _variant(order, schedule, FULL_TILES)
     q, k, v, chk, torch = _case(pr)
     p = backend.prepare(var, pr)
     out = poisoned_like(q)
@@ -195,8 +221,8 @@ def test_bad_input_is_rejected_before_launch():
     with pytest.raises(BadInput, match="aligned"):   # row stride 66: no 16-byte row copies
         attention(padded, k, v)
     with pytest.raises(BadInput, match="prepared"):
-        from cuda_baseline.backend import CudaBackend
-        b = CudaBackend()
+        from cuda_baseline.backend import CudaFamily
+        b = CudaFamily()
         p = b.prepare(_variant("linear", "grid", Tiles(64, 64)),
                       Problem(B=1, H=2, S_q=256, D=64))
         b.run(p, q, k, v, torch.empty_like(q))

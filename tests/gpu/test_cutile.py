@@ -5,7 +5,8 @@ experiments/correctness.py: NaN never passes, outputs poisoned first, fresh seed
 S and grouped-query heads included); changing only the CTA schedule is bitwise identical; the trace
 build visits exactly what ``spec.visit_order`` prescribes; bad input gets a clear error.
 
-Many variants compile here (about 1-3 s each); run with ``-n 12`` (pytest-xdist) on a GPU machine.
+The variants are module-level data: ``builds(arch)`` lists every (variant, problem, trace) each
+test launches, and tests/gpu/conftest.py compiles them all in parallel before the first test.
 """
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ import zlib
 import numpy as np
 import pytest
 
-from spec import Problem
-from spec.backend import BadInput, UnsupportedVariant
+from spec import Arch, Problem
+from spec.family import BadInput, UnsupportedVariant
 from spec.orders import ScanOrder
 from spec.problem import TileGrid, Tiles
 from spec.schedules import CtaSchedule
@@ -27,6 +28,37 @@ pytestmark = pytest.mark.gpu
 
 ORDERS = ["linear", "sawtooth", "sawtooth2", "reverse", "blockparity"]
 SCHEDULES = ["grid", "tile2", "static7", "static7h", "lpt7"]
+DTYPES = ["fp16", "bf16"]
+HEAD_DIMS = [64, 128]
+BITWISE_ORDERS = ["linear", "reverse"]
+BITWISE_SCHEDULES = SCHEDULES + ["static132", "tile3"]
+TRACE_ORDERS = ORDERS + ["sawtooth3"]
+TRACE_SCHEDULES = SCHEDULES + ["tile3", "static5"]
+TALL_ORDERS = ["reverse", "sawtooth", "blockparity"]
+TALL = Tiles(128, 64)
+ATTENTION_CALLS = list(itertools.product(["linear", "sawtooth"], [None, "lpt132", "tile2"]))
+LADDER_LEVELS = range(1, 7)
+
+
+def problem(D: int, causal: bool, dtype: str = "fp16") -> Problem:
+    """The correctness problem: uneven S (not a multiple of any tile), grouped-query heads,
+    S_q != S_kv when not causal."""
+    s_q = 333 if D == 64 else 397
+    return Problem(B=2, H=4, H_kv=2, S_q=s_q, S_kv=s_q if causal else s_q + 77, D=D,
+                   dtype=dtype, causal=causal)
+
+
+def trace_problem(causal: bool) -> Problem:
+    return Problem(B=2, H=2, H_kv=1, S_q=700, S_kv=700, D=64, causal=causal)
+
+
+def tall_problem(D: int, dtype: str) -> Problem:
+    return Problem(B=1, H=4, H_kv=4, S_q=517, S_kv=517, D=D, dtype=dtype, causal=True)
+
+
+ATTENTION_PROBLEM = Problem(B=1, H=8, H_kv=8, S_q=1500, S_kv=1500, D=128, causal=True)
+LADDER_PROBLEM = Problem(B=1, H=4, S_q=777, D=64, causal=True)
+SMALL_PROBLEM = Problem(B=1, H=2, S_q=64, D=64)          # test_wrong_arch_is_named
 
 
 def _seed(*parts) -> int:
@@ -42,50 +74,92 @@ def _setup(problem: Problem, seed: int):
     return q, k, v, poisoned_like(q)
 
 
-def _tiles(problem: Problem) -> Tiles:
+def _tiles(problem: Problem, arch: str | None = None) -> Tiles:
     from kernels.config import default_config
-    from spec import arch
-    a = arch.detect()
-    return default_config(a.name, problem.D, problem.causal).tiles
+    from spec import arch as registry
+    return default_config(arch or registry.detect().name, problem.D, problem.causal).tiles
 
 
-def _variant(order: str, schedule: str, tiles: Tiles) -> Variant:
-    return Variant(Backend.CUTILE, ScanOrder.parse(order), CtaSchedule.parse(schedule), tiles)
+def _variant(order: str, schedule: str, tiles: Tiles, occupancy=None, level=None) -> Variant:
+    return Variant(Backend.CUTILE, ScanOrder.parse(order), CtaSchedule.parse(schedule), tiles,
+                   occupancy, level)
 
 
-@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
-@pytest.mark.parametrize("D", [64, 128])
+def _attention_variant(arch: Arch, pr: Problem, order: str, schedule: str | None,
+                       level: int = 6) -> Variant:
+    """The variant ``kernels.backend.attention`` launches for these arguments."""
+    from kernels.backend import default_schedule
+    from kernels.config import default_config
+    cfg = default_config(arch.name, pr.D, pr.causal)
+    sched = (default_schedule(pr, cfg, cfg.tiles, arch.num_sms) if schedule is None
+             else CtaSchedule.parse(schedule))
+    return Variant(Backend.CUTILE, ScanOrder.parse(order), sched, cfg.tiles, None,
+                   None if level == 6 else level)
+
+
+def builds(arch: Arch) -> dict[str, list[tuple[Variant, Problem, bool]]]:
+    """Per test: every (variant, problem, trace build?) it launches on ``arch``."""
+    a = arch.name
+    out = {
+        "test_matches_fp32_reference": [
+            (_variant(o, s, _tiles(p, a)), p, False)
+            for o, s, c, d, dt in itertools.product(ORDERS, SCHEDULES, (False, True), HEAD_DIMS,
+                                                    DTYPES)
+            for p in [problem(d, c, dt)]],
+        "test_schedule_alone_is_bitwise_identical": [
+            (_variant(o, s, _tiles(p, a)), p, False)
+            for o, c, s in itertools.product(BITWISE_ORDERS, (False, True), BITWISE_SCHEDULES)
+            for p in [problem(64, c)]],
+        "test_trace_equals_spec": [
+            (_variant(o, s, _tiles(p, a)), p, True)
+            for o, s, c in itertools.product(TRACE_ORDERS, TRACE_SCHEDULES, (False, True))
+            for p in [trace_problem(c)]],
+        "test_attention_function_defaults_and_orders": [
+            (_attention_variant(arch, ATTENTION_PROBLEM, o, s), ATTENTION_PROBLEM, False)
+            for o, s in ATTENTION_CALLS],
+        "test_wrong_arch_is_named": [
+            (_attention_variant(arch, SMALL_PROBLEM, "linear", None), SMALL_PROBLEM, False)],
+        "test_tuning_ladder_levels_agree": [
+            (_attention_variant(arch, LADDER_PROBLEM, "sawtooth", "static33", lv),
+             LADDER_PROBLEM, False) for lv in LADDER_LEVELS],
+        "test_backward_causal_with_tall_tiles": [
+            (_variant(o, "static5", TALL, 1), p, False)
+            for o, d, dt in itertools.product(TALL_ORDERS, HEAD_DIMS, DTYPES)
+            for p in [tall_problem(d, dt)]],
+    }
+    return out
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("D", HEAD_DIMS)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("schedule", SCHEDULES)
 @pytest.mark.parametrize("order", ORDERS)
 def test_matches_fp32_reference(order, schedule, causal, D, dtype):
     from experiments.correctness import check
-    from kernels.backend import CutileBackend
-    # uneven S (not a multiple of any tile), grouped-query heads, S_q != S_kv on odd cases
-    s_q = 333 if D == 64 else 397
-    s_kv = s_q if causal else s_q + 77
-    problem = Problem(B=2, H=4, H_kv=2, S_q=s_q, S_kv=s_kv, D=D, dtype=dtype, causal=causal)
-    q, k, v, out = _setup(problem, _seed(order, schedule, causal, D, dtype))
-    be = CutileBackend()
-    be.run(be.prepare(_variant(order, schedule, _tiles(problem)), problem), q, k, v, out)
+    from kernels.backend import CutileFamily
+    pr = problem(D, causal, dtype)
+    q, k, v, out = _setup(pr, _seed(order, schedule, causal, D, dtype))
+    fam = CutileFamily()
+    fam.run(fam.prepare(_variant(order, schedule, _tiles(pr)), pr), q, k, v, out)
     res = check(out, q, k, v, causal)
-    assert res.passed, f"{order}/{schedule}/{problem.label}: {res}"
+    assert res.passed, f"{order}/{schedule}/{pr.label}: {res}"
 
 
-@pytest.mark.parametrize("order", ["linear", "reverse"])
+@pytest.mark.parametrize("order", BITWISE_ORDERS)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_schedule_alone_is_bitwise_identical(order, causal):
     """The schedule only moves work between CTAs: same order within each item -> same bits."""
     import torch
 
-    from kernels.backend import CutileBackend
-    problem = Problem(B=1, H=4, H_kv=1, S_q=1000, S_kv=1000, D=64, causal=causal)
-    q, k, v, _ = _setup(problem, _seed("bitwise", order, causal))
-    be = CutileBackend()
+    from kernels.backend import CutileFamily
+    pr = problem(64, causal)
+    q, k, v, _ = _setup(pr, _seed("bitwise", order, causal))
+    fam = CutileFamily()
     outs = {}
-    for s in SCHEDULES + ["static132", "tile3"]:
+    for s in BITWISE_SCHEDULES:
         out = torch.full_like(q, float("nan"))
-        be.run(be.prepare(_variant(order, s, _tiles(problem)), problem), q, k, v, out)
+        fam.run(fam.prepare(_variant(order, s, _tiles(pr)), pr), q, k, v, out)
         outs[s] = out
     torch.cuda.synchronize()
     ref = outs["grid"]
@@ -95,17 +169,17 @@ def test_schedule_alone_is_bitwise_identical(order, causal):
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("schedule", SCHEDULES + ["tile3", "static5"])
-@pytest.mark.parametrize("order", ORDERS + ["sawtooth3"])
+@pytest.mark.parametrize("schedule", TRACE_SCHEDULES)
+@pytest.mark.parametrize("order", TRACE_ORDERS)
 def test_trace_equals_spec(order, schedule, causal):
-    from kernels.backend import CutileBackend
-    problem = Problem(B=2, H=2, H_kv=1, S_q=700, S_kv=700, D=64, causal=causal)
-    tiles = _tiles(problem)
-    q, k, v, out = _setup(problem, 1)
-    be = CutileBackend()
+    from kernels.backend import CutileFamily
+    pr = trace_problem(causal)
+    tiles = _tiles(pr)
+    q, k, v, out = _setup(pr, 1)
+    fam = CutileFamily()
     var = _variant(order, schedule, tiles)
-    got = be.trace(be.prepare(var, problem), q, k, v, out)["visits"]
-    want = visit_order(TileGrid(problem, tiles), var.schedule, var.order).table()
+    got = fam.trace(fam.prepare(var, pr), q, k, v, out)["visits"]
+    want = visit_order(TileGrid(pr, tiles), var.schedule, var.order).table()
     assert got.shape[0] == want.shape[0]
     assert (got[:, want.shape[1]:] == -1).all(), "the kernel visited more steps than the spec"
     np.testing.assert_array_equal(got[:, :want.shape[1]], want)
@@ -119,9 +193,8 @@ def test_attention_function_defaults_and_orders():
 
     from experiments.correctness import check
     from kernels.backend import attention
-    problem = Problem(B=1, H=8, H_kv=8, S_q=1500, S_kv=1500, D=128, causal=True)
-    q, k, v, _ = _setup(problem, 7)
-    for order, sched in itertools.product(["linear", "sawtooth"], [None, "lpt132", "tile2"]):
+    q, k, v, _ = _setup(ATTENTION_PROBLEM, 7)
+    for order, sched in ATTENTION_CALLS:
         out = attention(q, k, v, causal=True, order=order, schedule=sched)
         res = check(out, q, k, v, True)
         assert res.passed, f"{order}/{sched}: {res}"
@@ -158,7 +231,8 @@ def test_wrong_arch_is_named():
     from spec import arch
     present = arch.detect().name
     other = "b200" if present != "b200" else "h100"
-    q = _t(1, 2, 64, 64)
+    p = SMALL_PROBLEM
+    q = _t(p.B, p.H, p.S_q, p.D)
     with pytest.raises(UnsupportedVariant, match=f"{other}.*present"):
         attention(q, q, q, arch=other)
     attention(q, q, q, arch=present)    # the present one is accepted
@@ -169,28 +243,25 @@ def test_tuning_ladder_levels_agree():
 
     from experiments.correctness import check
     from kernels.backend import attention
-    problem = Problem(B=1, H=4, S_q=777, D=64, causal=True)
-    q, k, v, _ = _setup(problem, 11)
-    for level in range(1, 7):
+    q, k, v, _ = _setup(LADDER_PROBLEM, 11)
+    for level in LADDER_LEVELS:
         out = attention(q, k, v, causal=True, order="sawtooth", schedule="static33", level=level)
         res = check(out, q, k, v, True)
         assert res.passed, f"level {level}: {res}"
     torch.cuda.synchronize()
 
 
-@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
-@pytest.mark.parametrize("D", [64, 128])
-@pytest.mark.parametrize("order", ["reverse", "sawtooth", "blockparity"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("D", HEAD_DIMS)
+@pytest.mark.parametrize("order", TALL_ORDERS)
 def test_backward_causal_with_tall_tiles(order, D, dtype):
     """TILE_M > TILE_N: a backward causal scan starts on tiles fully masked for some rows (the
     NaN trap of cutile-notes.md §0); the finite power-of-two mask keeps every row finite."""
     from experiments.correctness import check
-    from kernels.backend import CutileBackend
-    problem = Problem(B=1, H=4, H_kv=4, S_q=517, S_kv=517, D=D, dtype=dtype, causal=True)
-    q, k, v, out = _setup(problem, _seed("tall", order, D, dtype))
-    be = CutileBackend()
-    var = Variant(Backend.CUTILE, ScanOrder.parse(order), CtaSchedule.parse("static5"),
-                  Tiles(128, 64), 1)
-    be.run(be.prepare(var, problem), q, k, v, out)
+    from kernels.backend import CutileFamily
+    pr = tall_problem(D, dtype)
+    q, k, v, out = _setup(pr, _seed("tall", order, D, dtype))
+    fam = CutileFamily()
+    fam.run(fam.prepare(_variant(order, "static5", TALL, 1), pr), q, k, v, out)
     res = check(out, q, k, v, True)
-    assert res.passed, f"{order}/{problem.label}: {res}"
+    assert res.passed, f"{order}/{pr.label}: {res}"
