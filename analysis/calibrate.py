@@ -249,3 +249,37 @@ def read_params(arch: str, path: Path | None = None) -> ArchParams:
     for k in ("fitted", "fit_runs", "fit_cases", "grid_rel_rms"):
         d[k] = tuple(tuple(x) if isinstance(x, list) else x for x in d[k])
     return ArchParams(**d)
+
+
+# --------------------------------------------------------------------------------------------
+# defaults for an arch without measurements
+# --------------------------------------------------------------------------------------------
+NEAR_BEST = 1.1
+"""Grid points whose in-sample rel. RMS is within this factor of the best count as equally good:
+their spread is the parameter uncertainty carried into predictions."""
+
+
+def default_params(arch: Arch, sources: Sequence[str] = ("h100", "h200")) -> tuple[
+        ArchParams, list[tuple[float, float]]]:
+    """Parameters for an arch that cannot be fitted here (no measurements, e.g. gb10).
+
+    ``capacity_fraction`` and ``miss_ratio``: the means of the fitted values of ``sources`` (the
+    same quantities measured on other chips: the effective fraction of the nominal L2 beyond the
+    modelled partitions, and the fill time over a hit step). ``partitions`` from the registry
+    (GB10: one L2), ``jitter`` the sources' (from the H100 drift). Also returns the uncertainty
+    corners: every (f, r) grid point within ``NEAR_BEST`` of the best of any source's fit.
+    """
+    fits = [read_params(s) for s in sources]
+    f = float(np.mean([p.capacity_fraction for p in fits]))
+    r = float(np.mean([p.miss_ratio for p in fits]))
+    corners = sorted({(gf, gr) for p in fits for gf, gr, e in p.grid_rel_rms
+                      if e <= NEAR_BEST * p.fit_rel_rms})
+    ap = ArchParams(
+        arch=arch.name, capacity_fraction=f, miss_ratio=r, jitter=fits[0].jitter,
+        partitions=arch.l2_partitions, fitted=(),
+        derivation=(f"not fitted (no {arch.name} data): capacity_fraction and miss_ratio are the "
+                    f"means of the {'/'.join(sources)} fits ({', '.join(p.note() for p in fits)}); "
+                    f"partitions={arch.l2_partitions} from the registry; jitter from the H100 "
+                    f"drift; uncertainty = the (f, r) grid points within {NEAR_BEST}x of the best "
+                    f"rel. RMS of any source fit: {corners}"))
+    return ap, corners

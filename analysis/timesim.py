@@ -222,7 +222,8 @@ def _lookup(j, p, w, prev, nxt, head, tail, present, occ, cap, wsub, nsub):  # p
 
 @numba.njit(cache=True)
 def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub, sampled,
-         n_parts, resident, cap, miss_t, jitter, seed, window):  # pragma: no cover - compiled
+         n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr,
+         samp_kv):  # pragma: no cover - compiled
     nsub = wsub.size
     n_ctas = cta_first.size - 1
     tot = n_parts * nsub
@@ -346,10 +347,30 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
         if jitter > 0:
             dur *= math.exp(jitter * np.random.standard_normal() - 0.5 * jitter * jitter)
         t_end = t + dur
+        st += 1
+        if sub_rate and 0 < st < L - 1:
+            # skip ahead to the next step that touches a sampled half-tile (or the item's last
+            # step): the skipped steps touch only unsampled tiles and cost the running mean
+            hd = kv_row[i] // n_kv
+            lst = samp_kv[samp_ptr[hd]:samp_ptr[hd + 1]]
+            if reverse[i]:
+                idx = np.searchsorted(lst, L - 1 - st, side="right") - 1
+                target = L - 1 - lst[idx] if idx >= 0 else L - 1
+            else:
+                idx = np.searchsorted(lst, st)
+                target = lst[idx] if idx < lst.size else L - 1
+            if target > L - 1:
+                target = L - 1
+            skip = target - st
+            if skip > 0:
+                extra = skip * est[s]
+                if jitter > 0:
+                    extra += math.sqrt(skip) * jitter * est[s] * np.random.standard_normal()
+                t_end += max(extra, 0.0)
+                st = target
         if t_end > makespan:
             makespan = t_end
         time[s] = t_end
-        st += 1
         if st == L:
             st = 0
             i += 1
@@ -406,10 +427,21 @@ def simulate(table: WorkTable, resident: int, params: TimeParams,
     R = params.sample_rate
     cap_sectors = int(params.capacity_bytes) // sector_bytes
     cap = np.full(P, int(cap_sectors // P * R) if R < 1 else cap_sectors // P, dtype=np.int64)
+    n_kv = table.n_kv
+    # per K/V head, the sorted K/V positions whose K or V half-tiles are sampled (CSR)
+    kv_pos = np.arange(table.v_base - table.k_base, dtype=np.int64)
+    hit = np.zeros(len(kv_pos), dtype=bool)
+    for base in (table.k_base, table.v_base):
+        for h in range(P):
+            hit |= sampled[(base + kv_pos) * P + h]
+    heads = kv_pos[hit] // n_kv
+    samp_kv = (kv_pos[hit] % n_kv).astype(np.int64)
+    samp_ptr = np.searchsorted(heads, np.arange(len(kv_pos) // n_kv + 1)).astype(np.int64)
     cnt, makespan = _run(table.cta_first, table.length, table.reverse, table.q_key, table.o_key,
                          table.kv_row, np.int64(table.k_base), np.int64(table.v_base), wsub,
                          sampled, P, int(resident), cap, float(params.miss_ratio),
-                         float(params.jitter), int(params.seed), float(params.merge_window))
+                         float(params.jitter), int(params.seed), float(params.merge_window),
+                         np.int64(n_kv), samp_ptr, samp_kv)
     c = cnt.astype(np.float64) / R if R < 1 else cnt
     v = [int(round(x)) for x in c]
     return TimeCounts(tex_sectors=v[_TEX], tex_hits=v[_HIT], tex_misses=v[_MISS],

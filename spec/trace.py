@@ -260,6 +260,7 @@ class WorkTable:
     v_base: int
     key_sectors: np.ndarray  # int32 [n_keys]
     n_ctas: int
+    n_kv: int                # K/V tiles per head
 
     @property
     def n_steps(self) -> int:
@@ -287,4 +288,5 @@ def work_table(g: TileGrid, schedule: CtaSchedule, order: ScanOrder,
                      q_key=(ks.base[Tensor.Q] + q_local).astype(np.int32),
                      o_key=(ks.base[Tensor.O] + q_local).astype(np.int32),
                      kv_row=kv_row.astype(np.int32), k_base=int(ks.base[Tensor.K]),
-                     v_base=int(ks.base[Tensor.V]), key_sectors=ks.sectors(), n_ctas=wi.n_ctas)
+                     v_base=int(ks.base[Tensor.V]), key_sectors=ks.sectors(), n_ctas=wi.n_ctas,
+                     n_kv=g.n_kv)

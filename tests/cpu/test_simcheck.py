@@ -1,0 +1,41 @@
+"""Simulator vs measured: error rows in, summary and sign rows out (no simulation here)."""
+import math
+
+from analysis import calibrate as cal
+from analysis.simcheck import ErrorRow, STABLE_SPREAD, sawtooth_signs, summarize
+from spec import Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant
+from spec.case import Case
+
+
+def _row(study, sample, rel, spread=0.0, overlap=True, case="c"):
+    return ErrorRow("h100", study, case, sample, 1, 100.0, 100.0, 100.0 * (1 + spread), spread,
+                    100.0 * (1 + rel), 0, 0, rel, overlap)
+
+
+def test_summary_separates_in_and_out_of_sample_and_unstable_cases():
+    rows = [_row("divergence", "in", 0.1), _row("divergence", "in", -0.1),
+            _row("sawtooth", "out", 0.3), _row("sawtooth", "out", 0.4),
+            _row("sawtooth", "out", 2.0, spread=STABLE_SPREAD + 0.5, overlap=False)]
+    s = {(r["study"], r["sample"]): r for r in summarize(rows)}
+    assert math.isclose(s["divergence", "in"]["rel_rms"], 0.1)
+    assert math.isclose(s["sawtooth", "out"]["rel_rms"], math.sqrt((0.09 + 0.16) / 2))
+    assert s["sawtooth", "out"]["unstable"] == 1 and s["sawtooth", "out"]["unstable_overlap"] == 0
+    assert s["all", "out"]["stable"] == 2 and s["all", "in"]["cases"] == 2
+
+
+def _case(order):
+    return Case(Problem(1, 1, 4096, 64), Variant(Backend.CUDA, order, CtaSchedule.persistent(4),
+                                                  Tiles(64, 64)), 4, "t")
+
+
+def test_sawtooth_signs_judge_only_stable_changes():
+    lin, saw = _case(ScanOrder.linear()), _case(ScanOrder.sawtooth())
+    measured = [cal.MeasuredCase("sawtooth", lin, ("r1", "r2"), (100.0, 100.0)),
+                cal.MeasuredCase("sawtooth", saw, ("r1", "r2"), (60.0, 80.0))]
+    rows = [_row("sawtooth", "out", 0, case=lin.id), _row("sawtooth", "out", -0.5, case=saw.id)]
+    (s,) = sawtooth_signs(measured, rows)
+    assert s.measured_pct == (-40.0, -20.0) and s.stable and s.predicted_pct == -50.0
+    assert s.sign_right
+    measured[1] = cal.MeasuredCase("sawtooth", saw, ("r1", "r2"), (60.0, 120.0))
+    (s,) = sawtooth_signs(measured, rows)
+    assert not s.stable and not s.sign_right
