@@ -34,10 +34,13 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
+import shutil
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 from spec.records import read_csv
 
@@ -346,3 +349,28 @@ def load_rows(run_dirs: Sequence[Path | Dataset]) -> list[dict]:
 def run_of(row: dict) -> str:
     """The run a row belongs to: its directory when ``load_rows`` read it, else its ``run``."""
     return row.get(RUN_DIR) or row["run"]
+
+
+# --------------------------------------------------------------------------------------------
+# output directories
+# --------------------------------------------------------------------------------------------
+@contextmanager
+def new_directory(out_dir: Path) -> Iterator[Path]:
+    """A new output directory written atomically: yields a temporary directory beside
+    ``out_dir``; when the block ends normally and wrote something it is renamed to ``out_dir``,
+    otherwise removed. ``FileExistsError`` (before any work) when ``out_dir`` exists and is not
+    an empty directory: outputs are never overwritten or mixed with older ones."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise FileExistsError(f"{out_dir} already exists; pass a new output directory (outputs "
+                              f"are never overwritten or mixed with older ones)")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.with_name(f".{out_dir.name}.partial-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        yield tmp
+        if any(tmp.iterdir()):
+            os.replace(tmp, out_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

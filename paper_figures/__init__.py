@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import shutil
 from pathlib import Path
 
 from . import (drift, f01_l1l2_short, f02_l1l2_long, f03_traffic_noncausal, f04_traffic_causal,
@@ -26,7 +24,7 @@ from . import (drift, f01_l1l2_short, f02_l1l2_long, f03_traffic_noncausal, f04_
                f08b_cuda_tflops, f08c_cuda_time, f09_cutile_noncausal, f09b_cutile_tflops,
                f10_cutile_causal, f10b_cutile_causal_tflops, ladder, longseq, repeats, reuse,
                scaling, t1_l1l2_table, t2_model_error)
-from analysis.datasets import DatasetError, default_runs, load_rows
+from analysis.datasets import DatasetError, default_runs, load_rows, new_directory
 
 from .data import Skip, primary_run, run_name, runs_of
 
@@ -81,16 +79,8 @@ def render(rows: list[dict], arch: str, out_dir: Path, console=None, modules=Non
     the caller prints ``summary(report, out_dir)``. Nothing is written when no figure is drawn.
     ``out_dir`` must not exist (or be empty): ``FileExistsError`` otherwise."""
     import matplotlib.pyplot as plt
-    out_dir = Path(out_dir)
-    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
-        raise FileExistsError(f"{out_dir} already exists; pass a new output directory (figures "
-                              f"are never overwritten or mixed with older ones)")
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.with_name(f".{out_dir.name}.partial-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
     report = []
-    try:
+    with new_directory(out_dir) as tmp:
         for mod in modules or FIGURES:
             try:
                 data = mod.load(rows)
@@ -118,9 +108,6 @@ def render(rows: list[dict], arch: str, out_dir: Path, console=None, modules=Non
         if any("files" in r for r in report):
             (tmp / "figures.json").write_text(json.dumps({"arch": arch, "figures": report},
                                                          indent=1) + "\n")
-            os.replace(tmp, out_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return report
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import csv
 import math
-import os
-import shutil
 from pathlib import Path
 from typing import Sequence
 
@@ -14,8 +12,8 @@ import numpy as np
 
 from spec import get_arch
 
-from ..datasets import (ANY, ROOT, Dataset, DatasetError, dataset, read_run, repeats_of,
-                        select)
+from ..datasets import (ANY, ROOT, Dataset, DatasetError, dataset, new_directory, read_run,
+                        repeats_of, select)
 from .active import hit_vs_active
 from .consistency import consistency
 from .divergence import divergence_fits, divergence_points
@@ -202,22 +200,10 @@ def write_csv(path: Path, rows: list[dict]) -> None:
 
 def write_report(out_dir: Path, arch: str, sections: dict[str, tuple[str, list[dict]]],
                  text: str) -> Path:
-    """Write ``<section>.csv`` and ``findings-<arch>.md`` into ``out_dir``, a new directory
-    (refused if it exists and is not empty) filled beside it and renamed into place, so a reader
-    never sees a half-written report and two reports never mix."""
-    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
-        raise FileExistsError(f"{out_dir} already exists; pass a new --out directory (reports are "
-                              f"never overwritten or mixed)")
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.with_name(f".{out_dir.name}.partial-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
+    """Write ``<section>.csv`` and ``findings-<arch>.md`` into the new directory ``out_dir``
+    (``analysis.datasets.new_directory``: refused if it exists, renamed into place when complete)."""
+    with new_directory(out_dir) as tmp:
         for name, (_, rows) in sections.items():
             write_csv(tmp / f"{name}.csv", rows)
         (tmp / f"findings-{arch}.md").write_text(text)
-        os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out_dir
