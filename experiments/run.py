@@ -32,6 +32,7 @@ from spec import InvalidProblem, TileGrid, detect, get_arch, known_archs
 from spec.arch import MiB, UnknownArch
 from spec.case import Case
 
+from . import shard
 from .rundir import (BadRunDir, RunDirExists, command_line, default_run_dir, reserved_run_dir,
                      write_manifest)
 from .studies import STUDIES, UnknownStudy, describe_scale, get_study, kv_bytes_per_head
@@ -82,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     prof.add_argument("--no-profile", action="store_true", help="measure mode: time only, no ncu")
     prof.add_argument("--profile", action="store_true",
                       help="measure mode: run ncu even for a study that is timed only by default")
+    shard.add_arguments(p)
     return p
 
 
@@ -443,6 +445,8 @@ def run(args, argv: list[str]) -> int:
         for s in STUDIES.values():
             console.print(f"[bold]{s.name}[/]: {s.description} (figures {', '.join(s.figures)})")
         return 0
+    if args.resume:
+        args, argv = shard.resumed(args, build_parser())
     if not args.study:
         raise UsageError(f"name a study (known: {', '.join(STUDIES)}) or pass --list")
     study = get_study(args.study)
@@ -454,7 +458,12 @@ def run(args, argv: list[str]) -> int:
     if args.dry_run:
         _print_plan(console, study, arch, cases, capacity)
         return 0
-    mode, why = _resolve_mode(args.mode, study, _has_cuda_gpu() if args.mode != "simulate" else False)
+    gpus_elsewhere = args.executor == "slurm"        # the Slurm jobs have them, not this host
+    mode, why = _resolve_mode(args.mode, study, args.mode != "simulate"
+                              and (gpus_elsewhere or _has_cuda_gpu()))
+    if shard.requested(args) and mode != "measure":
+        raise UsageError("--gpus, --executor and --resume shard a measured run; simulate mode "
+                         "runs on this CPU: leave them out")
     if mode == "measure" and args.capacity_mib is not None:
         raise UsageError("--capacity-mib sets the simulated L2 and means nothing when measuring; "
                          "add --mode simulate or leave it out")
@@ -464,6 +473,9 @@ def run(args, argv: list[str]) -> int:
             as (out, work):
         if mode == "simulate":
             rows, params = _simulate(args, console, study, arch, cases, work, out.name, capacity)
+        elif shard.requested(args):
+            rows, params = shard.measure_sharded(args, argv, console, study, arch, cases, work,
+                                                 out.name)
         else:
             rows, params = _measure(args, console, study, arch, cases, work, out.name)
         report = []
@@ -474,6 +486,8 @@ def run(args, argv: list[str]) -> int:
                        arch=arch, parameters={"seq_override": args.seq, "filter": args.filter,
                                               "cases": [c.id for c in cases], **params},
                        figures=report, wall_seconds=round(time.perf_counter() - t0, 1))
+    if args.resume:
+        shard.retire(Path(args.resume))              # its successor is published
     title = ("SIMULATED L2 (fully associative LRU, "
              f"{params['capacity_bytes'] / MiB:g} MiB): predictions, not measurements"
              if mode == "simulate" else f"MEASURED on {params['device']['gpu']}")
@@ -505,9 +519,13 @@ def main(argv: list[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
         return run(args, argv)
-    except (UsageError, UnknownArch, UnknownStudy, InvalidProblem, RunDirExists, BadRunDir) as e:
+    except (UsageError, UnknownArch, UnknownStudy, InvalidProblem, RunDirExists, BadRunDir,
+            shard.ShardError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except shard.IncompleteRun as e:
+        print(e, file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted: no run directory was written", file=sys.stderr)
         return 130
