@@ -5,6 +5,13 @@
     fully associative LRU cache at every capacity.
 ``analysis.l2sim``
     The L2 simulator: ``simulate(trace, capacity)`` → ``L2Counts`` and tidy simulated rows.
+``analysis.datasets``
+    Which stored run a report section or figure reads (one rule), and the reader whose errors are
+    one line (``DatasetError``).
+``analysis.rows``
+    Small helpers on tidy rows shared by the findings and the figures.
+``analysis.findings``
+    The findings report, one module per section (``python -m analysis.findings``).
 ``analysis.models``
     Exact and closed-form sector-access and cold-miss models, the wave model of non-compulsory
     misses and the least-squares fit of the effective capacity ``C_eff``.
