@@ -55,7 +55,7 @@ against the exact simulator (``experiments/simbench.py``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numba
 import numpy as np
@@ -67,6 +67,7 @@ from spec.records import UNITS, Metric, Row, Source, case_fields
 from spec.trace import WorkTable, work_table
 
 __all__ = ["TimeParams", "TimeCounts", "simulate", "simulate_case", "counts_to_rows",
+           "shards_rate", "SHARDS_TARGET",
            "FABRIC_SECTORS", "FABRIC_HITS", "FABRIC_MISSES", "MERGED_SECTORS"]
 
 FABRIC_SECTORS = "lts__t_sectors_srcunit_ltcfabric.sum"
@@ -412,6 +413,18 @@ def sampled_subkeys(n_sub: int, rate: float) -> np.ndarray:
     return _splitmix(np.arange(n_sub, dtype=np.uint64)) < thr
 
 
+SHARDS_TARGET = 6554
+"""SHARDS size rule: sample about this many half-tile ids per case (0.1 of the GB10 cuTile B=8
+case's 65 536 tile ids). The sampling error grows as the sample shrinks, so a fixed sample size
+(rather than a fixed rate) keeps the error measured against the exact simulator on the GB10 and
+H100 cases (``experiments/simbench.py``) valid for the larger arches."""
+
+
+def shards_rate(table: WorkTable, partitions: int, target: int = SHARDS_TARGET) -> float:
+    """The SHARDS rate of the size rule: ``min(1, target / half-tile ids)``."""
+    return min(1.0, target / (len(table.key_sectors) * partitions))
+
+
 def simulate(table: WorkTable, resident: int, params: TimeParams,
              sector_bytes: int = 32) -> TimeCounts:
     """Run the timed simulator over ``table`` with ``resident`` CTA slots."""
@@ -450,10 +463,14 @@ def simulate(table: WorkTable, resident: int, params: TimeParams,
                       cold_misses=v[_COLD], makespan=float(makespan), params=params)
 
 
-def simulate_case(case: Case, params: TimeParams, sector_bytes: int = 32) -> TimeCounts:
-    """Simulate one study case (its problem, variant and resident CTAs)."""
+def simulate_case(case: Case, params: TimeParams, sector_bytes: int = 32,
+                  auto_sample: bool = False) -> TimeCounts:
+    """Simulate one study case (its problem, variant and resident CTAs); with ``auto_sample``
+    the sample rate is the size rule's (``shards_rate``) instead of ``params.sample_rate``."""
     v = case.variant
     table = work_table(TileGrid(case.problem, v.tiles), v.schedule, v.order, sector_bytes)
+    if auto_sample:
+        params = replace(params, sample_rate=shards_rate(table, params.partitions))
     return simulate(table, case.resident, params, sector_bytes)
 
 

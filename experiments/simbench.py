@@ -7,7 +7,7 @@ Sections (one CSV row per case and mode, plus ``manifest.json``):
 
 A. ``sawtooth --arch gb10``, exact, timing model on: seconds per variant (the issue's bar: the
    cuTile variants <= 10 s each, the whole study <= 60 s, peak memory < 3 GiB).
-B. the same cases with SHARDS sampling at the size rule ``rate_for`` and the error of its miss
+B. the same cases with SHARDS sampling at the size rule (``analysis.timesim.shards_rate``) and the error of its miss
    count against A; C. the same for H100 cases (the CUDA batch cases and cuTile Static causal).
 D. ``sawtooth --arch b200`` and ``--arch b300`` sampled at the size rule (bar: <= 5 min each);
    every row states its rate and the largest error measured in B and C.
@@ -29,23 +29,12 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from analysis import calibrate as cal
-from analysis.timesim import TimeParams, counts_to_rows, simulate
+from analysis.timesim import SHARDS_TARGET, TimeParams, counts_to_rows, shards_rate, simulate
 from experiments import rundir
 from experiments.studies import sawtooth_plan
 from spec import TileGrid, get_arch
 from spec.records import write_csv
 from spec.trace import work_table
-
-TARGET_SAMPLED_SUBKEYS = 6554
-"""SHARDS size rule: sample about this many half-tile ids per case (0.1 of the GB10 cuTile B=8
-case's 65 536 tile ids); R = min(1, target / ids). Error grows as the sample shrinks, so a fixed
-sample size keeps the error measured on GB10/H100 valid for the larger arches."""
-
-
-def rate_for(table, partitions: int) -> float:
-    n_sub = len(table.key_sectors) * partitions
-    return min(1.0, TARGET_SAMPLED_SUBKEYS / n_sub)
-
 
 @dataclass(frozen=True)
 class BenchRow:
@@ -113,7 +102,7 @@ def main(argv=None) -> int:
             for case in sawtooth_plan(gb10):
                 table = work_table(TileGrid(case.problem, case.variant.tiles),
                                    case.variant.schedule, case.variant.order)
-                R = rate_for(table, tp.partitions)
+                R = shards_rate(table, tp.partitions)
                 if R >= 1.0:
                     continue
                 c, s, _ = _run(case, gb10, replace(tp, sample_rate=R))
@@ -133,7 +122,7 @@ def main(argv=None) -> int:
                         or v.schedule.is_persistent and case.problem.causal):
                     continue
                 table = work_table(TileGrid(case.problem, v.tiles), v.schedule, v.order)
-                R = rate_for(table, hp.partitions)
+                R = shards_rate(table, hp.partitions)
                 ex, s_ex, _ = _run(case, h100, hp)
                 c, s, _ = _run(case, h100, replace(hp, sample_rate=R))
                 e = 100 * (c.tex_misses / ex.tex_misses - 1)
@@ -155,7 +144,7 @@ def main(argv=None) -> int:
                 for case in sawtooth_plan(arch):
                     v = case.variant
                     table = work_table(TileGrid(case.problem, v.tiles), v.schedule, v.order)
-                    R = rate_for(table, tp.partitions)
+                    R = shards_rate(table, tp.partitions)
                     c, s, _ = _run(case, arch, replace(tp, sample_rate=R))
                     rows.append(BenchRow("D", name, case.id, "sampled", R, s, table.n_accesses,
                                          c.tex_misses, None, None, replace(tp, sample_rate=R)
@@ -169,7 +158,7 @@ def main(argv=None) -> int:
             for case in sawtooth_plan(gb10):
                 table = work_table(TileGrid(case.problem, case.variant.tiles),
                                    case.variant.schedule, case.variant.order)
-                R = rate_for(table, gb10.l2_partitions)
+                R = shards_rate(table, gb10.l2_partitions)
                 vals = []
                 for f, r in corners:
                     for seed in range(3):
@@ -201,7 +190,7 @@ def main(argv=None) -> int:
             work, command=rundir.command_line("experiments.simbench", list(argv or sys.argv[1:])),
             source="simulated", wall_seconds=time.perf_counter() - t_all,
             peak_rss_mib=_peak_mib(), max_shards_err_pct=max_err,
-            gb10_params=gb10_p, shards_target_subkeys=TARGET_SAMPLED_SUBKEYS,
+            gb10_params=gb10_p, shards_target_subkeys=SHARDS_TARGET,
             cpu_note="2-core machine shared with 4 other helpers' jobs while this ran "
                      "(load average 4-8): seconds are upper bounds")
     print(f"{'sec':>3} {'arch':>5} {'mode':>7} {'R':>7} {'seconds':>8} {'err %':>7}  case")
