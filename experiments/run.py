@@ -457,6 +457,8 @@ def run(args, argv: list[str]) -> int:
     capacity = _capacity(args, arch, cases)
     if args.dry_run:
         _print_plan(console, study, arch, cases, capacity)
+        if args.gpus is not None:
+            shard.print_plan(console, args, study, cases)
         return 0
     gpus_elsewhere = args.executor == "slurm"        # the Slurm jobs have them, not this host
     mode, why = _resolve_mode(args.mode, study, args.mode != "simulate"

@@ -128,9 +128,9 @@ def resumed(args, parser: argparse.ArgumentParser) -> tuple[argparse.Namespace, 
     manifest) with this command's executor options and ``--out``; and that command line."""
     run = Path(args.resume)
     m = _manifest(run)
-    if m.get("complete") is not False:
+    if (m.get("parameters") or {}).get("complete") is not False:
         raise ShardError(f"--resume {run}: not an incomplete sharded run (its manifest has no "
-                         "\"complete\": false); nothing to resume")
+                         "\"complete\": false among its parameters); nothing to resume")
     extra = [k for k, v in vars(args).items()
              if k not in RESUME_KEEPS and v != parser.get_default(k)]
     if extra:
@@ -396,8 +396,7 @@ def wait(subs: list[Submitted], console, *, poll_s: float = POLL_S) -> None:
                 try:
                     rec = s.handle.result()
                 except Exception as e:     # noqa: BLE001 - a failed shard is reported, not fatal
-                    lines = [x for x in str(e).strip().splitlines() if x.strip()]
-                    s.error = f"{type(e).__name__}: {lines[-1] if lines else ''}"[:300]
+                    s.error = _cause(e)
                     console.print(f"[red]shard {s.job.index} failed[/]: {s.error}")
                 else:
                     console.print(f"shard {s.job.index} done{_where(s)}: {len(s.job.cases)} cases "
@@ -408,6 +407,18 @@ def wait(subs: list[Submitted], console, *, poll_s: float = POLL_S) -> None:
             if not s.done:
                 s.handle.cancel(check=False)
         raise
+
+
+def _cause(e: Exception) -> str:
+    """One line for a failed job: the exception line of the job's traceback when submitit
+    quotes it (between dashed rules), else the first line of the error."""
+    from submitit.core.utils import UncompletedJobError
+    if isinstance(e, UncompletedJobError):
+        return "the job ended without a result (killed, out of memory or out of time)"
+    lines = [x.strip() for x in str(e).splitlines() if x.strip()]
+    rules = [i for i, x in enumerate(lines) if set(x) == {"-"}]
+    line = lines[rules[-1] - 1] if len(rules) >= 2 else (lines[0] if lines else type(e).__name__)
+    return line[:300]
 
 
 def _where(s: Submitted) -> str:
@@ -426,8 +437,9 @@ class Merged:
 def merge(work: Path, cases: list[Case], files: tuple[str, ...], run: str) -> Merged:
     """Every finished shard under ``work/shards``: rows of ``files`` renamed to ``run``, the
     devices, which case ran where; the cases no finished shard holds are missing."""
-    shards = sorted((json.loads((d / DONE).read_text()), d)
-                    for d in (work / SHARDS).glob("shard-*") if (d / DONE).exists())
+    shards = sorted(((json.loads((d / DONE).read_text()), d)
+                     for d in (work / SHARDS).glob("shard-*") if (d / DONE).exists()),
+                    key=lambda x: x[0]["shard"])
     rows: dict[str, list[Row]] = {}
     placement, devices, failed, profiling = {}, [], {}, []
     for rec, d in shards:
@@ -489,6 +501,7 @@ def measure_sharded(args, argv: list[str], console, study, arch, cases: list[Cas
     parameters of a complete run (and has written its CSVs into ``work``), or publishes the
     run as ``<name>-incomplete`` and raises ``IncompleteRun``."""
     opts = executor_options(args)
+    measure = measure or measure_on_this_gpu       # looked up now: tests swap the module's
     if args.reps is not None and args.reps < 1:
         raise ShardError(f"--reps {args.reps} must be at least 1")
     attempts = 0
@@ -513,17 +526,15 @@ def measure_sharded(args, argv: list[str], console, study, arch, cases: list[Cas
     first = max((int(d.name.split("-")[1]) + 1 for d in (work / SHARDS).glob("shard-*")),
                 default=0)
     plan = shard_plan(todo, n, timed=study.timed) if todo else []
-    total = sum(map(estimated_cost, todo)) or 1
+    total = sum(map(estimated_cost, todo))
     jobs = [ShardJob(first + k, tuple(s), args, study.name, arch.name, run,
                      str(work / SHARDS / f"shard-{first + k}")) for k, s in enumerate(plan)]
     subs = []
     if jobs:
         logs = work / SHARDS / "logs" / f"attempt-{attempts}"
         for k, j in enumerate(jobs):
-            where = f"GPU {gpus[k].index} ({gpus[k].name})" if gpus else f"a Slurm job"
-            console.print(f"shard {j.index} on {where}: {len(j.cases)} cases, "
-                          f"{100 * sum(map(estimated_cost, j.cases)) / total:.0f}% of the "
-                          "estimated work")
+            where = f"GPU {gpus[k].index} ({gpus[k].name})" if gpus else "a Slurm job"
+            console.print(f"shard {j.index} on {where}: {_share(j.cases, total)}")
         subs = submit(jobs, gpus[:len(jobs)] if gpus else None, opts, logs, measure)
         wait(subs, console)
     merged = merge(work, cases, (study.rows_file, "counters.csv"), run)
@@ -545,13 +556,31 @@ def measure_sharded(args, argv: list[str], console, study, arch, cases: list[Cas
     return [r for rows in merged.rows.values() for r in rows], params
 
 
+def _share(cases, total: float) -> str:
+    return (f"{len(cases)} case{'s' * (len(cases) != 1)}, "
+            f"{100 * sum(map(estimated_cost, cases)) / (total or 1):.0f}% of the estimated work")
+
+
+def print_plan(console, args, study, cases: list[Case]) -> None:
+    """The dry run's view of ``--gpus N``: the shards and their share of the estimated work."""
+    if args.gpus == "all":
+        console.print("--gpus all: the split depends on the GPUs found; pass a number to see it")
+        return
+    n = pick_count(args.gpus)
+    total = sum(map(estimated_cost, cases))
+    why = ("one problem and its SDPA peers per unit" if study.timed else "one case per unit")
+    console.print(f"shards over {n} GPUs ({why}, longest first onto the least loaded):")
+    for k, s in enumerate(shard_plan(cases, n, timed=study.timed)):
+        console.print(f"  shard {k}: {_share(s, total)}")
+
+
 def pick_count(request: str) -> int:
     try:
         n = int(request)
     except ValueError:
         n = 0
     if n < 1:
-        raise ShardError(f"--gpus {request}: pass a positive number of one-GPU jobs")
+        raise ShardError(f"--gpus {request}: pass a positive number of GPUs (one-GPU jobs on Slurm)")
     return n
 
 
@@ -599,11 +628,11 @@ def _publish_incomplete(args, argv, study, arch, cases, work: Path, run: str, me
                                    "cases": [c.id for c in cases], **params}, figures=[])
     if args.resume:
         retire(Path(args.resume))           # the new incomplete run holds all it had
-    failed = [s for s in subs if s.error]
-    logs = "; ".join(f"shard {s.job.index}: {s.error}, log {inc / _rel(s.handle.paths.stderr, work)}"
-                     for s in failed)
-    raise IncompleteRun(
-        f"INCOMPLETE: {len(merged.missing)} of {len(cases)} cases missing "
-        f"({', '.join(merged.missing[:3])}{', ...' if len(merged.missing) > 3 else ''}); "
-        f"{logs}; wrote {inc} (\"complete\": false); measure the rest with: python -m "
-        f"experiments.run --resume {shlex.quote(str(inc))} --gpus {args.gpus or 1}")
+    lines = [f"INCOMPLETE: {len(merged.missing)} of {len(cases)} cases missing: "
+             f"{', '.join(merged.missing[:3])}{', ...' if len(merged.missing) > 3 else ''}"]
+    lines += [f"  shard {s.job.index} failed: {s.error}; log {inc / _rel(s.handle.paths.stderr, work)}"
+              for s in subs if s.error]
+    lines += [f"wrote {inc} (\"complete\": false in its manifest); measure the missing cases and "
+              f"publish the run complete with: python -m experiments.run --resume "
+              f"{shlex.quote(str(inc))} --gpus {args.gpus or 1}"]
+    raise IncompleteRun("\n".join(lines))
