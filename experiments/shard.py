@@ -19,7 +19,8 @@ gate, timing, ncu in its own session) on its cases, pinned to one GPU (``LocalEx
 ``shards/shard-<k>/`` of the run directory. ``shard.json`` is written last, so a shard without
 it did not finish. ``merge`` concatenates the shards' rows (renamed to the run) into one
 ``counters.csv`` / timing file and the manifest parameters: the devices, which case ran where,
-every shard's log.
+every shard's log. Each shard's ncu has its own lock file (``run_shard``), so the shards'
+profiling overlaps; without that, ncu would serialize every profiled launch across the host.
 
 A run with a failed shard is never published as complete: it is written as
 ``<name>-incomplete`` with ``"complete": false`` and the missing cases in its manifest, the
@@ -38,6 +39,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -317,13 +319,23 @@ def measure_on_this_gpu(job: ShardJob, work: Path) -> dict:
 
 
 def run_shard(job: ShardJob, measure: Measure | None = None) -> dict:
-    """Measure one shard into ``job.out``; ``shard.json`` (what ran, where, how long) last."""
+    """Measure one shard into ``job.out``; ``shard.json`` (what ran, where, how long) last.
+
+    ncu serializes profiling over every process of a host that shares its lock file,
+    ``$TMPDIR/nsight-compute-lock``; the shard gets a TMPDIR of its own, so shards profiling
+    their own GPUs do not wait for each other (each ncu still serializes its own launches)."""
     t0 = time.perf_counter()
     out = Path(job.out)
     out.mkdir(parents=True, exist_ok=True)
-    params = (measure or measure_on_this_gpu)(job, out)
+    own_tmp = tempfile.mkdtemp(prefix=f"sawtooth-shard{job.index}-")
+    os.environ["TMPDIR"], tempfile.tempdir = own_tmp, None
+    try:
+        params = (measure or measure_on_this_gpu)(job, out)
+    finally:
+        shutil.rmtree(own_tmp, ignore_errors=True)
     record = {"shard": job.index, "cases": [c.id for c in job.cases], "host": socket.gethostname(),
               "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+              "ncu_lock": f"per shard ({own_tmp}/nsight-compute-lock)",
               "wall_seconds": round(time.perf_counter() - t0, 1), "params": params}
     tmp = out / (DONE + ".tmp")
     tmp.write_text(json.dumps(record, indent=1, default=str) + "\n")
@@ -451,6 +463,7 @@ def merge(work: Path, cases: list[Case], files: tuple[str, ...], run: str) -> Me
         placement |= {cid: rec["shard"] for cid in rec["cases"]}
         devices.append({"shard": rec["shard"], "host": rec["host"],
                         "cuda_visible_devices": rec["cuda_visible_devices"],
+                        "ncu_lock": rec.get("ncu_lock"),
                         **(p.get("device") or {})})
         failed |= p.get("failed") or {}
         profiling.append(p.get("profiling"))

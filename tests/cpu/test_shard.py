@@ -63,6 +63,8 @@ def fake_measure(job: shard.ShardJob, work: Path) -> dict:
             if var == KILL:
                 os.kill(os.getpid(), signal.SIGKILL)
             raise RuntimeError(f"fake failure of shard {job.index}")
+    tmp = Path(os.environ["TMPDIR"])                   # where ncu would put its lock file
+    assert tmp.is_dir() and tmp.name.startswith(f"sawtooth-shard{job.index}-"), tmp
     study = get_study(job.study)
     timing, counters = fake_rows(job.cases, run=job.run, study=job.study, arch=job.arch,
                                  timed=study.timed)
@@ -213,6 +215,8 @@ def test_merged_run_equals_the_single_process_run(fake_host, tmp_path, study, gp
     assert {sh["shard"]: str(sh["gpu_index"]) for sh in p["shards"]} == pins
     assert {d["uuid"] for d in p["devices"]} == {f"fake-{i}" for i in range(n)}
     assert all((out / sh["stdout"]).exists() for sh in p["shards"])
+    locks = [d["ncu_lock"] for d in p["devices"]]       # each shard's ncu has its own lock file
+    assert len(set(locks)) == n and all("sawtooth-shard" in x for x in locks)
     assert p["device"]["gpu"] == "NVIDIA H200"
     if s.timed:                      # peers beside their cases: one GPU per problem
         by_problem = {}
