@@ -179,10 +179,15 @@ def retire(run: Path) -> None:
 
 @dataclass(frozen=True)
 class Gpu:
-    index: int          # the index CUDA_VISIBLE_DEVICES pins
+    index: int          # the device index (its position when CUDA_VISIBLE_DEVICES names UUIDs)
     name: str           # marketing name (torch)
     uuid: str
     arch: str | None    # spec.detect()'s arch name, None: not usable
+    pin: str = ""       # the CUDA_VISIBLE_DEVICES entry that names it ("": str(index))
+
+    @property
+    def token(self) -> str:
+        return self.pin or str(self.index)
 
 
 _PROBE = ("import json, torch\nfrom spec import detect\na = detect()\n"
@@ -192,29 +197,28 @@ _PROBE = ("import json, torch\nfrom spec import detect\na = detect()\n"
 
 
 def host_gpus() -> list[Gpu]:
-    """The GPUs this process may use, each probed as its worker will see it: a process with
-    ``CUDA_VISIBLE_DEVICES=<index>`` asks ``spec.detect`` (all probes run at once)."""
+    """The GPUs this process may use (those ``CUDA_VISIBLE_DEVICES`` lists, by index or UUID,
+    else all), each probed as its worker will see it: a process pinned to it asks
+    ``spec.detect`` (all probes run at once)."""
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
     if env is not None:
-        try:
-            indices = [int(x) for x in env.split(",") if x.strip()]
-        except ValueError:
-            raise ShardError(f"CUDA_VISIBLE_DEVICES={env} names devices by UUID or MIG id; "
-                             "--gpus pins workers by index: list indices (e.g. 0,1) or unset "
-                             "it") from None
+        tokens = [x.strip() for x in env.split(",") if x.strip()]
     else:
         import torch
-        indices = list(range(torch.cuda.device_count() if torch.cuda.is_available() else 0))
-    procs = [(i, subprocess.Popen([sys.executable, "-c", _PROBE], cwd=ROOT, text=True,
-                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                  env=os.environ | {"CUDA_VISIBLE_DEVICES": str(i)}))
-             for i in indices]
+        tokens = [str(i) for i in range(torch.cuda.device_count()
+                                        if torch.cuda.is_available() else 0)]
+    procs = [(k, t, subprocess.Popen([sys.executable, "-c", _PROBE], cwd=ROOT, text=True,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     env=os.environ | {"CUDA_VISIBLE_DEVICES": t}))
+             for k, t in enumerate(tokens)]
     out = []
-    for i, p in procs:
+    for k, t, p in procs:
         text, _ = p.communicate(timeout=300)
         lines = text.strip().splitlines()
         d = json.loads(lines[-1]) if lines and p.returncode == 0 else None
-        out.append(Gpu(i, d["name"], d["uuid"], d["arch"]) if d else Gpu(i, "?", "", None))
+        d = d or {"name": "?", "uuid": "", "arch": None}
+        out.append(Gpu(int(t) if t.isdigit() else k, d["name"], d["uuid"], d["arch"],
+                       "" if t.isdigit() else t))
     return out
 
 
@@ -238,7 +242,7 @@ def pick_gpus(request: str, gpus: list[Gpu], arch: str) -> list[Gpu]:
     picked = gpus[:n]
     wrong = [g for g in picked if g.arch != arch]
     if wrong:
-        g, ok = wrong[0], [str(g.index) for g in gpus if g.arch == arch]
+        g, ok = wrong[0], [g.token for g in gpus if g.arch == arch]
         fix = (f"restrict them with CUDA_VISIBLE_DEVICES={','.join(ok)}" if ok else
                f"pass --arch {g.arch}" if g.arch else "check the driver")
         raise ShardError(f"--gpus {request} --arch {arch}: GPU {g.index} is {g.name} "
@@ -349,7 +353,7 @@ def slurm_parameters(opts: ExecutorOptions) -> dict:
     """submitit ``AutoExecutor`` parameters of one shard's Slurm job: one task, one GPU."""
     p = {"timeout_min": opts.time_min, "nodes": 1, "tasks_per_node": 1, "gpus_per_node": 1,
          "cpus_per_task": opts.cpus_per_task or 8,
-         "slurm_setup": [f"cd {shlex.quote(str(ROOT))}"]}
+         "slurm_setup": _setup()}
     for key, value in (("slurm_partition", opts.partition), ("slurm_account", opts.account),
                        ("slurm_qos", opts.qos), ("slurm_constraint", opts.constraint)):
         if value is not None:
@@ -357,11 +361,16 @@ def slurm_parameters(opts: ExecutorOptions) -> dict:
     return p
 
 
+def _setup() -> list[str]:
+    """Shell lines before every job: the workers import this repository's packages."""
+    return [f"cd {shlex.quote(str(ROOT))}"]
+
+
 def make_executor(opts: ExecutorOptions, folder: Path):
     import submitit
     if opts.kind == "local":
         ex = submitit.LocalExecutor(folder)
-        ex.update_parameters(timeout_min=opts.time_min, setup=[f"cd {shlex.quote(str(ROOT))}"])
+        ex.update_parameters(timeout_min=opts.time_min, setup=_setup())
         return ex
     try:
         ex = submitit.AutoExecutor(folder, cluster="slurm")
@@ -388,8 +397,11 @@ def submit(jobs: list[ShardJob], gpus: list[Gpu] | None, opts: ExecutorOptions, 
     out = []
     for k, job in enumerate(jobs):
         gpu = gpus[k] if gpus else None
-        if gpu is not None:
-            ex.update_parameters(visible_gpus=[gpu.index], gpus_per_node=1)
+        if gpu is not None and not gpu.pin:
+            ex.update_parameters(visible_gpus=[gpu.index], gpus_per_node=1, setup=_setup())
+        elif gpu is not None:           # named by UUID / MIG id: submitit pins indices only
+            ex.update_parameters(visible_gpus=(), gpus_per_node=0, setup=[
+                *_setup(), f"export CUDA_VISIBLE_DEVICES={shlex.quote(gpu.pin)}"])
         else:
             ex.update_parameters(name=f"{job.study}-shard{job.index}")
         out.append(Submitted(job, ex.submit(run_shard, job, measure), gpu))
@@ -434,7 +446,7 @@ def _cause(e: Exception) -> str:
 
 
 def _where(s: Submitted) -> str:
-    return f" on GPU {s.gpu.index}" if s.gpu is not None else f" (job {s.handle.job_id})"
+    return f" on GPU {s.gpu.token}" if s.gpu is not None else f" (job {s.handle.job_id})"
 
 
 # -- merge -----------------------------------------------------------------------------------------
@@ -546,7 +558,7 @@ def measure_sharded(args, argv: list[str], console, study, arch, cases: list[Cas
     if jobs:
         logs = work / SHARDS / "logs" / f"attempt-{attempts}"
         for k, j in enumerate(jobs):
-            where = f"GPU {gpus[k].index} ({gpus[k].name})" if gpus else "a Slurm job"
+            where = f"GPU {gpus[k].token} ({gpus[k].name})" if gpus else "a Slurm job"
             console.print(f"shard {j.index} on {where}: {_share(j.cases, total)}")
         subs = submit(jobs, gpus[:len(jobs)] if gpus else None, opts, logs, measure)
         wait(subs, console)
@@ -600,6 +612,7 @@ def pick_count(request: str) -> int:
 def _shard_records(subs: list[Submitted], work: Path) -> list[dict]:
     return [{"shard": s.job.index, "cases": len(s.job.cases), "job_id": str(s.handle.job_id),
              "gpu_index": s.gpu.index if s.gpu else None,
+             "cuda_visible_devices": s.gpu.token if s.gpu else None,
              "gpu_uuid": s.gpu.uuid if s.gpu else None,
              "state": "failed" if s.error else "done", "error": s.error,
              "stdout": _rel(s.handle.paths.stdout, work),

@@ -212,6 +212,7 @@ def test_merged_run_equals_the_single_process_run(fake_host, tmp_path, study, gp
     n = 2 if gpus == "2" else 3
     assert sorted(set(p["placement"].values())) == list(range(n))
     pins = {d["shard"]: d["cuda_visible_devices"] for d in p["devices"]}
+    assert {sh["shard"]: sh["cuda_visible_devices"] for sh in p["shards"]} == pins
     assert {sh["shard"]: str(sh["gpu_index"]) for sh in p["shards"]} == pins
     assert {d["uuid"] for d in p["devices"]} == {f"fake-{i}" for i in range(n)}
     assert all((out / sh["stdout"]).exists() for sh in p["shards"])
@@ -259,6 +260,17 @@ def test_failed_shard_leaves_an_incomplete_run_and_resume_completes_it(fake_host
     rerun = {cid for cid, k in p2["placement"].items() if k >= 2}
     assert rerun == missing                           # only the missing cases ran again
     assert all(p2["placement"][c] == p["placement"][c] for c in p["placement"])
+
+
+def test_gpus_named_by_uuid_are_pinned_by_uuid(fake_host, tmp_path, monkeypatch):
+    """CUDA_VISIBLE_DEVICES may list UUIDs; submitit pins indices only, so the job's setup
+    exports the UUID."""
+    monkeypatch.setattr(shard, "host_gpus", lambda: [
+        shard.Gpu(k, "NVIDIA H200", f"GPU-{k}", "h200", pin=f"GPU-{k}abc") for k in range(2)])
+    out = tmp_path / "run"
+    assert _run("l1l2", "--arch", "h200", "--gpus", "2", "--out", str(out)) == 0
+    p = json.loads((out / "manifest.json").read_text())["parameters"]
+    assert sorted(d["cuda_visible_devices"] for d in p["devices"]) == ["GPU-0abc", "GPU-1abc"]
 
 
 def test_resume_refuses_a_complete_run_and_case_options(fake_host, tmp_path, capsys):
