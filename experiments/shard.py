@@ -254,13 +254,14 @@ def pick_gpus(request: str, gpus: list[Gpu], arch: str) -> list[Gpu]:
 # -- sharding --------------------------------------------------------------------------------------
 
 def estimated_cost(case: Case) -> float:
-    """Relative GPU time of a case: its tile accesses (the dry run's work estimate) divided by the
-    CTAs that run at once (resident, at most one per work item). A persistent launch of P CTAs
-    walks the same tiles as one of 132 but takes 132/P times as long, and ncu replays every
-    kernel a fixed number of passes, so this is what the shards should balance."""
-    from .run import tile_accesses
+    """Relative GPU time of a case: the (Q tile, K/V tile) pairs it visits (what the dry run's
+    work estimate counts) divided by the CTAs that run at once (resident, at most one per work
+    item). A persistent launch of P CTAs walks the same tiles as one of 132 but takes 132/P
+    times as long, and ncu replays every kernel a fixed number of passes, so this is what the
+    shards should balance."""
     g = TileGrid(case.problem, case.variant.tiles)
-    return tile_accesses(case) / max(1, min(case.resident, g.n_work))
+    pairs = sum(g.kv_tiles_for(i) for i in range(g.n_q)) * g.n_bh
+    return pairs / max(1, min(case.resident, g.n_work))
 
 
 def units(cases: list[Case], timed: bool) -> list[list[Case]]:
@@ -306,17 +307,39 @@ Measure = Callable[[ShardJob, Path], dict]
 the manifest parameters of that measurement (``device``, ``failed``, ``profiling``, ...)."""
 
 
+def single_gpu_argv(job: ShardJob, out: Path) -> list[str]:
+    """The plain one-GPU ``experiments.run`` command of a shard: its cases exactly (``--filter``
+    on their ids), the run's measure options, into ``out``. (A new measure option of
+    ``experiments.run`` is passed on here.)"""
+    a = job.args
+    ids = "|".join(re.escape(c.id) for c in job.cases)
+    argv = [job.study, "--arch", job.arch, "--mode", "measure", "--out", str(out),
+            "--no-figures", "--filter", f"^(?:{ids})$", "--seed", str(a.seed),
+            "--metric-set", a.metric_set]
+    argv += ["--seq", str(a.seq)] if a.seq is not None else []
+    argv += ["--reps", str(a.reps)] if a.reps is not None else []
+    argv += ["--no-profile"] if a.no_profile else ["--profile"] if a.profile else []
+    return argv
+
+
 def measure_on_this_gpu(job: ShardJob, work: Path) -> dict:
-    """The normal single-GPU measure path of ``experiments.run`` (its ``_measure``) on the GPU
-    this process sees, with the run's own options; its console goes to the job's log."""
-    import torch
-    from rich.console import Console
-    from . import run as cli
-    from .studies import get_study
-    from spec import get_arch
-    console = Console(file=sys.stdout, width=120, force_terminal=False)
-    _, params = cli._measure(job.args, console, get_study(job.study), get_arch(job.arch),
-                             list(job.cases), work, job.run)
+    """The normal single-GPU path, literally: ``python -m experiments.run`` on this shard's
+    cases (precompile, correctness gate, timing, ncu), on the GPU this job is pinned to; its
+    output goes to the job's log, its run directory's files into ``work``. Returns that run's
+    manifest parameters, the device's UUID added."""
+    out = work / "run"
+    cmd = [sys.executable, "-m", "experiments.run", *single_gpu_argv(job, out)]
+    print("+", shlex.join(cmd), flush=True)
+    r = subprocess.run(cmd, cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    sys.stderr.write(r.stderr)
+    if r.returncode != 0:
+        last = [x for x in r.stderr.splitlines() if x.strip()][-1:] or [""]
+        raise RuntimeError(f"experiments.run exited {r.returncode}: {last[0]}")
+    for p in out.iterdir():
+        p.rename(work / p.name)
+    out.rmdir()
+    params = json.loads((work / "manifest.json").read_text())["parameters"]
+    import torch                         # after the run: no second context during it
     params["device"] = dict(params["device"],
                             uuid=str(getattr(torch.cuda.get_device_properties(0), "uuid", "")))
     return params
@@ -436,8 +459,8 @@ def wait(subs: list[Submitted], console, *, poll_s: float = POLL_S) -> None:
 def _cause(e: Exception) -> str:
     """One line for a failed job: the exception line of the job's traceback when submitit
     quotes it (between dashed rules), else the first line of the error."""
-    from submitit.core.utils import UncompletedJobError
-    if isinstance(e, UncompletedJobError):
+    from submitit.core.utils import FailedJobError, UncompletedJobError
+    if isinstance(e, UncompletedJobError) and not isinstance(e, FailedJobError):
         return "the job ended without a result (killed, out of memory or out of time)"
     lines = [x.strip() for x in str(e).splitlines() if x.strip()]
     rules = [i for i, x in enumerate(lines) if set(x) == {"-"}]

@@ -240,6 +240,9 @@ def test_failed_shard_leaves_an_incomplete_run_and_resume_completes_it(fake_host
     assert p["complete"] is False
     failed = [sh for sh in p["shards"] if sh["state"] == "failed"]
     assert failed and all((inc / sh["stderr"]).exists() for sh in failed)
+    assert failed[0]["error"] == ("RuntimeError: fake failure of shard 0" if how == FAIL else
+                                  "the job ended without a result (killed, out of memory or "
+                                  "out of time)")
     missing = set(p["missing"])
     assert "cuda.linear.static1.m80n80d64 b1h1s327680d64.fp16.full" in missing
     assert len(missing) == sum(sh["cases"] for sh in failed) < len(p["cases"])
@@ -271,6 +274,39 @@ def test_gpus_named_by_uuid_are_pinned_by_uuid(fake_host, tmp_path, monkeypatch)
     assert _run("l1l2", "--arch", "h200", "--gpus", "2", "--out", str(out)) == 0
     p = json.loads((out / "manifest.json").read_text())["parameters"]
     assert sorted(d["cuda_visible_devices"] for d in p["devices"]) == ["GPU-0abc", "GPU-1abc"]
+
+
+@pytest.mark.parametrize("extra", [[], ["--seq", "4096", "--reps", "3", "--no-profile"]])
+def test_a_shard_runs_the_plain_command_on_exactly_its_cases(extra):
+    """The real measure function runs ``experiments.run`` with a --filter that selects the
+    shard's cases and nothing else, and the run's own measure options."""
+    study, arch = get_study("sawtooth"), get_arch("h200")
+    args = cli.build_parser().parse_args(["sawtooth", "--arch", "h200", "--gpus", "3", *extra])
+    cases = cli._plan(args, study, arch)
+    for k, part in enumerate(shard.shard_plan(cases, 3, timed=True)):
+        job = shard.ShardJob(k, tuple(part), args, "sawtooth", "h200", "x", "/tmp/x")
+        inner = cli.build_parser().parse_args(shard.single_gpu_argv(job, Path("/tmp/x/run")))
+        assert cli._plan(inner, study, arch) == part
+        assert (inner.seq, inner.reps, inner.no_profile, inner.gpus, inner.mode) == \
+            (args.seq, args.reps, args.no_profile, None, "measure")
+
+
+def test_the_real_shard_reports_the_single_gpu_error(tmp_path, monkeypatch, capsys):
+    """No fake: the shard runs ``python -m experiments.run ... --mode measure`` on this CPU
+    machine, which refuses (no GPU); the run is left incomplete with that line as the cause."""
+    monkeypatch.setattr(shard, "host_gpus", lambda: H200[:1])
+    monkeypatch.setattr(cli, "_has_cuda_gpu", lambda: True)
+    monkeypatch.setattr(shard, "POLL_S", 0.05)
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "run"
+    assert _run("traffic", "--arch", "h200", "--gpus", "1", "--filter", "s2048d64",
+                "--out", str(out)) == 1
+    err = capsys.readouterr().err
+    assert "needs a CUDA GPU" in err and "INCOMPLETE" in err
+    p = json.loads((tmp_path / "run-incomplete" / "manifest.json").read_text())["parameters"]
+    assert p["shards"][0]["state"] == "failed"
+    assert "experiments.run exited 2: error: --mode measure needs a CUDA GPU" in \
+        p["shards"][0]["error"]
 
 
 def test_resume_refuses_a_complete_run_and_case_options(fake_host, tmp_path, capsys):
