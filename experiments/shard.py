@@ -13,10 +13,10 @@ every ratio stays a same-GPU ratio.
 
 How. ``shard_plan`` cuts the units into shards by estimated cost, longest first onto the least
 loaded shard (LPT), so the shards finish together; one submitit job per shard runs
-``run_shard``: the normal single-GPU measure path of ``experiments.run`` (precompile, correctness
-gate, timing, ncu in its own session) on its cases, pinned to one GPU (``LocalExecutor`` sets
-``CUDA_VISIBLE_DEVICES``; on Slurm, ``AutoExecutor`` asks for one GPU per job), into
-``shards/shard-<k>/`` of the run directory. ``shard.json`` is written last, so a shard without
+``run_shard``, pinned to one GPU (``LocalExecutor`` sets ``CUDA_VISIBLE_DEVICES``; on Slurm,
+``AutoExecutor`` asks for one GPU per job), which runs the plain one-GPU command
+``python -m experiments.run <study> --filter <its case ids> ...`` (precompile, correctness gate,
+timing, ncu in its own session) into ``shards/shard-<k>/`` of the run directory. ``shard.json`` is written last, so a shard without
 it did not finish. ``merge`` concatenates the shards' rows (renamed to the run) into one
 ``counters.csv`` / timing file and the manifest parameters: the devices, which case ran where,
 every shard's log. Each shard's ncu has its own lock file (``run_shard``), so the shards'
