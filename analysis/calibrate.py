@@ -103,14 +103,14 @@ def _study_dirs(root: Path, study: str) -> list[Path]:
                   and (d / "counters.csv").exists())
 
 
-def load_measured(root: Path, arch: Arch, study: str) -> list[MeasuredCase]:
-    """Every measured case of ``study`` under ``root`` (e.g. ``profiles/h100``) with its tex
-    misses in each run directory (``<study>-YYYYMMDD[-rN]``; a ``longseq-profile-...`` directory
-    counts for longseq)."""
+def load_measured(root: Path, arch: Arch, study: str, metric: str = MISSES) -> list[MeasuredCase]:
+    """Every measured case of ``study`` under ``root`` (e.g. ``profiles/h100``) with its
+    ``metric`` (default the tex misses) in each run directory (``<study>-YYYYMMDD[-rN]``; a
+    ``longseq-profile-...`` directory counts for longseq)."""
     per: dict[str, tuple[Case, list[str], list[float]]] = {}
     for d in _study_dirs(Path(root), study):
         for r in read_csv(d / "counters.csv"):
-            if r["metric"] != MISSES or r["source"] != "measured":
+            if r["metric"] != metric or r["source"] != "measured":
                 continue
             c = case_of_row(r, arch)
             _, runs, vals = per.setdefault(c.id, (c, [], []))

@@ -156,6 +156,39 @@ def sawtooth_signs(measured: Sequence[cal.MeasuredCase], rows: Sequence[ErrorRow
     return out
 
 
+@dataclass(frozen=True)
+class SectorRow:
+    """L2 tex sectors of one case: measured, the loads model (``models.sector_accesses``) and the
+    loads model with the coalescer term (``analysis.merge``)."""
+
+    arch: str
+    study: str
+    case: str
+    measured: float
+    loads_model: float
+    merged_model: float
+    loads_err: float          # (model - measured) / measured
+    merged_err: float
+    source: str = "model"
+    note: str = ""
+
+
+def sector_rows(measured: Sequence[cal.MeasuredCase], arch: Arch, p: dict,
+                window: float | None = None) -> list[SectorRow]:
+    """Rows in (measured ``lts__t_sectors_srcunit_tex.sum``), rows out: both sector models."""
+    from .merge import merged_sector_accesses
+    from .models import sector_accesses
+    out = []
+    for m in measured:
+        tp = _params(arch, p)
+        loads = sector_accesses(m.case.problem, m.case.variant.tiles, arch.sector_bytes).total
+        merged = merged_sector_accesses(m.case, tp, arch.sector_bytes, window)
+        out.append(SectorRow(arch.name, m.study, m.key, m.median, float(loads), float(merged),
+                             loads / m.median - 1, merged / m.median - 1,
+                             note=f"merge window {window or 'default'}; {tp.note()}"))
+    return out
+
+
 def write_rows(path: Path, rows: Sequence) -> None:
     rows = list(rows)
     if not rows:
@@ -221,7 +254,7 @@ def cmd_fit(arch: Arch, root: Path, study: str, every: int, rate: float) -> cal.
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m analysis.simcheck", description=__doc__.split(
         "\n")[0])
-    ap.add_argument("command", choices=("fit", "validate"))
+    ap.add_argument("command", choices=("fit", "validate", "sectors"))
     ap.add_argument("--arch", required=True)
     ap.add_argument("--root", type=Path, help="measured data (default profiles/<arch>)")
     ap.add_argument("--fit-study", default="divergence")
@@ -255,9 +288,23 @@ def main(argv=None) -> int:
           "jitter": p.jitter, "partitions": p.partitions,
           "sample_rate": 1.0 if a.exact else "auto"}
     if a.out is None:
-        print("error: validate needs --out DIR", file=sys.stderr)
+        print(f"error: {a.command} needs --out DIR", file=sys.stderr)
         return 2
     a.out.mkdir(parents=True, exist_ok=True)
+    if a.command == "sectors":
+        srows = []
+        for study in ("traffic", "l1l2"):
+            ms = cal.load_measured(root, arch, study, cal.Metric.L2_TEX_SECTORS)
+            srows += sector_rows(ms, arch, pd)
+            write_rows(a.out / "sectors.csv", srows)
+        for study in ("traffic", "l1l2"):
+            rs = [r for r in srows if r.study == study]
+            if rs:
+                print(f"{study}: L2 tex sectors MAPE loads model "
+                      f"{100 * np.mean([abs(r.loads_err) for r in rs]):.1f}%, with the merge "
+                      f"term {100 * np.mean([abs(r.merged_err) for r in rs]):.1f}% "
+                      f"({len(rs)} cases)")
+        return 0
     rows, measured = [], []
     for study in a.studies.split(","):
         ms = cal.load_measured(root, arch, study)
