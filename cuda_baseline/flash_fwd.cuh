@@ -44,8 +44,14 @@ struct FwdParams {
     int tiles_per_cta;            // X of the tile-X schedule
     int sawtooth_group;           // group factor X of the sawtooth order
     float scale_log2;             // log2(e) / sqrt(D)
-    int* trace_visits;            // trace build: [n_ctas, trace_steps, 4] (b, h, q_tile, kv_tile)
-    unsigned long long* trace_ns; // trace build: [n_ctas, trace_steps] %globaltimer at step start
+    // Trace build only. Per step: visits [n_ctas, trace_steps, 4] (b, h, q_tile, kv_tile) and
+    // %globaltimer at the step's start [n_ctas, trace_steps]. Per CTA, in the same buffers right
+    // after the per-step records (so the kernel's parameters, and every non-trace build, stay as
+    // they are): trace_visits[4 n_ctas trace_steps + c] = %smid, the SM CTA c ran on;
+    // trace_ns[n_ctas trace_steps + c] = %globaltimer when CTA c started (before its first step)
+    // and trace_ns[n_ctas (trace_steps + 1) + c] when its thread 0 finished its last work item.
+    int* trace_visits;
+    unsigned long long* trace_ns;
     int trace_steps;
 };
 
@@ -159,6 +165,12 @@ __device__ __forceinline__ unsigned long long global_timer_ns() {
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
     return t;
+}
+
+__device__ __forceinline__ unsigned sm_id() {   // the SM this thread runs on
+    unsigned r;
+    asm volatile("mov.u32 %0, %%smid;\n" : "=r"(r));
+    return r;
 }
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
@@ -461,6 +473,14 @@ __device__ __forceinline__ void flash_fwd_impl(const FwdParams& p) {
     extern __shared__ __align__(128) unsigned char smem[];   // 128-B aligned: the swizzle's banks
     const int cta = blockIdx.x;
     int step = 0;
+    // Trace build: where and when this CTA started (the per-CTA records of FwdParams).
+    const long long cta_records = static_cast<long long>(gridDim.x) * p.trace_steps;
+    if constexpr (TRACE) {
+        if (threadIdx.x == 0) {
+            p.trace_ns[cta_records + cta] = global_timer_ns();
+            p.trace_visits[4 * cta_records + cta] = static_cast<int>(sm_id());
+        }
+    }
     if constexpr (SCHEDULE == ScheduleKind::GRID) {
         // One Q tile per CTA, Q tile fastest: CTA c = q + n_q * bh.
         attend_q_tile<TILE_M, TILE_N, D, CAUSAL, DT, TRACE>(
@@ -486,5 +506,8 @@ __device__ __forceinline__ void flash_fwd_impl(const FwdParams& p) {
             attend_q_tile<TILE_M, TILE_N, D, CAUSAL, DT, TRACE>(
                 p, smem, bh, q, reversed_for<ORDER>(iter, cta, p.sawtooth_group), step);
         }
+    }
+    if constexpr (TRACE) {
+        if (threadIdx.x == 0) p.trace_ns[cta_records + gridDim.x + cta] = global_timer_ns();
     }
 }
