@@ -4,7 +4,8 @@
 with ``cupy.RawModule(name_expressions=...)`` (NVRTC, cached on disk by CuPy) and reads its
 resources; ``run`` launches it on torch's current stream (so CUDA events time it); ``trace`` runs the
 trace build, which records per CTA and step the (b, h, q_tile, kv_tile) visited and the
-``%globaltimer`` at the start of the step.
+``%globaltimer`` at the start of the step, and per CTA the SM it ran on (``%smid``) and its start
+and end stamps.
 
 Every error is raised before any launch: bad tensors (spec.family.BadInput), a variant this
 family cannot build or this device cannot run (UnsupportedVariant: tiles over the shared-memory
@@ -255,7 +256,9 @@ class CudaFamily:
     def trace(self, prepared: Prepared, q, k, v, out) -> dict:
         """Run the trace build; returns ``spec.family.TRACE_KEYS``: ``visits`` int32
         [n_ctas, steps, 4] (b, h, q_tile, kv_tile, -1 padded: the layout of spec.Visits.table()),
-        ``time_ns`` int64 [n_ctas, steps] (%globaltimer at the start of each step, -1 padded) and
+        ``time_ns`` int64 [n_ctas, steps] (%globaltimer at the start of each step, -1 padded),
+        per CTA ``smid`` int32 [n_ctas] (the SM it ran on), ``start_ns`` and ``end_ns`` int64
+        [n_ctas] (%globaltimer before its first step and after its last work item), and
         ``build``, the trace instantiation's name."""
         import torch
         self._check_tensors(prepared, q, k, v, out)
@@ -266,18 +269,31 @@ class CudaFamily:
         items = (1 if s.kind == ScheduleKind.GRID else s.tiles_per_cta
                  if s.kind == ScheduleKind.TILE_X else cdiv(g.n_work, s.num_ctas))
         steps = items * g.n_kv                       # upper bound on any CTA's steps
-        dev = q.device
-        visits = torch.full((prepared.n_ctas, steps, 4), -1, dtype=torch.int32, device=dev)
-        times = torch.zeros((prepared.n_ctas, steps), dtype=torch.int64, device=dev)
+        dev, n = q.device, prepared.n_ctas
+        visits = torch.full((n * steps * 4 + n,), -1, dtype=torch.int32, device=dev)
+        times = torch.full((n * (steps + 2),), -1, dtype=torch.int64, device=dev)
         self._launch(prepared, kernel,
                      self._args(prepared, q, k, v, out, visits, times, steps))
         torch.cuda.current_stream(dev).synchronize()
-        vis = visits.cpu().numpy()
-        ns = times.cpu().numpy()
-        used = int((vis[:, :, 0] >= 0).any(axis=0).sum())
-        vis, ns = vis[:, :used], ns[:, :used]
-        ns = np.where(vis[:, :, 0] >= 0, ns, -1)
-        return {"visits": vis, "time_ns": ns, "build": inst.name}
+        return unpack_trace(visits.cpu().numpy(), times.cpu().numpy(), n, steps) | {
+            "build": inst.name}
+
+
+def unpack_trace(visits: np.ndarray, times: np.ndarray, n_ctas: int, steps: int) -> dict:
+    """The trace build's two flat buffers (FwdParams in flash_fwd.cuh: per-step records, then
+    per-CTA records) as ``trace()``'s arrays; step columns no CTA used are dropped and
+    ``time_ns`` is -1 wherever ``visits`` is."""
+    cells = n_ctas * steps
+    if visits.shape != (4 * cells + n_ctas,) or times.shape != (cells + 2 * n_ctas,):
+        raise ValueError(f"trace buffers of {visits.shape} and {times.shape} elements do not "
+                         f"hold {n_ctas} CTAs x {steps} steps")
+    vis = visits[:4 * cells].reshape(n_ctas, steps, 4)
+    ns = times[:cells].reshape(n_ctas, steps)
+    used = int((vis[:, :, 0] >= 0).any(axis=0).sum())
+    vis, ns = vis[:, :used], ns[:, :used]
+    return {"visits": vis, "time_ns": np.where(vis[:, :, 0] >= 0, ns, -1),
+            "smid": visits[4 * cells:].copy(), "start_ns": times[cells:cells + n_ctas].copy(),
+            "end_ns": times[cells + n_ctas:].copy()}
 
 
 # -- user function ---------------------------------------------------------------------------

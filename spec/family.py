@@ -43,11 +43,14 @@ launched (``n_ctas``), threads per CTA, registers per thread, local memory per t
 (stack and spills; 0 for a clean build), shared memory per CTA in bytes, CTAs resident per SM,
 and ``build``, the name of the compiled kernel (its instantiation)."""
 
-TRACE_KEYS = ("visits", "time_ns", "build")
+TRACE_KEYS = ("visits", "time_ns", "smid", "start_ns", "end_ns", "build")
 """Keys of ``trace()``: ``visits`` int32 [n_ctas, steps, 4] (b, h, q_tile, kv_tile; -1 padded, the
 layout of ``spec.Visits.table()``); ``time_ns`` int64 [n_ctas, steps], the ``%globaltimer`` at
-the start of each step (-1 padded), or None for a family whose trace build does not stamp time
-(cuTile has no timer intrinsic); ``build``, the trace build's kernel name."""
+the start of each step (-1 padded); per CTA, ``smid`` int32 [n_ctas], the SM it ran on
+(``%smid``), and ``start_ns`` / ``end_ns`` int64 [n_ctas], the ``%globaltimer`` when it started
+(before its first step) and finished; ``build``, the trace build's kernel name. The timing and
+placement keys are None for a family whose trace build does not record them (cuTile has no
+timer or SM-id intrinsic)."""
 
 
 class KernelFamily(Protocol):
