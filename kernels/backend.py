@@ -165,8 +165,8 @@ class CutileFamily:
     def trace(self, prepared: Prepared, q, k, v, out) -> dict:
         """Run the trace build; returns ``spec.family.TRACE_KEYS``: ``visits`` int32
         [n_ctas, max_steps + 1, 4] padded with -1 (one spare step column: a kernel that visits
-        more than the spec leaves a mark there), ``time_ns`` None (cuTile has no timer intrinsic)
-        and ``build``, the trace build's symbol."""
+        more than the spec leaves a mark there), ``build``, the trace build's symbol, and the timing
+        and placement keys None (cuTile has no timer or SM-id intrinsic)."""
         import torch
         from spec.trace import visit_order
         g = TileGrid(prepared.problem, prepared.variant.tiles)
@@ -177,7 +177,8 @@ class CutileFamily:
         from .signatures import CompileCase
         build = CompileCase.of(prepared.variant, prepared.problem, trace=True,
                                level=prepared.level).signature().symbol
-        return {"visits": buf.cpu().numpy(), "time_ns": None, "build": build}
+        return {"visits": buf.cpu().numpy(), "time_ns": None, "smid": None, "start_ns": None,
+                "end_ns": None, "build": build}
 
 
 _DUMMIES: dict = {}
