@@ -111,6 +111,11 @@ class Placement:
 STATISTICS = tuple(f.name for f in fields(Placement) if f.name not in ("n_ctas",))
 """The statistics correlated with the misses (every Placement field but the CTA count)."""
 
+UNITS = {"n_ctas": "CTA", "sms_used": "SM", "max_ctas_per_sm": "CTA", "shared_sms": "SM",
+         "pairs_used": "pair", "max_ctas_per_pair": "CTA", "start_spread_ns": "ns",
+         "start_order_rho": "rho", "drift_one_item_steps": "step", "max_drift_steps": "step",
+         "span_ns": "ns", "shared_end_lag_ns": "ns", "median_step_ns": "ns"}
+
 
 def step_spread_ns(t: LaunchTrace) -> np.ndarray:
     """Max - min start of each sampled step over the CTAs that ran it (NaN where fewer than 2)."""
@@ -151,22 +156,38 @@ def placement(t: LaunchTrace, n_kv: int) -> Placement:
 def spearman(x, y) -> float:
     """Spearman's rank correlation (ties get average ranks); NaN for fewer than 3 pairs, a
     constant input or NaN values: no correlation can be stated then."""
+    return _spearman(x, y)[0]
+
+
+def _spearman(x, y) -> tuple[float, float]:
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     if x.shape != y.shape or x.ndim != 1:
         raise ValueError(f"spearman needs two 1-D arrays of one length, got {x.shape}, {y.shape}")
     if len(x) < 3 or np.isnan(x).any() or np.isnan(y).any() or np.ptp(x) == 0 or np.ptp(y) == 0:
-        return math.nan
-    return float(sps.spearmanr(x, y).statistic)
+        return math.nan, math.nan
+    r = sps.spearmanr(x, y)
+    return float(r.statistic), float(r.pvalue)
 
 
-def correlations(misses: Sequence[float], launches: Sequence[Placement]) -> dict[str, float]:
+@dataclass(frozen=True)
+class Correlation:
+    """Spearman's rho between the misses and one statistic over ``n`` launches, with its
+    two-sided p-value (scipy's t approximation; at n = 10 |rho| must exceed ~0.65 for p < 0.05)."""
+    statistic: str
+    rho: float
+    p: float
+    n: int
+
+
+def correlations(misses: Sequence[float], launches: Sequence[Placement]) -> dict[str, Correlation]:
     """Spearman's rho between the misses of each launch and each statistic of ``STATISTICS``
     over the launches that have a miss count (NaN misses, a failed launch, are left out)."""
     if len(misses) != len(launches):
         raise ValueError(f"{len(misses)} miss counts for {len(launches)} launches")
     keep = [i for i, m in enumerate(misses) if not math.isnan(m)]
     m = [misses[i] for i in keep]
-    return {s: spearman(m, [getattr(launches[i], s) for i in keep]) for s in STATISTICS}
+    return {s: Correlation(s, *_spearman(m, [getattr(launches[i], s) for i in keep]), len(keep))
+            for s in STATISTICS}
 
 
 # -- storage: the launches of one case as one small npz --------------------------------------

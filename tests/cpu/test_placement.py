@@ -49,7 +49,7 @@ def test_unpack_trace_refuses_buffers_of_another_shape():
 # -- analysis.placement ------------------------------------------------------------------------
 
 from analysis.drift import drift                                       # noqa: E402
-from analysis.placement import (STATISTICS, Placement, compact, correlations,  # noqa: E402
+from analysis.placement import (STATISTICS, UNITS, Placement, compact, correlations,  # noqa: E402
                                 from_arrays, placement, spearman, step_spread_ns, to_arrays)
 
 BASE = 1_800_000_000_000_000_000   # an epoch-size %globaltimer stamp (float64 resolves 256 ns)
@@ -140,13 +140,15 @@ def _placements(shared: list[int]) -> list[Placement]:
 def test_correlations_rank_misses_against_each_statistic():
     stats = _placements([0, 0, 3, 0, 1])
     rho = correlations([80e6, 81e6, 89e6, 80e6, 82e6], stats)
-    assert set(rho) == set(STATISTICS)
-    assert rho["shared_sms"] == pytest.approx(0.9176629, abs=1e-6)
-    assert rho["sms_used"] == pytest.approx(-0.9176629, abs=1e-6)
-    assert math.isnan(rho["start_spread_ns"])                    # all launches start together
+    assert set(rho) == set(STATISTICS) == set(UNITS) - {"n_ctas"}
+    assert rho["shared_sms"].rho == pytest.approx(0.9176629, abs=1e-6)
+    assert rho["sms_used"].rho == pytest.approx(-0.9176629, abs=1e-6)
+    assert rho["shared_sms"].n == 5 and 0 < rho["shared_sms"].p < 0.05
+    assert math.isnan(rho["start_spread_ns"].rho)                # all launches start together
     # a failed launch (NaN misses) is left out, not counted as a low one
     rho = correlations([80e6, float("nan"), 89e6, 80e6, 82e6], stats)
-    assert rho["shared_sms"] == pytest.approx(spearman([80, 89, 80, 82], [0, 3, 0, 1]))
+    assert rho["shared_sms"].rho == pytest.approx(spearman([80, 89, 80, 82], [0, 3, 0, 1]))
+    assert rho["shared_sms"].n == 4
     with pytest.raises(ValueError, match="4 miss counts for 5 launches"):
         correlations([1, 2, 3, 4], stats)
 
