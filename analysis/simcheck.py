@@ -293,11 +293,11 @@ def main(argv=None) -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     if a.command == "sectors":
         srows = []
-        for study in ("traffic", "l1l2"):
+        for study in a.studies.split(","):
             ms = cal.load_measured(root, arch, study, cal.Metric.L2_TEX_SECTORS)
             srows += sector_rows(ms, arch, pd)
             write_rows(a.out / "sectors.csv", srows)
-        for study in ("traffic", "l1l2"):
+        for study in a.studies.split(","):
             rs = [r for r in srows if r.study == study]
             if rs:
                 print(f"{study}: L2 tex sectors MAPE loads model "

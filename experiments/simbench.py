@@ -43,7 +43,8 @@ class BenchRow:
     case: str
     mode: str              # exact | sampled
     sample_rate: float
-    seconds: float
+    seconds: float           # wall clock (the CPU was shared: an upper bound)
+    cpu_seconds: float       # this process's CPU time for the case (what the work costs)
     accesses: int
     tex_misses: int
     exact_misses: float | None
@@ -55,8 +56,9 @@ class BenchRow:
 def _run(case, arch, tp: TimeParams):
     table = work_table(TileGrid(case.problem, case.variant.tiles), case.variant.schedule,
                        case.variant.order, arch.sector_bytes)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     c = simulate(table, case.resident, tp, arch.sector_bytes)
+    _run.cpu = time.process_time() - c0
     return c, time.perf_counter() - t0, table
 
 
@@ -84,17 +86,18 @@ def main(argv=None) -> int:
         t_all = time.perf_counter()
         if "A" in a.sections or "E" in a.sections:
             tp = gb10_p.time_params(gb10)
-            t_a = time.perf_counter()
+            t_a, c_a = time.perf_counter(), time.process_time()
             for case in sawtooth_plan(gb10):
                 c, s, table = _run(case, gb10, tp)
                 exact_gb10[case.id] = c
-                rows.append(BenchRow("A", "gb10", case.id, "exact", 1.0, s, table.n_accesses,
+                rows.append(BenchRow("A", "gb10", case.id, "exact", 1.0, s, _run.cpu, table.n_accesses,
                                      c.tex_misses, None, None, tp.note()))
                 tidy += counts_to_rows(c, case, run=final.name, study="sawtooth", arch=gb10,
                                        note=gb10_p.note() + "; defaults, not fitted")
                 print(f"A {case.id}: {s:.1f}s {table.n_accesses / 1e6:.0f}M accesses", flush=True)
             rows.append(BenchRow("A", "gb10", "TOTAL sawtooth study", "exact", 1.0,
-                                 time.perf_counter() - t_a, sum(r.accesses for r in rows), 0,
+                                 time.perf_counter() - t_a, time.process_time() - c_a,
+                                 sum(r.accesses for r in rows), 0,
                                  None, None, tp.note(), f"peak RSS {_peak_mib():.0f} MiB"))
         errs = []
         if "B" in a.sections:
@@ -106,10 +109,11 @@ def main(argv=None) -> int:
                 if R >= 1.0:
                     continue
                 c, s, _ = _run(case, gb10, replace(tp, sample_rate=R))
+                cpu = _run.cpu
                 ex = exact_gb10.get(case.id) or _run(case, gb10, tp)[0]
                 e = 100 * (c.tex_misses / ex.tex_misses - 1)
                 errs.append(abs(e))
-                rows.append(BenchRow("B", "gb10", case.id, "sampled", R, s, table.n_accesses,
+                rows.append(BenchRow("B", "gb10", case.id, "sampled", R, s, cpu, table.n_accesses,
                                      c.tex_misses, ex.tex_misses, e, replace(tp, sample_rate=R)
                                      .note()))
                 print(f"B {case.id}: R={R:.3f} {s:.1f}s err {e:+.2f}%", flush=True)
@@ -124,12 +128,13 @@ def main(argv=None) -> int:
                 table = work_table(TileGrid(case.problem, v.tiles), v.schedule, v.order)
                 R = shards_rate(table, hp.partitions)
                 ex, s_ex, _ = _run(case, h100, hp)
+                cpu_ex = _run.cpu
                 c, s, _ = _run(case, h100, replace(hp, sample_rate=R))
                 e = 100 * (c.tex_misses / ex.tex_misses - 1)
                 errs.append(abs(e))
-                rows.append(BenchRow("C", "h100", case.id, "exact", 1.0, s_ex, table.n_accesses,
+                rows.append(BenchRow("C", "h100", case.id, "exact", 1.0, s_ex, cpu_ex, table.n_accesses,
                                      ex.tex_misses, None, None, hp.note()))
-                rows.append(BenchRow("C", "h100", case.id, "sampled", R, s, table.n_accesses,
+                rows.append(BenchRow("C", "h100", case.id, "sampled", R, s, _run.cpu, table.n_accesses,
                                      c.tex_misses, ex.tex_misses, e,
                                      replace(hp, sample_rate=R).note()))
                 print(f"C {case.id}: exact {s_ex:.1f}s, R={R:.3f} {s:.1f}s err {e:+.2f}%",
@@ -140,19 +145,20 @@ def main(argv=None) -> int:
                 arch = get_arch(name)
                 bp, _ = cal.default_params(arch)
                 tp = bp.time_params(arch)
-                t_d = time.perf_counter()
+                t_d, c_d = time.perf_counter(), time.process_time()
                 for case in sawtooth_plan(arch):
                     v = case.variant
                     table = work_table(TileGrid(case.problem, v.tiles), v.schedule, v.order)
                     R = shards_rate(table, tp.partitions)
                     c, s, _ = _run(case, arch, replace(tp, sample_rate=R))
-                    rows.append(BenchRow("D", name, case.id, "sampled", R, s, table.n_accesses,
+                    rows.append(BenchRow("D", name, case.id, "sampled", R, s, _run.cpu, table.n_accesses,
                                          c.tex_misses, None, None, replace(tp, sample_rate=R)
                                          .note(), f"SHARDS error <= {max_err:.2f}% on the "
                                          f"GB10/H100 cases of B, C"))
                     print(f"D {name} {case.id}: R={R:.4f} {s:.1f}s", flush=True)
                 rows.append(BenchRow("D", name, "TOTAL sawtooth study", "sampled", 0.0,
-                                     time.perf_counter() - t_d, 0, 0, None, None, bp.note()))
+                                     time.perf_counter() - t_d, time.process_time() - c_d, 0, 0,
+                                     None, None, bp.note()))
         if "E" in a.sections:
             pred = []
             for case in sawtooth_plan(gb10):
@@ -193,10 +199,11 @@ def main(argv=None) -> int:
             gb10_params=gb10_p, shards_target_subkeys=SHARDS_TARGET,
             cpu_note="2-core machine shared with 4 other helpers' jobs while this ran "
                      "(load average 4-8): seconds are upper bounds")
-    print(f"{'sec':>3} {'arch':>5} {'mode':>7} {'R':>7} {'seconds':>8} {'err %':>7}  case")
+    print(f"{'sec':>3} {'arch':>5} {'mode':>7} {'R':>7} {'wall s':>8} {'cpu s':>8} {'err %':>7}  case")
     for r in rows:
         err = "" if r.err_pct is None else f"{r.err_pct:+.2f}"
         print(f"{r.section:>3} {r.arch:>5} {r.mode:>7} {r.sample_rate:7.4f} {r.seconds:8.1f} "
+              f"{r.cpu_seconds:8.1f} "
               f"{err:>7}  {r.case} {r.note}")
     print(f"written: {final}")
     return 0
