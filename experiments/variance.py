@@ -1,7 +1,8 @@
 """Where does the L2 miss counter's run-to-run spread come from? A GPU-only diagnosis driver.
 
 ``python -m experiments.variance --arch h100 --out DIR [--n 5] [--sessions 1] [--cases REGEX]
-[--conditions a,b,...]``
+[--conditions a,b,...]`` (default: the five conditions below up to ``order_last``; ``placement``
+is asked for by name)
 
 The committed H100 data measured the *same* build of the cuTile Static linear case (B=8, H=1,
 S=256K, D=64, non-causal) at 20.7 / 21.7 / 12.7 G local tex miss sectors in three runs. A miss
@@ -21,6 +22,21 @@ profiled on its own):
 * ``flush_own``    (c) ``--cache-control none`` with our own L2 flush (a write of 2x L2 bytes)
                    before each launch: ncu's flush vs ours.
 * ``order_last``   (d) the cases launched in reverse order in every round: first vs last.
+* ``placement``    (e) the CUDA *trace build* of CUDA cases (default: linear B=1 and B=4, 80x80,
+                   132 persistent CTAs), profiled with {local tex misses, DRAM read bytes, read-
+                   only tex misses} (one pass on an H100 by the probes; ``profiler__replayer_
+                   passes`` is recorded and a multi-pass launch is flagged, its trace then being
+                   the last pass's). The read-only misses are the figure compared: the trace
+                   build's own stamps are stores. Per launch the trace records where each CTA ran
+                   (``%smid``) and when it started, stepped and ended (``%globaltimer``);
+                   ``DIR/placement/<case>.npz`` keeps that compactly (``analysis.placement``), and
+                   ``DIR/placement.csv`` holds per launch the placement and drift statistics
+                   (SMs used, most CTAs on one SM, SMs shared, SM-id pairs, start spread, drift
+                   after one work item, span, ...) and per statistic its Spearman correlation with
+                   the read-only misses over the launches (``stat = spearman``, ``lo`` = p-value).
+                   Only ``flash_fwd`` kernels are profiled (``--kernel-name``), not the trace
+                   buffers' fills. Question: do launches that miss more run with a different
+                   placement or drift?
 
 Launches go round-robin over the cases (round l launches every case once), so a drift over the
 session shows up as a trend in ``sample`` rather than as a difference between cases. Every
@@ -33,7 +49,9 @@ is printed last.
 Cost on an H100, defaults (3 cases, n=5, 1 session, 5 conditions): 5 target processes (start-up
 and kernel builds, ~20-40 s each, twice more for the application-replay condition, whose target
 runs once per pass) and 75 profiled launches (~1 s each in one pass, a few s with 4 passes):
-about 5-6 minutes. ``--n``, ``--cases`` and ``--conditions`` trim it.
+about 5-6 minutes. ``--n``, ``--cases`` and ``--conditions`` trim it. ``--conditions placement
+--n 10``: one target process (two NVRTC builds), 20 trace launches of ~0.1 s (B=1) and ~0.5 s
+(B=4) plus a ~1 GB trace copy per B=4 launch: about 2-3 minutes.
 
 The profiling target is this module's own (``TARGET``): ``experiments.target`` launches each case
 once, while this needs ``n`` launches, a reversed order and an optional flush before each launch.
@@ -43,10 +61,12 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from analysis import placement as placement_mod
 from profiles import metrics as metric_sets
 from profiles import ncu as ncu_mod
 from profiles.counters import Observation, rows as observation_rows
@@ -55,12 +75,16 @@ from profiles.metrics import Group
 from profiles.report import read_kernels
 from spec import UnknownArch, get_arch
 from spec.case import case_from_dict, case_to_dict
-from spec.records import Metric, write_csv
+from spec.problem import TileGrid
+from spec.records import Metric, Row, Source, case_fields, write_csv
 
 TARGET = [sys.executable, "-m", "experiments.variance", "--target"]
 STUDY = "sawtooth"
 DEFAULT_CASES = (r"^cutile\.(linear|sawtooth)\.static\d+\..* b8h1s\d+d64\.fp16\.full$",
                  r"^cuda\.linear\.static\d+\..* b1h1s\d+d64\.fp16\.full$")
+PLACEMENT_CASES = (r"^cuda\.linear\.static\d+\..* b[14]h1s\d+d64\.fp16\.full$",)
+TRACE_KERNELS = "regex:flash_fwd"   # ncu --kernel-name: the CUDA kernel, not torch's fills
+PLACEMENT_MISSES = Metric.L2_TEX_READ_MISSES   # what the placement statistics are ranked against
 
 
 @dataclass(frozen=True)
@@ -72,6 +96,8 @@ class Condition:
     replay_mode: str = "kernel"
     flush: bool = False
     reverse: bool = False
+    trace: bool = False               # launch the CUDA trace build, keep per launch its placement
+    cases: tuple[str, ...] = ()       # default case patterns (else DEFAULT_CASES)
 
     @property
     def group(self) -> Group:
@@ -89,7 +115,12 @@ CONDITIONS = {c.name: c for c in (
     Condition("flush_own", "(c) --cache-control none, our 2x-L2 flush before each launch", MISS,
               cache_control="none", flush=True),
     Condition("order_last", "(d) cases launched in reverse order", MISS, reverse=True),
+    Condition("placement", "(e) CUDA trace build: CTA -> SM placement, start order and drift "
+              "per launch beside its misses", (Metric.L2_TEX_MISSES, Metric.DRAM_READ_BYTES,
+                                               PLACEMENT_MISSES),
+              trace=True, cases=PLACEMENT_CASES),
 )}
+DEFAULT_CONDITIONS = ("miss_alone", "hopper_set", "hopper_app", "flush_own", "order_last")
 
 
 class UsageError(ValueError):
@@ -105,6 +136,18 @@ def pick_cases(arch, patterns: list[str]) -> list:
         raise UsageError(f"no case of the {STUDY} study matches {patterns}; ids look like "
                          f"{plan[0].id!r}")
     return chosen
+
+
+def cases_for(arch, cond: Condition, patterns: list[str] | None) -> list:
+    """The cases ``cond`` measures: those matching ``patterns`` (--cases) or the condition's own
+    default; a trace condition takes only CUDA cases (the CUDA trace build records %smid)."""
+    cases = pick_cases(arch, patterns or list(cond.cases or DEFAULT_CASES))
+    if cond.trace:
+        cases = [c for c in cases if c.variant.backend.value == "cuda"]
+        if not cases:
+            raise UsageError(f"condition {cond.name} needs CUDA cases (the CUDA trace build "
+                             "records the SM of each CTA); pass --cases matching cuda.* ids")
+    return cases
 
 
 def observations_of(kernels, cases, condition: str, session: int, n: int) -> list[Observation]:
@@ -134,9 +177,11 @@ def observations_of(kernels, cases, condition: str, session: int, n: int) -> lis
 def run_condition(tool, cond: Condition, cases, arch, work: Path, *, n: int, sessions: int,
                   seed: int, log=print) -> list[Observation]:
     plan = work / f"{cond.name}.plan.json"
+    traces = work / f"{cond.name}-traces"
     plan.write_text(json.dumps({
         "arch": arch.name, "seed": seed, "launches": n, "reverse": cond.reverse,
         "flush_bytes": 2 * arch.l2_bytes if cond.flush else 0,
+        "trace_dir": str(traces) if cond.trace else None,
         "cases": [case_to_dict(c) for c in cases]}, indent=1))
     tool = replace(tool, cache_control=cond.cache_control)
     wanted = cond.group.collect
@@ -144,17 +189,105 @@ def run_condition(tool, cond: Condition, cases, arch, work: Path, *, n: int, ses
     for s in range(sessions):
         report = work / f"{cond.name}-s{s}.ncu-rep"
         log(f"{cond.name} session {s + 1}/{sessions}: {cond.question}")
+        if cond.trace:
+            traces.mkdir()
         try:
             ncu_mod.profile(tool, TARGET + [str(plan)], report, wanted,
                             nvtx_ranges=[c.id for c in cases], log=report.with_suffix(".log"),
-                            replay_mode=cond.replay_mode, timeout=900)
+                            replay_mode=cond.replay_mode, timeout=900,
+                            extra=("--kernel-name", TRACE_KERNELS) if cond.trace else ())
             kernels, _ = read_kernels(report, wanted, ncu_path=str(tool.path),
                                       export_csv=lambda p: ncu_mod.export_raw_csv(tool, p))
             out += observations_of(kernels, cases, cond.name, s, n)
         except ncu_mod.NcuRunFailed as e:
             out += [Observation(c.id, cond.name, s * n + i, {}, error=str(e))
                     for c in cases for i in range(n)]
+        if cond.trace:
+            traces.rename(trace_session_dir(work, cond, s))
     return out
+
+
+def trace_session_dir(work: Path, cond: Condition, session: int) -> Path:
+    """Where session ``session``'s target left one compact trace per launch (c<case>-l<launch>.npz)."""
+    return work / f"{cond.name}-traces-s{session}"
+
+
+def case_file(case) -> str:
+    """The npz name of a case in ``DIR/placement/``: its id with the space as ``_``."""
+    return case.id.replace(" ", "_") + ".npz"
+
+
+def placement_rows(cond: Condition, cases, observations: list[Observation], work: Path, *, n: int,
+                   sessions: int, run: str, arch: str) -> tuple[list[Row], list[str]]:
+    """Gather the per-launch traces of a trace condition into ``work/placement/<case>.npz`` (the
+    launches stacked, with their ``launch`` = repeat index and ``case`` id), and return the rows
+    of ``placement.csv`` and the table printed last: per launch the misses and the placement
+    statistics (``analysis.placement``), per case the Spearman correlations with
+    ``PLACEMENT_MISSES``. A launch without a trace (the target failed) or without counters is
+    left out of the correlations and shown as such."""
+    import numpy as np
+    obs = {(o.case_id, o.repeat): o for o in observations if o.group == cond.name}
+    (work / "placement").mkdir(exist_ok=True)
+    rows: list[Row] = []
+    lines = [f"{cond.name}: misses in G sectors; start spread in us; drift after one work item "
+             "in steps; span in ms"]
+
+    def row(case, metric, value, unit, **kw) -> Row:
+        return Row(run=run, study="variance", arch=arch, metric=metric, value=value, unit=unit,
+                   source=Source.MEASURED.value, group=cond.name,
+                   **case_fields(case.problem, case.variant), **kw)
+
+    for ci, case in enumerate(cases):
+        n_kv = TileGrid(case.problem, case.variant.tiles).n_kv
+        repeats, traces = [], []
+        for r in range(n * sessions):
+            f = trace_session_dir(work, cond, r // n) / f"c{ci}-l{r % n}.npz"
+            if f.is_file():
+                with np.load(f) as z:
+                    traces += placement_mod.from_arrays(z)
+                repeats.append(r)
+        lines.append(f"{case.id}")
+        lines.append(f"{'launch':>6} {'read miss':>10} {'tex miss':>9} {'DRAM fill':>9} "
+                     f"{'SMs':>4} {'max/SM':>6} {'shared':>6} {'start':>7} {'drift':>6} "
+                     f"{'span':>7}  flags")
+        if not traces:
+            lines.append("  no launch left a trace (see the ncu log of this condition)")
+            continue
+        np.savez(work / "placement" / case_file(case), **placement_mod.to_arrays(traces),
+                 launch=np.array(repeats), case=np.array(case.id), n_kv=np.array(n_kv))
+        stats = [placement_mod.placement(t, n_kv) for t in traces]
+        misses = []
+        for r, st in zip(repeats, stats):
+            o = obs.get((case.id, r))
+            v = {} if o is None or o.error else {m: x for m, (x, _) in o.values.items()}
+            misses.append(v.get(PLACEMENT_MISSES, float("nan")))
+            flags = ("no counters" if not v else
+                     f"multipass={o.passes}" if o.passes and o.passes > 1 else "")
+            for name, value in vars(st).items():
+                rows.append(row(case, name, float(value), placement_mod.UNITS[name], sample=r,
+                                flags=flags, note="analysis.placement of the trace build"))
+            g = 1e9
+            lines.append(
+                f"{r:>6} {v.get(PLACEMENT_MISSES, float('nan')) / g:>10.4f} "
+                f"{v.get(Metric.L2_TEX_MISSES, float('nan')) / g:>9.4f} "
+                f"{v.get(Metric.DRAM_READ_BYTES, float('nan')) / 32 / g:>9.4f} "
+                f"{st.sms_used:>4} {st.max_ctas_per_sm:>6} {st.shared_sms:>6} "
+                f"{st.start_spread_ns / 1e3:>7.2f} {st.drift_one_item_steps:>6.1f} "
+                f"{st.span_ns / 1e6:>7.2f}  {flags}")
+        corr = placement_mod.correlations(misses, stats)
+        for c in corr.values():
+            rows.append(row(case, c.statistic, c.rho, "rho", stat="spearman", lo=c.p,
+                            note=f"Spearman rho vs {PLACEMENT_MISSES} over {c.n} launches; "
+                                 "lo = two-sided p-value"))
+        shown = [f"{k} {corr[k].rho:+.2f} (p {corr[k].p:.2f})" for k in
+                 ("shared_sms", "max_ctas_per_sm", "start_spread_ns", "start_order_rho",
+                  "drift_one_item_steps", "max_drift_steps", "span_ns", "median_step_ns")]
+        n_ok = next(iter(corr.values())).n
+        lines.append(f"  Spearman rho vs read misses over {n_ok} launches: " + ", ".join(shown[:4]))
+        lines.append("    " + ", ".join(shown[4:]))
+    for s in range(sessions):
+        shutil.rmtree(trace_session_dir(work, cond, s), ignore_errors=True)
+    return rows, lines
 
 
 def table(rows) -> list[str]:
@@ -180,6 +313,7 @@ def target(plan_path: str) -> int:
     from .families import family
     plan = json.loads(Path(plan_path).read_text())
     cases = [case_from_dict(d) for d in plan["cases"]]
+    trace_dir = plan.get("trace_dir")
     fams, launches, inputs = {}, [], {}
     for case in cases:
         fam = fams.get(case.variant.backend) or fams.setdefault(
@@ -188,7 +322,7 @@ def target(plan_path: str) -> int:
             q, k, v = random_inputs(case.problem, plan["seed"])
             inputs[case.problem] = (q, k, v, poisoned_like(q))
         prepared = fam.prepare(case.variant, case.problem)
-        fam.run(prepared, *inputs[case.problem])
+        (fam.trace if trace_dir else fam.run)(prepared, *inputs[case.problem])   # builds it
         launches.append((case, fam, prepared))
     flush = (torch.empty(plan["flush_bytes"] // 4, dtype=torch.int32, device="cuda")
              if plan["flush_bytes"] else None)
@@ -200,10 +334,27 @@ def target(plan_path: str) -> int:
                 flush.fill_(launch + 1)
                 torch.cuda.synchronize()
             torch.cuda.nvtx.range_push(case.id)
-            fam.run(prepared, *inputs[case.problem])
+            if trace_dir:
+                tr = fam.trace(prepared, *inputs[case.problem])
+            else:
+                fam.run(prepared, *inputs[case.problem])
             torch.cuda.nvtx.range_pop()
             torch.cuda.synchronize()
+            if trace_dir:
+                save_trace(tr, case, Path(trace_dir) / f"c{cases.index(case)}-l{launch}.npz")
     return 0
+
+
+def save_trace(tr: dict, case, path: Path) -> None:
+    """One launch's trace, compact (``analysis.placement.compact``: per CTA its SM, start and
+    end, and the start of 64 sampled steps plus the first step of the second work item)."""
+    import numpy as np
+    if tr.get("smid") is None:
+        raise UsageError(f"{case.id}: this family's trace build records no SM ids")
+    n_kv = TileGrid(case.problem, case.variant.tiles).n_kv
+    lt = placement_mod.compact(tr["time_ns"], tr["smid"], tr["start_ns"], tr["end_ns"],
+                               keep_steps=[n_kv])
+    np.savez(path, **placement_mod.to_arrays([lt]))
 
 
 def parse(argv) -> argparse.Namespace:
@@ -215,8 +366,9 @@ def parse(argv) -> argparse.Namespace:
     ap.add_argument("--sessions", type=int, default=1, help="ncu sessions per condition")
     ap.add_argument("--cases", action="append", help="regex on case ids (repeatable); default: "
                     "the cuTile Static linear/sawtooth B=8 non-causal twins and CUDA linear B=1")
-    ap.add_argument("--conditions", default=",".join(CONDITIONS),
-                    help=f"comma-separated subset of {', '.join(CONDITIONS)}")
+    ap.add_argument("--conditions", default=",".join(DEFAULT_CONDITIONS),
+                    help=f"comma-separated subset of {', '.join(CONDITIONS)} (default: all but "
+                         "placement)")
     ap.add_argument("--seed", type=int, default=0)
     return ap.parse_args(argv)
 
@@ -238,7 +390,8 @@ def main(argv: list[str] | None = None) -> int:
                              f"{', '.join(CONDITIONS)}")
         conditions = [CONDITIONS[c] for c in a.conditions.split(",")]
         arch = get_arch(a.arch)
-        cases = pick_cases(arch, a.cases or list(DEFAULT_CASES))
+        cases_of = {c.name: cases_for(arch, c, a.cases) for c in conditions}
+        cases = list({c.id: c for cs in cases_of.values() for c in cs}.values())
         try:
             import torch
             gpu = torch.cuda.is_available()
@@ -251,12 +404,20 @@ def main(argv: list[str] | None = None) -> int:
         with reserved_run_dir(a.out) as (final, work):
             observations = []
             for cond in conditions:
-                observations += run_condition(tool, cond, cases, arch, work, n=a.n,
-                                              sessions=a.sessions, seed=a.seed)
+                observations += run_condition(tool, cond, cases_of[cond.name], arch, work,
+                                              n=a.n, sessions=a.sessions, seed=a.seed)
             rows = observation_rows(observations, cases, tuple(c.group for c in conditions),
                                     repeats=a.n * a.sessions, run=final.name, study="variance",
                                     arch=arch.name, sector_bytes=arch.sector_bytes)
             write_csv(work / "counters.csv", rows)
+            placed, last = [], []
+            for cond in (c for c in conditions if c.trace):
+                r, lines = placement_rows(cond, cases_of[cond.name], observations, work, n=a.n,
+                                          sessions=a.sessions, run=final.name, arch=arch.name)
+                placed += r
+                last += lines
+            if placed:
+                write_csv(work / "placement.csv", placed)
             write_manifest(work, command=command_line("experiments.variance", argv),
                            mode="measure", study="variance", arch=arch, device=device_facts(),
                            ncu=tool.settings(), n=a.n, sessions=a.sessions, seed=a.seed,
@@ -265,15 +426,18 @@ def main(argv: list[str] | None = None) -> int:
                                                 "cache_control": c.cache_control,
                                                 "replay_mode": c.replay_mode,
                                                 "flush_bytes": 2 * arch.l2_bytes if c.flush
-                                                else 0, "reverse": c.reverse}
+                                                else 0, "reverse": c.reverse,
+                                                "trace": c.trace,
+                                                "cases": [x.id for x in cases_of[c.name]]}
                                        for c in conditions},
                            cases=[case_to_dict(c) for c in cases])
     except (UsageError, UnknownArch, ncu_mod.NcuError, IngestError, RunDirExists,
             BadRunDir) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(f"wrote {final}/counters.csv ({len(rows)} rows)")
-    print("\n".join(table(rows)))
+    print(f"wrote {final}/counters.csv ({len(rows)} rows)"
+          + (f", placement.csv ({len(placed)} rows) and placement/*.npz" if placed else ""))
+    print("\n".join(table(rows) + last))
     return 0
 
 

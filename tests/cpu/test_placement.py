@@ -170,3 +170,114 @@ def test_arrays_round_trip_through_npz(tmp_path):
         to_arrays([traces[0], other])
     with pytest.raises(ValueError, match="lack base_ns"):
         from_arrays({k: v for k, v in to_arrays(traces).items() if k != "base_ns"})
+
+
+# -- experiments.variance: the placement condition (CPU parts, fake ncu) ------------------------
+
+from experiments import variance                                                # noqa: E402
+from profiles.counters import Observation                                       # noqa: E402
+from spec import get_arch                                                       # noqa: E402
+from spec.records import Metric, read_csv                                       # noqa: E402
+from tests.cpu.test_counters import csv_reader, fake_ncu, fixture_cases        # noqa: E402,F401
+
+H100 = get_arch("h100")
+PLACEMENT = variance.CONDITIONS["placement"]
+
+
+def _cuda_cases():
+    return [c for c in fixture_cases() if c.variant.backend.value == "cuda"]
+
+
+def _save(case, path, smid, start=None):
+    """What the target writes for one launch: a full trace of 4 steps per CTA, saved compact."""
+    n = len(smid)
+    t, sm, st, end = _launch(smid, start or [0] * n, steps=4)
+    variance.save_trace({"time_ns": t, "smid": sm, "start_ns": st, "end_ns": end}, case, path)
+
+
+def test_placement_condition_profiles_the_trace_build_and_keeps_each_launch(tmp_path,
+                                                                            csv_reader):
+    cases = fixture_cases()      # the cases of the committed report (its cuTile ones included)
+    pre = tmp_path / "pre"
+    pre.mkdir()
+    for ci, case in enumerate(cases):
+        for launch in range(2):
+            _save(case, pre / f"c{ci}-l{launch}.npz", [0, 1, 1, 3])
+    # the fake ncu plays the target: it leaves the per-launch traces in the plan's trace_dir
+    tool = fake_ncu(tmp_path, f'echo "$@" > "{tmp_path}/args"; '
+                              f'cp "{pre}"/*.npz "{tmp_path}/placement-traces/"')
+    obs = variance.run_condition(tool, PLACEMENT, cases, H100, tmp_path, n=2, sessions=1, seed=0,
+                                 log=lambda *_: None)
+    args = (tmp_path / "args").read_text().split()
+    assert args[args.index("--kernel-name") + 1] == "regex:flash_fwd"
+    assert args[args.index("--metrics") + 1].split(",") == [
+        Metric.L2_TEX_MISSES, Metric.DRAM_READ_BYTES, Metric.L2_TEX_READ_MISSES,
+        Metric.REPLAY_PASSES]
+    plan = __import__("json").loads((tmp_path / "placement.plan.json").read_text())
+    assert plan["trace_dir"] == str(tmp_path / "placement-traces")
+    assert sorted(p.name for p in (tmp_path / "placement-traces-s0").iterdir()) == [
+        f"c{ci}-l{launch}.npz" for ci in range(4) for launch in range(2)]
+    rows, lines = variance.placement_rows(PLACEMENT, cases, obs, tmp_path, n=2, sessions=1,
+                                          run="r", arch="h100")
+    assert not (tmp_path / "placement-traces-s0").exists()      # merged, then removed
+    for case in cases:
+        with np.load(tmp_path / "placement" / variance.case_file(case)) as z:
+            assert z["launch"].tolist() == [0, 1] and str(z["case"]) == case.id
+            assert z["smid"].shape == (2, 4)
+            assert z["n_kv"] == -(-16384 // case.variant.tiles.n)     # K/V tiles per head
+    shared = [r for r in rows if r.metric == "shared_sms" and r.stat == ""]
+    assert [(r.sample, r.value) for r in shared] == [(0, 1.0), (1, 1.0)] * 4
+    # the fixture report's launch 0 took the old 4-pass set; launch 1 has no counters at all
+    assert [r.flags for r in shared[:2]] == ["multipass=4", "no counters"]
+    assert all(math.isnan(r.value) for r in rows if r.stat == "spearman")   # 1 launch counted
+    first = next(o for o in obs if o.case_id == cases[0].id and o.repeat == 0)
+    assert lines[1] == cases[0].id
+    assert lines[3].split()[:2] == ["0", f"{first.values[Metric.L2_TEX_READ_MISSES][0] / 1e9:.4f}"]
+
+
+def test_placement_rows_rank_misses_against_the_statistics(tmp_path):
+    case = _cuda_cases()[0]
+    d = variance.trace_session_dir(tmp_path, PLACEMENT, 0)
+    d.mkdir()
+    shared = [0, 2, 1, 3, 0]
+    for launch, s in enumerate(shared[:4]):                      # launch 4 left no trace
+        _save(case, d / f"c0-l{launch}.npz", list(range(8 - s)) + list(range(s)))
+    misses = [10e6, 30e6, 20e6, 40e6, 5e6]
+    obs = [Observation(case.id, "placement", r, {PLACEMENT.metrics[2]: (m, "sector"),
+                                                 Metric.REPLAY_PASSES: (1, "")})
+           for r, m in enumerate(misses)]
+    rows, lines = variance.placement_rows(PLACEMENT, [case], obs, tmp_path, n=5, sessions=1,
+                                          run="r", arch="h100")
+    rho = {r.metric: r for r in rows if r.stat == "spearman"}
+    assert rho["shared_sms"].value == 1.0 and rho["max_ctas_per_sm"].value == pytest.approx(
+        spearman(misses[:4], [1, 2, 2, 2]))
+    assert rho["sms_used"].value == -1.0 and "over 4 launches" in rho["sms_used"].note
+    assert sorted({r.sample for r in rows if r.stat == ""}) == [0, 1, 2, 3]
+    assert all(r.flags == "" for r in rows)
+    assert lines[-2].startswith("  Spearman rho vs read misses over 4 launches: shared_sms "
+                                "+1.00 (p 0.00)")
+    back = read_csv_rows(rows, tmp_path)
+    assert {(d["stat"], d["unit"]) for d in back if d["metric"] == "start_spread_ns"} == {
+        ("", "ns"), ("spearman", "rho")}
+
+
+def read_csv_rows(rows, tmp_path):
+    from spec.records import write_csv
+    write_csv(tmp_path / "placement.csv", rows)
+    return read_csv(tmp_path / "placement.csv")
+
+
+def test_placement_takes_cuda_cases_only_and_cutile_traces_are_refused(tmp_path):
+    ids = [c.id for c in variance.cases_for(H100, PLACEMENT, None)]
+    assert ids == ["cuda.linear.static132.m80n80d64 b1h1s262144d64.fp16.full",
+                   "cuda.linear.static132.m80n80d64 b4h1s262144d64.fp16.full"]
+    mixed = variance.cases_for(H100, PLACEMENT, [r"linear\.static132\..* b1h1"])
+    assert [c.variant.backend.value for c in mixed] == ["cuda"]
+    with pytest.raises(variance.UsageError, match="needs CUDA cases"):
+        variance.cases_for(H100, PLACEMENT, [r"^cutile\.linear"])
+    with pytest.raises(variance.UsageError, match="records no SM ids"):
+        variance.save_trace({"time_ns": None, "smid": None}, _cuda_cases()[0], tmp_path / "x")
+    assert "placement" not in variance.DEFAULT_CONDITIONS
+    assert variance.main(["--out", str(tmp_path / "v"), "--conditions", "placement",
+                          "--cases", "^cutile"]) == 2
+    assert not (tmp_path / "v").exists()
