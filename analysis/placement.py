@@ -25,8 +25,8 @@ launches that shared SMs missed more.
 SM pairs: ``smid // 2`` groups SM ids in consecutive pairs. Hopper's TPCs hold two SMs, but
 NVIDIA does not document that ``%smid`` 2k and 2k+1 share a TPC, and the SM -> GPC mapping is
 not public at all; the pair statistics are reported under that name, not as TPCs or GPCs.
-%globaltimer ticks in 32 ns steps on the H100 measured (all committed drift stamps are multiples
-of 32 ns): spreads below that are not resolved.
+%globaltimer ticks in 32 ns steps on the H100 measured (all 2400 start spreads of
+profiles/h100/drift-20261121b are multiples of 32 ns): spreads below that are not resolved.
 """
 from __future__ import annotations
 
