@@ -220,24 +220,30 @@ def measure_drift(cases: list[Case], arch: Arch, *, run: str, study: str, reps: 
 
 
 def profile(cases: list[Case], arch: Arch, run_dir: Path, *, run: str, study: str,
-            metric_set: str, seed: int) -> tuple[list[Row], dict]:
-    """ncu counters of every case, one launch each; returns rows and the ncu settings."""
-    from profiles import ingest, metrics, ncu
+            groups: tuple[str, ...], repeats: int, sessions: int,
+            seed: int) -> tuple[list[Row], list[Row], dict]:
+    """ncu counters of every case: ``repeats`` profiled launches per case and metric group,
+    spread over ``sessions`` ncu sessions per group (``profiles.collect``; each group is meant to
+    be one replay pass, and ``profiler__replayer_passes`` proves it per launch).
+
+    Returns (summary rows, every row, ncu settings). Summary rows are one per case and metric,
+    as a single-launch run had them: the median over the repeats from the metric's home group
+    (``lo``..``hi`` = min..max, ``flags`` = failed repeats, multi-pass groups, failed checks),
+    plus the consistency checks, the DRAM fills and the derived miss rows; they go to
+    ``counters.csv``. Every row (each launch of each group) goes to ``counters_repeats.csv``."""
+    from profiles import collect, counters, metrics, ncu
     tool = ncu.find()
+    chosen = metrics.get_groups(tuple(groups))
     plan = run_dir / "profile_plan.json"
     plan.write_text(json.dumps({"arch": arch.name, "seed": seed,
                                 "cases": [case_to_dict(c) for c in cases]}, indent=1))
-    report = run_dir / f"{study}.ncu-rep"
-    wanted = metrics.get(metric_set)
-    ncu.profile(tool, [sys.executable, "-m", "experiments.target", str(plan)], report,
-                wanted, nvtx_ranges=[c.id for c in cases],
-                log=run_dir / "ncu.log")
-    raw = ncu.export_raw_csv(tool, report)
-    (run_dir / "ncu_raw.csv").write_text(raw)
-    rows = ingest.to_rows(ingest.parse_raw_csv(raw, wanted), cases, run=run, study=study,
-                          arch=arch.name)
-    rows += derived_miss_rows(rows, cases, arch, run=run, study=study)
-    return rows, tool.settings() | {"metric_set": metric_set}
+    col = collect.profile_cases(tool, [sys.executable, "-m", "experiments.target", str(plan)],
+                                [c.id for c in cases], run_dir / "ncu", tuple(groups), repeats,
+                                sessions=sessions)
+    every = collect.to_rows(col, cases, run=run, study=study, arch=arch)
+    summary = counters.home_summaries(every, chosen)
+    summary += derived_miss_rows(summary, cases, arch, run=run, study=study)
+    return summary, every, col.settings
 
 
 def _same_case(row: Row, case: Case) -> bool:
@@ -247,12 +253,15 @@ def _same_case(row: Row, case: Case) -> bool:
 
 def derived_miss_rows(rows: list[Row], cases: list[Case], arch: Arch, *, run: str,
                       study: str) -> list[Row]:
-    """Per case: the exact cold-miss count (``source=model``) and measured misses minus it."""
+    """Per case: the exact cold-miss count (``source=model``) and measured misses minus it
+    (nothing for a case whose misses were not collected)."""
     out = []
     for c in cases:
         cold = cold_misses(c.problem, c.variant.tiles, arch.sector_bytes)
-        miss = next(r.value for r in rows
-                    if r.metric == Metric.L2_TEX_MISSES and _same_case(r, c))
+        miss = next((r.value for r in rows
+                     if r.metric == Metric.L2_TEX_MISSES and _same_case(r, c)), None)
+        if miss is None:
+            continue
         out.append(_row(c, c.problem, Metric.COLD_MISSES, cold, run=run, study=study,
                         arch=arch.name, source=Source.MODEL.value, note="exact cold-miss count"))
         out.append(_row(c, c.problem, Metric.NONCOMPULSORY_MISSES, miss - cold, run=run,

@@ -32,6 +32,8 @@ from spec import InvalidProblem, TileGrid, detect, get_arch, known_archs
 from spec.arch import MiB, UnknownArch
 from spec.case import Case
 
+from profiles.metrics import DEFAULT_GROUPS, get_groups
+
 from . import shard
 from .rundir import (BadRunDir, RunDirExists, command_line, default_run_dir, reserved_run_dir,
                      write_manifest)
@@ -78,13 +80,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reps", type=int, help="timed repetitions per variant (measure; default: "
                    "the study's)")
     p.add_argument("--seed", type=int, default=0, help="input generator seed (measure)")
-    p.add_argument("--metric-set", default="hopper", help="ncu metric set: paper, hopper")
+    p.add_argument("--groups", default=",".join(DEFAULT_GROUPS),
+                   help="ncu metric groups, each meant for one replay pass (profiles/metrics.py; "
+                   f"default {','.join(DEFAULT_GROUPS)})")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="profiled launches per case and metric group (median, min..max)")
+    p.add_argument("--sessions", type=int, default=1,
+                   help="ncu sessions (fresh processes) the repeats are split over")
     prof = p.add_mutually_exclusive_group()
     prof.add_argument("--no-profile", action="store_true", help="measure mode: time only, no ncu")
     prof.add_argument("--profile", action="store_true",
                       help="measure mode: run ncu even for a study that is timed only by default")
     shard.add_arguments(p)
     return p
+
+
+def _check_profiling(args) -> None:
+    """The ncu options, checked before any work (one line naming the fix)."""
+    try:
+        get_groups(tuple(args.groups.split(",")))
+    except ValueError as e:
+        raise UsageError(f"--groups {args.groups!r}: {e}") from None
+    if args.repeats < 1:
+        raise UsageError(f"--repeats {args.repeats} must be at least 1")
+    if not 1 <= args.sessions <= args.repeats:
+        raise UsageError(f"--sessions {args.sessions} must be between 1 and --repeats "
+                         f"({args.repeats})")
 
 
 def _has_cuda_gpu() -> bool:
@@ -298,15 +319,27 @@ def _measure(args, console, study, arch, cases, work: Path, run: str) -> tuple[l
         from profiles.ncu import NcuError
         console.print(f"profiling {len(outcome.passed)} cases under ncu ...")
         try:
-            counters, settings = measure.profile(outcome.passed, live, work, run=run,
-                                                 study=study.name, metric_set=args.metric_set,
-                                                 seed=args.seed)
+            counters, every, settings = measure.profile(
+                outcome.passed, live, work, run=run, study=study.name,
+                groups=tuple(args.groups.split(",")), repeats=args.repeats,
+                sessions=args.sessions, seed=args.seed)
         except (NcuError, IngestError) as e:
             console.print(f"[red]profiling failed[/]: {e}")
             params["profiling"] = f"failed: {e}"
         else:
             write_csv(work / "counters.csv", counters)
+            write_csv(work / "counters_repeats.csv", every)
             rows += counters
+            from profiles.counters import failing_checks, flagged
+            kinds: dict[str, int] = {}
+            for r in flagged(counters):
+                for f in filter(None, r.flags.split(";")):
+                    kinds[f.split("=")[0]] = kinds.get(f.split("=")[0], 0) + 1
+            bad = failing_checks(counters)
+            params["consistency_failures"] = [f"{r.variant} {r.metric}" for r in bad]
+            if kinds:
+                console.print("flagged summary rows (see the flags column of counters.csv): "
+                              + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())))
             params["profiling"] = settings
     return rows, params
 
@@ -455,6 +488,7 @@ def run(args, argv: list[str]) -> int:
     arch = get_arch(args.arch)
     cases = _plan(args, study, arch)
     capacity = _capacity(args, arch, cases)
+    _check_profiling(args)
     if args.dry_run:
         _print_plan(console, study, arch, cases, capacity)
         if args.gpus is not None:

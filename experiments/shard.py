@@ -30,6 +30,7 @@ complete run under ``<name>``, then removes the incomplete one.
 from __future__ import annotations
 
 import argparse
+import csv
 import dataclasses
 import json
 import os
@@ -47,7 +48,7 @@ from typing import Callable
 
 from spec import TileGrid
 from spec.case import Case
-from spec.records import Row, read_csv, write_csv
+from spec.records import COLUMNS, Row, read_csv, write_csv
 
 from .rundir import ROOT, command_line, reserved_run_dir, write_manifest
 
@@ -315,7 +316,7 @@ def single_gpu_argv(job: ShardJob, out: Path) -> list[str]:
     ids = "|".join(re.escape(c.id) for c in job.cases)
     argv = [job.study, "--arch", job.arch, "--mode", "measure", "--out", str(out),
             "--no-figures", "--filter", f"^(?:{ids})$", "--seed", str(a.seed),
-            "--metric-set", a.metric_set]
+            "--groups", a.groups, "--repeats", str(a.repeats), "--sessions", str(a.sessions)]
     argv += ["--seq", str(a.seq)] if a.seq is not None else []
     argv += ["--reps", str(a.reps)] if a.reps is not None else []
     argv += ["--no-profile"] if a.no_profile else ["--profile"] if a.profile else []
@@ -481,36 +482,57 @@ class Merged:
     missing: list[str]               # case ids no finished shard measured
 
 
-def merge(work: Path, cases: list[Case], files: tuple[str, ...], run: str) -> Merged:
-    """Every finished shard under ``work/shards``: rows of ``files`` renamed to ``run``, the
-    devices, which case ran where; the cases no finished shard holds are missing."""
-    shards = sorted(((json.loads((d / DONE).read_text()), d)
-                     for d in (work / SHARDS).glob("shard-*") if (d / DONE).exists()),
-                    key=lambda x: x[0]["shard"])
+def finished(work: Path) -> list[tuple[dict, Path]]:
+    """(``shard.json`` record, directory) of every finished shard under ``work/shards``."""
+    return sorted(((json.loads((d / DONE).read_text()), d)
+                   for d in (work / SHARDS).glob("shard-*") if (d / DONE).exists()),
+                  key=lambda x: x[0]["shard"])
+
+
+def _row_file(path: Path) -> bool:
+    """Whether a CSV has the Row schema (the shard's ncu_raw.csv, for one, has not)."""
+    with open(path, newline="") as f:
+        return tuple(next(csv.reader(f), ())) == COLUMNS
+
+
+def merge_params(per_shard: list[dict]) -> dict:
+    """One manifest's parameters from the shards': a value all shards agree on is kept; lists
+    (e.g. consistency failures) are concatenated, dicts (failed cases) joined; anything else
+    that differs is kept per shard. ``device`` is the common GPU (its UUIDs are in
+    ``devices``)."""
+    out: dict = {}
+    for k in dict.fromkeys(k for p in per_shard for k in p):
+        vals = [p.get(k) for p in per_shard]
+        if k == "device":
+            out[k] = {f: v for f, v in (vals[0] or {}).items() if f != "uuid"}
+        elif all(v == vals[0] for v in vals):
+            out[k] = vals[0]
+        elif all(isinstance(v, list) for v in vals):
+            out[k] = [x for v in vals for x in v]
+        elif all(isinstance(v, dict) for v in vals) and k != "profiling":
+            out[k] = {f: x for v in vals for f, x in v.items()}
+        else:
+            out[k] = {"per_shard": vals}
+    return out
+
+
+def merge(work: Path, cases: list[Case], run: str) -> Merged:
+    """Every finished shard: the rows of each of its Row-schema CSVs renamed to ``run`` (one
+    file per name), the manifest parameters (``merge_params``), the devices and which case ran
+    where; the cases no finished shard holds are missing."""
+    shards = finished(work)
     rows: dict[str, list[Row]] = {}
-    placement, devices, failed, profiling = {}, [], {}, []
+    placement, devices = {}, []
     for rec, d in shards:
-        for f in files:
-            if (d / f).exists():
-                rows.setdefault(f, []).extend(
-                    dataclasses.replace(Row(**r), run=run) for r in read_csv(d / f))
-        p = rec["params"]
+        for f in sorted(d.glob("*.csv")):
+            if _row_file(f):
+                rows.setdefault(f.name, []).extend(
+                    dataclasses.replace(Row(**r), run=run) for r in read_csv(f))
         placement |= {cid: rec["shard"] for cid in rec["cases"]}
         devices.append({"shard": rec["shard"], "host": rec["host"],
                         "cuda_visible_devices": rec["cuda_visible_devices"],
-                        "ncu_lock": rec.get("ncu_lock"),
-                        **(p.get("device") or {})})
-        failed |= p.get("failed") or {}
-        profiling.append(p.get("profiling"))
-    params: dict = {}
-    if shards:
-        params = {k: v for k, v in shards[0][0]["params"].items()
-                  if k not in ("device", "failed", "profiling")}
-        params["device"] = shards[0][0]["params"].get("device")
-        params["failed"] = failed
-        if any(x is not None for x in profiling):
-            params["profiling"] = profiling[0] if all(x == profiling[0] for x in profiling) \
-                else profiling
+                        "ncu_lock": rec.get("ncu_lock"), **(rec["params"].get("device") or {})})
+    params = merge_params([rec["params"] for rec, _ in shards]) if shards else {}
     params |= {"devices": devices, "placement": placement}
     missing = [c.id for c in cases if c.id not in placement]
     return Merged(rows, params, missing)
@@ -555,7 +577,7 @@ def measure_sharded(args, argv: list[str], console, study, arch, cases: list[Cas
     attempts = 0
     if args.resume:
         attempts = _previous(Path(args.resume), cases, work)
-    done = {cid for cid in merge(work, cases, (), run).params["placement"]}
+    done = {cid for rec, _ in finished(work) for cid in rec["cases"]}
     todo = [c for c in cases if c.id not in done]
     if args.gpus is None and todo:
         raise ShardError("pass --gpus N (local GPUs, or one-GPU Slurm jobs with --executor "
@@ -585,7 +607,7 @@ def measure_sharded(args, argv: list[str], console, study, arch, cases: list[Cas
             console.print(f"shard {j.index} on {where}: {_share(j.cases, total)}")
         subs = submit(jobs, gpus[:len(jobs)] if gpus else None, opts, logs, measure)
         wait(subs, console)
-    merged = merge(work, cases, (study.rows_file, "counters.csv"), run)
+    merged = merge(work, cases, run)
     names = _gpu_names(merged.params["devices"])
     if len(names) > 1:
         raise ShardError(f"the shards ran on different GPUs ({', '.join(sorted(names))}); a study's "

@@ -1,9 +1,11 @@
 """The program ncu profiles: ``python -m experiments.target PLAN.json``.
 
 It prepares every case of the plan and launches each once outside any NVTX range (JIT compilation
-and first-touch stay out of the profile), then launches each case exactly once inside the NVTX
-range named by its case id. ncu is told to profile only those ranges, so the report holds
-one kernel per case, in plan order.
+and first-touch stay out of the profile), then launches each case inside the NVTX range named by
+its case id, ``plan["launches"]`` times (default 1), round-robin: round ``l`` launches every case
+once, in plan order, so a slow drift of the GPU over the session spreads over all cases alike
+instead of biasing the ones launched last. ncu is told to profile only those ranges, so the report
+holds ``launches`` kernels per case, round by round.
 """
 from __future__ import annotations
 
@@ -33,12 +35,13 @@ def main(argv: list[str] | None = None) -> int:
         fam.run(prepared, q, k, v, out)                     # warm-up: compile outside the range
         launches.append((case, fam, prepared))
     torch.cuda.synchronize()
-    for case, fam, prepared in launches:
-        q, k, v, out = inputs[case.problem]
-        torch.cuda.nvtx.range_push(case.id)
-        fam.run(prepared, q, k, v, out)
-        torch.cuda.nvtx.range_pop()
-        torch.cuda.synchronize()
+    for _ in range(int(plan.get("launches", 1))):
+        for case, fam, prepared in launches:
+            q, k, v, out = inputs[case.problem]
+            torch.cuda.nvtx.range_push(case.id)
+            fam.run(prepared, q, k, v, out)
+            torch.cuda.nvtx.range_pop()
+            torch.cuda.synchronize()
     return 0
 
 

@@ -7,15 +7,17 @@ pass is to ask for nothing else in that profiling session, so each group of ``pr
 gets its own session, and ``profiler__replayer_passes`` is collected in every session to prove it
 (a group that still needed more passes is flagged, never silently merged).
 
-Why one session per repeat: a repeat is a fresh process, a fresh allocation of the inputs and a
-fresh CTA placement, i.e. the variation a re-run of the study would see; repeating launches inside
-one process would hide the allocation and placement effects. Sessions run repeat by repeat and
-group by group inside a repeat (r0: tex, fabric, ...; r1: tex, ...), so slow drift of the GPU
-(clocks, temperature) spreads over all groups instead of biasing one.
+Repeats are launches, and sessions are processes: ``repeats`` launches of every case per group are
+split over ``sessions`` ncu sessions (default 1; each session a fresh process and a fresh
+allocation of the inputs), launched round-robin inside a session (round l launches every case
+once). The H100 diagnosis (profiles/h100/variance-20261123) found the miss count's spread between
+launches of one session as large as between sessions: the variation lives in each execution of the
+kernel (CTA placement and timing), so repeating launches inside a session measures it, at a
+fraction of the cost of one process per repeat. Sessions run group by group inside a session
+index, so slow drift of the GPU (clocks, temperature) spreads over all groups.
 
-Cost: ``repeats x groups`` sessions, each launching the profiling target (Python start-up, the
-build of every case, then one profiled launch per case); ncu's replay of one launch adds about a
-second per pass.
+Cost: ``sessions x groups`` target processes (Python start-up, the build of every case), plus ncu's
+replay of each profiled launch (about a second per pass on an H100).
 
 Failures: a setup problem (:class:`profiles.ncu.NcuError`: no permission, unknown metric) stops the
 collection with its one-line fix; a failed session (:class:`profiles.ncu.NcuRunFailed`: the target
@@ -45,9 +47,11 @@ from .report import read_kernels
 
 @dataclass(frozen=True)
 class Session:
-    """One ncu session: one metric group, one repeat, every case launched once."""
+    """One ncu session: one metric group; every case launched ``launches`` times, round-robin;
+    its kernels are repeats ``first_repeat .. first_repeat + launches - 1``."""
     group: str
-    repeat: int
+    first_repeat: int
+    launches: int
     report: str
     kernels: tuple[KernelResult, ...] = ()
     error: str = ""
@@ -67,8 +71,8 @@ class Collected:
         out = []
         for s in self.sessions:
             if s.error:
-                out += [Observation(c, s.group, s.repeat, {}, error=s.error)
-                        for c in self.case_ids]
+                out += [Observation(c, s.group, s.first_repeat + i, {}, error=s.error)
+                        for c in self.case_ids for i in range(s.launches)]
                 continue
             by_case: dict[str, list[KernelResult]] = {c: [] for c in self.case_ids}
             for k in s.kernels:
@@ -78,65 +82,97 @@ class Collected:
                                       "this plan")
                 by_case[k.nvtx_range].append(k)
             for c, ks in by_case.items():
-                if len(ks) == 1:
-                    out.append(Observation(c, s.group, s.repeat, dict(ks[0].values),
-                                           kernel=ks[0].kernel))
+                if len(ks) == s.launches:     # kernels of a range come round by round
+                    out += [Observation(c, s.group, s.first_repeat + i, dict(k.values),
+                                        kernel=k.kernel) for i, k in enumerate(ks)]
                 else:
-                    why = ("no kernel profiled in its NVTX range" if not ks else
-                           f"{len(ks)} kernels in its NVTX range (each case must launch one)")
-                    out.append(Observation(c, s.group, s.repeat, {}, error=why))
+                    why = (f"{len(ks)} kernels in its NVTX range, {s.launches} launched (each "
+                           "launch of a case must run exactly one kernel)")
+                    out += [Observation(c, s.group, s.first_repeat + i, {}, error=why)
+                            for i in range(s.launches)]
         return out
 
 
-def report_path(out_dir: Path, group: str, repeat: int) -> Path:
-    return out_dir / f"{group}-r{repeat}.ncu-rep"
+def report_path(out_dir: Path, group: str, session: int) -> Path:
+    return out_dir / f"{group}-s{session}.ncu-rep"
+
+
+def unavailable_metrics(kernels, metrics: tuple[str, ...]) -> list[str]:
+    """Metrics ncu reported as n/a for every kernel: ncu does not fail on a metric the GPU lacks,
+    it prints ``(!) n/a`` (seen with ncu 2025.3 on an H100), which reads as NaN."""
+    import math
+    return [m for m in metrics if kernels and all(math.isnan(k.values[m][0]) for k in kernels)]
 
 
 def profile_cases(tool: ncu_mod.Ncu, target_cmd: list[str], case_ids: list[str],
                   out_dir: Path, groups: tuple[str, ...] = metric_groups.DEFAULT_GROUPS,
-                  repeats: int = 3, *, replay_mode: str = "kernel",
+                  repeats: int = 3, *, sessions: int = 1, replay_mode: str = "kernel",
                   extra: tuple[str, ...] = (), env: dict | None = None, timeout: int = 3600,
                   progress: Callable[[str], None] | None = None) -> Collected:
-    """Run ``repeats x len(groups)`` ncu sessions of ``target_cmd`` (which launches each case
-    once inside an NVTX range named by its id); reports and logs go to ``out_dir``, which must
-    not hold reports of these names already (nothing is overwritten)."""
+    """Profile every case ``repeats`` times per metric group, in ``sessions`` ncu sessions per
+    group (the launches split as evenly as they go; the last argument of ``target_cmd`` is the
+    plan JSON, and each session gets a copy with its ``launches``, see :func:`launches_cmd`). Reports and logs go to ``out_dir``, which must not
+    hold reports of these names already (nothing is overwritten)."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
+    if not 1 <= sessions <= repeats:
+        raise ValueError(f"sessions must be 1..repeats ({repeats}), got {sessions}")
     if not case_ids or len(set(case_ids)) != len(case_ids):
         raise ValueError("case ids must be distinct and at least one")
     chosen = metric_groups.get_groups(tuple(groups))
     out_dir = Path(out_dir)
-    taken = [str(report_path(out_dir, g.name, r)) for r in range(repeats) for g in chosen
-             if report_path(out_dir, g.name, r).exists()]
+    split = [repeats // sessions + (i < repeats % sessions) for i in range(sessions)]
+    taken = [str(report_path(out_dir, g.name, i)) for i in range(sessions) for g in chosen
+             if report_path(out_dir, g.name, i).exists()]
     if taken:
         raise ncu_mod.NcuError(f"{taken[0]} exists; reports are never overwritten: choose a "
                                "new output folder")
     out_dir.mkdir(parents=True, exist_ok=True)
-    sessions = []
-    for r in range(repeats):
+    done: list[Session] = []
+    for i, launches in enumerate(split):
+        first = sum(split[:i])
         for g in chosen:
-            report = report_path(out_dir, g.name, r)
+            report = report_path(out_dir, g.name, i)
             if progress is not None:
-                progress(f"ncu {g.name} repeat {r + 1}/{repeats}")
+                progress(f"ncu {g.name} session {i + 1}/{sessions} ({launches} launches per case)")
+            cmd = launches_cmd(target_cmd, launches, out_dir / f"plan-s{i}.json")
             try:
-                ncu_mod.profile(tool, target_cmd, report, g.collect, nvtx_ranges=list(case_ids),
+                ncu_mod.profile(tool, cmd, report, g.collect, nvtx_ranges=list(case_ids),
                                 log=report.with_suffix(".log"), env=env, timeout=timeout,
                                 replay_mode=replay_mode, extra=extra)
                 kernels, reader = read_kernels(
                     report, g.collect, ncu_path=str(tool.path),
                     export_csv=lambda p: ncu_mod.export_raw_csv(tool, p))
-                sessions.append(Session(g.name, r, str(report), tuple(kernels), reader=reader))
             except ncu_mod.NcuRunFailed as e:
-                sessions.append(Session(g.name, r, str(report), error=str(e)))
-    if all(s.error for s in sessions):
-        raise ncu_mod.NcuRunFailed(f"every ncu session failed; the first: {sessions[0].error} "
+                done.append(Session(g.name, first, launches, str(report), error=str(e)))
+                continue
+            missing = unavailable_metrics(kernels, g.collect)
+            if missing:
+                raise ncu_mod.NcuError(
+                    f"ncu reports n/a for {', '.join(missing)} on this GPU (metric group "
+                    f"{g.name!r}): the GPU or this ncu lacks it; choose other groups with "
+                    "--groups, or see `ncu --query-metrics`")
+            done.append(Session(g.name, first, launches, str(report), tuple(kernels),
+                                reader=reader))
+    if all(s.error for s in done):
+        raise ncu_mod.NcuRunFailed(f"every ncu session failed; the first: {done[0].error} "
                                    f"(logs in {out_dir})")
-    readers = sorted({s.reader for s in sessions if s.reader})
+    readers = sorted({s.reader for s in done if s.reader})
     settings = tool.settings() | {
         "replay_mode": replay_mode, "extra_args": list(extra), "repeats": repeats,
+        "sessions": sessions, "launches_per_session": split,
         "groups": {g.name: list(g.collect) for g in chosen}, "reader": ",".join(readers),
-        "sessions_failed": sum(1 for s in sessions if s.error)}
-    return Collected(tuple(case_ids), chosen, repeats, tuple(sessions), settings)
+        "sessions_failed": sum(1 for s in done if s.error)}
+    return Collected(tuple(case_ids), chosen, repeats, tuple(done), settings)
+
+
+def launches_cmd(target_cmd: list[str], launches: int, plan_out: Path) -> list[str]:
+    """``target_cmd`` with its plan (the last argument, a JSON file) copied to ``plan_out`` with
+    ``launches`` set: the target launches every case that many times, round-robin."""
+    import json
+    plan = json.loads(Path(target_cmd[-1]).read_text())
+    plan_out.write_text(json.dumps(plan | {"launches": launches}, indent=1))
+    return [*target_cmd[:-1], str(plan_out)]
 
 
 def to_rows(collected: Collected, cases: list, *, run: str, study: str, arch,

@@ -184,7 +184,7 @@ def fake_gpu(monkeypatch):
 
     def profile(cases, arch, run_dir, **kw):
         calls["profile"].append(list(cases))
-        return [], {"ncu": "fake"}
+        return [], [], {"ncu": "fake"}
 
     monkeypatch.setattr(measure, "precompile", precompile)
     monkeypatch.setattr(measure, "check_and_time", check_and_time)
@@ -540,3 +540,17 @@ def test_dry_run_estimates_the_work():
                          r"\(calibrated now: [\d.]+ M accesses in [\d.]+ s", text), text
         assert re.search(r"peak memory about [\d.]+ GiB", text)
     assert 25 < acc["b200"] / acc["gb10"] < 31          # b200's study is ~28x GB10's
+
+
+@pytest.mark.parametrize("flags, msg", [
+    (["--groups", "dram,nosuch"], "unknown metric group"),
+    (["--repeats", "0"], "--repeats 0 must be at least 1"),
+    (["--repeats", "2", "--sessions", "3"], "--sessions 3 must be between 1 and --repeats"),
+])
+def test_bad_profiling_options_are_refused_before_any_work(tmp_path, capsys, flags, msg):
+    out = tmp_path / "run"
+    from experiments.run import main
+    rc = main(["sawtooth", "--arch", "gb10", "--out", str(out), *flags])
+    err = capsys.readouterr().err
+    assert rc == 2 and msg in err and len(err.strip().splitlines()) == 1
+    assert not out.exists() and not any(tmp_path.iterdir())

@@ -3,6 +3,7 @@ flags, what a miss is (DRAM fills vs local tex misses), the repeated collector d
 ``ncu`` executables that print ncu's messages, and the ``ncu_report`` reader."""
 from __future__ import annotations
 
+import json
 import math
 import os
 import stat
@@ -246,14 +247,20 @@ def test_collector_runs_one_session_per_group_and_repeat_and_records_failures(tm
                               'an error code (1)."; exit 1; fi')
     cases = fixture_cases()
     seen = []
-    col = collect.profile_cases(tool, ["python", "-m", "target", "plan.json"],
+    plan = tmp_path / "plan.json"
+    plan.write_text('{"arch": "h100", "cases": []}')
+    col = collect.profile_cases(tool, ["python", "-m", "target", str(plan)],
                                 [c.id for c in cases], tmp_path / "ncu", ("tex", "dram"), 2,
-                                progress=seen.append)
-    assert seen == ["ncu tex repeat 1/2", "ncu dram repeat 1/2", "ncu tex repeat 2/2",
-                    "ncu dram repeat 2/2"]
-    assert [(s.group, s.repeat, bool(s.error)) for s in col.sessions] == [
+                                sessions=2, progress=seen.append)
+    assert seen == ["ncu tex session 1/2 (1 launches per case)",
+                    "ncu dram session 1/2 (1 launches per case)",
+                    "ncu tex session 2/2 (1 launches per case)",
+                    "ncu dram session 2/2 (1 launches per case)"]
+    assert [(s.group, s.first_repeat, bool(s.error)) for s in col.sessions] == [
         ("tex", 0, False), ("dram", 0, True), ("tex", 1, False), ("dram", 1, False)]
-    assert (tmp_path / "ncu" / "dram-r0.log").read_text().startswith("==ERROR== The app")
+    assert (tmp_path / "ncu" / "dram-s0.log").read_text().startswith("==ERROR== The app")
+    # each session's target got a copy of the plan with its launch count
+    assert json.loads((tmp_path / "ncu" / "plan-s1.json").read_text())["launches"] == 1
     assert col.settings["reader"] == "csv" and col.settings["sessions_failed"] == 1
     assert col.settings["groups"]["dram"][-1] == Metric.REPLAY_PASSES
     rows = collect.to_rows(col, cases, run="r", study="s", arch=H100)
@@ -267,30 +274,63 @@ def test_collector_runs_one_session_per_group_and_repeat_and_records_failures(tm
                               if k.nvtx_range == c.id)
     # the same command again: reports are never overwritten
     with pytest.raises(ncu.NcuError, match="never overwritten"):
-        collect.profile_cases(tool, ["t"], [c.id for c in cases], tmp_path / "ncu", ("tex",), 1)
+        collect.profile_cases(tool, ["t", str(plan)], [c.id for c in cases], tmp_path / "ncu",
+                              ("tex",), 1)
+
+
+def test_collector_splits_repeats_into_launches_per_session(tmp_path, csv_reader):
+    tool = fake_ncu(tmp_path, "")
+    plan = tmp_path / "plan.json"
+    plan.write_text('{"arch": "h100", "cases": []}')
+    ids = [c.id for c in fixture_cases()]
+    seen = []
+    with pytest.raises(ValueError, match="sessions must be 1..repeats"):
+        collect.profile_cases(tool, ["t", str(plan)], ids, tmp_path / "x", ("dram",), 2,
+                              sessions=3)
+    col = collect.profile_cases(tool, ["t", str(plan)], ids, tmp_path / "ncu", ("dram",), 5,
+                                sessions=2, progress=seen.append)
+    assert seen == ["ncu dram session 1/2 (3 launches per case)",
+                    "ncu dram session 2/2 (2 launches per case)"]
+    assert [(s.first_repeat, s.launches) for s in col.sessions] == [(0, 3), (3, 2)]
+    assert col.settings["launches_per_session"] == [3, 2]
+    # the fake report holds one kernel per case, not 3 or 2: every repeat is recorded as failed
+    obs_ = col.observations()
+    assert sorted({o.repeat for o in obs_}) == [0, 1, 2, 3, 4]
+    assert all(o.error.startswith("1 kernels in its NVTX range, ") for o in obs_)
 
 
 def test_collector_setup_errors_stop_with_the_fix(tmp_path, csv_reader):
     ids = [c.id for c in fixture_cases()]
+    plan = tmp_path / "plan.json"
+    plan.write_text('{"arch": "h100", "cases": []}')
     perm = fake_ncu(tmp_path, 'echo "==ERROR== ERR_NVGPUCTRPERM - The user does not have '
                               'permission to access NVIDIA GPU Performance Counters on the target '
                               'device 0. For instructions on enabling permissions and to get more '
                               'information see https://developer.nvidia.com/ERR_NVGPUCTRPERM"; '
                               'exit 1')
     with pytest.raises(ncu.NcuError, match="NVreg_RestrictProfilingToAdminUsers=0") as e:
-        collect.profile_cases(perm, ["t"], ids, tmp_path / "a", ("tex",), 3)
+        collect.profile_cases(perm, ["t", str(plan)], ids, tmp_path / "a", ("tex",), 3)
     assert not isinstance(e.value, ncu.NcuRunFailed) and "\n" not in str(e.value)
     unknown = fake_ncu(tmp_path, 'echo "==ERROR== Failed to find metric '
                                  'lrc__lrc2xbar_sectors_op_read.sum"; exit 1')
     with pytest.raises(ncu.NcuError, match="does not know metric lrc__lrc2xbar_sectors_op_read"
                                            ".sum.*query-metrics.*grep lrc__lrc2xbar"):
-        collect.profile_cases(unknown, ["t"], ids, tmp_path / "b", ("lrc",), 3)
+        collect.profile_cases(unknown, ["t", str(plan)], ids, tmp_path / "b", ("lrc",), 3)
     broken = fake_ncu(tmp_path, 'echo "==ERROR== The application returned an error code (1)."; '
                                 'exit 1')
     with pytest.raises(ncu.NcuRunFailed, match="every ncu session failed"):
-        collect.profile_cases(broken, ["t"], ids, tmp_path / "c", ("tex",), 2)
+        collect.profile_cases(broken, ["t", str(plan)], ids, tmp_path / "c", ("tex",), 2)
     with pytest.raises(ValueError, match="repeats"):
-        collect.profile_cases(perm, ["t"], ids, tmp_path / "e", ("tex",), 0)
+        collect.profile_cases(perm, ["t", str(plan)], ids, tmp_path / "e", ("tex",), 0)
+
+
+def test_metric_reported_na_for_every_kernel_is_unavailable():
+    """ncu 2025.3 on an H100 prints ``(!) n/a`` for a metric the GPU lacks and exits 0; the
+    collector turns that into an NcuError naming the metric."""
+    k = lambda v: KernelResult(0, "fmha", "r", {"a.sum": (v, "sector"), "b.sum": (1.0, "")})
+    assert collect.unavailable_metrics([k(math.nan), k(math.nan)], ("a.sum", "b.sum")) == ["a.sum"]
+    assert collect.unavailable_metrics([k(math.nan), k(2.0)], ("a.sum", "b.sum")) == []
+    assert collect.unavailable_metrics([], ("a.sum",)) == []
 
 
 def test_timeout_is_a_failed_session(tmp_path):
@@ -303,14 +343,21 @@ def test_observations_pair_kernels_by_nvtx_range():
     a, b, c, d = [x.id for x in fixture_cases()]
     k = lambda i, rng: KernelResult(i, "fmha", rng, {Metric.L2_TEX_MISSES: (1.0, "sector")})
     col = collect.Collected((a, b, c), metrics.get_groups(("tex",)), 2, (
-        collect.Session("tex", 0, "tex-r0", (k(0, b), k(1, a), k(2, a))),
-        collect.Session("tex", 1, "tex-r1", error="ncu exited with 139")))
+        collect.Session("tex", 0, 1, "tex-s0", (k(0, b), k(1, a), k(2, a))),
+        collect.Session("tex", 1, 1, "tex-s1", error="ncu exited with 139")))
     got = {(o.case_id, o.repeat): o.error for o in col.observations()}
-    assert got == {(a, 0): "2 kernels in its NVTX range (each case must launch one)",
-                   (b, 0): "", (c, 0): "no kernel profiled in its NVTX range",
+    one = " launched (each launch of a case must run exactly one kernel)"
+    assert got == {(a, 0): "2 kernels in its NVTX range, 1" + one,
+                   (b, 0): "", (c, 0): "0 kernels in its NVTX range, 1" + one,
                    (a, 1): "ncu exited with 139", (b, 1): "ncu exited with 139",
                    (c, 1): "ncu exited with 139"}
-    stray = collect.Collected((a,), col.groups, 1, (collect.Session("tex", 0, "x", (k(0, d),)),))
+    # a session of 2 launches: the kernels of a range are repeats in launch order
+    two = collect.Collected((a, b), col.groups, 2, (
+        collect.Session("tex", 0, 2, "tex-s0", (k(0, a), k(1, b), k(2, a), k(3, b))),))
+    assert [(o.case_id, o.repeat, o.kernel) for o in two.observations()] == [
+        (a, 0, "fmha"), (a, 1, "fmha"), (b, 0, "fmha"), (b, 1, "fmha")]
+    stray = collect.Collected((a,), col.groups, 1,
+                              (collect.Session("tex", 0, 1, "x", (k(0, d),)),))
     with pytest.raises(IngestError, match="not a case of this plan"):
         stray.observations()
 

@@ -31,15 +31,15 @@ def _value(key: str) -> float:
     return float(zlib.crc32(key.encode()) % 100000)
 
 
-def fake_rows(cases, *, run: str, study: str, arch: str, timed: bool) -> tuple[list, list]:
-    """(timing rows, counter rows) a single GPU process would write for ``cases``."""
+def fake_rows(cases, *, run: str, study: str, arch: str, timed: bool) -> tuple[list, list, list]:
+    """(timing rows, counter rows, repeat rows) a single GPU process would write for ``cases``."""
     def row(problem, variant, metric, value, **kw):
         f = case_fields(problem, variant) if variant is not None else case_fields(problem) | dict(
             variant="sdpa-flash", backend="sdpa-flash", order="", schedule="", occupancy=None,
             tile_m=0, tile_n=0)
         return Row(run=run, study=study, arch=arch, metric=metric, value=value, unit="",
                    source="measured", **f, **kw)
-    timing, counters, problems = [], [], {}
+    timing, counters, repeats, problems = [], [], [], {}
     for c in cases:
         problems.setdefault(c.problem, []).append(c)
     for problem, group in problems.items():
@@ -48,11 +48,13 @@ def fake_rows(cases, *, run: str, study: str, arch: str, timed: bool) -> tuple[l
             counters.append(row(problem, c.variant, "lts__t_sectors_srcunit_tex_lookup_miss.sum",
                                 _value(c.id), stat="median", lo=_value(c.id) - 1,
                                 hi=_value(c.id) + 1))
+            repeats += [row(problem, c.variant, "lts__t_sectors_srcunit_tex_lookup_miss.sum",
+                            _value(c.id) + i - 1, sample=i) for i in range(3)]
         if timed:      # the peers are timed with the group: only one process may hold it
             for i in range(3):
                 timing.append(row(problem, None, "kernel_time_ms",
                                   _value(f"{problem}{i}") / 1e4, sample=i, note="l2=cold"))
-    return timing, counters
+    return timing, counters, repeats
 
 
 def fake_measure(job: shard.ShardJob, work: Path) -> dict:
@@ -66,13 +68,16 @@ def fake_measure(job: shard.ShardJob, work: Path) -> dict:
     tmp = Path(os.environ["TMPDIR"])                   # where ncu would put its lock file
     assert tmp.is_dir() and tmp.name.startswith(f"sawtooth-shard{job.index}-"), tmp
     study = get_study(job.study)
-    timing, counters = fake_rows(job.cases, run=job.run, study=job.study, arch=job.arch,
-                                 timed=study.timed)
+    timing, counters, repeats = fake_rows(job.cases, run=job.run, study=job.study,
+                                          arch=job.arch, timed=study.timed)
     write_csv(work / study.rows_file, timing)
     write_csv(work / "counters.csv", counters)
+    write_csv(work / "counters_repeats.csv", repeats)
+    (work / "ncu_raw.csv").write_text("ID,metric\n0,1\n")     # not a Row file: stays per shard
     return {"source": "measured", "seed": job.args.seed, "failed": {},
             "device": {"gpu": "NVIDIA H200", "uuid": f"fake-{os.environ['CUDA_VISIBLE_DEVICES']}"},
-            "profiling": {"metric_set": job.args.metric_set}}
+            "consistency_failures": [f"shard {job.index}"],
+            "profiling": {"groups": job.args.groups}}
 
 
 @pytest.fixture
@@ -94,12 +99,14 @@ def _key(r: dict) -> tuple:
 def _single_process(study: str, tmp: Path) -> dict[str, Counter]:
     """What one process measuring every case writes (the reference of the merge)."""
     s, arch = get_study(study), get_arch("h200")
-    timing, counters = fake_rows(s.plan(arch), run="ref", study=study, arch="h200",
-                                 timed=s.timed)
+    timing, counters, repeats = fake_rows(s.plan(arch), run="ref", study=study, arch="h200",
+                                          timed=s.timed)
     tmp.mkdir()
     write_csv(tmp / s.rows_file, timing)
     write_csv(tmp / "counters.csv", counters)
-    return {f: Counter(map(_key, read_csv(tmp / f))) for f in (s.rows_file, "counters.csv")}
+    write_csv(tmp / "counters_repeats.csv", repeats)
+    return {f: Counter(map(_key, read_csv(tmp / f)))
+            for f in (s.rows_file, "counters.csv", "counters_repeats.csv")}
 
 
 def _run(*args: str) -> int:
@@ -146,6 +153,17 @@ def test_timed_study_keeps_each_problem_on_one_shard():
         for c in s:
             assert where.setdefault(c.problem, k) == k
     assert len(shards) == 4 and sum(map(len, shards)) == len(cases)
+
+
+def test_merge_params_keeps_agreement_and_joins_the_rest():
+    a = {"seed": 0, "failed": {"x": "nan"}, "consistency_failures": ["v1 m"],
+         "device": {"gpu": "NVIDIA H200", "uuid": "u0"}, "profiling": {"groups": "a"}}
+    b = {"seed": 0, "failed": {"y": "err"}, "consistency_failures": [],
+         "device": {"gpu": "NVIDIA H200", "uuid": "u1"}, "profiling": "failed: ncu crashed"}
+    assert shard.merge_params([a, b]) == {
+        "seed": 0, "failed": {"x": "nan", "y": "err"}, "consistency_failures": ["v1 m"],
+        "device": {"gpu": "NVIDIA H200"},
+        "profiling": {"per_shard": [{"groups": "a"}, "failed: ncu crashed"]}}
 
 
 @pytest.mark.parametrize("request_, message", [
@@ -200,7 +218,8 @@ def test_merged_run_equals_the_single_process_run(fake_host, tmp_path, study, gp
     assert _run(study, "--arch", "h200", "--gpus", gpus, "--out", str(out)) == 0
     ref = _single_process(study, tmp_path / "ref")
     s = get_study(study)
-    for f in (s.rows_file, "counters.csv"):
+    assert sorted(p.name for p in out.glob("*.csv")) == sorted(ref)
+    for f in ref:
         rows = read_csv(out / f)
         assert {r["run"] for r in rows} == {"run"}
         assert Counter(map(_key, rows)) == ref[f], f
@@ -218,7 +237,8 @@ def test_merged_run_equals_the_single_process_run(fake_host, tmp_path, study, gp
     assert all((out / sh["stdout"]).exists() for sh in p["shards"])
     locks = [d["ncu_lock"] for d in p["devices"]]       # each shard's ncu has its own lock file
     assert len(set(locks)) == n and all("sawtooth-shard" in x for x in locks)
-    assert p["device"]["gpu"] == "NVIDIA H200"
+    assert p["device"] == {"gpu": "NVIDIA H200"}
+    assert sorted(p["consistency_failures"]) == [f"shard {k}" for k in range(n)]
     if s.timed:                      # peers beside their cases: one GPU per problem
         by_problem = {}
         for c in cases:
@@ -254,7 +274,7 @@ def test_failed_shard_leaves_an_incomplete_run_and_resume_completes_it(fake_host
     assert _run("--resume", str(inc), "--gpus", "2") == 0
     assert out.is_dir() and not inc.exists()
     ref = _single_process("l1l2", tmp_path / "ref")
-    for f in ("timing.csv", "counters.csv"):
+    for f in ref:
         rows = read_csv(out / f)
         assert Counter(map(_key, rows)) == ref[f]
         assert {r["run"] for r in rows} == {"run"}
