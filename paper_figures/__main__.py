@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import sys
 
+from . import FIGURES
 from . import __doc__ as doc
 from .cli import run_cli
 
 
 def main(argv=None) -> int:
-    return run_cli(argv, description=doc.splitlines()[0])
+    return run_cli(argv, FIGURES, description=doc.splitlines()[0])
 
 
 if __name__ == "__main__":

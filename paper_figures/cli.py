@@ -26,13 +26,12 @@ def default_out(arch: str, runs: list[Path] | None) -> Path:
     return ROOT / "paper_figures" / "out" / arch / tag
 
 
-def run_cli(argv=None, modules=None, prog: str = "python -m paper_figures",
-            description: str = "") -> int:
+def run_cli(argv, modules, prog: str = "python -m paper_figures", description: str = "") -> int:
     from rich.console import Console
 
     from analysis.datasets import DatasetError, default_runs, load_rows
 
-    from . import render, summary
+    from .drawing import render, summary
     ap = argparse.ArgumentParser(prog=prog, description=description)
     ap.add_argument("--arch", required=True, help=f"one of {', '.join(known_archs())}")
     ap.add_argument("--run", type=Path, action="append",
@@ -53,7 +52,7 @@ def run_cli(argv=None, modules=None, prog: str = "python -m paper_figures",
         rows = load_rows(runs)
         console.print(f"reading {len(runs)} run(s): " + ", ".join(str(r) for r in runs) if runs
                       else "no stored runs found: drawing the analytic figures only")
-        report = render(rows, a.arch, out, console, modules=modules)
+        report = render(rows, a.arch, out, modules, console)
     except (DatasetError, FileExistsError) as e:
         err(str(e))
         return 2
