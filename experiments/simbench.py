@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import csv
 import resource
+import signal
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
@@ -71,6 +72,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--sections", default="ABCDE")
     a = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # a kill removes the partial run
     out = a.out or Path("profiles/cpu") / f"simbench-{time.strftime('%Y%m%d')}"
     try:
         rundir.check_free(out)
