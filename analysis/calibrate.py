@@ -158,7 +158,8 @@ def jitter_from_drift(drift_csv: Path) -> tuple[float, str]:
     if not sig:
         raise ValueError(f"{drift_csv}: no non-causal drift cases to derive the jitter from")
     s = float(np.median(sig))
-    return s, f"jitter {s:.4f} = median over {len(sig)} non-causal cases of {Path(drift_csv).parent.name}"
+    name = Path(drift_csv).parent.name
+    return s, f"jitter {s:.4f} = median over {len(sig)} non-causal cases of {name}"
 
 
 # --------------------------------------------------------------------------------------------

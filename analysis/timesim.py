@@ -126,7 +126,8 @@ class TimeCounts:
 
     ``tex_hits + tex_misses == tex_sectors``; merged (coalesced) requests are in none of them.
     ``fabric_*`` are the home-partition lookups of remote misses; ``dram_fills`` the sectors read
-    from DRAM (load misses that reach DRAM; O stores allocate in L2 but read nothing); ``cold_misses`` the first touch of each half-tile anywhere.
+    from DRAM (load misses that reach DRAM; O stores allocate in L2 but read nothing);
+    ``cold_misses`` the first touch of each half-tile anywhere.
     """
 
     tex_sectors: int

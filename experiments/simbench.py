@@ -7,8 +7,8 @@ Sections (one CSV row per case and mode, plus ``manifest.json``):
 
 A. ``sawtooth --arch gb10``, exact, timing model on: seconds per variant (the issue's bar: the
    cuTile variants <= 10 s each, the whole study <= 60 s, peak memory < 3 GiB).
-B. the same cases with SHARDS sampling at the size rule (``analysis.timesim.shards_rate``) and the error of its miss
-   count against A; C. the same for H100 cases (the CUDA batch cases and cuTile Static causal).
+B. the same cases with SHARDS sampling at the size rule (``analysis.timesim.shards_rate``) and
+   the error of its miss count against A; C. the same for H100 cases (the CUDA batch cases and cuTile Static causal).
 D. ``sawtooth --arch b200`` and ``--arch b300`` sampled at the size rule (bar: <= 5 min each);
    every row states its rate and the largest error measured in B and C.
 E. GB10 predictions of the sawtooth study: the exact run of A at the default parameters, and

@@ -274,7 +274,7 @@ class WorkTable:
 
 def work_table(g: TileGrid, schedule: CtaSchedule, order: ScanOrder,
                sector_bytes: int = 32) -> WorkTable:
-    """The ``WorkTable`` of ``schedule`` × ``order`` on ``g`` (the same items as ``visit_order``)."""
+    """The ``WorkTable`` of ``schedule`` × ``order`` on ``g`` (the items of ``visit_order``)."""
     wi = schedule.work_items(g)
     p = g.problem
     length = np.asarray(g.kv_tiles_for(wi.q.astype(np.int64)), dtype=np.int32)
