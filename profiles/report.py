@@ -31,12 +31,15 @@ MODULE = "ncu_report"
 def extras_dirs(ncu_path: str | None) -> list[Path]:
     """Where an Nsight Compute install keeps ``ncu_report``, given the ``ncu`` executable: the
     install dir is the resolved executable's folder, or for the CUDA toolkit's ``bin/ncu`` wrapper
-    a ``nsight-compute*`` folder beside ``bin``."""
+    a ``nsight-compute*`` folder beside ``bin``, or the standalone installs under
+    /opt/nvidia/nsight-compute (where the lent H100's ``/usr/local/cuda/bin/ncu`` wrapper points:
+    its realpath alone does not lead there)."""
     if not ncu_path:
         return []
     real = Path(os.path.realpath(ncu_path))
     dirs = [real.parent / "extras" / "python"]
     dirs += sorted(real.parent.parent.glob("nsight-compute*/extras/python"), reverse=True)
+    dirs += sorted(Path("/opt/nvidia/nsight-compute").glob("*/extras/python"), reverse=True)
     return [d for d in dict.fromkeys(dirs) if (d / f"{MODULE}.py").is_file()]
 
 
