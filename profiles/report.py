@@ -43,13 +43,15 @@ def extras_dirs(ncu_path: str | None) -> list[Path]:
     return [d for d in dict.fromkeys(dirs) if (d / f"{MODULE}.py").is_file()]
 
 
-def load_module(ncu_path: str | None = None):
-    """``ncu_report`` if importable, else from the Nsight Compute install of ``ncu_path`` (or the
-    ``ncu`` on PATH); None when neither has it."""
+def load_module(ncu_path: str | None = None, extras: bool = True):
+    """``ncu_report`` if importable, else (``extras``) from the Nsight Compute install of
+    ``ncu_path`` (or the ``ncu`` on PATH); None when neither has it."""
     try:
         return importlib.import_module(MODULE)
     except ImportError:
         pass
+    if not extras:
+        return None
     for d in extras_dirs(ncu_path or shutil.which("ncu")):
         sys.path.insert(0, str(d))
         try:
@@ -108,15 +110,53 @@ def read_report(path: Path, metrics: tuple[str, ...], module=None) -> list[Kerne
     return out
 
 
+def read_isolated(path: Path, metrics: tuple[str, ...], extras: Path,
+                  timeout: int = 600) -> list[KernelResult] | None:
+    """Read a report with the ``ncu_report`` of an Nsight Compute install in a fresh interpreter
+    (``python -m profiles.report``), None if that interpreter fails. In-process it is not safe:
+    on the lent H100/H200 (ncu 2025.3.1, Python 3.12) the install's module, imported into a
+    process that then imports torch (or already holds the libraries a measured run loads),
+    ended the process with SIGSEGV."""
+    import json
+    import subprocess
+    r = subprocess.run([sys.executable, "-m", "profiles.report", str(path), str(extras),
+                        *metrics], capture_output=True, text=True, timeout=timeout,
+                       cwd=Path(__file__).resolve().parents[1])
+    if r.returncode != 0:
+        return None
+    return [KernelResult(i, name, rng, {m: (v, u) for m, (v, u) in values.items()})
+            for i, name, rng, values in json.loads(r.stdout)]
+
+
 def read_kernels(path: Path, metrics: tuple[str, ...], *, export_csv=None,
                  ncu_path: str | None = None) -> tuple[list[KernelResult], str]:
-    """Kernels of a report and the reader used (``ncu_report`` or ``csv``). ``export_csv`` is a
-    callable returning the raw-page CSV text of the report (``ncu.export_raw_csv``), used only
-    when ``ncu_report`` cannot be imported."""
-    mod = load_module(ncu_path)
+    """Kernels of a report and the reader used: ``ncu_report`` when the module is importable
+    here (the pip package), ``ncu_report (subprocess)`` with an Nsight Compute install's module
+    (:func:`read_isolated`), else ``csv``: ``export_csv`` is a callable returning the raw-page
+    CSV text of the report (``ncu.export_raw_csv``)."""
+    mod = load_module(ncu_path, extras=False)
     if mod is not None:
         return read_report(path, metrics, mod), "ncu_report"
+    for d in extras_dirs(ncu_path or shutil.which("ncu")):
+        got = read_isolated(Path(path), metrics, d)
+        if got is not None:
+            return got, "ncu_report (subprocess)"
     if export_csv is None:
         raise IngestError("the ncu_report module is not importable and no CSV export was "
                           "offered: pip install ncu-report")
     return parse_raw_csv(export_csv(path), metrics), "csv"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m profiles.report REPORT EXTRAS_DIR METRIC...``: the kernels as JSON on stdout
+    (the isolated reader of :func:`read_isolated`)."""
+    import json
+    path, extras, *metrics = sys.argv[1:] if argv is None else argv
+    sys.path.insert(0, extras)
+    kernels = read_report(Path(path), tuple(metrics), importlib.import_module(MODULE))
+    json.dump([[k.index, k.kernel, k.nvtx_range, k.values] for k in kernels], sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -238,7 +238,7 @@ echo "==PROF== Disconnected"
 @pytest.fixture
 def csv_reader(monkeypatch):
     """Force the CSV fallback (the fake ncu writes no real report)."""
-    monkeypatch.setattr(report, "load_module", lambda ncu_path=None: None)
+    monkeypatch.setattr(report, "load_module", lambda ncu_path=None, extras=True: None)
 
 
 def test_collector_runs_one_session_per_group_and_repeat_and_records_failures(tmp_path,
@@ -637,3 +637,16 @@ def test_home_summaries_give_one_row_per_case_and_metric():
                    Metric.DRAM_FILL_SECTORS, Metric.DRAM_FILL_ESTIMATE_SECTORS,
                    Metric.CHECK_TEX_LOOKUPS, Metric.CHECK_FABRIC_LOOKUPS,
                    Metric.CHECK_DRAM_PER_TEX_MISS, Metric.CHECK_DRAM_PER_ESTIMATE}
+
+
+def test_isolated_reader_matches_the_in_process_reader():
+    """The subprocess reader (used with an Nsight Compute install's module) returns what the
+    in-process reader returns on the committed real report."""
+    mod = report.load_module()
+    if mod is None:
+        pytest.skip("ncu_report (pip package ncu-report) not installed")
+    rep = Path(__file__).parents[1] / "fixtures" / "ncu_small_h100.ncu-rep"
+    wanted = (Metric.L2_TEX_MISSES, Metric.DRAM_READ_BYTES)
+    extras = Path(mod.__file__).parent.parent          # any dir: the module is importable anyway
+    assert report.read_isolated(rep, wanted, extras) == report.read_report(rep, wanted, mod)
+    assert report.read_isolated(rep, ("no_such.sum",), extras) is None
