@@ -85,8 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
                    f"default {','.join(DEFAULT_GROUPS)})")
     p.add_argument("--repeats", type=int, default=3,
                    help="profiled launches per case and metric group (median, min..max)")
-    p.add_argument("--sessions", type=int, default=1,
-                   help="ncu sessions (fresh processes) the repeats are split over")
+    p.add_argument("--sessions", type=int,
+                   help="ncu sessions (fresh processes, fresh allocations) the repeats are split "
+                   "over (default: one per repeat; fewer is faster but hides the between-session "
+                   "spread, see profiles/collect.py)")
     prof = p.add_mutually_exclusive_group()
     prof.add_argument("--no-profile", action="store_true", help="measure mode: time only, no ncu")
     prof.add_argument("--profile", action="store_true",
@@ -103,6 +105,8 @@ def _check_profiling(args) -> None:
         raise UsageError(f"--groups {args.groups!r}: {e}") from None
     if args.repeats < 1:
         raise UsageError(f"--repeats {args.repeats} must be at least 1")
+    if args.sessions is None:
+        args.sessions = args.repeats
     if not 1 <= args.sessions <= args.repeats:
         raise UsageError(f"--sessions {args.sessions} must be between 1 and --repeats "
                          f"({args.repeats})")

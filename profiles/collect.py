@@ -8,13 +8,17 @@ gets its own session, and ``profiler__replayer_passes`` is collected in every se
 (a group that still needed more passes is flagged, never silently merged).
 
 Repeats are launches, and sessions are processes: ``repeats`` launches of every case per group are
-split over ``sessions`` ncu sessions (default 1; each session a fresh process and a fresh
-allocation of the inputs), launched round-robin inside a session (round l launches every case
-once). The H100 diagnosis (profiles/h100/variance-20261123) found the miss count's spread between
-launches of one session as large as between sessions: the variation lives in each execution of the
-kernel (CTA placement and timing), so repeating launches inside a session measures it, at a
-fraction of the cost of one process per repeat. Sessions run group by group inside a session
-index, so slow drift of the GPU (clocks, temperature) spreads over all groups.
+split over ``sessions`` ncu sessions (each a fresh process and a fresh allocation of the inputs),
+launched round-robin inside a session (round l launches every case once). Both kinds of spread
+exist, so the orchestrator's default is one session per repeat: the H100 diagnosis
+(profiles/h100/variance-20261123) found the large cuTile cases' misses spread as much between
+launches of one session as anywhere (the timing of the CTAs' progress), while on the H200 some
+CUDA cases were tight inside each session and 8% apart between two sessions on the same GPU
+(profiles/h200/divergence-20261123-g1/-g2, S=122880: 12.02 vs 12.96 M sectors; our untested
+hypothesis: a fresh allocation puts K/V at other physical addresses, which the L2 hashes onto other
+slices and partitions). Fewer sessions than repeats is cheaper and measures
+the launch-to-launch spread only. Sessions run group by group inside a session index, so slow
+drift of the GPU (clocks, temperature) spreads over all groups.
 
 Cost: ``sessions x groups`` target processes (Python start-up, the build of every case), plus ncu's
 replay of each profiled launch (about a second per pass on an H100).
