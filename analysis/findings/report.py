@@ -12,7 +12,7 @@ import numpy as np
 
 from spec import get_arch
 
-from ..datasets import (ANY, ROOT, Dataset, DatasetError, dataset, new_directory, read_run,
+from ..datasets import (ANY, ROOT, Dataset, DatasetError, candidates, dataset, new_directory, read_run,
                         repeats_of, select)
 from .active import hit_vs_active
 from .consistency import consistency
@@ -64,6 +64,12 @@ class Runs:
         return t.get("counters.csv", []), t.get("timing.csv", [])
 
     def repeats(self, study: str) -> list[Dataset]:
+        """The latest committed run of ``study`` that has repeats (``-r2``, ...) and them; the
+        selected run alone when none has."""
+        for ds in candidates(self.arch, study, source="measured", root=self.root):
+            runs = repeats_of(ds, self.root)
+            if len(runs) >= 2:
+                return runs
         ds = self.get(study)
         return repeats_of(ds, self.root) if ds else []
 

@@ -16,10 +16,37 @@ from ..rows import (CASE_KEYS, as_case, case_key, config_label, flops, median, p
                     time_verdict)
 
 
+def miss_ranges(counter_rows: list[dict]) -> dict[tuple, tuple[float, float]]:
+    """min..max of the repeated launches per case (the ``lo``/``hi`` of a median row of the local
+    tex misses, schema 3); cases measured with one launch have none."""
+    out = {}
+    for r in counter_rows:
+        if r.get("stat") == "median" and r["metric"] == Metric.L2_TEX_MISSES \
+                and r.get("lo") is not None and r.get("hi") is not None:
+            out[case_key(r)] = (float(r["lo"]), float(r["hi"]))
+    return out
+
+
+def range_verdict(lin: tuple[float, float] | None, saw: tuple[float, float] | None) -> str:
+    """Misses of one run with repeated launches: "fewer"/"more" (sawtooth vs linear) when the
+    min..max ranges of the two twins do not overlap, else "no difference"; "single launch" when
+    a range is missing (the rule of section 5c, with launches in place of runs)."""
+    if lin is None or saw is None:
+        return "single launch"
+    if saw[1] < lin[0]:
+        return "fewer"
+    if saw[0] > lin[1]:
+        return "more"
+    return "no difference"
+
+
 def sawtooth_vs_linear(counter_rows: list[dict], timing_rows: list[dict]) -> list[dict]:
-    """One row per configuration with a linear and a sawtooth variant: misses, non-compulsory
-    misses, median kernel time and TFLOPS (min..max of the samples) and the verdict on time."""
+    """One row per configuration with a linear and a sawtooth variant: misses (with the min..max
+    over repeated launches and the verdict of ``range_verdict`` where the run has them),
+    non-compulsory misses, median kernel time and TFLOPS (min..max of the samples) and the
+    verdict on time."""
     piv = pivot(counter_rows)
+    ranges = miss_ranges(counter_rows)
     times: dict[tuple, list[float]] = {}
     for r in timing_rows:
         if r["source"] == "measured" and r["metric"] == Metric.KERNEL_TIME_MS and r["value"] > 0:
@@ -45,6 +72,12 @@ def sawtooth_vs_linear(counter_rows: list[dict], timing_rows: list[dict]) -> lis
             a, b = ml.get(metric, float("nan")), ms.get(metric, float("nan"))
             row.update({f"{name}_linear": a, f"{name}_sawtooth": b,
                         f"{name}_change_pct": pct_change(b, a)})
+        lin_r, saw_r = ranges.get(kl), ranges.get(ksw)
+        row.update(misses_linear_lo=lin_r[0] if lin_r else float("nan"),
+                   misses_linear_hi=lin_r[1] if lin_r else float("nan"),
+                   misses_sawtooth_lo=saw_r[0] if saw_r else float("nan"),
+                   misses_sawtooth_hi=saw_r[1] if saw_r else float("nan"),
+                   misses_verdict=range_verdict(lin_r, saw_r))
         tl, ts = times.get(kl, []), times.get(ksw, [])
         for name, t in (("linear", tl), ("sawtooth", ts)):
             row.update({f"ms_{name}": median(t) if t else float("nan"),
