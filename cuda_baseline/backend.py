@@ -25,6 +25,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from spec import arch as arch_registry
+from spec import family
 from spec.family import BadInput, UnsupportedVariant, device_limits, problem_from_tensors
 from spec.orders import OrderKind, ScanOrder
 from spec.problem import Problem, TileGrid, Tiles, cdiv
@@ -69,25 +70,12 @@ def check_variant(variant: Variant, problem: Problem, smem_limit: int | None = N
 
 
 @dataclass(frozen=True)
-class Prepared:
-    """A compiled instantiation ready to launch (``spec.family.PREPARED_FIELDS`` first)."""
+class Prepared(family.Prepared):
+    """A compiled instantiation ready to launch: ``spec.family.Prepared`` and the launch details."""
 
-    variant: Variant
-    problem: Problem
-    n_ctas: int               # CTAs launched
-    threads: int
-    registers: int
-    local_bytes: int          # per-thread local memory (spills, stack); 0 for a clean build
-    smem_bytes: int
-    ctas_per_sm: int
-    build: str                # the instantiation's name
     instance: Instance
     kernel: Any               # cupy RawKernel
     device_index: int
-
-    @property
-    def id(self) -> str:
-        return self.variant.id(self.problem)
 
     @property
     def resident_ctas(self) -> int:

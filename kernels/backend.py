@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from spec import arch as arch_registry
+from spec import family
 from spec.family import BadInput, UnsupportedVariant, problem_from_tensors
 from spec.orders import OrderKind, ScanOrder
 from spec.problem import Problem, TileGrid, Tiles
@@ -26,18 +27,9 @@ MAX_TILE = 256
 
 
 @dataclass(frozen=True)
-class Prepared:
-    """A variant ready to launch (``spec.family.PREPARED_FIELDS`` first)."""
+class Prepared(family.Prepared):
+    """A variant ready to launch: ``spec.family.Prepared`` and the launch details."""
 
-    variant: Variant
-    problem: Problem
-    n_ctas: int               # CTAs launched
-    threads: int
-    registers: int
-    local_bytes: int          # per-thread local memory (stack, spills); 0 for a clean build
-    smem_bytes: int
-    ctas_per_sm: int
-    build: str                # the exported kernel's symbol
     arch: str
     num_sms: int
     occupancy: int | None
@@ -45,10 +37,6 @@ class Prepared:
     level: int
     consts: tuple             # constant kernel arguments without the trailing TRACE flag
     qk_scale: float
-
-    @property
-    def id(self) -> str:
-        return self.variant.id(self.problem)
 
     @property
     def resident_ctas(self) -> int:

@@ -20,7 +20,7 @@ Nothing here imports torch at module import time.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
 from .problem import SUPPORTED_HEAD_DIMS, DType, Problem, cdiv
@@ -36,12 +36,32 @@ class BadInput(ValueError):
     what is accepted."""
 
 
-PREPARED_FIELDS = ("variant", "problem", "n_ctas", "threads", "registers", "local_bytes",
-                   "smem_bytes", "ctas_per_sm", "build")
-"""Fields every family's ``Prepared`` has: the variant and problem it was prepared for, the CTAs
-launched (``n_ctas``), threads per CTA, registers per thread, local memory per thread in bytes
-(stack and spills; 0 for a clean build), shared memory per CTA in bytes, CTAs resident per SM,
-and ``build``, the name of the compiled kernel (its instantiation)."""
+@dataclass(frozen=True)
+class Prepared:
+    """What every family's ``prepare`` returns (each family's own ``Prepared`` extends it with its
+    launch details): the variant and problem it was prepared for, the CTAs launched
+    (``n_ctas``), threads per CTA, registers per thread, local memory per thread in bytes (stack
+    and spills; 0 for a clean build), shared memory per CTA in bytes, CTAs resident per SM, and
+    ``build``, the name of the compiled kernel (its instantiation)."""
+
+    variant: Variant
+    problem: Problem
+    n_ctas: int
+    threads: int
+    registers: int
+    local_bytes: int
+    smem_bytes: int
+    ctas_per_sm: int
+    build: str
+
+    @property
+    def id(self) -> str:
+        return self.variant.id(self.problem)
+
+
+PREPARED_FIELDS = tuple(f.name for f in fields(Prepared))
+"""The fields of :class:`Prepared`, first in every family's ``Prepared``."""
+
 
 TRACE_KEYS = ("visits", "time_ns", "smid", "start_ns", "end_ns", "build")
 """Keys of ``trace()``: ``visits`` int32 [n_ctas, steps, 4] (b, h, q_tile, kv_tile; -1 padded, the
