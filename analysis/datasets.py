@@ -244,14 +244,28 @@ def repeats_of(ds: Dataset, root: Path = ROOT) -> list[Dataset]:
     return sorted(same, key=lambda d: d.repeat)
 
 
+def repeated_runs(arch: str, study: str, source: str | None = "measured",
+                  root: Path = ROOT) -> list[Dataset]:
+    """The best run of ``study`` (the selection rule's order) that has repeats (``-r2``, ...),
+    with them; [] when no run of the study has repeats. What the across-runs section and figure
+    read, also when the selected run is a newer single one."""
+    for ds in candidates(arch, study, source=source, root=root):
+        runs = repeats_of(ds, root)
+        if len(runs) >= 2:
+            return runs
+    return []
+
+
 def default_runs(arch: str, source: str | None = None, root: Path = ROOT) -> list[Dataset]:
     """What ``python -m paper_figures --arch <arch>`` draws: per study the selected run with
-    default parameters (and its repeats), studies in name order."""
+    default parameters (and its repeats) first, then, when it has none, the best run that has
+    repeats (for the figures about repeats); studies in name order."""
     out: list[Dataset] = []
     for study in sorted({d.study for d in discover(arch, root)}):
         ds = select(arch, study, source=source, root=root)
         if ds is not None:
             out += repeats_of(ds, root)
+            out += [d for d in repeated_runs(arch, study, source, root) if d not in out]
     return out
 
 

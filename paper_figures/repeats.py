@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 
 import math
+import re
 
 import matplotlib
 
@@ -59,8 +60,19 @@ def _change(per_order: dict[str, float]) -> float:
     return 100.0 * (saw / lin - 1.0)
 
 
+def _repeat_set(runs: dict[str, list[dict]]) -> dict[str, list[dict]]:
+    """The largest set of runs that are repeats of one another (``<base>``, ``<base>-r2``, ...):
+    a newer single run loaded beside them (another method, e.g. repeated launches) is not mixed
+    in."""
+    groups: dict[str, list[str]] = {}
+    for k in runs:
+        groups.setdefault(re.sub(r"-r\d+$", "", run_name(k)), []).append(k)
+    best = max(groups.values(), key=len, default=[])
+    return {k: runs[k] for k in best}
+
+
 def load(rows: list[dict]) -> dict:
-    runs = runs_of(rows, "sawtooth")
+    runs = _repeat_set(runs_of(rows, "sawtooth"))
     if len(runs) < 2:
         raise Skip(f"no repeated runs of the sawtooth study ({len(runs)} loaded; the repeats "
                    "figure needs at least two)")

@@ -11,9 +11,10 @@ from typing import Sequence
 import numpy as np
 
 from spec import get_arch
+from spec.records import Metric
 
-from ..datasets import (ANY, ROOT, Dataset, DatasetError, candidates, dataset, new_directory, read_run,
-                        repeats_of, select)
+from ..datasets import (ANY, ROOT, Dataset, DatasetError, dataset, new_directory, read_run,
+                        repeated_runs, repeats_of, select)
 from .active import hit_vs_active
 from .consistency import consistency
 from .divergence import divergence_fits, divergence_points
@@ -64,12 +65,11 @@ class Runs:
         return t.get("counters.csv", []), t.get("timing.csv", [])
 
     def repeats(self, study: str) -> list[Dataset]:
-        """The latest committed run of ``study`` that has repeats (``-r2``, ...) and them; the
-        selected run alone when none has."""
-        for ds in candidates(self.arch, study, source="measured", root=self.root):
-            runs = repeats_of(ds, self.root)
-            if len(runs) >= 2:
-                return runs
+        """The best run of ``study`` that has repeats (``-r2``, ...) and them
+        (``datasets.repeated_runs``); the selected run alone when none has."""
+        runs = repeated_runs(self.arch, study, root=self.root)
+        if runs:
+            return runs
         ds = self.get(study)
         return repeats_of(ds, self.root) if ds else []
 
@@ -97,9 +97,12 @@ def compute(arch: str, *, sim: bool = True, cache_dir: Path | None = None,
     out["s0_consistency"] = ("0. Counter consistency: (hits + misses) / srcunit_tex sectors "
                              f"(sawtooth = its run r1 = {name['sawtooth']}; repeats listed apart)",
                              consistency({s: r for s, r in by_study.items() if r}))
+    # the sawtooth run that collected L1 counters (the newest may not have: --groups)
+    l1_run = next((d for d in [chosen["sawtooth"], *saw_runs] if d is not None and any(
+        r["metric"] == Metric.L1_SECTORS for r in R.rows(d)[0])), None)
     out["s1_l1_passthrough"] = (f"1. L1 pass-through (l1l2 study: CUDA, {name['l1l2']}; sawtooth "
-                                f"study: cuTile, {name['sawtooth']})",
-                                l1_passthrough(cnt["l1l2"], cnt["sawtooth"]))
+                                f"study: cuTile, {l1_run.label if l1_run else 'no run with L1 counters'})",
+                                l1_passthrough(cnt["l1l2"], R.rows(l1_run)[0]))
     out["s2_model_error"] = (f"2. Sector-access model error (traffic study, {name['traffic']}, "
                              f"exact model)", traffic_model_error(cnt["traffic"]))
     out["s3_divergence"] = (f"3a. Misses vs the cold-miss line, cross-partition share "

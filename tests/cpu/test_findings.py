@@ -35,7 +35,7 @@ def load(arch: str, study: str) -> tuple[list[dict], list[dict]]:
 
 
 def labelled_repeats(arch: str, study: str) -> list[tuple[str, list[dict], list[dict]]]:
-    reps = DS.repeats_of(DS.select(arch, study, source="measured"))
+    reps = DS.repeated_runs(arch, study)
     return [(f"r{i}", *(lambda t: (t.get("counters.csv", []), t.get("timing.csv", [])))(
         DS.read_run(d.path))) for i, d in enumerate(reps, 1)]
 
@@ -297,8 +297,7 @@ def test_spill_artifact():
 def test_new_sections_on_committed_data(tmp_path, capsys):
     """Smoke on the committed H100 data: the repeats are read run by run (never pooled), the spill
     artifact is no dataset, and every new section is printed and written."""
-    if DS.select("h100", "sawtooth") is None \
-            or len(DS.repeats_of(DS.select("h100", "sawtooth"))) < 2:
+    if len(DS.repeated_runs("h100", "sawtooth")) < 2:
         pytest.skip("no committed h100 repeats")
     assert all(d.path.name not in DS.ARTIFACT_DIRS for d in DS.discover("h100"))
     runs = labelled_repeats("h100", "sawtooth")
