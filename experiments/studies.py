@@ -257,6 +257,73 @@ def cuda_tiles_plan(arch: Arch) -> list[Case]:
     return cases
 
 
+SHAPES_BENCH_SEQS = BENCH_SEQS + (131072,)
+SHAPES_SHORT = dict(B=(16, 32), S=(512, 1024, 2048), D=(64, 128))
+SHAPES_GQA = dict(H_kv=(4, 8), S=(4096, 16384))
+SHAPES_UNEVEN = dict(S=(1000, 3000, 7000, 20000), H=(4, 12), D=(64, 128), dtype=("fp16", "bf16"))
+SHAPES_CROSS = dict(S_q=1024, S_kv=16384)
+
+
+def shapes_problems() -> list[tuple[str, Problem]]:
+    """The shape suite of issue 14 as (panel, problem), fp16 unless named:
+
+    - ``shapes-bench``: the benchmark's shapes, B=1, H=16, S in {4K, 16K, 32K, 128K}, D in
+      {64, 128}, causal and not;
+    - ``shapes-short``: batched short prefill, B in {16, 32}, H=16, S in {512, 1K, 2K}, D in
+      {64, 128}, causal and not;
+    - ``shapes-gqa``: grouped queries, B=2, H=32, H_kv in {4, 8}, S in {4K, 16K}, D=128, causal,
+      bf16;
+    - ``shapes-uneven``: uneven lengths, B=1, H in {4, 12}, S in {1000, 3000, 7000, 20000}, D in
+      {64, 128}, causal, fp16 and bf16;
+    - ``shapes-cross``: S_q=1024 against S_kv=16K, B=1, H=16, D in {64, 128}, causal (top-left
+      aligned, as SDPA's ``is_causal``: query row r sees keys 0..r) and not.
+    """
+    out = []
+    for D in (64, 128):
+        for causal in (False, True):
+            out += [("shapes-bench", Problem(1, 16, s, D, causal=causal)) for s in SHAPES_BENCH_SEQS]
+            out += [("shapes-short", Problem(b, 16, s, D, causal=causal))
+                    for b in SHAPES_SHORT["B"] for s in SHAPES_SHORT["S"]]
+            out.append(("shapes-cross", Problem(1, 16, SHAPES_CROSS["S_q"], D,
+                                                S_kv=SHAPES_CROSS["S_kv"], causal=causal)))
+    out += [("shapes-gqa", Problem(2, 32, s, 128, H_kv=g, dtype="bf16", causal=True))
+            for g in SHAPES_GQA["H_kv"] for s in SHAPES_GQA["S"]]
+    out += [("shapes-uneven", Problem(1, h, s, d, dtype=dt, causal=True))
+            for s in SHAPES_UNEVEN["S"] for h in SHAPES_UNEVEN["H"] for d in SHAPES_UNEVEN["D"]
+            for dt in SHAPES_UNEVEN["dtype"]]
+    return out
+
+
+def shapes_plan(arch: Arch) -> list[Case]:
+    """Issue 14's shape suite (``shapes_problems``, 80 problems): each family's default
+    ``attention()`` configuration per problem, linear order, timed beside SDPA's flash and cuDNN
+    backends through the correctness gate. cuTile: the configuration of the problem's shape class
+    (``kernels.config.problem_config``, kernels/configs/<arch>.json) and its default schedule;
+    CUDA: grid launch at the registry's tiles (as the bench study).
+
+    H100 time, estimated from profiles/h100/scaling-20261121 (per-launch medians of cuTile, CUDA,
+    SDPA flash and cuDNN): the four S=128K problems cost 3.3 s per round of the four launchers,
+    about 60 s over 3 warm-up and 15 timed rounds; the S=32K ones a sixteenth of that; the 72
+    other problems run 0.05-2 ms per launch, so their fixed costs (inputs, fp32 reference, the
+    correctness run) dominate at about 0.5 s each, 40 s; compiling the about 100 distinct builds
+    in parallel about 1-2 min. About 3-4 min in all (the scaling study, 64 cases with four
+    S=128K problems at 5 repetitions, took 59 s). The summary (geometric mean and minimum of
+    the speed ratio to cuDNN and to flash per family, ``experiments.shapes``) is printed after
+    the measurement."""
+    from kernels.backend import default_schedule
+    from kernels.config import problem_config
+    cases = []
+    for panel, prob in shapes_problems():
+        cfg = problem_config(arch.name, prob)
+        sched = default_schedule(prob, cfg, cfg.tiles, arch.num_sms)
+        cases.append(Case(prob, Variant(Backend.CUTILE, ScanOrder.linear(), sched, cfg.tiles,
+                                        cfg.occupancy),
+                          arch.resident_ctas(cfg.ctas_per_sm or cfg.occupancy or 1), panel))
+        cases.append(Case(prob, Variant(Backend.CUDA, ScanOrder.linear(), CtaSchedule.grid(),
+                                        arch.cuda_tiles), arch.num_sms, panel))
+    return cases
+
+
 def drift_plan(arch: Arch) -> list[Case]:
     """CTA drift: the sawtooth study's CUDA configuration (persistent, one CTA per SM, 80×80
     tiles, D=64, H=1, the arch's scaled S), non-causal and causal, linear and sawtooth, at B=1
@@ -274,6 +341,11 @@ def drift_plan(arch: Arch) -> list[Case]:
 def _drift_measure(*args, **kw):
     from .measure import measure_drift     # GPU imports stay out of plan-only commands
     return measure_drift(*args, **kw)
+
+
+def _shapes_measure(*args, **kw):
+    from .shapes import measure            # GPU imports stay out of plan-only commands
+    return measure(*args, **kw)
 
 
 def _reuse_rows(*args, **kw):
@@ -308,6 +380,10 @@ STUDIES: dict[str, Study] = {
         Study("cuda-tiles", "the CUDA tile sweep (grid launch at every tested tile) with the "
               "persistent linear / sawtooth and LPT builds of the default tile, beside SDPA",
               ("cuda-tiles",), cuda_tiles_plan, profiled=False, reps=20),
+        Study("shapes", "issue 14's shape suite (benchmark, batched short, GQA, uneven, S_q != "
+              "S_kv): each family's default attention() beside SDPA flash and cuDNN; geometric "
+              "mean and minimum of the ratio to cuDNN per family",
+              (), shapes_plan, profiled=False, reps=15, measure=_shapes_measure),
         Study("drift", "how far persistent CTAs drift from lock-step: %globaltimer stamps of the "
               "CUDA trace build, spread of step start times over the CTAs",
               ("drift",), drift_plan, timed=False, profiled=False, measure=_drift_measure,

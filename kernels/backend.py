@@ -21,7 +21,7 @@ from spec.problem import Problem, TileGrid, Tiles
 from spec.schedules import CtaSchedule, ScheduleKind
 from spec.variant import Backend, Variant
 
-from .config import KernelConfig, default_config
+from .config import KernelConfig, persistent_ctas, problem_config
 
 MAX_TILE = 256
 
@@ -71,11 +71,12 @@ def _check_arch(requested: str | None):
 def compile_hints(variant: Variant, problem: Problem, arch: str, level: int = 6,
                   defaults: KernelConfig | None = None) -> tuple[int | None, int | None]:
     """(occupancy, num_worker_warps) hints a variant is compiled with on ``arch`` (no GPU needed):
-    the variant's own occupancy or the default's (``defaults``, else the arch's measured default);
-    worker warps only with the tiles they were tuned for; neither below ladder level 5."""
+    the variant's own occupancy or the default's (``defaults``, else the arch's measured default
+    for the problem's shape class); worker warps only with the tiles they were tuned for; neither
+    below ladder level 5."""
     if level < 5:
         return None, None
-    base = defaults or default_config(arch, problem.D, problem.causal)
+    base = defaults or problem_config(arch, problem)
     occupancy = variant.occupancy if variant.occupancy is not None else base.occupancy
     return occupancy, base.worker_warps if variant.tiles == base.tiles else None
 
@@ -189,11 +190,12 @@ _PREPARED: dict = {}
 
 def default_schedule(problem: Problem, cfg: KernelConfig, tiles: Tiles, num_sms: int
                      ) -> CtaSchedule:
+    """The schedule a configuration names for ``problem``: the grid launch, or P persistent CTAs
+    (``kernels.config.persistent_ctas``) in q-major order or longest causal rows first (LPT)."""
     if cfg.schedule == "grid":
         return CtaSchedule.grid()
-    n_work = TileGrid(problem, tiles).n_work
-    p = max(1, min(num_sms * (cfg.occupancy or 1), n_work))
-    return CtaSchedule.persistent(p)
+    p = persistent_ctas(cfg, TileGrid(problem, tiles).n_work, num_sms)
+    return CtaSchedule.longest_first(p) if cfg.schedule == "lpt" else CtaSchedule.persistent(p)
 
 
 def attention(q, k, v, *, causal: bool = False, order: str | ScanOrder = "linear",
@@ -205,14 +207,16 @@ def attention(q, k, v, *, causal: bool = False, order: str | ScanOrder = "linear
     q: [B, H, S_q, D]; k, v: [B, H_kv, S_kv, D] (H_kv divides H); fp16 or bf16 on one CUDA GPU;
     D in (64, 128). ``order``: "linear", "sawtooth[X]", "reverse", "blockparity" or a ScanOrder.
     ``schedule``: "grid", "tile<X>", "static<P>", "static<P>h", "lpt<P>", a CtaSchedule, or
-    None for the arch's measured default. ``tiles`` / ``occupancy`` override the defaults.
+    None for the measured default. The defaults are those of the arch and the problem's shape
+    class (``kernels.config.problem_config``: batched short, grouped-query, uneven, S_q != S_kv
+    or long), read from ``kernels/configs/<arch>.json``. ``tiles`` / ``occupancy`` override them.
     Returns ``out`` (allocated when not given).
     """
     import torch
     problem = problem_from_tensors(q, k, v, causal, out)
     fam = _FAMILIES.get(arch) or _FAMILIES.setdefault(arch, CutileFamily(arch))
     present = _check_arch(arch)
-    cfg = default_config(present.name, problem.D, causal)
+    cfg = problem_config(present.name, problem)
     tiles = tiles or cfg.tiles
     order = order if isinstance(order, ScanOrder) else ScanOrder.parse(order)
     if schedule is None:

@@ -1,31 +1,62 @@
-"""Kernel configurations per arch: tiles, occupancy hint, worker warps, tuning-ladder level.
+"""Kernel configurations per arch and shape class: tiles, occupancy hint, worker warps, schedule.
 
-Runs never autotune. They read ``kernels/configs/<arch>.json`` (written by ``python -m experiments.tune``,
-values chosen by measurement) and fall back to the arch registry's ``cutile_tiles`` /
-``cutile_occupancy`` (spec/arch.py) for keys the file lacks.
+Runs never autotune. They read ``kernels/configs/<arch>.json`` (written by ``python -m
+experiments.tune``, values chosen by measurement) and fall back to the arch registry's
+``cutile_tiles`` / ``cutile_occupancy`` (spec/arch.py) for keys the file lacks.
 
-JSON schema (version 1)::
+Why shape classes: a configuration tuned at B=1, H=16, S=16K (the benchmark's shapes) fills the
+GPU with hundreds of long work items. A batch of short sequences, a ragged last tile, grouped K/V
+heads shared by several query heads, or a short query block against a long K/V cache change what
+limits the kernel (few or short work items, a masked tail on every head, K/V reuse across heads,
+long scans per item), so the best tiles and schedule can differ. ``shape_class`` sorts a problem
+into one of a few explicit classes (first match wins):
 
-    {"schema": 1, "arch": "h100", "device": "...", "source": "...",
+==========  ==========================================  ==================================
+class       rule                                        example (the issue's suite)
+==========  ==========================================  ==================================
+``cross``   S_q != S_kv                                 S_q=1024, S_kv=16K
+``gqa``     H_kv < H (grouped-query heads)              B=2, H=32, H_kv=8, S=4K
+``uneven``  S_q or S_kv not a multiple of 128           B=1, H=4, S=3000
+``short``   S_kv <= 2048                                B=16, H=16, S=1024
+``long``    everything else (the benchmark's class)     B=1, H=16, S=16K
+==========  ==========================================  ==================================
+
+The ``long`` class is the file's top-level ``configs`` (one per (D, causal) key, measured at
+B=1, H=16, S=16K); every other class has its own ``configs`` per key, and a key it lacks falls back
+to the top-level (D, causal) default. A class nobody has measured says so in its ``status``.
+
+JSON schema (version 2; version-1 files, without ``classes``, are read as "every class falls
+back")::
+
+    {"schema": 2, "arch": "h100", "device": "...", "source": "...",
      "configs": {"d64.full": {"tile_m": 128, "tile_n": 64, "occupancy": 2, "worker_warps": null,
-                              "schedule": "persistent"}, "d64.causal": {...}, ...}}
+                              "schedule": "grid", "ctas_per_sm": null}, ...},
+     "measured": {"d64.full": [trials...], ...},
+     "classes": {"short": {"status": "unmeasured, falls back to the d/causal default",
+                           "configs": {}, "measured": {}}, ...}}
 """
 from __future__ import annotations
 
+import enum
 import json
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
 
 from spec import arch as arch_registry
-from spec.problem import Tiles
+from spec.problem import Problem, Tiles
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
-SCHEMA = 1
+SCHEMA = 2
+READABLE_SCHEMAS = (1, 2)
 
 LEVELS = {1: "basic", 2: "exp2", 3: "transposed-K", 4: "latency-hints", 5: "occupancy",
           6: "approx-division"}
 """The NVIDIA tuning ladder; each level includes every lower one (kernels/fmha.py)."""
+
+SCHEDULES = ("grid", "persistent", "lpt")
+"""Default schedules a configuration may name: one CTA per work item, or P persistent CTAs taking
+work items in q-major order, or P persistent CTAs taking the longest causal rows first."""
 
 
 @dataclass(frozen=True)
@@ -34,7 +65,13 @@ class KernelConfig:
     tile_n: int
     occupancy: int | None = None       # CTAs per SM hint (None: compiler default)
     worker_warps: int | None = None    # num_worker_warps hint (None: default, 4 -> 256 threads)
-    schedule: str = "persistent"       # default schedule for attention(): "persistent" or "grid"
+    schedule: str = "persistent"       # default schedule for attention(): one of SCHEDULES
+    ctas_per_sm: int | None = None     # persistent P = SMs x this (None: the occupancy hint)
+
+    def __post_init__(self) -> None:
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule {self.schedule!r}; a configuration names one of "
+                             f"{', '.join(SCHEDULES)}")
 
     @property
     def tiles(self) -> Tiles:
@@ -48,23 +85,117 @@ def config_key(D: int, causal: bool) -> str:
     return f"d{D}.{'causal' if causal else 'full'}"
 
 
+# -- shape classes ---------------------------------------------------------------------------------
+
+class ShapeClass(str, enum.Enum):
+    """The closed set of shape classes (module docstring); the value is the JSON name."""
+
+    CROSS = "cross"
+    GQA = "gqa"
+    UNEVEN = "uneven"
+    SHORT = "short"
+    LONG = "long"
+
+
+UNEVEN_QUANTUM = 128   # the largest tile edge of any configuration: below it a tile is ragged
+SHORT_MAX_S = 2048     # "short": at most 16 K/V tiles of 128 keys per work item
+
+
+def shape_class(problem: Problem) -> ShapeClass:
+    """The class of ``problem`` (first match of the module docstring's table)."""
+    p = problem
+    if p.S_q != p.S_kv:
+        return ShapeClass.CROSS
+    if p.H_kv < p.H:
+        return ShapeClass.GQA
+    if p.S_q % UNEVEN_QUANTUM or p.S_kv % UNEVEN_QUANTUM:
+        return ShapeClass.UNEVEN
+    if p.S_kv <= SHORT_MAX_S:
+        return ShapeClass.SHORT
+    return ShapeClass.LONG
+
+
+def representative(cls: ShapeClass, D: int, causal: bool) -> Problem:
+    """The problem a class is tuned (and resource-checked) at for a (D, causal) key: a shape of
+    the issue's suite in that class (fp16 except GQA, which the suite runs in bf16)."""
+    shapes = {
+        ShapeClass.LONG: dict(B=1, H=16, S_q=16384),
+        ShapeClass.SHORT: dict(B=16, H=16, S_q=1024),
+        ShapeClass.UNEVEN: dict(B=1, H=4, S_q=3000),
+        ShapeClass.GQA: dict(B=2, H=32, H_kv=8, S_q=4096, dtype="bf16"),
+        ShapeClass.CROSS: dict(B=1, H=16, S_q=1024, S_kv=16384),
+    }
+    p = Problem(D=D, causal=causal, **shapes[cls])
+    if shape_class(p) != cls:
+        raise ValueError(f"the representative {p.label} of {cls.value} is {shape_class(p).value}")
+    return p
+
+
+UNMEASURED = "unmeasured, falls back to the d/causal default"
+
+
+# -- reading ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ArchConfigs:
+    """A parsed ``kernels/configs/<arch>.json``: the (D, causal) defaults (the long class) and,
+    per other class, its measured keys and status."""
+
+    base: dict          # key -> KernelConfig
+    classes: dict       # class name -> {key -> KernelConfig}
+    status: dict        # class name -> status line
+
+
 # archs without a measured file of their own that share a die with one that has it (same SMs,
 # registers and shared memory; only the L2 size differs): H200 is a GH100 like the H100
 SAME_DIE = {"h200": "h100"}
 
 
-@lru_cache(maxsize=None)
-def load_arch_configs(arch: str) -> dict[str, KernelConfig]:
+def config_path(arch: str) -> Path | None:
+    """The JSON an arch reads: its own, or that of the arch it shares a die with."""
     path = CONFIG_DIR / f"{arch}.json"
     if not path.exists() and arch in SAME_DIE:
         path = CONFIG_DIR / f"{SAME_DIE[arch]}.json"
-    if not path.exists():
-        return {}
-    data = json.loads(path.read_text())
-    if data.get("schema") != SCHEMA:
-        raise ValueError(f"{path}: schema {data.get('schema')!r}, expected {SCHEMA}; re-run "
-                         f"python -m experiments.tune --arch {arch}")
-    return {k: KernelConfig(**v) for k, v in data.get("configs", {}).items()}
+    return path if path.exists() else None
+
+
+def parse(data: dict, where: str = "configs") -> ArchConfigs:
+    """Read a schema-1 or schema-2 document; a bad one raises ValueError naming the fix."""
+    fix = "re-run python -m experiments.tune"
+    if data.get("schema") not in READABLE_SCHEMAS:
+        raise ValueError(f"{where}: schema {data.get('schema')!r}, expected one of "
+                         f"{READABLE_SCHEMAS}; {fix}")
+
+    def configs(block: dict, name: str) -> dict:
+        try:
+            return {k: KernelConfig(**v) for k, v in block.items()}
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{where}: {name}: {e}; {fix}") from None
+
+    base = configs(data.get("configs", {}), "configs")
+    known = {c.value for c in ShapeClass if c != ShapeClass.LONG}
+    raw = data.get("classes", {})
+    bad = sorted(set(raw) - known)
+    if bad:
+        raise ValueError(f"{where}: unknown shape class {', '.join(bad)}; known: "
+                         f"{', '.join(sorted(known))} (the long class is the top-level configs); {fix}")
+    classes = {name: configs(raw.get(name, {}).get("configs", {}), f"classes.{name}")
+               for name in sorted(known)}
+    status = {name: raw.get(name, {}).get("status", UNMEASURED) for name in sorted(known)}
+    return ArchConfigs(base, classes, status)
+
+
+@lru_cache(maxsize=None)
+def load(arch: str) -> ArchConfigs:
+    path = config_path(arch)
+    if path is None:
+        return ArchConfigs({}, {}, {})
+    return parse(json.loads(path.read_text()), str(path))
+
+
+def load_arch_configs(arch: str) -> dict[str, KernelConfig]:
+    """The (D, causal) defaults of ``arch`` (the long class)."""
+    return load(arch).base
 
 
 def default_config(arch: str, D: int, causal: bool) -> KernelConfig:
@@ -76,3 +207,21 @@ def default_config(arch: str, D: int, causal: bool) -> KernelConfig:
     # on sm_90, 128x128 tiles need 8 worker warps (384 threads, 168 registers) to stay spill-free
     ww = 8 if a.sm == "sm_90" and a.cutile_tiles.m * a.cutile_tiles.n >= 128 * 128 else None
     return KernelConfig(a.cutile_tiles.m, a.cutile_tiles.n, a.cutile_occupancy, ww)
+
+
+def problem_config(arch: str, problem: Problem) -> KernelConfig:
+    """What ``attention()`` runs ``problem`` with on ``arch``: its shape class's measured
+    configuration for (D, causal), else the (D, causal) default (``default_config``)."""
+    cls = shape_class(problem)
+    key = config_key(problem.D, problem.causal)
+    cfg = load(arch).classes.get(cls.value, {}).get(key)
+    return cfg if cfg is not None else default_config(arch, problem.D, problem.causal)
+
+
+def persistent_ctas(cfg: KernelConfig, n_work: int, num_sms: int) -> int:
+    """P of a persistent default schedule: one wave of resident CTAs, at most one per work item.
+
+    The hook for small problems: ``ctas_per_sm`` (measured per class by ``experiments.tune``)
+    sets the wave; None keeps the occupancy hint's (1 when there is none)."""
+    per_sm = cfg.ctas_per_sm or cfg.occupancy or 1
+    return max(1, min(num_sms * per_sm, n_work))

@@ -1,0 +1,167 @@
+"""The shapes study's summary: how fast each family's default ``attention()`` is against SDPA's
+cuDNN and flash backends over issue 14's shape suite (``experiments.studies.shapes_problems``).
+
+    python -m experiments.shapes runs/h100/shapes/<run>        # re-print a stored run's summary
+
+Per problem, a family's speed ratio to a peer is the peer's median kernel time over the
+family's (``2.0``: twice as fast; times, not TFLOPS, so the S_q != S_kv causal problem, whose
+FLOP count is a convention, compares like every other). Per family: the geometric mean and the
+minimum over the problems where both were timed, the same per shape class
+(``kernels.config.shape_class``), and every problem the family has no time for (failed the
+correctness gate or did not build): a missing problem is listed, never silently dropped from the
+mean. A peer that does not run a shape (SDPA's flash backend refuses ``is_causal`` with
+S_q != S_kv) leaves that ratio out and is counted.
+
+The pure summary is here, in the study's module: its natural home, ``analysis/``, belongs to
+another part of the project; it reads rows as dicts (``spec.records.read_csv``) or ``Row``s.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import sys
+from dataclasses import asdict, dataclass, is_dataclass
+from pathlib import Path
+
+from kernels.config import shape_class
+from spec import Problem
+from spec.records import Metric
+
+FAMILIES = ("cutile", "cuda")
+CUDNN, FLASH = "sdpa-cudnn", "sdpa-flash"
+BARS = {"cutile": "issue 14 bar: geomean >= 0.95x cuDNN, min >= 0.85x cuDNN, every shape >= 1.1x "
+                  "flash",
+        "cuda": "issue 14 bar: geomean >= 1.0x flash"}
+PROBLEM_COLUMNS = ("B", "H", "H_kv", "S_q", "S_kv", "D", "dtype", "causal")
+
+
+def _problem(r: dict) -> Problem:
+    return Problem(B=int(r["B"]), H=int(r["H"]), H_kv=int(r["H_kv"]), S_q=int(r["S_q"]),
+                   S_kv=int(r["S_kv"]), D=int(r["D"]), dtype=r["dtype"],
+                   causal=r["causal"] in (True, "True", "true", "1"))
+
+
+def median_times(rows) -> dict[Problem, dict[str, float]]:
+    """{problem: {family or peer: median kernel ms}} from timing rows (dicts or Rows)."""
+    samples: dict = {}
+    for r in rows:
+        r = asdict(r) if is_dataclass(r) else r
+        if r["metric"] != Metric.KERNEL_TIME_MS:
+            continue
+        samples.setdefault(_problem(r), {}).setdefault(r["backend"], []).append(float(r["value"]))
+    return {p: {who: statistics.median(v) for who, v in d.items()} for p, d in samples.items()}
+
+
+def geomean(xs) -> float:
+    xs = list(xs)
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+@dataclass(frozen=True)
+class Ratios:
+    """One family against one peer over a set of problems."""
+
+    n: int                        # problems with both times
+    geomean: float | None
+    minimum: float | None
+    worst: str                    # label of the problem at the minimum ("" when n == 0)
+
+
+def ratios(times: dict[Problem, dict[str, float]], family: str, peer: str,
+           problems=None) -> Ratios:
+    """Speed ratio peer_ms / family_ms over ``problems`` (default: all) where both were timed."""
+    got = {p: t[peer] / t[family] for p, t in times.items()
+           if (problems is None or p in problems) and family in t and peer in t}
+    if not got:
+        return Ratios(0, None, None, "")
+    worst = min(got, key=got.get)
+    return Ratios(len(got), geomean(got.values()), got[worst], worst.label)
+
+
+@dataclass(frozen=True)
+class FamilySummary:
+    family: str
+    vs_cudnn: Ratios
+    vs_flash: Ratios
+    by_class: dict               # class name -> Ratios against cuDNN
+    missing: tuple[str, ...]     # problems timed for the peers but not for the family
+    no_cudnn: int                # problems without a cuDNN time
+    no_flash: int                # problems without a flash time
+
+
+def summarize(rows) -> list[FamilySummary]:
+    """The summary of every family that has at least one time."""
+    times = median_times(rows)
+    peered = [p for p, t in times.items() if CUDNN in t or FLASH in t]
+    classes: dict = {}
+    for p in times:
+        classes.setdefault(shape_class(p).value, set()).add(p)
+    out = []
+    for fam in FAMILIES:
+        if not any(fam in t for t in times.values()):
+            continue
+        out.append(FamilySummary(
+            fam, ratios(times, fam, CUDNN), ratios(times, fam, FLASH),
+            {c: ratios(times, fam, CUDNN, ps) for c, ps in sorted(classes.items())},
+            tuple(sorted(p.label for p in peered if fam not in times[p])),
+            sum(CUDNN not in times[p] for p in times), sum(FLASH not in times[p] for p in times)))
+    return out
+
+
+def _fmt(r: Ratios) -> str:
+    if r.n == 0:
+        return "no common problem"
+    return f"geomean {r.geomean:.3f}x, min {r.minimum:.3f}x ({r.worst}), n={r.n}"
+
+
+def summary_lines(rows) -> list[str]:
+    """What the study prints last: per family its ratios to cuDNN (overall and per class) and
+    to flash, the missing problems, and the issue's bar beside them."""
+    lines = []
+    for s in summarize(rows):
+        lines.append(f"{s.family} vs cuDNN: {_fmt(s.vs_cudnn)}")
+        lines += [f"  {c}: {_fmt(r)}" for c, r in s.by_class.items()]
+        lines.append(f"{s.family} vs flash: {_fmt(s.vs_flash)}")
+        if s.missing:
+            lines.append(f"{s.family} has no time for {len(s.missing)} problems (failed or not "
+                         f"built): {', '.join(s.missing)}")
+        lines.append(f"  ({BARS[s.family]}; {s.no_cudnn} problems without a cuDNN time, "
+                     f"{s.no_flash} without a flash time)")
+    return lines or ["no family was timed: nothing to summarize"]
+
+
+def measure(cases, arch, **kw):
+    """The study's measure hook: ``experiments.measure.check_and_time``, then the summary lines
+    appended to the outcome's summary (``experiments.run`` prints them after the run)."""
+    from .measure import check_and_time
+    out = check_and_time(cases, arch, **kw)
+    out.summary += summary_lines(out.rows)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("error: usage: python -m experiments.shapes <run directory or timing.csv>",
+              file=sys.stderr)
+        return 2
+    path = Path(argv[0])
+    csv_path = path / "timing.csv" if path.is_dir() else path
+    if not csv_path.is_file():
+        print(f"error: {csv_path} does not exist; pass a shapes run directory (it holds "
+              "timing.csv) or the CSV itself", file=sys.stderr)
+        return 2
+    from spec.records import read_csv
+    try:
+        rows = read_csv(csv_path)
+    except (KeyError, ValueError) as e:
+        print(f"error: {csv_path} is not a timing CSV of this project ({type(e).__name__}: {e})",
+              file=sys.stderr)
+        return 2
+    for line in summary_lines(rows):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

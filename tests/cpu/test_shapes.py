@@ -1,0 +1,241 @@
+"""Issue 14 on the CPU: the shape classes and their per-class defaults (kernels.config), what
+``attention()`` picks from them (kernels.backend), the shapes study's plan and summary
+(experiments.studies, experiments.shapes) and ``experiments.tune --classes`` with a fake
+measurement (correctness before ranking, atomic JSON that ``kernels.config`` reads back)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from experiments import shapes, tune
+from experiments.studies import get_study, shapes_problems
+from kernels import config
+from kernels.config import (KernelConfig, ShapeClass, UNMEASURED, parse, persistent_ctas,
+                            problem_config, representative, shape_class)
+from spec import Backend, CtaSchedule, Problem, ScanOrder, get_arch
+from spec.schedules import ScheduleKind
+
+H100 = get_arch("h100")
+
+
+# -- classes ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("problem, cls", [
+    (Problem(1, 16, 1024, 128, S_kv=16384, causal=True), ShapeClass.CROSS),
+    (Problem(2, 32, 1000, 128, S_kv=1000, H_kv=8), ShapeClass.GQA),      # GQA before uneven
+    (Problem(1, 4, 3000, 64, causal=True), ShapeClass.UNEVEN),
+    (Problem(16, 16, 1000, 64), ShapeClass.UNEVEN),                     # uneven before short
+    (Problem(32, 16, 2048, 64), ShapeClass.SHORT),
+    (Problem(1, 16, 512, 64), ShapeClass.SHORT),
+    (Problem(1, 16, 4096, 64), ShapeClass.LONG),
+    (Problem(16, 16, 4096, 64), ShapeClass.LONG),
+])
+def test_shape_class_is_the_first_matching_rule(problem, cls):
+    assert shape_class(problem) == cls
+
+
+def test_every_suite_problem_falls_in_the_class_its_panel_names():
+    want = {"shapes-bench": "long", "shapes-short": "short", "shapes-gqa": "gqa",
+            "shapes-uneven": "uneven", "shapes-cross": "cross"}
+    for panel, p in shapes_problems():
+        assert shape_class(p).value == want[panel], (panel, p.label)
+
+
+@pytest.mark.parametrize("cls", list(ShapeClass))
+def test_representatives_are_in_their_class(cls):
+    for D in (64, 128):
+        for causal in (False, True):
+            p = representative(cls, D, causal)
+            assert shape_class(p) == cls and (p.D, p.causal) == (D, causal)
+
+
+# -- the JSON: schema 2, schema 1 still read, class configs picked by problem_config --------------
+
+BASE = {"d64.full": {"tile_m": 128, "tile_n": 128, "occupancy": 1, "worker_warps": 8,
+                     "schedule": "grid"}}
+
+
+def test_schema_1_reads_as_every_class_falling_back():
+    got = parse({"schema": 1, "configs": BASE})
+    assert got.base["d64.full"] == KernelConfig(128, 128, 1, 8, "grid")
+    assert got.classes == {c: {} for c in ("cross", "gqa", "short", "uneven")}
+    assert set(got.status.values()) == {UNMEASURED}
+
+
+def test_committed_h100_file_is_schema_2_and_every_class_is_marked_unmeasured():
+    data = json.loads((config.CONFIG_DIR / "h100.json").read_text())
+    assert data["schema"] == 2
+    got = parse(data)
+    for name, status in got.status.items():
+        # nothing measured yet: the status says so and no class config exists
+        assert (status == UNMEASURED) == (not got.classes[name]), name
+
+
+@pytest.mark.parametrize("doc, words", [
+    ({"schema": 3, "configs": {}}, "schema 3"),
+    ({"schema": 2, "configs": {}, "classes": {"tiny": {}}}, "unknown shape class tiny"),
+    ({"schema": 2, "configs": {}, "classes": {"long": {}}}, "unknown shape class long"),
+    ({"schema": 2, "configs": {"d64.full": dict(BASE["d64.full"], schedule="wavefront")}},
+     "schedule 'wavefront'"),
+    ({"schema": 2, "configs": {"d64.full": {"tile_m": 64, "tiles": 3}}}, "tiles"),
+])
+def test_bad_config_documents_name_the_problem(doc, words):
+    with pytest.raises(ValueError, match=words) as e:
+        parse(doc, "h100.json")
+    assert "experiments.tune" in str(e.value)
+
+
+def _with_file(monkeypatch, tmp_path, doc):
+    (tmp_path / "h100.json").write_text(json.dumps(doc))
+    monkeypatch.setattr(config, "CONFIG_DIR", tmp_path)
+    config.load.cache_clear()
+
+
+@pytest.fixture
+def fresh_cache():
+    config.load.cache_clear()
+    yield
+    config.load.cache_clear()
+
+
+def test_problem_config_takes_the_class_config_else_the_d_causal_default(
+        monkeypatch, tmp_path, fresh_cache):
+    short = {"tile_m": 64, "tile_n": 64, "occupancy": 2, "worker_warps": None,
+             "schedule": "persistent", "ctas_per_sm": 2}
+    _with_file(monkeypatch, tmp_path, {"schema": 2, "configs": BASE, "classes": {
+        "short": {"status": "measured", "configs": {"d64.full": short}}}})
+    short_p = Problem(16, 16, 1024, 64)
+    assert problem_config("h100", short_p) == KernelConfig(**short)
+    assert problem_config("h200", short_p) == KernelConfig(**short)          # same die
+    base = KernelConfig(**BASE["d64.full"])
+    assert problem_config("h100", Problem(1, 16, 16384, 64)) == base         # long
+    assert problem_config("h100", Problem(1, 4, 3000, 64)) == base           # uneven: unmeasured
+    # a class without this (D, causal) key falls back too, to the registry when the file lacks it
+    assert problem_config("h100", Problem(16, 16, 1024, 64, causal=True)) == \
+        config.default_config("h100", 64, True)
+
+
+def test_compile_hints_follow_the_class_config(monkeypatch, tmp_path, fresh_cache):
+    from kernels.backend import compile_hints
+    from spec import Tiles, Variant
+    short = {"tile_m": 128, "tile_n": 64, "occupancy": 1, "worker_warps": 8,
+             "schedule": "grid"}
+    _with_file(monkeypatch, tmp_path, {"schema": 2, "configs": BASE, "classes": {
+        "short": {"configs": {"d64.full": short}}}})
+    v = Variant(Backend.CUTILE, ScanOrder.linear(), CtaSchedule.grid(), Tiles(128, 64))
+    assert compile_hints(v, Problem(16, 16, 1024, 64), "h100") == (1, 8)
+    # the long class's default is 128x128 with 8 warps: other tiles get no worker-warp hint
+    assert compile_hints(v, Problem(1, 16, 16384, 64), "h100") == (1, None)
+
+
+def test_persistent_cta_count_hook():
+    n_work = 16 * 8                     # B*H = 16 heads of 8 Q tiles: fewer items than SMs
+    cfg = KernelConfig(128, 64, 2, None, "persistent")
+    assert persistent_ctas(cfg, n_work, 132) == n_work
+    assert persistent_ctas(cfg, 10_000, 132) == 264                         # occupancy's wave
+    assert persistent_ctas(KernelConfig(128, 64, 2, None, "persistent", 1), 10_000, 132) == 132
+    assert persistent_ctas(KernelConfig(128, 64, None, None, "persistent"), 10_000, 132) == 132
+
+
+def test_default_schedule_of_each_named_schedule():
+    from kernels.backend import default_schedule
+    p = Problem(1, 16, 4096, 64, causal=True)
+    for name, kind in (("grid", ScheduleKind.GRID), ("persistent", ScheduleKind.PERSISTENT),
+                       ("lpt", ScheduleKind.LONGEST_FIRST)):
+        cfg = KernelConfig(128, 64, 2, None, name)
+        s = default_schedule(p, cfg, cfg.tiles, 132)
+        assert s.kind == kind
+        if kind != ScheduleKind.GRID:
+            assert s.num_ctas == 264
+
+
+# -- the shapes study ----------------------------------------------------------------------------
+
+def test_shapes_plan_is_the_issue_suite_with_each_familys_default():
+    cases = get_study("shapes").plan(H100)
+    probs = {c.problem for c in cases}
+    assert len(probs) == 80 and len(cases) == 160 and len({c.id for c in cases}) == 160
+    assert {p.dtype.value for p in probs} == {"fp16", "bf16"}
+    assert {(p.S_q, p.S_kv, p.causal) for p in probs if p.S_q != p.S_kv} == \
+        {(1024, 16384, False), (1024, 16384, True)}
+    assert {(p.B, p.H, p.H_kv, p.S_q, p.dtype.value, p.causal) for p in probs if p.H_kv < p.H} \
+        == {(2, 32, g, s, "bf16", True) for g in (4, 8) for s in (4096, 16384)}
+    assert {p.S_q for p in probs if p.B == 1 and p.H == 16 and p.S_q == p.S_kv} == \
+        {4096, 16384, 32768, 131072}
+    for c in cases:
+        p, v = c.problem, c.variant
+        assert v.order == ScanOrder.linear()
+        if v.backend == Backend.CUTILE:
+            cfg = problem_config("h100", p)
+            assert v.tiles == cfg.tiles and v.occupancy == cfg.occupancy
+            assert (v.schedule.kind == ScheduleKind.GRID) == (cfg.schedule == "grid")
+        else:
+            assert v.schedule == CtaSchedule.grid() and v.tiles == H100.cuda_tiles
+    study = get_study("shapes")
+    assert study.timed and not study.profiled and study.measure is not None
+
+
+def _rows(times: dict) -> list[dict]:
+    """Timing rows: {(problem, who): [ms, ...]}."""
+    out = []
+    for (p, who), ms in times.items():
+        for i, m in enumerate(ms):
+            out.append(dict(B=p.B, H=p.H, H_kv=p.H_kv, S_q=p.S_q, S_kv=p.S_kv, D=p.D,
+                            dtype=p.dtype.value, causal=p.causal, backend=who,
+                            metric="kernel_time_ms", value=m, sample=i))
+        out.append(dict(B=p.B, H=p.H, H_kv=p.H_kv, S_q=p.S_q, S_kv=p.S_kv, D=p.D,
+                        dtype=p.dtype.value, causal=p.causal, backend=who, metric="tflops",
+                        value=999.0, sample=0))
+    return out
+
+
+LONG = Problem(1, 16, 16384, 128)
+SHORT = Problem(16, 16, 1024, 64, causal=True)
+CROSS = Problem(1, 16, 1024, 64, S_kv=16384, causal=True)
+
+
+def test_summary_ratios_geomean_minimum_and_missing():
+    rows = _rows({
+        (LONG, "sdpa-cudnn"): [1.0, 1.0, 9.0], (LONG, "sdpa-flash"): [2.0],
+        (LONG, "cutile"): [1.25, 1.25, 0.1], (LONG, "cuda"): [2.0],
+        (SHORT, "sdpa-cudnn"): [0.1], (SHORT, "sdpa-flash"): [0.1],
+        (SHORT, "cutile"): [0.2],                           # cuda failed here: missing
+        (CROSS, "sdpa-cudnn"): [0.5],                       # flash refuses causal S_q != S_kv
+        (CROSS, "cutile"): [0.5], (CROSS, "cuda"): [1.0],
+    })
+    got = {s.family: s for s in shapes.summarize(rows)}
+    cu = got["cutile"]
+    # medians: long 1.0/1.25 = 0.8, short 0.1/0.2 = 0.5, cross 0.5/0.5 = 1.0
+    assert cu.vs_cudnn.n == 3 and cu.vs_cudnn.minimum == pytest.approx(0.5)
+    assert cu.vs_cudnn.geomean == pytest.approx((0.8 * 0.5 * 1.0) ** (1 / 3))
+    assert cu.vs_cudnn.worst == SHORT.label
+    assert cu.vs_flash.n == 2 and cu.vs_flash.geomean == pytest.approx((1.6 * 0.5) ** 0.5)
+    assert cu.by_class["cross"].geomean == pytest.approx(1.0) and cu.missing == ()
+    assert cu.no_flash == 1 and cu.no_cudnn == 0
+    assert got["cuda"].missing == (SHORT.label,) and got["cuda"].vs_cudnn.n == 2
+    lines = shapes.summary_lines(rows)
+    assert any("cuda has no time for 1 problems" in ln and SHORT.label in ln for ln in lines)
+    assert lines[0].startswith("cutile vs cuDNN: geomean 0.737x, min 0.500x")
+
+
+def test_summary_without_any_family_says_so():
+    assert shapes.summary_lines(_rows({(LONG, "sdpa-cudnn"): [1.0]})) == \
+        ["no family was timed: nothing to summarize"]
+
+
+def test_shapes_cli_reads_a_stored_run_and_refuses_bad_paths(tmp_path, capsys):
+    from spec.records import COLUMNS
+    import csv
+    path = tmp_path / "timing.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        w.writeheader()
+        for r in _rows({(LONG, "sdpa-cudnn"): [1.0], (LONG, "cutile"): [2.0]}):
+            w.writerow({k: r.get(k, "") for k in COLUMNS} | {"occupancy": "", "tile_m": 0,
+                                                            "tile_n": 0})
+    assert shapes.main([str(tmp_path)]) == 0
+    assert "cutile vs cuDNN: geomean 0.500x" in capsys.readouterr().out
+    assert shapes.main([str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: ")
