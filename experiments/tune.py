@@ -3,6 +3,7 @@ write the arch's defaults, ``kernels/configs/<arch>.json``.
 
     python -m experiments.tune --arch h100 [--seq 16384] [--only d64.full,d128.causal]
                                [--out kernels/configs/h100.json] [--force]
+    python -m experiments.tune --arch h100 --classes short,uneven [--only d64.causal] --force
 
 For each (D, causal) at B=1, H=16, fp16 and one sequence length, every candidate configuration
 (tiles × occupancy hint × worker warps × default schedule) goes through the project's one path:
@@ -11,6 +12,15 @@ output and checked against the fp32 reference (``experiments.correctness``); onl
 that pass are timed, interleaved and with a cold L2 (``experiments.timing``), and ranked by median
 time. A wrong-but-fast candidate never wins: it is never timed. The candidates of sm_90 are those
 whose builds are spill-free there (a spilling build reads local memory through L2).
+
+``--classes`` tunes shape classes instead (``kernels.config.ShapeClass``: cross, gqa, uneven,
+short; the top-level (D, causal) defaults are the long class): per class, the (D, causal) keys
+that issue 14's shape suite has in that class (``experiments.studies.shapes_problems``; ``--only``
+narrows them), each at the class's representative problem (``kernels.config.representative``),
+through the same check-then-time ranking; the candidates are the key's, plus the longest-first
+(LPT) persistent schedule for causal keys. The winners go to the class's block of the JSON; a key
+where no candidate passes keeps falling back to the (D, causal) default, and its trials and the
+class's status say so. Everything else in the file is kept.
 
 Runs never autotune: they read the JSON (``kernels.config``). The JSON is written atomically and
 never silently replaced: an existing file needs ``--force`` (or pass another ``--out``).
@@ -28,7 +38,8 @@ from typing import Callable
 from spec import Arch, Backend, Problem, ScanOrder, Variant, get_arch, known_archs
 from spec.arch import UnknownArch
 
-from kernels.config import CONFIG_DIR, SCHEMA, KernelConfig, config_key
+from kernels.config import (CONFIG_DIR, SCHEMA, UNMEASURED, KernelConfig, ShapeClass,
+                            config_key, representative, shape_class)
 
 
 @dataclass(frozen=True)
@@ -37,7 +48,8 @@ class Candidate:
     tile_n: int
     occupancy: int
     worker_warps: int | None
-    schedule: str          # "persistent" (P = SMs × occupancy) or "grid"
+    schedule: str          # "persistent" (P = SMs × occupancy), "lpt" (the same, longest first)
+    #                        or "grid"
 
     def config(self) -> KernelConfig:
         return KernelConfig(self.tile_m, self.tile_n, self.occupancy, self.worker_warps,
@@ -71,6 +83,15 @@ def candidates(arch: Arch, D: int, causal: bool) -> list[Candidate]:
         return SM90_CANDIDATES[(D, causal)]
     t = arch.cutile_tiles
     return [Candidate(t.m, t.n, occ, None, s) for occ in (1, 2) for s in _BOTH]
+
+
+def class_candidates(arch: Arch, D: int, causal: bool) -> list[Candidate]:
+    """A shape class's candidates for (D, causal): the key's, and for causal keys each persistent
+    one again with the longest causal rows first (LPT, FA3's causal scheduler)."""
+    base = candidates(arch, D, causal)
+    lpt = [Candidate(c.tile_m, c.tile_n, c.occupancy, c.worker_warps, "lpt")
+           for c in base if causal and c.schedule == "persistent"]
+    return base + lpt
 
 
 @dataclass(frozen=True)
@@ -110,14 +131,22 @@ class TuneError(RuntimeError):
 
 def measure_key(arch: Arch, D: int, causal: bool, S: int, *, reps: int = 10,
                 seed: int = 0) -> list[Trial]:
-    """The GPU side: correctness of every candidate, then interleaved cold-L2 timing."""
+    """The (D, causal) default's measurement: B=1, H=16, fp16 at sequence length ``S``."""
+    return measure_problem(arch, Problem(B=1, H=16, S_q=S, D=D, causal=causal),
+                           candidates(arch, D, causal), reps=reps, seed=seed)
+
+
+def measure_problem(arch: Arch, problem: Problem, cands: list[Candidate], *, reps: int = 10,
+                    seed: int = 0) -> list[Trial]:
+    """The GPU side: correctness of every candidate on ``problem``, then interleaved cold-L2
+    timing of those that pass and do not spill."""
     import torch
 
     from kernels.backend import CutileFamily, default_schedule
 
     from .correctness import check, poisoned_like, random_inputs, reference
     from .timing import time_interleaved
-    problem = Problem(B=1, H=16, S_q=S, D=D, causal=causal)
+    causal = problem.causal
     q, k, v = random_inputs(problem, seed)
     ref = reference(q, k, v, causal)
     launchers = {}
@@ -146,23 +175,69 @@ def measure_key(arch: Arch, D: int, causal: bool, S: int, *, reps: int = 10,
         s = time_interleaved({c: launchers[c] for c in passing}, reps=reps, l2="cold")
         return {c: (x.median * 1e3, x.spread) for c, x in s.items()}
 
-    return rank(candidates(arch, D, causal), check_one, time_all)
+    return rank(cands, check_one, time_all)
+
+
+def _trial_json(t: Trial) -> dict:
+    return dict(t.candidate.config().to_json(), passed=t.passed, check=t.verdict,
+                us=None if t.us is None else round(t.us, 2))
+
+
+def _classes(existing: dict | None) -> dict:
+    """The existing document's class blocks, every class present (unmeasured where absent)."""
+    old = (existing or {}).get("classes", {})
+    return {c.value: dict(old.get(c.value) or {"status": UNMEASURED, "configs": {},
+                                               "measured": {}})
+            for c in ShapeClass if c != ShapeClass.LONG}
 
 
 def document(arch: Arch, device: str, seq: int, results: dict[str, list[Trial]],
              existing: dict | None) -> dict:
-    """The JSON ``kernels.config`` reads: the best passing candidate per key, and every trial."""
+    """The JSON ``kernels.config`` reads: the best passing candidate per key, and every trial;
+    the class blocks of ``existing`` are kept."""
     configs = dict((existing or {}).get("configs", {}))
     measured = dict((existing or {}).get("measured", {}))
     for key, trials in results.items():
         configs[key] = best(trials).config().to_json()
-        measured[key] = [dict(t.candidate.config().to_json(), passed=t.passed, check=t.verdict,
-                              us=None if t.us is None else round(t.us, 2))
-                         for t in trials]
+        measured[key] = [_trial_json(t) for t in trials]
     return {"schema": SCHEMA, "arch": arch.name, "device": device,
             "source": f"python -m experiments.tune --arch {arch.name} --seq {seq} (correctness "
                       "gate, then experiments.timing: interleaved, cold L2; B=1 H=16 fp16)",
-            "configs": configs, "measured": measured}
+            "configs": configs, "measured": measured, "classes": _classes(existing)}
+
+
+def document_classes(arch: Arch, device: str, results: dict[str, dict[str, list[Trial]]],
+                     existing: dict | None, reps: int) -> dict:
+    """``existing`` (or an empty document) with the class blocks of ``results`` ({class: {key:
+    (problem, trials)}}) replaced: per key the best passing candidate, or none when nothing passed (the key
+    then falls back to the (D, causal) default), every trial, the problem measured, a status."""
+    doc = dict(existing or {"arch": arch.name, "configs": {}, "measured": {}})
+    doc["schema"] = SCHEMA
+    classes = _classes(existing)
+    for name, keys in results.items():
+        block = {"configs": dict(classes[name].get("configs", {})),
+                 "measured": dict(classes[name].get("measured", {})),
+                 "problems": dict(classes[name].get("problems", {}))}
+        failed = []
+        for key, (problem, trials) in keys.items():
+            block["measured"][key] = [_trial_json(t) for t in trials]
+            block["problems"][key] = problem.label
+            if trials and trials[0].passed:
+                block["configs"][key] = best(trials).config().to_json()
+            else:
+                block["configs"].pop(key, None)
+                failed.append(key)
+        chosen = sorted(block["configs"])
+        status = (f"measured on {device}: {', '.join(chosen)}" if chosen else "unmeasured")
+        if failed:
+            status += f"; no candidate passed for {', '.join(failed)}"
+        block["status"] = status + "; other keys fall back to the d/causal default"
+        block["source"] = (f"python -m experiments.tune --arch {arch.name} --classes {name} "
+                           f"(correctness gate, then experiments.timing: interleaved, cold L2, "
+                           f"{reps} repetitions) at each key's problem")
+        classes[name] = block
+    doc["classes"] = classes
+    return doc
 
 
 def write_atomic(path: Path, doc: dict, force: bool) -> None:
@@ -195,6 +270,66 @@ def _keys(only: str | None) -> list[tuple[int, bool]]:
     return [known[w] for w in want]
 
 
+CLASSES = tuple(c.value for c in ShapeClass if c != ShapeClass.LONG)
+
+
+def class_keys(name: str) -> list[tuple[int, bool]]:
+    """The (D, causal) keys issue 14's shape suite has in class ``name``."""
+    from .studies import shapes_problems
+    keys = {(p.D, p.causal) for _, p in shapes_problems() if shape_class(p).value == name}
+    return [k for k in KEYS if k in keys]
+
+
+def _classes_arg(value: str) -> list[str]:
+    want = list(CLASSES) if value == "all" else value.split(",")
+    bad = [w for w in want if w not in CLASSES]
+    if bad:
+        raise UsageError(f"--classes {','.join(bad)}: unknown shape class; known: "
+                         f"{', '.join(CLASSES)} or all (the long class is the default tune)")
+    return want
+
+
+def class_plan(names: list[str], only: list[tuple[int, bool]] | None
+               ) -> dict[str, dict[str, tuple[int, bool]]]:
+    """{class: {key: (D, causal)}}: each class's suite keys, narrowed to ``only`` when given."""
+    plan = {}
+    for name in names:
+        keys = [k for k in class_keys(name) if only is None or k in only]
+        if keys:
+            plan[name] = {config_key(*k): k for k in keys}
+    if not plan:
+        raise UsageError("--only leaves no key of the chosen classes; their keys: " + "; ".join(
+            f"{n}: {', '.join(config_key(*k) for k in class_keys(n))}" for n in names))
+    return plan
+
+
+def _print(line: str) -> None:
+    print(line, flush=True)
+
+
+def tune_classes(arch: Arch, plan: dict[str, dict[str, tuple[int, bool]]], *, reps: int,
+                 measure: Callable | None = None, log: Callable[[str], None] = _print) -> dict:
+    """Measure every (class, key) of ``plan`` at its representative problem; returns
+    {class: {key: (problem, trials)}} for ``document_classes``. ``measure`` defaults to
+    ``measure_problem`` (looked up at call time)."""
+    measure = measure or measure_problem
+    results: dict = {}
+    for name, keys in plan.items():
+        for key, (D, causal) in keys.items():
+            problem = representative(ShapeClass(name), D, causal)
+            trials = measure(arch, problem, class_candidates(arch, D, causal), reps=reps)
+            results.setdefault(name, {})[key] = (problem, trials)
+            for t in trials:
+                time = f"{t.us:9.1f} us" if t.us is not None else "  not timed"
+                log(f"{name}.{key} {problem.label} {t.candidate.label:28s} {time}  {t.verdict}")
+    return results
+
+
+def _device_name() -> str:
+    import torch
+    return torch.cuda.get_device_name()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m experiments.tune",
                                  description=__doc__.splitlines()[0])
@@ -203,37 +338,47 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="JSON path (default kernels/configs/<arch>.json)")
     ap.add_argument("--force", action="store_true", help="replace an existing JSON")
     ap.add_argument("--only", help="comma list of keys, e.g. d64.full,d128.causal")
+    ap.add_argument("--classes", help=f"tune shape classes instead: comma list of "
+                    f"{', '.join(CLASSES)}, or all")
     ap.add_argument("--reps", type=int, default=10, help="timed repetitions per candidate")
     args = ap.parse_args(argv)
     try:
         arch = get_arch(args.arch)
         keys = _keys(args.only)
+        plan = (class_plan(_classes_arg(args.classes), keys if args.only else None)
+                if args.classes else None)
         if args.seq <= 0 or args.reps < 1:
             raise UsageError("--seq must be positive and --reps at least 1")
         out = args.out or CONFIG_DIR / f"{arch.name}.json"
         if out.exists() and not args.force:
             raise UsageError(f"{out} exists; pass --force to replace it or --out to write "
                              "another file")
-        from spec import detect
-        present = detect()
+        import spec
+        present = spec.detect()
         if present is None or present.name != arch.name:
             raise UsageError(f"tuning measures on the {arch.name} GPU, and the GPU present is "
                              f"{present.name if present else 'none'}; run it on that machine")
+        existing = json.loads(out.read_text()) if out.exists() else None
     except (UsageError, UnknownArch) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    import torch
-    existing = json.loads(out.read_text()) if out.exists() else None
-    results = {}
-    for D, causal in keys:
-        key = config_key(D, causal)
-        trials = measure_key(present, D, causal, args.seq, reps=args.reps)
-        results[key] = trials
-        for t in trials:
-            time = f"{t.us:9.1f} us" if t.us is not None else "  not timed"
-            print(f"{key} {t.candidate.label:28s} {time}  {t.verdict}", flush=True)
+    except ValueError as e:           # an unreadable existing file
+        print(f"error: {out}: {e}; fix or move it, or pass another --out", file=sys.stderr)
+        return 2
     try:
-        doc = document(present, torch.cuda.get_device_name(), args.seq, results, existing)
+        if plan is not None:
+            results = tune_classes(present, plan, reps=args.reps)
+            doc = document_classes(present, _device_name(), results, existing, args.reps)
+        else:
+            results = {}
+            for D, causal in keys:
+                key = config_key(D, causal)
+                trials = measure_key(present, D, causal, args.seq, reps=args.reps)
+                results[key] = trials
+                for t in trials:
+                    time = f"{t.us:9.1f} us" if t.us is not None else "  not timed"
+                    print(f"{key} {t.candidate.label:28s} {time}  {t.verdict}", flush=True)
+            doc = document(present, _device_name(), args.seq, results, existing)
         write_atomic(out, doc, args.force)
     except (TuneError, UsageError) as e:
         print(f"error: {e}", file=sys.stderr)
