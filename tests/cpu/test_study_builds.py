@@ -7,7 +7,12 @@ a cache effect. Two traps this has caught:
   the seed's occupancy-2 hint, which is why the sawtooth study pins it;
 - with a ``for`` loop over work items, the linear persistent / tile-X D=128 builds at 128×128 spilled
   (176 B of stack) and their sawtooth twins did not, which made sawtooth look 1.56× faster on the
-  H100 (kernels/fmha.py docstring)."""
+  H100 (kernels/fmha.py docstring).
+
+The shapes study (issue 14's suite: GQA, uneven S, S_q != S_kv, bf16, batched short) and every
+configuration kernels/configs/h100.json can name (each shape class × (D, causal) key, at the
+class's representative problem, with its default schedule) are checked the same way, each
+distinct build (JIT-like signature symbol and hints) compiled once."""
 from __future__ import annotations
 
 import pytest
@@ -19,7 +24,7 @@ from tests.cpu.test_cutile_compile import _available
 
 pytestmark = pytest.mark.compile
 
-STUDIES = ("sawtooth", "longseq", "bench")
+STUDIES = ("sawtooth", "longseq", "bench")     # the shapes study: test_shapes_study_builds_...
 CASES = [(s, c) for s in STUDIES for c in get_study(s).plan(get_arch("h100"))
          if c.variant.backend == Backend.CUTILE]
 
@@ -43,3 +48,56 @@ def test_locality_study_cutile_builds_do_not_spill(study, case):
                     and c.variant.tiles == case.variant.tiles and c.variant.order.label == "linear")
         base = _resources(twin)
         assert res.regs <= base.regs, f"sawtooth {res} vs linear {base}"
+
+
+_BUILDS: dict = {}
+
+
+def _distinct_resources(cases) -> dict:
+    """{case id: resources} of ``cases``, each distinct build compiled once (shared cache)."""
+    from kernels.backend import compile_hints
+    from kernels.resources import resources
+    from kernels.signatures import CompileCase
+    out = {}
+    for case in cases:
+        cc = CompileCase.of(case.variant, case.problem)
+        hints = compile_hints(case.variant, case.problem, "h100")
+        key = (cc.signature().symbol, hints)
+        if key not in _BUILDS:
+            _BUILDS[key] = resources(cc, "sm_90", *hints)
+        out[case.id] = _BUILDS[key]
+    return out
+
+
+def _spilling(found: dict) -> list[str]:
+    return [f"{cid}: {r}" for cid, r in found.items()
+            if r.stack or r.spill_loads or r.spill_stores]
+
+
+def test_shapes_study_builds_do_not_spill():
+    require_toolchain(_available(), "cuda-tile + tileiras + cuobjdump")
+    cases = [c for c in get_study("shapes").plan(get_arch("h100"))
+             if c.variant.backend == Backend.CUTILE]
+    assert not _spilling(_distinct_resources(cases))
+
+
+def test_every_config_the_json_can_name_builds_without_spill():
+    """Each shape class × (D, causal): the configuration ``attention()`` picks for the class's
+    representative problem (the class's measured entry, or the (D, causal) default it falls
+    back to) with its default schedule."""
+    require_toolchain(_available(), "cuda-tile + tileiras + cuobjdump")
+    from kernels.backend import default_schedule
+    from kernels.config import ShapeClass, problem_config, representative
+    from spec import Case, ScanOrder, Variant
+    arch = get_arch("h100")
+    cases = []
+    for cls in ShapeClass:
+        for D in (64, 128):
+            for causal in (False, True):
+                p = representative(cls, D, causal)
+                cfg = problem_config("h100", p)
+                v = Variant(Backend.CUTILE, ScanOrder.linear(),
+                            default_schedule(p, cfg, cfg.tiles, arch.num_sms), cfg.tiles,
+                            cfg.occupancy)
+                cases.append(Case(p, v, arch.num_sms, cls.value))
+    assert not _spilling(_distinct_resources(cases))
