@@ -44,7 +44,7 @@ def instance_for(variant: Variant, problem: Problem, trace: bool = False) -> Ins
     s = variant.schedule
     work = s.work_order if s.kind == ScheduleKind.PERSISTENT else WorkOrder.Q_MAJOR
     return Instance(variant.order.kind, s.kind, work, variant.tiles, problem.D, problem.causal,
-                    problem.dtype, trace)
+                    problem.dtype, trace, variant.pipeline_stages)
 
 
 def check_variant(variant: Variant, problem: Problem, smem_limit: int | None = None) -> None:
@@ -61,12 +61,13 @@ def check_variant(variant: Variant, problem: Problem, smem_limit: int | None = N
         if v > MAX_TILE:
             raise UnsupportedVariant(f"{name}={v} is over {MAX_TILE}; the CUDA family is built for "
                                      "multiples of 16 up to 256 (tested: 64, 80, 128)")
-    need = smem_bytes(t, problem.D)
+    st = variant.pipeline_stages
+    need = smem_bytes(t, problem.D, st)
     if smem_limit is not None and need > smem_limit:
         raise UnsupportedVariant(
-            f"tiles {t.m}x{t.n} at D={problem.D} need {need} B of shared memory (Q tile + 2 K + "
-            f"2 V buffers), over this device's {smem_limit} B per block; use smaller tiles "
-            "(e.g. 128x64 or 64x64)")
+            f"tiles {t.m}x{t.n} at D={problem.D} need {need} B of shared memory (Q tile + {st} K "
+            f"+ {st} V buffers), over this device's {smem_limit} B per block; use smaller tiles "
+            "(e.g. 128x64 or 64x64) or fewer stages")
 
 
 @dataclass(frozen=True)
@@ -298,16 +299,17 @@ def _default_tiles() -> Tiles:
 
 def attention(q, k, v, *, causal: bool = False, order: str | ScanOrder = "linear",
               schedule: str | CtaSchedule = "grid", tiles: Tiles | tuple[int, int] | None = None,
-              out=None):
+              stages: int | None = None, out=None):
     """``softmax(q kᵀ / sqrt(D)) v`` on [B, H, S, D] fp16/bf16 CUDA tensors with the raw CUDA
     kernel. ``order``: linear, sawtooth[X], reverse, blockparity; ``schedule``: grid, tile<X>,
-    static<P>[h], lpt<P>; ``tiles``: (TILE_M, TILE_N), default the arch registry's."""
+    static<P>[h], lpt<P>; ``tiles``: (TILE_M, TILE_N), default the arch registry's; ``stages``: K/V
+    pipeline depth 1..3, default 2 (double buffer)."""
     problem = problem_from_tensors(q, k, v, causal, out)
     order = order if isinstance(order, ScanOrder) else ScanOrder.parse(order)
     schedule = schedule if isinstance(schedule, CtaSchedule) else CtaSchedule.parse(schedule)
     tiles = _default_tiles() if tiles is None else (
         tiles if isinstance(tiles, Tiles) else Tiles(*tiles))
-    variant = Variant(Backend.CUDA, order, schedule, tiles)
+    variant = Variant(Backend.CUDA, order, schedule, tiles, stages=stages)
     key = (variant, problem, q.device.index)
     if key not in _PREPARED:
         _PREPARED[key] = _FAMILY.prepare(variant, problem)

@@ -6,6 +6,11 @@
 // through cupy.RawModule(name_expressions=...); CI compiles the same names with nvcc as explicit
 // instantiations. Scan order, CTA schedule, tile shape, head dim, causal mask, element type and
 // the trace build are all compile-time: nothing switches at run time inside the K/V loop.
+//
+// The K/V pipeline depth is a template parameter too. flash_fwd is the default double buffer
+// (DEFAULT_STAGES); flash_fwd_staged<..., STAGES> builds the other depths (1: no prefetch,
+// 3: two tiles ahead). Two entry points rather than one more parameter on flash_fwd keep every
+// default build's kernel symbol, and so its cubin, byte for byte what it was before the knob.
 #include "flash_fwd.cuh"
 
 template <OrderKind ORDER, ScheduleKind SCHEDULE, WorkOrder WORK, int TILE_M, int TILE_N, int D,
@@ -24,5 +29,24 @@ flash_fwd(const unsigned short* q, const unsigned short* k, const unsigned short
     const FwdParams p{q, k, v, o, q_sb, q_sh, q_ss, k_sb, k_sh, k_ss, v_sb, v_sh, v_ss,
                       o_sb, o_sh, o_ss, H, H_kv, S_q, S_kv, n_q, n_kv, n_work, tiles_per_cta,
                       sawtooth_group, scale_log2, trace_visits, trace_ns, trace_steps};
-    flash_fwd_impl<ORDER, SCHEDULE, WORK, TILE_M, TILE_N, D, CAUSAL, DT, TRACE>(p);
+    flash_fwd_impl<ORDER, SCHEDULE, WORK, TILE_M, TILE_N, D, CAUSAL, DT, TRACE, DEFAULT_STAGES>(p);
+}
+
+template <OrderKind ORDER, ScheduleKind SCHEDULE, WorkOrder WORK, int TILE_M, int TILE_N, int D,
+          bool CAUSAL, DType DT, bool TRACE, int STAGES>
+__global__ void
+__launch_bounds__(FwdShape<TILE_M, TILE_N, D>::THREADS, FwdShape<TILE_M, TILE_N, D>::MIN_CTAS)
+flash_fwd_staged(const unsigned short* q, const unsigned short* k, const unsigned short* v,
+                 unsigned short* o,
+                 long long q_sb, long long q_sh, long long q_ss, long long k_sb, long long k_sh,
+                 long long k_ss, long long v_sb, long long v_sh, long long v_ss, long long o_sb,
+                 long long o_sh, long long o_ss,
+                 int H, int H_kv, int S_q, int S_kv, int n_q, int n_kv, int n_work,
+                 int tiles_per_cta, int sawtooth_group, float scale_log2,
+                 int* trace_visits, unsigned long long* trace_ns, int trace_steps) {
+    static_assert(STAGES != DEFAULT_STAGES, "the default depth is the flash_fwd entry point");
+    const FwdParams p{q, k, v, o, q_sb, q_sh, q_ss, k_sb, k_sh, k_ss, v_sb, v_sh, v_ss,
+                      o_sb, o_sh, o_ss, H, H_kv, S_q, S_kv, n_q, n_kv, n_work, tiles_per_cta,
+                      sawtooth_group, scale_log2, trace_visits, trace_ns, trace_steps};
+    flash_fwd_impl<ORDER, SCHEDULE, WORK, TILE_M, TILE_N, D, CAUSAL, DT, TRACE, STAGES>(p);
 }

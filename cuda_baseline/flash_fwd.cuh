@@ -5,8 +5,11 @@
 //   global (HBM) --cp.async.cg, 16 B, L1 bypassed--> shared memory (swizzled, K/V double-buffered)
 //                --ldmatrix--> registers --mma.sync.m16n8k16, fp32 accumulate--> registers
 //
-//   * A CTA keeps its Q tile [TILE_M, D] resident and streams K/V tiles [TILE_N, D] through two
-//     shared-memory buffers: while the warps compute on tile s, tile s+1 is already in flight.
+//   * A CTA keeps its Q tile [TILE_M, D] resident and streams K/V tiles [TILE_N, D] through
+//     STAGES shared-memory buffers (default two): while the warps compute on tile s, tiles
+//     s+1 .. s+STAGES-1 are already in flight. STAGES = 1 loads a tile, waits for it, then
+//     computes on it: every L2 miss is then paid in full, which is what the miss-cost study
+//     (experiments misscost) uses to expose the cost of a miss.
 //   * Each warp owns WARP_M = 16 * MREP query rows. Its S = Q Kᵀ block [WARP_M, TILE_N], the
 //     softmax state (m, l) and the output accumulator [WARP_M, D] live in registers for the whole
 //     K/V scan; only K and V are read from shared memory (by every warp).
@@ -95,9 +98,19 @@ struct FwdShape {
     static constexpr int PS = TILE_N / 16;    // 16-deep k-steps of P V
     static constexpr int Q_BYTES = TILE_M * D * 2;
     static constexpr int KV_BYTES = TILE_N * D * 2;
-    // Shared memory: Q, then K[2], then V[2] (double buffers).
+    // Shared memory: Q, then K[STAGES], then V[STAGES]; SMEM_BYTES is the default double buffer.
+    static constexpr int STAGE_BYTES = 2 * KV_BYTES;   // one K and one V buffer
     static constexpr int SMEM_BYTES = Q_BYTES + 4 * KV_BYTES;
 };
+
+// K/V pipeline depth: the default (double buffer) and the depths the family builds. The default
+// keeps the flash_fwd entry point (flash_fwd.cu); other depths are flash_fwd_staged<..., STAGES>.
+constexpr int DEFAULT_STAGES = 2;
+constexpr int MAX_STAGES = 3;
+template <int TILE_M, int TILE_N, int D, int STAGES>
+constexpr int fwd_smem_bytes() {
+    return FwdShape<TILE_M, TILE_N, D>::Q_BYTES + STAGES * FwdShape<TILE_M, TILE_N, D>::STAGE_BYTES;
+}
 
 // ------------------------------------------------------------------------------------------------
 // PTX wrappers.
@@ -114,6 +127,11 @@ __device__ __forceinline__ void cp_async_16(unsigned dst, const void* src, int s
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
+// Wait until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait_group() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
 
 __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -231,10 +249,19 @@ __device__ __forceinline__ bool reversed_for(int iter, int cta, int sawtooth_gro
 // ------------------------------------------------------------------------------------------------
 // One work item: Q tile `q_tile` of batch*head `bh`, all its K/V tiles, O written once.
 // `step` is the CTA's step counter over all its work items (trace builds record it).
-template <int TILE_M, int TILE_N, int D, bool CAUSAL, DType DT, bool TRACE>
+//
+// The K/V pipeline, STAGES buffers deep. Tile t of the scan goes to buffer t % STAGES in a
+// cp.async group of its own (K and V of one tile share a group). Before step s computes, the
+// CTA waits until at most STAGES-2 groups are in flight (tile s has landed, tiles up to
+// s+STAGES-2 may still fly), then a barrier: all warps have left step s-1, so its buffer
+// (the one tile s+STAGES-1 goes to) is free, and step s issues that tile before computing.
+// Every step commits a group, empty near the end of the scan, so the count stays uniform.
+// STAGES = 1 has no lookahead: step s waits for the barrier, issues tile s, waits for all of it.
+template <int TILE_M, int TILE_N, int D, bool CAUSAL, DType DT, bool TRACE, int STAGES>
 __device__ __forceinline__ void attend_q_tile(const FwdParams& p, unsigned char* smem, int bh,
                                               int q_tile, bool backward, int& step) {
     using S = FwdShape<TILE_M, TILE_N, D>;
+    static_assert(STAGES >= 1 && STAGES <= MAX_STAGES, "1 .. MAX_STAGES K/V buffers");
     constexpr int MREP = S::MREP, NB = S::NB, KS = S::KS, DB = S::DB, PS = S::PS;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int g = lane / 4, t = lane % 4;   // fragment row group / column pair of this thread
@@ -250,7 +277,7 @@ __device__ __forceinline__ void attend_q_tile(const FwdParams& p, unsigned char*
 
     const unsigned sQ = smem_addr(smem);
     const unsigned sK = sQ + S::Q_BYTES;          // K[buf] = sK + buf * KV_BYTES
-    const unsigned sV = sK + 2 * S::KV_BYTES;     // V[buf] = sV + buf * KV_BYTES
+    const unsigned sV = sK + STAGES * S::KV_BYTES;   // V[buf] = sV + buf * KV_BYTES
 
     // The scan: K/V tile j0, j0 + dj, ... (forward 0 .. n_steps-1, backward n_steps-1 .. 0).
     const int j0 = backward ? n_steps - 1 : 0, dj = backward ? -1 : 1;
@@ -268,6 +295,16 @@ __device__ __forceinline__ void attend_q_tile(const FwdParams& p, unsigned char*
     issue_k(j0, 0);
     issue_v(j0, 0);
     cp_async_commit();
+    if constexpr (STAGES > 2) {   // tiles 1 .. STAGES-2 in flight before the first step
+#pragma unroll
+        for (int ahead = 1; ahead < STAGES - 1; ++ahead) {
+            if (ahead < n_steps) {
+                issue_k(j0 + ahead * dj, ahead);
+                issue_v(j0 + ahead * dj, ahead);
+            }
+            cp_async_commit();
+        }
+    }
 
     // Per-thread state. Fragment layout of m16n8k16 (g = lane/4, t = lane%4): accumulator
     // element e of an 8-column block sits at row g + 8*(e/2), column 2t + e%2. So each thread holds
@@ -305,10 +342,19 @@ __device__ __forceinline__ void attend_q_tile(const FwdParams& p, unsigned char*
             }
         }
         ++step;
-        const int buf = s & 1;
+        const int buf = STAGES == 2 ? (s & 1) : s % STAGES;
+        if constexpr (STAGES == 1) {   // no lookahead: load tile s once every warp left step s-1
+            if (s > 0) {
+                __syncthreads();
+                issue_k(j, 0);
+                issue_v(j, 0);
+                cp_async_commit();
+            }
+        }
         // K/V tile s has landed for this thread's copies; the barrier makes every thread's copies
-        // visible and guarantees all warps left step s-1, so buffer buf^1 may be overwritten.
-        cp_async_wait_all();
+        // visible and guarantees all warps left step s-1, so its buffer may be overwritten.
+        if constexpr (STAGES <= 2) cp_async_wait_all();
+        else cp_async_wait_group<STAGES - 2>();
         __syncthreads();
         if constexpr (S::Q_IN_REGS) {
             if (s == 0) {
@@ -318,10 +364,11 @@ __device__ __forceinline__ void attend_q_tile(const FwdParams& p, unsigned char*
                     for (int ks = 0; ks < KS; ++ks) ldmatrix_x4(q_frag[mi][ks], q_frag_addr(mi, ks));
             }
         }
-        // Prefetch K/V tile s+1 into the other buffers while this step computes; K now, V after
-        // Q Kᵀ (their address registers are then never live together). Both land by step s+1.
-        const bool prefetch = s + 1 < n_steps;
-        if (prefetch) issue_k(j + dj, buf ^ 1);
+        // Prefetch K/V tile s+STAGES-1 into the buffer step s-1 used while this step computes;
+        // K now, V after Q Kᵀ (their address registers are then never live together).
+        const bool prefetch = STAGES >= 2 && s + STAGES - 1 < n_steps;
+        auto next_buf = [&] { return STAGES == 2 ? (buf ^ 1) : (s + STAGES - 1) % STAGES; };
+        if (prefetch) issue_k(j + (STAGES - 1) * dj, next_buf());
 
         // ---- S = Q Kᵀ : [WARP_M, TILE_N] per warp --------------------------------------------
         // B operand (K as "column-major" Kᵀ) straight from K's rows with a non-transposing
@@ -358,8 +405,8 @@ __device__ __forceinline__ void attend_q_tile(const FwdParams& p, unsigned char*
             }
         }
 
-        if (prefetch) issue_v(j + dj, buf ^ 1);
-        cp_async_commit();
+        if (prefetch) issue_v(j + (STAGES - 1) * dj, next_buf());
+        if constexpr (STAGES >= 2) cp_async_commit();
 
         // ---- mask: keys past S_kv, and (causal) keys after the query row -----------------------
         // Only tiles that straddle the end of the sequence or the diagonal pay for it.
@@ -468,7 +515,7 @@ __device__ __forceinline__ void attend_q_tile(const FwdParams& p, unsigned char*
 // ------------------------------------------------------------------------------------------------
 // CTA schedule: which work items (bh, q_tile) this CTA processes, in which order (spec/schedules.py).
 template <OrderKind ORDER, ScheduleKind SCHEDULE, WorkOrder WORK, int TILE_M, int TILE_N, int D,
-          bool CAUSAL, DType DT, bool TRACE>
+          bool CAUSAL, DType DT, bool TRACE, int STAGES>
 __device__ __forceinline__ void flash_fwd_impl(const FwdParams& p) {
     extern __shared__ __align__(128) unsigned char smem[];   // 128-B aligned: the swizzle's banks
     const int cta = blockIdx.x;
@@ -483,14 +530,14 @@ __device__ __forceinline__ void flash_fwd_impl(const FwdParams& p) {
     }
     if constexpr (SCHEDULE == ScheduleKind::GRID) {
         // One Q tile per CTA, Q tile fastest: CTA c = q + n_q * bh.
-        attend_q_tile<TILE_M, TILE_N, D, CAUSAL, DT, TRACE>(
+        attend_q_tile<TILE_M, TILE_N, D, CAUSAL, DT, TRACE, STAGES>(
             p, smem, cta / p.n_q, cta % p.n_q, reversed_for<ORDER>(0, cta, p.sawtooth_group), step);
     } else if constexpr (SCHEDULE == ScheduleKind::TILE_X) {
         // X consecutive Q tiles of one head per CTA: CTA c = group + n_groups * bh.
         const int n_groups = (p.n_q + p.tiles_per_cta - 1) / p.tiles_per_cta;
         const int bh = cta / n_groups, first = (cta % n_groups) * p.tiles_per_cta;
         for (int k = 0; k < p.tiles_per_cta && first + k < p.n_q; ++k)
-            attend_q_tile<TILE_M, TILE_N, D, CAUSAL, DT, TRACE>(
+            attend_q_tile<TILE_M, TILE_N, D, CAUSAL, DT, TRACE, STAGES>(
                 p, smem, bh, first + k, reversed_for<ORDER>(k, cta, p.sawtooth_group), step);
     } else {
         // Persistent: exactly gridDim.x CTAs walk the work items with a grid-stride loop.
@@ -503,7 +550,7 @@ __device__ __forceinline__ void flash_fwd_impl(const FwdParams& p) {
             if constexpr (WORK == WorkOrder::HEAD_MAJOR) { bh = w % n_bh; q = w / n_bh; }
             else { bh = w / p.n_q; q = w % p.n_q; }
             if constexpr (SCHEDULE == ScheduleKind::LONGEST_FIRST) q = p.n_q - 1 - q;
-            attend_q_tile<TILE_M, TILE_N, D, CAUSAL, DT, TRACE>(
+            attend_q_tile<TILE_M, TILE_N, D, CAUSAL, DT, TRACE, STAGES>(
                 p, smem, bh, q, reversed_for<ORDER>(iter, cta, p.sawtooth_group), step);
         }
     }

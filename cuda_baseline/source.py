@@ -5,8 +5,9 @@ machine's ``nvcc`` and to read registers, shared memory and spills off ``-Xptxas
 uses the same names as ``cupy.RawModule(name_expressions=...)``.
 
 An instantiation is ``flash_fwd<OrderKind::X, ScheduleKind::Y, WorkOrder::Z, TILE_M, TILE_N, D,
-causal, DType::T, trace>``; enumerator names are the Python enums' names (spec.OrderKind,
-spec.ScheduleKind, spec.WorkOrder, spec.DType).
+causal, DType::T, trace>`` (the default double-buffered K/V pipeline), or
+``flash_fwd_staged<..., trace, STAGES>`` for another pipeline depth; enumerator names are the Python
+enums' names (spec.OrderKind, spec.ScheduleKind, spec.WorkOrder, spec.DType).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from pathlib import Path
 from spec.orders import OrderKind
 from spec.problem import DType, Tiles
 from spec.schedules import ScheduleKind, WorkOrder
+from spec.variant import DEFAULT_STAGES, STAGE_RANGE
 
 HERE = Path(__file__).resolve().parent
 HEADER = HERE / "flash_fwd.cuh"
@@ -58,13 +60,17 @@ class Instance:
     causal: bool
     dtype: DType
     trace: bool = False
+    stages: int = DEFAULT_STAGES   # K/V pipeline depth (spec.Variant.pipeline_stages)
 
     @property
     def name(self) -> str:
         b = lambda x: "true" if x else "false"   # noqa: E731
-        return (f"flash_fwd<OrderKind::{self.order.name}, ScheduleKind::{self.schedule.name}, "
+        args = (f"OrderKind::{self.order.name}, ScheduleKind::{self.schedule.name}, "
                 f"WorkOrder::{self.work.name}, {self.tiles.m}, {self.tiles.n}, {self.D}, "
-                f"{b(self.causal)}, DType::{self.dtype.name}, {b(self.trace)}>")
+                f"{b(self.causal)}, DType::{self.dtype.name}, {b(self.trace)}")
+        if self.stages == DEFAULT_STAGES:
+            return f"flash_fwd<{args}>"
+        return f"flash_fwd_staged<{args}, {self.stages}>"
 
     @property
     def threads(self) -> int:
@@ -72,7 +78,7 @@ class Instance:
 
     @property
     def smem_bytes(self) -> int:
-        return smem_bytes(self.tiles, self.D)
+        return smem_bytes(self.tiles, self.D, self.stages)
 
 
 def mrep(tiles: Tiles, D: int) -> int:
@@ -81,9 +87,10 @@ def mrep(tiles: Tiles, D: int) -> int:
     return 2 if (tiles.m % 32 == 0 and tiles.m >= 128 and 2 * acc <= 128) else 1
 
 
-def smem_bytes(tiles: Tiles, D: int) -> int:
-    """Q tile plus double-buffered K and V tiles, 16-bit elements (FwdShape::SMEM_BYTES)."""
-    return (tiles.m + 4 * tiles.n) * D * 2
+def smem_bytes(tiles: Tiles, D: int, stages: int = DEFAULT_STAGES) -> int:
+    """Q tile plus ``stages`` K and V buffers, 16-bit elements (fwd_smem_bytes in the header;
+    FwdShape::SMEM_BYTES for the default double buffer)."""
+    return (tiles.m + 2 * stages * tiles.n) * D * 2
 
 
 def source_text() -> str:
@@ -127,6 +134,27 @@ def ci_instances() -> list[Instance]:
     return out
 
 
+STAGE_STUDY_TILES = Tiles(80, 80)
+"""The tile of the miss-cost study (the sawtooth study's CUDA configuration)."""
+
+
+def stage_instances() -> list[Instance]:
+    """Every pipeline depth other than the default at the miss-cost study's configuration: linear
+    and sawtooth, persistent q-major, 80 x 80 tiles, D = 64 and 128, causal and not, fp16, plain
+    and trace builds; and the grid / tile-X kernels of each depth at 64 x 64 (the index
+    arithmetic the GPU tests also run). CI compiles them beside ``ci_instances()``."""
+    depths = [st for st in range(STAGE_RANGE[0], STAGE_RANGE[1] + 1) if st != DEFAULT_STAGES]
+    out = [Instance(o, ScheduleKind.PERSISTENT, WorkOrder.Q_MAJOR, STAGE_STUDY_TILES, d, c,
+                    DType.FP16, tr, st)
+           for st in depths for o in (OrderKind.LINEAR, OrderKind.SAWTOOTH) for d in (64, 128)
+           for c in (False, True) for tr in (False, True)]
+    out += [Instance(OrderKind.SAWTOOTH, s, WorkOrder.Q_MAJOR, Tiles(64, 64), d, c, DType.FP16,
+                     False, st)
+            for st in depths for s in (ScheduleKind.GRID, ScheduleKind.TILE_X)
+            for d in (64, 128) for c in (False, True)]
+    return out
+
+
 # --- nvcc driver -------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -166,8 +194,9 @@ def translation_unit(instances: list[Instance]) -> str:
 _MANGLE = re.compile(r"Compiling entry function '(\S+)'")
 _SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _REGS = re.compile(r"Used (\d+) registers")
-_DEMANGLE = re.compile(r"_Z9flash_fwdIL9OrderKind(\d)EL12ScheduleKind(\d)EL9WorkOrder(\d)ELi(\d+)"
-                       r"ELi(\d+)ELi(\d+)ELb(\d)EL5DType(\d)ELb(\d)E")
+_DEMANGLE = re.compile(r"_Z(?:9flash_fwd|16flash_fwd_staged)IL9OrderKind(\d)EL12ScheduleKind(\d)"
+                       r"EL9WorkOrder(\d)ELi(\d+)ELi(\d+)ELi(\d+)ELb(\d)EL5DType(\d)ELb(\d)"
+                       r"(?:ELi(\d+))?E")
 
 
 def parse_ptxas(log: str) -> dict[str, Resources]:
@@ -181,7 +210,7 @@ def parse_ptxas(log: str) -> dict[str, Resources]:
             cur = None if d is None else Instance(
                 OrderKind(int(d[1])), ScheduleKind(int(d[2])), WorkOrder(int(d[3])),
                 Tiles(int(d[4]), int(d[5])), int(d[6]), d[7] == "1", dtypes[int(d[8])],
-                d[9] == "1").name
+                d[9] == "1", int(d[10]) if d[10] else DEFAULT_STAGES).name
         elif (m := _SPILL.search(line)) and cur:
             spill = (int(m[1]), int(m[2]), int(m[3]))
         elif (m := _REGS.search(line)) and cur and spill:

@@ -1,8 +1,10 @@
 """A variant: one compile-time specialisation of a kernel family, named by one id grammar.
 
-``{backend}.{order}.{schedule}.m{TILE_M}n{TILE_N}d{D}[.occ{N}][.L{level}]``, e.g.
-``cutile.sawtooth.static132.m64n64d64``. The id is the NVTX range under ncu, the ``variant`` column
-of every CSV and the key of the figure style table.
+``{backend}.{order}.{schedule}.m{TILE_M}n{TILE_N}d{D}[.occ{N}][.L{level}][.st{stages}]``, e.g.
+``cutile.sawtooth.static132.m64n64d64`` or ``cuda.linear.static96.m80n80d64.st1``. The id is the
+NVTX range under ncu, the ``variant`` column of every CSV and the key of the figure style table.
+Optional fields appear only when they differ from the family default, so ids of builds made before
+a knob existed stay what they were.
 """
 from __future__ import annotations
 
@@ -12,6 +14,16 @@ from dataclasses import dataclass
 from .orders import ScanOrder
 from .problem import Problem, Tiles
 from .schedules import CtaSchedule
+
+
+DEFAULT_STAGES = 2
+"""K/V pipeline depth of every build unless a variant says otherwise: a double buffer (tile s+1
+loads while tile s is computed). ``Variant.stages`` None means this depth."""
+STAGE_RANGE = (1, 3)
+"""Pipeline depths a variant may ask for: 1 (load, wait, compute: no lookahead) .. 3."""
+
+STAGES_TOKEN = "st"
+"""Prefix of the stage field of a variant id (``.st1``, ``.st3``)."""
 
 
 class Backend(enum.Enum):
@@ -32,9 +44,45 @@ class Variant:
     tiles: Tiles
     occupancy: int | None = None   # None: the family's default for the arch
     level: int | None = None       # cuTile tuning-ladder level 1..6; None: the full kernel (6)
+    stages: int | None = None      # K/V pipeline depth (CUDA family); None: DEFAULT_STAGES
+
+    def __post_init__(self) -> None:
+        s = self.stages
+        if s is None:
+            return
+        if not isinstance(s, int) or isinstance(s, bool) or not STAGE_RANGE[0] <= s <= STAGE_RANGE[1]:
+            raise ValueError(f"stages={s!r}: the K/V pipeline depth must be an integer in "
+                             f"{STAGE_RANGE[0]}..{STAGE_RANGE[1]}")
+        if self.backend != Backend.CUDA:
+            raise ValueError(f"stages={s}: the pipeline depth is a knob of the CUDA family only "
+                             "(cuTile schedules its own loads); leave stages None")
+        if s == DEFAULT_STAGES:   # one spelling of the default: equal variants, equal ids
+            object.__setattr__(self, "stages", None)
+
+    @property
+    def pipeline_stages(self) -> int:
+        """The K/V pipeline depth this variant builds (``DEFAULT_STAGES`` when unset)."""
+        return DEFAULT_STAGES if self.stages is None else self.stages
 
     def id(self, problem: Problem) -> str:
         occ = "" if self.occupancy is None else f".occ{self.occupancy}"
         lvl = "" if self.level is None else f".L{self.level}"
+        st = "" if self.stages is None else f".{STAGES_TOKEN}{self.stages}"
         return (f"{self.backend.value}.{self.order.label}.{self.schedule.label}."
-                f"{self.tiles.label}d{problem.D}{occ}{lvl}")
+                f"{self.tiles.label}d{problem.D}{occ}{lvl}{st}")
+
+
+def parse_stages(token: str) -> int | None:
+    """The stage count of an id field (``st1`` -> 1) or of a CSV / JSON value (``"1"``, ``""``);
+    None for the default. Raises ValueError naming the accepted forms."""
+    t = str(token).strip().lower()
+    if t in ("", "none"):
+        return None
+    digits = t[len(STAGES_TOKEN):] if t.startswith(STAGES_TOKEN) else t
+    if not digits.isdigit():
+        raise ValueError(f"unknown stage field {token!r}; expected st<N> or <N> with N in "
+                         f"{STAGE_RANGE[0]}..{STAGE_RANGE[1]}")
+    n = int(digits)
+    if not STAGE_RANGE[0] <= n <= STAGE_RANGE[1]:
+        raise ValueError(f"stage count {n} is outside {STAGE_RANGE[0]}..{STAGE_RANGE[1]}")
+    return None if n == DEFAULT_STAGES else n
