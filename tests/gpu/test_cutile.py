@@ -3,7 +3,10 @@
 Every order × schedule × causal × D × dtype against the fp32 SDPA reference (the rule of
 experiments/correctness.py: NaN never passes, outputs poisoned first, fresh seeded inputs, uneven
 S and grouped-query heads included); changing only the CTA schedule is bitwise identical; the trace
-build visits exactly what ``spec.visit_order`` prescribes; bad input gets a clear error.
+build visits exactly what ``spec.visit_order`` prescribes; bad input gets a clear error. Each shape
+class of kernels.config (S_q != S_kv with causal top-left aligned as SDPA's ``is_causal``, grouped
+query heads, uneven S, batched short, bf16) through ``attention()``'s default configuration,
+against a reference whose mask is built explicitly.
 
 The variants are module-level data: ``builds(arch)`` lists every (variant, problem, trace) each
 test launches, and tests/gpu/conftest.py compiles them all in parallel before the first test.
@@ -57,6 +60,24 @@ def tall_problem(D: int, dtype: str) -> Problem:
 
 
 ATTENTION_PROBLEM = Problem(B=1, H=8, H_kv=8, S_q=1500, S_kv=1500, D=128, causal=True)
+
+
+def shape_class_problems() -> list[Problem]:
+    """One or more small problems per shape class (kernels.config.shape_class), both head dims:
+    cross (fewer and more queries than keys, causal), GQA (bf16, uneven S), uneven (a batch),
+    batched short (causal and not, bf16 and fp16)."""
+    out = []
+    for D in HEAD_DIMS:
+        out += [Problem(B=1, H=4, S_q=200, S_kv=700, D=D, causal=True),
+                Problem(B=1, H=4, S_q=700, S_kv=300, D=D, dtype="bf16", causal=True),
+                Problem(B=2, H=8, H_kv=2, S_q=1000, S_kv=1000, D=D, dtype="bf16", causal=True),
+                Problem(B=3, H=4, S_q=1000, S_kv=1000, D=D, causal=True),
+                Problem(B=8, H=4, S_q=512, S_kv=512, D=D, dtype="bf16", causal=False),
+                Problem(B=8, H=4, S_q=512, S_kv=512, D=D, causal=True)]
+    return out
+
+
+SHAPE_CLASS_PROBLEMS = shape_class_problems()
 LADDER_PROBLEM = Problem(B=1, H=4, S_q=777, D=64, causal=True)
 SMALL_PROBLEM = Problem(B=1, H=2, S_q=64, D=64)          # test_wrong_arch_is_named
 
@@ -89,8 +110,8 @@ def _attention_variant(arch: Arch, pr: Problem, order: str, schedule: str | None
                        level: int = 6) -> Variant:
     """The variant ``kernels.backend.attention`` launches for these arguments."""
     from kernels.backend import default_schedule
-    from kernels.config import default_config
-    cfg = default_config(arch.name, pr.D, pr.causal)
+    from kernels.config import problem_config
+    cfg = problem_config(arch.name, pr)
     sched = (default_schedule(pr, cfg, cfg.tiles, arch.num_sms) if schedule is None
              else CtaSchedule.parse(schedule))
     return Variant(Backend.CUTILE, ScanOrder.parse(order), sched, cfg.tiles, None,
@@ -122,6 +143,8 @@ def builds(arch: Arch) -> dict[str, list[tuple[Variant, Problem, bool]]]:
         "test_tuning_ladder_levels_agree": [
             (_attention_variant(arch, LADDER_PROBLEM, "sawtooth", "static33", lv),
              LADDER_PROBLEM, False) for lv in LADDER_LEVELS],
+        "test_shape_classes_through_attention": [
+            (_attention_variant(arch, p, "linear", None), p, False) for p in SHAPE_CLASS_PROBLEMS],
         "test_backward_causal_with_tall_tiles": [
             (_variant(o, "static5", TALL, 1), p, False)
             for o, d, dt in itertools.product(TALL_ORDERS, HEAD_DIMS, DTYPES)
@@ -265,3 +288,43 @@ def test_backward_causal_with_tall_tiles(order, D, dtype):
     fam.run(fam.prepare(_variant(order, "static5", TALL, 1), pr), q, k, v, out)
     res = check(out, q, k, v, True)
     assert res.passed, f"{order}/{pr.label}: {res}"
+
+
+# ------------------------------------------------------------------------------------------
+# shape classes through the user function
+# ------------------------------------------------------------------------------------------
+def _top_left_reference(q, k, v, causal: bool):
+    """fp32 attention with an explicit mask: query row r sees keys 0..r (top-left aligned, which
+    the PyTorch docs give as ``is_causal``'s meaning: ``causal_upper_left``), K/V heads expanded
+    for grouped queries. Independent of how any SDPA backend reads ``is_causal``."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    g = q.shape[1] // k.shape[1]
+    k, v = k.float().repeat_interleave(g, dim=1), v.float().repeat_interleave(g, dim=1)
+    mask = None
+    if causal:
+        mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril()
+    with sdpa_kernel([SDPBackend.MATH]):
+        return F.scaled_dot_product_attention(q.float(), k, v, attn_mask=mask)
+
+
+@pytest.mark.parametrize("pr", SHAPE_CLASS_PROBLEMS, ids=lambda p: p.label)
+def test_shape_classes_through_attention(pr):
+    """``attention()`` with its default configuration for the problem's class matches the
+    explicitly masked reference; where S_q != S_kv, SDPA's own ``is_causal`` (the reference of
+    the correctness gate and of the peers) is checked to be that same top-left mask."""
+    import torch
+
+    from experiments.correctness import check, reference
+    from kernels.backend import attention
+    from kernels.config import shape_class
+    q, k, v, _ = _setup(pr, _seed("shape-class", pr.label))
+    ref = _top_left_reference(q, k, v, pr.causal)
+    if pr.S_q != pr.S_kv:
+        torch.testing.assert_close(reference(q, k, v, pr.causal), ref, atol=1e-4, rtol=1e-4)
+    out = attention(q, k, v, causal=pr.causal)
+    res = check(out, q, k, v, pr.causal, ref)
+    # SDPA's own error sets the tolerance: it must be an error, not a different mask
+    assert res.peer_err < 0.05, f"SDPA at {pr.dtype.value} is off by {res.peer_err}"
+    assert res.passed, f"{shape_class(pr).value} {pr.label}: {res}"
