@@ -10,7 +10,15 @@ minimum over the problems where both were timed, the same per shape class
 (``kernels.config.shape_class``), and every problem the family has no time for (failed the
 correctness gate or did not build): a missing problem is listed, never silently dropped from the
 mean. A peer that does not run a shape (SDPA's flash backend refuses ``is_causal`` with
-S_q != S_kv) leaves that ratio out and is counted.
+S_q != S_kv, and grouped K/V heads unless called with ``enable_gqa``) leaves that ratio out and is
+counted.
+
+Peers are timed, not checked, by ``experiments.measure``. Where their reading of the call may
+differ from ours (``is_causal`` with S_q != S_kv: PyTorch documents it as top-left aligned, while
+FlashAttention 2 and later align bottom-right; grouped K/V heads, which cuDNN accepts without
+``enable_gqa``), the study's measure hook runs each peer once on the same inputs through the
+correctness gate and records a ``max_abs_err`` row for it; a peer that fails there computed a
+different function, and its times are left out of the ratios (and the line says so).
 
 The pure summary is here, in the study's module: its natural home, ``analysis/``, belongs to
 another part of the project; it reads rows as dicts (``spec.records.read_csv``) or ``Row``s.
@@ -35,18 +43,36 @@ BARS = {"cutile": "issue 14 bar: geomean >= 0.95x cuDNN, min >= 0.85x cuDNN, eve
 PROBLEM_COLUMNS = ("B", "H", "H_kv", "S_q", "S_kv", "D", "dtype", "causal")
 
 
+PEER_BACKENDS = (("sdpa-flash", "FLASH_ATTENTION"), ("sdpa-cudnn", "CUDNN_ATTENTION"))
+"""The SDPA peers and their ``torch.nn.attention.SDPBackend`` names, as experiments.timing's
+``sdpa_peers`` times them."""
+
+
 def _problem(r: dict) -> Problem:
     return Problem(B=int(r["B"]), H=int(r["H"]), H_kv=int(r["H_kv"]), S_q=int(r["S_q"]),
                    S_kv=int(r["S_kv"]), D=int(r["D"]), dtype=r["dtype"],
                    causal=r["causal"] in (True, "True", "true", "1"))
 
 
+def _dicts(rows) -> list[dict]:
+    return [asdict(r) if is_dataclass(r) else r for r in rows]
+
+
+def failed_peers(rows) -> set[tuple[Problem, str]]:
+    """(problem, peer) pairs whose output failed the correctness gate (their max_abs_err row)."""
+    return {(_problem(r), r["backend"]) for r in _dicts(rows)
+            if r["metric"] == Metric.MAX_ABS_ERR and r["backend"] in dict(PEER_BACKENDS)
+            and not str(r.get("note", "")).startswith("ok")}
+
+
 def median_times(rows) -> dict[Problem, dict[str, float]]:
-    """{problem: {family or peer: median kernel ms}} from timing rows (dicts or Rows)."""
+    """{problem: {family or peer: median kernel ms}} from timing rows (dicts or Rows), without
+    the times of peers that failed the correctness gate on that problem."""
+    rows = _dicts(rows)
+    wrong = failed_peers(rows)
     samples: dict = {}
     for r in rows:
-        r = asdict(r) if is_dataclass(r) else r
-        if r["metric"] != Metric.KERNEL_TIME_MS:
+        if r["metric"] != Metric.KERNEL_TIME_MS or (_problem(r), r["backend"]) in wrong:
             continue
         samples.setdefault(_problem(r), {}).setdefault(r["backend"], []).append(float(r["value"]))
     return {p: {who: statistics.median(v) for who, v in d.items()} for p, d in samples.items()}
@@ -127,14 +153,51 @@ def summary_lines(rows) -> list[str]:
                          f"built): {', '.join(s.missing)}")
         lines.append(f"  ({BARS[s.family]}; {s.no_cudnn} problems without a cuDNN time, "
                      f"{s.no_flash} without a flash time)")
+    wrong = sorted(f"{peer} on {p.label}" for p, peer in failed_peers(rows))
+    if wrong and lines:
+        lines.append(f"left out, the peer's output failed the correctness gate: {', '.join(wrong)}")
     return lines or ["no family was timed: nothing to summarize"]
 
 
+def needs_peer_check(p: Problem) -> bool:
+    """Whether a peer may read this call differently from the reference (module docstring)."""
+    return (p.causal and p.S_q != p.S_kv) or p.H_kv < p.H
+
+
+def peer_check_rows(cases, arch, *, run: str, study: str, seed: int) -> list:
+    """A ``max_abs_err`` row per SDPA peer that runs a problem of ``cases`` needing the check:
+    its output on the inputs ``check_and_time`` used (same seed) against the fp32 reference."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from .correctness import check, random_inputs, reference
+    from .measure import _row
+    rows = []
+    for p in dict.fromkeys(c.problem for c in cases if needs_peer_check(c.problem)):
+        q, k, v = random_inputs(p, seed)
+        ref = reference(q, k, v, p.causal)
+        for name, backend in PEER_BACKENDS:
+            try:
+                with sdpa_kernel(getattr(SDPBackend, backend)):
+                    out = F.scaled_dot_product_attention(q, k, v, is_causal=p.causal)
+            except RuntimeError:
+                continue            # the peer does not run this shape: it has no times either
+            verdict = check(out, q, k, v, p.causal, ref)
+            rows.append(_row(name, p, Metric.MAX_ABS_ERR, verdict.max_err, run=run, study=study,
+                             arch=arch.name, note=str(verdict)))
+        del q, k, v, ref
+        torch.cuda.empty_cache()
+    return rows
+
+
 def measure(cases, arch, **kw):
-    """The study's measure hook: ``experiments.measure.check_and_time``, then the summary lines
-    appended to the outcome's summary (``experiments.run`` prints them after the run)."""
+    """The study's measure hook: ``experiments.measure.check_and_time``, the peers' correctness
+    rows (``peer_check_rows``), then the summary lines appended to the outcome's summary
+    (``experiments.run`` prints them after the run)."""
     from .measure import check_and_time
     out = check_and_time(cases, arch, **kw)
+    out.rows += peer_check_rows(cases, arch, run=kw["run"], study=kw["study"], seed=kw["seed"])
     out.summary += summary_lines(out.rows)
     return out
 

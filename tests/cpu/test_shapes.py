@@ -219,6 +219,29 @@ def test_summary_ratios_geomean_minimum_and_missing():
     assert lines[0].startswith("cutile vs cuDNN: geomean 0.737x, min 0.500x")
 
 
+def test_a_peer_that_fails_the_gate_is_left_out_of_the_ratios():
+    gqa = Problem(2, 32, 4096, 128, H_kv=8, dtype="bf16", causal=True)
+    rows = _rows({(CROSS, "sdpa-cudnn"): [0.1], (CROSS, "cutile"): [0.5],
+                  (gqa, "sdpa-cudnn"): [1.0], (gqa, "cutile"): [2.0]})
+    err = dict(B=CROSS.B, H=CROSS.H, H_kv=CROSS.H_kv, S_q=CROSS.S_q, S_kv=CROSS.S_kv, D=CROSS.D,
+               dtype="fp16", causal=True, backend="sdpa-cudnn", metric="max_abs_err", value=3.0,
+               note="FAIL: max|err|=3.00e+00 (SDPA own 1.00e-03, tol 3.00e-03)")
+    ok = dict(err, B=gqa.B, H=gqa.H, H_kv=gqa.H_kv, S_q=gqa.S_q, S_kv=gqa.S_kv, D=gqa.D,
+              dtype="bf16", value=1e-3, note="ok: max|err|=1.00e-03")
+    (s,) = shapes.summarize(rows + [err, ok])
+    assert s.vs_cudnn.n == 1 and s.vs_cudnn.geomean == pytest.approx(0.5) and s.no_cudnn == 1
+    assert shapes.summary_lines(rows + [err, ok])[-1] == \
+        f"left out, the peer's output failed the correctness gate: sdpa-cudnn on {CROSS.label}"
+
+
+def test_peers_are_checked_where_they_may_read_the_call_differently():
+    assert shapes.needs_peer_check(CROSS)                                  # causal S_q != S_kv
+    assert not shapes.needs_peer_check(Problem(1, 16, 1024, 64, S_kv=16384))
+    assert shapes.needs_peer_check(Problem(2, 32, 4096, 128, H_kv=8))      # grouped K/V heads
+    assert not shapes.needs_peer_check(Problem(1, 4, 3000, 64, causal=True))
+    assert sum(shapes.needs_peer_check(p) for _, p in shapes_problems()) == 6   # 4 GQA, 2 cross
+
+
 def test_summary_without_any_family_says_so():
     assert shapes.summary_lines(_rows({(LONG, "sdpa-cudnn"): [1.0]})) == \
         ["no family was timed: nothing to summarize"]
