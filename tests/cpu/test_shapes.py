@@ -362,3 +362,23 @@ def test_tune_classes_refusals_are_one_line_exit_2(tmp_path, capsys, monkeypatch
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("error: ") and words in err
     assert not list(tmp_path.iterdir())
+
+
+def test_measure_hook_adds_peer_rows_and_prints_the_summary_last(monkeypatch):
+    from experiments import measure as measure_mod
+    rows = _rows({(LONG, "sdpa-cudnn"): [1.0], (LONG, "cutile"): [2.0]})
+    seen = {}
+
+    def fake_check_and_time(cases, arch, **kw):
+        seen["kw"] = kw
+        return measure_mod.Outcome(rows=list(rows), summary=["case line"])
+
+    def fake_peer_rows(cases, arch, *, run, study, seed):
+        seen["peer"] = (run, study, seed)
+        return []
+    monkeypatch.setattr(measure_mod, "check_and_time", fake_check_and_time)
+    monkeypatch.setattr(shapes, "peer_check_rows", fake_peer_rows)
+    out = shapes.measure([], H100, run="r", study="shapes", reps=3, seed=7, timed=True,
+                         progress=None)
+    assert seen["peer"] == ("r", "shapes", 7) and seen["kw"]["reps"] == 3
+    assert out.summary[0] == "case line" and out.summary[1].startswith("cutile vs cuDNN: geomean 0.500x")
