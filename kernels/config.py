@@ -116,8 +116,9 @@ def shape_class(problem: Problem) -> ShapeClass:
 
 
 def representative(cls: ShapeClass, D: int, causal: bool) -> Problem:
-    """The problem a class is tuned (and resource-checked) at for a (D, causal) key: a shape of
-    the issue's suite in that class (fp16 except GQA, which the suite runs in bf16)."""
+    """The problem a class is tuned (and resource-checked) at for a (D, causal) key: the shape
+    of issue 14's suite in that class, at that D and mask (fp16 except GQA, which the suite runs
+    in bf16)."""
     shapes = {
         ShapeClass.LONG: dict(B=1, H=16, S_q=16384),
         ShapeClass.SHORT: dict(B=16, H=16, S_q=1024),
