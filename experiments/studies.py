@@ -305,11 +305,11 @@ def shapes_plan(arch: Arch) -> list[Case]:
     SDPA flash and cuDNN): the four S=128K problems cost 3.3 s per round of the four launchers,
     about 60 s over 3 warm-up and 15 timed rounds; the S=32K ones a sixteenth of that; the 72
     other problems run 0.05-2 ms per launch, so their fixed costs (inputs, fp32 reference, the
-    correctness run) dominate at about 0.5 s each, 40 s; compiling the about 100 distinct builds
-    in parallel about 1-2 min. About 3-4 min in all (the scaling study, 64 cases with four
-    S=128K problems at 5 repetitions, took 59 s). The summary (geometric mean and minimum of
-    the speed ratio to cuDNN and to flash per family, ``experiments.shapes``) is printed after
-    the measurement."""
+    correctness run) dominate at about 0.5 s each, 40 s; compiling the 26 distinct cuTile builds
+    and the CUDA instances in parallel about 1-2 min. About 3-4 min in all (the scaling study,
+    64 cases with four S=128K problems at 5 repetitions, took 59 s). The summary (geometric mean
+    and minimum of the speed ratio to cuDNN and to flash per family, ``experiments.shapes``) is
+    printed after the measurement."""
     from kernels.backend import default_schedule
     from kernels.config import problem_config
     cases = []
