@@ -338,6 +338,53 @@ def drift_plan(arch: Arch) -> list[Case]:
     return cases
 
 
+MISSCOST_STAGES = (1, None, 3)
+"""K/V pipeline depths of the miss-cost study: no lookahead, the default double buffer, three."""
+
+
+def misscost_ctas(arch: Arch) -> int:
+    """Attention CTAs of the miss-cost study: about three quarters of the SMs, a multiple of 8
+    (the SM granularity of a green-context split on Hopper); the other SMs run the DRAM
+    streamer (experiments.streamer). H100: 96 attention SMs, 36 streaming."""
+    return max(8, (3 * arch.num_sms // 4) // 8 * 8)
+
+
+def misscost_plan(arch: Arch) -> list[Case]:
+    """Where does a miss cost time (issue 15): linear vs sawtooth, CUDA 80x80 D=64, B=H=1, one
+    persistent CTA on each of ``misscost_ctas`` SMs, over K/V pipeline depth {1, 2, 3} x S
+    (K+V per head 0.5x the L2, and the sawtooth study's S, 1.28x the L2 on an H100) x causal.
+    The available-bandwidth axis is not a case field: the measure hook
+    (``experiments.streamer.measure_misscost``) times every case with the streamer off and at
+    each ``experiments.streamer.LEVELS`` intensity on the SMs left free, and records the
+    streamer's own bandwidth; ncu counters (misses, DRAM bytes) are taken without the streamer
+    (ncu serialises kernels).
+
+    GPU time of one repeat on an H100, from the committed sawtooth run (linear 80x80 at P=132,
+    S=262144: 103 ms): at P=96 about 142 ms full and ~90 ms causal above the L2, 22 / 13 ms
+    below: ~270 ms per (depth, order), ~1.8 s per round of the 24 cases (depth 1 ~1.4x slower).
+    Four streamer levels x (3 warm-up + 5 timed) rounds ~ 60-90 s, the correctness and partition
+    checks ~10 s, ncu on 24 cases a few minutes: about 5-6 minutes, under the 8-minute budget.
+    Three repeats are three invocations (three run directories)."""
+    p = misscost_ctas(arch)
+    below = kv_scaled_seqs(arch, 0.5, 0.5, 1)[0]
+    cases = []
+    for causal in (False, True):
+        mode = "causal" if causal else "noncausal"
+        for s in (below, scaled_seq(arch)):
+            prob = Problem(B=1, H=1, S_q=s, D=64, causal=causal)
+            for st in MISSCOST_STAGES:
+                for order in (ScanOrder.linear(), ScanOrder.sawtooth()):
+                    v = Variant(Backend.CUDA, order, CtaSchedule.persistent(p), Tiles(80, 80),
+                                stages=st)
+                    cases.append(Case(prob, v, p, f"misscost-{mode}-st{v.pipeline_stages}"))
+    return cases
+
+
+def _misscost_measure(*args, **kw):
+    from .streamer import measure_misscost   # GPU imports stay out of plan-only commands
+    return measure_misscost(*args, **kw)
+
+
 def _drift_measure(*args, **kw):
     from .measure import measure_drift     # GPU imports stay out of plan-only commands
     return measure_drift(*args, **kw)
@@ -388,6 +435,10 @@ STUDIES: dict[str, Study] = {
               "CUDA trace build, spread of step start times over the CTAs",
               ("drift",), drift_plan, timed=False, profiled=False, measure=_drift_measure,
               rows_file="drift.csv"),
+        Study("misscost", "where a miss costs time: linear vs sawtooth over K/V pipeline depth "
+              "{1,2,3} x available DRAM bandwidth (a co-running streamer on the SMs the "
+              "persistent kernel leaves free) x S below/above the L2 x causal",
+              (), misscost_plan, reps=5, measure=_misscost_measure),
         Study("reuse", "reuse-distance histograms and LRU miss-ratio curves (simulator only), "
               "linear vs sawtooth vs block-parity, every arch's L2 marked",
               ("reuse",), reuse_plan, measurable=False, simulate=_reuse_rows),

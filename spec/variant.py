@@ -50,7 +50,8 @@ class Variant:
         s = self.stages
         if s is None:
             return
-        if not isinstance(s, int) or isinstance(s, bool) or not STAGE_RANGE[0] <= s <= STAGE_RANGE[1]:
+        lo, hi = STAGE_RANGE
+        if not isinstance(s, int) or isinstance(s, bool) or not lo <= s <= hi:
             raise ValueError(f"stages={s!r}: the K/V pipeline depth must be an integer in "
                              f"{STAGE_RANGE[0]}..{STAGE_RANGE[1]}")
         if self.backend != Backend.CUDA:
