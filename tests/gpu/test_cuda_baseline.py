@@ -6,7 +6,9 @@ rule of experiments/correctness.py: NaN never passes, outputs poisoned first, fr
 uneven S and grouped-query heads included); schedule-only changes are bitwise identical (and the
 sawtooth equals the linear or reverse scan tile by tile); the trace build visits exactly what
 ``spec.visit_order`` prescribes; P = 1 and P = all resident CTAs are correct; bad input gets a
-clear error before any launch.
+clear error before any launch. Every K/V pipeline depth other than the default (1, 3) computes
+bit for bit what the double buffer computes (the depth changes when tiles arrive, never the
+arithmetic) and its trace build visits what the spec prescribes.
 
 The variants are module-level data: ``builds(arch)`` lists every instantiation the tests launch,
 and tests/gpu/conftest.py compiles them all in parallel before the first test.
@@ -35,6 +37,12 @@ FULL_TILES = Tiles(64, 64)                 # every order x schedule; also the tr
 TILES = [FULL_TILES, Tiles(80, 80), Tiles(128, 64), Tiles(128, 128)]
 HEAD_DIMS = [64, 128]
 BF16_VARIANT = ("linear", "grid", Tiles(128, 64))
+# K/V pipeline depths other than the default: the miss-cost study's builds (80x80, persistent,
+# linear and sawtooth) and the grid / tile-X kernels at 64x64 (cuda_baseline.source
+# stage_instances, compiled in CI); P = 7 gives every CTA several work items.
+STAGES = [1, 3]
+STAGE_CASES = [("linear", "static7", Tiles(80, 80)), ("sawtooth", "static7", Tiles(80, 80)),
+               ("sawtooth", "grid", FULL_TILES), ("sawtooth", "tile2", FULL_TILES)]
 
 
 def pairs(tiles: Tiles) -> list[tuple[str, str]]:
@@ -55,8 +63,9 @@ def _problem(D: int, causal: bool, dtype=DType.FP16) -> Problem:
                    causal=causal)
 
 
-def _variant(order: str, schedule: str, tiles: Tiles) -> Variant:
-    return Variant(Backend.CUDA, ScanOrder.parse(order), CtaSchedule.parse(schedule), tiles)
+def _variant(order: str, schedule: str, tiles: Tiles, stages: int | None = None) -> Variant:
+    return Variant(Backend.CUDA, ScanOrder.parse(order), CtaSchedule.parse(schedule), tiles,
+                   stages=stages)
 
 
 def builds(arch: Arch) -> dict[str, list[tuple[Variant, Problem, bool]]]:
@@ -76,6 +85,12 @@ def builds(arch: Arch) -> dict[str, list[tuple[Variant, Problem, bool]]]:
                       for d, c in grid],
         "test_trace_equals_spec": [(_variant(o, s, FULL_TILES), _problem(d, c), True)
                                    for d, c in grid for o, s in pairs(FULL_TILES)],
+        "test_stage_depths_are_bitwise_the_double_buffer": [
+            (_variant(o, s, t, st), _problem(d, c), False)
+            for d, c in grid for o, s, t in STAGE_CASES for st in STAGES + [None]],
+        "test_stage_trace_equals_spec": [
+            (_variant(o, s, t, st), _problem(d, c), True)
+            for d, c in grid for o, s, t in STAGE_CASES[:2] for st in STAGES],
     }
 
 
@@ -186,6 +201,41 @@ def test_trace_equals_spec(backend, order, schedule, D, causal):
     assert (valid == (want[:, :, 0] >= 0)).all()
     for row, ok in zip(ns, valid):   # the timer never runs backwards within a CTA
         assert (np.diff(row[ok]) >= 0).all()
+    assert chk(out).passed, "the trace build computes the same attention"
+
+
+@pytest.mark.parametrize("D", HEAD_DIMS)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("stages", STAGES)
+@pytest.mark.parametrize("order, schedule, tiles", STAGE_CASES,
+                         ids=[f"{o}-{s}-{t.label}" for o, s, t in STAGE_CASES])
+def test_stage_depths_are_bitwise_the_double_buffer(backend, order, schedule, tiles, stages,
+                                                    causal, D):
+    import torch
+    pr = _problem(D, causal)
+    out, res, p = _run(backend, _variant(order, schedule, tiles, stages), pr)
+    assert res.passed, f"{p.id} on {pr.label}: {res}"
+    assert p.build.startswith("flash_fwd_staged<") and p.build.endswith(f", {stages}>")
+    base = _run(backend, _variant(order, schedule, tiles), pr)[0]
+    assert torch.equal(out, base), f"{p.id} differs from the double-buffered build"
+
+
+@pytest.mark.parametrize("D", HEAD_DIMS)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("stages", STAGES)
+@pytest.mark.parametrize("order", ["linear", "sawtooth"])
+def test_stage_trace_equals_spec(backend, order, stages, causal, D):
+    from experiments.correctness import poisoned_like
+    pr = _problem(D, causal)
+    var = _variant(order, "static7", Tiles(80, 80), stages)
+    q, k, v, chk, torch = _case(pr)
+    p = backend.prepare(var, pr)
+    out = poisoned_like(q)
+    tr = backend.trace(p, q, k, v, out)
+    assert tr["build"].endswith(f"true, {stages}>"), tr["build"]
+    want = visit_order(TileGrid(pr, var.tiles), var.schedule, var.order).table()
+    np.testing.assert_array_equal(tr["visits"], want)
+    assert len(set(tr["smid"].tolist())) >= 1 and (tr["smid"] >= 0).all()
     assert chk(out).passed, "the trace build computes the same attention"
 
 
