@@ -83,11 +83,12 @@ def sdpa_peers(q, k, v, causal: bool) -> dict[str, Callable[[], None]]:
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
     peers = {}
+    gqa = q.shape[1] != k.shape[1]      # grouped-query heads: flash needs the flag to accept them
     for name, backend in (("sdpa-flash", SDPBackend.FLASH_ATTENTION),
                           ("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION)):
         def launch(backend=backend):
             with sdpa_kernel(backend):
-                F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
         try:
             launch()
         except RuntimeError:

@@ -134,7 +134,7 @@ def test_document_keeps_other_keys_and_records_every_trial():
     assert doc["configs"]["d64.causal"] == {"tile_m": 64}
     assert doc["configs"]["d64.full"] == c.config().to_json()
     assert [m["passed"] for m in doc["measured"]["d64.full"]] == [True, True, False]
-    assert doc["schema"] == 1 and "experiments.tune" in doc["source"]
+    assert doc["schema"] == 2 and "experiments.tune" in doc["source"]
 
 
 def test_config_file_is_never_silently_replaced(tmp_path):
