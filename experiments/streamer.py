@@ -124,6 +124,13 @@ class Partition:
     note: str = ""
 
 
+def misscost_ctas(arch: Arch) -> int:
+    """Attention CTAs of the miss-cost study: about three quarters of the SMs, a multiple of 8
+    (the SM granularity of a green-context split on Hopper); the other SMs run the DRAM
+    streamer (experiments.streamer). H100: 96 attention SMs, 36 streaming."""
+    return max(8, (3 * arch.num_sms // 4) // 8 * 8)
+
+
 def stream_buffer_bytes(arch: Arch) -> int:
     return 8 * arch.l2_bytes
 
@@ -394,7 +401,6 @@ def _partition_rows(fam, case: Case, q, k, v, streamer: Streamer, lv: Level, par
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .studies import misscost_ctas
     ap = argparse.ArgumentParser(prog="python -m experiments.streamer",
                                  description="explain the misscost co-runner plan (no GPU needed)")
     ap.add_argument("--arch", default="h100")

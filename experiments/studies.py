@@ -14,6 +14,8 @@ from spec import (Arch, Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant
 from spec.case import Case
 from spec.arch import MiB
 
+from .streamer import measure_misscost, misscost_ctas
+
 
 @dataclass(frozen=True)
 class Study:
@@ -342,13 +344,6 @@ MISSCOST_STAGES = (1, None, 3)
 """K/V pipeline depths of the miss-cost study: no lookahead, the default double buffer, three."""
 
 
-def misscost_ctas(arch: Arch) -> int:
-    """Attention CTAs of the miss-cost study: about three quarters of the SMs, a multiple of 8
-    (the SM granularity of a green-context split on Hopper); the other SMs run the DRAM
-    streamer (experiments.streamer). H100: 96 attention SMs, 36 streaming."""
-    return max(8, (3 * arch.num_sms // 4) // 8 * 8)
-
-
 def misscost_plan(arch: Arch) -> list[Case]:
     """Where does a miss cost time (issue 15): linear vs sawtooth, CUDA 80x80 D=64, B=H=1, one
     persistent CTA on each of ``misscost_ctas`` SMs, over K/V pipeline depth {1, 2, 3} x S
@@ -357,7 +352,7 @@ def misscost_plan(arch: Arch) -> list[Case]:
     (``experiments.streamer.measure_misscost``) times every case with the streamer off and at
     each ``experiments.streamer.LEVELS`` intensity on the SMs left free, and records the
     streamer's own bandwidth; ncu counters (misses, DRAM bytes) are taken without the streamer
-    (ncu serialises kernels).
+    (ncu serialises kernels). Attention CTAs: ``experiments.streamer.misscost_ctas``.
 
     GPU time of one repeat on an H100, from the committed sawtooth run (linear 80x80 at P=132,
     S=262144: 103 ms): at P=96 about 142 ms full and ~90 ms causal above the L2, 22 / 13 ms
@@ -378,11 +373,6 @@ def misscost_plan(arch: Arch) -> list[Case]:
                                 stages=st)
                     cases.append(Case(prob, v, p, f"misscost-{mode}-st{v.pipeline_stages}"))
     return cases
-
-
-def _misscost_measure(*args, **kw):
-    from .streamer import measure_misscost   # GPU imports stay out of plan-only commands
-    return measure_misscost(*args, **kw)
 
 
 def _drift_measure(*args, **kw):
@@ -438,7 +428,7 @@ STUDIES: dict[str, Study] = {
         Study("misscost", "where a miss costs time: linear vs sawtooth over K/V pipeline depth "
               "{1,2,3} x available DRAM bandwidth (a co-running streamer on the SMs the "
               "persistent kernel leaves free) x S below/above the L2 x causal",
-              (), misscost_plan, reps=5, measure=_misscost_measure),
+              (), misscost_plan, reps=5, measure=measure_misscost),
         Study("reuse", "reuse-distance histograms and LRU miss-ratio curves (simulator only), "
               "linear vs sawtooth vs block-parity, every arch's L2 marked",
               ("reuse",), reuse_plan, measurable=False, simulate=_reuse_rows),

@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 
 from cuda_baseline.source import nvcc_path
-from experiments.streamer import LEVELS, STREAM_SOURCE, main, plan_lines
-from experiments.studies import (MISSCOST_STAGES, get_study, kv_bytes_per_head, misscost_ctas,
-                                 misscost_plan)
+from experiments.streamer import LEVELS, STREAM_SOURCE, main, misscost_ctas, plan_lines
+from experiments.studies import MISSCOST_STAGES, get_study, kv_bytes_per_head, misscost_plan
 from spec import get_arch
 from spec.orders import OrderKind
 from spec.variant import Backend
