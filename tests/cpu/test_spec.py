@@ -171,3 +171,18 @@ def test_every_metric_has_a_unit():
     assert not missing, f"Metric constants without a unit in UNITS: {missing}"
     assert set(UNITS) == set(names.values())          # and no unit for a name that is not a Metric
     assert UNITS[Metric.CTA_START_SPREAD_NS] == UNITS[Metric.STEP_NS] == "ns"
+
+
+def test_case_round_trips_through_json_with_every_knob():
+    """The profiling target rebuilds cases from JSON: a knob lost there would profile another
+    build under the case's id."""
+    import json
+    from spec.case import Case, case_from_dict, case_to_dict
+    from spec import Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant
+    for v in (Variant(Backend.CUDA, ScanOrder.sawtooth(), CtaSchedule.persistent(96),
+                      Tiles(80, 80), stages=1),
+              Variant(Backend.CUTILE, ScanOrder.linear(), CtaSchedule.tile_x(2), Tiles(64, 64),
+                      occupancy=2, level=4)):
+        c = Case(Problem(B=2, H=4, S_q=1000, S_kv=3000, H_kv=2, D=64, causal=True), v, 96, "p")
+        back = case_from_dict(json.loads(json.dumps(case_to_dict(c))))
+        assert back == c and back.id == c.id
