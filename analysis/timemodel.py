@@ -42,11 +42,12 @@ build at 103.4 ms with P = 132, whose busiest CTA runs 25 work items x 3277 tile
   the H100 (25 GB/s per SM) because its kernels stream the same bytes with fewer, slower SMs.
 
 Parameters are public facts, never fitted to the sawtooth-vs-linear answer: peak DRAM
-bandwidth from NVIDIA's datasheets; L2-hit and DRAM load latencies rounded from public
-microbenchmarks (Chips and Cheese, "Nvidia's H100: Funny L2, and Tons of Bandwidth", 2023;
-Luo et al., "Benchmarking and Dissecting the Nvidia Hopper GPU Architecture", IPDPS 2024,
-arXiv:2402.13499), which measure unloaded pointer chases: under load the latency is longer, so
-the model's exposed latency is a lower bound. ``t_c`` is measured: the time per step of the same
+bandwidth from NVIDIA's datasheets; the L2-hit and DRAM load latencies are ASSUMED values
+(0.15 us and 0.50 us), of the order public pointer-chase microbenchmarks report (Chips and Cheese,
+"Nvidia's H100: Funny L2, and Tons of Bandwidth", 2023; Luo et al., arXiv:2402.13499) but not
+checked against their tables here: verify them, or measure them on the device, before any
+prediction is quoted. Unloaded latencies understate loaded ones, so the exposed latency is a
+lower bound. ``t_c`` is measured: the time per step of the same
 build where nothing misses (below the L2, deepest pipeline, no co-runner), a different case from
 the ones predicted. Pure functions; no GPU, no I/O.
 """
@@ -75,8 +76,8 @@ class MemoryFacts:
 
 
 H100 = MemoryFacts("h100", 132, 3.35e12, 0.15e-6, 0.50e-6,
-                   "NVIDIA H100 SXM5 datasheet (3.35 TB/s HBM3); latencies rounded from Chips and "
-                   "Cheese 2023 and Luo et al. 2024 (arXiv:2402.13499)")
+                   "NVIDIA H100 SXM5 datasheet (3.35 TB/s HBM3); latencies ASSUMED (order of "
+                   "Chips and Cheese 2023, Luo et al. arXiv:2402.13499; unverified)")
 GB10 = MemoryFacts("gb10", 48, 273e9, 0.15e-6, 0.50e-6,
                    "NVIDIA DGX Spark / GB10 spec (273 GB/s LPDDR5x, 48 SMs); latencies: no public "
                    "GB10 measurement, the H100 values are assumed (LPDDR5x is likely slower, so "
