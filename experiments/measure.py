@@ -45,7 +45,7 @@ class Outcome:
     summary: list[str] = field(default_factory=list)         # one line per case, for the log
 
 
-def _row(case_or_peer, problem, metric, value, *, run, study, arch, sample=0, note="",
+def case_row(case_or_peer, problem, metric, value, *, run, study, arch, sample=0, note="",
          source=Source.MEASURED.value, unit=None, x=None) -> Row:
     if isinstance(case_or_peer, Case):
         fields = case_fields(problem, case_or_peer.variant)
@@ -60,12 +60,12 @@ def _row(case_or_peer, problem, metric, value, *, run, study, arch, sample=0, no
 def resource_rows(case: Case, prepared, *, run: str, study: str, arch: str) -> list[Row]:
     """Registers, local bytes per thread, shared memory per CTA and CTAs per SM of a prepared
     build (either family: ``spec.family.PREPARED_FIELDS``); the note names the build."""
-    return [_row(case, case.problem, metric, getattr(prepared, attr), run=run, study=study,
+    return [case_row(case, case.problem, metric, getattr(prepared, attr), run=run, study=study,
                  arch=arch, unit=unit, note=prepared.build)
             for metric, attr, unit in RESOURCES]
 
 
-def _by_problem(cases: list[Case]) -> dict:
+def by_problem(cases: list[Case]) -> dict:
     groups: dict = {}
     for c in cases:
         groups.setdefault(c.problem, []).append(c)
@@ -100,7 +100,7 @@ def check_and_time(cases: list[Case], arch: Arch, *, run: str, study: str, reps:
     import torch
     res = Outcome()
     families = {}
-    for problem, group in _by_problem(cases).items():
+    for problem, group in by_problem(cases).items():
         q, k, v = random_inputs(problem, seed)
         ref = reference(q, k, v, problem.causal)
         launchers = {}
@@ -117,7 +117,7 @@ def check_and_time(cases: list[Case], arch: Arch, *, run: str, study: str, reps:
             except Exception as e:          # a failed variant is reported; the sweep goes on
                 res.failed[case.id] = f"{type(e).__name__}: {e}"
                 continue
-            res.rows.append(_row(case, problem, Metric.MAX_ABS_ERR, verdict.max_err, run=run,
+            res.rows.append(case_row(case, problem, Metric.MAX_ABS_ERR, verdict.max_err, run=run,
                                  study=study, arch=arch.name, note=str(verdict)))
             if not verdict.passed:
                 res.failed[case.id] = str(verdict)
@@ -131,9 +131,9 @@ def check_and_time(cases: list[Case], arch: Arch, *, run: str, study: str, reps:
         for who, s in samples.items():
             subject = next((c for c in launchers if c.id == who), who)
             for i, ms in enumerate(s.ms):
-                res.rows.append(_row(subject, problem, Metric.KERNEL_TIME_MS, ms, run=run,
+                res.rows.append(case_row(subject, problem, Metric.KERNEL_TIME_MS, ms, run=run,
                                      study=study, arch=arch.name, sample=i, note="l2=cold"))
-            res.rows.append(_row(subject, problem, Metric.TFLOPS, s.tflops(problem.flops),
+            res.rows.append(case_row(subject, problem, Metric.TFLOPS, s.tflops(problem.flops),
                                  run=run, study=study, arch=arch.name,
                                  note=f"median of {len(s.ms)}, spread ±{100 * s.spread:.1f}%"))
         del q, k, v, ref
@@ -151,9 +151,9 @@ def drift_rows(case: Case, time_ns, arch: Arch, *, run: str, study: str, points:
     line: the spread after one work item and at most, in steps and in MiB of K/V."""
     problem, variant = case.problem, case.variant
     d = drift(time_ns)
-    rows = [_row(case, problem, Metric.STEP_NS, d.median_step_ns, run=run, study=study,
+    rows = [case_row(case, problem, Metric.STEP_NS, d.median_step_ns, run=run, study=study,
                  arch=arch.name, note=note)]
-    rows += [_row(case, problem, Metric.CTA_START_SPREAD_NS, d.spread_ns[i], run=run,
+    rows += [case_row(case, problem, Metric.CTA_START_SPREAD_NS, d.spread_ns[i], run=run,
                   study=study, arch=arch.name, x=float(d.step[i]))
              for i in sample_steps(len(d.step), points)]
     g = TileGrid(problem, variant.tiles)
@@ -178,7 +178,7 @@ def _drift_case(fam, case: Case, arch: Arch, res: Outcome, *, run: str, study: s
     except Exception as e:              # a failed case is reported; the sweep goes on
         res.failed[case.id] = f"{type(e).__name__}: {e}"
         return
-    res.rows.append(_row(case, problem, Metric.MAX_ABS_ERR, verdict.max_err, run=run,
+    res.rows.append(case_row(case, problem, Metric.MAX_ABS_ERR, verdict.max_err, run=run,
                          study=study, arch=arch.name, note=str(verdict)))
     if not verdict.passed:
         res.failed[case.id] = f"trace build output {verdict}"
@@ -262,9 +262,9 @@ def derived_miss_rows(rows: list[Row], cases: list[Case], arch: Arch, *, run: st
                      if r.metric == Metric.L2_TEX_MISSES and _same_case(r, c)), None)
         if miss is None:
             continue
-        out.append(_row(c, c.problem, Metric.COLD_MISSES, cold, run=run, study=study,
+        out.append(case_row(c, c.problem, Metric.COLD_MISSES, cold, run=run, study=study,
                         arch=arch.name, source=Source.MODEL.value, note="exact cold-miss count"))
-        out.append(_row(c, c.problem, Metric.NONCOMPULSORY_MISSES, miss - cold, run=run,
+        out.append(case_row(c, c.problem, Metric.NONCOMPULSORY_MISSES, miss - cold, run=run,
                         study=study, arch=arch.name, note="measured misses - exact cold misses"))
     return out
 

@@ -172,7 +172,7 @@ def peer_check_rows(cases, arch, *, run: str, study: str, seed: int) -> list:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from .correctness import check, random_inputs, reference
-    from .measure import _row
+    from .measure import case_row
     rows = []
     for p in dict.fromkeys(c.problem for c in cases if needs_peer_check(c.problem)):
         q, k, v = random_inputs(p, seed)
@@ -184,7 +184,7 @@ def peer_check_rows(cases, arch, *, run: str, study: str, seed: int) -> list:
             except RuntimeError:
                 continue            # the peer does not run this shape: it has no times either
             verdict = check(out, q, k, v, p.causal, ref)
-            rows.append(_row(name, p, Metric.MAX_ABS_ERR, verdict.max_err, run=run, study=study,
+            rows.append(case_row(name, p, Metric.MAX_ABS_ERR, verdict.max_err, run=run, study=study,
                              arch=arch.name, note=str(verdict)))
         del q, k, v, ref
         torch.cuda.empty_cache()

@@ -93,9 +93,9 @@ extern "C" __global__ void dram_stream(const uint4* __restrict__ buf, long long 
     if (acc == 0x9E3779B9u) rec[4 * blockIdx.x + 3] |= 1ull << 40;   // never true in practice
 }
 """
-STREAMER_GBPS = "streamer_dram_gbps"
+STREAMER_GBPS = Metric.STREAMER_GBPS
 """Metric of the streamer's achieved bandwidth, one row per timed launch (x = its threads/CTA)."""
-PARTITION_METRICS = ("attention_sms", "streamer_sms", "shared_sms")
+PARTITION_METRICS = (Metric.ATTENTION_SMS, Metric.STREAMER_SMS, Metric.SHARED_SMS)
 """Per streamer level, from one attention trace build beside the streamer: distinct SMs of the
 attention CTAs, of the streamer CTAs, and of both (must be 0)."""
 MAX_STREAM_NS = 5_000_000_000   # a streamer never outlives 5 s, even if the stop flag is lost
@@ -295,7 +295,7 @@ def measure_misscost(cases: list[Case], arch: Arch, *, run: str, study: str, rep
 
     from .correctness import check, poisoned_like, random_inputs, reference
     from .families import family
-    from .measure import Outcome, _by_problem, _row, resource_rows
+    from .measure import Outcome, by_problem, case_row, resource_rows
     from .timing import time_interleaved
 
     res = Outcome()
@@ -309,7 +309,7 @@ def measure_misscost(cases: list[Case], arch: Arch, *, run: str, study: str, rep
     fam = family(cases[0].variant.backend, arch.name)
     warmup, checked = 3, False
     with torch.cuda.stream(att):
-        for problem, group in _by_problem(cases).items():
+        for problem, group in by_problem(cases).items():
             q, k, v = random_inputs(problem, seed)
             ref = reference(q, k, v, problem.causal)
             runs = {}
@@ -324,7 +324,7 @@ def measure_misscost(cases: list[Case], arch: Arch, *, run: str, study: str, rep
                 except Exception as e:   # a failed variant is reported; the sweep goes on
                     res.failed[case.id] = f"{type(e).__name__}: {e}"
                     continue
-                res.rows.append(_row(case, problem, Metric.MAX_ABS_ERR, verdict.max_err, run=run,
+                res.rows.append(case_row(case, problem, Metric.MAX_ABS_ERR, verdict.max_err, run=run,
                                      study=study, arch=arch.name, note=str(verdict)))
                 if not verdict.passed:
                     res.failed[case.id] = str(verdict)
@@ -360,11 +360,11 @@ def measure_misscost(cases: list[Case], arch: Arch, *, run: str, study: str, rep
                 note = f"l2=cold stream={lv.label} partition={part.path}"
                 for c in runs:
                     for i, ms in enumerate(samples[c.id].ms):
-                        res.rows.append(_row(c, problem, Metric.KERNEL_TIME_MS, ms, run=run,
+                        res.rows.append(case_row(c, problem, Metric.KERNEL_TIME_MS, ms, run=run,
                                              study=study, arch=arch.name, sample=i, note=note,
                                              x=float(lv.threads)))
                     for i, slot in enumerate(slots[c.id][warmup:]):
-                        res.rows.append(_row(c, problem, STREAMER_GBPS,
+                        res.rows.append(case_row(c, problem, STREAMER_GBPS,
                                              achieved_gbps(streamer.records(slot)), run=run,
                                              study=study, arch=arch.name, sample=i, note=note,
                                              unit="GB/s", x=float(lv.threads)))
@@ -384,7 +384,7 @@ def _partition_rows(fam, case: Case, q, k, v, streamer: Streamer, lv: Level, par
     import torch
 
     from .correctness import poisoned_like
-    from .measure import _row
+    from .measure import case_row
     prep = fam.prepare(case.variant, case.problem)
     streamer.reserve(1)
     slot = streamer.start(lv.threads)
@@ -396,7 +396,7 @@ def _partition_rows(fam, case: Case, q, k, v, streamer: Streamer, lv: Level, par
     values = (len(att), len(mine), len(att & mine))
     note = (f"stream={lv.label} partition={part.path}; trace build {tr['build']}; attention "
             f"CTAs {len(tr['smid'])} on {len(att)} SMs")
-    return [_row(case, case.problem, m, val, run=run, study=study, arch=arch.name, note=note,
+    return [case_row(case, case.problem, m, val, run=run, study=study, arch=arch.name, note=note,
                  unit="SM", x=float(lv.threads)) for m, val in zip(PARTITION_METRICS, values)]
 
 

@@ -77,9 +77,16 @@ class Metric:
     # CTA drift (trace build timestamps; x = step index)
     CTA_START_SPREAD_NS = "cta_start_spread_ns"
     STEP_NS = "median_step_ns"
+    # the co-running DRAM streamer (misscost study; x = the streamer's threads per CTA)
+    STREAMER_GBPS = "streamer_dram_gbps"
+    ATTENTION_SMS = "attention_sms"
+    STREAMER_SMS = "streamer_sms"
+    SHARED_SMS = "shared_sms"
 
 
 UNITS = {
+    Metric.STREAMER_GBPS: "GB/s", Metric.ATTENTION_SMS: "SM", Metric.STREAMER_SMS: "SM",
+    Metric.SHARED_SMS: "SM",
     Metric.L2_SECTORS: "sector", Metric.L2_TEX_SECTORS: "sector", Metric.L2_TEX_HITS: "sector",
     Metric.L2_TEX_MISSES: "sector", Metric.L2_HIT_RATE: "%", Metric.L1_SECTORS: "sector",
     Metric.L1_HITS: "sector", Metric.DRAM_READ_BYTES: "byte", Metric.COLD_MISSES: "sector",
