@@ -33,7 +33,7 @@ from spec.arch import Arch
 from spec.case import Case
 from spec.orders import ScanOrder
 from spec.problem import Problem, Tiles
-from spec.records import Metric, read_csv
+from spec.records import Metric, data_path, read_csv
 from spec.schedules import CtaSchedule
 from spec.variant import Backend, Variant
 
@@ -100,7 +100,7 @@ def case_of_row(r: dict, arch: Arch) -> Case:
 def _study_dirs(root: Path, study: str) -> list[Path]:
     pat = re.compile(rf"^{re.escape(study)}(-profile)?-\d{{8}}[a-z]?(-r\d+)?$")
     return sorted(d for d in root.iterdir() if d.is_dir() and pat.match(d.name)
-                  and (d / "counters.csv").exists())
+                  and data_path(d, "counters.csv") is not None)
 
 
 def load_measured(root: Path, arch: Arch, study: str, metric: str = MISSES) -> list[MeasuredCase]:
@@ -109,7 +109,7 @@ def load_measured(root: Path, arch: Arch, study: str, metric: str = MISSES) -> l
     ``longseq-profile-...`` directory counts for longseq)."""
     per: dict[str, tuple[Case, list[str], list[float]]] = {}
     for d in _study_dirs(Path(root), study):
-        for r in read_csv(d / "counters.csv"):
+        for r in read_csv(data_path(d, "counters.csv")):
             if r["metric"] != metric or r["source"] != "measured":
                 continue
             c = case_of_row(r, arch)

@@ -33,6 +33,7 @@ parse) into a ``DatasetError`` whose message is one line naming the file, the pr
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import os
 import re
@@ -42,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
-from spec.records import read_csv
+from spec.records import data_path, read_csv
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -296,10 +297,14 @@ def read_table(path: Path) -> list[dict]:
     fix = "restore it (git checkout, or re-run the study that wrote it)"
     try:
         raw = path.read_bytes()
+        if path.suffix == ".gz":
+            raw = gzip.decompress(raw)
     except FileNotFoundError:
         raise DatasetError(f"{path}: missing; {fix}") from None
     except OSError as e:
-        raise DatasetError(f"{path}: cannot be read ({e.strerror}); {fix}") from None
+        raise DatasetError(f"{path}: cannot be read ({e.strerror or e}); {fix}") from None
+    except EOFError:
+        raise DatasetError(f"{path}: truncated gzip data; {fix}") from None
     if not raw.strip():
         raise DatasetError(f"{path}: empty file; {fix}")
     if b"\0" in raw:
@@ -337,7 +342,7 @@ def read_run(run_dir: Path) -> dict[str, list[dict]]:
         raise DatasetError(f"{d}: no such run directory; pass a directory written by "
                            f"python -m experiments.run (or one under profiles/<arch>/)")
     want = expected_files(read_manifest(d))
-    present = [f for f in DATA_FILES if (d / f).exists()]
+    present = {f: p for f in DATA_FILES if (p := data_path(d, f)) is not None}
     for f in want:
         if f not in present:
             raise DatasetError(f"{d / f}: missing, but the run's manifest.json says it was "
@@ -345,7 +350,7 @@ def read_run(run_dir: Path) -> dict[str, list[dict]]:
     if not present:
         raise DatasetError(f"{d}: none of {', '.join(DATA_FILES)} is there; pass a run directory "
                            f"written by python -m experiments.run")
-    return {f: read_table(d / f) for f in present}
+    return {f: read_table(p) for f, p in present.items()}
 
 
 def load_rows(run_dirs: Sequence[Path | Dataset]) -> list[dict]:

@@ -32,7 +32,7 @@ from .timing import sdpa_peers, time_interleaved
 RESOURCES = (("registers", "registers", "register"), ("local_bytes", "local_bytes", "byte"),
              ("smem_bytes", "smem_bytes", "byte"), ("ctas_per_sm", "ctas_per_sm", "CTA"))
 """(metric, ``Prepared`` field, unit) of the resource rows: the names and units the committed
-profiles/h100/cuda_bench.csv uses."""
+profiles/h100/cuda_bench.csv.gz uses."""
 DRIFT_POINTS = 300
 """Spread samples kept per drift case (the first and last step always among them)."""
 

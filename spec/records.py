@@ -8,6 +8,7 @@ axis as the measured one.
 from __future__ import annotations
 
 import csv
+import gzip
 import enum
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -170,11 +171,22 @@ def write_csv(path: Path, rows: Iterable[Row]) -> int:
     return n
 
 
+def data_path(directory: Path, name: str) -> Path | None:
+    """``directory/name``, else its gzipped copy ``name.gz`` (large committed datasets are stored
+    gzipped to keep the tree small); None when neither exists."""
+    for p in (Path(directory) / name, Path(directory) / f"{name}.gz"):
+        if p.exists():
+            return p
+    return None
+
+
 def read_csv(path: Path) -> list[dict]:
-    """Rows as dicts with numeric columns converted (value float, sizes int, causal bool)."""
+    """Rows as dicts with numeric columns converted (value float, sizes int, causal bool); a
+    ``.gz`` path is read through gzip."""
     ints = {"tile_m", "tile_n", "B", "H", "H_kv", "S_q", "S_kv", "D", "sample"}
     out = []
-    with open(path, newline="") as f:
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", newline="") as f:
         for r in csv.DictReader(f):
             for k in ints:
                 r[k] = int(r[k])

@@ -206,3 +206,19 @@ def test_findings_per_arch_directories_never_mix(tmp_path):
     assert (tmp_path / "h100" / "findings-h100.md").exists()
     assert not (tmp_path / "h100" / "findings-h200.md").exists()
     assert main(["--arch", "h100", "--no-sim", "--out", str(tmp_path)]) == 2     # refused
+
+
+def test_a_gzipped_data_file_reads_as_the_plain_one(tmp_path):
+    """Large committed CSVs are stored as ``<name>.gz``: the run reads the same rows, and broken
+    gzip data is one line like any other bad file."""
+    import gzip
+    plain, packed = tmp_path / "plain", tmp_path / "packed"
+    plain.mkdir()
+    packed.mkdir()
+    (plain / "counters.csv").write_bytes(GOOD.read_bytes())
+    (packed / "counters.csv.gz").write_bytes(gzip.compress(GOOD.read_bytes()))
+    assert DS.read_run(packed) == DS.read_run(plain)
+    (packed / "counters.csv.gz").write_bytes(gzip.compress(GOOD.read_bytes())[:40])
+    with pytest.raises(DS.DatasetError) as e:
+        DS.read_run(packed)
+    assert "\n" not in str(e.value) and "counters.csv.gz" in str(e.value)
