@@ -95,6 +95,39 @@ def precompile(cases: list[Case]) -> list[str]:
     return errors
 
 
+def gate(fam, case: Case, q, k, v, res: Outcome, *, run: str, study: str, arch: Arch,
+         ref=None, launch=None, what: str = ""):
+    """The correctness gate every measured case passes before it is timed, traced or profiled:
+    prepare it (its resource rows recorded), launch it once on a NaN-poisoned output
+    (``launch(prepared, out)``, default the family's ``run``) and compare with the fp32
+    reference (``ref``, computed here when None). The verdict is a ``max_abs_err`` row; a case
+    that fails to build or to pass goes to ``res.failed`` (``what`` prefixes the verdict) and the
+    sweep goes on. Returns ``(prepared, out, verdict)`` of a passing case (appended to
+    ``res.passed``), else None."""
+    import torch
+    problem = case.problem
+    out = poisoned_like(q)
+    try:
+        prepared = fam.prepare(case.variant, problem)
+        res.rows += resource_rows(case, prepared, run=run, study=study, arch=arch.name)
+        if launch is None:
+            fam.run(prepared, q, k, v, out)
+        else:
+            launch(prepared, out)
+        torch.cuda.synchronize()
+        verdict = check(out, q, k, v, problem.causal, ref)
+    except Exception as e:              # a failed variant is reported; the sweep goes on
+        res.failed[case.id] = f"{type(e).__name__}: {e}"
+        return None
+    res.rows.append(case_row(case, problem, Metric.MAX_ABS_ERR, verdict.max_err, run=run,
+                             study=study, arch=arch.name, note=str(verdict)))
+    if not verdict.passed:
+        res.failed[case.id] = f"{what}{verdict}"
+        return None
+    res.passed.append(case)
+    return prepared, out, verdict
+
+
 def check_and_time(cases: list[Case], arch: Arch, *, run: str, study: str, reps: int, seed: int,
                    timed: bool = True, progress=None) -> Outcome:
     import torch
@@ -108,22 +141,14 @@ def check_and_time(cases: list[Case], arch: Arch, *, run: str, study: str, reps:
             try:
                 fam = families.get(case.variant.backend) or families.setdefault(
                     case.variant.backend, family(case.variant.backend, arch.name))
-                prepared = fam.prepare(case.variant, problem)
-                res.rows += resource_rows(case, prepared, run=run, study=study, arch=arch.name)
-                out = poisoned_like(q)
-                fam.run(prepared, q, k, v, out)
-                torch.cuda.synchronize()
-                verdict = check(out, q, k, v, problem.causal, ref)
-            except Exception as e:          # a failed variant is reported; the sweep goes on
+            except Exception as e:          # a family that cannot load fails its cases only
                 res.failed[case.id] = f"{type(e).__name__}: {e}"
                 continue
-            res.rows.append(case_row(case, problem, Metric.MAX_ABS_ERR, verdict.max_err, run=run,
-                                 study=study, arch=arch.name, note=str(verdict)))
-            if not verdict.passed:
-                res.failed[case.id] = str(verdict)
-                continue
-            res.passed.append(case)
-            launchers[case] = (lambda f=fam, p=prepared, o=out, q=q, k=k, v=v: f.run(p, q, k, v, o))
+            passed = gate(fam, case, q, k, v, res, run=run, study=study, arch=arch, ref=ref)
+            if passed is not None:
+                prepared, out, _ = passed
+                launchers[case] = (lambda f=fam, p=prepared, o=out, q=q, k=k, v=v:
+                                   f.run(p, q, k, v, o))
         peers = sdpa_peers(q, k, v, problem.causal) if timed else {}
         named = {c.id: fn for c, fn in launchers.items()} | peers
         samples = (time_interleaved(named, reps=reps, l2="cold", l2_bytes=arch.l2_bytes)
@@ -169,21 +194,13 @@ def _drift_case(fam, case: Case, arch: Arch, res: Outcome, *, run: str, study: s
                 points: int) -> None:
     problem = case.problem
     q, k, v = random_inputs(problem, seed)
-    out = poisoned_like(q)
-    try:
-        prepared = fam.prepare(case.variant, problem)
-        res.rows += resource_rows(case, prepared, run=run, study=study, arch=arch.name)
-        tr = fam.trace(prepared, q, k, v, out)
-        verdict = check(out, q, k, v, problem.causal)
-    except Exception as e:              # a failed case is reported; the sweep goes on
-        res.failed[case.id] = f"{type(e).__name__}: {e}"
+    tr: dict = {}
+    passed = gate(fam, case, q, k, v, res, run=run, study=study, arch=arch,
+                  launch=lambda p, o: tr.update(fam.trace(p, q, k, v, o)),
+                  what="trace build output ")
+    if passed is None:
         return
-    res.rows.append(case_row(case, problem, Metric.MAX_ABS_ERR, verdict.max_err, run=run,
-                         study=study, arch=arch.name, note=str(verdict)))
-    if not verdict.passed:
-        res.failed[case.id] = f"trace build output {verdict}"
-        return
-    res.passed.append(case)
+    verdict = passed[2]
     rows, line = drift_rows(case, tr["time_ns"], arch, run=run, study=study, points=points,
                             note=f"trace build {tr['build']}, %globaltimer at each step start; "
                                  f"output {verdict}")

@@ -293,9 +293,9 @@ def measure_misscost(cases: list[Case], arch: Arch, *, run: str, study: str, rep
     ``STREAMER_GBPS`` per timed launch."""
     import torch
 
-    from .correctness import check, poisoned_like, random_inputs, reference
+    from .correctness import random_inputs, reference
     from .families import family
-    from .measure import Outcome, by_problem, case_row, resource_rows
+    from .measure import Outcome, by_problem, case_row, gate
     from .timing import time_interleaved
 
     res = Outcome()
@@ -314,23 +314,11 @@ def measure_misscost(cases: list[Case], arch: Arch, *, run: str, study: str, rep
             ref = reference(q, k, v, problem.causal)
             runs = {}
             for case in group:
-                try:
-                    prep = fam.prepare(case.variant, problem)
-                    res.rows += resource_rows(case, prep, run=run, study=study, arch=arch.name)
-                    out = poisoned_like(q)
-                    fam.run(prep, q, k, v, out)
-                    torch.cuda.synchronize()
-                    verdict = check(out, q, k, v, problem.causal, ref)
-                except Exception as e:   # a failed variant is reported; the sweep goes on
-                    res.failed[case.id] = f"{type(e).__name__}: {e}"
-                    continue
-                res.rows.append(case_row(case, problem, Metric.MAX_ABS_ERR, verdict.max_err, run=run,
-                                     study=study, arch=arch.name, note=str(verdict)))
-                if not verdict.passed:
-                    res.failed[case.id] = str(verdict)
-                    continue
-                res.passed.append(case)
-                runs[case] = (lambda f=fam, pr=prep, o=out: f.run(pr, q, k, v, o))
+                passed = gate(fam, case, q, k, v, res, run=run, study=study, arch=arch, ref=ref)
+                if passed is not None:
+                    prep, out, _ = passed
+                    runs[case] = (lambda f=fam, pr=prep, o=out, q=q, k=k, v=v:
+                                  f.run(pr, q, k, v, o))
             if not runs:
                 continue
             if not checked:   # the partition, once per run, on the first (smallest) problem

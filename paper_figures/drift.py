@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import sys
 
-import math
-
 import matplotlib
 
 matplotlib.use("Agg")
