@@ -225,15 +225,7 @@ def host_gpus() -> list[Gpu]:
 
 def pick_gpus(request: str, gpus: list[Gpu], arch: str) -> list[Gpu]:
     """The GPUs ``--gpus N|all`` names among this host's: the first N, all of ``arch``."""
-    if request == "all":
-        n = len(gpus)
-    else:
-        try:
-            n = int(request)
-        except ValueError:
-            n = 0
-        if n < 1:
-            raise ShardError(f"--gpus {request}: pass a positive number of GPUs or all")
+    n = len(gpus) if request == "all" else _gpu_count(request, " or all")
     if not gpus:
         raise ShardError(f"--gpus {request}: this host has no CUDA GPU; run on a GPU machine or "
                          "use --executor slurm")
@@ -645,14 +637,20 @@ def print_plan(console, args, study, cases: list[Case]) -> None:
         console.print(f"  shard {k}: {_share(s, total)}")
 
 
-def pick_count(request: str) -> int:
+def _gpu_count(request: str, hint: str) -> int:
+    """``--gpus`` as a positive count, or a ShardError naming the fix (``hint`` ends it)."""
     try:
         n = int(request)
     except ValueError:
         n = 0
     if n < 1:
-        raise ShardError(f"--gpus {request}: pass a positive number of GPUs (one-GPU jobs on Slurm)")
+        raise ShardError(f"--gpus {request}: pass a positive number of GPUs{hint}")
     return n
+
+
+def pick_count(request: str) -> int:
+    """The number of one-GPU Slurm jobs ``--gpus N`` asks for."""
+    return _gpu_count(request, " (one-GPU jobs on Slurm)")
 
 
 def _shard_records(subs: list[Submitted], work: Path) -> list[dict]:

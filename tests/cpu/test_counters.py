@@ -17,19 +17,11 @@ from profiles.ingest import IngestError, KernelResult, parse_raw_csv
 from spec import Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant, get_arch
 from spec.case import Case
 from spec.records import Metric
+from tests.cpu.test_ingest import fixture_cases   # the four cases of the committed raw export
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 RAW_CSV = FIXTURES / "ncu_raw_h100.csv"
 H100 = get_arch("h100")
-
-
-def fixture_cases():
-    """The four cases of the committed raw export (tests/cpu/test_ingest.py)."""
-    prob = Problem(B=8, H=1, S_q=16384, D=64)
-    p132 = CtaSchedule.persistent(132)
-    return [Case(prob, Variant(backend, order, p132, tiles), 132, "fixture")
-            for backend, tiles in ((Backend.CUTILE, Tiles(64, 64)), (Backend.CUDA, Tiles(80, 80)))
-            for order in (ScanOrder.linear(), ScanOrder.sawtooth())]
 
 
 # ---------------------------------------------------------------- groups
