@@ -29,6 +29,7 @@ import numpy as np
 
 from spec.arch import Arch, get as get_arch
 from spec.case import Case
+from spec.records import data_path
 
 from . import calibrate as cal
 from .timesim import TimeCounts, TimeParams, simulate_case
@@ -207,7 +208,7 @@ def write_rows(path: Path, rows: Sequence) -> None:
 # CLI
 # --------------------------------------------------------------------------------------------
 def _fixed(arch: Arch, root: Path) -> tuple[dict, str]:
-    drift = Path("profiles/h100/drift-20261121b/drift.csv")
+    drift = data_path(Path("profiles/h100/drift-20261121b"), "drift.csv")
     jitter, why = cal.jitter_from_drift(drift)
     return {"jitter": jitter, "partitions": arch.l2_partitions}, why
 

@@ -150,6 +150,13 @@ def compute(arch: str, *, sim: bool = True, cache_dir: Path | None = None,
     out["s8_longseq_best"] = (f"8. Best configuration at long S (longseq study"
                               f"{', ' + name['longseq'] if chosen['longseq'] else ': no run'})",
                               longseq_best(tim["longseq"]))
+    out["s8_longseq_counters"] = (f"8b. Sawtooth vs linear at long S with repeated one-pass "
+                                  f"counters (longseq study"
+                                  f"{', ' + name['longseq'] if chosen['longseq'] else ': no run'}"
+                                  f"; misses_spread_pct = the larger (max - min) / median of "
+                                  f"the twins' launches)",
+                                  sawtooth_vs_linear(cnt["longseq"], tim["longseq"])
+                                  if cnt["longseq"] else [])
     peak = DRAM_PEAK_BYTES_PER_S.get(arch, float("nan"))
     out["s9_dram_bound"] = (f"9a. DRAM bound (longseq-profile"
                             f"{', ' + lp.label if lp else ': no run'}; peak "

@@ -40,11 +40,21 @@ def range_verdict(lin: tuple[float, float] | None, saw: tuple[float, float] | No
     return "no difference"
 
 
+def _spread_pct(lin: tuple[float, float] | None, saw: tuple[float, float] | None,
+                lin_median: float, saw_median: float) -> float:
+    """The larger (max - min) / median of the twins' repeated launches, % (NaN without ranges):
+    the number the counters issue holds to 5%."""
+    if lin is None or saw is None:
+        return float("nan")
+    return 100.0 * max((lin[1] - lin[0]) / lin_median, (saw[1] - saw[0]) / saw_median)
+
+
 def sawtooth_vs_linear(counter_rows: list[dict], timing_rows: list[dict]) -> list[dict]:
-    """One row per configuration with a linear and a sawtooth variant: misses (with the min..max
-    over repeated launches and the verdict of ``range_verdict`` where the run has them),
-    non-compulsory misses, median kernel time and TFLOPS (min..max of the samples) and the
-    verdict on time."""
+    """One row per configuration with a linear and a sawtooth variant: local tex misses (with the
+    min..max over repeated launches, the larger spread of the two twins and the verdict of
+    ``range_verdict`` where the run has them), non-compulsory misses, DRAM fills (DRAM read bytes
+    / 32 B: on Hopper a local miss can hit in the other L2 partition, so the two differ), median
+    kernel time and TFLOPS (min..max of the samples) and the verdict on time."""
     piv = pivot(counter_rows)
     ranges = miss_ranges(counter_rows)
     times: dict[tuple, list[float]] = {}
@@ -65,10 +75,11 @@ def sawtooth_vs_linear(counter_rows: list[dict], timing_rows: list[dict]) -> lis
         kl, ksw = ks["linear"], ks["sawtooth"]
         c = as_case(kl)
         f_case = flops(c)
-        row = dict(config=config_label(c), S=c["S_q"])
+        row = dict(config=config_label(c), D=c["D"], S=c["S_q"])
         ml, ms = piv.get(kl, {}), piv.get(ksw, {})
         for name, metric in (("misses", Metric.L2_TEX_MISSES),
-                             ("noncomp", Metric.NONCOMPULSORY_MISSES)):
+                             ("noncomp", Metric.NONCOMPULSORY_MISSES),
+                             ("fills", Metric.DRAM_FILL_SECTORS)):
             a, b = ml.get(metric, float("nan")), ms.get(metric, float("nan"))
             row.update({f"{name}_linear": a, f"{name}_sawtooth": b,
                         f"{name}_change_pct": pct_change(b, a)})
@@ -77,6 +88,8 @@ def sawtooth_vs_linear(counter_rows: list[dict], timing_rows: list[dict]) -> lis
                    misses_linear_hi=lin_r[1] if lin_r else float("nan"),
                    misses_sawtooth_lo=saw_r[0] if saw_r else float("nan"),
                    misses_sawtooth_hi=saw_r[1] if saw_r else float("nan"),
+                   misses_spread_pct=_spread_pct(lin_r, saw_r, row["misses_linear"],
+                                                 row["misses_sawtooth"]),
                    misses_verdict=range_verdict(lin_r, saw_r))
         tl, ts = times.get(kl, []), times.get(ksw, [])
         for name, t in (("linear", tl), ("sawtooth", ts)):
@@ -149,7 +162,8 @@ def sawtooth_repeats(runs: Sequence[tuple[str, list[dict], list[dict]]]) -> list
     ``runs``: ``[(label, counter rows, timing rows)]``; needs at least two runs."""
     if len(runs) < 2:
         return []
-    tabs = [(lab, {r["config"]: r for r in sawtooth_vs_linear(c, t)}) for lab, c, t in runs]
+    tabs = [(lab, {(r["config"], r["D"], r["S"]): r for r in sawtooth_vs_linear(c, t)})
+            for lab, c, t in runs]
     configs = [cfg for cfg in tabs[0][1] if all(cfg in t for _, t in tabs)]
     out = []
     for cfg in configs:
@@ -165,7 +179,7 @@ def sawtooth_repeats(runs: Sequence[tuple[str, list[dict], list[dict]]]) -> list
             within = [r["time_verdict"] for r in per] if q == "median time" else None
             noise, verdict = repeat_verdict(changes, [r[lk] for r in per], [r[sk] for r in per],
                                             within, words)
-            row = dict(config=cfg, quantity=q)
+            row = dict(config=cfg[0], D=cfg[1], S=cfg[2], quantity=q)
             row.update({f"{lab}_pct": x for (lab, _), x in zip(tabs, changes)})
             row.update(mean_pct=float(np.mean(changes)), min_pct=float(np.min(changes)),
                        max_pct=float(np.max(changes)), noise_pct=noise,

@@ -8,11 +8,11 @@ import pytest
 
 from analysis import datasets as DS
 from analysis import rows as R
-from analysis.findings import (active, consistency, divergence, dram, drift, l1, longseq,
+from analysis.findings import (active, consistency, dram, drift, l1, longseq,
                                sawtooth, simulator, traffic)
 from analysis.findings.__main__ import main
 from spec import get_arch
-from spec.records import read_csv
+from spec.records import data_path, read_csv
 from analysis.models import sector_accesses
 from spec.records import Metric
 
@@ -80,14 +80,19 @@ def test_model_error_mape():
 
 def test_sawtooth_vs_linear_row():
     rows, times = [], []
-    for order, miss, cold, ms in (("linear", 300, 100, [10, 11, 12]),
-                                  ("sawtooth", 150, 100, [10.5, 11.2, 11.4])):
-        rows += [row(Metric.L2_TEX_MISSES, miss, order=order),
-                 row(Metric.NONCOMPULSORY_MISSES, miss - cold, order=order)]
+    for order, miss, lo, hi, cold, fills, ms in (
+            ("linear", 300, 290, 330, 100, 200, [10, 11, 12]),
+            ("sawtooth", 150, 149, 151, 100, 90, [10.5, 11.2, 11.4])):
+        rows += [dict(row(Metric.L2_TEX_MISSES, miss, order=order), stat="median", lo=lo, hi=hi),
+                 row(Metric.NONCOMPULSORY_MISSES, miss - cold, order=order),
+                 row(Metric.DRAM_FILL_SECTORS, fills, order=order)]
         times += [row(Metric.KERNEL_TIME_MS, t, order=order, sample=i) for i, t in enumerate(ms)]
     (r,) = sawtooth.sawtooth_vs_linear(rows, times)
     assert r["misses_change_pct"] == pytest.approx(-50.0)
     assert r["noncomp_change_pct"] == pytest.approx(-75.0)
+    assert r["fills_change_pct"] == pytest.approx(-55.0)
+    assert r["misses_spread_pct"] == pytest.approx(100 * 40 / 300)   # linear's 290..330 of 300
+    assert r["misses_verdict"] == "fewer" and r["D"] == 64
     assert r["ms_linear"] == 11 and r["ms_sawtooth"] == 11.2
     assert (r["ms_linear_min"], r["ms_linear_max"]) == (10, 12)
     assert r["time_verdict"] == "no difference"
@@ -314,11 +319,13 @@ def test_new_sections_on_committed_data(tmp_path, capsys):
     assert main(["--arch", "h100", "--no-sim", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     for title in ("5c. Sawtooth vs linear across repeated runs", "6. CTA drift",
-                  "8. Best configuration at long S", "9a. DRAM bound", "9b. Spill artifact"):
+                  "8. Best configuration at long S", "8b. Sawtooth vs linear at long S",
+                  "9a. DRAM bound", "9b. Spill artifact"):
         assert title in out
-    for name in ("s5_repeats", "s6_drift", "s8_longseq_best", "s9_dram_bound", "s9_spill_artifact"):
+    for name in ("s5_repeats", "s6_drift", "s8_longseq_best", "s8_longseq_counters",
+                 "s9_dram_bound", "s9_spill_artifact"):
         assert (tmp_path / "h100" / f"{name}.csv").stat().st_size > 10
-    rows = read_csv(DS.select("h100", "drift").path / "drift.csv")
+    rows = read_csv(data_path(DS.select("h100", "drift").path, "drift.csv"))
     table = drift.drift_table(rows, 50 * 2**20)
     assert len(table) == sum(r["metric"] == Metric.STEP_NS for r in rows)
     assert all(d["spread_max"] >= d["spread_after_one_item"] for d in table)
