@@ -84,6 +84,10 @@ GB10 = MemoryFacts("gb10", 48, 273e9, 0.15e-6, 0.50e-6,
                    "exposed latency is understated)")
 
 
+FACTS = {f.name: f for f in (H100, GB10)}
+"""The GPUs whose memory facts the model has, by arch name."""
+
+
 @dataclass(frozen=True)
 class Prediction:
     """The model's time of one build and which bound sets it."""

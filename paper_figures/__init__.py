@@ -20,8 +20,8 @@ from pathlib import Path
 from . import (drift, f01_l1l2_short, f02_l1l2_long, f03_traffic_noncausal, f04_traffic_causal,
                f05_divergence, f06_active_sms, f07_access_order, f08_cuda_batch,
                f08b_cuda_tflops, f08c_cuda_time, f09_cutile_noncausal, f09b_cutile_tflops,
-               f10_cutile_causal, f10b_cutile_causal_tflops, ladder, longseq, repeats, reuse,
-               scaling, t1_l1l2_table, t2_model_error)
+               f10_cutile_causal, f10b_cutile_causal_tflops, ladder, longseq, misscost,
+               misscost_regimes, repeats, reuse, scaling, t1_l1l2_table, t2_model_error)
 from analysis.datasets import DatasetError, default_runs, load_rows
 
 from .data import Skip
@@ -32,7 +32,7 @@ FIGURES = (f01_l1l2_short, f02_l1l2_long, t1_l1l2_table, f03_traffic_noncausal,
            f04_traffic_causal, t2_model_error, f05_divergence, f06_active_sms, f07_access_order,
            f08_cuda_batch, f08b_cuda_tflops, f08c_cuda_time, f09_cutile_noncausal,
            f09b_cutile_tflops, f10_cutile_causal, f10b_cutile_causal_tflops, repeats, ladder,
-           scaling, longseq, drift, reuse)
+           scaling, longseq, drift, reuse, misscost, misscost_regimes)
 
 
 

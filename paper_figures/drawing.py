@@ -18,9 +18,11 @@ STUDIES = {"F1": ("l1l2",), "F2": ("l1l2",), "T1": ("l1l2",), "F3": ("traffic",)
            "F8c": ("sawtooth",), "F9a": ("sawtooth",), "F9b": ("sawtooth",), "F10a": ("sawtooth",),
            "F10b": ("sawtooth",), "repeats": ("sawtooth",), "ladder": ("ladder",),
            "scaling": ("scaling",), "longseq": ("longseq",), "drift": ("drift",),
-           "reuse": ("reuse",)}
-"""The studies each figure reads (F6 reads the first of its two that has rows); ``repeats`` draws
-every run of its study, every other figure one (``data.one_run``)."""
+           "reuse": ("reuse",), "misscost": ("misscost",), "misscost_regimes": ("misscost",)}
+"""The studies each figure reads (F6 reads the first of its two that has rows); ``repeats`` and
+the two misscost figures draw every run of their study (``ALL_RUNS``), every other figure one
+(``data.one_run``)."""
+ALL_RUNS = ("repeats", "misscost", "misscost_regimes")
 
 
 def write_table(columns: list[str], rows: list[list], stem: Path) -> list[str]:
@@ -39,12 +41,12 @@ def write_table(columns: list[str], rows: list[list], stem: Path) -> list[str]:
 
 
 def runs_drawn(rows: list[dict], figure: str) -> list[str]:
-    """The runs a figure drew from ``rows``: every loaded run of its study for ``repeats``, else
+    """The runs a figure drew from ``rows``: every loaded run of its study for ``ALL_RUNS``, else
     the primary run of the first of its studies that has rows (names as ``data.run_name``)."""
     for study in STUDIES[figure]:
         runs = runs_of(rows, study)
         if runs:
-            return [run_name(r) for r in runs] if figure == "repeats" \
+            return [run_name(r) for r in runs] if figure in ALL_RUNS \
                 else [run_name(primary_run(rows, study))]
     return []
 

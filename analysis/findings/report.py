@@ -15,6 +15,7 @@ from spec.records import Metric
 
 from ..datasets import (ANY, ROOT, Dataset, DatasetError, dataset, new_directory, read_run,
                         repeated_runs, repeats_of, select)
+from ..timemodel import FACTS
 from .active import hit_vs_active
 from .consistency import consistency
 from .divergence import divergence_fits, divergence_points
@@ -22,13 +23,15 @@ from .dram import DRAM_PEAK_BYTES_PER_S, dram_bound, spill_artifact
 from .drift import drift_table
 from .l1 import l1_passthrough
 from .longseq import longseq_best
+from .misscost import misscost_table
 from .sawtooth import peers, sawtooth_repeats, sawtooth_vs_linear
 from .traffic import traffic_model_error
 
 SPILL_ARTIFACT = "longseq-forloop-spill-20261121"
 """``profiles/<arch>/<SPILL_ARTIFACT>/profile``: the for-loop build that spilled, read by 9b only."""
 
-STUDIES = ("sawtooth", "traffic", "divergence", "l1l2", "active-sms", "drift", "longseq")
+STUDIES = ("sawtooth", "traffic", "divergence", "l1l2", "active-sms", "drift", "longseq",
+           "misscost")
 
 
 class Runs:
@@ -171,6 +174,16 @@ def compute(arch: str, *, sim: bool = True, cache_dir: Path | None = None,
     out["s9_dram_bound_sawtooth"] = (f"9c. DRAM bound of the sawtooth-study kernels ({r1_name}; "
                                      f"peak {peak / 1e12:.2f} TB/s)",
                                      dram_bound(cnt["sawtooth"], tim["sawtooth"], peak))
+    mc_runs = R.repeats("misscost")
+    facts = FACTS.get(arch)
+    out["s10_misscost"] = (
+        f"10. Where a miss costs time: sawtooth vs linear time per K/V pipeline depth and DRAM "
+        f"streamer level (misscost study, "
+        f"{', '.join(f'r{i} = {d.label}' for i, d in enumerate(mc_runs, 1)) or 'no run'}); "
+        f"verdict: the rule of 5c over the runs; predicted_pct: analysis.timemodel "
+        f"({facts.source if facts else 'no memory facts for ' + arch})",
+        misscost_table([(f"r{i}", *R.rows(d)) for i, d in enumerate(mc_runs, 1)], facts)
+        if mc_runs and facts else [])
     return out
 
 

@@ -27,6 +27,8 @@ EXPECTED = {
     "scaling": ("h200", {"scaling"}),
     "h100-drift": ("h100", {"drift"}),
     "h100-longseq": ("h100", {"longseq"}),
+    # two runs of the misscost study: both misscost figures draw every run
+    "h100-misscost": ("h100", {"misscost", "misscost_regimes"}),
     # three runs of one study: the repeats figure draws each, F8-F10 the original only
     "h100-repeats": ("h100", {"repeats", "F8a", "F8b", "F8c", "F9a", "F9b", "F10a", "F10b"}),
 }
