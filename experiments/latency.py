@@ -70,9 +70,7 @@ extern "C" __global__ void pointer_chase(unsigned long long p, long long n,
         asm volatile("ld.global.cg.u64 %0, [%0];" : "+l"(p) :: "memory");
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
     long long c1 = clock64();
-    out[0] = p;
-    out[1] = t1 - t0;
-    out[2] = (unsigned long long)(c1 - c0);
+    out[0] = p; out[1] = t1 - t0; out[2] = (unsigned long long)(c1 - c0);
 }
 """
 
@@ -280,12 +278,11 @@ def main(argv: list[str] | None = None) -> int:
                        l2_hit_rule="median over footprints <= L2/4",
                        dram_rule=f"median over footprints in 4x L2 .. {fmt_size(TLB_SAFE_BYTES)}"
                        ).rename(work / "latency.json")   # not a study run: no manifest.json
-    print(f"wrote {final}/latency.csv and latency.json\n"
-          f"  {'footprint':>10} {'ns/load':>9} {'min..max':>17} {'cycles':>7}  region")
-    for r in results:
-        print(f"  {fmt_size(r.point.footprint):>10} {r.median:9.1f} "
-              f"{min(r.ns):8.1f}..{max(r.ns):<8.1f} {statistics.median(r.cycles):7.0f}  "
-              f"{region(r.point.footprint, dev.l2_bytes)}")
+    print(f"wrote {final}/latency.csv and latency.json\n  {'footprint':>10} {'ns/load':>9} "
+          f"{'min..max':>17} {'cycles':>7}  region\n" + "\n".join(
+              f"  {fmt_size(r.point.footprint):>10} {r.median:9.1f} {min(r.ns):8.1f}.."
+              f"{max(r.ns):<8.1f} {statistics.median(r.cycles):7.0f}  "
+              f"{region(r.point.footprint, dev.l2_bytes)}" for r in results))
     for name, v in est.items():
         print(f"{name}: " + (f"{v:.1f} ns" if v is not None else "no footprint in its range; "
                              "add one to --sizes"))
