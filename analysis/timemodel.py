@@ -30,24 +30,25 @@ wavefronts stream (``wave_kv_bytes``: per wave of concurrently running work item
 Worked example (H100, the CUDA 80x80 D=64 build, B=H=1, S=262144: K+V per head 64 MiB = 1.28x
 the 50 MiB L2). The committed sawtooth run (profiles/h100/sawtooth-20261123) has the linear
 build at 103.4 ms with P = 132, whose busiest CTA runs 25 work items x 3277 tiles = 81,925 steps:
-``t_c ~ 1.26 us``. With ``L_hit = 0.15 us`` and ``L_dram = 0.50 us`` (``H100`` below):
+``t_c ~ 1.26 us``. With ``L_hit = 0.143 us`` and ``L_dram = 0.349 us`` (``H100`` below):
 
-- stages = 2: ``L(1) = 0.50 us < 1.26 us`` of compute ahead: nothing exposed; t = 103 ms for both
+- stages = 2: ``L(1) = 0.35 us < 1.26 us`` of compute ahead: nothing exposed; t = 103 ms for both
   orders. DRAM: linear streams 64 MiB per wave x 25 waves = 1.7 GB, 0.5 ms at 3.35 TB/s, far
   below. Predicted: no difference (measured ±1-2%: REPORT.md section 5).
-- stages = 1: linear ``period = 1.26 + 0.50 = 1.76 us``; sawtooth ``f = 1 - 50/64 = 0.22``,
-  ``L = 0.15 + 0.22 * 0.35 = 0.23 us``, ``period = 1.49 us``: sawtooth 15% faster.
+- stages = 1: linear ``period = 1.26 + 0.35 = 1.61 us``; sawtooth ``f = 1 - 50/64 = 0.22``,
+  ``L = 0.143 + 0.22 * 0.205 = 0.19 us``, ``period = 1.45 us``: sawtooth 10% faster.
 - bandwidth: linear becomes bandwidth-bound only below ``1.7 GB / 103 ms = 16 GB/s`` for the
   whole kernel; GB10 (273 GB/s for 48 SMs, 5.7 GB/s per SM) sits far closer to that edge than
   the H100 (25 GB/s per SM) because its kernels stream the same bytes with fewer, slower SMs.
 
-Parameters are public facts, never fitted to the sawtooth-vs-linear answer: peak DRAM
-bandwidth from NVIDIA's datasheets; the L2-hit and DRAM load latencies are ASSUMED values
-(0.15 us and 0.50 us), of the order public pointer-chase microbenchmarks report (Chips and Cheese,
-"Nvidia's H100: Funny L2, and Tons of Bandwidth", 2023; Luo et al., arXiv:2402.13499) but not
-checked against their tables here: verify them, or measure them on the device, before any
-prediction is quoted. Unloaded latencies understate loaded ones, so the exposed latency is a
-lower bound. ``t_c`` is measured: the time per step of the same
+Parameters are facts, never fitted to the sawtooth-vs-linear answer: peak DRAM bandwidth from
+NVIDIA's datasheets; on the H100 the L2-hit and DRAM load latencies are **measured** by a
+pointer chase (``python -m experiments.latency --arch h100``, profiles/h100/latency-20261123:
+143 ns for footprints up to 16 MiB, 268-271 ns at 32-48 MiB, lines homed in the far L2
+partition, 349 ns from DRAM; one thread, unloaded). ``L_hit`` is the near-partition value, so
+far-partition hits are understated; unloaded latencies understate loaded ones: the exposed
+latency is a lower bound. (Until 2026-11-23 the model used assumed 0.15 / 0.50 us; REPORT.md
+section 10 gives the predictions of both.) ``t_c`` is measured: the time per step of the same
 build where nothing misses (below the L2, deepest pipeline, no co-runner), a different case from
 the ones predicted. Pure functions; no GPU, no I/O.
 """
@@ -75,13 +76,13 @@ class MemoryFacts:
         return self.dram_bytes_per_s / self.num_sms
 
 
-H100 = MemoryFacts("h100", 132, 3.35e12, 0.15e-6, 0.50e-6,
-                   "NVIDIA H100 SXM5 datasheet (3.35 TB/s HBM3); latencies ASSUMED (order of "
-                   "Chips and Cheese 2023, Luo et al. arXiv:2402.13499; unverified)")
-GB10 = MemoryFacts("gb10", 48, 273e9, 0.15e-6, 0.50e-6,
-                   "NVIDIA DGX Spark / GB10 spec (273 GB/s LPDDR5x, 48 SMs); latencies: no public "
-                   "GB10 measurement, the H100 values are assumed (LPDDR5x is likely slower, so "
-                   "exposed latency is understated)")
+H100 = MemoryFacts("h100", 132, 3.35e12, 143.4e-9, 348.7e-9,
+                   "NVIDIA H100 SXM5 datasheet (3.35 TB/s HBM3); latencies measured by pointer "
+                   "chase, profiles/h100/latency-20261123 (near-partition L2 hit, DRAM; unloaded)")
+GB10 = MemoryFacts("gb10", 48, 273e9, H100.l2_hit_s, H100.dram_s,
+                   "NVIDIA DGX Spark / GB10 spec (273 GB/s LPDDR5x, 48 SMs); latencies: no GB10 "
+                   "measurement, the H100's measured values are assumed (LPDDR5x is likely slower, "
+                   "so exposed latency is understated)")
 
 
 FACTS = {f.name: f for f in (H100, GB10)}

@@ -98,7 +98,10 @@ def test_worked_example_of_the_docstring():
                    facts=H100)
     saw1 = predict(steps=steps, t_c=t_c, stages=1, f=f_saw, dram_bytes=f_saw * kv,
                    bw_available=3.35e12, facts=H100)
-    assert predicted_change(lin1, saw1) == pytest.approx(1.489 / 1.762 - 1, abs=0.005)
+    # linear: t_c + L_dram; sawtooth: t_c + L_hit + f (L_dram - L_hit), the H100's measured latencies
+    us = t_c * 1e6
+    assert predicted_change(lin1, saw1) == pytest.approx(
+        (us + 0.1434 + f_saw * (0.3487 - 0.1434)) / (us + 0.3487) - 1, rel=1e-3)
     edge = bandwidth_edge(steps=steps, t_c=t_c, stages=2, f=1.0, dram_bytes=kv, facts=H100)
     assert edge == pytest.approx(kv / 103.4e-3)
     assert GB10.bytes_per_s_per_sm == pytest.approx(273e9 / 48)
