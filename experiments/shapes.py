@@ -33,7 +33,7 @@ from pathlib import Path
 
 from kernels.config import shape_class
 from spec import Problem
-from spec.records import Metric
+from spec.records import Metric, data_path, read_csv
 
 FAMILIES = ("cutile", "cuda")
 CUDNN, FLASH = "sdpa-cudnn", "sdpa-flash"
@@ -209,12 +209,11 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     path = Path(argv[0])
-    csv_path = path / "timing.csv" if path.is_dir() else path
+    csv_path = (data_path(path, "timing.csv") or path / "timing.csv") if path.is_dir() else path
     if not csv_path.is_file():
         print(f"error: {csv_path} does not exist; pass a shapes run directory (it holds "
               "timing.csv) or the CSV itself", file=sys.stderr)
         return 2
-    from spec.records import read_csv
     try:
         rows = read_csv(csv_path)
     except (KeyError, ValueError) as e:
