@@ -53,8 +53,8 @@ about 5-6 minutes. ``--n``, ``--cases`` and ``--conditions`` trim it. ``--condit
 --n 10``: one target process (two NVRTC builds), 20 trace launches of ~0.1 s (B=1) and ~0.5 s
 (B=4) plus a ~1 GB trace copy per B=4 launch: about 2-3 minutes.
 
-The profiling target is this module's own (``TARGET``): ``experiments.target`` launches each case
-once, while this needs ``n`` launches, a reversed order and an optional flush before each launch.
+The profiling target is the one every study uses, ``experiments.target``, with the plan keys
+this needs (``launches``, ``reverse``, ``flush_bytes``, ``trace_dir``).
 """
 from __future__ import annotations
 
@@ -74,11 +74,11 @@ from profiles.ingest import IngestError
 from profiles.metrics import Group
 from profiles.report import read_kernels
 from spec import UnknownArch, get_arch
-from spec.case import case_from_dict, case_to_dict
+from spec.case import case_to_dict
 from spec.problem import TileGrid
 from spec.records import Metric, Row, Source, case_fields, write_csv
 
-TARGET = [sys.executable, "-m", "experiments.variance", "--target"]
+TARGET = [sys.executable, "-m", "experiments.target"]
 STUDY = "sawtooth"
 DEFAULT_CASES = (r"^cutile\.(linear|sawtooth)\.static\d+\..* b8h1s\d+d64\.fp16\.full$",
                  r"^cuda\.linear\.static\d+\..* b1h1s\d+d64\.fp16\.full$")
@@ -304,59 +304,6 @@ def table(rows) -> list[str]:
     return lines
 
 
-def target(plan_path: str) -> int:
-    """The profiling target: build every case, warm it up outside any NVTX range, then ``launches``
-    rounds over the cases (reversed if asked), each launch inside its case's range, after an
-    optional flush (a write of ``flush_bytes``) outside the range."""
-    import torch
-    from .correctness import poisoned_like, random_inputs
-    from .families import family
-    plan = json.loads(Path(plan_path).read_text())
-    cases = [case_from_dict(d) for d in plan["cases"]]
-    trace_dir = plan.get("trace_dir")
-    fams, launches, inputs = {}, [], {}
-    for case in cases:
-        fam = fams.get(case.variant.backend) or fams.setdefault(
-            case.variant.backend, family(case.variant.backend, plan["arch"]))
-        if case.problem not in inputs:
-            q, k, v = random_inputs(case.problem, plan["seed"])
-            inputs[case.problem] = (q, k, v, poisoned_like(q))
-        prepared = fam.prepare(case.variant, case.problem)
-        (fam.trace if trace_dir else fam.run)(prepared, *inputs[case.problem])   # builds it
-        launches.append((case, fam, prepared))
-    flush = (torch.empty(plan["flush_bytes"] // 4, dtype=torch.int32, device="cuda")
-             if plan["flush_bytes"] else None)
-    order = launches[::-1] if plan["reverse"] else launches
-    torch.cuda.synchronize()
-    for launch in range(plan["launches"]):
-        for case, fam, prepared in order:
-            if flush is not None:
-                flush.fill_(launch + 1)
-                torch.cuda.synchronize()
-            torch.cuda.nvtx.range_push(case.id)
-            if trace_dir:
-                tr = fam.trace(prepared, *inputs[case.problem])
-            else:
-                fam.run(prepared, *inputs[case.problem])
-            torch.cuda.nvtx.range_pop()
-            torch.cuda.synchronize()
-            if trace_dir:
-                save_trace(tr, case, Path(trace_dir) / f"c{cases.index(case)}-l{launch}.npz")
-    return 0
-
-
-def save_trace(tr: dict, case, path: Path) -> None:
-    """One launch's trace, compact (``analysis.placement.compact``: per CTA its SM, start and
-    end, and the start of 64 sampled steps plus the first step of the second work item)."""
-    import numpy as np
-    if tr.get("smid") is None:
-        raise UsageError(f"{case.id}: this family's trace build records no SM ids")
-    n_kv = TileGrid(case.problem, case.variant.tiles).n_kv
-    lt = placement_mod.compact(tr["time_ns"], tr["smid"], tr["start_ns"], tr["end_ns"],
-                               keep_steps=[n_kv])
-    np.savez(path, **placement_mod.to_arrays([lt]))
-
-
 def parse(argv) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m experiments.variance",
                                  description=__doc__.splitlines()[0])
@@ -375,8 +322,6 @@ def parse(argv) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--target"]:
-        return target(argv[1])
     from .measure import device_facts
     from .rundir import (BadRunDir, RunDirExists, command_line, reserved_run_dir,
                          write_manifest)

@@ -174,7 +174,7 @@ def test_arrays_round_trip_through_npz(tmp_path):
 
 # -- experiments.variance: the placement condition (CPU parts, fake ncu) ------------------------
 
-from experiments import variance                                                # noqa: E402
+from experiments import target, variance                                        # noqa: E402
 from profiles.counters import Observation                                       # noqa: E402
 from spec import get_arch                                                       # noqa: E402
 from spec.records import Metric, read_csv                                       # noqa: E402
@@ -192,7 +192,7 @@ def _save(case, path, smid, start=None):
     """What the target writes for one launch: a full trace of 4 steps per CTA, saved compact."""
     n = len(smid)
     t, sm, st, end = _launch(smid, start or [0] * n, steps=4)
-    variance.save_trace({"time_ns": t, "smid": sm, "start_ns": st, "end_ns": end}, case, path)
+    target.save_trace({"time_ns": t, "smid": sm, "start_ns": st, "end_ns": end}, case, path)
 
 
 def test_placement_condition_profiles_the_trace_build_and_keeps_each_launch(tmp_path,
@@ -275,8 +275,8 @@ def test_placement_takes_cuda_cases_only_and_cutile_traces_are_refused(tmp_path)
     assert [c.variant.backend.value for c in mixed] == ["cuda"]
     with pytest.raises(variance.UsageError, match="needs CUDA cases"):
         variance.cases_for(H100, PLACEMENT, [r"^cutile\.linear"])
-    with pytest.raises(variance.UsageError, match="records no SM ids"):
-        variance.save_trace({"time_ns": None, "smid": None}, _cuda_cases()[0], tmp_path / "x")
+    with pytest.raises(target.TraceError, match="records no SM ids"):
+        target.save_trace({"time_ns": None, "smid": None}, _cuda_cases()[0], tmp_path / "x")
     assert "placement" not in variance.DEFAULT_CONDITIONS
     assert variance.main(["--out", str(tmp_path / "v"), "--conditions", "placement",
                           "--cases", "^cutile"]) == 2
