@@ -196,45 +196,84 @@ def dispatch(durations: np.ndarray, resident: int) -> tuple[np.ndarray, np.ndarr
 
 def build_trace(g: TileGrid, schedule: CtaSchedule, order: ScanOrder, resident: int,
                 sector_bytes: int = 32) -> Trace:
-    """The tile-access stream of ``resident`` concurrent CTAs (see the module docstring)."""
-    e = _expand(g, schedule, order)
-    dur = np.bincount(e.item_cta, weights=e.item_len, minlength=e.n_ctas).astype(np.int64)
+    """The tile-access stream of ``resident`` concurrent CTAs (see the module docstring).
+
+    Built from the ``work_table`` (per work item, not per access) and the dispatch of the CTAs to
+    ``resident`` slots: time step by time step, each busy slot issues its CTA's accesses of that
+    step, slots in order. One pass that writes each access once (``_interleave``, compiled with
+    numba on first use): memory is the trace itself, not the per-access temporaries a sort over
+    (step, slot) would need."""
+    wt = work_table(g, schedule, order, sector_bytes)
+    per_item_cta = np.repeat(np.arange(wt.n_ctas), np.diff(wt.cta_first))
+    dur = np.bincount(per_item_cta, weights=wt.length, minlength=wt.n_ctas).astype(np.int64)
     slot, start = dispatch(dur, resident)
-    r = min(resident, e.n_ctas)
+    r = min(resident, wt.n_ctas)
+    by_slot = np.lexsort((start, slot))                 # each slot's CTAs in the order they run
+    slot_first = np.searchsorted(slot[by_slot], np.arange(r + 1), side="left").astype(np.int64)
+    n_steps = int((start + dur).max()) if wt.n_ctas else 0
+    total = int(2 * wt.length.astype(np.int64).sum() + 2 * len(wt.length))
+    key = _interleave_kernel()(wt.cta_first, wt.length, wt.reverse, wt.q_key, wt.o_key,
+                               wt.kv_row, wt.k_base, wt.v_base, start, dur,
+                               by_slot.astype(np.int64), slot_first, r, n_steps, total)
+    return Trace(key=key, key_sectors=wt.key_sectors, grid=g, resident=r,
+                 sector_bytes=sector_bytes)
 
-    it = e.pair_item
-    cta = e.item_cta[it]
-    time = start[cta] + e.item_local0[it] + e.pair_step
-    pos = time * r + slot[cta]                      # unique: one pair per slot per step
-    del time
-    # counting sort on the dense (step, slot) grid instead of an O(n log n) argsort
-    dense = np.full(int(pos.max()) + 1 if len(pos) else 0, -1, dtype=np.int32)
-    dense[pos] = np.arange(len(pos), dtype=np.int32)
-    del pos
-    perm = dense[dense >= 0]
-    del dense
 
-    it = it[perm]
-    step, kv = e.pair_step[perm], e.pair_kv[perm]
-    del perm
-    first = step == 0
-    last = step == e.item_len[it] - 1
-    n_acc = 2 + first.astype(np.int64) + last
-    base = np.cumsum(n_acc) - n_acc
-    ks = _KeySpace(g, sector_bytes)
-    p = g.problem
-    bh = e.item_bh[it].astype(np.int64)
-    q_key = bh * g.n_q + e.item_q[it]
-    kv_key = ((bh // p.H) * p.H_kv + (bh % p.H) // p.group_size) * g.n_kv + kv
-    del bh, kv, step
+def _interleave(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, start, dur,
+                slot_ctas, slot_first, r, n_steps, total):
+    """The access stream: at each step ``t`` every slot whose CTA is running issues, in slot
+    order, the Q load (first step of an item), the K and V tiles and the O store (last step)."""
+    key = np.empty(total, dtype=np.int32)
+    ptr = slot_first[:r].copy()                # the slot's current CTA (index into slot_ctas)
+    item = np.zeros(r, dtype=np.int64)
+    step = np.zeros(r, dtype=np.int64)
+    for s in range(r):
+        if ptr[s] < slot_first[s + 1]:
+            item[s] = cta_first[slot_ctas[ptr[s]]]
+    n = 0
+    for t in range(n_steps):
+        for s in range(r):
+            while ptr[s] < slot_first[s + 1]:  # skip the CTAs of this slot that have ended
+                c = slot_ctas[ptr[s]]
+                if t < start[c] + dur[c]:
+                    break
+                ptr[s] += 1
+                if ptr[s] < slot_first[s + 1]:
+                    item[s] = cta_first[slot_ctas[ptr[s]]]
+                    step[s] = 0
+            if ptr[s] >= slot_first[s + 1] or t < start[slot_ctas[ptr[s]]]:
+                continue
+            i = item[s]
+            while length[i] == 0:                # an item without K/V steps issues nothing
+                i += 1
+            st = step[s]
+            if st == 0:
+                key[n] = q_key[i]
+                n += 1
+            kv = length[i] - 1 - st if reverse[i] else st
+            key[n] = k_base + kv_row[i] + kv
+            key[n + 1] = v_base + kv_row[i] + kv
+            n += 2
+            if st == length[i] - 1:
+                key[n] = o_key[i]
+                n += 1
+                item[s] = i + 1
+                step[s] = 0
+            else:
+                item[s] = i
+                step[s] = st + 1
+    return key[:n]
 
-    key = np.empty(int(n_acc.sum()), dtype=np.int32)
-    key[base[first]] = ks.base[Tensor.Q] + q_key[first]
-    k_at = base + first
-    key[k_at] = ks.base[Tensor.K] + kv_key
-    key[k_at + 1] = ks.base[Tensor.V] + kv_key
-    key[k_at[last] + 2] = ks.base[Tensor.O] + q_key[last]
-    return Trace(key=key, key_sectors=ks.sectors(), grid=g, resident=r, sector_bytes=sector_bytes)
+
+_COMPILED = []
+
+
+def _interleave_kernel():
+    """``_interleave`` compiled by numba (imported here, on first use: ``spec`` stays light)."""
+    if not _COMPILED:
+        import numba
+        _COMPILED.append(numba.njit(cache=True, nogil=True)(_interleave))
+    return _COMPILED[0]
 
 
 @dataclass(frozen=True)
