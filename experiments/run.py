@@ -359,7 +359,8 @@ def _count(x: float) -> str:
 
 
 # (key, header, format); dropped from the right when the table is wider than the terminal
-_COLUMNS = (("variant", "variant", str), ("B", "B", str), ("S", "S", str),
+_COLUMNS = (("variant", "variant", str), ("problem", "problem", str), ("B", "B", str),
+            ("S", "S", str),
             ("d_miss", "Δ misses", "{:+.1f}%".format), ("miss", "misses", _count),
             ("d_ms", "Δ time", "{:+.1f}%".format), ("ms", "time ms", "{:.3f}".format),
             ("d_nc", "Δ non-comp.", "{:+.1f}%".format), ("nc", "non-comp.", _count),
@@ -376,15 +377,17 @@ def summary_table(cases: list[Case], rows: list, title: str, width: int):
     the run's CSV)."""
     from rich import box
     from rich.table import Table
-    from spec.records import Metric
+    from spec.records import Metric, case_fields
 
+    shape = ("B", "H", "H_kv", "S_q", "S_kv", "D", "dtype", "causal")   # the problem of a row
     values: dict = {}
     for r in rows:
-        values.setdefault((r.variant, r.B, r.S_q, r.causal, r.metric), []).append(r.value)
+        values.setdefault((r.variant, *(getattr(r, k) for k in shape), r.metric),
+                          []).append(r.value)
 
     def get(c: Case, metric: str):
-        v = values.get((c.variant.id(c.problem), c.problem.B, c.problem.S_q, c.problem.causal,
-                        metric))
+        p = case_fields(c.problem)
+        v = values.get((c.variant.id(c.problem), *(p[k] for k in shape), metric))
         return statistics.median(v) if v else None
 
     def twin(c: Case) -> Case | None:
@@ -401,18 +404,26 @@ def summary_table(cases: list[Case], rows: list, title: str, width: int):
         panels.setdefault(c.panel, []).append(c)
     varies = {k for k, f in (("B", lambda c: c.problem.B), ("S", lambda c: c.problem.S_q))
               if any(len({f(c) for c in group}) > 1 for group in panels.values())}
+    # problems that differ in more than B and S (heads, dtype, S_kv: the shapes study) are named
+    # by their label, or two rows of one variant would look alike
+    labelled = any(len({(c.variant.id(c.problem), c.problem.B, c.problem.S_q) for c in g})
+                   < len({(c.variant.id(c.problem), c.problem) for c in g})
+                   for g in panels.values())
+    if labelled:
+        varies = {"problem"}
     cells: list[dict | str] = []
     for panel, group in panels.items():
         head = panel
-        if "B" not in varies:
+        if "B" not in varies and not labelled:
             head += f"  B={group[0].problem.B}"
-        if "S" not in varies:
+        if "S" not in varies and not labelled:
             head += f" S={group[0].problem.S_q}"
         cells.append(head)
         for c in group:
             base = twin(c)
             base = None if base is c else base
             d = {"variant": c.variant.id(c.problem), "B": c.problem.B, "S": c.problem.S_q,
+                 "problem": c.problem.label,
                  "miss": get(c, Metric.L2_TEX_MISSES), "nc": get(c, Metric.NONCOMPULSORY_MISSES),
                  "ms": get(c, Metric.KERNEL_TIME_MS), "tf": get(c, Metric.TFLOPS)}
             if base is not None:
@@ -423,8 +434,8 @@ def summary_table(cases: list[Case], rows: list, title: str, width: int):
             cells.append(d)
     data = [d for d in cells if isinstance(d, dict)]
     cols = [(k, h, f) for k, h, f in _COLUMNS
-            if k == "variant" or (k in ("B", "S") and k in varies)
-            or (k not in ("B", "S") and any(d.get(k) is not None for d in data))]
+            if k == "variant" or (k in ("B", "S", "problem") and k in varies)
+            or (k not in ("B", "S", "problem") and any(d.get(k) is not None for d in data))]
     text = lambda d, k, f: "" if d.get(k) is None else f(d[k])    # noqa: E731
 
     def widths(cols):

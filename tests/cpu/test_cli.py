@@ -496,6 +496,29 @@ def test_results_table_reads_in_80_columns(study):
     assert none == [] and "TFLOPS" in wide.export_text()     # ... and nothing at 200
 
 
+def test_results_table_names_problems_that_differ_beyond_b_and_s():
+    """The shapes study runs one variant id on problems that differ only in heads or dtype: each
+    row shows its own problem and its own time, never a median pooled over problems."""
+    from rich.console import Console
+
+    from experiments.run import summary_table
+    from spec.records import UNITS, Metric, Row, case_fields
+    cases = [c for c in get_study("shapes").plan(get_arch("h100"))
+             if c.panel == "shapes-uneven" and c.problem.S_q == 1000]
+    assert len({c.variant.id(c.problem) for c in cases}) < len(cases)   # ids repeat
+    rows = [Row(run="r", study="shapes", arch="h100", metric=Metric.KERNEL_TIME_MS,
+                value=0.001 * (i + 1), unit=UNITS[Metric.KERNEL_TIME_MS], source="measured",
+                **case_fields(c.problem, c.variant)) for i, c in enumerate(cases)]
+    console = Console(width=160, record=True, color_system=None)
+    table, _ = summary_table(cases, rows, "t", console.width)
+    console.print(table)
+    text = console.export_text()
+    for i, c in enumerate(cases):
+        line = next(ln for ln in text.splitlines() if c.problem.label in ln
+                    and c.variant.id(c.problem) in ln)
+        assert f"{0.001 * (i + 1):.3f}" in line
+
+
 def test_figure_lines_collapse_other_studies_skips():
     from experiments.run import _figure_lines
     study = get_study("sawtooth")
