@@ -11,6 +11,10 @@ B. the same cases with SHARDS sampling at the size rule (``analysis.timesim.shar
    the error of its miss count against A; C. the same for H100 cases (the CUDA batch cases and cuTile Static causal).
 D. ``sawtooth --arch b200`` and ``--arch b300`` sampled at the size rule (bar: <= 5 min each);
    every row states its rate and the largest error measured in B and C.
+F. SHARDS rate sweep (``RATES``) on the GB10 cuTile causal cases, where B's error is largest:
+   does the error shrink like sampling noise (random sign, ~1/sqrt(R)) or is it a bias of the
+   timed model (one sign: unsampled accesses cost the mean sampled load time, so sampling moves
+   the clocks that decide which CTAs share a tile)? And what does each rate cost?
 E. GB10 predictions of the sawtooth study: the exact run of A at the default parameters, and
    the range over the uncertainty corners (``analysis.calibrate.default_params``) and jitter
    seeds 0..2 (sampled at the size rule), written to ``gb10_predictions.csv``.
@@ -54,6 +58,10 @@ class BenchRow:
     note: str = ""
 
 
+RATES = (0.1, 0.2, 0.4, 0.7)
+"""Section F's SHARDS rates."""
+
+
 def _run(case, arch, tp: TimeParams):
     table = work_table(TileGrid(case.problem, case.variant.tiles), case.variant.schedule,
                        case.variant.order, arch.sector_bytes)
@@ -70,7 +78,7 @@ def _peak_mib() -> float:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m experiments.simbench")
     ap.add_argument("--out", type=Path)
-    ap.add_argument("--sections", default="ABCDE")
+    ap.add_argument("--sections", default="ABCDEF")
     a = ap.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # a kill removes the partial run
     out = a.out or Path("profiles/cpu") / f"simbench-{time.strftime('%Y%m%d')}"
@@ -141,6 +149,19 @@ def main(argv=None) -> int:
                                      replace(hp, sample_rate=R).note()))
                 print(f"C {case.id}: exact {s_ex:.1f}s, R={R:.3f} {s:.1f}s err {e:+.2f}%",
                       flush=True)
+        if "F" in a.sections:
+            tp = gb10_p.time_params(gb10)
+            for case in sawtooth_plan(gb10):
+                if not (case.variant.backend.value == "cutile" and case.problem.causal):
+                    continue
+                ex = exact_gb10.get(case.id) or _run(case, gb10, tp)[0]
+                for R in RATES:
+                    c, s, table = _run(case, gb10, replace(tp, sample_rate=R))
+                    e = 100 * (c.tex_misses / ex.tex_misses - 1)
+                    rows.append(BenchRow("F", "gb10", case.id, "sampled", R, s, _run.cpu,
+                                         table.n_accesses, c.tex_misses, ex.tex_misses, e,
+                                         replace(tp, sample_rate=R).note()))
+                    print(f"F {case.id}: R={R} {s:.1f}s err {e:+.2f}%", flush=True)
         max_err = max(errs) if errs else float("nan")
         if "D" in a.sections:
             for name in ("b200", "b300"):
