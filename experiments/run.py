@@ -46,11 +46,12 @@ MODULE = "experiments.run"
 # study's data fit and the cache is simply "infinite").
 CAPACITY_MAX_L2S = 16
 
-# Peak memory of simulate mode per tile access of the largest case: the trace (int32 keys),
-# its construction arrays and the stack distances. Measured on the development machine as the
-# growth of peak RSS over the process's baseline: 43.0 B at 33.6 M accesses (sawtooth gb10,
-# causal) and 43.1 B at 67.1 M (non-causal); rounded up.
-SIM_BYTES_PER_ACCESS = 44
+# Peak memory of simulate mode per tile access of the largest case: the trace (int32 keys) and
+# the stack distances (the trace is built in one pass, spec.build_trace). Measured on the
+# development machine as the growth of peak RSS over the process's baseline (numba kernels
+# compiled): 12.1 B at 33.6 M accesses (sawtooth gb10, causal) and 12.1 B at 67.1 M
+# (non-causal); rounded up. (43 B before the one-pass trace build.)
+SIM_BYTES_PER_ACCESS = 13
 SIM_BASE_BYTES = 250 * MiB        # the process before the first case (numpy, numba, rich)
 
 
