@@ -22,14 +22,13 @@ variance, not the sharding.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from spec.records import Metric
 
-from .datasets import DatasetError, read_run
+from .datasets import DatasetError, read_manifest, read_run
 from .rows import pct_change, problem_tiles
 
 DEFAULT_METRICS = (Metric.L2_TEX_MISSES, Metric.DRAM_READ_BYTES)
@@ -56,10 +55,7 @@ def classify(a: tuple[float, float, float], b: tuple[float, float, float]) -> st
 
 def placement(run_dir: Path) -> dict[str, int]:
     """``{case id: device index}`` from the run's manifest (empty for an unsharded run)."""
-    try:
-        m = json.loads((Path(run_dir) / "manifest.json").read_text())
-    except (OSError, ValueError):
-        return {}
+    m = read_manifest(run_dir)
     return {k: int(v) for k, v in (m.get("parameters", {}).get("placement") or {}).items()}
 
 
@@ -103,12 +99,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         a, b = read_run(args.run_a), read_run(args.run_b)
+        places = placement(args.run_a), placement(args.run_b)
     except DatasetError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     rows = compare(a.get("counters.csv", []), b.get("counters.csv", []),
                    metrics=tuple(args.metric or DEFAULT_METRICS),
-                   a_place=placement(args.run_a), b_place=placement(args.run_b))
+                   a_place=places[0], b_place=places[1])
     if not rows:
         print(f"error: {args.run_a} and {args.run_b} share no case measured with repeats; compare "
               f"two runs of one study made with --repeats >= 2", file=sys.stderr)

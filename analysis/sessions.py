@@ -18,7 +18,7 @@ session (``--sessions`` = ``--repeats``, the orchestrator's default).
 from __future__ import annotations
 
 import argparse
-import json
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -29,20 +29,18 @@ from scipy.stats import friedmanchisquare
 
 from spec.records import Metric, data_path, read_csv
 
+from .datasets import DatasetError, read_manifest
 from .rows import case_key
-
-LAUNCH_NOTE = "kernel="
-"""Rows of ``counters_repeats.csv`` that are single launches (the per-case summary rows beside
-them carry ``n=... of ...`` notes)."""
-
 
 def launches_by_session(repeat_rows: Iterable[dict], metric: str,
                         launches_per_session: int = 1) -> dict[tuple, dict[int, list[float]]]:
-    """``{case key: {session: [values]}}`` of the single launches of ``metric``; launch ``i``
-    (its ``sample``) ran in session ``i // launches_per_session``."""
+    """``{case key: {session: [values]}}`` of the single launches of ``metric`` (the rows of
+    ``counters_repeats.csv`` without a ``stat``; the per-case summaries beside them have one, a
+    failed launch has no value); launch ``i`` (its ``sample``) ran in session
+    ``i // launches_per_session``."""
     out: dict[tuple, dict[int, list[float]]] = {}
     for r in repeat_rows:
-        if r["metric"] == metric and str(r.get("note", "")).startswith(LAUNCH_NOTE):
+        if r["metric"] == metric and not r.get("stat") and math.isfinite(float(r["value"])):
             s = int(r["sample"]) // launches_per_session
             out.setdefault(case_key(r), {}).setdefault(s, []).append(float(r["value"]))
     return out
@@ -89,10 +87,11 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     try:
-        prof = json.loads((a.run / "manifest.json").read_text())["parameters"]["profiling"]
-        per = prof.get("launches_per_session") or [1]
-    except (OSError, ValueError, KeyError, TypeError):
-        per = [1]
+        prof = read_manifest(a.run).get("parameters", {}).get("profiling")
+    except DatasetError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    per = (prof.get("launches_per_session") if isinstance(prof, dict) else None) or [1]
     if len(set(per)) != 1:
         print(f"error: {a.run}: sessions of unequal size ({per}); this test needs the same "
               f"number of launches in every session", file=sys.stderr)

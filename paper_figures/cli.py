@@ -16,7 +16,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from spec import known_archs
+from spec import get_arch, known_archs
+from spec.arch import UnknownArch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,8 +43,10 @@ def run_cli(argv, modules, prog: str = "python -m paper_figures", description: s
                     help="new output directory (default paper_figures/out/<arch>/<runs>)")
     a = ap.parse_args(argv)
     err = lambda s: print(f"error: {s}", file=sys.stderr)  # noqa: E731
-    if a.arch not in known_archs():
-        err(f"unknown arch {a.arch!r}; known: {', '.join(known_archs())}")
+    try:
+        get_arch(a.arch)
+    except UnknownArch as e:
+        err(str(e))
         return 2
     console = Console(width=None if sys.stdout.isatty() else 150)
     runs = a.run or [d.path for d in default_runs(a.arch, a.source)]

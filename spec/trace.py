@@ -22,6 +22,7 @@ an LRU over tiles weighted by their sectors is an LRU over sectors.
 from __future__ import annotations
 
 import enum
+import functools
 import heapq
 from dataclasses import dataclass
 
@@ -204,8 +205,8 @@ def build_trace(g: TileGrid, schedule: CtaSchedule, order: ScanOrder, resident: 
     numba on first use): memory is the trace itself, not the per-access temporaries a sort over
     (step, slot) would need."""
     wt = work_table(g, schedule, order, sector_bytes)
-    per_item_cta = np.repeat(np.arange(wt.n_ctas), np.diff(wt.cta_first))
-    dur = np.bincount(per_item_cta, weights=wt.length, minlength=wt.n_ctas).astype(np.int64)
+    steps_before = np.concatenate([[0], np.cumsum(wt.length, dtype=np.int64)])
+    dur = steps_before[wt.cta_first[1:]] - steps_before[wt.cta_first[:-1]]   # steps per CTA
     slot, start = dispatch(dur, resident)
     r = min(resident, wt.n_ctas)
     by_slot = np.lexsort((start, slot))                 # each slot's CTAs in the order they run
@@ -265,15 +266,11 @@ def _interleave(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base
     return key[:n]
 
 
-_COMPILED = []
-
-
+@functools.cache
 def _interleave_kernel():
     """``_interleave`` compiled by numba (imported here, on first use: ``spec`` stays light)."""
-    if not _COMPILED:
-        import numba
-        _COMPILED.append(numba.njit(cache=True, nogil=True)(_interleave))
-    return _COMPILED[0]
+    import numba
+    return numba.njit(cache=True, nogil=True)(_interleave)
 
 
 @dataclass(frozen=True)

@@ -39,3 +39,24 @@ def require_toolchain(available: bool, what: str) -> None:
     if os.environ.get("REQUIRE_COMPILE") == "1":
         pytest.fail(f"{what} is required in CI (REQUIRE_COMPILE=1) but is not available")
     pytest.skip(f"{what} not available")
+
+
+def nvcc_sm90(source: str, ptx: bool = False) -> tuple[int, str]:
+    """Compile a standalone CUDA source for sm_90 with the toolkit's nvcc (skip, or fail in CI,
+    without it): a cubin with ``-Xptxas -v`` (returns its exit code and the ptxas report) or, with
+    ``ptx``, PTX (the exit code and the PTX text, or the error)."""
+    import subprocess
+    import tempfile
+
+    from cuda_baseline.source import nvcc_path
+    nvcc = nvcc_path()
+    require_toolchain(nvcc is not None, "nvcc (CUDA 13.0)")
+    with tempfile.TemporaryDirectory() as tmp:
+        cu, out = Path(tmp) / "k.cu", Path(tmp) / ("k.ptx" if ptx else "k.cubin")
+        cu.write_text(source)
+        args = ["-ptx"] if ptx else ["-cubin", "-Xptxas", "-v"]
+        r = subprocess.run([nvcc, "-arch=sm_90", *args, "-o", str(out), str(cu)],
+                           capture_output=True, text=True)
+        if ptx and r.returncode == 0:
+            return 0, out.read_text()
+        return r.returncode, r.stdout + r.stderr

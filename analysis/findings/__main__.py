@@ -7,7 +7,8 @@ import sys
 import time
 from pathlib import Path
 
-from spec import known_archs
+from spec import get_arch
+from spec.arch import UnknownArch
 
 from ..datasets import ROOT, DatasetError, discover
 from .report import compute, markdown, write_report
@@ -36,8 +37,10 @@ def main(argv=None) -> int:
                     help="simulate larger cases from B=1,2 (default 180M trace accesses)")
     a = ap.parse_args(argv)
     err = lambda s: print(f"error: {s}", file=sys.stderr)  # noqa: E731
-    if a.arch not in known_archs():
-        err(f"unknown arch {a.arch!r}; known: {', '.join(known_archs())}")
+    try:
+        get_arch(a.arch)
+    except UnknownArch as e:
+        err(str(e))
         return 2
     if not a.run and not discover(a.arch):
         err(f"no stored runs for {a.arch} (profiles/{a.arch}/ or runs/{a.arch}/); run a study "

@@ -36,13 +36,12 @@ from spec.variant import DEFAULT_STAGES, parse_stages
 from ..rows import median, pct_change, problem_tiles, time_verdict
 from ..timemodel import (MemoryFacts, bandwidth_edge, critical_steps, dram_fraction, predict,
                          predicted_change, wave_kv_bytes)
-from .sawtooth import repeat_verdict
+from .sawtooth import WITHIN, repeat_verdict
 
 MIN_AVAILABLE = 0.01
 """Floor of the bandwidth left to the attention kernel, as a fraction of the DRAM peak."""
 
 _LEVEL = re.compile(r"stream=(\w+)")
-_WITHIN = {"no difference": "=", "sawtooth faster": "-", "sawtooth slower": "+"}
 
 
 def stages_of(variant: str) -> int:
@@ -169,7 +168,7 @@ def misscost_table(runs: Sequence[tuple[str, list[dict], list[dict]]],
         row.update({f"{lab}_pct": x for (lab, _), x in zip(tabs, changes)})
         row.update(mean_pct=float(np.mean(changes)), min_pct=float(np.min(changes)),
                    max_pct=float(np.max(changes)), noise_pct=noise,
-                   within=" ".join(_WITHIN.get(w, "?") for w in within), verdict=verdict)
+                   within=" ".join(WITHIN[w] for w in within), verdict=verdict)
         merged = dict(first, gbps=gbps)
         row.update(prediction(merged, stages, t_c, facts))
         row["t_c_us"] = t_c * 1e6

@@ -123,7 +123,8 @@ def peers(timing_rows: list[dict]) -> list[dict]:
     return out
 
 
-_WITHIN = {"no difference": "=", "sawtooth faster": "-", "sawtooth slower": "+", "not measured": "?"}
+WITHIN = {"no difference": "=", "sawtooth faster": "-", "sawtooth slower": "+", "not measured": "?"}
+"""A run's own time verdict (``time_verdict``) as one character of the ``within`` column."""
 
 
 def repeat_verdict(changes_pct: Sequence[float], lin: Sequence[float], saw: Sequence[float],
@@ -183,7 +184,7 @@ def sawtooth_repeats(runs: Sequence[tuple[str, list[dict], list[dict]]]) -> list
             row.update({f"{lab}_pct": x for (lab, _), x in zip(tabs, changes)})
             row.update(mean_pct=float(np.mean(changes)), min_pct=float(np.min(changes)),
                        max_pct=float(np.max(changes)), noise_pct=noise,
-                       within=" ".join(_WITHIN[w] for w in within) if within else "",
+                       within=" ".join(WITHIN[w] for w in within) if within else "",
                        verdict=verdict)
             out.append(row)
     return out

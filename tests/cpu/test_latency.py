@@ -3,19 +3,15 @@ kept, seeded), the plateau estimates on hand-made curves, the dry-run plan, ever
 (exit 2, one line, nothing written) and, with nvcc, the kernel compiling for sm_90 unspilled."""
 from __future__ import annotations
 
-import subprocess
-import tempfile
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from cuda_baseline.source import nvcc_path
 from experiments import latency
 from experiments.latency import (CHASE_SOURCE, MiB, estimates, main, parse_size, plan, region,
                                  successor_offsets, visit_order)
 from spec import get_arch
-from tests.conftest import require_toolchain
+from tests.conftest import nvcc_sm90
 
 H100 = get_arch("h100")
 L2 = H100.l2_bytes
@@ -113,16 +109,8 @@ def test_device_with_another_l2_is_refused(tmp_path, capsys, monkeypatch):
 
 @pytest.mark.compile
 def test_chase_kernel_compiles_for_sm90():
-    nvcc = nvcc_path()
-    require_toolchain(nvcc is not None, "nvcc (CUDA 13.0)")
-    with tempfile.TemporaryDirectory() as tmp:
-        cu = Path(tmp) / "chase.cu"
-        cu.write_text(CHASE_SOURCE)
-        r = subprocess.run([nvcc, "-arch=sm_90", "-cubin", "-Xptxas", "-v", "-o",
-                            str(Path(tmp) / "c.cubin"), str(cu)], capture_output=True, text=True)
-        p = subprocess.run([nvcc, "-arch=sm_90", "-ptx", "-o", str(Path(tmp) / "c.ptx"),
-                            str(cu)], capture_output=True, text=True)
-        ptx = (Path(tmp) / "c.ptx").read_text() if p.returncode == 0 else p.stderr
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "0 bytes spill stores" in r.stdout + r.stderr
+    rc, log = nvcc_sm90(CHASE_SOURCE)
+    _, ptx = nvcc_sm90(CHASE_SOURCE, ptx=True)
+    assert rc == 0, log
+    assert "0 bytes spill stores" in log
     assert "ld.global.cg.u64" in ptx and "%globaltimer" in ptx, ptx

@@ -5,7 +5,7 @@ ranked (a wrong-but-fast candidate never wins) and that a config file is never s
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields
+from dataclasses import fields
 
 import pytest
 
@@ -15,7 +15,7 @@ from experiments.measure import RESOURCES, resource_rows
 from experiments.studies import BENCH_SEQS, STUDIES, get_study
 from kernels.config import default_config
 from spec import Backend, Case, CtaSchedule, Problem, ScanOrder, Tiles, Variant, get_arch
-from spec.family import PREPARED_FIELDS
+from spec.family import PREPARED_FIELDS, Prepared
 from spec.schedules import ScheduleKind
 
 H100 = get_arch("h100")
@@ -61,19 +61,12 @@ def test_cuda_tiles_plan_sweeps_every_tested_tile_and_the_persistent_builds():
 
 # -- resource rows and the families' common interface ---------------------------------------------
 
-@dataclass(frozen=True)
-class FakePrepared:
-    registers: int = 168
-    local_bytes: int = 0
-    smem_bytes: int = 132152
-    ctas_per_sm: int = 1
-    build: str = "fmha_fwd_x"
-
-
 def test_resource_rows_name_the_build_in_the_committed_metric_names():
     case = Case(Problem(1, 16, 4096, 128), Variant(Backend.CUTILE, ScanOrder.linear(),
                                                    CtaSchedule.grid(), Tiles(128, 128), 1), 132, "p")
-    rows = resource_rows(case, FakePrepared(), run="r", study="bench", arch="h100")
+    prepared = Prepared(case.variant, case.problem, n_ctas=132, threads=256, registers=168,
+                        local_bytes=0, smem_bytes=132152, ctas_per_sm=1, build="fmha_fwd_x")
+    rows = resource_rows(case, prepared, run="r", study="bench", arch="h100")
     got = {r.metric: (r.value, r.unit) for r in rows}
     assert got == {"registers": (168, "register"), "local_bytes": (0, "byte"),
                    "smem_bytes": (132152, "byte"), "ctas_per_sm": (1, "CTA")}

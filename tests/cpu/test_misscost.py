@@ -3,21 +3,17 @@ but for the order, every depth at every S x causal, S below and above the L2), t
 dry-run text and bad-input exit, and (with nvcc) the streamer kernel compiling for sm_90."""
 from __future__ import annotations
 
-import subprocess
-import tempfile
 from collections import Counter
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
-from cuda_baseline.source import nvcc_path
 from experiments.streamer import LEVELS, STREAM_SOURCE, main, misscost_ctas, plan_lines
 from experiments.studies import MISSCOST_STAGES, get_study, kv_bytes_per_head, misscost_plan
 from spec import get_arch
 from spec.orders import OrderKind
 from spec.variant import Backend
-from tests.conftest import require_toolchain
+from tests.conftest import nvcc_sm90
 
 H100 = get_arch("h100")
 
@@ -64,15 +60,9 @@ def test_streamer_dry_run_explains_the_plan(capsys):
 
 @pytest.mark.compile
 def test_streamer_kernel_compiles_for_sm90():
-    nvcc = nvcc_path()
-    require_toolchain(nvcc is not None, "nvcc (CUDA 13.0)")
-    with tempfile.TemporaryDirectory() as tmp:
-        cu = Path(tmp) / "stream.cu"
-        cu.write_text(STREAM_SOURCE)
-        r = subprocess.run([nvcc, "-arch=sm_90", "-cubin", "-Xptxas", "-v", "-o",
-                            str(Path(tmp) / "s.cubin"), str(cu)], capture_output=True, text=True)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "0 bytes spill stores" in r.stdout + r.stderr
+    rc, log = nvcc_sm90(STREAM_SOURCE)
+    assert rc == 0, log
+    assert "0 bytes spill stores" in log
 
 
 # -- section 10 of the findings (analysis.findings.misscost) on hand-made runs -----------------
