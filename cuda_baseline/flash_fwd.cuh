@@ -540,16 +540,25 @@ __device__ __forceinline__ void flash_fwd_impl(const FwdParams& p) {
             attend_q_tile<TILE_M, TILE_N, D, CAUSAL, DT, TRACE, STAGES>(
                 p, smem, bh, first + k, reversed_for<ORDER>(k, cta, p.sawtooth_group), step);
     } else {
-        // Persistent: exactly gridDim.x CTAs walk the work items with a grid-stride loop.
-        // PERSISTENT q-major: w -> (bh = w / n_q, q = w % n_q); head-major: (w % BH, w / BH).
-        // LONGEST_FIRST: q-major with the Q tiles in descending order (longest causal rows first).
+        // Persistent: exactly P = gridDim.x CTAs; in round `iter` they take work items
+        // iter * P .. iter * P + P - 1.
+        // PERSISTENT (grid-stride): CTA c takes item iter * P + c; q-major: w -> (bh = w / n_q,
+        // q = w % n_q); head-major: (w % BH, w / BH).
+        // LONGEST_FIRST: items sorted longest first (q = n_q - 1 - w / BH, bh = w % BH), dealt in
+        // snake order: CTA c takes iter * P + c in even rounds and iter * P + P - 1 - c in odd ones.
         const int n_bh = p.n_work / p.n_q;
-        int iter = 0;
-        for (int w = cta; w < p.n_work; w += gridDim.x, ++iter) {
-            int bh, q;
-            if constexpr (WORK == WorkOrder::HEAD_MAJOR) { bh = w % n_bh; q = w / n_bh; }
-            else { bh = w / p.n_q; q = w % p.n_q; }
-            if constexpr (SCHEDULE == ScheduleKind::LONGEST_FIRST) q = p.n_q - 1 - q;
+        const int P = gridDim.x;
+        for (int iter = 0; iter * P < p.n_work; ++iter) {
+            int w = iter * P + cta, bh, q;
+            if constexpr (SCHEDULE == ScheduleKind::LONGEST_FIRST) {
+                if (iter & 1) w = iter * P + P - 1 - cta;
+                if (w >= p.n_work) continue;
+                bh = w % n_bh; q = p.n_q - 1 - w / n_bh;
+            } else {
+                if (w >= p.n_work) break;
+                if constexpr (WORK == WorkOrder::HEAD_MAJOR) { bh = w % n_bh; q = w / n_bh; }
+                else { bh = w / p.n_q; q = w % p.n_q; }
+            }
             attend_q_tile<TILE_M, TILE_N, D, CAUSAL, DT, TRACE, STAGES>(
                 p, smem, bh, q, reversed_for<ORDER>(iter, cta, p.sawtooth_group), step);
         }

@@ -108,6 +108,14 @@ def compile_options() -> tuple[str, ...]:
     return BASE_OPTIONS + (f"-I{HERE}", f"-DFLASH_FWD_SOURCE={source_digest()}")
 
 
+SM90_CTAS_PER_SM = {(Tiles(64, 64), 64): 3, (Tiles(64, 64), 128): 2, (Tiles(80, 80), 64): 2,
+                    (Tiles(80, 80), 128): 1, (Tiles(128, 64), 64): 2, (Tiles(128, 64), 128): 1,
+                    (Tiles(128, 128), 64): 1, (Tiles(128, 128), 128): 1}
+"""Resident CTAs per SM of every build of a tested tile at D on an H100/H200 (the same for every
+order, schedule, mask and dtype, which CI checks against ptxas; ``test_cuda_compile``): what a
+plan made without a GPU uses for the persistent P of "one wave of resident CTAs"."""
+
+
 def all_instances(dtypes=(DType.FP16, DType.BF16), tiles=TESTED_TILES, traces=(False, True),
                   head_dims=(64, 128)) -> list[Instance]:
     """The cross product of orders, schedule forms, tiles, D, causal, dtypes and trace builds."""

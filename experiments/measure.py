@@ -161,6 +161,9 @@ def check_and_time(cases: list[Case], arch: Arch, *, run: str, study: str, reps:
             res.rows.append(case_row(subject, problem, Metric.TFLOPS, s.tflops(problem.flops),
                                  run=run, study=study, arch=arch.name,
                                  note=f"median of {len(s.ms)}, spread ±{100 * s.spread:.1f}%"))
+            res.rows.append(case_row(subject, problem, Metric.HOST_LAUNCH_MS, s.host_median,
+                                 run=run, study=study, arch=arch.name,
+                                 note=f"median of {len(s.host_ms)} launch calls, host wall time"))
         del q, k, v, ref
         torch.cuda.empty_cache()
         if progress is not None:

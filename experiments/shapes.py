@@ -153,10 +153,24 @@ def summary_lines(rows) -> list[str]:
                          f"built): {', '.join(s.missing)}")
         lines.append(f"  ({BARS[s.family]}; {s.no_cudnn} problems without a cuDNN time, "
                      f"{s.no_flash} without a flash time)")
+    host = host_launch_ms(rows)
+    if host and lines:
+        lines.append("host time per launch call, median over problems (what a caller without "
+                     "CUDA graphs pays; not in the kernel times): "
+                     + ", ".join(f"{who} {ms * 1e3:.0f} us" for who, ms in host.items()))
     wrong = sorted(f"{peer} on {p.label}" for p, peer in failed_peers(rows))
     if wrong and lines:
         lines.append(f"left out, the peer's output failed the correctness gate: {', '.join(wrong)}")
     return lines or ["no family was timed: nothing to summarize"]
+
+
+def host_launch_ms(rows) -> dict[str, float]:
+    """{family or peer: median over problems of its median host ms per launch call}."""
+    per: dict = {}
+    for r in _dicts(rows):
+        if r["metric"] == Metric.HOST_LAUNCH_MS:
+            per.setdefault(r["backend"], []).append(float(r["value"]))
+    return {who: statistics.median(v) for who, v in sorted(per.items())}
 
 
 def needs_peer_check(p: Problem) -> bool:

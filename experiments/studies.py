@@ -239,12 +239,14 @@ def bench_plan(arch: Arch) -> list[Case]:
 def cuda_tiles_plan(arch: Arch) -> list[Case]:
     """The CUDA tile sweep at B=1, H=16, S=16K, fp16, D in {64, 128}, causal and not: every
     tested tile shape with the grid launch and linear order, and at the registry's default tile
-    the persistent linear and sawtooth builds and the longest-first (LPT) launch, one persistent
-    CTA per SM (as in the locality studies; the ``ctas_per_sm`` rows say how many would fit)."""
-    from cuda_baseline.source import TESTED_TILES
-    p = arch.num_sms
+    the persistent linear and sawtooth builds and the longest-first (LPT) launch, with P = one
+    wave of resident CTAs (``SM90_CTAS_PER_SM`` on sm_90, one per SM elsewhere; the
+    ``ctas_per_sm`` rows say what the build got): issue 14's persistent-vs-grid comparison."""
+    from cuda_baseline.source import SM90_CTAS_PER_SM, TESTED_TILES
     cases = []
     for D in (64, 128):
+        per_sm = SM90_CTAS_PER_SM.get((arch.cuda_tiles, D), 1) if arch.sm == "sm_90" else 1
+        p = arch.num_sms * per_sm
         for causal in (False, True):
             prob = Problem(1, 16, 16384, D, causal=causal)
             panel = f"cuda-tiles-d{D}-{'causal' if causal else 'noncausal'}"

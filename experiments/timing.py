@@ -6,6 +6,14 @@
 - The L2 state is explicit. ``cold``: before each repetition a buffer of at least 2x the L2 is
   written, which evicts the inputs, and the events bracket the kernel alone. ``warm``: back-to-back
   launches, inputs may be resident.
+- The events bracket GPU time, not host time. Before each start event the GPU spins
+  (``torch.cuda._sleep``) for longer than the host needs to enqueue the start event, the launch
+  and the end event, so the kernel is already queued when the start event fires (the "blocking
+  kernel" of NVIDIA's nvbench). Without it a launch whose host side (Python, cuTile's argument
+  handling, SDPA's dispatch: 20-100 us) outlasts the flush leaves the GPU idle between the
+  events, and a 10 us kernel reads as 100 us: every short shape then measures the host, not the
+  kernel. The host side is measured too (``Samples.host_ms``: wall time of the launch call),
+  because it is what a caller without CUDA graphs pays per call.
 - Comparisons alternate A/B/A/B launch by launch (``time_interleaved``), so clock drift and
   neighbours on the GPU affect every variant alike.
 - Speed claims are ratios against peers timed in the same call (PyTorch SDPA flash and cuDNN).
@@ -21,8 +29,13 @@ L2State = Literal["cold", "warm"]
 
 @dataclass(frozen=True)
 class Samples:
-    ms: tuple[float, ...]
+    ms: tuple[float, ...]          # GPU time per launch (CUDA events)
     l2: str
+    host_ms: tuple[float, ...] = ()  # host wall time of each launch call
+
+    @property
+    def host_median(self) -> float:
+        return statistics.median(self.host_ms)
 
     @property
     def median(self) -> float:
@@ -49,28 +62,58 @@ class _Flusher:
         self.buf.fill_(0x5A5A5A5A)
 
 
+HOLD_MARGIN = 3.0     # the GPU spins this many times the slowest host launch of the warm-up
+HOLD_MIN_MS = 0.2     # and at least this long
+
+
+def _spin_cycles_per_ms() -> float:
+    """GPU clock cycles of ``torch.cuda._sleep`` per millisecond, measured on the spot (the spin
+    counts SM clock cycles, so the rate follows the clock the GPU runs at now)."""
+    import torch
+    cycles = 2_000_000
+    torch.cuda._sleep(cycles)                 # first launch out of the measurement
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(cycles)
+    end.record()
+    end.synchronize()
+    return cycles / start.elapsed_time(end)
+
+
 def time_interleaved(fns: dict[str, Callable[[], None]], *, reps: int = 20, warmup: int = 3,
                      l2: L2State = "cold", l2_bytes: int | None = None) -> dict[str, Samples]:
-    """Time several launchers, alternating them launch by launch; returns samples per name."""
+    """Time several launchers, alternating them launch by launch; returns samples per name
+    (GPU time between events that the host cannot stretch, and the host time of each call)."""
+    import time
+
     import torch
     if l2_bytes is None:
         l2_bytes = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
     flush = _Flusher(l2_bytes) if l2 == "cold" else (lambda: None)
+    slowest = 0.0                             # host ms of the last warm-up call (no compile)
     for fn in fns.values():
         for _ in range(warmup):
+            t0 = time.perf_counter()
             fn()
-    torch.cuda.synchronize()
-    events = {name: [] for name in fns}
-    for _ in range(reps):
+            last = (time.perf_counter() - t0) * 1e3
+            torch.cuda.synchronize()
+        slowest = max(slowest, last if warmup else 0.0)
+    hold = int(max(HOLD_MIN_MS, HOLD_MARGIN * slowest) * _spin_cycles_per_ms())
+    events = {name: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                     for _ in range(reps)] for name in fns}
+    host = {name: [] for name in fns}
+    for i in range(reps):
         for name, fn in fns.items():
             flush()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(hold)           # the GPU waits here while the host enqueues
+            start, end = events[name][i]
+            t0 = time.perf_counter()
             start.record()
             fn()
             end.record()
-            events[name].append((start, end))
+            host[name].append((time.perf_counter() - t0) * 1e3)
     torch.cuda.synchronize()
-    return {name: Samples(tuple(s.elapsed_time(e) for s, e in ev), l2)
+    return {name: Samples(tuple(s.elapsed_time(e) for s, e in ev), l2, tuple(host[name]))
             for name, ev in events.items()}
 
 

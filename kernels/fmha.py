@@ -265,28 +265,34 @@ def fmha_fwd_impl(Q, K, V, Out, Trace, qk_scale, H, QUERY_GROUP_SIZE,
             step = step + tc
             k = k + 1
     else:
-        # persistent: work items cta, cta + P, cta + 2P, ... (grid-stride loop)
+        # persistent: in round `it` the P CTAs take items it*P .. it*P + P - 1; grid-stride
+        # (cta takes it*P + cta), or for longest-first the snake deal (odd rounds reversed) of
+        # the items sorted longest first, heads fastest (spec.schedules)
         total = n_q * n_bh
+        n_ctas = ct.num_blocks(0)
         it = 0
         step = 0
-        w = cta
-        while w < total:         # a while, not a for (module docstring)
-            if WORK == WORK_HEAD_MAJOR:
+        while it * n_ctas < total:   # a while, not a for (module docstring)
+            w = it * n_ctas + cta
+            if SCHED == SCHED_LONGEST_FIRST:
+                if it % 2 == 1:
+                    w = it * n_ctas + n_ctas - 1 - cta
+                bh = w % n_bh
+                q_tile = n_q - 1 - w // n_bh
+            elif WORK == WORK_HEAD_MAJOR:
                 bh = w % n_bh
                 q_tile = w // n_bh
             else:
                 bh = w // n_q
                 q_tile = w % n_q
-            if SCHED == SCHED_LONGEST_FIRST:
-                q_tile = n_q - 1 - q_tile
-            head = bh % H
-            tc = attention_tile_impl(Q, K, V, Out, Trace, qk_scale, bh // H, head,
-                                     head // QUERY_GROUP_SIZE, q_tile,
-                                     reversed_for(ORDER, GROUP, it, cta), cta, step,
-                                     TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, LEVEL, TRACE)
+            if w < total:
+                head = bh % H
+                tc = attention_tile_impl(Q, K, V, Out, Trace, qk_scale, bh // H, head,
+                                         head // QUERY_GROUP_SIZE, q_tile,
+                                         reversed_for(ORDER, GROUP, it, cta), cta, step,
+                                         TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, LEVEL, TRACE)
+                step = step + tc
             it = it + 1
-            step = step + tc
-            w = w + ct.num_blocks(0)
 
 
 @ct.kernel

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from cuda_baseline.backend import check_variant, instance_for
-from cuda_baseline.source import (HEADER, TESTED_TILES, TILE_EDGES, CompileError, Instance,
-                                  ci_instances, compile_nvcc, compile_options, mrep, nvcc_path,
+from cuda_baseline.source import (HEADER, SM90_CTAS_PER_SM, TESTED_TILES, TILE_EDGES,
+                                  CompileError, Instance, ci_instances, compile_nvcc, compile_options, mrep, nvcc_path,
                                   parse_ptxas, smem_bytes, stage_instances)
 from spec.family import DeviceLimits, UnsupportedVariant
 from spec.orders import OrderKind, ScanOrder
@@ -199,6 +199,9 @@ def test_every_instantiation_compiles_for_sm90():
         groups.setdefault((i.tiles, i.D, i.dtype, i.trace), {}).setdefault(occ, []).append(i.name)
     mixed = {k: {o: len(n) for o, n in v.items()} for k, v in groups.items() if len(v) > 1}
     assert not mixed, f"shapes whose builds differ in occupancy (CTAs/SM: count): {mixed}"
+    table = {(t, d): next(iter(v)) for (t, d, dt, tr), v in groups.items()
+             if t in TESTED_TILES and dt == DType.FP16 and not tr}
+    assert table == SM90_CTAS_PER_SM, f"SM90_CTAS_PER_SM is stale; ptxas says {table}"
 
 
 @pytest.mark.compile

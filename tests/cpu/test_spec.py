@@ -82,7 +82,25 @@ def test_head_major_and_longest_first_work_orders():
     v = visit_order(g, CtaSchedule.persistent(4, WorkOrder.HEAD_MAJOR), ScanOrder.linear()).table()
     assert [tuple(v[c, 0, 1:3]) for c in range(4)] == [(0, 0), (1, 0), (0, 1), (1, 1)]
     lpt = visit_order(g, CtaSchedule.longest_first(4), ScanOrder.linear()).table()
-    assert [tuple(lpt[c, 0, 1:3]) for c in range(4)] == [(0, 1), (0, 0), (1, 1), (1, 0)]
+    # longest first (q = 1 of both heads, then q = 0), heads fastest
+    assert [tuple(lpt[c, 0, 1:3]) for c in range(4)] == [(0, 1), (1, 1), (0, 0), (1, 0)]
+    # the snake deal: with P = 3 the second round starts at the last CTA
+    items = CtaSchedule.longest_first(3).work_items(g)
+    got = {(int(c), int(i)): (int(b), int(q))
+           for c, i, b, q in zip(items.cta, items.iter, items.bh, items.q)}
+    assert got == {(0, 0): (0, 1), (1, 0): (1, 1), (2, 0): (0, 0), (2, 1): (1, 0)}
+
+
+def test_load_balance_of_persistent_schedules():
+    """The static grid-stride cannot balance causal work where P is close to n_q (S=16K, 128-row
+    tiles: CTA c's Q tiles are (c + 4r) mod 128); longest-first with the snake deal can."""
+    g = TileGrid(Problem(1, 16, 16384, 128, causal=True), Tiles(128, 64))
+    static, lpt = CtaSchedule.persistent(132), CtaSchedule.longest_first(132)
+    assert static.load_balance(g) > 1.5
+    assert lpt.load_balance(g) < 1.01
+    assert CtaSchedule.grid().load_balance(g) == 1.0
+    full = TileGrid(Problem(1, 16, 16384, 128), Tiles(128, 64))      # equal items: both balance
+    assert static.load_balance(full) < 1.07 and lpt.load_balance(full) < 1.07
 
 
 def test_trace_counts_every_tile_access():
