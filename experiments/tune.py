@@ -147,6 +147,7 @@ def measure_problem(arch: Arch, problem: Problem, cands: list[Candidate], *, rep
     from .correctness import check, poisoned_like, random_inputs, reference
     from .timing import time_interleaved
     causal = problem.causal
+    _precompile(arch, problem, cands)
     q, k, v = random_inputs(problem, seed)
     ref = reference(q, k, v, causal)
     launchers = {}
@@ -176,6 +177,18 @@ def measure_problem(arch: Arch, problem: Problem, cands: list[Candidate], *, rep
         return {c: (x.median * 1e3, x.spread) for c, x in s.items()}
 
     return rank(cands, check_one, time_all)
+
+
+def _precompile(arch: Arch, problem: Problem, cands: list[Candidate]) -> None:
+    """Build every candidate in parallel worker processes first (``kernels.warm``), so the
+    sequential check below finds the cubins in the JIT's disk cache. A build that fails here
+    fails again in the check, which reports it."""
+    from kernels.backend import default_schedule
+    from kernels.warm import Job, warm
+    p = problem
+    warm([Job(p.B, p.H, p.H_kv, p.S_q, p.S_kv, p.D, p.dtype.value, p.causal, "linear",
+              default_schedule(p, c.config(), c.config().tiles, arch.num_sms).label, c.tile_m,
+              c.tile_n, c.occupancy, worker_warps=c.worker_warps) for c in cands])
 
 
 def _trial_json(t: Trial) -> dict:

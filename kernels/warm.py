@@ -29,6 +29,7 @@ class Job:
     occupancy: int | None = None
     level: int = 6
     trace: bool = False
+    worker_warps: int | None = None   # a tuning candidate's hint (None: the arch's default's)
 
 
 def _small(s: int) -> int:
@@ -51,6 +52,7 @@ def _run(jobs: list[Job]) -> list[str]:
     from spec.variant import Backend, Variant
 
     from .backend import CutileFamily
+    from .config import KernelConfig
     errors = []
     for j in jobs:
         try:
@@ -65,7 +67,8 @@ def _run(jobs: list[Job]) -> list[str]:
             var = Variant(Backend.CUTILE, ScanOrder.parse(j.order), sched,
                           Tiles(j.tile_m, j.tile_n), j.occupancy,
                           None if j.level == 6 else j.level)
-            fam = CutileFamily()
+            fam = (CutileFamily() if j.worker_warps is None else CutileFamily(defaults=KernelConfig(
+                j.tile_m, j.tile_n, j.occupancy, j.worker_warps)))
             prep = fam.prepare(var, p)      # also exports the build and reads its resources
             if j.trace:
                 fam.trace(prep, q, k, v, out)
