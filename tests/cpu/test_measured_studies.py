@@ -46,6 +46,7 @@ def test_bench_plan_is_each_familys_default_attention_configuration():
 
 
 def test_cuda_tiles_plan_sweeps_every_tested_tile_and_the_persistent_builds():
+    from cuda_baseline.source import SM90_CTAS_PER_SM
     cases = get_study("cuda-tiles").plan(H100)
     assert all(c.variant.backend == Backend.CUDA and c.problem.S_q == 16384 for c in cases)
     for D in (64, 128):
@@ -54,8 +55,10 @@ def test_cuda_tiles_plan_sweeps_every_tested_tile_and_the_persistent_builds():
             grid = [v for v in mine if v.schedule == CtaSchedule.grid()]
             assert [v.tiles for v in grid] == list(TESTED_TILES)
             rest = {(v.order.label, v.schedule.label) for v in mine if v not in grid}
-            assert rest == {("linear", "static132"), ("sawtooth", "static132"),
-                            ("linear", "lpt132")}
+            p = 132 * SM90_CTAS_PER_SM[(H100.cuda_tiles, D)]   # one wave of resident CTAs
+            assert p == (264 if D == 64 else 132)               # 128 x 64: 2 CTAs/SM at D = 64
+            assert rest == {("linear", f"static{p}"), ("sawtooth", f"static{p}"),
+                            ("linear", f"lpt{p}")}
             assert all(v.tiles == H100.cuda_tiles for v in mine if v not in grid)
 
 
