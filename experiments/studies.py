@@ -303,7 +303,8 @@ def shapes_plan(arch: Arch) -> list[Case]:
     ``attention()`` configuration per problem, linear order, timed beside SDPA's flash and cuDNN
     backends through the correctness gate. cuTile: the configuration of the problem's shape class
     (``kernels.config.problem_config``, kernels/configs/<arch>.json) and its default schedule;
-    CUDA: grid launch at the registry's tiles (as the bench study).
+    CUDA: the registry's tiles and ``cuda_baseline.backend.default_schedule`` (grid launch for
+    full attention, longest-first over one wave of resident CTAs for causal).
 
     H100 time, estimated from profiles/h100/scaling-20261121 (per-launch medians of cuTile, CUDA,
     SDPA flash and cuDNN): the four S=128K problems cost 3.3 s per round of the four launchers,
@@ -314,6 +315,7 @@ def shapes_plan(arch: Arch) -> list[Case]:
     64 cases with four S=128K problems at 5 repetitions, took 59 s). The summary (geometric mean
     and minimum of the speed ratio to cuDNN and to flash per family, ``experiments.shapes``) is
     printed after the measurement."""
+    from cuda_baseline.backend import default_schedule as cuda_default_schedule
     from kernels.backend import default_schedule
     from kernels.config import problem_config
     cases = []
@@ -323,7 +325,8 @@ def shapes_plan(arch: Arch) -> list[Case]:
         cases.append(Case(prob, Variant(Backend.CUTILE, ScanOrder.linear(), sched, cfg.tiles,
                                         cfg.occupancy),
                           arch.resident_ctas(cfg.ctas_per_sm or cfg.occupancy or 1), panel))
-        cases.append(Case(prob, Variant(Backend.CUDA, ScanOrder.linear(), CtaSchedule.grid(),
+        cases.append(Case(prob, Variant(Backend.CUDA, ScanOrder.linear(),
+                                        cuda_default_schedule(prob, arch.cuda_tiles, arch),
                                         arch.cuda_tiles), arch.num_sms, panel))
     return cases
 

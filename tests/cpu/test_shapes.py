@@ -8,12 +8,14 @@ import json
 
 import pytest
 
+from cuda_baseline.source import SM90_CTAS_PER_SM
 from experiments import shapes, tune
 from experiments.studies import get_study, shapes_problems
 from kernels import config
 from kernels.config import (KernelConfig, ShapeClass, UNMEASURED, parse, persistent_ctas,
                             problem_config, representative, shape_class)
 from spec import Backend, CtaSchedule, Problem, ScanOrder, get_arch
+from spec.problem import TileGrid
 from spec.schedules import ScheduleKind
 
 H100 = get_arch("h100")
@@ -171,7 +173,13 @@ def test_shapes_plan_is_the_issue_suite_with_each_familys_default():
             assert v.tiles == cfg.tiles and v.occupancy == cfg.occupancy
             assert (v.schedule.kind == ScheduleKind.GRID) == (cfg.schedule == "grid")
         else:
-            assert v.schedule == CtaSchedule.grid() and v.tiles == H100.cuda_tiles
+            assert v.tiles == H100.cuda_tiles
+            if not p.causal:
+                assert v.schedule == CtaSchedule.grid()
+            else:      # longest first over one wave of resident CTAs, at most one per item
+                per_sm = SM90_CTAS_PER_SM[(v.tiles, p.D)]
+                n_work = TileGrid(p, v.tiles).n_work
+                assert v.schedule == CtaSchedule.longest_first(min(132 * per_sm, n_work))
     study = get_study("shapes")
     assert study.timed and not study.profiled and study.measure is not None
 

@@ -88,10 +88,26 @@ def builds(arch: Arch) -> dict[str, list[tuple[Variant, Problem, bool]]]:
         "test_stage_depths_are_bitwise_the_double_buffer": [
             (_variant(o, s, t, st), _problem(d, c), False)
             for d, c in grid for o, s, t in STAGE_CASES for st in STAGES + [None]],
+        "test_default_attention_matches_reference": [
+            (_default_variant(prob, arch), prob, False) for prob in _default_problems()],
         "test_stage_trace_equals_spec": [
             (_variant(o, s, t, st), _problem(d, c), True)
             for d, c in grid for o, s, t in STAGE_CASES[:2] for st in STAGES],
     }
+
+
+def _default_problems() -> list[Problem]:
+    """attention()'s defaults: grid (full) and longest first (causal), here with several LPT
+    rounds (512 work items of 128 x 64 tiles over at most 264 CTAs) and with fewer items than
+    CTAs (the uneven GQA problem)."""
+    return [Problem(B=1, H=16, S_q=4096, D=d, causal=c) for d in HEAD_DIMS for c in (False, True)] \
+        + [_problem(d, True) for d in HEAD_DIMS]
+
+
+def _default_variant(problem: Problem, arch: Arch) -> Variant:
+    from cuda_baseline.backend import default_schedule
+    return Variant(Backend.CUDA, ScanOrder.linear(),
+                   default_schedule(problem, arch.cuda_tiles, arch), arch.cuda_tiles)
 
 
 @pytest.fixture(scope="session")
@@ -237,6 +253,20 @@ def test_stage_trace_equals_spec(backend, order, stages, causal, D):
     np.testing.assert_array_equal(tr["visits"], want)
     assert len(set(tr["smid"].tolist())) >= 1 and (tr["smid"] >= 0).all()
     assert chk(out).passed, "the trace build computes the same attention"
+
+
+@pytest.mark.parametrize("problem", _default_problems(), ids=lambda p: p.label)
+def test_default_attention_matches_reference(problem):
+    """``attention()`` with its default schedule (LPT for causal) on a poisoned output."""
+    import torch
+
+    from cuda_baseline import attention
+    from experiments.correctness import poisoned_like
+    q, k, v, chk, _ = _case(problem)
+    out = attention(q, k, v, causal=problem.causal, out=poisoned_like(q))
+    torch.cuda.synchronize()
+    verdict = chk(out)
+    assert verdict.passed, verdict
 
 
 # -- bad input -------------------------------------------------------------------------------
