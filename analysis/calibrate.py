@@ -9,10 +9,14 @@ What is fitted and what is not. ``analysis.timesim`` has six knobs; per arch onl
 - ``miss_ratio`` r: the time of a miss (a DRAM fill) over the time of a hit step.
 
 The others are fixed by measurements or documented facts, never by the miss counts:
-``jitter`` from the measured CTA drift (``jitter_from_drift``: a random walk of ``n`` steps with
-log-normal step factors of sd σ spreads ``N`` CTAs over ``E[range of N normals]·σ·√n`` steps);
-``partitions`` from the arch registry; the request-coalescer window is off for miss counts (it
-removes lookups that would have been hits or waits on a fill in flight, not misses).
+``jitter`` and ``rate_jitter`` from the measured CTA drift (``jitter_from_drift``: a per-step
+random walk and a constant per-CTA speed spread ``N`` CTAs over
+``E[range of N normals]·sqrt(σ_rate² n² + σ_step² n)`` steps after ``n``); ``partitions`` from the
+arch registry; ``placement`` (which partition each slot's SM is on) from the arch's measured map
+(``analysis.smmap``, ``experiments.smmap``); ``stores_miss=False`` from the H100's counters (a
+store never counts as a lookup miss, ``analysis.timesim``); the request-coalescer window is off for
+miss counts (it removes lookups that would have been hits or waits on a fill in flight, not
+misses).
 
 ``fit`` refuses more than two free parameters, searches a fixed grid (no per-case knob, no
 continuous optimiser that could chase noise), and the winner is written with the run directories,
@@ -131,35 +135,45 @@ def expected_normal_range(n: int) -> float:
     return 2 * e_max
 
 
-def jitter_from_drift(drift_csv: Path) -> tuple[float, str]:
-    """σ of the per-step log duration factor from a drift run: for every non-causal case, its
-    spread (in steps) after one work item ``n`` divided by ``E[range of N normals]·√n``; the
-    median over the cases. Returns (σ, a note naming the data)."""
+def jitter_from_drift(drift_csv: Path) -> tuple[float, float, str]:
+    """(σ_step, σ_rate, note): the two components of the measured CTA drift.
+
+    The spread of ``N`` CTAs' clocks after ``x`` steps, if each step's duration has a random
+    log-factor of sd σ_step and each CTA (SM) a constant speed log-factor of sd σ_rate, is about
+    ``E[range of N normals] · sqrt(σ_rate² x² + σ_step² x)``: a random walk grows like sqrt(x), a
+    speed difference linearly. The measured spreads grow almost linearly over a whole kernel
+    (log-log slope 0.83-0.96 over the four non-causal cases of ``drift-20261121b``; a random walk
+    alone would give 0.5, and B=4's 100 work items would spread 2x B=1's 25, not the measured
+    1.5-6x), so both terms are kept. For every non-causal case ``(spread / range)²`` is fitted by
+    non-negative least squares in (σ_rate², σ_step²) over all its sampled steps; each σ is the
+    median over the cases. Drift data only: no miss count enters."""
+    from scipy.optimize import nnls
     rows = read_csv(Path(drift_csv))
     by: dict[tuple, dict] = {}
     for r in rows:
         if r["causal"]:
             continue
         k = (r["variant"], r["B"])
-        d = by.setdefault(k, {"pts": [], "n": None, "P": None, "step": None})
+        d = by.setdefault(k, {"pts": [], "P": None, "step": None})
         if r["metric"] == Metric.STEP_NS:
             d["step"] = r["value"]
         elif r["metric"] == Metric.CTA_START_SPREAD_NS:
             d["pts"].append((r["x"], r["value"]))
-        d["n"] = -(-r["S_kv"] // r["tile_n"])
         d["P"] = CtaSchedule.parse(r["schedule"]).num_ctas
-    sig = []
+    s_rate, s_step = [], []
     for d in by.values():
-        x = np.array([p[0] for p in d["pts"]])
-        v = np.array([p[1] for p in d["pts"]])
-        i = int(np.argmin(abs(x - d["n"])))
-        spread_steps = v[i] / d["step"]
-        sig.append(spread_steps / (expected_normal_range(d["P"]) * math.sqrt(x[i])))
-    if not sig:
+        x = np.array([p[0] for p in d["pts"]], dtype=float)
+        v = np.array([p[1] for p in d["pts"]]) / d["step"] / expected_normal_range(d["P"])
+        keep = x > 0
+        (a, b), _ = nnls(np.stack([x[keep] ** 2, x[keep]], axis=1), v[keep] ** 2)
+        s_rate.append(math.sqrt(a))
+        s_step.append(math.sqrt(b))
+    if not s_rate:
         raise ValueError(f"{drift_csv}: no non-causal drift cases to derive the jitter from")
-    s = float(np.median(sig))
+    sr, ss = float(np.median(s_rate)), float(np.median(s_step))
     name = Path(drift_csv).parent.name
-    return s, f"jitter {s:.4f} = median over {len(sig)} non-causal cases of {name}"
+    return ss, sr, (f"jitter {ss:.4f} per step and rate_jitter {sr:.5f} per CTA = medians over "
+                    f"{len(s_rate)} non-causal cases of {name} (fit of the spread's growth)")
 
 
 # --------------------------------------------------------------------------------------------
@@ -182,11 +196,15 @@ class ArchParams:
     grid: dict = field(default_factory=dict)
     grid_rel_rms: tuple = ()            # (f, r, rel_rms) of every grid point
     derivation: str = ""
+    rate_jitter: float = 0.0
+    placement: str = "alternate"
+    stores_miss: bool = True
 
     def time_params(self, arch: Arch, seed: int = 0, sample_rate: float = 1.0) -> TimeParams:
         return TimeParams(int(self.capacity_fraction * arch.l2_bytes), miss_ratio=self.miss_ratio,
                           jitter=self.jitter, seed=seed, partitions=self.partitions,
-                          sample_rate=sample_rate)
+                          sample_rate=sample_rate, placement=self.placement,
+                          stores_miss=self.stores_miss, rate_jitter=self.rate_jitter)
 
     def note(self) -> str:
         src = (f"fitted {'+'.join(self.fitted)} on {self.fit_study}" if self.fitted
@@ -277,10 +295,12 @@ def default_params(arch: Arch, sources: Sequence[str] = ("h100", "h200")) -> tup
                       if e <= NEAR_BEST * p.fit_rel_rms})
     ap = ArchParams(
         arch=arch.name, capacity_fraction=f, miss_ratio=r, jitter=fits[0].jitter,
+        rate_jitter=fits[0].rate_jitter, stores_miss=fits[0].stores_miss,
         partitions=arch.l2_partitions, fitted=(),
         derivation=(f"not fitted (no {arch.name} data): capacity_fraction and miss_ratio are the "
                     f"means of the {'/'.join(sources)} fits ({', '.join(p.note() for p in fits)}); "
-                    f"partitions={arch.l2_partitions} from the registry; jitter from the H100 "
-                    f"drift; uncertainty = the (f, r) grid points within {NEAR_BEST}x of the best "
+                    f"partitions={arch.l2_partitions} from the registry (placement: alternate, "
+                    f"no measured map); jitter and rate_jitter from the H100 drift; stores_miss="
+                    f"{fits[0].stores_miss} as measured on the H100; uncertainty = the (f, r) grid points within {NEAR_BEST}x of the best "
                     f"rel. RMS of any source fit: {corners}"))
     return ap, corners

@@ -32,6 +32,7 @@ from spec.case import Case
 from spec.records import data_path
 
 from . import calibrate as cal
+from .smmap import measured_map
 from .timesim import TimeCounts, TimeParams, simulate_case
 
 __all__ = ["ErrorRow", "SignRow", "predict", "validate", "summarize", "sawtooth_signs",
@@ -49,7 +50,10 @@ def _params(arch: Arch, p: dict, seed: int = 0) -> TimeParams:
     rate = p.get("sample_rate", 1.0)
     return TimeParams(int(p["capacity_fraction"] * arch.l2_bytes), miss_ratio=p["miss_ratio"],
                       jitter=p["jitter"], seed=seed, partitions=int(p["partitions"]),
-                      sample_rate=1.0 if rate == "auto" else float(rate))
+                      sample_rate=1.0 if rate == "auto" else float(rate),
+                      rate_jitter=p.get("rate_jitter", 0.0),
+                      placement=p.get("placement", "alternate"),
+                      stores_miss=p.get("stores_miss", True))
 
 
 def predict(case: Case, arch: Arch, p: dict, seed: int = 0) -> TimeCounts:
@@ -209,8 +213,13 @@ def write_rows(path: Path, rows: Sequence) -> None:
 # --------------------------------------------------------------------------------------------
 def _fixed(arch: Arch, root: Path) -> tuple[dict, str]:
     drift = data_path(Path("profiles/h100/drift-20261121b"), "drift.csv")
-    jitter, why = cal.jitter_from_drift(drift)
-    return {"jitter": jitter, "partitions": arch.l2_partitions}, why
+    jitter, rate_jitter, why = cal.jitter_from_drift(drift)
+    placement = arch.name if measured_map(arch.name) else "alternate"
+    return {"jitter": jitter, "rate_jitter": rate_jitter, "partitions": arch.l2_partitions,
+            "placement": placement, "stores_miss": False}, (
+        f"{why}; placement {placement} (analysis.smmap: profiles/{arch.name}/smmap-*); "
+        f"stores_miss=False (profiles/h100/placement-20261123: tex lookup misses equal the "
+        f"read-only lookup misses in all 18 launches: a store never misses)")
 
 
 def cmd_fit(arch: Arch, root: Path, study: str, every: int, rate: float) -> cal.ArchParams:
@@ -240,15 +249,18 @@ def cmd_fit(arch: Arch, root: Path, study: str, every: int, rate: float) -> cal.
     ap = cal.ArchParams(
         arch=arch.name, capacity_fraction=best["capacity_fraction"],
         miss_ratio=best["miss_ratio"], jitter=fixed["jitter"], partitions=fixed["partitions"],
+        rate_jitter=fixed["rate_jitter"], placement=fixed["placement"],
+        stores_miss=fixed["stores_miss"],
         fitted=cal.FITTABLE, fit_study=study,
         fit_runs=tuple(sorted({r for m in measured for r in m.runs})),
         fit_cases=tuple(m.key for m in measured), fit_rel_rms=err,
         grid={k: list(v) for k, v in FIT_GRID.items()},
         grid_rel_rms=tuple((p["capacity_fraction"], p["miss_ratio"], e) for p, e in points),
         derivation=f"grid search of rel. RMS of tex misses vs the median of the runs, every "
-                   f"{every}-th S of each panel, SHARDS R={rate:g} (error vs exact: "
-                   f"experiments/simbench.py); {why} (fixed, not fitted; the H100 drift is used "
-                   f"for every sm_90 arch); partitions from the arch registry")
+                   f"{every}-th S of each panel, " + (f"SHARDS R={rate:g} (error vs exact: "
+                   f"experiments/simbench.py)" if rate < 1 else "exact (no sampling)") +
+                   f"; {why} (fixed, not fitted; the H100 drift is used for every sm_90 arch); "
+                   f"partitions from the arch registry")
     return ap
 
 
@@ -286,7 +298,8 @@ def main(argv=None) -> int:
         return 0
     p = cal.read_params(arch.name)
     pd = {"capacity_fraction": p.capacity_fraction, "miss_ratio": p.miss_ratio,
-          "jitter": p.jitter, "partitions": p.partitions,
+          "jitter": p.jitter, "partitions": p.partitions, "rate_jitter": p.rate_jitter,
+          "placement": p.placement, "stores_miss": p.stores_miss,
           "sample_rate": 1.0 if a.exact else "auto"}
     if a.out is None:
         print(f"error: {a.command} needs --out DIR", file=sys.stderr)

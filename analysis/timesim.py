@@ -17,8 +17,12 @@ The model, one step of one slot at its time ``t`` (times in units of a hit step)
 - an access that hits is ready at ``t + 1``; one that misses marks the tile in flight until
   ``t + miss_ratio`` (the fill) and is ready then; one to a tile in flight (present, fill not done)
   is a hit that waits for the fill (``merged``: not a second miss);
-- the step lasts until its loads are ready (at least 1; the O store does not stall), times a
-  log-normal jitter factor ``exp(jitter·z − jitter²/2)`` from a seeded generator;
+- the step lasts until its loads are ready (at least 1; the O store does not stall), times the
+  slot's constant speed factor ``exp(rate_jitter·z_s − rate_jitter²/2)`` (drawn once per slot:
+  an SM that runs 0.1% slower stays 0.1% slower) and a per-step log-normal factor
+  ``exp(jitter·z − jitter²/2)``, both from one seeded generator. Two terms because the measured
+  drift grows almost linearly with the steps run (log-log slope 0.83-0.96, REPORT.md §6 data),
+  which a per-step random walk (slope 0.5) cannot give (``analysis.calibrate.jitter_from_drift``);
 - when a CTA's last step ends, its slot takes the next CTA in launch order (grid and tile-X
   launches), so the dispatch of later CTAs comes out of the clocks too. Events are processed in
   (time, slot) order.
@@ -32,13 +36,22 @@ The cache is an exact LRU over whole tiles weighted by their sectors (the same c
 
 **Two partitions** (``partitions=2``, Hopper and Blackwell; ``../shared/l2-ncu-notes.md`` §1). Every
 tile is split into two halves, each homed in one partition: the tile-granular form of a fine
-address interleave that sends half of every tile's sectors to each side. Slot ``s`` sits on SM
-``s`` and SMs alternate between the partitions (``s % 2``). A request first looks up the SM's
+address interleave that sends half of every tile's sectors to each side. Which partition slot
+``s`` sits on is ``placement``: ``"alternate"`` (``s % 2``, the first model) or an arch name,
+whose measured map is used (``analysis.smmap``: on the H100 a launch's first 8 CTAs share one
+partition, a full launch runs CTAs 0-15 and 64-113 on one side). A request first looks up the SM's
 local partition (the ``srcunit_tex`` lookup ncu counts). A local miss on a half homed on the other
 side looks that half up in its home partition over the fabric (``srcunit_ltcfabric``; a fabric hit
 costs a hit) and fills both: the local copy duplicates the line, so data read from both sides
 occupies twice its size and the *effective* capacity depends on the traffic. DRAM fills are the
 local-home tex misses plus the fabric misses. Each partition holds ``capacity_bytes / 2``.
+
+**Stores** (``stores_miss``). ``stores_miss=True`` counts an O store to an absent tile as a miss,
+as ``analysis.l2sim`` and the paper's cold line do. The H100 does not: in every launch of
+``profiles/h100/placement-20261123`` (18 launches, one ncu pass each) the tex lookup misses equal
+the *read* lookup misses to the sector, so a store (whole sectors, no fill needed) is a lookup
+that never misses. With ``stores_miss=False`` a store counts as a hit, allocates the tile at the
+MRU end locally (and its far half at home, a fabric hit) and reads nothing from DRAM.
 
 **Merged requests** (``merge_window > 0``; the L2 Request Coalescer, ``lrc``). A request for a
 half-tile that the same partition already received less than ``merge_window`` ago is coalesced
@@ -66,6 +79,8 @@ from spec.problem import TileGrid
 from spec.records import UNITS, Metric, Row, Source, case_fields
 from spec.trace import WorkTable, work_table
 
+from .smmap import slot_partitions
+
 __all__ = ["TimeParams", "TimeCounts", "simulate", "simulate_case", "counts_to_rows",
            "shards_rate", "SHARDS_TARGET",
            "FABRIC_SECTORS", "FABRIC_HITS", "FABRIC_MISSES", "MERGED_SECTORS"]
@@ -91,10 +106,13 @@ class TimeParams:
     capacity_bytes: int            # total (all partitions) effective L2 capacity
     miss_ratio: float = 1.0        # miss (fill) time / hit step time, >= 1
     jitter: float = 0.0            # sd of the log of each step's duration factor
+    rate_jitter: float = 0.0       # sd of the log of each slot's constant speed factor
     seed: int = 0
     partitions: int = 1            # 1, or 2 (Hopper/Blackwell)
     merge_window: float = 0.0      # request-coalescer window, in hit-step units (0: off)
     sample_rate: float = 1.0       # SHARDS rate R (1: exact)
+    placement: str = "alternate"   # slot -> partition: "alternate" or an arch's measured map
+    stores_miss: bool = True       # an O store to an absent line counts as a lookup miss
 
     def __post_init__(self) -> None:
         if int(self.capacity_bytes) < 0:
@@ -104,17 +122,27 @@ class TimeParams:
                              f"got {self.miss_ratio}")
         if not self.jitter >= 0.0:
             raise ValueError(f"jitter must be >= 0, got {self.jitter}")
+        if not self.rate_jitter >= 0.0:
+            raise ValueError(f"rate_jitter must be >= 0, got {self.rate_jitter}")
         if self.partitions not in (1, 2):
             raise ValueError(f"partitions must be 1 or 2, got {self.partitions}")
         if not self.merge_window >= 0.0:
             raise ValueError(f"merge_window must be >= 0, got {self.merge_window}")
         if not 0.0 < self.sample_rate <= 1.0:
             raise ValueError(f"sample_rate must be in (0, 1], got {self.sample_rate}")
+        if not self.placement:
+            raise ValueError("placement must be 'alternate' or an arch name with a measured map")
 
     def note(self) -> str:
         s = (f"timesim capacity={self.capacity_bytes / MiB:.2f}MiB partitions={self.partitions} "
              f"miss_ratio={self.miss_ratio:g} jitter={self.jitter:g} seed={self.seed} "
              f"merge_window={self.merge_window:g}")
+        if self.rate_jitter > 0:
+            s += f" rate_jitter={self.rate_jitter:g}"
+        if self.partitions > 1:
+            s += f" placement={self.placement}"
+        if not self.stores_miss:
+            s += " stores_miss=no"
         if self.sample_rate < 1.0:
             s += f" SHARDS R={self.sample_rate:g}"
         return s
@@ -125,9 +153,10 @@ class TimeCounts:
     """Simulated counters in sectors (scaled by 1/R when sampled).
 
     ``tex_hits + tex_misses == tex_sectors``; merged (coalesced) requests are in none of them.
-    ``fabric_*`` are the home-partition lookups of remote misses; ``dram_fills`` the sectors read
-    from DRAM (load misses that reach DRAM; O stores allocate in L2 but read nothing);
-    ``cold_misses`` the first touch of each half-tile anywhere.
+    ``fabric_*`` are the home-partition lookups of remote misses (and of stores' far halves);
+    ``dram_fills`` the sectors read from DRAM (load misses that reach DRAM; O stores allocate in
+    L2 but read nothing); ``cold_misses`` the first missing touch of each half-tile anywhere
+    (stores included only with ``stores_miss``).
     """
 
     tex_sectors: int
@@ -225,7 +254,7 @@ def _lookup(j, p, w, prev, nxt, head, tail, present, occ, cap, wsub, nsub):  # p
 @numba.njit(cache=True)
 def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub, sampled,
          n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr,
-         samp_kv):  # pragma: no cover - compiled
+         samp_kv, part_of, stores_miss, rate_jitter):  # pragma: no cover - compiled
     nsub = wsub.size
     n_ctas = cta_first.size - 1
     tot = n_parts * nsub
@@ -240,7 +269,7 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
     tail = np.full(n_parts, -1, np.int64)
     occ = np.zeros(n_parts, np.int64)
     cnt = np.zeros(10, np.int64)
-    if jitter > 0:
+    if jitter > 0 or rate_jitter > 0:
         np.random.seed(seed)
     sub_rate = False
     for x in range(nsub):
@@ -256,6 +285,11 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
     time = np.zeros(r, np.float64)
     est = np.ones(r, np.float64)              # running mean load time (sampled mode)
     heap = np.zeros(r, np.int64)
+    rate = np.ones(r, np.float64)             # each slot's (SM's) constant speed factor
+    if rate_jitter > 0:
+        for s in range(r):
+            rate[s] = math.exp(rate_jitter * np.random.standard_normal()
+                               - 0.5 * rate_jitter * rate_jitter)
     n = 0
     nxt_cta = 0
     for s in range(r):                        # launch order; CTAs without items finish at once
@@ -291,11 +325,30 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
                 if st != L - 1:
                     continue
                 key = o_key[i]
-            p = s % n_parts
+            p = part_of[s]
             for h in range(n_parts):
                 sub = key * n_parts + h
                 if not sampled[sub]:
                     rdy = t + est[s]
+                elif a == 3 and not stores_miss:
+                    # a store writes whole sectors: a lookup that never misses (no fill, no DRAM
+                    # read); it allocates the line locally and, homed across, at its home
+                    w = wsub[sub]
+                    j = p * nsub + sub
+                    rdy = t + 1.0
+                    cnt[0] += w
+                    cnt[1] += w
+                    if not _lookup(j, p, w, prev, nxt, head, tail, present, occ, cap, wsub,
+                                   nsub) and present[j]:
+                        fill[j] = t
+                    home = h if n_parts > 1 else p
+                    if home != p:
+                        cnt[5] += w
+                        cnt[6] += w
+                        jh = home * nsub + sub
+                        if not _lookup(jh, home, w, prev, nxt, head, tail, present, occ, cap,
+                                       wsub, nsub) and present[jh]:
+                            fill[jh] = t
                 else:
                     w = wsub[sub]
                     j = p * nsub + sub
@@ -345,7 +398,7 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
                         est[s] += (rdy - t - est[s]) * (1.0 / 64.0)
                 if a < 3 and rdy > ready:             # the O store does not stall the CTA
                     ready = rdy
-        dur = ready - t
+        dur = (ready - t) * rate[s]
         if jitter > 0:
             dur *= math.exp(jitter * np.random.standard_normal() - 0.5 * jitter * jitter)
         t_end = t + dur
@@ -451,11 +504,13 @@ def simulate(table: WorkTable, resident: int, params: TimeParams,
     heads = kv_pos[hit] // n_kv
     samp_kv = (kv_pos[hit] % n_kv).astype(np.int64)
     samp_ptr = np.searchsorted(heads, np.arange(len(kv_pos) // n_kv + 1)).astype(np.int64)
+    part_of = slot_partitions(params.placement, min(int(resident), len(table.cta_first) - 1), P)
     cnt, makespan = _run(table.cta_first, table.length, table.reverse, table.q_key, table.o_key,
                          table.kv_row, np.int64(table.k_base), np.int64(table.v_base), wsub,
                          sampled, P, int(resident), cap, float(params.miss_ratio),
                          float(params.jitter), int(params.seed), float(params.merge_window),
-                         np.int64(n_kv), samp_ptr, samp_kv)
+                         np.int64(n_kv), samp_ptr, samp_kv, part_of, bool(params.stores_miss),
+                         float(params.rate_jitter))
     c = cnt.astype(np.float64) / R if R < 1 else cnt
     v = [int(round(x)) for x in c]
     return TimeCounts(tex_sectors=v[_TEX], tex_hits=v[_HIT], tex_misses=v[_MISS],

@@ -61,3 +61,23 @@ def test_merge_term_lowers_sectors_below_the_loads():
     merged = merged_sector_accesses(CASE, p, window=1.0)
     # 8 CTAs in lock-step on the same K/V: 7 of every 8 K/V requests merge
     assert merged < 0.2 * loads
+
+
+def test_jitter_from_drift_separates_speed_and_random_walk(tmp_path: Path):
+    # Synthetic drift of 132 CTAs: spread = range(132) * sqrt(sr^2 x^2 + ss^2 x) steps, with
+    # sr = 0.001 and ss = 0.02; both come back.
+    from spec.records import Metric, Row, case_fields, write_csv
+    from spec import Variant
+    var = Variant(Backend.CUDA, ScanOrder.linear(), CtaSchedule.persistent(132), Tiles(80, 80))
+    prob = Problem(1, 1, 262144, 64)
+    rng = cal.expected_normal_range(132)
+    rows = [Row(run="d", study="drift", arch="h100", metric=Metric.STEP_NS, value=1000.0,
+                unit="ns", source="measured", **case_fields(prob, var))]
+    for x in (100, 1000, 5000, 20000, 80000):
+        v = rng * math.sqrt(0.001 ** 2 * x * x + 0.02 ** 2 * x) * 1000.0
+        rows.append(Row(run="d", study="drift", arch="h100", metric=Metric.CTA_START_SPREAD_NS,
+                        value=v, unit="ns", source="measured", x=x, **case_fields(prob, var)))
+    write_csv(tmp_path / "drift.csv", rows)
+    ss, sr, note = cal.jitter_from_drift(tmp_path / "drift.csv")
+    assert ss == pytest.approx(0.02, rel=1e-6) and sr == pytest.approx(0.001, rel=1e-6)
+    assert "1 non-causal cases" in note

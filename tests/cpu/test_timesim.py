@@ -130,7 +130,62 @@ def test_sampling_unbiased_roughly_and_stated():
 
 
 @pytest.mark.parametrize("bad", [dict(miss_ratio=0.5), dict(jitter=-1), dict(partitions=3),
-                                 dict(sample_rate=0), dict(merge_window=-1)])
+                                 dict(sample_rate=0), dict(merge_window=-1),
+                                 dict(rate_jitter=-0.1), dict(placement="")])
 def test_bad_params(bad):
     with pytest.raises(ValueError):
         TimeParams(1 << 20, **bad)
+
+
+def test_stores_never_miss():
+    # The two-CTA case with miss cost 3 (above), stores as the H100 counts them: O0 and O1 are
+    # lookups that hit (a store of whole sectors needs no fill). 12 accesses: the 6 loaded tiles
+    # miss once each; CTA1's 4 reads of tiles in flight and the 2 stores hit. Timing unchanged.
+    c = timesim.simulate(_two_ctas(), 2, TimeParams(1 << 20, miss_ratio=3.0, stores_miss=False))
+    assert c.tex_sectors == 12 * TILE
+    assert c.tex_misses == c.cold_misses == 6 * TILE
+    assert c.tex_hits == 6 * TILE and c.inflight_hits == 4 * TILE
+    assert c.dram_fills == 6 * TILE and c.makespan == 6.0
+    assert "stores_miss=no" in c.params.note()
+
+
+def test_measured_placement_puts_both_ctas_on_one_partition():
+    # The H100 map (profiles/h100/smmap-20261123): a launch of 2 CTAs runs both on one side, so
+    # the two-partition L2 behaves like one for their sharing: CTA1 finds both halves of K0..V1
+    # locally (4 tiles, all hits) instead of fetching half of each across the fabric. Every loaded
+    # tile: its home-side half misses to DRAM, its other half misses locally and at home (fabric
+    # miss, 6 x 128 sectors); the 2 stores hit locally and, for their far half, at home.
+    h = TILE // 2
+    c = timesim.simulate(_two_ctas(), 2, TimeParams(1 << 20, partitions=2, placement="h100",
+                                                    stores_miss=False))
+    assert c.tex_misses == 6 * TILE and c.tex_hits == 4 * TILE + 2 * TILE
+    assert c.fabric_misses == 6 * h and c.fabric_hits == 2 * h and c.fabric_sectors == 8 * h
+    assert c.dram_fills == 6 * TILE
+    alt = timesim.simulate(_two_ctas(), 2, TimeParams(1 << 20, partitions=2, stores_miss=False))
+    assert alt.tex_misses == 6 * TILE + 4 * h      # alternate: CTA1 across the chip, 4 far halves
+
+
+def test_slot_partitions_from_the_measured_map():
+    from analysis.smmap import slot_partitions
+    assert slot_partitions("alternate", 5, 2).tolist() == [0, 1, 0, 1, 0]
+    assert slot_partitions("h100", 7, 1).tolist() == [0] * 7
+    assert slot_partitions("h100", 8, 2).tolist() == [0] * 8
+    p132 = slot_partitions("h100", 132, 2)          # CTAs 0-15 and 64-113 on one side
+    assert p132[:16].tolist() == [0] * 16 and p132[16:64].tolist() == [1] * 48
+    assert p132.sum() == 66
+    assert slot_partitions("h100", 100, 2).tolist() == p132[:100].tolist()   # next larger launch
+    with pytest.raises(ValueError, match="experiments.smmap"):
+        slot_partitions("b200", 4, 2)
+
+
+def test_rate_jitter_is_a_constant_speed_per_slot():
+    # One CTA, no per-step jitter: every step lasts the slot's factor f, so the makespan is
+    # exactly f * steps and doubling the work doubles it (linear drift, not a random walk).
+    def one(n_q):
+        tab = work_table(TileGrid(Problem(1, 1, 64 * n_q, 64), Tiles(64, 64)),
+                         CtaSchedule.persistent(1), ScanOrder.linear())
+        return timesim.simulate(tab, 1, TimeParams(1 << 24, rate_jitter=0.1, seed=3)).makespan
+    m4, m8 = one(4), one(8)
+    assert m4 != 16.0
+    assert m8 == pytest.approx(4 * m4, rel=1e-12)   # 64 steps vs 16
+    assert "rate_jitter=0.1" in TimeParams(1, rate_jitter=0.1).note()

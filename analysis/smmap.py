@@ -1,0 +1,73 @@
+"""Which L2 partition each resident CTA slot sits on, as measured (``experiments.smmap``).
+
+Why it matters. On a two-partition L2 (Hopper) two CTAs that read a tile at the same time share
+one copy when their SMs sit on the same partition, and hold it twice (home copy plus the reader's
+local copy; the far reader counts a local lookup miss) when they do not. Which SMs a launch's CTAs
+land on is not documented, so the timed simulator reads it from a measurement:
+``profiles/<arch>/smmap-*/smmap.csv[.gz]`` gives, for launches of N = 1 .. 2·SMs CTAs, the partition of
+the SM that CTA ``i`` ran on (partitions found by L2 latency; three launches per N agreed).
+
+On the H100 the first 8 CTAs of every launch land on one partition (N = 2, 4, 8 share perfectly),
+N = 16 puts 4 of 16 on the other side, and a full launch of 132 runs CTAs 0-15 and 64-113 on one
+side, 16-63 and 114-131 on the other: contiguous runs, not the alternation ``slot % 2`` the
+simulator assumed before (which put CTA 1 across the chip from CTA 0). The H200 differs in the
+details (CTAs 0-7 on one side, then 8-15 mostly on the other), so each arch reads its own map.
+"""
+from __future__ import annotations
+
+import csv
+import functools
+import gzip
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["slot_partitions", "measured_map", "PROFILES"]
+
+PROFILES = Path(__file__).resolve().parent.parent / "profiles"
+
+
+@functools.cache
+def measured_map(arch: str) -> dict[int, tuple[int, ...]]:
+    """{launch CTA count N: partition of CTA 0..N-1} from the newest ``smmap-*`` run of ``arch``
+    (repeat 0; for N not above the SM count the one-CTA-per-SM launch). Empty if none."""
+    runs = sorted((PROFILES / arch).glob("smmap-*/smmap.csv*"))
+    if not runs:
+        return {}
+    launches: dict[tuple[int, int], dict[int, int]] = {}
+    opener = gzip.open if runs[-1].suffix == ".gz" else open
+    with opener(runs[-1], "rt", newline="") as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        if r["kind"] != "cta_sm" or r["repeat"] != "0":
+            continue
+        launches.setdefault((int(r["n_ctas"]), int(r["smem"])), {})[int(r["index"])] = \
+            int(r["group"])
+    out: dict[int, tuple[int, ...]] = {}
+    for (n, smem), g in sorted(launches.items(), key=lambda kv: (kv[0][0], -kv[0][1])):
+        if n not in out:            # the larger shared-memory launch (one CTA per SM) first
+            out[n] = tuple(g[i] for i in range(n))
+    return out
+
+
+def slot_partitions(placement: str, resident: int, partitions: int) -> np.ndarray:
+    """Partition of each of ``resident`` slots: ``"alternate"`` (slot % partitions), or an arch
+    name whose measured map is used: the launch of exactly ``resident`` CTAs, else the first
+    ``resident`` CTAs of the smallest measured launch that is larger, else the largest launch
+    repeated."""
+    if partitions == 1:
+        return np.zeros(resident, dtype=np.int64)
+    if placement == "alternate":
+        return np.arange(resident, dtype=np.int64) % partitions
+    m = measured_map(placement)
+    if not m:
+        raise ValueError(f"no measured SM placement for {placement!r} under {PROFILES}/"
+                         f"{placement}/smmap-*; run `python -m experiments.smmap --arch "
+                         f"{placement}` on that GPU, or use placement='alternate'")
+    larger = [n for n in m if n >= resident]
+    if larger:
+        g = m[min(larger)][:resident]
+    else:
+        big = m[max(m)]
+        g = tuple(big[i % len(big)] for i in range(resident))
+    return np.asarray(g, dtype=np.int64)
