@@ -35,7 +35,7 @@ from spec.variant import Backend, Variant
 from .source import (MAX_TILE, SM90_CTAS_PER_SM, CompileError, Instance, compile_options,
                      smem_bytes, source_text)
 
-__all__ = ["CudaFamily", "Prepared", "attention", "default_schedule", "instance_for",
+__all__ = ["CudaFamily", "Prepared", "attention", "default_schedule", "default_tiles", "instance_for",
            "check_variant", "CompileError"]
 
 
@@ -291,10 +291,20 @@ _FAMILY = CudaFamily()
 _PREPARED: dict[tuple, Prepared] = {}
 
 
-def _default_tiles() -> Tiles:
-    from spec.arch import detect
-    arch = detect()
-    return arch.cuda_tiles if arch is not None else Tiles(128, 64)
+SM90_DEFAULT_TILES = {(128, False): Tiles(64, 64)}
+"""(D, causal) -> the default tiles where a measurement beat the registry's ``cuda_tiles`` on
+sm_90: full attention at D=128, 64x64 grid 6.394 ms against 128x64 6.726 ms (1.05x; B=1, H=16,
+S=16K, H100, profiles/h100/cuda-tiles-20261123). Causal keeps 128x64 under its LPT default
+(3.302 ms, faster than any grid launch there)."""
+
+
+def default_tiles(problem: Problem, arch: arch_registry.Arch | None) -> Tiles:
+    """The CUDA family's default tiles for ``problem`` on ``arch`` (None: no GPU, the H100's)."""
+    if arch is None:
+        return SM90_DEFAULT_TILES.get((problem.D, problem.causal), Tiles(128, 64))
+    if arch.sm == "sm_90":
+        return SM90_DEFAULT_TILES.get((problem.D, problem.causal), arch.cuda_tiles)
+    return arch.cuda_tiles
 
 
 def default_schedule(problem: Problem, tiles: Tiles, arch: arch_registry.Arch) -> CtaSchedule:
@@ -315,10 +325,10 @@ def attention(q, k, v, *, causal: bool = False, order: str | ScanOrder = "linear
     """``softmax(q kᵀ / sqrt(D)) v`` on [B, H, S, D] fp16/bf16 CUDA tensors with the raw CUDA
     kernel. ``order``: linear, sawtooth[X], reverse, blockparity; ``schedule``: grid, tile<X>,
     static<P>[h], lpt<P>, or None for ``default_schedule``; ``tiles``: (TILE_M, TILE_N), default
-    the arch registry's; ``stages``: K/V pipeline depth 1..3, default 2 (double buffer)."""
+    ``default_tiles``; ``stages``: K/V pipeline depth 1..3, default 2 (double buffer)."""
     problem = problem_from_tensors(q, k, v, causal, out)
     order = order if isinstance(order, ScanOrder) else ScanOrder.parse(order)
-    tiles = _default_tiles() if tiles is None else (
+    tiles = default_tiles(problem, arch_registry.detect()) if tiles is None else (
         tiles if isinstance(tiles, Tiles) else Tiles(*tiles))
     if schedule is None:
         schedule = default_schedule(problem, tiles, arch_registry.detect())

@@ -303,7 +303,7 @@ def shapes_plan(arch: Arch) -> list[Case]:
     ``attention()`` configuration per problem, linear order, timed beside SDPA's flash and cuDNN
     backends through the correctness gate. cuTile: the configuration of the problem's shape class
     (``kernels.config.problem_config``, kernels/configs/<arch>.json) and its default schedule;
-    CUDA: the registry's tiles and ``cuda_baseline.backend.default_schedule`` (grid launch for
+    CUDA: ``cuda_baseline.backend.default_tiles`` and ``default_schedule`` (grid launch for
     full attention, longest-first over one wave of resident CTAs for causal).
 
     H100 time, estimated from profiles/h100/scaling-20261121 (per-launch medians of cuTile, CUDA,
@@ -316,6 +316,7 @@ def shapes_plan(arch: Arch) -> list[Case]:
     and minimum of the speed ratio to cuDNN and to flash per family, ``experiments.shapes``) is
     printed after the measurement."""
     from cuda_baseline.backend import default_schedule as cuda_default_schedule
+    from cuda_baseline.backend import default_tiles as cuda_default_tiles
     from kernels.backend import default_schedule
     from kernels.config import problem_config
     cases = []
@@ -325,9 +326,10 @@ def shapes_plan(arch: Arch) -> list[Case]:
         cases.append(Case(prob, Variant(Backend.CUTILE, ScanOrder.linear(), sched, cfg.tiles,
                                         cfg.occupancy),
                           arch.resident_ctas(cfg.ctas_per_sm or cfg.occupancy or 1), panel))
+        tiles = cuda_default_tiles(prob, arch)
         cases.append(Case(prob, Variant(Backend.CUDA, ScanOrder.linear(),
-                                        cuda_default_schedule(prob, arch.cuda_tiles, arch),
-                                        arch.cuda_tiles), arch.num_sms, panel))
+                                        cuda_default_schedule(prob, tiles, arch), tiles),
+                          arch.num_sms, panel))
     return cases
 
 

@@ -63,16 +63,22 @@ class Candidate:
 
 # Spill-free on sm_90 (cuobjdump -res-usage of JIT-like exports, linear and sawtooth): (tile_m,
 # tile_n, occupancy, worker_warps[, schedules]); 128x128 with 8 worker warps at D=128 non-causal
-# spills in the persistent linear build (176 B), so it is a grid-only candidate.
+# spills in the persistent linear build (176 B), so it is a grid-only candidate. 64x128 at
+# occupancy 2 (128 registers, 83-116 KB of shared memory, no stack at either D) halves the
+# masked share of a causal diagonal against 128-row tiles and keeps two CTAs per SM; 64x128 with
+# 8 worker warps is spill-free at D=128 only. A candidate that spills anyway is rejected by the
+# check before it is timed.
 _BOTH = ("persistent", "grid")
 _BASE = {
     (64, False): [(64, 64, 2, None), (128, 64, 2, None), (128, 64, 1, None), (128, 128, 1, None),
-                  (128, 128, 1, 8), (64, 64, 1, 8)],
-    (64, True): [(64, 64, 2, None), (128, 64, 2, None), (128, 64, 1, None), (128, 128, 1, 8)],
+                  (128, 128, 1, 8), (64, 64, 1, 8), (64, 128, 2, None)],
+    (64, True): [(64, 64, 2, None), (128, 64, 2, None), (128, 64, 1, None), (128, 128, 1, 8),
+                 (64, 128, 2, None)],
     (128, False): [(64, 64, 2, None), (128, 64, 2, None), (128, 64, 1, None), (64, 64, 1, 8),
-                   (128, 64, 1, 8), (128, 128, 1, 8, ("grid",))],
+                   (128, 64, 1, 8), (128, 128, 1, 8, ("grid",)), (64, 128, 2, None),
+                   (64, 128, 1, 8)],
     (128, True): [(64, 64, 1, 8), (128, 64, 1, None), (128, 128, 1, 8), (64, 64, 2, None),
-                  (128, 64, 2, None)],
+                  (128, 64, 2, None), (64, 128, 2, None), (64, 128, 1, 8)],
 }
 SM90_CANDIDATES = {k: [Candidate(*c[:4], s) for c in v for s in (c[4] if len(c) > 4 else _BOTH)]
                    for k, v in _BASE.items()}

@@ -105,9 +105,9 @@ def _default_problems() -> list[Problem]:
 
 
 def _default_variant(problem: Problem, arch: Arch) -> Variant:
-    from cuda_baseline.backend import default_schedule
-    return Variant(Backend.CUDA, ScanOrder.linear(),
-                   default_schedule(problem, arch.cuda_tiles, arch), arch.cuda_tiles)
+    from cuda_baseline.backend import default_schedule, default_tiles
+    tiles = default_tiles(problem, arch)
+    return Variant(Backend.CUDA, ScanOrder.linear(), default_schedule(problem, tiles, arch), tiles)
 
 
 @pytest.fixture(scope="session")
