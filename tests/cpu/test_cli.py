@@ -442,9 +442,12 @@ def test_a_failed_run_leaves_nothing_and_a_stale_lock_is_taken_over(tmp_path):
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_signal_during_the_work_leaves_nothing(tmp_path, sig, code):
     out = tmp_path / "runs" / "r"
+    # a shell's background job (`.ci/run &`) inherits SIGINT ignored, and Python then installs no
+    # KeyboardInterrupt handler: give the child the terminal's default, as Ctrl-C would find it
     p = subprocess.Popen([sys.executable, "-m", "experiments.run", "sawtooth", "--arch", "gb10",
                           "--out", str(out), "--no-figures"], cwd=ROOT,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while not (out.parent / ".r.partial").exists():
         assert p.poll() is None and time.monotonic() < deadline, p.communicate()
@@ -452,7 +455,9 @@ def test_a_signal_during_the_work_leaves_nothing(tmp_path, sig, code):
     time.sleep(0.5)                                     # inside the simulation
     p.send_signal(sig)
     stdout, stderr = p.communicate(timeout=120)
-    assert p.returncode == code, (stdout, stderr)
+    # exit 128 + n, or (seen once under load, after the cleanup had run and said so) death by
+    # the same signal: both are how a shell reports the interrupt
+    assert p.returncode in (code, -sig), (stdout, stderr)
     assert "no run directory was written" in stderr
     assert list(tmp_path.iterdir()) == []
 
