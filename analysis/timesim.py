@@ -183,13 +183,18 @@ class TimeCounts:
 _N_COUNTERS = 10
 (_TEX, _HIT, _MISS, _INFL, _MERGED, _FAB, _FHIT, _FMISS, _DRAM, _COLD) = range(_N_COUNTERS)
 
+# The helpers the event loop calls once or more per access are compiled without numba's runtime
+# (``_nrt=False``): with it, each call increments and decrements the reference count of every
+# array argument with an atomic instruction, which took 35% of the loop's time under perf and
+# made a GB10 cuTile variant 6.3 s instead of 3.6 s (same counts; they allocate nothing).
 
-@numba.njit(cache=True)
+
+@numba.njit(cache=True, _nrt=False)
 def _less(time, a, b):  # pragma: no cover - compiled
     return time[a] < time[b] or (time[a] == time[b] and a < b)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, _nrt=False)
 def _sift_down(heap, n, time, i):  # pragma: no cover - compiled
     while True:
         l = 2 * i + 1
@@ -208,7 +213,7 @@ def _sift_down(heap, n, time, i):  # pragma: no cover - compiled
             return
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, _nrt=False)
 def _lookup(j, p, w, prev, nxt, head, tail, present, occ, cap, wsub, nsub):  # pragma: no cover
     """LRU lookup of entry ``j`` (= p * nsub + sub) in partition ``p``. Returns True on a hit
     (the entry moves to the MRU end); on a miss inserts it at the MRU end and evicts from the
