@@ -62,8 +62,14 @@ the request it joined is. This is the mechanism behind "L2 sectors ≈ 0.35..0.5
 **SHARDS sampling** (``sample_rate R < 1``; Waldspurger et al., FAST 2015). Only half-tiles whose
 hashed id falls below ``R`` enter the cache model; the cache holds ``R · capacity`` and every
 count is scaled by ``1/R``. Unsampled accesses cost the slot's running mean of sampled load
-times, so the clocks still see misses. Every sampled row states ``R`` and the error measured
-against the exact simulator (``experiments/simbench.py``).
+times, at least a hit step (a step lasts at least one, so a mean below one, from waits on fills
+already under way, would make the sampled clocks run fast), so the clocks still see misses; a
+run of steps that touch only unsampled tiles is skipped at that cost times the slot's speed
+factor. With ``miss_ratio = 1`` a step lasts exactly its speed and jitter factors whatever it
+loads, so the sampled clocks then differ from the exact ones only in the jitter's realisation
+(one draw per skipped run instead of one per step), whose own spread (the exact model's
+seed-to-seed spread, ``experiments/simbench.py`` section G) bounds how close any such scheme
+can come. Every sampled row states ``R`` and the error measured against the exact simulator.
 """
 from __future__ import annotations
 
@@ -334,7 +340,7 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
             for h in range(n_parts):
                 sub = key * n_parts + h
                 if not sampled[sub]:
-                    rdy = t + est[s]
+                    rdy = t + max(est[s], 1.0)   # the mean sampled load, at least a hit
                 elif a == 3 and not stores_miss:
                     # a store writes whole sectors: a lookup that never misses (no fill, no DRAM
                     # read); it allocates the line locally and, homed across, at its home
@@ -423,9 +429,13 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
                 target = L - 1
             skip = target - st
             if skip > 0:
-                extra = skip * est[s]
+                # each skipped step lasts the mean load time (at least a hit step) times the
+                # slot's speed factor; their jitter factors (mean 1, sd ~jitter) sum to about
+                # skip + sqrt(skip) * jitter * z
+                m = max(est[s], 1.0) * rate[s]
+                extra = skip * m
                 if jitter > 0:
-                    extra += math.sqrt(skip) * jitter * est[s] * np.random.standard_normal()
+                    extra += math.sqrt(skip) * jitter * m * np.random.standard_normal()
                 t_end += max(extra, 0.0)
                 st = target
         if t_end > makespan:

@@ -189,3 +189,49 @@ def test_rate_jitter_is_a_constant_speed_per_slot():
     assert m4 != 16.0
     assert m8 == pytest.approx(4 * m4, rel=1e-12)   # 64 steps vs 16
     assert "rate_jitter=0.1" in TimeParams(1, rate_jitter=0.1).note()
+
+
+def test_sampled_clocks_keep_the_exact_step_costs():
+    # miss_ratio = 1: every step lasts exactly its slot's speed factor, whatever it loads. A
+    # sampled run must keep that: an unsampled access costs at least a hit (a mean load below
+    # one, from waits on fills under way, would make its steps short) and a skipped run of steps
+    # costs the slot's factor per step. With constant per-slot speeds and no per-step jitter
+    # the clocks, hence the makespan, then equal the exact run's up to rounding.
+    tab = work_table(TileGrid(Problem(1, 2, 4096, 64), Tiles(64, 64)),
+                     CtaSchedule.persistent(8), ScanOrder.linear())
+    p = TimeParams(64 * KiB, rate_jitter=0.01, seed=5)
+    exact = timesim.simulate(tab, 8, p)
+    samp = timesim.simulate(tab, 8, TimeParams(64 * KiB, rate_jitter=0.01, seed=5,
+                                               sample_rate=0.25))
+    assert exact.makespan != 32 * 64                 # the speeds differ from 1
+    assert samp.makespan == pytest.approx(exact.makespan, rel=1e-9)
+
+
+# Counts recorded with the implementation before the speed work (commit 942f1c5): jittered and
+# two-partition cases over several schedules, orders and mechanisms. The event order, the normal
+# stream and every mechanism must reproduce them exactly (makespan included).
+_RECORDED = [
+    (Problem(2, 4, 4096, 64, H_kv=2, causal=True), CtaSchedule.tile_x(2), 24, ScanOrder.sawtooth(),
+     TimeParams(1 << 20, partitions=2, placement="h100", stores_miss=False, jitter=0.011,
+                rate_jitter=0.0004),
+     (8781824, 4034368, 4747456, 712832, 0, 2788992, 1083136, 1705856, 3729856, 262144,
+      1531.4971312099215)),
+    (Problem(2, 4, 4096, 64, H_kv=2), CtaSchedule.persistent(20), 20, ScanOrder.linear(),
+     TimeParams(1 << 20, partitions=2, miss_ratio=2.5, jitter=0.02, rate_jitter=0.01,
+                merge_window=1.0),
+     (2168576, 481024, 1687552, 477440, 14870784, 1081344, 475136, 606208, 1081344, 393216,
+      8046.777107682709)),
+    (Problem(1, 2, 3000, 64, causal=True), CtaSchedule.longest_first(16), 16,
+     ScanOrder.sawtooth(2), TimeParams(700 * KiB, miss_ratio=3.0, jitter=0.05, seed=2),
+     (1202944, 1019136, 183808, 741120, 0, 0, 0, 0, 159808, 96000, 685.0747749955124)),
+]
+
+
+@pytest.mark.parametrize("prob,sched,resident,order,params,expected", _RECORDED)
+def test_exact_counts_equal_those_recorded_before_the_speedup(prob, sched, resident, order,
+                                                              params, expected):
+    c = timesim.simulate(work_table(TileGrid(prob, Tiles(64, 32)), sched, order), resident,
+                         params)
+    assert (c.tex_sectors, c.tex_hits, c.tex_misses, c.inflight_hits, c.merged_sectors,
+            c.fabric_sectors, c.fabric_hits, c.fabric_misses, c.dram_fills, c.cold_misses,
+            c.makespan) == expected
