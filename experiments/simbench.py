@@ -1,7 +1,8 @@
 """Benchmark of the timed L2 simulator (``analysis.timesim``): speed, memory, SHARDS error, and
 the GB10 predictions made with the default (unfitted) parameters.
 
-    python -m experiments.simbench [--out profiles/cpu/simbench-YYYYMMDD] [--quick]
+    python -m experiments.simbench [--out profiles/cpu/simbench-YYYYMMDD] [--sections ABCDEFGH]
+                                   [--exact-archs b200,b300]
 
 Sections (one CSV row per case and mode, plus ``manifest.json``):
 
@@ -14,13 +15,24 @@ D. ``sawtooth --arch b200`` and ``--arch b300`` sampled at the size rule (bar: <
 F. SHARDS rate sweep (``RATES``) on the GB10 cuTile causal cases, where B's error is largest:
    does the error shrink like sampling noise (random sign, ~1/sqrt(R)) or is it a bias of the
    timed model (one sign: unsampled accesses cost the mean sampled load time, so sampling moves
-   the clocks that decide which CTAs share a tile)? And what does each rate cost?
+   the clocks that decide which CTAs share a tile)? And what does each rate cost? Each case
+   also runs without jitter at the lowest rate, exact and sampled: the clocks are then the same
+   (equal makespans), so the error left is the spatial sample's own.
 E. GB10 predictions of the sawtooth study: the exact run of A at the default parameters, and
    the range over the uncertainty corners (``analysis.calibrate.default_params``) and jitter
    seeds 0..2 (exact), written to ``gb10_predictions.csv``.
+G. The exact model's own seed spread on the GB10 cuTile cases (jitter seeds 1..3 against seed 0,
+   ``err_pct``): the floor of any approximation that draws the jitter differently from the exact
+   run (SHARDS' skip-ahead, a shorter run extrapolated), since it compares one realisation of the
+   drift with another.
+H. ``sawtooth`` for ``--exact-archs`` (default b200, b300), exact, timing model on: seconds per
+   case and per study (the bar of D, without sampling).
 
-The machine's 2 cores are shared with other work while this runs (the manifest says so): the
-seconds are upper bounds of what the code needs.
+Every case runs in this one process, one after another (no worker processes): the seconds are
+single-core. The first simulation of a process may include numba's compilation when its cache
+is cold; ``_warm`` compiles both partition layouts on a tiny case before anything is timed.
+The machine's 2 cores may be shared with other work while this runs (the run's README says):
+the seconds are upper bounds of what the code needs.
 """
 from __future__ import annotations
 
@@ -37,7 +49,7 @@ from analysis import calibrate as cal
 from analysis.timesim import SHARDS_TARGET, TimeParams, counts_to_rows, shards_rate, simulate
 from experiments import rundir
 from experiments.studies import sawtooth_plan
-from spec import TileGrid, get_arch
+from spec import CtaSchedule, Problem, ScanOrder, TileGrid, Tiles, get_arch
 from spec.records import write_csv
 from spec.trace import work_table
 
@@ -71,6 +83,16 @@ def _run(case, arch, tp: TimeParams):
     return c, time.perf_counter() - t0, table
 
 
+def _warm() -> None:
+    """Compile the event loop for one and two partitions (and sampling) outside the timings."""
+    tab = work_table(TileGrid(Problem(1, 1, 512, 64), Tiles(64, 64)), CtaSchedule.persistent(2),
+                     ScanOrder.linear())
+    for tp in (TimeParams(1 << 20, jitter=0.01, rate_jitter=0.001),
+               TimeParams(1 << 20, partitions=2, jitter=0.01, stores_miss=False),
+               TimeParams(1 << 20, partitions=2, sample_rate=0.5, jitter=0.01)):
+        simulate(tab, 2, tp)
+
+
 def _peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -78,7 +100,9 @@ def _peak_mib() -> float:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m experiments.simbench")
     ap.add_argument("--out", type=Path)
-    ap.add_argument("--sections", default="ABCDEF")
+    ap.add_argument("--sections", default="ABCDEFGH")
+    ap.add_argument("--exact-archs", default="b200,b300",
+                    help="the arches of section H (comma-separated)")
     a = ap.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # a kill removes the partial run
     out = a.out or Path("profiles/cpu") / f"simbench-{time.strftime('%Y%m%d')}"
@@ -93,6 +117,7 @@ def main(argv=None) -> int:
     gb10_p, corners = cal.default_params(gb10)
     exact_gb10 = {}
     with rundir.reserved_run_dir(out) as (final, work):
+        _warm()
         t_all = time.perf_counter()
         if "A" in a.sections or "E" in a.sections:
             tp = gb10_p.time_params(gb10)
@@ -162,6 +187,18 @@ def main(argv=None) -> int:
                                          table.n_accesses, c.tex_misses, ex.tex_misses, e,
                                          replace(tp, sample_rate=R).note()))
                     print(f"F {case.id}: R={R} {s:.1f}s err {e:+.2f}%", flush=True)
+                # without jitter both runs' clocks are the same (their makespans are equal):
+                # what error is left comes from the spatial sample alone
+                calm = replace(tp, jitter=0.0, rate_jitter=0.0)
+                ex0, _, _ = _run(case, gb10, calm)
+                c, s, table = _run(case, gb10, replace(calm, sample_rate=RATES[0]))
+                e = 100 * (c.tex_misses / ex0.tex_misses - 1)
+                rows.append(BenchRow("F", "gb10", case.id, "sampled", RATES[0], s, _run.cpu,
+                                     table.n_accesses, c.tex_misses, ex0.tex_misses, e,
+                                     replace(calm, sample_rate=RATES[0]).note(),
+                                     f"no jitter: makespan sampled {c.makespan:.1f}, exact "
+                                     f"{ex0.makespan:.1f}"))
+                print(f"F {case.id}: no jitter R={RATES[0]} err {e:+.2f}%", flush=True)
         max_err = max(errs) if errs else float("nan")
         if "D" in a.sections:
             for name in ("b200", "b300"):
@@ -182,6 +219,36 @@ def main(argv=None) -> int:
                 rows.append(BenchRow("D", name, "TOTAL sawtooth study", "sampled", 0.0,
                                      time.perf_counter() - t_d, time.process_time() - c_d, 0, 0,
                                      None, None, bp.note()))
+        if "G" in a.sections:
+            tp = gb10_p.time_params(gb10)
+            for case in sawtooth_plan(gb10):
+                if case.variant.backend.value != "cutile":
+                    continue
+                ex = exact_gb10.get(case.id) or _run(case, gb10, tp)[0]
+                for seed in (1, 2, 3):
+                    c, s, table = _run(case, gb10, replace(tp, seed=seed))
+                    e = 100 * (c.tex_misses / ex.tex_misses - 1)
+                    rows.append(BenchRow("G", "gb10", case.id, "exact", 1.0, s, _run.cpu,
+                                         table.n_accesses, c.tex_misses, ex.tex_misses, e,
+                                         replace(tp, seed=seed).note(), "seed k against seed 0"))
+                    print(f"G {case.id}: seed {seed} {e:+.2f}%", flush=True)
+        if "H" in a.sections:
+            for name in a.exact_archs.split(","):
+                arch = get_arch(name)
+                bp, _ = cal.default_params(arch)
+                tp = bp.time_params(arch)
+                t_h, c_h = time.perf_counter(), time.process_time()
+                n_acc = 0
+                for case in sawtooth_plan(arch):
+                    c, s, table = _run(case, arch, tp)
+                    n_acc += table.n_accesses
+                    rows.append(BenchRow("H", name, case.id, "exact", 1.0, s, _run.cpu,
+                                         table.n_accesses, c.tex_misses, None, None, tp.note(),
+                                         f"{1e9 * _run.cpu / table.n_steps:.0f} ns per step"))
+                    print(f"H {name} {case.id}: {s:.1f}s", flush=True)
+                rows.append(BenchRow("H", name, "TOTAL sawtooth study", "exact", 1.0,
+                                     time.perf_counter() - t_h, time.process_time() - c_h, n_acc,
+                                     0, None, None, tp.note(), f"peak RSS {_peak_mib():.0f} MiB"))
         if "E" in a.sections:
             pred = []
             for case in sawtooth_plan(gb10):
