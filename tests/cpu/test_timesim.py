@@ -129,6 +129,18 @@ def test_sampling_unbiased_roughly_and_stated():
     assert abs(samp.tex_misses / exact.tex_misses - 1) < 0.15
 
 
+def test_systematic_sample_is_uniform_along_a_scan():
+    # rate 1/4 over 10 tiles of 2 halves: tile k is in iff floor((k+1)/4 + 1/2) > floor(k/4 + 1/2),
+    # i.e. tiles 1, 5 and 9, each with both halves (sub-keys 2k, 2k+1)
+    assert np.flatnonzero(timesim.sampled_subkeys(20, 0.25, 2)).tolist() == [2, 3, 10, 11, 18, 19]
+    # every window of n consecutive ids holds floor(R n) or ceil(R n) samples (a hashed sample's
+    # windows vary binomially around R n)
+    c = np.concatenate([[0], np.cumsum(timesim.sampled_subkeys(100_000, 0.1))])
+    for n in (7, 100, 999):
+        w = c[n:] - c[:-n]
+        assert w.min() == int(0.1 * n) and w.max() == -(-n // 10)
+
+
 @pytest.mark.parametrize("bad", [dict(miss_ratio=0.5), dict(jitter=-1), dict(partitions=3),
                                  dict(sample_rate=0), dict(merge_window=-1),
                                  dict(rate_jitter=-0.1), dict(placement="")])
