@@ -1,12 +1,16 @@
 """Calibration of the timed simulator that cannot overfit: at most two fitted parameters per arch,
 fitted on one study and judged on the others.
 
-What is fitted and what is not. ``analysis.timesim`` has six knobs; per arch only two may be free:
+What is fitted and what is not. ``analysis.timesim`` has six knobs; per arch at most two may be
+free (``fit`` refuses more), and since 2026-11-24 only one is:
 
 - ``capacity_fraction`` f: the effective L2 capacity as a fraction of the nominal L2 (the capacity
   lost to set conflicts, the slice hash, other data; the partitions' duplication is modelled, not
-  fitted);
-- ``miss_ratio`` r: the time of a miss (a DRAM fill) over the time of a hit step.
+  fitted). Fitted.
+- ``miss_ratio`` r: the time of a step whose load misses over the time of a hit step. Fittable,
+  but now derived from timing data (``miss_ratio_from_timing``): the fit on divergence could not
+  tell r = 1, 3, 9 apart (rel. RMS 0.1937 / 0.1942 / 0.1942 at f = 1), so its r = 1 was a
+  tie-break, not a measurement.
 
 The others are fixed by measurements or documented facts, never by the miss counts:
 ``jitter`` and ``rate_jitter`` from the measured CTA drift (``jitter_from_drift``: a per-step
@@ -39,12 +43,13 @@ from spec.orders import ScanOrder
 from spec.problem import Problem, Tiles
 from spec.records import Metric, data_path, read_csv
 from spec.schedules import CtaSchedule
-from spec.variant import Backend, Variant
+from spec.variant import DEFAULT_STAGES, Backend, Variant
 
+from . import timemodel
 from .timesim import TimeParams
 
 __all__ = ["FITTABLE", "MAX_FREE", "MeasuredCase", "load_measured", "case_of_row",
-           "jitter_from_drift", "ArchParams", "fit", "rel_rms", "write_params", "read_params",
+           "jitter_from_drift", "miss_ratio_from_timing", "ArchParams", "fit", "rel_rms", "write_params", "read_params",
            "PARAMS_DIR"]
 
 MAX_FREE = 2
@@ -176,6 +181,43 @@ def jitter_from_drift(drift_csv: Path) -> tuple[float, float, str]:
                     f"{len(s_rate)} non-causal cases of {name} (fit of the spread's growth)")
 
 
+def miss_ratio_from_timing(drift_csv: Path, facts: timemodel.MemoryFacts = timemodel.H100,
+                           stages: int = DEFAULT_STAGES) -> tuple[float, str]:
+    """(r, note): the miss/hit step-time ratio of ``analysis.timesim`` from timing data alone.
+
+    What a simulated step is. ``timesim`` advances a CTA by one K/V tile pair per step and lets the
+    step last until its loads are ready: a hit step is the unit, a miss step lasts ``r``. In the
+    kernel a step is not its load latency. The CUDA build keeps ``stages`` K/V buffers (default
+    2, ``spec.variant.DEFAULT_STAGES``): tile ``s+1`` is issued when step ``s`` starts and must have
+    landed when step ``s+1`` starts, so a load has ``(stages − 1)·t_c`` of compute to hide behind.
+    ``analysis.timemodel`` states this as ``period = t_c + max(0, L − (stages − 1)·t_c)``, and
+    ``r = period(L_dram) / period(L_hit)``. Here ``t_c`` is the shortest measured median step of
+    the drift study (``profiles/h100/drift-20261121b``: 1.25-1.34 µs, the same 80×80 D=64 build
+    with 132 CTAs; the shortest gives the largest r), ``L_hit`` and ``L_dram`` the pointer-chase
+    latencies (``profiles/h100/latency-20261123``: 143 ns, 349 ns). At depth 2 the DRAM fill (0.35
+    µs) is 0.28 of the step it hides behind, so **r = 1 exactly**: a CTA whose load misses is not
+    slower than one that hits, and nothing in the timing pulls a trailing CTA back behind the
+    leader that pays the misses. The misscost study agrees (REPORT.md §10): at depths 2 and 3 the
+    time change does not follow the miss change (−74% .. +38% misses, +1.4 .. +4.0% time in all
+    32 configurations), while at depth 1 (``r = (t_c + L_dram) / (t_c + L_hit)``, 1.15 here)
+    removing misses saves 5-12%. r would exceed 1 only if the loaded DRAM latency exceeded
+    ``t_c``, 3.6× the unloaded value. Timing and latency data only: no miss count enters."""
+    steps = [r["value"] for r in read_csv(Path(drift_csv)) if r["metric"] == Metric.STEP_NS]
+    if not steps:
+        raise ValueError(f"{drift_csv}: no {Metric.STEP_NS} rows to take the step time from")
+    t_c = min(steps) * 1e-9
+
+    def period(f: float) -> float:
+        return timemodel.predict(steps=1, t_c=t_c, stages=stages, f=f, dram_bytes=0.0,
+                                 bw_available=1.0, facts=facts).period_s
+
+    r = period(1.0) / period(0.0)
+    return r, (f"miss_ratio {r:g} = step period with every load from DRAM / with every load an L2 "
+               f"hit (analysis.timemodel, {stages} K/V stages, t_c {t_c * 1e6:.2f} us = shortest "
+               f"median step of {Path(drift_csv).parent.name}, L2 hit {facts.l2_hit_s * 1e9:.1f} "
+               f"ns, DRAM {facts.dram_s * 1e9:.1f} ns: {facts.name} latencies)")
+
+
 # --------------------------------------------------------------------------------------------
 # the fit
 # --------------------------------------------------------------------------------------------
@@ -282,9 +324,9 @@ def default_params(arch: Arch, sources: Sequence[str] = ("h100", "h200")) -> tup
         ArchParams, list[tuple[float, float]]]:
     """Parameters for an arch that cannot be fitted here (no measurements, e.g. gb10).
 
-    ``capacity_fraction`` and ``miss_ratio``: the means of the fitted values of ``sources`` (the
-    same quantities measured on other chips: the effective fraction of the nominal L2 beyond the
-    modelled partitions, and the fill time over a hit step). ``partitions`` from the registry
+    ``capacity_fraction`` and ``miss_ratio``: the means of the values of ``sources`` (the same
+    quantities on other chips: the fitted effective fraction of the nominal L2 beyond the modelled
+    partitions, and the miss/hit step-time ratio derived from timing). ``partitions`` from the registry
     (GB10: one L2), ``jitter`` the sources' (from the H100 drift). Also returns the uncertainty
     corners: every (f, r) grid point within ``NEAR_BEST`` of the best of any source's fit.
     """
@@ -298,7 +340,7 @@ def default_params(arch: Arch, sources: Sequence[str] = ("h100", "h200")) -> tup
         rate_jitter=fits[0].rate_jitter, stores_miss=fits[0].stores_miss,
         partitions=arch.l2_partitions, fitted=(),
         derivation=(f"not fitted (no {arch.name} data): capacity_fraction and miss_ratio are the "
-                    f"means of the {'/'.join(sources)} fits ({', '.join(p.note() for p in fits)}); "
+                    f"means of the {'/'.join(sources)} parameters ({', '.join(p.note() for p in fits)}); "
                     f"partitions={arch.l2_partitions} from the registry (placement: alternate, "
                     f"no measured map); jitter and rate_jitter from the H100 drift; stores_miss="
                     f"{fits[0].stores_miss} as measured on the H100; uncertainty = the (f, r) grid points within {NEAR_BEST}x of the best "

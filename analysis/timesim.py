@@ -16,7 +16,11 @@ The model, one step of one slot at its time ``t`` (times in units of a hit step)
   step), in that order, at ``t``;
 - an access that hits is ready at ``t + 1``; one that misses marks the tile in flight until
   ``t + miss_ratio`` (the fill) and is ready then; one to a tile in flight (present, fill not done)
-  is a hit that waits for the fill (``merged``: not a second miss);
+  is a hit that waits for the fill (``merged``: not a second miss). ``miss_ratio`` is the step
+  time of a miss over that of a hit, not the load latencies' ratio: with a K/V double buffer the
+  fill hides behind a step of compute, and the measured step and latencies give 1
+  (``analysis.calibrate.miss_ratio_from_timing``). A CTA that misses then runs no slower than
+  one that hits, and the clocks carry no force that pulls CTAs back together;
 - the step lasts until its loads are ready (at least 1; the O store does not stall), times the
   slot's constant speed factor ``exp(rate_jitter·z_s − rate_jitter²/2)`` (drawn once per slot:
   an SM that runs 0.1% slower stays 0.1% slower) and a per-step log-normal factor

@@ -81,3 +81,36 @@ def test_jitter_from_drift_separates_speed_and_random_walk(tmp_path: Path):
     ss, sr, note = cal.jitter_from_drift(tmp_path / "drift.csv")
     assert ss == pytest.approx(0.02, rel=1e-6) and sr == pytest.approx(0.001, rel=1e-6)
     assert "1 non-causal cases" in note
+
+
+def test_miss_ratio_from_timing_is_the_exposed_latency_ratio(tmp_path: Path):
+    # Hand-computed with L_hit = 100 ns, L_dram = 400 ns. Steps of 1000 and 1200 ns: t_c is the
+    # shortest, 1000 ns. Depth 2 hides both loads behind 1000 ns of compute: r = 1. Depth 1
+    # exposes them in full: r = (1000 + 400) / (1000 + 100) = 14/11. Steps of 250 ns at depth
+    # 2: a hit (100 ns) is hidden, a DRAM fill shows 400 - 250 = 150 ns: r = 400 / 250 = 1.6.
+    from analysis.timemodel import MemoryFacts
+    from spec.records import Metric, Row, case_fields, write_csv
+    facts = MemoryFacts("t", 1, 1e12, 100e-9, 400e-9, "test")
+    var = Variant(Backend.CUDA, ScanOrder.linear(), CtaSchedule.persistent(132), Tiles(80, 80))
+    prob = Problem(1, 1, 262144, 64)
+
+    def drift(steps_ns):
+        path = tmp_path / f"drift{steps_ns[0]}.csv"
+        write_csv(path, [Row(run="d", study="drift", arch="h100", metric=Metric.STEP_NS, value=v,
+                             unit="ns", source="measured", **case_fields(prob, var))
+                         for v in steps_ns])
+        return path
+
+    assert cal.miss_ratio_from_timing(drift([1200.0, 1000.0]), facts)[0] == pytest.approx(1.0)
+    assert cal.miss_ratio_from_timing(drift([1200.0, 1000.0]), facts, stages=1)[0] == \
+        pytest.approx(14 / 11)
+    assert cal.miss_ratio_from_timing(drift([250.0, 300.0]), facts)[0] == pytest.approx(1.6)
+
+
+def test_h100_miss_ratio_is_derived_not_fitted():
+    # The committed drift step (>= 1.25 us) hides the measured DRAM latency (349 ns) at the
+    # default depth: r = 1 is fixed before the fit, which searches the capacity fraction only.
+    from analysis import simcheck
+    fixed, why = simcheck._fixed(get_arch("h100"), Path("profiles/h100"))
+    assert fixed["miss_ratio"] == 1.0 and "t_c 1.25 us" in why
+    assert list(simcheck.FIT_GRID) == ["capacity_fraction"]
