@@ -8,7 +8,10 @@ Why shape classes: a configuration tuned at B=1, H=16, S=16K (the benchmark's sh
 GPU with hundreds of long work items. A batch of short sequences, a ragged last tile, grouped K/V
 heads shared by several query heads, or a short query block against a long K/V cache change what
 limits the kernel (few or short work items, a masked tail on every head, K/V reuse across heads,
-long scans per item), so the best tiles and schedule can differ. ``shape_class`` sorts a problem
+long scans per item), so the best tiles and schedule can differ. A problem with no more 128-row
+Q tiles than a Hopper GPU has SMs is ``small`` whatever its lengths: at one CTA per SM it leaves SMs
+idle for its whole run, so what fills them (64-row tiles, two CTAs per SM) matters more than what
+a ragged tail or a short scan costs. ``shape_class`` sorts a problem
 into one of a few explicit classes (first match wins):
 
 ==========  ==========================================  ==================================
@@ -16,7 +19,8 @@ class       rule                                        example (the issue's sui
 ==========  ==========================================  ==================================
 ``cross``   S_q != S_kv                                 S_q=1024, S_kv=16K
 ``gqa``     H_kv < H (grouped-query heads)              B=2, H=32, H_kv=8, S=4K
-``uneven``  S_q or S_kv not a multiple of 128           B=1, H=4, S=3000
+``small``   B·H·⌈S_q/128⌉ <= 128 (one wave or less)      B=1, H=4, S=1000
+``uneven``  S_q or S_kv not a multiple of 128           B=1, H=4, S=7000
 ``short``   S_kv <= 2048                                B=16, H=16, S=1024
 ``long``    everything else (the benchmark's class)     B=1, H=16, S=16K
 ==========  ==========================================  ==================================
@@ -92,6 +96,7 @@ class ShapeClass(str, enum.Enum):
 
     CROSS = "cross"
     GQA = "gqa"
+    SMALL = "small"
     UNEVEN = "uneven"
     SHORT = "short"
     LONG = "long"
@@ -99,6 +104,7 @@ class ShapeClass(str, enum.Enum):
 
 UNEVEN_QUANTUM = 128   # the largest tile edge of any configuration: below it a tile is ragged
 SHORT_MAX_S = 2048     # "short": at most 16 K/V tiles of 128 keys per work item
+SMALL_MAX_ITEMS = 128  # "small": at most 128 Q tiles of 128 rows, one wave on >= 128 SMs
 
 
 def shape_class(problem: Problem) -> ShapeClass:
@@ -108,6 +114,8 @@ def shape_class(problem: Problem) -> ShapeClass:
         return ShapeClass.CROSS
     if p.H_kv < p.H:
         return ShapeClass.GQA
+    if p.B * p.H * -(-p.S_q // UNEVEN_QUANTUM) <= SMALL_MAX_ITEMS:
+        return ShapeClass.SMALL
     if p.S_q % UNEVEN_QUANTUM or p.S_kv % UNEVEN_QUANTUM:
         return ShapeClass.UNEVEN
     if p.S_kv <= SHORT_MAX_S:
@@ -122,7 +130,8 @@ def representative(cls: ShapeClass, D: int, causal: bool) -> Problem:
     shapes = {
         ShapeClass.LONG: dict(B=1, H=16, S_q=16384),
         ShapeClass.SHORT: dict(B=16, H=16, S_q=1024),
-        ShapeClass.UNEVEN: dict(B=1, H=4, S_q=3000),
+        ShapeClass.SMALL: dict(B=1, H=4, S_q=1000),
+        ShapeClass.UNEVEN: dict(B=1, H=4, S_q=7000),
         ShapeClass.GQA: dict(B=2, H=32, H_kv=8, S_q=4096, dtype="bf16"),
         ShapeClass.CROSS: dict(B=1, H=16, S_q=1024, S_kv=16384),
     }

@@ -64,17 +64,18 @@ ATTENTION_PROBLEM = Problem(B=1, H=8, H_kv=8, S_q=1500, S_kv=1500, D=128, causal
 
 def shape_class_problems() -> list[Problem]:
     """One or more small problems per shape class (kernels.config.shape_class), both head dims:
-    cross (fewer and more queries than keys, causal), GQA (bf16, uneven S), uneven (a batch, fp16
-    and bf16), batched short (causal and not, bf16 and fp16)."""
+    cross (fewer and more queries than keys, causal), GQA (bf16, uneven S), small (one wave of
+    Q tiles, fp16 and bf16), uneven (a batch), batched short (causal and not, bf16 and fp16)."""
     out = []
     for D in HEAD_DIMS:
         out += [Problem(B=1, H=4, S_q=200, S_kv=700, D=D, causal=True),
                 Problem(B=1, H=4, S_q=700, S_kv=300, D=D, dtype="bf16", causal=True),
                 Problem(B=2, H=8, H_kv=2, S_q=1000, S_kv=1000, D=D, dtype="bf16", causal=True),
-                Problem(B=3, H=4, S_q=1000, S_kv=1000, D=D, causal=True),
+                Problem(B=1, H=4, S_q=1000, S_kv=1000, D=D, causal=True),
                 Problem(B=2, H=8, S_q=1000, S_kv=1000, D=D, dtype="bf16", causal=True),
-                Problem(B=8, H=4, S_q=512, S_kv=512, D=D, dtype="bf16", causal=False),
-                Problem(B=8, H=4, S_q=512, S_kv=512, D=D, causal=True)]
+                Problem(B=3, H=8, S_q=1000, S_kv=1000, D=D, causal=True),
+                Problem(B=12, H=4, S_q=512, S_kv=512, D=D, dtype="bf16", causal=False),
+                Problem(B=12, H=4, S_q=512, S_kv=512, D=D, causal=True)]
     return out
 
 
