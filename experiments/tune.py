@@ -5,19 +5,23 @@ write the arch's defaults, ``kernels/configs/<arch>.json``.
                                [--out kernels/configs/h100.json] [--force]
     python -m experiments.tune --arch h100 --classes short,uneven [--only d64.causal] --force
 
-For each (D, causal) at B=1, H=16, fp16 and one sequence length, every candidate configuration
+For each (D, causal) at B=1, H=16, fp16 and the long class's two sequence lengths (16K and 128K,
+``kernels.config.representatives``; ``--seq S`` tunes at S alone), every candidate configuration
 (tiles × occupancy hint × worker warps × default schedule) goes through the project's one path:
 prepared by ``kernels.CutileFamily`` with the candidate as its defaults, run once on a NaN-poisoned
 output and checked against the fp32 reference (``experiments.correctness``); only the candidates
 that pass are timed, interleaved and with a cold L2 (``experiments.timing``), and ranked by median
 time. A wrong-but-fast candidate never wins: it is never timed. The candidates of sm_90 are those
-whose builds are spill-free there (a spilling build reads local memory through L2).
+whose builds are spill-free there (a spilling build reads local memory through L2). Where a key is
+tuned at several problems, a candidate must pass on each, and the winner has the smallest
+geometric mean of its median times over them (the same ranking as the geometric mean of its
+slowdowns against each problem's fastest), so one size cannot pick tiles that lose at another.
 
 ``--classes`` tunes shape classes instead (``kernels.config.ShapeClass``: cross, gqa, uneven,
 short; the top-level (D, causal) defaults are the long class): per class, the (D, causal) keys
 that issue 14's shape suite has in that class (``experiments.studies.shapes_problems``; ``--only``
-narrows them), each at the class's representative problem (``kernels.config.representative``),
-through the same check-then-time ranking; the candidates are the key's, plus the longest-first
+narrows them), each at the class's problems (``kernels.config.representatives``: its small and
+large end), through the same check-then-time ranking; the candidates are the key's, plus the longest-first
 (LPT) persistent schedule for causal keys. The winners go to the class's block of the JSON; a key
 where no candidate passes keeps falling back to the (D, causal) default, and its trials and the
 class's status say so. Everything else in the file is kept.
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from dataclasses import dataclass
@@ -39,7 +44,7 @@ from spec import Arch, Backend, Problem, ScanOrder, Variant, get_arch, known_arc
 from spec.arch import UnknownArch
 
 from kernels.config import (CONFIG_DIR, SCHEMA, UNMEASURED, KernelConfig, ShapeClass,
-                            config_key, representative, shape_class)
+                            config_key, representatives, shape_class)
 
 
 @dataclass(frozen=True)
@@ -110,6 +115,7 @@ class Trial:
     verdict: str
     us: float | None = None
     spread: float | None = None
+    per_problem: tuple = ()      # ((problem label, median us), ...) when tuned at several
 
 
 def rank(cands: list[Candidate], check: Callable[[Candidate], tuple[bool, str]],
@@ -136,11 +142,47 @@ class TuneError(RuntimeError):
     pass
 
 
-def measure_key(arch: Arch, D: int, causal: bool, S: int, *, reps: int = 10,
-                seed: int = 0) -> list[Trial]:
-    """The (D, causal) default's measurement: B=1, H=16, fp16 at sequence length ``S``."""
-    return measure_problem(arch, Problem(B=1, H=16, S_q=S, D=D, causal=causal),
-                           candidates(arch, D, causal), reps=reps, seed=seed)
+def long_problems(D: int, causal: bool, seq: int | None) -> tuple[Problem, ...]:
+    """The (D, causal) default's problems: the long class's (B=1, H=16, fp16, S=16K and 128K),
+    or B=1, H=16, fp16 at ``seq`` alone."""
+    if seq is None:
+        return representatives(ShapeClass.LONG, D, causal)
+    return (Problem(B=1, H=16, S_q=seq, D=D, causal=causal),)
+
+
+def measure_problems(arch: Arch, problems: tuple[Problem, ...], cands: list[Candidate], *,
+                     reps: int, measure: Callable | None = None) -> list[Trial]:
+    """Check and time ``cands`` on each problem in turn (a candidate that fails on one is not
+    built for the next), and rank by the geometric mean of the median times (module docstring).
+    ``measure`` defaults to ``measure_problem`` (looked up at call time)."""
+    measure = measure or measure_problem
+    alive = list(cands)
+    runs = []                                    # (problem, {candidate: trial})
+    for problem in problems:
+        got = {t.candidate: t for t in measure(arch, problem, alive, reps=reps)} if alive else {}
+        runs.append((problem, got))
+        alive = [c for c in alive if got[c].passed]
+    if len(problems) == 1:
+        return [runs[0][1][c] for c in _ranked(runs[0][1], cands)]
+    trials = {}
+    for c in cands:
+        seen = [(p, got[c]) for p, got in runs if c in got]
+        bad = next(((p, t) for p, t in seen if not t.passed), None)
+        if bad is not None:
+            trials[c] = Trial(c, False, f"{bad[0].label}: {bad[1].verdict}")
+            continue
+        us = [t.us for _, t in seen]
+        trials[c] = Trial(c, True, "; ".join(f"{p.label}: {t.verdict}" for p, t in seen),
+                          math.exp(sum(math.log(u) for u in us) / len(us)),
+                          max(t.spread for _, t in seen),
+                          tuple((p.label, t.us) for p, t in seen))
+    return [trials[c] for c in _ranked(trials, cands)]
+
+
+def _ranked(trials: dict, cands: list[Candidate]) -> list[Candidate]:
+    """Passing candidates fastest first, then the failed ones in their given order."""
+    ok = sorted((c for c in cands if trials[c].passed), key=lambda c: trials[c].us)
+    return ok + [c for c in cands if not trials[c].passed]
 
 
 def measure_problem(arch: Arch, problem: Problem, cands: list[Candidate], *, reps: int = 10,
@@ -199,8 +241,11 @@ def _precompile(arch: Arch, problem: Problem, cands: list[Candidate]) -> None:
 
 
 def _trial_json(t: Trial) -> dict:
-    return dict(t.candidate.config().to_json(), passed=t.passed, check=t.verdict,
-                us=None if t.us is None else round(t.us, 2))
+    out = dict(t.candidate.config().to_json(), passed=t.passed, check=t.verdict,
+               us=None if t.us is None else round(t.us, 2))
+    if t.per_problem:
+        out["us_per_problem"] = {label: round(us, 2) for label, us in t.per_problem}
+    return out
 
 
 def _classes(existing: dict | None) -> dict:
@@ -211,19 +256,23 @@ def _classes(existing: dict | None) -> dict:
             for c in ShapeClass if c != ShapeClass.LONG}
 
 
-def document(arch: Arch, device: str, seq: int, results: dict[str, list[Trial]],
-             existing: dict | None) -> dict:
+def document(arch: Arch, device: str, problems: dict[str, tuple[Problem, ...]],
+             results: dict[str, list[Trial]], existing: dict | None) -> dict:
     """The JSON ``kernels.config`` reads: the best passing candidate per key, and every trial;
     the class blocks of ``existing`` are kept."""
     configs = dict((existing or {}).get("configs", {}))
     measured = dict((existing or {}).get("measured", {}))
+    tuned_at = dict((existing or {}).get("problems", {}))
     for key, trials in results.items():
         configs[key] = best(trials).config().to_json()
         measured[key] = [_trial_json(t) for t in trials]
+        tuned_at[key] = [p.label for p in problems[key]]
     return {"schema": SCHEMA, "arch": arch.name, "device": device,
-            "source": f"python -m experiments.tune --arch {arch.name} --seq {seq} (correctness "
-                      "gate, then experiments.timing: interleaved, cold L2; B=1 H=16 fp16)",
-            "configs": configs, "measured": measured, "classes": _classes(existing)}
+            "source": f"python -m experiments.tune --arch {arch.name} (correctness gate, then "
+                      "experiments.timing: interleaved, cold L2; ranked by the geometric mean "
+                      "over each key's problems)",
+            "configs": configs, "measured": measured, "problems": tuned_at,
+            "classes": _classes(existing)}
 
 
 def document_classes(arch: Arch, device: str, results: dict[str, dict[str, list[Trial]]],
@@ -239,9 +288,9 @@ def document_classes(arch: Arch, device: str, results: dict[str, dict[str, list[
                  "measured": dict(classes[name].get("measured", {})),
                  "problems": dict(classes[name].get("problems", {}))}
         failed = []
-        for key, (problem, trials) in keys.items():
+        for key, (problems, trials) in keys.items():
             block["measured"][key] = [_trial_json(t) for t in trials]
-            block["problems"][key] = problem.label
+            block["problems"][key] = [p.label for p in problems]
             if trials and trials[0].passed:
                 block["configs"][key] = best(trials).config().to_json()
             else:
@@ -254,7 +303,8 @@ def document_classes(arch: Arch, device: str, results: dict[str, dict[str, list[
         block["status"] = status + "; other keys fall back to the d/causal default"
         block["source"] = (f"python -m experiments.tune --arch {arch.name} --classes {name} "
                            f"(correctness gate, then experiments.timing: interleaved, cold L2, "
-                           f"{reps} repetitions) at each key's problem")
+                           f"{reps} repetitions; ranked by the geometric mean over each key's "
+                           "problems)")
         classes[name] = block
     doc["classes"] = classes
     return doc
@@ -329,20 +379,24 @@ def _print(line: str) -> None:
 
 def tune_classes(arch: Arch, plan: dict[str, dict[str, tuple[int, bool]]], *, reps: int,
                  measure: Callable | None = None, log: Callable[[str], None] = _print) -> dict:
-    """Measure every (class, key) of ``plan`` at its representative problem; returns
-    {class: {key: (problem, trials)}} for ``document_classes``. ``measure`` defaults to
-    ``measure_problem`` (looked up at call time)."""
-    measure = measure or measure_problem
+    """Measure every (class, key) of ``plan`` at its class's problems; returns
+    {class: {key: (problems, trials)}} for ``document_classes``. ``measure`` (one problem)
+    defaults to ``measure_problem``."""
     results: dict = {}
     for name, keys in plan.items():
         for key, (D, causal) in keys.items():
-            problem = representative(ShapeClass(name), D, causal)
-            trials = measure(arch, problem, class_candidates(arch, D, causal), reps=reps)
-            results.setdefault(name, {})[key] = (problem, trials)
-            for t in trials:
-                time = f"{t.us:9.1f} us" if t.us is not None else "  not timed"
-                log(f"{name}.{key} {problem.label} {t.candidate.label:28s} {time}  {t.verdict}")
+            problems = representatives(ShapeClass(name), D, causal)
+            trials = measure_problems(arch, problems, class_candidates(arch, D, causal),
+                                      reps=reps, measure=measure)
+            results.setdefault(name, {})[key] = (problems, trials)
+            _log_trials(f"{name}.{key}", trials, log)
     return results
+
+
+def _log_trials(key: str, trials: list[Trial], log: Callable[[str], None]) -> None:
+    for t in trials:
+        time = f"{t.us:9.1f} us" if t.us is not None else "  not timed"
+        log(f"{key} {t.candidate.label:28s} {time}  {t.verdict}")
 
 
 def _device_name() -> str:
@@ -354,7 +408,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m experiments.tune",
                                  description=__doc__.splitlines()[0])
     ap.add_argument("--arch", required=True, help=f"one of {', '.join(known_archs())}")
-    ap.add_argument("--seq", type=int, default=16384, help="sequence length tuned at")
+    ap.add_argument("--seq", type=int, help="tune the (D, causal) defaults at this sequence "
+                    "length alone (default: the long class's, 16K and 128K)")
     ap.add_argument("--out", type=Path, help="JSON path (default kernels/configs/<arch>.json)")
     ap.add_argument("--force", action="store_true", help="replace an existing JSON")
     ap.add_argument("--only", help="comma list of keys, e.g. d64.full,d128.causal")
@@ -367,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
         keys = _keys(args.only)
         plan = (class_plan(_classes_arg(args.classes), keys if args.only else None)
                 if args.classes else None)
-        if args.seq <= 0 or args.reps < 1:
+        if (args.seq is not None and args.seq <= 0) or args.reps < 1:
             raise UsageError("--seq must be positive and --reps at least 1")
         out = args.out or CONFIG_DIR / f"{arch.name}.json"
         if out.exists() and not args.force:
@@ -390,15 +445,14 @@ def main(argv: list[str] | None = None) -> int:
             results = tune_classes(present, plan, reps=args.reps)
             doc = document_classes(present, _device_name(), results, existing, args.reps)
         else:
-            results = {}
+            results, problems = {}, {}
             for D, causal in keys:
                 key = config_key(D, causal)
-                trials = measure_key(present, D, causal, args.seq, reps=args.reps)
-                results[key] = trials
-                for t in trials:
-                    time = f"{t.us:9.1f} us" if t.us is not None else "  not timed"
-                    print(f"{key} {t.candidate.label:28s} {time}  {t.verdict}", flush=True)
-            doc = document(present, _device_name(), args.seq, results, existing)
+                problems[key] = long_problems(D, causal, args.seq)
+                results[key] = measure_problems(present, problems[key],
+                                                candidates(present, D, causal), reps=args.reps)
+                _log_trials(key, results[key], _print)
+            doc = document(present, _device_name(), problems, results, existing)
         write_atomic(out, doc, args.force)
     except (TuneError, UsageError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -123,22 +123,36 @@ def shape_class(problem: Problem) -> ShapeClass:
     return ShapeClass.LONG
 
 
-def representative(cls: ShapeClass, D: int, causal: bool) -> Problem:
-    """The problem a class is tuned (and resource-checked) at for a (D, causal) key: the shape
-    of issue 14's suite in that class, at that D and mask (fp16 except GQA, which the suite runs
-    in bf16)."""
+def representatives(cls: ShapeClass, D: int, causal: bool) -> tuple[Problem, ...]:
+    """The problems a class is tuned at for a (D, causal) key: its small and its large end in
+    issue 14's suite, at that D and mask (fp16 except GQA, which the suite runs in bf16).
+
+    Two ends, because the best tiles move with the size inside a class: at D=128 non-causal,
+    64x128 tiles at two CTAs per SM ran 4% faster than 128x128 at S=16K and 16% slower at
+    S=128K, where K/V per head (64 MiB) outgrows the H100's L2, so that each K/V tile, now read
+    by twice as many Q tiles, is more often read from DRAM (the likely cause, not profiled;
+    profiles/h100/tune-20261124, shapes-20261124). ``experiments.tune`` ranks a candidate by the
+    geometric mean of its times over these problems."""
     shapes = {
-        ShapeClass.LONG: dict(B=1, H=16, S_q=16384),
-        ShapeClass.SHORT: dict(B=16, H=16, S_q=1024),
-        ShapeClass.SMALL: dict(B=1, H=4, S_q=1000),
-        ShapeClass.UNEVEN: dict(B=1, H=4, S_q=7000),
-        ShapeClass.GQA: dict(B=2, H=32, H_kv=8, S_q=4096, dtype="bf16"),
-        ShapeClass.CROSS: dict(B=1, H=16, S_q=1024, S_kv=16384),
+        ShapeClass.LONG: (dict(B=1, H=16, S_q=16384), dict(B=1, H=16, S_q=131072)),
+        ShapeClass.SHORT: (dict(B=32, H=16, S_q=512), dict(B=32, H=16, S_q=2048)),
+        ShapeClass.SMALL: (dict(B=1, H=4, S_q=1000), dict(B=1, H=4, S_q=3000)),
+        ShapeClass.UNEVEN: (dict(B=1, H=4, S_q=7000), dict(B=1, H=12, S_q=20000)),
+        ShapeClass.GQA: (dict(B=2, H=32, H_kv=8, S_q=4096, dtype="bf16"),
+                         dict(B=2, H=32, H_kv=4, S_q=16384, dtype="bf16")),
+        ShapeClass.CROSS: (dict(B=1, H=16, S_q=1024, S_kv=16384),),
     }
-    p = Problem(D=D, causal=causal, **shapes[cls])
-    if shape_class(p) != cls:
-        raise ValueError(f"the representative {p.label} of {cls.value} is {shape_class(p).value}")
-    return p
+    out = tuple(Problem(D=D, causal=causal, **kw) for kw in shapes[cls])
+    for p in out:
+        if shape_class(p) != cls:
+            raise ValueError(f"the representative {p.label} of {cls.value} is "
+                             f"{shape_class(p).value}")
+    return out
+
+
+def representative(cls: ShapeClass, D: int, causal: bool) -> Problem:
+    """The first of ``representatives``: the problem a class's builds are resource-checked at."""
+    return representatives(cls, D, causal)[0]
 
 
 UNMEASURED = "unmeasured, falls back to the d/causal default"

@@ -13,7 +13,7 @@ from experiments import shapes, tune
 from experiments.studies import get_study, shapes_problems
 from kernels import config
 from kernels.config import (KernelConfig, ShapeClass, UNMEASURED, parse, persistent_ctas,
-                            problem_config, representative, shape_class)
+                            problem_config, representative, representatives, shape_class)
 from spec import Backend, CtaSchedule, Problem, ScanOrder, get_arch
 from spec.problem import TileGrid, Tiles
 from spec.schedules import ScheduleKind
@@ -56,8 +56,10 @@ def test_every_suite_problem_falls_in_the_class_its_panel_names():
 def test_representatives_are_in_their_class(cls):
     for D in (64, 128):
         for causal in (False, True):
-            p = representative(cls, D, causal)
-            assert shape_class(p) == cls and (p.D, p.causal) == (D, causal)
+            ps = representatives(cls, D, causal)
+            assert representative(cls, D, causal) == ps[0] and len(set(ps)) == len(ps)
+            for p in ps:
+                assert shape_class(p) == cls and (p.D, p.causal) == (D, causal)
 
 
 # -- the JSON: schema 2, schema 1 still read, class configs picked by problem_config --------------
@@ -321,10 +323,11 @@ def test_tune_classes_checks_first_and_writes_what_attention_reads(
     out.write_text(json.dumps({k: v for k, v in old.items() if k != "classes"} | {"schema": 1}))
     assert tune.main(["--arch", "h100", "--classes", "uneven,gqa", "--out", str(out),
                       "--force", "--reps", "3"]) == 0
-    # each key measured once at its class's representative problem, with the LPT candidates
+    # each key measured once at each of its class's problems, with the LPT candidates
     assert sorted((p.label, r) for p, _, r in calls) == sorted(
-        (representative(ShapeClass(c), d, k).label, 3)
-        for c, d, k in (("uneven", 64, True), ("uneven", 128, True), ("gqa", 128, True)))
+        (p.label, 3) for c, d, k in (("uneven", 64, True), ("uneven", 128, True),
+                                     ("gqa", 128, True))
+        for p in representatives(ShapeClass(c), d, k))
     assert all(any(c.schedule == "lpt" for c in cands) for _, cands, _ in calls)
     doc = json.loads(out.read_text())
     assert doc["schema"] == 2 and doc["configs"] == old["configs"]       # the rest is kept
@@ -349,11 +352,11 @@ def test_tune_classes_checks_first_and_writes_what_attention_reads(
 def test_a_class_key_where_nothing_passes_falls_back_and_says_so():
     cands = tune.class_candidates(H100, 128, True)
     trials = tune.rank(cands, lambda c: (False, "NaN"), lambda cs: pytest.fail("timed"))
-    p = representative(ShapeClass.GQA, 128, True)
-    doc = tune.document_classes(H100, "H100", {"gqa": {"d128.causal": (p, trials)}}, None, 5)
+    ps = representatives(ShapeClass.GQA, 128, True)
+    doc = tune.document_classes(H100, "H100", {"gqa": {"d128.causal": (ps, trials)}}, None, 5)
     got = parse(doc)
     assert got.classes["gqa"] == {} and "no candidate passed for d128.causal" in got.status["gqa"]
-    assert doc["classes"]["gqa"]["problems"] == {"d128.causal": p.label}
+    assert doc["classes"]["gqa"]["problems"] == {"d128.causal": [p.label for p in ps]}
 
 
 def test_base_tune_keeps_the_class_blocks():
@@ -361,7 +364,8 @@ def test_base_tune_keeps_the_class_blocks():
     trials = tune.rank([a], lambda c: (True, "ok"), lambda cs: {a: (1.0, 0.0)})
     existing = {"configs": {}, "classes": {"short": {"status": "measured on X", "configs": {
         "d64.full": a.config().to_json()}}}}
-    doc = tune.document(H100, "H100", 16384, {"d64.full": trials}, existing)
+    doc = tune.document(H100, "H100", {"d64.full": (Problem(1, 16, 16384, 64),)},
+                        {"d64.full": trials}, existing)
     assert doc["classes"]["short"]["status"] == "measured on X"
     assert parse(doc).classes["short"]["d64.full"] == a.config()
 
@@ -399,3 +403,31 @@ def test_measure_hook_adds_peer_rows_and_prints_the_summary_last(monkeypatch):
                          progress=None)
     assert seen["peer"] == ("r", "shapes", 7) and seen["kw"]["reps"] == 3
     assert out.summary[0] == "case line" and out.summary[1].startswith("cutile vs cuDNN: geomean 0.500x")
+
+
+def test_several_problems_rank_by_the_geometric_mean_and_a_failure_anywhere_fails():
+    """A: 10 us at the small end, 100 at the large; B: 12 and 60; C: fastest at the small end
+    and wrong at the large one. B wins (geomean 26.8 against 31.6 us); C fails, never timed
+    again, and its verdict names the problem it failed on; D failed at the small end and was not
+    built for the large one."""
+    a, b, c, d = (tune.Candidate(m, 64, 2, None, "grid") for m in (16, 32, 64, 128))
+    small, large = representatives(ShapeClass.UNEVEN, 64, True)
+    times = {small: {a: 10.0, b: 12.0, c: 5.0}, large: {a: 100.0, b: 60.0}}
+    wrong = {small: {d}, large: {c}}
+    asked = []
+
+    def measure(arch, problem, cands, *, reps):
+        asked.append((problem, tuple(cands)))
+        return tune.rank(cands, lambda x: (x not in wrong[problem], "ok" if x not in wrong[problem]
+                                           else "FAIL: NaN"),
+                         lambda ps: {x: (times[problem][x], 0.01) for x in ps})
+
+    trials = tune.measure_problems(H100, (small, large), [a, b, c, d], reps=3, measure=measure)
+    assert [t.candidate for t in trials] == [b, a, c, d]
+    assert trials[0].us == pytest.approx((12.0 * 60.0) ** 0.5)
+    assert trials[1].us == pytest.approx((10.0 * 100.0) ** 0.5)
+    assert trials[0].per_problem == ((small.label, 12.0), (large.label, 60.0))
+    assert not trials[2].passed and trials[2].verdict.startswith(large.label)
+    assert not trials[3].passed and trials[3].verdict.startswith(small.label)
+    assert asked[1] == (large, (a, b, c))                   # d, failed on the small end, not built
+    assert tune._trial_json(trials[0])["us_per_problem"] == {small.label: 12.0, large.label: 60.0}
