@@ -126,8 +126,10 @@ def test_document_keeps_other_keys_and_records_every_trial():
     trials = tune.rank([a, b, c], lambda x: (x is not a, "v"),
                        lambda xs: {x: (10.0 if x is c else 12.0, 0.0) for x in xs})
     old = {"configs": {"d64.causal": {"tile_m": 64}}, "measured": {}}
-    doc = tune.document(H100, "H100", 16384, {"d64.full": trials}, old)
+    doc = tune.document(H100, "H100", {"d64.full": tune.long_problems(64, False, None)},
+                        {"d64.full": trials}, old)
     assert doc["configs"]["d64.causal"] == {"tile_m": 64}
+    assert doc["problems"]["d64.full"] == ["b1h16s16384d64.fp16.full", "b1h16s131072d64.fp16.full"]
     assert doc["configs"]["d64.full"] == c.config().to_json()
     assert [m["passed"] for m in doc["measured"]["d64.full"]] == [True, True, False]
     assert doc["schema"] == 2 and "experiments.tune" in doc["source"]
