@@ -118,14 +118,33 @@ def load_measured(root: Path, arch: Arch, study: str, metric: str = MISSES) -> l
     ``longseq-profile-...`` directory counts for longseq)."""
     per: dict[str, tuple[Case, list[str], list[float]]] = {}
     for d in _study_dirs(Path(root), study):
-        for r in read_csv(data_path(d, "counters.csv")):
-            if r["metric"] != metric or r["source"] != "measured":
-                continue
+        for run, r in _metric_rows(d, metric):
             c = case_of_row(r, arch)
             _, runs, vals = per.setdefault(c.id, (c, [], []))
-            runs.append(d.name)
+            runs.append(run)
             vals.append(r["value"])
     return [MeasuredCase(study, c, tuple(runs), tuple(vals)) for c, runs, vals in per.values()]
+
+
+def _metric_rows(d: Path, metric: str) -> list[tuple[str, dict]]:
+    """(run, row) of ``metric`` in run directory ``d``: the rows of its counters.csv (one per case,
+    the median of the repeats), else, when the metric was only collected as a companion of another
+    group (e.g. the tex misses of ``--groups tex``, measured in that group's replay passes), each
+    repeat of counters_repeats.csv as a run of its own (``<dir>#<i>``)."""
+    rows = [r for r in read_csv(data_path(d, "counters.csv"))
+            if r["metric"] == metric and r["source"] == "measured"]
+    if rows:
+        return [(d.name, r) for r in rows]
+    repeats = data_path(d, "counters_repeats.csv")
+    if repeats is None:
+        return []
+    seen: dict[str, int] = {}
+    out = []
+    for r in read_csv(repeats):
+        if r["metric"] == metric and r["source"] == "measured":
+            i = seen[r["variant"]] = seen.get(r["variant"], 0) + 1
+            out.append((f"{d.name}#{i}", r))
+    return out
 
 
 # --------------------------------------------------------------------------------------------

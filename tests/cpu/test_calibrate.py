@@ -114,3 +114,23 @@ def test_h100_miss_ratio_is_derived_not_fitted():
     fixed, why = simcheck._fixed(get_arch("h100"), Path("profiles/h100"))
     assert fixed["miss_ratio"] == 1.0 and "t_c 1.25 us" in why
     assert list(simcheck.FIT_GRID) == ["capacity_fraction"]
+
+
+def test_load_measured_takes_the_repeats_of_a_companion_metric(tmp_path: Path):
+    """A run profiled with ``--groups tex`` has the tex misses only as companions, in
+    counters_repeats.csv: each repeat is then a run of its own; a metric in counters.csv wins."""
+    import gzip
+    import shutil
+    src = Path("profiles/h100/holdout-20261124/active-sms-20261124")
+    d = tmp_path / "active-sms-20261124"
+    shutil.copytree(src, d)
+    ms = cal.load_measured(tmp_path, get_arch("h100"), "active-sms")
+    with gzip.open(src / "counters_repeats.csv.gz", "rt") as f:
+        want = sorted(float(line.split(",")[19]) for line in f
+                      if ",lts__t_sectors_srcunit_tex_lookup_miss.sum," in line)
+    assert len(ms) == 8 and sorted(v for m in ms for v in m.values) == pytest.approx(want)
+    assert all(m.runs == tuple(f"{d.name}#{i}" for i in (1, 2, 3)) for m in ms)
+    # the hits are home metrics of the tex group: one median row per case, from counters.csv
+    hits = cal.load_measured(tmp_path, get_arch("h100"), "active-sms",
+                             "lts__t_sectors_srcunit_tex_lookup_hit.sum")
+    assert len(hits) == 8 and all(m.runs == (d.name,) for m in hits)
