@@ -26,6 +26,7 @@ from .longseq import longseq_best
 from .misscost import misscost_table
 from .sawtooth import peers, sawtooth_repeats, sawtooth_vs_linear
 from .traffic import traffic_model_error
+from .validation import simcheck_summaries
 
 SPILL_ARTIFACT = "longseq-forloop-spill-20261121"
 """``profiles/<arch>/<SPILL_ARTIFACT>/profile``: the for-loop build that spilled, read by 9b only."""
@@ -150,6 +151,11 @@ def compute(arch: str, *, sim: bool = True, cache_dir: Path | None = None,
                                      rows)
         out["s7_order_change"] = ("7c. Sawtooth vs linear change in misses, measured vs simulated",
                                   sim_order_changes(rows))
+    out["s7_timed_validation"] = (
+        "7d. Timed two-partition simulator vs measured misses, in sample (the fit study) and out "
+        "of sample, per committed validation (python -m analysis.simcheck validate; relative RMS "
+        "over the cases whose launches agree within 15%; simulated vs measured)",
+        simcheck_summaries(root, arch))
     out["s8_longseq_best"] = (f"8. Best configuration at long S (longseq study"
                               f"{', ' + name['longseq'] if chosen['longseq'] else ': no run'})",
                               longseq_best(tim["longseq"]))

@@ -337,3 +337,17 @@ def test_other_arch_without_new_data(capsys):
         pytest.skip("no committed h200 data")
     assert main(["--arch", "h200", "--no-sim"]) == 0
     assert "5c. Sawtooth vs linear across repeated runs" in capsys.readouterr().out
+
+
+def test_section_7d_reads_the_committed_validations_and_names_the_holdout():
+    from analysis.findings.validation import simcheck_summaries
+    rows = simcheck_summaries(DS.ROOT, "h100")
+    got = {(r["validation"], r["study"], r["sample"]): r for r in rows}
+    hold = got[("simcheck-h100-holdout-20261124", "all", "out")]
+    assert (hold["stable"], hold["rel_rms_pct"], hold["unstable"]) == (19, 25.6, 5)
+    assert hold["standing"].startswith("holdout")
+    seen = got[("simcheck-h100-20261124", "all", "in")]
+    assert seen["rel_rms_pct"] == 18.0 and seen["standing"].startswith("measured before")
+    assert ("simcheck-h100-20261124", "all", "out") in got
+    assert all(r["source"] == "simulated vs measured" for r in rows)
+    assert not any(r["validation"].startswith("simcheck-h200") for r in rows)

@@ -1,0 +1,35 @@
+"""Section 7d: the timed simulator's validations, in sample and out of sample, as committed.
+
+``python -m analysis.simcheck validate`` fits nothing and writes ``summary.csv`` (relative RMS
+error of the predicted misses per study and sample, over the cases whose launches agree within
+15%) into ``profiles/cpu/simcheck-<arch>-<stamp>/``. Re-simulating them takes minutes per arch, so
+this section reads the committed summaries, one row per (validation, study, sample), and names
+each validation's standing: a holdout (``simcheck-<arch>-holdout-*``: measured after the model was
+frozen) is the clean out-of-sample figure; the others were seen while the model was revised.
+Every number is simulated against measured."""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+
+def simcheck_summaries(root: Path, arch: str) -> list[dict]:
+    """Rows of every ``profiles/cpu/simcheck-<arch>-*/summary.csv`` under ``root``, oldest first,
+    with the validation's name and standing."""
+    out = []
+    for d in sorted((Path(root) / "profiles" / "cpu").glob(f"simcheck-{arch}-*")):
+        path = d / "summary.csv"
+        if not path.is_file():
+            continue
+        standing = ("holdout, measured after the model was frozen" if "-holdout-" in d.name
+                    else "measured before the model was frozen; its errors seen while revising")
+        with path.open() as f:
+            for r in csv.DictReader(f):
+                out.append({"validation": d.name, "standing": standing, "study": r["study"],
+                            "sample": r["sample"], "cases": int(r["cases"]),
+                            "stable": int(r["stable"]),
+                            "rel_rms_pct": round(100 * float(r["rel_rms"]), 1),
+                            "unstable": int(r["unstable"]),
+                            "unstable_overlap": int(r["unstable_overlap"]),
+                            "source": "simulated vs measured"})
+    return out
