@@ -128,10 +128,10 @@ def representatives(cls: ShapeClass, D: int, causal: bool) -> tuple[Problem, ...
     issue 14's suite, at that D and mask (fp16 except GQA, which the suite runs in bf16).
 
     Two ends, because the best tiles move with the size inside a class: at D=128 non-causal,
-    64x128 tiles at two CTAs per SM ran 4% faster than 128x128 at S=16K and 16% slower at
-    S=128K, where K/V per head (64 MiB) outgrows the H100's L2, so that each K/V tile, now read
-    by twice as many Q tiles, is more often read from DRAM (the likely cause, not profiled;
-    profiles/h100/tune-20261124, shapes-20261124). ``experiments.tune`` ranks a candidate by the
+    64x128 tiles at two CTAs per SM ran 5% faster than 128x128 at S=16K and 13% slower at
+    S=128K (H100, one tuning run: ``measured`` of kernels/configs/h100.json), where K/V per head
+    (64 MiB) outgrows the L2, so that each K/V tile, now read by twice as many Q tiles, is more
+    often read from DRAM (the likely cause, not profiled). ``experiments.tune`` ranks a candidate by the
     geometric mean of its times over these problems."""
     shapes = {
         ShapeClass.LONG: (dict(B=1, H=16, S_q=16384), dict(B=1, H=16, S_q=131072)),
