@@ -21,7 +21,7 @@ from spec.problem import Problem, TileGrid, Tiles
 from spec.schedules import CtaSchedule, ScheduleKind
 from spec.variant import Backend, Variant
 
-from .config import KernelConfig, persistent_ctas, problem_config
+from .config import KernelConfig, persistent_ctas, problem_config, registry_config
 
 MAX_TILE = 256
 
@@ -71,14 +71,18 @@ def _check_arch(requested: str | None):
 def compile_hints(variant: Variant, problem: Problem, arch: str, level: int = 6,
                   defaults: KernelConfig | None = None) -> tuple[int | None, int | None]:
     """(occupancy, num_worker_warps) hints a variant is compiled with on ``arch`` (no GPU needed):
-    the variant's own occupancy or the default's (``defaults``, else the arch's measured default
-    for the problem's shape class); worker warps only with the tiles they were tuned for; neither
-    below ladder level 5."""
+    the variant's own occupancy, else that of the configuration measured with its tiles
+    (``defaults``, else the arch's measured default for the problem's shape class), else the
+    registry's (``registry_config``: a hint tuned for other tiles is not carried over, e.g. the
+    occupancy 2 of 64x128 tiles onto a 128x128 study build, where it costs a stack); neither below
+    ladder level 5."""
     if level < 5:
         return None, None
     base = defaults or problem_config(arch, problem)
+    if variant.tiles != base.tiles:
+        base = registry_config(arch, variant.tiles)
     occupancy = variant.occupancy if variant.occupancy is not None else base.occupancy
-    return occupancy, base.worker_warps if variant.tiles == base.tiles else None
+    return occupancy, base.worker_warps
 
 
 class CutileFamily:

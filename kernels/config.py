@@ -222,15 +222,21 @@ def load_arch_configs(arch: str) -> dict[str, KernelConfig]:
     return load(arch).base
 
 
+def registry_config(arch: str, tiles: Tiles | None = None) -> KernelConfig:
+    """The arch registry's hints for ``tiles`` (default: the registry's own tiles): its
+    occupancy hint, and on sm_90 8 worker warps for 128x128 tiles (384 threads, 168 registers:
+    with the default 4 warps they spill). What a build gets when no measured configuration has
+    its tiles."""
+    a = arch_registry.get(arch)
+    t = tiles or a.cutile_tiles
+    ww = 8 if a.sm == "sm_90" and t.m * t.n >= 128 * 128 else None
+    return KernelConfig(t.m, t.n, a.cutile_occupancy, ww)
+
+
 def default_config(arch: str, D: int, causal: bool) -> KernelConfig:
     """The measured default for (arch, D, causal), else the registry's per-arch defaults."""
     cfg = load_arch_configs(arch).get(config_key(D, causal))
-    if cfg is not None:
-        return cfg
-    a = arch_registry.get(arch)
-    # on sm_90, 128x128 tiles need 8 worker warps (384 threads, 168 registers) to stay spill-free
-    ww = 8 if a.sm == "sm_90" and a.cutile_tiles.m * a.cutile_tiles.n >= 128 * 128 else None
-    return KernelConfig(a.cutile_tiles.m, a.cutile_tiles.n, a.cutile_occupancy, ww)
+    return cfg if cfg is not None else registry_config(arch)
 
 
 def problem_config(arch: str, problem: Problem) -> KernelConfig:

@@ -137,8 +137,25 @@ def test_compile_hints_follow_the_class_config(monkeypatch, tmp_path, fresh_cach
         "short": {"configs": {"d64.full": short}}}})
     v = Variant(Backend.CUTILE, ScanOrder.linear(), CtaSchedule.grid(), Tiles(128, 64))
     assert compile_hints(v, Problem(16, 16, 1024, 64), "h100") == (1, 8)
-    # the long class's default is 128x128 with 8 warps: other tiles get no worker-warp hint
+    # the long class's default is 128x128 with 8 warps: other tiles get the registry's hints
     assert compile_hints(v, Problem(1, 16, 16384, 64), "h100") == (1, None)
+
+
+def test_a_hint_tuned_for_other_tiles_is_not_carried_over(monkeypatch, tmp_path, fresh_cache):
+    """The long d64.full default measured as 64x128 at occupancy 2: a 128x128 study build
+    (longseq) gets the registry's occupancy 1 and 8 worker warps, not occupancy 2, which gave
+    it a 48-64 B stack."""
+    from kernels.backend import compile_hints
+    from spec import Tiles, Variant
+    _with_file(monkeypatch, tmp_path, {"schema": 2, "configs": {"d64.full": {
+        "tile_m": 64, "tile_n": 128, "occupancy": 2, "worker_warps": None, "schedule": "grid"}}})
+    p = Problem(1, 16, 131072, 64)
+    own = Variant(Backend.CUTILE, ScanOrder.linear(), CtaSchedule.grid(), Tiles(64, 128))
+    big = Variant(Backend.CUTILE, ScanOrder.sawtooth(), CtaSchedule.grid(), Tiles(128, 128))
+    assert compile_hints(own, p, "h100") == (2, None)
+    assert compile_hints(big, p, "h100") == (1, 8)
+    assert compile_hints(Variant(Backend.CUTILE, ScanOrder.linear(), CtaSchedule.grid(),
+                                 Tiles(128, 128), 2), p, "h100") == (2, 8)   # its own hint wins
 
 
 def test_persistent_cta_count_hook():
