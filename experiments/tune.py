@@ -17,8 +17,8 @@ tuned at several problems, a candidate must pass on each, and the winner has the
 geometric mean of its median times over them (the same ranking as the geometric mean of its
 slowdowns against each problem's fastest), so one size cannot pick tiles that lose at another.
 
-``--classes`` tunes shape classes instead (``kernels.config.ShapeClass``: cross, gqa, uneven,
-short; the top-level (D, causal) defaults are the long class): per class, the (D, causal) keys
+``--classes`` tunes shape classes instead (``kernels.config.ShapeClass``: cross, gqa, small,
+uneven, short; the top-level (D, causal) defaults are the long class): per class, the (D, causal) keys
 that issue 14's shape suite has in that class (``experiments.studies.shapes_problems``; ``--only``
 narrows them), each at the class's problems (``kernels.config.representatives``: its small and
 large end), through the same check-then-time ranking; the candidates are the key's, plus the longest-first
@@ -126,9 +126,9 @@ def rank(cands: list[Candidate], check: Callable[[Candidate], tuple[bool, str]],
     verdicts = {c: check(c) for c in cands}
     passing = [c for c in cands if verdicts[c][0]]
     times = time(passing) if passing else {}
-    ok = sorted((Trial(c, True, verdicts[c][1], *times[c]) for c in passing),
-                key=lambda t: t.us)
-    return ok + [Trial(c, False, verdicts[c][1]) for c in cands if not verdicts[c][0]]
+    trials = {c: Trial(c, True, verdicts[c][1], *times[c]) if verdicts[c][0]
+              else Trial(c, False, verdicts[c][1]) for c in cands}
+    return [trials[c] for c in _ranked(trials, cands)]
 
 
 def best(trials: list[Trial]) -> Candidate:
