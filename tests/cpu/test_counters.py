@@ -597,7 +597,7 @@ def test_variance_bad_input_exits_2_and_writes_nothing(tmp_path, capsys):
 
 
 def test_schema_3_round_trip_and_schema_2_files_read_with_defaults(tmp_path):
-    from spec.records import read_csv, write_csv
+    from spec.records import data_path, read_csv, write_csv
     (a, b), observations = synthetic()
     rows = rows_of(observations, (a, b))
     write_csv(tmp_path / "c.csv", rows)
@@ -609,8 +609,8 @@ def test_schema_3_round_trip_and_schema_2_files_read_with_defaults(tmp_path):
         for k in ("value", "lo", "hi"):
             x, y = getattr(r, k), d[k]
             assert (x is None and y is None) or (math.isnan(x) and math.isnan(y)) or x == y
-    old = read_csv(Path(__file__).resolve().parents[2] / "profiles/h100/sawtooth-20261121"
-                   / "counters.csv")
+    old = read_csv(data_path(Path(__file__).resolve().parents[2] / "profiles/h100/sawtooth-20261121",
+                             "counters.csv"))
     assert old and all(d["group"] == d["stat"] == d["flags"] == "" and d["lo"] is None
                        and d["hi"] is None for d in old)
 
