@@ -229,6 +229,7 @@ class CudaFamily:
         return (ptr(q), ptr(k), ptr(v), ptr(out), *strides,
                 i32(pr.H), i32(pr.H_kv), i32(pr.S_q), i32(pr.S_kv), i32(g.n_q), i32(g.n_kv),
                 i32(g.n_work), i32(p.variant.schedule.tiles_per_cta),
+                i32(p.variant.schedule.section or 1),
                 i32(order.group if order.kind == OrderKind.SAWTOOTH else 1),
                 np.float32(math.log2(math.e) / math.sqrt(pr.D)),
                 ptr(visits), ptr(times), i32(steps))
@@ -255,8 +256,8 @@ class CudaFamily:
         kernel = self._kernel(inst, prepared.device_index)
         g = TileGrid(prepared.problem, prepared.variant.tiles)
         s = prepared.variant.schedule
-        items = (1 if s.kind == ScheduleKind.GRID else s.tiles_per_cta
-                 if s.kind == ScheduleKind.TILE_X else cdiv(g.n_work, s.num_ctas))
+        items = (s.tiles_per_cta if s.kind == ScheduleKind.TILE_X
+                 else cdiv(g.n_work, s.num_ctas) if s.is_persistent else 1)
         steps = items * g.n_kv                       # upper bound on any CTA's steps
         dev, n = q.device, prepared.n_ctas
         visits = torch.full((n * steps * 4 + n,), -1, dtype=torch.int32, device=dev)
@@ -324,7 +325,7 @@ def attention(q, k, v, *, causal: bool = False, order: str | ScanOrder = "linear
               tiles: Tiles | tuple[int, int] | None = None, stages: int | None = None, out=None):
     """``softmax(q kᵀ / sqrt(D)) v`` on [B, H, S, D] fp16/bf16 CUDA tensors with the raw CUDA
     kernel. ``order``: linear, sawtooth[X], reverse, blockparity; ``schedule``: grid, tile<X>,
-    static<P>[h], lpt<P>, or None for ``default_schedule``; ``tiles``: (TILE_M, TILE_N), default
+    static<P>[h], lpt<P>, glpt<G>, or None for ``default_schedule``; ``tiles``: (TILE_M, TILE_N), default
     ``default_tiles``; ``stages``: K/V pipeline depth 1..3, default 2 (double buffer)."""
     problem = problem_from_tensors(q, k, v, causal, out)
     order = order if isinstance(order, ScanOrder) else ScanOrder.parse(order)

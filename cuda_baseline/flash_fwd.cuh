@@ -27,7 +27,9 @@
 // spec.ScheduleKind, spec.WorkOrder and spec.DType (tests/cpu/test_cuda_compile.py parses this
 // header and checks it).
 enum class OrderKind : int { LINEAR = 0, SAWTOOTH = 1, REVERSE = 2, BLOCK_PARITY = 3 };
-enum class ScheduleKind : int { GRID = 0, TILE_X = 1, PERSISTENT = 2, LONGEST_FIRST = 3 };
+enum class ScheduleKind : int {
+    GRID = 0, TILE_X = 1, PERSISTENT = 2, LONGEST_FIRST = 3, SECTIONED_LONGEST_FIRST = 4
+};
 enum class WorkOrder : int { Q_MAJOR = 0, HEAD_MAJOR = 1 };
 enum class DType : int { FP16 = 0, BF16 = 1 };
 
@@ -45,6 +47,7 @@ struct FwdParams {
     int H, H_kv, S_q, S_kv;
     int n_q, n_kv, n_work;        // Q tiles per head, K/V tiles per head, B * H * n_q
     int tiles_per_cta;            // X of the tile-X schedule
+    int section;                  // G, heads per L2 section of the sectioned longest-first grid
     int sawtooth_group;           // group factor X of the sawtooth order
     float scale_log2;             // log2(e) / sqrt(D)
     // Trace build only. Per step: visits [n_ctas, trace_steps, 4] (b, h, q_tile, kv_tile) and
@@ -532,6 +535,14 @@ __device__ __forceinline__ void flash_fwd_impl(const FwdParams& p) {
         // One Q tile per CTA, Q tile fastest: CTA c = q + n_q * bh.
         attend_q_tile<TILE_M, TILE_N, D, CAUSAL, DT, TRACE, STAGES>(
             p, smem, cta / p.n_q, cta % p.n_q, reversed_for<ORDER>(0, cta, p.sawtooth_group), step);
+    } else if constexpr (SCHEDULE == ScheduleKind::SECTIONED_LONGEST_FIRST) {
+        // One Q tile per CTA, longest first within sections of G heads, heads fastest.
+        const int n_bh = p.n_work / p.n_q, G = p.section;
+        const int sec = cta / (G * p.n_q), within = cta % (G * p.n_q);
+        const int heads = min(G, n_bh - sec * G);            // the last section may be short
+        attend_q_tile<TILE_M, TILE_N, D, CAUSAL, DT, TRACE, STAGES>(
+            p, smem, sec * G + within % heads, p.n_q - 1 - within / heads,
+            reversed_for<ORDER>(0, cta, p.sawtooth_group), step);
     } else if constexpr (SCHEDULE == ScheduleKind::TILE_X) {
         // X consecutive Q tiles of one head per CTA: CTA c = group + n_groups * bh.
         const int n_groups = (p.n_q + p.tiles_per_cta - 1) / p.tiles_per_cta;

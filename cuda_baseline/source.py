@@ -40,7 +40,8 @@ TILE_EDGES = (64, 80, 128)
 SCHEDULE_FORMS = ((ScheduleKind.GRID, WorkOrder.Q_MAJOR), (ScheduleKind.TILE_X, WorkOrder.Q_MAJOR),
                   (ScheduleKind.PERSISTENT, WorkOrder.Q_MAJOR),
                   (ScheduleKind.PERSISTENT, WorkOrder.HEAD_MAJOR),
-                  (ScheduleKind.LONGEST_FIRST, WorkOrder.Q_MAJOR))
+                  (ScheduleKind.LONGEST_FIRST, WorkOrder.Q_MAJOR),
+                  (ScheduleKind.SECTIONED_LONGEST_FIRST, WorkOrder.Q_MAJOR))
 BASE_OPTIONS = ("-std=c++17",)
 
 

@@ -227,7 +227,7 @@ def bench_plan(arch: Arch) -> list[Case]:
             panel = f"bench-d{D}-{'causal' if causal else 'noncausal'}"
             for S in BENCH_SEQS:
                 prob = Problem(1, 16, S, D, causal=causal)
-                sched = default_schedule(prob, cfg, cfg.tiles, arch.num_sms)
+                sched = default_schedule(prob, cfg, cfg.tiles, arch)
                 cases.append(Case(prob, Variant(Backend.CUTILE, ScanOrder.linear(), sched,
                                                 cfg.tiles, cfg.occupancy),
                                   arch.resident_ctas(cfg.occupancy or 1), panel))
@@ -322,7 +322,7 @@ def shapes_plan(arch: Arch) -> list[Case]:
     cases = []
     for panel, prob in shapes_problems():
         cfg = problem_config(arch.name, prob)
-        sched = default_schedule(prob, cfg, cfg.tiles, arch.num_sms)
+        sched = default_schedule(prob, cfg, cfg.tiles, arch)
         cases.append(Case(prob, Variant(Backend.CUTILE, ScanOrder.linear(), sched, cfg.tiles,
                                         cfg.occupancy),
                           arch.resident_ctas(cfg.ctas_per_sm or cfg.occupancy or 1), panel))

@@ -53,8 +53,8 @@ class Candidate:
     tile_n: int
     occupancy: int
     worker_warps: int | None
-    schedule: str          # "persistent" (P = SMs × occupancy), "lpt" (the same, longest first)
-    #                        or "grid"
+    schedule: str          # "persistent" (P = SMs × occupancy), "lpt" (the same, longest first),
+    #                        "grid" or "glpt" (the grid, longest first in L2 sections)
 
     def config(self) -> KernelConfig:
         return KernelConfig(self.tile_m, self.tile_n, self.occupancy, self.worker_warps,
@@ -91,10 +91,16 @@ KEYS = tuple((D, causal) for D in (64, 128) for causal in (False, True))
 
 
 def candidates(arch: Arch, D: int, causal: bool) -> list[Candidate]:
+    """The key's configurations; for causal keys each grid one again with the longest causal rows
+    first within L2 sections of heads (``glpt``, FlashAttention's grid LPT order)."""
     if arch.sm == "sm_90":
-        return SM90_CANDIDATES[(D, causal)]
-    t = arch.cutile_tiles
-    return [Candidate(t.m, t.n, occ, None, s) for occ in (1, 2) for s in _BOTH]
+        base = SM90_CANDIDATES[(D, causal)]
+    else:
+        t = arch.cutile_tiles
+        base = [Candidate(t.m, t.n, occ, None, s) for occ in (1, 2) for s in _BOTH]
+    glpt = [Candidate(c.tile_m, c.tile_n, c.occupancy, c.worker_warps, "glpt")
+            for c in base if causal and c.schedule == "grid"]
+    return base + glpt
 
 
 def class_candidates(arch: Arch, D: int, causal: bool) -> list[Candidate]:
@@ -205,7 +211,7 @@ def measure_problem(arch: Arch, problem: Problem, cands: list[Candidate], *, rep
         cfg = c.config()
         fam = CutileFamily(arch.name, defaults=cfg)
         var = Variant(Backend.CUTILE, ScanOrder.linear(),
-                      default_schedule(problem, cfg, cfg.tiles, arch.num_sms), cfg.tiles,
+                      default_schedule(problem, cfg, cfg.tiles, arch), cfg.tiles,
                       c.occupancy)
         try:
             p = fam.prepare(var, problem)
@@ -236,7 +242,7 @@ def _precompile(arch: Arch, problem: Problem, cands: list[Candidate]) -> None:
     from kernels.warm import Job, warm
     p = problem
     warm([Job(p.B, p.H, p.H_kv, p.S_q, p.S_kv, p.D, p.dtype.value, p.causal, "linear",
-              default_schedule(p, c.config(), c.config().tiles, arch.num_sms).label, c.tile_m,
+              default_schedule(p, c.config(), c.config().tiles, arch).label, c.tile_m,
               c.tile_n, c.occupancy, worker_warps=c.worker_warps) for c in cands])
 
 

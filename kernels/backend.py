@@ -18,7 +18,7 @@ from spec import family
 from spec.family import BadInput, UnsupportedVariant, problem_from_tensors
 from spec.orders import OrderKind, ScanOrder
 from spec.problem import Problem, TileGrid, Tiles
-from spec.schedules import CtaSchedule, ScheduleKind
+from spec.schedules import CtaSchedule, ScheduleKind, section_heads
 from spec.variant import Backend, Variant
 
 from .config import KernelConfig, persistent_ctas, problem_config, registry_config
@@ -124,7 +124,8 @@ class CutileFamily:
             group_size=problem.group_size, causal=problem.causal,
             even_k=problem.S_kv % tiles.n == 0, order=int(order.kind), group=order.group,
             sched=int(sched.kind), work=int(sched.work_order),
-            tiles_per_cta=sched.tiles_per_cta, level=level, trace=False)[:-1]
+            tiles_per_cta=sched.tiles_per_cta, section=sched.section or 1, level=level,
+            trace=False)[:-1]
         b = load_build(CompileCase.of(variant, problem, level=level), arch.sm, occupancy,
                        worker_warps, torch.cuda.current_device())
         return Prepared(variant, problem, sched.grid_size(g), b.threads, b.registers,
@@ -192,13 +193,17 @@ _FAMILIES: dict = {}
 _PREPARED: dict = {}
 
 
-def default_schedule(problem: Problem, cfg: KernelConfig, tiles: Tiles, num_sms: int
-                     ) -> CtaSchedule:
-    """The schedule a configuration names for ``problem``: the grid launch, or P persistent CTAs
-    (``kernels.config.persistent_ctas``) in q-major order or longest causal rows first (LPT)."""
+def default_schedule(problem: Problem, cfg: KernelConfig, tiles: Tiles,
+                     arch: arch_registry.Arch) -> CtaSchedule:
+    """The schedule a configuration names for ``problem`` on ``arch``: the grid launch, the grid
+    launch longest first within L2 sections of heads (``spec.schedules.section_heads``), or P
+    persistent CTAs (``kernels.config.persistent_ctas``) in q-major order or longest causal rows
+    first (LPT)."""
     if cfg.schedule == "grid":
         return CtaSchedule.grid()
-    p = persistent_ctas(cfg, TileGrid(problem, tiles).n_work, num_sms)
+    if cfg.schedule == "glpt":
+        return CtaSchedule.sectioned_longest_first(section_heads(problem, arch.l2_bytes))
+    p = persistent_ctas(cfg, TileGrid(problem, tiles).n_work, arch.num_sms)
     return CtaSchedule.longest_first(p) if cfg.schedule == "lpt" else CtaSchedule.persistent(p)
 
 
@@ -210,7 +215,7 @@ def attention(q, k, v, *, causal: bool = False, order: str | ScanOrder = "linear
 
     q: [B, H, S_q, D]; k, v: [B, H_kv, S_kv, D] (H_kv divides H); fp16 or bf16 on one CUDA GPU;
     D in (64, 128). ``order``: "linear", "sawtooth[X]", "reverse", "blockparity" or a ScanOrder.
-    ``schedule``: "grid", "tile<X>", "static<P>", "static<P>h", "lpt<P>", a CtaSchedule, or
+    ``schedule``: "grid", "tile<X>", "static<P>", "static<P>h", "lpt<P>", "glpt<G>", a CtaSchedule, or
     None for the measured default. The defaults are those of the arch and the problem's shape
     class (``kernels.config.problem_config``: batched short, grouped-query, uneven, S_q != S_kv
     or long), read from ``kernels/configs/<arch>.json``. ``tiles`` / ``occupancy`` override them.
@@ -224,7 +229,7 @@ def attention(q, k, v, *, causal: bool = False, order: str | ScanOrder = "linear
     tiles = tiles or cfg.tiles
     order = order if isinstance(order, ScanOrder) else ScanOrder.parse(order)
     if schedule is None:
-        schedule = default_schedule(problem, cfg, tiles, present.num_sms)
+        schedule = default_schedule(problem, cfg, tiles, present)
     elif not isinstance(schedule, CtaSchedule):
         schedule = CtaSchedule.parse(schedule)
     variant = Variant(Backend.CUTILE, order, schedule, tiles, occupancy,

@@ -58,8 +58,9 @@ LEVELS = {1: "basic", 2: "exp2", 3: "transposed-K", 4: "latency-hints", 5: "occu
           6: "approx-division"}
 """The NVIDIA tuning ladder; each level includes every lower one (kernels/fmha.py)."""
 
-SCHEDULES = ("grid", "persistent", "lpt")
-"""Default schedules a configuration may name: one CTA per work item, or P persistent CTAs taking
+SCHEDULES = ("grid", "glpt", "persistent", "lpt")
+"""Default schedules a configuration may name: one CTA per work item (``grid``; ``glpt``: longest
+causal rows first within L2 sections of heads, ``spec.schedules``), or P persistent CTAs taking
 work items in q-major order, or P persistent CTAs taking the longest causal rows first."""
 
 

@@ -71,6 +71,7 @@ SCHED_GRID = int(ScheduleKind.GRID)
 SCHED_TILE_X = int(ScheduleKind.TILE_X)
 SCHED_PERSISTENT = int(ScheduleKind.PERSISTENT)
 SCHED_LONGEST_FIRST = int(ScheduleKind.LONGEST_FIRST)
+SCHED_SECTIONED = int(ScheduleKind.SECTIONED_LONGEST_FIRST)
 WORK_Q_MAJOR = int(WorkOrder.Q_MAJOR)
 WORK_HEAD_MAJOR = int(WorkOrder.HEAD_MAJOR)
 
@@ -233,16 +234,24 @@ def attention_tile_impl(Q, K, V, Out, Trace, qk_scale, b, h, kvh, q_tile, r, cta
 def fmha_fwd_impl(Q, K, V, Out, Trace, qk_scale, H, QUERY_GROUP_SIZE,
                   TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
                   CAUSAL: ConstBool, EVEN_K: ConstBool, ORDER: ConstInt, GROUP: ConstInt,
-                  SCHED: ConstInt, WORK: ConstInt, TILES_PER_CTA: ConstInt, LEVEL: ConstInt,
-                  TRACE: ConstBool):
+                  SCHED: ConstInt, WORK: ConstInt, TILES_PER_CTA: ConstInt, SECTION: ConstInt,
+                  LEVEL: ConstInt, TRACE: ConstBool):
     """Maps this CTA to its work items (spec ``CtaSchedule.work_items``) and runs the body."""
     cta = ct.bid(0)
     n_q = ct.cdiv(Q.shape[2], TILE_M)
     n_bh = Q.shape[0] * H
-    if SCHED == SCHED_GRID:
-        # one Q tile per CTA; cta = q + n_q * bh
-        bh = cta // n_q
-        q_tile = cta % n_q
+    if SCHED == SCHED_GRID or SCHED == SCHED_SECTIONED:
+        if SCHED == SCHED_GRID:
+            # one Q tile per CTA; cta = q + n_q * bh
+            bh = cta // n_q
+            q_tile = cta % n_q
+        else:
+            # one Q tile per CTA, longest first within sections of SECTION heads, heads fastest
+            sec = cta // (SECTION * n_q)
+            within = cta % (SECTION * n_q)
+            heads = ct.minimum(SECTION, n_bh - sec * SECTION)   # the last section may be short
+            bh = sec * SECTION + within % heads
+            q_tile = n_q - 1 - within // heads
         head = bh % H
         attention_tile_impl(Q, K, V, Out, Trace, qk_scale, bh // H, head,
                             head // QUERY_GROUP_SIZE, q_tile,
@@ -299,12 +308,13 @@ def fmha_fwd_impl(Q, K, V, Out, Trace, qk_scale, H, QUERY_GROUP_SIZE,
 def fmha_fwd(Q, K, V, Out, Trace, qk_scale: float, H: ConstInt, QUERY_GROUP_SIZE: ConstInt,
              TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
              CAUSAL: ConstBool, EVEN_K: ConstBool, ORDER: ConstInt, GROUP: ConstInt,
-             SCHED: ConstInt, WORK: ConstInt, TILES_PER_CTA: ConstInt, LEVEL: ConstInt,
-             TRACE: ConstBool):
+             SCHED: ConstInt, WORK: ConstInt, TILES_PER_CTA: ConstInt, SECTION: ConstInt,
+             LEVEL: ConstInt, TRACE: ConstBool):
     """Q [B,H,S_q,D], K/V [B,H_kv,S_kv,D], Out like Q; Trace int32 [n_ctas, max_steps, 4] (read
     only when TRACE)."""
     fmha_fwd_impl(Q, K, V, Out, Trace, qk_scale, H, QUERY_GROUP_SIZE, TILE_D, TILE_M, TILE_N,
-                  CAUSAL, EVEN_K, ORDER, GROUP, SCHED, WORK, TILES_PER_CTA, LEVEL, TRACE)
+                  CAUSAL, EVEN_K, ORDER, GROUP, SCHED, WORK, TILES_PER_CTA, SECTION, LEVEL,
+                  TRACE)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -325,8 +335,8 @@ def get_kernel(occupancy: int | None = None, worker_warps: int | None = None):
 
 def constants(*, D: int, tile_m: int, tile_n: int, H: int, group_size: int, causal: bool,
               even_k: bool, order: int, group: int, sched: int, work: int, tiles_per_cta: int,
-              level: int, trace: bool) -> tuple:
+              section: int, level: int, trace: bool) -> tuple:
     """The constant arguments after (Q, K, V, Out, Trace, qk_scale), in kernel order."""
     return (int(H), int(group_size), int(D), int(tile_m), int(tile_n), bool(causal),
             bool(even_k), int(order), int(group), int(sched), int(work), int(tiles_per_cta),
-            int(level), bool(trace))
+            int(section), int(level), bool(trace))

@@ -66,6 +66,7 @@ class CompileCase:
     sched: int = 0
     work: int = 0
     tiles_per_cta: int = 1
+    section: int = 1
     level: int = 6
     trace: bool = False
     n_ctas: int = 132
@@ -79,7 +80,8 @@ class CompileCase:
                    S_kv=problem.S_kv, D=problem.D, dtype=problem.dtype.value,
                    causal=problem.causal, tile_m=variant.tiles.m, tile_n=variant.tiles.n,
                    order=int(o.kind), group=o.group, sched=int(s.kind), work=int(s.work_order),
-                   tiles_per_cta=s.tiles_per_cta, level=level, trace=trace,
+                   tiles_per_cta=s.tiles_per_cta, section=s.section or 1, level=level,
+                   trace=trace,
                    n_ctas=s.grid_size(TileGrid(problem, variant.tiles)))
 
     def signature(self) -> KernelSignature:
@@ -95,7 +97,7 @@ class CompileCase:
             group_size=self.H // self.H_kv, causal=self.causal,
             even_k=self.S_kv % self.tile_n == 0, order=self.order, group=self.group,
             sched=self.sched, work=self.work, tiles_per_cta=self.tiles_per_cta,
-            level=self.level, trace=self.trace))
+            section=self.section, level=self.level, trace=self.trace))
         cc = (CallingConvention.cutile_python_v2() if _needs_v2(params)
               else CallingConvention.cutile_python_v1())
         return KernelSignature(params, cc).with_mangled_symbol("fmha_fwd")

@@ -25,6 +25,19 @@ like ``1 - 1/N_active``. Between wavefronts the reuse distance is a whole pass o
   possible (``load_balance``) on every shape of issue 14's suite, where static reaches 2.2x. The
   price for locality: concurrent CTAs work on different heads' K/V, so a wavefront shares a tile
   among about ``P / (B·H)`` CTAs.
+- ``SECTIONED_LONGEST_FIRST``: the grid launch (one work item per CTA, dispatched by the hardware
+  as slots free up) in longest-first order within *L2 sections* of ``G`` heads (FlashAttention's
+  ``SingleTileLPTScheduler``): CTA c belongs to section ``c // (G n_q)``; inside a section the
+  items go longest first, heads fastest (Q tile ``n_q - 1`` of the section's G heads, then
+  ``n_q - 2``, ...). Why: in the plain grid order every head ends with a mix of long and short
+  causal items, so the last wave holds long items and SMs idle while they finish (a list schedule
+  of b16h16s512 causal, 64x128 tiles, 2 CTAs per SM on 132 SMs, each item costing its K/V steps
+  plus one, ends 10% after its mean load); with the longest items of each section first the
+  last wave is short ones (3% after, G = 64). Why sections:
+  sorting *all* items longest first (as ``LONGEST_FIRST`` does) puts every head's K/V in flight at
+  once; a section's heads are chosen so that their K and V fit in half the L2
+  (``section_heads``), so the Q tiles of one head that run in different waves still find its K/V
+  tiles in L2, as in the grid order.
 
 The integer codes of ``ScheduleKind`` and ``WorkOrder`` are the kernels' constant parameters.
 """
@@ -35,7 +48,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .problem import TileGrid, cdiv
+from .problem import Problem, TileGrid, cdiv
 
 
 class ScheduleKind(enum.IntEnum):
@@ -43,6 +56,7 @@ class ScheduleKind(enum.IntEnum):
     TILE_X = 1
     PERSISTENT = 2
     LONGEST_FIRST = 3
+    SECTIONED_LONGEST_FIRST = 4
 
 
 class WorkOrder(enum.IntEnum):
@@ -63,12 +77,14 @@ class WorkItems:
 
 @dataclass(frozen=True)
 class CtaSchedule:
-    """A CTA schedule. ``tiles_per_cta`` is X for TILE_X; ``num_ctas`` is P for the persistent kinds."""
+    """A CTA schedule. ``tiles_per_cta`` is X for TILE_X; ``num_ctas`` is P for the persistent
+    kinds; ``section`` is G, the heads per L2 section of SECTIONED_LONGEST_FIRST."""
 
     kind: ScheduleKind = ScheduleKind.GRID
     tiles_per_cta: int = 1
     num_ctas: int | None = None
     work_order: WorkOrder = WorkOrder.Q_MAJOR
+    section: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", ScheduleKind(self.kind))
@@ -83,7 +99,14 @@ class CtaSchedule:
                 raise ValueError(f"tile-X needs X >= 1, got {self.tiles_per_cta!r}")
         elif self.tiles_per_cta != 1:
             raise ValueError("tiles_per_cta only applies to the tile-X schedule")
-        if self.kind == ScheduleKind.LONGEST_FIRST and self.work_order != WorkOrder.Q_MAJOR:
+        if self.kind == ScheduleKind.SECTIONED_LONGEST_FIRST:
+            if not isinstance(self.section, int) or self.section < 1:
+                raise ValueError(f"a sectioned longest-first grid needs G >= 1 heads per section, "
+                                 f"got {self.section!r}")
+        elif self.section is not None:
+            raise ValueError("section only applies to the sectioned longest-first grid")
+        if self.kind in (ScheduleKind.LONGEST_FIRST, ScheduleKind.SECTIONED_LONGEST_FIRST) \
+                and self.work_order != WorkOrder.Q_MAJOR:
             raise ValueError("longest-first is q-major by construction")
 
     # constructors -------------------------------------------------------------------------
@@ -103,15 +126,21 @@ class CtaSchedule:
     def longest_first(cls, p: int) -> "CtaSchedule":
         return cls(ScheduleKind.LONGEST_FIRST, num_ctas=p)
 
+    @classmethod
+    def sectioned_longest_first(cls, g: int) -> "CtaSchedule":
+        return cls(ScheduleKind.SECTIONED_LONGEST_FIRST, section=g)
+
     @property
     def is_persistent(self) -> bool:
         return self.kind in (ScheduleKind.PERSISTENT, ScheduleKind.LONGEST_FIRST)
 
     @property
     def label(self) -> str:
-        """Token used in variant ids: grid, tile2, static132, static132h, lpt132."""
+        """Token used in variant ids: grid, tile2, static132, static132h, lpt132, glpt64."""
         if self.kind == ScheduleKind.GRID:
             return "grid"
+        if self.kind == ScheduleKind.SECTIONED_LONGEST_FIRST:
+            return f"glpt{self.section}"
         if self.kind == ScheduleKind.TILE_X:
             return f"tile{self.tiles_per_cta}"
         if self.kind == ScheduleKind.LONGEST_FIRST:
@@ -128,6 +157,8 @@ class CtaSchedule:
                 return cls.tile_x(int(t[4:]))
             if t.startswith("lpt"):
                 return cls.longest_first(int(t[3:]))
+            if t.startswith("glpt"):
+                return cls.sectioned_longest_first(int(t[4:]))
             if t.startswith("static"):
                 head = t.endswith("h")
                 p = int(t[6:-1] if head else t[6:])
@@ -135,12 +166,12 @@ class CtaSchedule:
         except ValueError:
             pass
         raise ValueError(f"unknown CTA schedule {token!r}; known: grid, tile<X>, static<P>, "
-                         "static<P>h (head-major), lpt<P>")
+                         "static<P>h (head-major), lpt<P>, glpt<G>")
 
     # the mapping --------------------------------------------------------------------------
     def grid_size(self, g: TileGrid) -> int:
         """Number of CTAs launched."""
-        if self.kind == ScheduleKind.GRID:
+        if self.kind in (ScheduleKind.GRID, ScheduleKind.SECTIONED_LONGEST_FIRST):
             return g.n_work
         if self.kind == ScheduleKind.TILE_X:
             return cdiv(g.n_q, self.tiles_per_cta) * g.n_bh
@@ -152,6 +183,12 @@ class CtaSchedule:
         if self.kind == ScheduleKind.GRID:
             cta = np.arange(g.n_work, dtype=np.int64)
             return _items(cta, np.zeros_like(cta), cta // n_q, cta % n_q, g.n_work)
+        if self.kind == ScheduleKind.SECTIONED_LONGEST_FIRST:
+            cta = np.arange(g.n_work, dtype=np.int64)
+            sec, within = cta // (self.section * n_q), cta % (self.section * n_q)
+            heads = np.minimum(self.section, n_bh - sec * self.section)   # the last may be short
+            bh, q = sec * self.section + within % heads, n_q - 1 - within // heads
+            return _items(cta, np.zeros_like(cta), bh, q, g.n_work)
         if self.kind == ScheduleKind.TILE_X:
             x = self.tiles_per_cta
             n_groups = cdiv(n_q, x)
@@ -185,6 +222,18 @@ class CtaSchedule:
         steps = g.kv_tiles_for(items.q)
         load = np.bincount(items.cta, weights=steps, minlength=items.n_ctas)
         return float(load.max() / max(steps.max(), steps.sum() / items.n_ctas))
+
+
+def section_heads(problem: Problem, l2_bytes: int) -> int:
+    """G for SECTIONED_LONGEST_FIRST on ``problem``: the most heads whose K and V fit in half the
+    L2, rounded down to a power of two, at least 1 (the query heads of one K/V head share its K
+    and V: with grouped queries a head costs its K/V over the group size). Half: Hopper's L2 is two
+    partitions and a line read from the far one is held in both (``Arch.l2_partitions``), and Q
+    and O stream through the L2 too. FlashAttention rounds to a power of two as well
+    (``SingleTileLPTScheduler``)."""
+    per_head = 2 * problem.S_kv * problem.D * problem.dtype.nbytes // (problem.H // problem.H_kv)
+    fit = (l2_bytes // 2) // max(1, per_head)
+    return 1 << (fit.bit_length() - 1) if fit >= 1 else 1
 
 
 def _items(cta, it, bh, q, n_ctas) -> WorkItems:

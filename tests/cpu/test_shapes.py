@@ -171,12 +171,16 @@ def test_default_schedule_of_each_named_schedule():
     from kernels.backend import default_schedule
     p = Problem(1, 16, 4096, 64, causal=True)
     for name, kind in (("grid", ScheduleKind.GRID), ("persistent", ScheduleKind.PERSISTENT),
-                       ("lpt", ScheduleKind.LONGEST_FIRST)):
+                       ("lpt", ScheduleKind.LONGEST_FIRST),
+                       ("glpt", ScheduleKind.SECTIONED_LONGEST_FIRST)):
         cfg = KernelConfig(128, 64, 2, None, name)
-        s = default_schedule(p, cfg, cfg.tiles, 132)
+        s = default_schedule(p, cfg, cfg.tiles, H100)
         assert s.kind == kind
-        if kind != ScheduleKind.GRID:
+        if s.is_persistent:
             assert s.num_ctas == 264
+    # K+V of one head at S=4096, D=64, fp16: 1 MiB; half the H100's 50 MiB holds 25 -> 16 heads
+    assert default_schedule(p, KernelConfig(128, 64, 2, None, "glpt"), Tiles(128, 64),
+                            H100).section == 16
 
 
 # -- the shapes study ----------------------------------------------------------------------------
@@ -304,7 +308,8 @@ def test_shapes_cli_reads_a_stored_run_and_refuses_bad_paths(tmp_path, capsys):
 
 def _fake_measure(wrong_fast: set, calls: list):
     """A measurement: candidates in ``wrong_fast`` fail the check (and would be fastest); the
-    others take longer the larger their tiles; LPT is 10% faster than persistent, grid 5% slower."""
+    others take longer the larger their tiles; LPT is 10% faster than persistent, the sectioned
+    grid 2% slower and the grid 5% slower."""
     def measure(arch, problem, cands, *, reps):
         calls.append((problem, tuple(cands), reps))
 
@@ -312,7 +317,7 @@ def _fake_measure(wrong_fast: set, calls: list):
             return (c not in wrong_fast), ("FAIL: max|err|=1" if c in wrong_fast else "ok")
 
         def time(passing):
-            f = {"lpt": 0.9, "persistent": 1.0, "grid": 1.05}
+            f = {"lpt": 0.9, "persistent": 1.0, "glpt": 1.02, "grid": 1.05}
             return {c: (c.tile_m * c.tile_n / 64 * f[c.schedule], 0.01) for c in passing}
         return tune.rank(cands, check, time)
     return measure
@@ -345,12 +350,13 @@ def test_tune_classes_checks_first_and_writes_what_attention_reads(
         (p.label, 3) for c, d, k in (("uneven", 64, True), ("uneven", 128, True),
                                      ("gqa", 128, True))
         for p in representatives(ShapeClass(c), d, k))
-    assert all(any(c.schedule == "lpt" for c in cands) for _, cands, _ in calls)
+    assert all(any(c.schedule == "lpt" for c in cands) and any(c.schedule == "glpt" for c in cands)
+               for _, cands, _ in calls)
     doc = json.loads(out.read_text())
     assert doc["schema"] == 2 and doc["configs"] == old["configs"]       # the rest is kept
     got = parse(doc)
     # the fastest, 64x64 LPT (57.6 us), fails its check: the winner is the fastest passing one,
-    # 64x64 persistent (64 us; grid 67.2, 128x64 LPT 115.2)
+    # 64x64 persistent (64 us; sectioned grid 65.3, grid 67.2, 128x64 LPT 115.2)
     win = got.classes["uneven"]["d64.causal"]
     assert (win.tile_m, win.tile_n, win.schedule) == (64, 64, "persistent")
     assert "measured on fake H100: d128.causal, d64.causal" in got.status["uneven"]

@@ -9,13 +9,15 @@ import pytest
 from spec import (CtaSchedule, InvalidProblem, OrderKind, Problem, ScanOrder, Tensor, TileGrid,
                   Tiles, WorkOrder, build_trace, dispatch, get_arch, known_archs, visit_order)
 from spec.arch import UnknownArch
+from spec.schedules import ScheduleKind, section_heads
 
 ORDERS = [ScanOrder.linear(), ScanOrder.sawtooth(), ScanOrder.sawtooth(2), ScanOrder.reverse(),
           ScanOrder.block_parity()]
 SCHEDULES = [CtaSchedule.grid(), CtaSchedule.tile_x(2), CtaSchedule.tile_x(3),
              CtaSchedule.persistent(1), CtaSchedule.persistent(5),
              CtaSchedule.persistent(5, WorkOrder.HEAD_MAJOR), CtaSchedule.longest_first(4),
-             CtaSchedule.persistent(1000)]
+             CtaSchedule.persistent(1000), CtaSchedule.sectioned_longest_first(1),
+             CtaSchedule.sectioned_longest_first(2), CtaSchedule.sectioned_longest_first(4)]
 PROBLEMS = [Problem(2, 3, 320, 64), Problem(2, 3, 320, 64, causal=True),
             Problem(1, 4, 300, 128, S_kv=333, H_kv=2), Problem(1, 4, 300, 128, S_kv=333, causal=True),
             Problem(1, 2, 200, 64, S_kv=130, causal=True)]
@@ -89,6 +91,37 @@ def test_head_major_and_longest_first_work_orders():
     got = {(int(c), int(i)): (int(b), int(q))
            for c, i, b, q in zip(items.cta, items.iter, items.bh, items.q)}
     assert got == {(0, 0): (0, 1), (1, 0): (1, 1), (2, 0): (0, 0), (2, 1): (1, 0)}
+
+
+def test_sectioned_longest_first_grid():
+    """One CTA per item; within each section of G heads the longest Q tiles first, heads fastest;
+    the last section holds the heads left over (B*H = 3, G = 2: sections {0, 1} and {2})."""
+    g = TileGrid(Problem(1, 3, 3 * 64, 64, causal=True), Tiles(64, 64))
+    s = CtaSchedule.sectioned_longest_first(2)
+    assert s.grid_size(g) == 9 and not s.is_persistent and s.label == "glpt2"
+    v = visit_order(g, s, ScanOrder.linear()).table()
+    assert [tuple(v[c, 0, 1:3]) for c in range(9)] == [
+        (0, 2), (1, 2), (0, 1), (1, 1), (0, 0), (1, 0), (2, 2), (2, 1), (2, 0)]
+    # G >= B*H: one section, every head's longest tile first
+    one = visit_order(g, CtaSchedule.sectioned_longest_first(8), ScanOrder.linear()).table()
+    assert [int(one[c, 0, 2]) for c in range(9)] == [2, 2, 2, 1, 1, 1, 0, 0, 0]
+    for bad in (0, -1, 2.0, None):
+        with pytest.raises(ValueError, match="G >= 1"):
+            CtaSchedule(ScheduleKind.SECTIONED_LONGEST_FIRST, section=bad)
+    with pytest.raises(ValueError, match="section only applies"):
+        CtaSchedule(ScheduleKind.GRID, section=2)
+
+
+def test_section_heads_fit_half_the_l2():
+    """G = the most heads whose K+V fit in half the L2, a power of two, at least 1; a K/V head
+    shared by a group of query heads counts once per group."""
+    l2 = 50 * 2**20
+    # S=512, D=128, fp16: 256 KiB of K+V per head; 25 MiB hold 100 -> 64
+    assert section_heads(Problem(32, 16, 512, 128), l2) == 64
+    assert section_heads(Problem(1, 16, 16384, 128), l2) == 2          # 8 MiB per head: 3 -> 2
+    assert section_heads(Problem(1, 16, 131072, 128), l2) == 1         # 64 MiB: none fits -> 1
+    # GQA, 8 query heads per K/V head: 1 MiB per query head -> 25 -> 16
+    assert section_heads(Problem(2, 32, 16384, 128, H_kv=4), l2) == 16
 
 
 def test_load_balance_of_persistent_schedules():

@@ -97,7 +97,7 @@ def test_every_config_the_json_can_name_builds_without_spill():
                 p = representative(cls, D, causal)
                 cfg = problem_config("h100", p)
                 v = Variant(Backend.CUTILE, ScanOrder.linear(),
-                            default_schedule(p, cfg, cfg.tiles, arch.num_sms), cfg.tiles,
+                            default_schedule(p, cfg, cfg.tiles, arch), cfg.tiles,
                             cfg.occupancy)
                 cases.append(Case(p, v, arch.num_sms, cls.value))
     assert not _spilling(_distinct_resources(cases))

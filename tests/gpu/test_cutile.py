@@ -34,9 +34,9 @@ SCHEDULES = ["grid", "tile2", "static7", "static7h", "lpt7"]
 DTYPES = ["fp16", "bf16"]
 HEAD_DIMS = [64, 128]
 BITWISE_ORDERS = ["linear", "reverse"]
-BITWISE_SCHEDULES = SCHEDULES + ["static132", "tile3"]
+BITWISE_SCHEDULES = SCHEDULES + ["static132", "tile3", "glpt3"]   # glpt3: a short last section
 TRACE_ORDERS = ORDERS + ["sawtooth3"]
-TRACE_SCHEDULES = SCHEDULES + ["tile3", "static5"]
+TRACE_SCHEDULES = SCHEDULES + ["tile3", "static5", "glpt3"]
 TALL_ORDERS = ["reverse", "sawtooth", "blockparity"]
 TALL = Tiles(128, 64)
 ATTENTION_CALLS = list(itertools.product(["linear", "sawtooth"], [None, "lpt132", "tile2"]))
@@ -114,7 +114,7 @@ def _attention_variant(arch: Arch, pr: Problem, order: str, schedule: str | None
     from kernels.backend import default_schedule
     from kernels.config import problem_config
     cfg = problem_config(arch.name, pr)
-    sched = (default_schedule(pr, cfg, cfg.tiles, arch.num_sms) if schedule is None
+    sched = (default_schedule(pr, cfg, cfg.tiles, arch) if schedule is None
              else CtaSchedule.parse(schedule))
     return Variant(Backend.CUTILE, ScanOrder.parse(order), sched, cfg.tiles, None,
                    None if level == 6 else level)
