@@ -325,8 +325,8 @@ def attention(q, k, v, *, causal: bool = False, order: str | ScanOrder = "linear
               tiles: Tiles | tuple[int, int] | None = None, stages: int | None = None, out=None):
     """``softmax(q kᵀ / sqrt(D)) v`` on [B, H, S, D] fp16/bf16 CUDA tensors with the raw CUDA
     kernel. ``order``: linear, sawtooth[X], reverse, blockparity; ``schedule``: grid, tile<X>,
-    static<P>[h], lpt<P>, glpt<G>, or None for ``default_schedule``; ``tiles``: (TILE_M, TILE_N), default
-    ``default_tiles``; ``stages``: K/V pipeline depth 1..3, default 2 (double buffer)."""
+    static<P>[h], lpt<P>, glpt<G>, or None for ``default_schedule``; ``tiles``: (TILE_M,
+    TILE_N), default ``default_tiles``; ``stages``: K/V pipeline depth 1..3, default 2 (double buffer)."""
     problem = problem_from_tensors(q, k, v, causal, out)
     order = order if isinstance(order, ScanOrder) else ScanOrder.parse(order)
     tiles = default_tiles(problem, arch_registry.detect()) if tiles is None else (

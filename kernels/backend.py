@@ -215,8 +215,8 @@ def attention(q, k, v, *, causal: bool = False, order: str | ScanOrder = "linear
 
     q: [B, H, S_q, D]; k, v: [B, H_kv, S_kv, D] (H_kv divides H); fp16 or bf16 on one CUDA GPU;
     D in (64, 128). ``order``: "linear", "sawtooth[X]", "reverse", "blockparity" or a ScanOrder.
-    ``schedule``: "grid", "tile<X>", "static<P>", "static<P>h", "lpt<P>", "glpt<G>", a CtaSchedule, or
-    None for the measured default. The defaults are those of the arch and the problem's shape
+    ``schedule``: "grid", "tile<X>", "static<P>", "static<P>h", "lpt<P>", "glpt<G>", a
+    CtaSchedule, or None for the measured default. The defaults are those of the arch and the problem's shape
     class (``kernels.config.problem_config``: batched short, grouped-query, uneven, S_q != S_kv
     or long), read from ``kernels/configs/<arch>.json``. ``tiles`` / ``occupancy`` override them.
     Returns ``out`` (allocated when not given).
