@@ -316,6 +316,18 @@ def document_classes(arch: Arch, device: str, results: dict[str, dict[str, list[
     return doc
 
 
+def dumps(doc, indent: int = 0) -> str:
+    """``doc`` as indented JSON, except that each record of a list of records (the trials) takes
+    one line: the file stays readable and diffs one line per trial."""
+    pad = " " * (indent + 1)
+    if isinstance(doc, dict) and doc:
+        items = ",\n".join(f"{pad}{json.dumps(k)}: {dumps(v, indent + 1)}" for k, v in doc.items())
+        return "{\n" + items + "\n" + " " * indent + "}"
+    if isinstance(doc, list) and doc and all(isinstance(x, dict) for x in doc):
+        return "[\n" + ",\n".join(pad + json.dumps(x) for x in doc) + "\n" + " " * indent + "]"
+    return json.dumps(doc)
+
+
 def write_atomic(path: Path, doc: dict, force: bool) -> None:
     """Write ``doc`` to ``path`` via a temporary sibling and a rename; refuse to replace an
     existing file unless ``force``."""
@@ -325,7 +337,7 @@ def write_atomic(path: Path, doc: dict, force: bool) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.partial-{os.getpid()}")
     try:
-        tmp.write_text(json.dumps(doc, indent=1) + "\n")
+        tmp.write_text(dumps(doc) + "\n")
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

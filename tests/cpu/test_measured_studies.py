@@ -147,6 +147,16 @@ def test_config_file_is_never_silently_replaced(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["h100.json"]
 
 
+def test_config_file_keeps_one_line_per_trial():
+    doc = {"configs": {"d64.full": {"tile_m": 64}}, "empty": {}, "none": [],
+           "measured": {"d64.full": [{"us": 1.5, "us_per_problem": {"a": 1.0}}, {"us": None}]}}
+    text = tune.dumps(doc)
+    assert json.loads(text) == doc
+    lines = text.splitlines()
+    assert '   {"us": 1.5, "us_per_problem": {"a": 1.0}},' in lines and '   {"us": null}' in lines
+    assert '  "d64.full": {' in lines and '   "tile_m": 64' in lines      # the rest indented
+
+
 @pytest.mark.parametrize("argv, words", [
     (["--arch", "a100"], "unknown arch"),
     (["--arch", "h100", "--only", "d32.full", "--out", "X"], "unknown key"),
