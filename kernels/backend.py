@@ -112,22 +112,16 @@ class CutileFamily:
         if level not in range(1, 7):
             raise UnsupportedVariant(f"tuning-ladder level {level!r}; accepted: 1..6")
         occupancy, worker_warps = compile_hints(variant, problem, arch.name, level, self.defaults)
-        sched, order = variant.schedule, variant.order
+        sched = variant.schedule
         g = TileGrid(problem, tiles)
         import torch
 
         from . import fmha
         from .resources import load_build
         from .signatures import CompileCase
-        consts = fmha.constants(
-            D=problem.D, tile_m=tiles.m, tile_n=tiles.n, H=problem.H,
-            group_size=problem.group_size, causal=problem.causal,
-            even_k=problem.S_kv % tiles.n == 0, order=int(order.kind), group=order.group,
-            sched=int(sched.kind), work=int(sched.work_order),
-            tiles_per_cta=sched.tiles_per_cta, section=sched.section or 1, level=level,
-            trace=False)[:-1]
-        b = load_build(CompileCase.of(variant, problem, level=level), arch.sm, occupancy,
-                       worker_warps, torch.cuda.current_device())
+        case = CompileCase.of(variant, problem, level=level)
+        consts = case.constants()[:-1]           # the trace flag is passed at launch
+        b = load_build(case, arch.sm, occupancy, worker_warps, torch.cuda.current_device())
         return Prepared(variant, problem, sched.grid_size(g), b.threads, b.registers,
                         b.local_bytes, b.smem_bytes, b.ctas_per_sm, b.symbol, arch.name,
                         arch.num_sms, occupancy, worker_warps, level, consts,

@@ -84,6 +84,16 @@ class CompileCase:
                    trace=trace,
                    n_ctas=s.grid_size(TileGrid(problem, variant.tiles)))
 
+    def constants(self) -> tuple:
+        """The kernel's constant arguments for this case (``fmha.constants``): what the export
+        specialises on and what ``CutileFamily`` launches with."""
+        return fmha.constants(
+            D=self.D, tile_m=self.tile_m, tile_n=self.tile_n, H=self.H,
+            group_size=self.H // self.H_kv, causal=self.causal,
+            even_k=self.S_kv % self.tile_n == 0, order=self.order, group=self.group,
+            sched=self.sched, work=self.work, tiles_per_cta=self.tiles_per_cta,
+            section=self.section, level=self.level, trace=self.trace)
+
     def signature(self) -> KernelSignature:
         dt = {"fp16": ct.float16, "bf16": ct.bfloat16}[self.dtype]
         qshape = (self.B, self.H, self.S_q, self.D)
@@ -92,12 +102,7 @@ class CompileCase:
         params = [jit_like_array(qshape, dt), jit_like_array(kvshape, dt),
                   jit_like_array(kvshape, dt), jit_like_array(qshape, dt),
                   jit_like_array(trace_shape, ct.int32), ScalarConstraint(ct.float32)]
-        params += list(fmha.constants(
-            D=self.D, tile_m=self.tile_m, tile_n=self.tile_n, H=self.H,
-            group_size=self.H // self.H_kv, causal=self.causal,
-            even_k=self.S_kv % self.tile_n == 0, order=self.order, group=self.group,
-            sched=self.sched, work=self.work, tiles_per_cta=self.tiles_per_cta,
-            section=self.section, level=self.level, trace=self.trace))
+        params += list(self.constants())
         cc = (CallingConvention.cutile_python_v2() if _needs_v2(params)
               else CallingConvention.cutile_python_v1())
         return KernelSignature(params, cc).with_mangled_symbol("fmha_fwd")
