@@ -114,8 +114,7 @@ def _record(Trace, cta, step, b, h, q_tile, j):
 def _kv_step(q, K, V, b, kvh, j, m_i, l_i, acc, qk_scale, offs_m, k_len,
              TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, MASKED: ConstBool,
              CAUSAL: ConstBool, LEVEL: ConstInt):
-    """One K/V step of the online softmax over keys ``j*TILE_N .. j*TILE_N + TILE_N - 1``; returns
-    the new (m, l, acc). The half diagonal step passes ``TILE_N // 2`` and ``j`` in those units."""
+    """One K/V tile of the online softmax; returns the new (m, l, acc)."""
     # S = Q Kᵀ ---------------------------------------------------------------------------------
     if LEVEL >= 3:
         # K loaded already transposed: the TMA box is read as [D, TILE_N]
@@ -191,23 +190,11 @@ def attention_tile_impl(Q, K, V, Out, Trace, qk_scale, b, h, kvh, q_tile, r, cta
 
     if CAUSAL or not EVEN_K:
         n_masked = Tc - mask_start
-        n_half = 0
-        if CAUSAL and TILE_N == 2 * TILE_M:
-            # the last tile's visible keys fit its first half: read that half alone (1 or 0)
-            visible = ct.minimum(m_end, k_len) - (Tc - 1) * TILE_N
-            n_half = 1 - ct.minimum(ct.maximum(visible - TILE_N // 2, 0), 1)
-        n_whole = n_masked - n_half
         # backward scan: the masked tiles (diagonal / ragged end) come first, descending
-        for i in range(0, r * n_half):
+        for i in range(0, r * n_masked):
+            j = Tc - 1 - i
             if TRACE:
-                _record(Trace, cta, step0, b, h, q_tile, Tc - 1)
-            m_i, l_i, acc = _kv_step(q, K, V, b, kvh, 2 * (Tc - 1), m_i, l_i, acc, qk_scale,
-                                     offs_m, k_len, TILE_D, TILE_M, TILE_N // 2, True, CAUSAL,
-                                     LEVEL)
-        for i in range(0, r * n_whole):
-            j = Tc - 1 - n_half - i
-            if TRACE:
-                _record(Trace, cta, step0 + n_half + i, b, h, q_tile, j)
+                _record(Trace, cta, step0 + i, b, h, q_tile, j)
             m_i, l_i, acc = _kv_step(q, K, V, b, kvh, j, m_i, l_i, acc, qk_scale, offs_m, k_len,
                                      TILE_D, TILE_M, TILE_N, True, CAUSAL, LEVEL)
         # the unmasked bulk, ascending or descending
@@ -218,18 +205,12 @@ def attention_tile_impl(Q, K, V, Out, Trace, qk_scale, b, h, kvh, q_tile, r, cta
             m_i, l_i, acc = _kv_step(q, K, V, b, kvh, j, m_i, l_i, acc, qk_scale, offs_m, k_len,
                                      TILE_D, TILE_M, TILE_N, False, CAUSAL, LEVEL)
         # forward scan: the masked tiles come last, ascending
-        for i in range(0, (1 - r) * n_whole):
+        for i in range(0, (1 - r) * n_masked):
             j = mask_start + i
             if TRACE:
                 _record(Trace, cta, step0 + mask_start + i, b, h, q_tile, j)
             m_i, l_i, acc = _kv_step(q, K, V, b, kvh, j, m_i, l_i, acc, qk_scale, offs_m, k_len,
                                      TILE_D, TILE_M, TILE_N, True, CAUSAL, LEVEL)
-        for i in range(0, (1 - r) * n_half):
-            if TRACE:
-                _record(Trace, cta, step0 + Tc - 1, b, h, q_tile, Tc - 1)
-            m_i, l_i, acc = _kv_step(q, K, V, b, kvh, 2 * (Tc - 1), m_i, l_i, acc, qk_scale,
-                                     offs_m, k_len, TILE_D, TILE_M, TILE_N // 2, True, CAUSAL,
-                                     LEVEL)
     else:
         for i in range(0, Tc):
             j = i + r * (Tc - 1 - 2 * i)
