@@ -13,6 +13,7 @@ from typing import Callable
 from spec import (Arch, Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant, get_arch)
 from spec.case import Case
 from spec.arch import MiB
+from spec.schedules import WorkOrder, section_heads
 
 from .streamer import measure_misscost, misscost_ctas
 
@@ -239,9 +240,10 @@ def bench_plan(arch: Arch) -> list[Case]:
 def cuda_tiles_plan(arch: Arch) -> list[Case]:
     """The CUDA tile sweep at B=1, H=16, S=16K, fp16, D in {64, 128}, causal and not: every
     tested tile shape with the grid launch and linear order, and at the registry's default tile
-    the persistent linear and sawtooth builds and the longest-first (LPT) launch, with P = one
-    wave of resident CTAs (``SM90_CTAS_PER_SM`` on sm_90, one per SM elsewhere; the
-    ``ctas_per_sm`` rows say what the build got): issue 14's persistent-vs-grid comparison."""
+    the persistent linear and sawtooth builds in q-major (the paper's Static) and head-major work
+    order, the longest-first (LPT) launch, with P = one wave of resident CTAs
+    (``SM90_CTAS_PER_SM`` on sm_90, one per SM elsewhere; the ``ctas_per_sm`` rows say what the
+    build got), and the sectioned longest-first grid: issue 14's persistent-vs-grid comparison."""
     from cuda_baseline.source import SM90_CTAS_PER_SM, TESTED_TILES
     cases = []
     for D in (64, 128):
@@ -253,9 +255,14 @@ def cuda_tiles_plan(arch: Arch) -> list[Case]:
             for t in TESTED_TILES:
                 cases.append(Case(prob, Variant(Backend.CUDA, ScanOrder.linear(), CtaSchedule.grid(),
                                                 t), p, panel))
+            head_major = CtaSchedule.persistent(p, WorkOrder.HEAD_MAJOR)
             for order, sched in ((ScanOrder.linear(), CtaSchedule.persistent(p)),
                                  (ScanOrder.sawtooth(), CtaSchedule.persistent(p)),
-                                 (ScanOrder.linear(), CtaSchedule.longest_first(p))):
+                                 (ScanOrder.linear(), head_major),
+                                 (ScanOrder.sawtooth(), head_major),
+                                 (ScanOrder.linear(), CtaSchedule.longest_first(p)),
+                                 (ScanOrder.linear(), CtaSchedule.sectioned_longest_first(
+                                     section_heads(prob, arch.l2_bytes)))):
                 cases.append(Case(prob, Variant(Backend.CUDA, order, sched, arch.cuda_tiles), p,
                                   panel))
     return cases

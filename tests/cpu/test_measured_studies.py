@@ -57,8 +57,10 @@ def test_cuda_tiles_plan_sweeps_every_tested_tile_and_the_persistent_builds():
             rest = {(v.order.label, v.schedule.label) for v in mine if v not in grid}
             p = 132 * SM90_CTAS_PER_SM[(H100.cuda_tiles, D)]   # one wave of resident CTAs
             assert p == (264 if D == 64 else 132)               # 128 x 64: 2 CTAs/SM at D = 64
+            g = 4 if D == 64 else 2     # heads whose K+V (16K rows) fit half of 50 MiB, pow2
             assert rest == {("linear", f"static{p}"), ("sawtooth", f"static{p}"),
-                            ("linear", f"lpt{p}")}
+                            ("linear", f"static{p}h"), ("sawtooth", f"static{p}h"),
+                            ("linear", f"lpt{p}"), ("linear", f"glpt{g}")}
             assert all(v.tiles == H100.cuda_tiles for v in mine if v not in grid)
 
 

@@ -1,0 +1,102 @@
+"""``python -m explorations.kernel_ab``: kernel module versions and schedules, side by side.
+
+Each contender is a (kernel module, schedule) pair: ``prod`` is ``kernels.fmha``; ``--kernel
+NAME=FILE`` adds another version of the module (an earlier commit's, ``git show
+<commit>:kernels/fmha.py > FILE``, or an edited copy), launched with exactly the constants and
+compile hints ``kernels.CutileFamily`` prepares for the problem's default configuration and the
+contender's schedule (``default`` = the configuration's own). For each problem of the chosen
+shape-suite panels: every contender on a NaN-poisoned output, checked against the fp32
+reference; those that pass are timed interleaved with SDPA's flash and cuDNN backends, cold L2.
+One line per (problem, contender): median us, the ratio to cuDNN, and to ``prod default``.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+
+
+def _load(name: str, path: str):
+    spec = importlib.util.spec_from_file_location(f"fmha_{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--kernel", action="append", default=[], metavar="NAME=FILE")
+    ap.add_argument("--schedules", default="default",
+                    help="comma-separated: default, grid, static<P>, lpt<P>, glpt<G>, tile<X>; "
+                         "each kernel NAME may restrict itself with NAME:schedule")
+    ap.add_argument("--panels", default="shapes-short")
+    ap.add_argument("--D", type=int, default=None, help="only this head dimension")
+    ap.add_argument("--reps", type=int, default=15)
+    args = ap.parse_args(argv)
+
+    import cuda.tile as ct
+    import torch
+
+    from experiments.correctness import check, poisoned_like, random_inputs, reference
+    from experiments.studies import shapes_problems
+    from experiments.timing import sdpa_peers, time_interleaved
+    from kernels import fmha
+    from kernels.backend import CutileFamily, _dummy_trace, default_schedule
+    from kernels.config import problem_config
+    from spec import Backend, CtaSchedule, ScanOrder, Variant, get_arch
+
+    mods = {"prod": fmha}
+    for spec_ in args.kernel:
+        name, path = spec_.split("=", 1)
+        mods[name] = _load(name, path)
+    pairs = []
+    for item in args.schedules.split(","):
+        if ":" in item:
+            name, sched = item.split(":", 1)
+            pairs.append((name, sched))
+        else:
+            pairs += [(name, item) for name in mods]
+    arch = get_arch("h100")
+    fam = CutileFamily()
+    for panel, p in shapes_problems():
+        cfg = problem_config("h100", p)
+        if panel not in args.panels.split(",") or (args.D and p.D != args.D):
+            continue
+        q, k, v = random_inputs(p, 0)
+        ref = reference(q, k, v, p.causal)
+        dummy = _dummy_trace(q.device)
+        fns = {}
+        for name, sched_s in pairs:
+            sched = (default_schedule(p, cfg, cfg.tiles, arch) if sched_s == "default"
+                     else CtaSchedule.parse(sched_s))
+            label = f"{name} {sched_s}"
+            try:
+                prep = fam.prepare(Variant(Backend.CUTILE, ScanOrder.linear(), sched, cfg.tiles),
+                                   p)
+                kern = mods[name].get_kernel(prep.occupancy, prep.worker_warps)
+                out = poisoned_like(q)
+
+                def launch(kern=kern, out=out, prep=prep):
+                    ct.launch(torch.cuda.current_stream(), (prep.n_ctas, 1, 1), kern,
+                              (q, k, v, out, dummy, prep.qk_scale) + prep.consts + (False,))
+                launch()
+                torch.cuda.synchronize()
+                verdict = check(out, q, k, v, p.causal, ref)
+            except Exception as e:  # noqa: BLE001 - a contender that fails is reported, not fatal
+                print(p.label, label, "FAILED", type(e).__name__, str(e)[:300], flush=True)
+                continue
+            if verdict.passed:
+                fns[label] = launch
+            else:
+                print(p.label, label, verdict, flush=True)
+        fns |= sdpa_peers(q, k, v, p.causal)
+        s = time_interleaved(fns, reps=args.reps, warmup=3, l2="cold")
+        us = {n: 1e3 * x.median for n, x in s.items()}
+        cudnn, base = us.get("sdpa-cudnn", float("nan")), us.get("prod default", float("nan"))
+        for n, t in sorted(us.items(), key=lambda kv: kv[1]):
+            print(f"{p.label:34s} {n:22s} {t:9.1f} us  x_cudnn {cudnn / t:6.3f}  "
+                  f"x_prod {base / t:6.3f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
