@@ -340,14 +340,20 @@ def shapes_plan(arch: Arch) -> list[Case]:
     return cases
 
 
+DRIFT_FEW_CTAS = (4, 16)
+"""The few-CTA launches of the drift study (B=1): whether a handful of CTAs, with memory
+bandwidth to spare, stay in step over millions of steps (the active-sms study's P=4..16)."""
+
+
 def drift_plan(arch: Arch) -> list[Case]:
     """CTA drift: the sawtooth study's CUDA configuration (persistent, one CTA per SM, 80×80
     tiles, D=64, H=1, the arch's scaled S), non-causal and causal, linear and sawtooth, at B=1
-    and B=4; each case runs its trace build, which stamps %globaltimer at every step."""
-    s, p = scaled_seq(arch), arch.num_sms
+    and B=4, and at B=1 with ``DRIFT_FEW_CTAS`` persistent CTAs; each case runs its trace build,
+    which stamps %globaltimer at every step."""
+    s = scaled_seq(arch)
     cases = []
     for causal in (False, True):
-        for b in (1, 4):
+        for b, p in [(1, arch.num_sms), (4, arch.num_sms)] + [(1, p) for p in DRIFT_FEW_CTAS]:
             prob = Problem(B=b, H=1, S_q=s, D=64, causal=causal)
             for v in _twins(Backend.CUDA, CtaSchedule.persistent(p), Tiles(80, 80)):
                 cases.append(Case(prob, v, p, f"drift-{'causal' if causal else 'noncausal'}"))

@@ -13,7 +13,7 @@ import pytest
 
 from analysis import drift as dr
 from experiments.measure import drift_rows
-from experiments.studies import get_study, scaled_seq
+from experiments.studies import DRIFT_FEW_CTAS, get_study, scaled_seq
 from spec import Backend, Case, CtaSchedule, Problem, ScanOrder, TileGrid, Tiles, Variant
 from spec import get_arch, known_archs
 from spec.records import COLUMNS, Metric, read_csv, write_csv
@@ -99,27 +99,30 @@ def test_sample_steps_needs_two_points(points):
 def test_plan_is_persistent_twins_at_the_scaled_sequence(name):
     arch = get_arch(name)
     cases = get_study("drift").plan(arch)
-    assert len(cases) == 8
-    assert {(c.problem.B, c.problem.causal) for c in cases} == {(1, False), (4, False),
-                                                                (1, True), (4, True)}
+    assert len(cases) == 16
+    full = (1, arch.num_sms), (4, arch.num_sms)
+    few = tuple((1, p) for p in DRIFT_FEW_CTAS)
+    assert {(c.problem.B, c.variant.schedule.num_ctas, c.problem.causal) for c in cases} == {
+        (b, p, causal) for b, p in full + few for causal in (False, True)}
     for c in cases:
         p, v = c.problem, c.variant
         assert p.S_q == p.S_kv == scaled_seq(arch) and p.H == 1 and p.D == 64
         assert v.backend == Backend.CUDA and v.tiles == Tiles(80, 80)
-        assert v.schedule.kind == ScheduleKind.PERSISTENT and v.schedule.num_ctas == arch.num_sms
-        assert c.resident == arch.num_sms
+        assert v.schedule.kind == ScheduleKind.PERSISTENT and c.resident == v.schedule.num_ctas
     for lin, saw in zip(cases[::2], cases[1::2]):
         assert lin.problem == saw.problem
         assert lin.variant.order == ScanOrder.linear() and saw.variant.order == ScanOrder.sawtooth()
         assert dataclasses.replace(lin.variant, order=saw.variant.order) == saw.variant
-    assert len({c.id for c in cases}) == 8
+    assert len({c.id for c in cases}) == 16
 
 
-def test_plan_on_h100_is_the_committed_datasets_case_list():
-    """The study measures the cases of profiles/h100/drift-20261121b, in its order."""
+def test_plan_on_h100_holds_the_committed_datasets_cases_in_order():
+    """The study measures the cases of profiles/h100/drift-20261121b, in its order, and the
+    few-CTA cases added since."""
     import json
     manifest = json.loads((ROOT / "profiles/h100/drift-20261121b/manifest.json").read_text())
-    assert [c.id for c in get_study("drift").plan(get_arch("h100"))] == manifest["cases"]
+    ids = [c.id for c in get_study("drift").plan(get_arch("h100"))]
+    assert [i for i in ids if f"static{get_arch('h100').num_sms}." in i] == manifest["cases"]
 
 
 def test_drift_study_is_measured_only_into_drift_csv():
