@@ -255,16 +255,14 @@ def cuda_tiles_plan(arch: Arch) -> list[Case]:
             for t in TESTED_TILES:
                 cases.append(Case(prob, Variant(Backend.CUDA, ScanOrder.linear(), CtaSchedule.grid(),
                                                 t), p, panel))
-            head_major = CtaSchedule.persistent(p, WorkOrder.HEAD_MAJOR)
-            for order, sched in ((ScanOrder.linear(), CtaSchedule.persistent(p)),
-                                 (ScanOrder.sawtooth(), CtaSchedule.persistent(p)),
-                                 (ScanOrder.linear(), head_major),
-                                 (ScanOrder.sawtooth(), head_major),
-                                 (ScanOrder.linear(), CtaSchedule.longest_first(p)),
-                                 (ScanOrder.linear(), CtaSchedule.sectioned_longest_first(
-                                     section_heads(prob, arch.l2_bytes)))):
-                cases.append(Case(prob, Variant(Backend.CUDA, order, sched, arch.cuda_tiles), p,
-                                  panel))
+            twins = [v for work in (WorkOrder.Q_MAJOR, WorkOrder.HEAD_MAJOR)
+                     for v in _twins(Backend.CUDA, CtaSchedule.persistent(p, work),
+                                     arch.cuda_tiles)]
+            longest = [Variant(Backend.CUDA, ScanOrder.linear(), sched, arch.cuda_tiles)
+                       for sched in (CtaSchedule.longest_first(p),
+                                     CtaSchedule.sectioned_longest_first(
+                                         section_heads(prob, arch.l2_bytes)))]
+            cases += [Case(prob, v, p, panel) for v in twins + longest]
     return cases
 
 
@@ -353,7 +351,7 @@ def drift_plan(arch: Arch) -> list[Case]:
     s = scaled_seq(arch)
     cases = []
     for causal in (False, True):
-        for b, p in [(1, arch.num_sms), (4, arch.num_sms)] + [(1, p) for p in DRIFT_FEW_CTAS]:
+        for b, p in [(1, arch.num_sms), (4, arch.num_sms)] + [(1, n) for n in DRIFT_FEW_CTAS]:
             prob = Problem(B=b, H=1, S_q=s, D=64, causal=causal)
             for v in _twins(Backend.CUDA, CtaSchedule.persistent(p), Tiles(80, 80)):
                 cases.append(Case(prob, v, p, f"drift-{'causal' if causal else 'noncausal'}"))
