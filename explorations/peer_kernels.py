@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import argparse
 
-SHAPES = ("b32h16s512d128", "b16h16s512d128", "b32h16s1024d128", "b32h16s512d64")
+SHAPES = ((32, 16, 512, 128), (16, 16, 512, 128), (32, 16, 1024, 128), (32, 16, 512, 64))
+"""(B, H, S, D) of the shapes, fp16."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,11 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True)
     args = ap.parse_args(argv)
-    for label in SHAPES:
-        b, rest = label[1:].split("h")
-        h, rest = rest.split("s")
-        s, d = rest.split("d")
-        problem = Problem(int(b), int(h), int(s), int(d), causal=args.causal)
+    for b, h, s, d in SHAPES:
+        problem = Problem(b, h, s, d, causal=args.causal)
         q, k, v = random_inputs(problem, 0)
         for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION),
                               ("flash", SDPBackend.FLASH_ATTENTION)):
