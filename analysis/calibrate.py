@@ -260,12 +260,14 @@ class ArchParams:
     rate_jitter: float = 0.0
     placement: str = "alternate"
     stores_miss: bool = True
+    replacement: str = "lru"
 
     def time_params(self, arch: Arch, seed: int = 0, sample_rate: float = 1.0) -> TimeParams:
         return TimeParams(int(self.capacity_fraction * arch.l2_bytes), miss_ratio=self.miss_ratio,
                           jitter=self.jitter, seed=seed, partitions=self.partitions,
                           sample_rate=sample_rate, placement=self.placement,
-                          stores_miss=self.stores_miss, rate_jitter=self.rate_jitter)
+                          stores_miss=self.stores_miss, rate_jitter=self.rate_jitter,
+                          replacement=self.replacement)
 
     def note(self) -> str:
         src = (f"fitted {'+'.join(self.fitted)} on {self.fit_study}" if self.fitted

@@ -37,7 +37,7 @@ from spec.records import data_path
 from . import calibrate as cal
 from .smmap import measured_map
 from .timemodel import FACTS, H100
-from .timesim import TimeCounts, TimeParams, simulate_case
+from .timesim import REPLACEMENTS, TimeCounts, TimeParams, simulate_case
 
 __all__ = ["ErrorRow", "SignRow", "predict", "validate", "summarize", "sawtooth_signs",
            "STABLE_SPREAD", "STUDIES"]
@@ -58,7 +58,8 @@ def _params(arch: Arch, p: dict, seed: int = 0) -> TimeParams:
                       sample_rate=1.0 if rate == "auto" else float(rate),
                       rate_jitter=p.get("rate_jitter", 0.0),
                       placement=p.get("placement", "alternate"),
-                      stores_miss=p.get("stores_miss", True))
+                      stores_miss=p.get("stores_miss", True),
+                      replacement=p.get("replacement", "lru"))
 
 
 def predict(case: Case, arch: Arch, p: dict, seed: int = 0) -> TimeCounts:
@@ -290,6 +291,8 @@ def main(argv=None) -> int:
                     help="fit: SHARDS rate R (1: exact); validate uses the size rule unless "
                          "--exact")
     ap.add_argument("--exact", action="store_true", help="validate without sampling")
+    ap.add_argument("--replacement", choices=REPLACEMENTS,
+                    help="validate: L2 replacement policy (default: the params file's)")
     a = ap.parse_args(argv)
     try:
         arch = get_arch(a.arch)
@@ -309,6 +312,7 @@ def main(argv=None) -> int:
     pd = {"capacity_fraction": p.capacity_fraction, "miss_ratio": p.miss_ratio,
           "jitter": p.jitter, "partitions": p.partitions, "rate_jitter": p.rate_jitter,
           "placement": p.placement, "stores_miss": p.stores_miss,
+          "replacement": a.replacement or p.replacement,
           "sample_rate": 1.0 if a.exact else "auto"}
     if a.out is None:
         print(f"error: {a.command} needs --out DIR", file=sys.stderr)
@@ -334,8 +338,9 @@ def main(argv=None) -> int:
         measured += ms
         t0 = time.perf_counter()
         seeds = a.seeds if any(m.spread > STABLE_SPREAD for m in ms) else 1
-        note = p.note() + ("" if a.exact else "; SHARDS size rule (analysis.timesim."
-                                              "shards_rate), error: experiments/simbench.py")
+        note = p.note() + f"; replacement={pd['replacement']}" + (
+            "" if a.exact else "; SHARDS size rule (analysis.timesim.shards_rate), error: "
+                               "experiments/simbench.py")
         rows += validate(ms, arch, pd, p.fit_study, seeds=seeds, note=note)
         print(f"{study}: {len(ms)} cases, {seeds} seed(s), {time.perf_counter() - t0:.0f}s",
               file=sys.stderr)

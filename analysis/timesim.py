@@ -38,6 +38,18 @@ With ``miss_ratio = 1``, ``jitter = 0``, one partition and no merge window every
 The cache is an exact LRU over whole tiles weighted by their sectors (the same cache as
 ``analysis.l2sim``: a tile is resident iff the sectors used since its last use, plus its own, fit).
 
+**Replacement** (``replacement``). ``"lru"`` (the default, and ``analysis.l2sim``'s) or
+``"srrip"``: 2-bit re-reference prediction (Jaleel et al., ISCA 2010), a miss inserted at RRPV 2,
+a hit set to 0, the oldest RRPV-3 entry evicted. Where it matters for the wavefront: a leader's
+fresh tiles and the tiles its followers already re-read compete for the same space; LRU keeps
+the fresh ones (more recent), SRRIP the re-read ones (re-referenced), so under SRRIP followers a
+few MiB behind a thrashing leader miss. It was tried on the H100's few-CTA under-prediction
+(``profiles/h100/fewcta-probe-20261125``: it gives 1.43 G for 4 CTAs on one partition, measured
+1.41 G in that launch) and rejected as the default: over the 108 seen stable out-of-sample H100
+cases its relative RMS error is 48.7% against LRU's 44.9% (worse on active-sms and l1l2, where
+2-8 CTAs share perfectly at S = 256K; REPORT.md section 7d). ``python -m analysis.simcheck
+validate --replacement srrip`` repeats the comparison.
+
 **Two partitions** (``partitions=2``, Hopper and Blackwell; ``../shared/l2-ncu-notes.md`` §1). Every
 tile is split into two halves, each homed in one partition: the tile-granular form of a fine
 address interleave that sends half of every tile's sectors to each side. Which partition slot
@@ -109,6 +121,7 @@ MERGED_SECTORS = "lrc_merged_sectors"
 the coalesced share directly)."""
 INFLIGHT_SECTORS = "inflight_merged_sectors"
 """Hits that found their tile still in flight and waited for its fill (simulated)."""
+REPLACEMENTS = ("lru", "srrip")
 MAKESPAN_STEPS = "makespan_steps"
 """Simulated kernel length in hit-step units (simulated)."""
 _UNITS = {FABRIC_SECTORS: "sector", FABRIC_HITS: "sector", FABRIC_MISSES: "sector",
@@ -129,6 +142,7 @@ class TimeParams:
     sample_rate: float = 1.0       # SHARDS rate R (1: exact)
     placement: str = "alternate"   # slot -> partition: "alternate" or an arch's measured map
     stores_miss: bool = True       # an O store to an absent line counts as a lookup miss
+    replacement: str = "lru"       # "lru" or "srrip" (see the module docstring)
 
     def __post_init__(self) -> None:
         if int(self.capacity_bytes) < 0:
@@ -146,6 +160,9 @@ class TimeParams:
             raise ValueError(f"merge_window must be >= 0, got {self.merge_window}")
         if not 0.0 < self.sample_rate <= 1.0:
             raise ValueError(f"sample_rate must be in (0, 1], got {self.sample_rate}")
+        if self.replacement not in REPLACEMENTS:
+            raise ValueError(f"replacement must be one of {REPLACEMENTS}, got "
+                             f"{self.replacement!r}")
         if not self.placement:
             raise ValueError("placement must be 'alternate' or an arch name with a measured map")
 
@@ -159,6 +176,8 @@ class TimeParams:
             s += f" placement={self.placement}"
         if not self.stores_miss:
             s += " stores_miss=no"
+        if self.replacement != "lru":
+            s += f" replacement={self.replacement}"
         if self.sample_rate < 1.0:
             s += f" SHARDS R={self.sample_rate:g}"
         return s
@@ -272,10 +291,83 @@ def _lookup(j, p, w, prev, nxt, head, tail, present, occ, cap, wsub, nsub):  # p
     return False
 
 
+@numba.njit(cache=True, _nrt=False)
+def _unlink(j, b, prev, nxt, bhead, btail):  # pragma: no cover - compiled
+    """Remove entry ``j`` from the doubly linked list ``b`` (head = oldest)."""
+    a = prev[j]
+    c = nxt[j]
+    if a >= 0:
+        nxt[a] = c
+    else:
+        bhead[b] = c
+    if c >= 0:
+        prev[c] = a
+    else:
+        btail[b] = a
+    prev[j] = -1
+    nxt[j] = -1
+
+
+@numba.njit(cache=True, _nrt=False)
+def _append(j, b, prev, nxt, bhead, btail):  # pragma: no cover - compiled
+    """Append entry ``j`` at the tail (newest end) of list ``b``."""
+    prev[j] = btail[b]
+    nxt[j] = -1
+    if btail[b] >= 0:
+        nxt[btail[b]] = j
+    else:
+        bhead[b] = j
+    btail[b] = j
+
+
+@numba.njit(cache=True, _nrt=False)
+def _lookup_srrip(j, p, w, prev, nxt, bhead, btail, pb, age, present, occ, cap, wsub,
+                  nsub):  # pragma: no cover - compiled
+    """SRRIP lookup (2-bit re-reference prediction values, hit priority; Jaleel et al., ISCA
+    2010) of entry ``j`` in partition ``p``, fully associative over whole tiles. Each
+    partition keeps one list per RRPV, in the order the entries entered it; an entry's RRPV is
+    ``(pb[j] + age[p]) % 4``, so ageing every entry by one is ``age[p] += 1`` (done only when
+    no entry has RRPV 3, so no value wraps). A hit sets the RRPV to 0; a miss evicts the
+    oldest RRPV-3 entries (ageing while there are none) until the tile fits, then inserts it
+    at RRPV 2."""
+    if present[j]:
+        _unlink(j, p * 4 + pb[j], prev, nxt, bhead, btail)
+        pb[j] = (4 - age[p] % 4) % 4                     # RRPV 0
+        _append(j, p * 4 + pb[j], prev, nxt, bhead, btail)
+        return True
+    if w > cap[p]:
+        return False
+    while occ[p] + w > cap[p]:
+        b3 = p * 4 + (3 - age[p] % 4 + 4) % 4
+        if bhead[b3] < 0:
+            age[p] += 1
+            continue
+        e = bhead[b3]
+        _unlink(e, b3, prev, nxt, bhead, btail)
+        present[e] = False
+        occ[p] -= wsub[e - p * nsub]
+    present[j] = True
+    pb[j] = (2 - age[p] % 4 + 4) % 4                     # RRPV 2
+    _append(j, p * 4 + pb[j], prev, nxt, bhead, btail)
+    occ[p] += w
+    return False
+
+
+@numba.njit(cache=True, _nrt=False)
+def _access(srrip, j, p, w, prev, nxt, head, tail, pb, age, present, occ, cap, wsub,
+            nsub):  # pragma: no cover - compiled
+    """One lookup under the replacement policy: LRU (``head``/``tail`` one list per partition)
+    or SRRIP (four lists per partition)."""
+    if srrip:
+        return _lookup_srrip(j, p, w, prev, nxt, head, tail, pb, age, present, occ, cap, wsub,
+                             nsub)
+    return _lookup(j, p, w, prev, nxt, head, tail, present, occ, cap, wsub, nsub)
+
+
 @numba.njit(cache=True)
 def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub, sampled,
          n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr,
-         samp_kv, part_of, stores_miss, rate_jitter):  # pragma: no cover - compiled
+         samp_kv, part_of, stores_miss, rate_jitter, srrip):  # pragma: no cover - compiled
     nsub = wsub.size
     n_ctas = cta_first.size - 1
     tot = n_parts * nsub
@@ -286,8 +378,11 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
     lrc_t = np.full(tot if window > 0 else 0, -np.inf)
     lrc_ready = np.zeros(tot if window > 0 else 0)
     seen = np.zeros(nsub, np.bool_)
-    head = np.full(n_parts, -1, np.int64)
-    tail = np.full(n_parts, -1, np.int64)
+    lists = n_parts * 4 if srrip else n_parts
+    head = np.full(lists, -1, np.int64)
+    tail = np.full(lists, -1, np.int64)
+    pb = np.zeros(tot if srrip else 0, np.int64)       # SRRIP: each entry's list
+    age = np.zeros(n_parts, np.int64)
     occ = np.zeros(n_parts, np.int64)
     cnt = np.zeros(10, np.int64)
     if jitter > 0 or rate_jitter > 0:
@@ -359,16 +454,16 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
                     rdy = t + 1.0
                     cnt[0] += w
                     cnt[1] += w
-                    if not _lookup(j, p, w, prev, nxt, head, tail, present, occ, cap, wsub,
-                                   nsub) and present[j]:
+                    if not _access(srrip, j, p, w, prev, nxt, head, tail, pb, age, present,
+                                   occ, cap, wsub, nsub) and present[j]:
                         fill[j] = t
                     home = h if n_parts > 1 else p
                     if home != p:
                         cnt[5] += w
                         cnt[6] += w
                         jh = home * nsub + sub
-                        if not _lookup(jh, home, w, prev, nxt, head, tail, present, occ, cap,
-                                       wsub, nsub) and present[jh]:
+                        if not _access(srrip, jh, home, w, prev, nxt, head, tail, pb, age,
+                                       present, occ, cap, wsub, nsub) and present[jh]:
                             fill[jh] = t
                 else:
                     w = wsub[sub]
@@ -381,8 +476,8 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
                         if not seen[sub]:
                             seen[sub] = True
                             cnt[9] += w
-                        if _lookup(j, p, w, prev, nxt, head, tail, present, occ, cap, wsub,
-                                   nsub):
+                        if _access(srrip, j, p, w, prev, nxt, head, tail, pb, age, present,
+                                   occ, cap, wsub, nsub):
                             cnt[1] += w
                             if fill[j] > t:
                                 cnt[3] += w
@@ -399,8 +494,8 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
                             else:
                                 cnt[5] += w
                                 jh = home * nsub + sub
-                                if _lookup(jh, home, w, prev, nxt, head, tail, present, occ,
-                                           cap, wsub, nsub):
+                                if _access(srrip, jh, home, w, prev, nxt, head, tail, pb,
+                                           age, present, occ, cap, wsub, nsub):
                                     cnt[6] += w
                                     rdy = fill[jh] if fill[jh] > t else t + 1.0
                                 else:
@@ -530,7 +625,7 @@ def simulate(table: WorkTable, resident: int, params: TimeParams,
                          sampled, P, int(resident), cap, float(params.miss_ratio),
                          float(params.jitter), int(params.seed), float(params.merge_window),
                          np.int64(n_kv), samp_ptr, samp_kv, part_of, bool(params.stores_miss),
-                         float(params.rate_jitter))
+                         float(params.rate_jitter), params.replacement == "srrip")
     c = cnt.astype(np.float64) / R if R < 1 else cnt
     v = [int(round(x)) for x in c]
     return TimeCounts(tex_sectors=v[_TEX], tex_hits=v[_HIT], tex_misses=v[_MISS],

@@ -143,10 +143,61 @@ def test_systematic_sample_is_uniform_along_a_scan():
 
 @pytest.mark.parametrize("bad", [dict(miss_ratio=0.5), dict(jitter=-1), dict(partitions=3),
                                  dict(sample_rate=0), dict(merge_window=-1),
-                                 dict(rate_jitter=-0.1), dict(placement="")])
+                                 dict(rate_jitter=-0.1), dict(placement=""),
+                                 dict(replacement="plru")])
 def test_bad_params(bad):
     with pytest.raises(ValueError):
         TimeParams(1 << 20, **bad)
+
+
+def _replay(lookup, seq, cap, srrip):
+    """Hits of ``lookup`` over ``seq`` (entry ids, weight 1) in one partition of ``cap``."""
+    n = max(seq) + 1
+    lists = 4 if srrip else 1
+    prev, nxt = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
+    head, tail = np.full(lists, -1, np.int64), np.full(lists, -1, np.int64)
+    pb, age = np.zeros(n, np.int64), np.zeros(1, np.int64)
+    present, occ = np.zeros(n, np.bool_), np.zeros(1, np.int64)
+    cap_a, w = np.array([cap], np.int64), np.ones(n, np.int64)
+    return [bool(timesim._access(srrip, j, 0, 1, prev, nxt, head, tail, pb, age, present, occ,
+                                 cap_a, w, n)) for j in seq]
+
+
+def test_srrip_keeps_re_referenced_lines_where_lru_keeps_recent_ones():
+    # Three entries fit. A B C A D E F A D, by hand:
+    # LRU: A B C miss, A hits (MRU); D evicts B, E evicts C, F evicts A (the least recent);
+    #      A misses (evicts D), D misses: one hit.
+    # SRRIP (insert at RRPV 2, hit -> 0, evict the oldest RRPV 3, age all when there is none):
+    #      A B C miss at 2; A hits -> 0; D: age (A 1, B 3, C 3), evict B, D at 2; E: evict C,
+    #      E at 2; F: age (A 2, D 3, E 3), evict D (older in its list), F at 2; A hits (the
+    #      re-referenced line survived); D misses: evicts E (RRPV 3). Two hits.
+    A, B, C, D, E, F = range(6)
+    seq = [A, B, C, A, D, E, F, A, D]
+    lru = _replay(timesim._lookup, seq, 3, False)
+    srrip = _replay(timesim._lookup_srrip, seq, 3, True)
+    assert lru == [False, False, False, True, False, False, False, False, False]
+    assert srrip == [False, False, False, True, False, False, False, True, False]
+
+
+def test_srrip_evicts_a_leaders_unread_lines_before_its_followers_reach_them():
+    # Why SRRIP and not LRU matters for the wavefront: 4 CTAs on one partition scan a head's
+    # K/V cyclically (footprint 4x the cache), the followers a little behind the leader (per-step
+    # jitter). Both policies give the lone CTA's thrash (every access misses); with followers,
+    # SRRIP's protection of re-referenced lines evicts lines the leader just brought in before
+    # the followers read them, so the followers miss more than under LRU.
+    g = TileGrid(Problem(1, 1, 64 * 256, 64), Tiles(64, 64))
+    one = work_table(g, CtaSchedule.persistent(1), ScanOrder.linear())
+    four = work_table(g, CtaSchedule.persistent(4), ScanOrder.linear())
+    cap = 2 * 256 * 64 * 64 * 2 // 4          # a quarter of the K/V footprint
+    p = dict(jitter=0.05, seed=3, stores_miss=False)
+    for r in ("lru", "srrip"):
+        c = timesim.simulate(one, 1, TimeParams(cap, replacement=r, **p))
+        assert c.tex_misses == c.tex_sectors - 256 * TILE   # all K/V and Q miss, stores hit
+    lru = timesim.simulate(four, 4, TimeParams(cap, **p))
+    srrip = timesim.simulate(four, 4, TimeParams(cap, replacement="srrip", **p))
+    assert srrip.tex_sectors == lru.tex_sectors
+    assert srrip.tex_misses > lru.tex_misses
+    assert "replacement=srrip" in srrip.params.note()
 
 
 def test_stores_never_miss():
