@@ -290,7 +290,11 @@ def derived_miss_rows(rows: list[Row], cases: list[Case], arch: Arch, *, run: st
 
 
 def device_facts() -> dict:
-    """What every measured run records about the device it ran on (goes into the manifest)."""
+    """What every measured run records about the device it ran on (goes into the manifest).
+
+    ``uuid`` names the physical GPU: lent machines differ from call to call, and which SMs (and
+    so which L2 partition) a launch of a few CTAs lands on is a property of the chip (its
+    floor-swept SMs), not of the model (REPORT.md section 7d)."""
     import subprocess
     import torch
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
@@ -302,4 +306,5 @@ def device_facts() -> dict:
         driver = None
     return {"gpu": props.name, "sms": props.multi_processor_count,
             "l2_bytes": props.L2_cache_size, "driver": driver,
+            "uuid": str(getattr(props, "uuid", "")) or None,
             "cuda_runtime": torch.version.cuda, "torch": torch.__version__}
