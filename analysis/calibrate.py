@@ -127,24 +127,25 @@ def load_measured(root: Path, arch: Arch, study: str, metric: str = MISSES) -> l
 
 
 def _metric_rows(d: Path, metric: str) -> list[tuple[str, dict]]:
-    """(run, row) of ``metric`` in run directory ``d``: the rows of its counters.csv (one per case,
-    the median of the repeats), else, when the metric was only collected as a companion of another
-    group (e.g. the tex misses of ``--groups tex``, measured in that group's replay passes), each
-    repeat of counters_repeats.csv as a run of its own (``<dir>#<i>``)."""
+    """(run, row) of ``metric`` in run directory ``d``: every launch of ``counters_repeats.csv``
+    as a run of its own (``<dir>#<i>``; the file's ``stat=median`` rows are summaries, not
+    launches), so that a case's median and spread are those of its launches; a case with no
+    launch rows (runs before the repeats file) by its ``counters.csv`` row."""
     rows = [r for r in read_csv(data_path(d, "counters.csv"))
             if r["metric"] == metric and r["source"] == "measured"]
-    if rows:
-        return [(d.name, r) for r in rows]
     repeats = data_path(d, "counters_repeats.csv")
-    if repeats is None:
-        return []
-    seen: dict[str, int] = {}
+    launches = [r for r in read_csv(repeats) if r["metric"] == metric
+                and r["source"] == "measured" and not r.get("stat")] if repeats else []
+    key = lambda r: (r["variant"], *(r[k] for k in _PROBLEM_FIELDS))  # noqa: E731
+    seen: dict[tuple, int] = {}
     out = []
-    for r in read_csv(repeats):
-        if r["metric"] == metric and r["source"] == "measured":
-            i = seen[r["variant"]] = seen.get(r["variant"], 0) + 1
-            out.append((f"{d.name}#{i}", r))
-    return out
+    for r in launches:
+        i = seen[key(r)] = seen.get(key(r), 0) + 1
+        out.append((f"{d.name}#{i}", r))
+    return out + [(d.name, r) for r in rows if key(r) not in seen]
+
+
+_PROBLEM_FIELDS = ("B", "H", "H_kv", "S_q", "S_kv", "D", "dtype", "causal")
 
 
 # --------------------------------------------------------------------------------------------

@@ -116,21 +116,33 @@ def test_h100_miss_ratio_is_derived_not_fitted():
     assert list(simcheck.FIT_GRID) == ["capacity_fraction"]
 
 
-def test_load_measured_takes_the_repeats_of_a_companion_metric(tmp_path: Path):
-    """A run profiled with ``--groups tex`` has the tex misses only as companions, in
-    counters_repeats.csv: each repeat is then a run of its own; a metric in counters.csv wins."""
+def test_load_measured_takes_every_launch_of_the_repeats(tmp_path: Path):
+    """Each launch in counters_repeats.csv is a run of its own, whether the metric is a group's
+    home metric (also summarised in counters.csv) or a companion (only in the repeats); the
+    file's ``stat=median`` summary rows are not launches. A run without a repeats file is one
+    run per case (its counters.csv row)."""
+    import csv
     import gzip
     import shutil
     src = Path("profiles/h100/holdout-20261124/active-sms-20261124")
     d = tmp_path / "active-sms-20261124"
     shutil.copytree(src, d)
-    ms = cal.load_measured(tmp_path, get_arch("h100"), "active-sms")
     with gzip.open(src / "counters_repeats.csv.gz", "rt") as f:
-        want = sorted(float(line.split(",")[19]) for line in f
-                      if ",lts__t_sectors_srcunit_tex_lookup_miss.sum," in line)
-    assert len(ms) == 8 and sorted(v for m in ms for v in m.values) == pytest.approx(want)
-    assert all(m.runs == tuple(f"{d.name}#{i}" for i in (1, 2, 3)) for m in ms)
-    # the hits are home metrics of the tex group: one median row per case, from counters.csv
+        reps = list(csv.DictReader(f))
+
+    def launches(metric):
+        return sorted(float(r["value"]) for r in reps if r["metric"] == metric and not r["stat"])
+
+    for metric in ("lts__t_sectors_srcunit_tex_lookup_miss.sum",      # companion
+                   "lts__t_sectors_srcunit_tex_lookup_hit.sum"):      # home metric
+        ms = cal.load_measured(tmp_path, get_arch("h100"), "active-sms", metric)
+        assert len(ms) == 8 and len(launches(metric)) == 16
+        assert sorted(v for m in ms for v in m.values) == pytest.approx(launches(metric))
+        assert all(m.runs == (f"{d.name}#1", f"{d.name}#2") for m in ms)
+    p4 = next(m for m in cal.load_measured(tmp_path, get_arch("h100"), "active-sms")
+              if m.case.resident == 4 and m.case.variant.order == ScanOrder.linear())
+    assert p4.values == (2870412760.0, 2794275760.0)      # the two launches, not their median
+    (d / "counters_repeats.csv.gz").unlink()
     hits = cal.load_measured(tmp_path, get_arch("h100"), "active-sms",
                              "lts__t_sectors_srcunit_tex_lookup_hit.sum")
     assert len(hits) == 8 and all(m.runs == (d.name,) for m in hits)
