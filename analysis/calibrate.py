@@ -41,7 +41,7 @@ from spec.arch import Arch
 from spec.case import Case
 from spec.orders import ScanOrder
 from spec.problem import Problem, Tiles
-from spec.records import Metric, data_path, read_csv
+from spec.records import PROBLEM_COLUMNS, Metric, data_path, read_csv
 from spec.schedules import CtaSchedule
 from spec.variant import DEFAULT_STAGES, Backend, Variant
 
@@ -136,16 +136,16 @@ def _metric_rows(d: Path, metric: str) -> list[tuple[str, dict]]:
     repeats = data_path(d, "counters_repeats.csv")
     launches = [r for r in read_csv(repeats) if r["metric"] == metric
                 and r["source"] == "measured" and not r.get("stat")] if repeats else []
-    key = lambda r: (r["variant"], *(r[k] for k in _PROBLEM_FIELDS))  # noqa: E731
     seen: dict[tuple, int] = {}
     out = []
     for r in launches:
-        i = seen[key(r)] = seen.get(key(r), 0) + 1
+        i = seen[_case_key(r)] = seen.get(_case_key(r), 0) + 1
         out.append((f"{d.name}#{i}", r))
-    return out + [(d.name, r) for r in rows if key(r) not in seen]
+    return out + [(d.name, r) for r in rows if _case_key(r) not in seen]
 
 
-_PROBLEM_FIELDS = ("B", "H", "H_kv", "S_q", "S_kv", "D", "dtype", "causal")
+def _case_key(r: dict) -> tuple:
+    return (r["variant"], *(r[k] for k in PROBLEM_COLUMNS))
 
 
 # --------------------------------------------------------------------------------------------

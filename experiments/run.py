@@ -378,9 +378,8 @@ def summary_table(cases: list[Case], rows: list, title: str, width: int):
     the run's CSV)."""
     from rich import box
     from rich.table import Table
-    from spec.records import Metric, case_fields
+    from spec.records import PROBLEM_COLUMNS as shape, Metric, case_fields
 
-    shape = ("B", "H", "H_kv", "S_q", "S_kv", "D", "dtype", "causal")   # the problem of a row
     values: dict = {}
     for r in rows:
         values.setdefault((r.variant, *(getattr(r, k) for k in shape), r.metric),

@@ -40,7 +40,6 @@ CUDNN, FLASH = "sdpa-cudnn", "sdpa-flash"
 BARS = {"cutile": "issue 14 bar: geomean >= 0.95x cuDNN, min >= 0.85x cuDNN, every shape >= 1.1x "
                   "flash",
         "cuda": "issue 14 bar: geomean >= 1.0x flash"}
-PROBLEM_COLUMNS = ("B", "H", "H_kv", "S_q", "S_kv", "D", "dtype", "causal")
 
 
 PEER_BACKENDS = (("sdpa-flash", "FLASH_ATTENTION"), ("sdpa-cudnn", "CUDNN_ATTENTION"))

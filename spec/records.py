@@ -144,6 +144,8 @@ class Row:
 
 
 COLUMNS = tuple(f.name for f in fields(Row))
+PROBLEM_COLUMNS = ("B", "H", "H_kv", "S_q", "S_kv", "D", "dtype", "causal")
+"""The columns that name a row's problem (``case_fields`` without the variant)."""
 
 
 def case_fields(problem: Problem, variant: Variant | None = None,
