@@ -249,49 +249,6 @@ def _sift_down(heap, n, time, i):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, _nrt=False)
-def _lookup(j, p, w, prev, nxt, head, tail, present, occ, cap, wsub, nsub):  # pragma: no cover
-    """LRU lookup of entry ``j`` (= p * nsub + sub) in partition ``p``. Returns True on a hit
-    (the entry moves to the MRU end); on a miss inserts it at the MRU end and evicts from the
-    LRU end until the partition fits, unless it cannot fit at all (then the l2sim stack model
-    misses it every time too, and so does this)."""
-    if present[j]:
-        a = prev[j]
-        b = nxt[j]
-        if a < 0:
-            return True                      # already the MRU entry
-        nxt[a] = b
-        if b >= 0:
-            prev[b] = a
-        else:
-            tail[p] = a
-        prev[j] = -1
-        nxt[j] = head[p]
-        prev[head[p]] = j
-        head[p] = j
-        return True
-    if w > cap[p]:
-        return False
-    present[j] = True
-    prev[j] = -1
-    nxt[j] = head[p]
-    if head[p] >= 0:
-        prev[head[p]] = j
-    else:
-        tail[p] = j
-    head[p] = j
-    occ[p] += w
-    while occ[p] > cap[p]:
-        e = tail[p]
-        t2 = prev[e]
-        tail[p] = t2
-        nxt[t2] = -1                         # e is not j: j alone fits, so t2 >= 0
-        present[e] = False
-        prev[e] = -1
-        occ[p] -= wsub[e - p * nsub]
-    return False
-
-
-@numba.njit(cache=True, _nrt=False)
 def _unlink(j, b, prev, nxt, bhead, btail):  # pragma: no cover - compiled
     """Remove entry ``j`` from the doubly linked list ``b`` (head = oldest)."""
     a = prev[j]
@@ -318,6 +275,31 @@ def _append(j, b, prev, nxt, bhead, btail):  # pragma: no cover - compiled
     else:
         bhead[b] = j
     btail[b] = j
+
+
+@numba.njit(cache=True, _nrt=False)
+def _lookup(j, p, w, prev, nxt, head, tail, present, occ, cap, wsub, nsub):  # pragma: no cover
+    """LRU lookup of entry ``j`` (= p * nsub + sub) in partition ``p``, whose list runs from
+    the least (``head``) to the most recently used (``tail``). Returns True on a hit (the entry
+    moves to the MRU end); on a miss inserts it at the MRU end and evicts from the LRU end
+    until the partition fits, unless it cannot fit at all (then the l2sim stack model misses
+    it every time too, and so does this)."""
+    if present[j]:
+        if nxt[j] >= 0:                      # not already the MRU entry
+            _unlink(j, p, prev, nxt, head, tail)
+            _append(j, p, prev, nxt, head, tail)
+        return True
+    if w > cap[p]:
+        return False
+    present[j] = True
+    _append(j, p, prev, nxt, head, tail)
+    occ[p] += w
+    while occ[p] > cap[p]:
+        e = head[p]                          # e is not j: j alone fits
+        _unlink(e, p, prev, nxt, head, tail)
+        present[e] = False
+        occ[p] -= wsub[e - p * nsub]
+    return False
 
 
 @numba.njit(cache=True, _nrt=False)
@@ -368,6 +350,7 @@ def _access(srrip, j, p, w, prev, nxt, head, tail, pb, age, present, occ, cap, w
 def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub, sampled,
          n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr,
          samp_kv, part_of, stores_miss, rate_jitter, srrip):  # pragma: no cover - compiled
+    numba.literally(srrip)                   # one compiled loop per policy: no branch per lookup
     nsub = wsub.size
     n_ctas = cta_first.size - 1
     tot = n_parts * nsub
