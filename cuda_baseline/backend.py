@@ -42,7 +42,8 @@ __all__ = ["CudaFamily", "Prepared", "attention", "default_schedule", "default_t
 def instance_for(variant: Variant, problem: Problem, trace: bool = False) -> Instance:
     """The template instantiation that runs ``variant`` on ``problem``."""
     s = variant.schedule
-    work = s.work_order if s.kind == ScheduleKind.PERSISTENT else WorkOrder.Q_MAJOR
+    work = (s.work_order if s.kind in (ScheduleKind.PERSISTENT, ScheduleKind.SNAKE)
+            else WorkOrder.Q_MAJOR)
     return Instance(variant.order.kind, s.kind, work, variant.tiles, problem.D, problem.causal,
                     problem.dtype, trace, variant.pipeline_stages)
 

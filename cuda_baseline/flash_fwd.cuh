@@ -28,7 +28,8 @@
 // header and checks it).
 enum class OrderKind : int { LINEAR = 0, SAWTOOTH = 1, REVERSE = 2, BLOCK_PARITY = 3 };
 enum class ScheduleKind : int {
-    GRID = 0, TILE_X = 1, PERSISTENT = 2, LONGEST_FIRST = 3, SECTIONED_LONGEST_FIRST = 4
+    GRID = 0, TILE_X = 1, PERSISTENT = 2, LONGEST_FIRST = 3, SECTIONED_LONGEST_FIRST = 4,
+    SNAKE = 5
 };
 enum class WorkOrder : int { Q_MAJOR = 0, HEAD_MAJOR = 1 };
 enum class DType : int { FP16 = 0, BF16 = 1 };
@@ -555,18 +556,23 @@ __device__ __forceinline__ void flash_fwd_impl(const FwdParams& p) {
         // iter * P .. iter * P + P - 1.
         // PERSISTENT (grid-stride): CTA c takes item iter * P + c; q-major: w -> (bh = w / n_q,
         // q = w % n_q); head-major: (w % BH, w / BH).
+        // SNAKE: the same items and mapping, dealt in snake order: CTA c takes iter * P + c in
+        // even rounds and iter * P + P - 1 - c in odd ones.
         // LONGEST_FIRST: items sorted longest first (q = n_q - 1 - w / BH, bh = w % BH), dealt in
-        // snake order: CTA c takes iter * P + c in even rounds and iter * P + P - 1 - c in odd ones.
+        // snake order.
         const int n_bh = p.n_work / p.n_q;
         const int P = gridDim.x;
         for (int iter = 0; iter * P < p.n_work; ++iter) {
             int w = iter * P + cta, bh, q;
-            if constexpr (SCHEDULE == ScheduleKind::LONGEST_FIRST) {
+            if constexpr (SCHEDULE == ScheduleKind::LONGEST_FIRST || SCHEDULE == ScheduleKind::SNAKE) {
                 if (iter & 1) w = iter * P + P - 1 - cta;
-                if (w >= p.n_work) continue;
-                bh = w % n_bh; q = p.n_q - 1 - w / n_bh;
+                if (w >= p.n_work) continue;    // the last round, dealt from either end
             } else {
                 if (w >= p.n_work) break;
+            }
+            if constexpr (SCHEDULE == ScheduleKind::LONGEST_FIRST) {
+                bh = w % n_bh; q = p.n_q - 1 - w / n_bh;
+            } else {
                 if constexpr (WORK == WorkOrder::HEAD_MAJOR) { bh = w % n_bh; q = w / n_bh; }
                 else { bh = w / p.n_q; q = w % p.n_q; }
             }

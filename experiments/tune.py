@@ -18,11 +18,11 @@ geometric mean of its median times over them (the same ranking as the geometric 
 slowdowns against each problem's fastest), so one size cannot pick tiles that lose at another.
 
 ``--classes`` tunes shape classes instead (``kernels.config.ShapeClass``: cross, gqa, small,
-uneven, short; the top-level (D, causal) defaults are the long class): per class, the (D, causal) keys
+uneven, tiny, short; the top-level (D, causal) defaults are the long class): per class, the (D, causal) keys
 that issue 14's shape suite has in that class (``experiments.studies.shapes_problems``; ``--only``
 narrows them), each at the class's problems (``kernels.config.representatives``: its small and
-large end), through the same check-then-time ranking; the candidates are the key's, plus the longest-first
-(LPT) persistent schedule for causal keys. The winners go to the class's block of the JSON; a key
+large end), through the same check-then-time ranking; the candidates are the key's, plus for causal
+keys each persistent one again with the snake deal and with the longest-first (LPT) order. The winners go to the class's block of the JSON; a key
 where no candidate passes keeps falling back to the (D, causal) default, and its trials and the
 class's status say so. Everything else in the file is kept.
 
@@ -105,11 +105,12 @@ def candidates(arch: Arch, D: int, causal: bool) -> list[Candidate]:
 
 def class_candidates(arch: Arch, D: int, causal: bool) -> list[Candidate]:
     """A shape class's candidates for (D, causal): the key's, and for causal keys each persistent
-    one again with the longest causal rows first (LPT, FA3's causal scheduler)."""
+    one again with the snake deal (balanced where a round holds whole heads: batched short
+    sequences) and with the longest causal rows first (LPT, FA3's causal scheduler)."""
     base = candidates(arch, D, causal)
-    lpt = [Candidate(c.tile_m, c.tile_n, c.occupancy, c.worker_warps, "lpt")
-           for c in base if causal and c.schedule == "persistent"]
-    return base + lpt
+    twins = [Candidate(c.tile_m, c.tile_n, c.occupancy, c.worker_warps, s)
+             for s in ("snake", "lpt") for c in base if causal and c.schedule == "persistent"]
+    return base + twins
 
 
 @dataclass(frozen=True)

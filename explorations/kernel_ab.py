@@ -8,6 +8,10 @@ contender's schedule (``default`` = the configuration's own). For each problem o
 shape-suite panels: every contender on a NaN-poisoned output, checked against the fp32
 reference; those that pass are timed interleaved with SDPA's flash and cuDNN backends, cold L2.
 One line per (problem, contender): median us, the ratio to cuDNN, and to ``prod default``.
+
+``--once`` launches every checked contender and both peers once per problem inside an NVTX range
+``probe`` instead of timing them, for Nsight Compute (``ncu --nvtx --nvtx-include probe/ ...``);
+the launch order is printed first, so the profiled kernels can be named.
 """
 from __future__ import annotations
 
@@ -30,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
                          "each kernel NAME may restrict itself with NAME:schedule")
     ap.add_argument("--panels", default="shapes-short")
     ap.add_argument("--D", type=int, default=None, help="only this head dimension")
+    ap.add_argument("--S", type=int, default=None, help="only this sequence length (S_q)")
+    ap.add_argument("--once", action="store_true",
+                    help="launch each contender once in an NVTX range 'probe' (for ncu), no timing")
     ap.add_argument("--arch", default="h100", help="the GPU present (its measured defaults)")
     ap.add_argument("--reps", type=int, default=15)
     args = ap.parse_args(argv)
@@ -60,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     fam = CutileFamily(arch.name)
     for panel, p in shapes_problems():
         cfg = problem_config(arch.name, p)
-        if panel not in args.panels.split(",") or (args.D and p.D != args.D):
+        if (panel not in args.panels.split(",") or (args.D and p.D != args.D)
+                or (args.S and p.S_q != args.S)):
             continue
         q, k, v = random_inputs(p, 0)
         ref = reference(q, k, v, p.causal)
@@ -90,6 +98,15 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 print(p.label, label, verdict, flush=True)
         fns |= sdpa_peers(q, k, v, p.causal)
+        if args.once:
+            torch.cuda.synchronize()
+            torch.cuda.nvtx.range_push("probe")
+            for n, fn in fns.items():
+                print(f"probe {p.label} {n}", flush=True)
+                fn()
+            torch.cuda.synchronize()
+            torch.cuda.nvtx.range_pop()
+            continue
         s = time_interleaved(fns, reps=args.reps, warmup=3, l2="cold")
         us = {n: 1e3 * x.median for n, x in s.items()}
         cudnn, base = us.get("sdpa-cudnn", float("nan")), us.get("prod default", float("nan"))

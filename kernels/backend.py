@@ -191,14 +191,16 @@ def default_schedule(problem: Problem, cfg: KernelConfig, tiles: Tiles,
                      arch: arch_registry.Arch) -> CtaSchedule:
     """The schedule a configuration names for ``problem`` on ``arch``: the grid launch, the grid
     launch longest first within L2 sections of heads (``spec.schedules.section_heads``), or P
-    persistent CTAs (``kernels.config.persistent_ctas``) in q-major order or longest causal rows
-    first (LPT)."""
+    persistent CTAs (``kernels.config.persistent_ctas``) in q-major order (grid-stride or snake
+    deal) or longest causal rows first (LPT)."""
     if cfg.schedule == "grid":
         return CtaSchedule.grid()
     if cfg.schedule == "glpt":
         return CtaSchedule.sectioned_longest_first(section_heads(problem, arch.l2_bytes))
     p = persistent_ctas(cfg, TileGrid(problem, tiles).n_work, arch.num_sms)
-    return CtaSchedule.longest_first(p) if cfg.schedule == "lpt" else CtaSchedule.persistent(p)
+    persistent = {"persistent": CtaSchedule.persistent, "snake": CtaSchedule.snake,
+                  "lpt": CtaSchedule.longest_first}
+    return persistent[cfg.schedule](p)
 
 
 def attention(q, k, v, *, causal: bool = False, order: str | ScanOrder = "linear",

@@ -11,7 +11,11 @@ limits the kernel (few or short work items, a masked tail on every head, K/V reu
 long scans per item), so the best tiles and schedule can differ. A problem with no more 128-row
 Q tiles than a Hopper GPU has SMs is ``small`` whatever its lengths: at one CTA per SM it leaves SMs
 idle for its whole run, so what fills them (64-row tiles, two CTAs per SM) matters more than what
-a ragged tail or a short scan costs. ``shape_class`` sorts a problem
+a ragged tail or a short scan costs. A problem whose work items scan at most 512 keys is ``tiny``:
+each CTA runs 1-4 K/V steps, so launching it, loading its Q tile and storing its output weigh as
+much as its loop, and persistent CTAs that stay resident save the launches (H100: q-major
+persistent 1.02-1.04x the grid launch at S=512, 0.97x at S=1024, B 16/32, H=16, D=128,
+``profiles/h100/kernel-ab-20261126``). ``shape_class`` sorts a problem
 into one of a few explicit classes (first match wins):
 
 ==========  ==========================================  ==================================
@@ -21,6 +25,7 @@ class       rule                                        example (the issue's sui
 ``gqa``     H_kv < H (grouped-query heads)              B=2, H=32, H_kv=8, S=4K
 ``small``   B·H·⌈S_q/128⌉ <= 128 (one wave or less)      B=1, H=4, S=1000
 ``uneven``  S_q or S_kv not a multiple of 128           B=1, H=4, S=7000
+``tiny``    S_kv <= 512                                 B=32, H=16, S=512
 ``short``   S_kv <= 2048                                B=16, H=16, S=1024
 ``long``    everything else (the benchmark's class)     B=1, H=16, S=16K
 ==========  ==========================================  ==================================
@@ -58,10 +63,12 @@ LEVELS = {1: "basic", 2: "exp2", 3: "transposed-K", 4: "latency-hints", 5: "occu
           6: "approx-division"}
 """The NVIDIA tuning ladder; each level includes every lower one (kernels/fmha.py)."""
 
-SCHEDULES = ("grid", "glpt", "persistent", "lpt")
+SCHEDULES = ("grid", "glpt", "persistent", "snake", "lpt")
 """Default schedules a configuration may name: one CTA per work item (``grid``; ``glpt``: longest
 causal rows first within L2 sections of heads, ``spec.schedules``), or P persistent CTAs taking
-work items in q-major order, or P persistent CTAs taking the longest causal rows first."""
+work items in q-major order (``persistent``: the grid-stride deal; ``snake``: odd rounds dealt in
+reverse, which balances causal work when a round holds whole heads), or P persistent CTAs taking
+the longest causal rows first."""
 
 
 @dataclass(frozen=True)
@@ -99,11 +106,13 @@ class ShapeClass(str, enum.Enum):
     GQA = "gqa"
     SMALL = "small"
     UNEVEN = "uneven"
+    TINY = "tiny"
     SHORT = "short"
     LONG = "long"
 
 
 UNEVEN_QUANTUM = 128   # the largest tile edge of any configuration: below it a tile is ragged
+TINY_MAX_S = 512       # "tiny": at most 4 K/V tiles of 128 keys per work item
 SHORT_MAX_S = 2048     # "short": at most 16 K/V tiles of 128 keys per work item
 SMALL_MAX_ITEMS = 128  # "small": at most 128 Q tiles of 128 rows, one wave on >= 128 SMs
 
@@ -119,6 +128,8 @@ def shape_class(problem: Problem) -> ShapeClass:
         return ShapeClass.SMALL
     if p.S_q % UNEVEN_QUANTUM or p.S_kv % UNEVEN_QUANTUM:
         return ShapeClass.UNEVEN
+    if p.S_kv <= TINY_MAX_S:
+        return ShapeClass.TINY
     if p.S_kv <= SHORT_MAX_S:
         return ShapeClass.SHORT
     return ShapeClass.LONG
@@ -136,7 +147,8 @@ def representatives(cls: ShapeClass, D: int, causal: bool) -> tuple[Problem, ...
     geometric mean of its times over these problems."""
     shapes = {
         ShapeClass.LONG: (dict(B=1, H=16, S_q=16384), dict(B=1, H=16, S_q=131072)),
-        ShapeClass.SHORT: (dict(B=32, H=16, S_q=512), dict(B=32, H=16, S_q=2048)),
+        ShapeClass.TINY: (dict(B=16, H=16, S_q=512), dict(B=32, H=16, S_q=512)),
+        ShapeClass.SHORT: (dict(B=32, H=16, S_q=1024), dict(B=32, H=16, S_q=2048)),
         ShapeClass.SMALL: (dict(B=1, H=4, S_q=1000), dict(B=1, H=4, S_q=3000)),
         ShapeClass.UNEVEN: (dict(B=1, H=4, S_q=7000), dict(B=1, H=12, S_q=20000)),
         ShapeClass.GQA: (dict(B=2, H=32, H_kv=8, S_q=4096, dtype="bf16"),

@@ -72,6 +72,7 @@ SCHED_TILE_X = int(ScheduleKind.TILE_X)
 SCHED_PERSISTENT = int(ScheduleKind.PERSISTENT)
 SCHED_LONGEST_FIRST = int(ScheduleKind.LONGEST_FIRST)
 SCHED_SECTIONED = int(ScheduleKind.SECTIONED_LONGEST_FIRST)
+SCHED_SNAKE = int(ScheduleKind.SNAKE)
 WORK_Q_MAJOR = int(WorkOrder.Q_MAJOR)
 WORK_HEAD_MAJOR = int(WorkOrder.HEAD_MAJOR)
 
@@ -275,17 +276,18 @@ def fmha_fwd_impl(Q, K, V, Out, Trace, qk_scale, H, QUERY_GROUP_SIZE,
             k = k + 1
     else:
         # persistent: in round `it` the P CTAs take items it*P .. it*P + P - 1; grid-stride
-        # (cta takes it*P + cta), or for longest-first the snake deal (odd rounds reversed) of
-        # the items sorted longest first, heads fastest (spec.schedules)
+        # (cta takes it*P + cta), or the snake deal (odd rounds reversed) of the same items
+        # (SNAKE) or of the items sorted longest first, heads fastest (LPT) (spec.schedules)
         total = n_q * n_bh
         n_ctas = ct.num_blocks(0)
         it = 0
         step = 0
         while it * n_ctas < total:   # a while, not a for (module docstring)
             w = it * n_ctas + cta
-            if SCHED == SCHED_LONGEST_FIRST:
+            if SCHED == SCHED_LONGEST_FIRST or SCHED == SCHED_SNAKE:
                 if it % 2 == 1:
                     w = it * n_ctas + n_ctas - 1 - cta
+            if SCHED == SCHED_LONGEST_FIRST:
                 bh = w % n_bh
                 q_tile = n_q - 1 - w // n_bh
             elif WORK == WORK_HEAD_MAJOR:

@@ -13,6 +13,18 @@ like ``1 - 1/N_active``. Between wavefronts the reuse distance is a whole pass o
 - ``PERSISTENT``: exactly P CTAs; CTA c takes work items c, c+P, c+2P, ... (a grid-stride loop),
   work item w → (bh, q) with q fastest (``Q_MAJOR``, the paper's "Static") or heads fastest
   (``HEAD_MAJOR``, spreading concurrent CTAs over heads: fewer CTAs per wavefront).
+- ``SNAKE``: persistent, the same rounds of P consecutive work items (q-major or head-major), but
+  dealt in *snake* order: round ``r`` hands items ``rP .. rP + P - 1`` to CTAs ``0 .. P-1`` when
+  ``r`` is even and to ``P-1 .. 0`` when it is odd. Why: with the grid-stride deal and P a
+  multiple of n_q (short sequences: S=512, 64-row tiles, n_q = 8, P = 264) CTA c gets Q tile
+  ``c mod n_q`` in *every* round, so under a causal mask one CTA does n_q times the work of
+  another (``load_balance`` 1.65 at b32h16s512, 64x128 tiles); the snake pairs Q tile q with
+  ``n_q - 1 - q`` in consecutive rounds (1.03 there). What stays: each round is one contiguous
+  block of items, consecutive Q tiles of a few heads, so the concurrent CTAs share K/V exactly as
+  in ``PERSISTENT`` (the locality the sawtooth study measures); only *which* CTA of the round
+  takes which item changes. It balances only when a head's Q tiles repeat within a round (n_q
+  well below P): at b1h16s16384 (n_q = 256, P = 264) it is 1.54 against static's 1.57, and
+  ``LONGEST_FIRST`` is the balanced persistent schedule there.
 - ``LONGEST_FIRST``: persistent, longest work first (FlashAttention-3's LPT order for causal
   problems). The work items are sorted by causal length, descending (Q tile ``n_q - 1`` of every
   head, then ``n_q - 2``, ...; heads fastest within one length), and dealt to the P CTAs in
@@ -57,11 +69,16 @@ class ScheduleKind(enum.IntEnum):
     PERSISTENT = 2
     LONGEST_FIRST = 3
     SECTIONED_LONGEST_FIRST = 4
+    SNAKE = 5
 
 
 class WorkOrder(enum.IntEnum):
     Q_MAJOR = 0
     HEAD_MAJOR = 1
+
+
+PERSISTENT_KINDS = (ScheduleKind.PERSISTENT, ScheduleKind.SNAKE, ScheduleKind.LONGEST_FIRST)
+"""The kinds that launch exactly P CTAs, each looping over its work items."""
 
 
 @dataclass(frozen=True)
@@ -89,7 +106,7 @@ class CtaSchedule:
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", ScheduleKind(self.kind))
         object.__setattr__(self, "work_order", WorkOrder(self.work_order))
-        persistent = self.kind in (ScheduleKind.PERSISTENT, ScheduleKind.LONGEST_FIRST)
+        persistent = self.kind in PERSISTENT_KINDS
         if persistent and (not isinstance(self.num_ctas, int) or self.num_ctas < 1):
             raise ValueError(f"a persistent schedule needs num_ctas P >= 1, got {self.num_ctas!r}")
         if not persistent and self.num_ctas is not None:
@@ -123,6 +140,10 @@ class CtaSchedule:
         return cls(ScheduleKind.PERSISTENT, num_ctas=p, work_order=work_order)
 
     @classmethod
+    def snake(cls, p: int, work_order: WorkOrder = WorkOrder.Q_MAJOR) -> "CtaSchedule":
+        return cls(ScheduleKind.SNAKE, num_ctas=p, work_order=work_order)
+
+    @classmethod
     def longest_first(cls, p: int) -> "CtaSchedule":
         return cls(ScheduleKind.LONGEST_FIRST, num_ctas=p)
 
@@ -132,11 +153,12 @@ class CtaSchedule:
 
     @property
     def is_persistent(self) -> bool:
-        return self.kind in (ScheduleKind.PERSISTENT, ScheduleKind.LONGEST_FIRST)
+        return self.kind in PERSISTENT_KINDS
 
     @property
     def label(self) -> str:
-        """Token used in variant ids: grid, tile2, static132, static132h, lpt132, glpt64."""
+        """Token used in variant ids: grid, tile2, static132, static132h, snake132, snake132h,
+        lpt132, glpt64."""
         if self.kind == ScheduleKind.GRID:
             return "grid"
         if self.kind == ScheduleKind.SECTIONED_LONGEST_FIRST:
@@ -145,7 +167,8 @@ class CtaSchedule:
             return f"tile{self.tiles_per_cta}"
         if self.kind == ScheduleKind.LONGEST_FIRST:
             return f"lpt{self.num_ctas}"
-        return f"static{self.num_ctas}" + ("h" if self.work_order == WorkOrder.HEAD_MAJOR else "")
+        stem = "snake" if self.kind == ScheduleKind.SNAKE else "static"
+        return f"{stem}{self.num_ctas}" + ("h" if self.work_order == WorkOrder.HEAD_MAJOR else "")
 
     @classmethod
     def parse(cls, token: str) -> "CtaSchedule":
@@ -159,14 +182,16 @@ class CtaSchedule:
                 return cls.longest_first(int(t[3:]))
             if t.startswith("glpt"):
                 return cls.sectioned_longest_first(int(t[4:]))
-            if t.startswith("static"):
+            if t.startswith(("static", "snake")):
+                stem = "static" if t.startswith("static") else "snake"
                 head = t.endswith("h")
-                p = int(t[6:-1] if head else t[6:])
-                return cls.persistent(p, WorkOrder.HEAD_MAJOR if head else WorkOrder.Q_MAJOR)
+                p = int(t[len(stem):-1] if head else t[len(stem):])
+                work = WorkOrder.HEAD_MAJOR if head else WorkOrder.Q_MAJOR
+                return cls.persistent(p, work) if stem == "static" else cls.snake(p, work)
         except ValueError:
             pass
         raise ValueError(f"unknown CTA schedule {token!r}; known: grid, tile<X>, static<P>, "
-                         "static<P>h (head-major), lpt<P>, glpt<G>")
+                         "static<P>h (head-major), snake<P>, snake<P>h, lpt<P>, glpt<G>")
 
     # the mapping --------------------------------------------------------------------------
     def grid_size(self, g: TileGrid) -> int:
@@ -201,9 +226,10 @@ class CtaSchedule:
         p = self.num_ctas
         w = np.arange(g.n_work, dtype=np.int64)
         cta, it = w % p, w // p
+        if self.kind in (ScheduleKind.LONGEST_FIRST, ScheduleKind.SNAKE):
+            cta = np.where(it % 2 == 0, cta, p - 1 - cta)   # the snake deal
         if self.kind == ScheduleKind.LONGEST_FIRST:
             bh, q = w % n_bh, n_q - 1 - w // n_bh     # longest first, heads fastest
-            cta = np.where(it % 2 == 0, cta, p - 1 - cta)   # the snake deal
         elif self.work_order == WorkOrder.HEAD_MAJOR:
             bh, q = w % n_bh, w // n_bh
         else:

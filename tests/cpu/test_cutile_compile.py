@@ -37,7 +37,7 @@ def toolchain():
 
 ORDERS = {"linear": (0, 1), "sawtooth": (1, 1), "reverse": (2, 1), "blockparity": (3, 1)}
 SCHEDS = {"grid": (0, 0, 1), "tile2": (1, 0, 2), "static": (2, 0, 1), "statich": (2, 1, 1),
-          "lpt": (3, 0, 1)}
+          "lpt": (3, 0, 1), "snake": (5, 0, 1)}
 ARCHS = {"sm_90": "h100", "sm_100": "b200", "sm_121": "gb10"}
 
 

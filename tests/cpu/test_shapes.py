@@ -32,7 +32,10 @@ H100 = get_arch("h100")
     (Problem(1, 4, 7000, 64, causal=True), ShapeClass.UNEVEN),          # 220 Q tiles
     (Problem(16, 16, 1000, 64), ShapeClass.UNEVEN),                     # uneven before short
     (Problem(32, 16, 2048, 64), ShapeClass.SHORT),
-    (Problem(4, 16, 512, 64), ShapeClass.SHORT),
+    (Problem(4, 16, 1024, 64), ShapeClass.SHORT),
+    (Problem(4, 16, 512, 64), ShapeClass.TINY),                         # at most 512 keys
+    (Problem(16, 16, 384, 128, causal=True), ShapeClass.TINY),
+    (Problem(16, 16, 500, 64), ShapeClass.UNEVEN),                      # uneven before tiny
     (Problem(1, 16, 4096, 64), ShapeClass.LONG),
     (Problem(16, 16, 4096, 64), ShapeClass.LONG),
 ])
@@ -46,8 +49,10 @@ def test_every_suite_problem_falls_in_the_class_its_panel_names():
     for panel, p in shapes_problems():
         # the uneven panel's one-wave problems (H=4 at S=1000/3000, H=12 at S=1000) are small
         small = p.B * p.H * -(-p.S_q // 128) <= 128
+        # the short panel's S=512 problems are tiny
+        tiny = panel == "shapes-short" and p.S_kv <= 512
         assert shape_class(p).value == ("small" if small and panel == "shapes-uneven"
-                                        else want[panel]), (panel, p.label)
+                                        else "tiny" if tiny else want[panel]), (panel, p.label)
     assert {p.label for _, p in shapes_problems() if shape_class(p).value == "small"} >= {
         "b1h4s1000d128.fp16.causal", "b1h12s1000d64.fp16.causal", "b1h4s3000d128.fp16.causal"}
 
@@ -71,7 +76,7 @@ BASE = {"d64.full": {"tile_m": 128, "tile_n": 128, "occupancy": 1, "worker_warps
 def test_schema_1_reads_as_every_class_falling_back():
     got = parse({"schema": 1, "configs": BASE})
     assert got.base["d64.full"] == KernelConfig(128, 128, 1, 8, "grid")
-    assert got.classes == {c: {} for c in ("cross", "gqa", "short", "small", "uneven")}
+    assert got.classes == {c: {} for c in ("cross", "gqa", "short", "small", "tiny", "uneven")}
     assert set(got.status.values()) == {UNMEASURED}
 
 
@@ -86,7 +91,7 @@ def test_committed_h100_file_is_schema_2_and_every_class_is_marked_unmeasured():
 
 @pytest.mark.parametrize("doc, words", [
     ({"schema": 3, "configs": {}}, "schema 3"),
-    ({"schema": 2, "configs": {}, "classes": {"tiny": {}}}, "unknown shape class tiny"),
+    ({"schema": 2, "configs": {}, "classes": {"huge": {}}}, "unknown shape class huge"),
     ({"schema": 2, "configs": {}, "classes": {"long": {}}}, "unknown shape class long"),
     ({"schema": 2, "configs": {"d64.full": dict(BASE["d64.full"], schedule="wavefront")}},
      "schedule 'wavefront'"),
@@ -171,7 +176,7 @@ def test_default_schedule_of_each_named_schedule():
     from kernels.backend import default_schedule
     p = Problem(1, 16, 4096, 64, causal=True)
     for name, kind in (("grid", ScheduleKind.GRID), ("persistent", ScheduleKind.PERSISTENT),
-                       ("lpt", ScheduleKind.LONGEST_FIRST),
+                       ("snake", ScheduleKind.SNAKE), ("lpt", ScheduleKind.LONGEST_FIRST),
                        ("glpt", ScheduleKind.SECTIONED_LONGEST_FIRST)):
         cfg = KernelConfig(128, 64, 2, None, name)
         s = default_schedule(p, cfg, cfg.tiles, H100)
@@ -308,8 +313,8 @@ def test_shapes_cli_reads_a_stored_run_and_refuses_bad_paths(tmp_path, capsys):
 
 def _fake_measure(wrong_fast: set, calls: list):
     """A measurement: candidates in ``wrong_fast`` fail the check (and would be fastest); the
-    others take longer the larger their tiles; LPT is 10% faster than persistent, the sectioned
-    grid 2% slower and the grid 5% slower."""
+    others take longer the larger their tiles; LPT is 10% faster than persistent, the snake deal
+    1% slower, the sectioned grid 2% and the grid 5%."""
     def measure(arch, problem, cands, *, reps):
         calls.append((problem, tuple(cands), reps))
 
@@ -317,7 +322,7 @@ def _fake_measure(wrong_fast: set, calls: list):
             return (c not in wrong_fast), ("FAIL: max|err|=1" if c in wrong_fast else "ok")
 
         def time(passing):
-            f = {"lpt": 0.9, "persistent": 1.0, "glpt": 1.02, "grid": 1.05}
+            f = {"lpt": 0.9, "persistent": 1.0, "snake": 1.01, "glpt": 1.02, "grid": 1.05}
             return {c: (c.tile_m * c.tile_n / 64 * f[c.schedule], 0.01) for c in passing}
         return tune.rank(cands, check, time)
     return measure
@@ -350,8 +355,7 @@ def test_tune_classes_checks_first_and_writes_what_attention_reads(
         (p.label, 3) for c, d, k in (("uneven", 64, True), ("uneven", 128, True),
                                      ("gqa", 128, True))
         for p in representatives(ShapeClass(c), d, k))
-    assert all(any(c.schedule == "lpt" for c in cands) and any(c.schedule == "glpt" for c in cands)
-               for _, cands, _ in calls)
+    assert all({"lpt", "snake", "glpt"} <= {c.schedule for c in cands} for _, cands, _ in calls)
     doc = json.loads(out.read_text())
     assert doc["schema"] == 2 and doc["configs"] == old["configs"]       # the rest is kept
     got = parse(doc)
@@ -394,7 +398,7 @@ def test_base_tune_keeps_the_class_blocks():
 
 
 @pytest.mark.parametrize("argv, words", [
-    (["--arch", "h100", "--classes", "tiny", "--out", "X"], "unknown shape class"),
+    (["--arch", "h100", "--classes", "huge", "--out", "X"], "unknown shape class"),
     (["--arch", "h100", "--classes", "gqa", "--only", "d64.full", "--out", "X"], "leaves no key"),
 ])
 def test_tune_classes_refusals_are_one_line_exit_2(tmp_path, capsys, monkeypatch, argv, words):

@@ -16,6 +16,7 @@ ORDERS = [ScanOrder.linear(), ScanOrder.sawtooth(), ScanOrder.sawtooth(2), ScanO
 SCHEDULES = [CtaSchedule.grid(), CtaSchedule.tile_x(2), CtaSchedule.tile_x(3),
              CtaSchedule.persistent(1), CtaSchedule.persistent(5),
              CtaSchedule.persistent(5, WorkOrder.HEAD_MAJOR), CtaSchedule.longest_first(4),
+             CtaSchedule.snake(3), CtaSchedule.snake(5, WorkOrder.HEAD_MAJOR),
              CtaSchedule.persistent(1000), CtaSchedule.sectioned_longest_first(1),
              CtaSchedule.sectioned_longest_first(2), CtaSchedule.sectioned_longest_first(4)]
 PROBLEMS = [Problem(2, 3, 320, 64), Problem(2, 3, 320, 64, causal=True),
@@ -93,6 +94,26 @@ def test_head_major_and_longest_first_work_orders():
     assert got == {(0, 0): (0, 1), (1, 0): (1, 1), (2, 0): (0, 0), (2, 1): (1, 0)}
 
 
+def test_snake_deals_the_static_rounds_in_alternating_order():
+    """SNAKE takes the same rounds of P consecutive items as the static grid-stride, q-major or
+    head-major, but odd rounds go to the CTAs in reverse (hand-written: B*H = 2, n_q = 3, P = 4)."""
+    g = TileGrid(Problem(1, 2, 3 * 64, 64, causal=True), Tiles(64, 64))
+    s = CtaSchedule.snake(4)
+    assert s.is_persistent and s.grid_size(g) == 4 and s.label == "snake4"
+    items = s.work_items(g)
+    got = {(int(c), int(i)): (int(b), int(q))
+           for c, i, b, q in zip(items.cta, items.iter, items.bh, items.q)}
+    # round 0: items 0..3 = (0,0) (0,1) (0,2) (1,0) to CTAs 0..3; round 1: items 4, 5 = (1,1)
+    # (1,2) to CTAs 3, 2
+    assert got == {(0, 0): (0, 0), (1, 0): (0, 1), (2, 0): (0, 2), (3, 0): (1, 0),
+                   (3, 1): (1, 1), (2, 1): (1, 2)}
+    head = CtaSchedule.snake(4, WorkOrder.HEAD_MAJOR).work_items(g)
+    assert sorted(zip(head.cta.tolist(), head.iter.tolist(), head.bh.tolist(), head.q.tolist())) \
+        == [(0, 0, 0, 0), (1, 0, 1, 0), (2, 0, 0, 1), (2, 1, 1, 2), (3, 0, 1, 1), (3, 1, 0, 2)]
+    assert CtaSchedule.parse("snake4h") == CtaSchedule.snake(4, WorkOrder.HEAD_MAJOR)
+    assert CtaSchedule.parse("snake4").label == "snake4"
+
+
 def test_sectioned_longest_first_grid():
     """One CTA per item; within each section of G heads the longest Q tiles first, heads fastest;
     the last section holds the heads left over (B*H = 3, G = 2: sections {0, 1} and {2})."""
@@ -134,6 +155,13 @@ def test_load_balance_of_persistent_schedules():
     assert CtaSchedule.grid().load_balance(g) == 1.0
     full = TileGrid(Problem(1, 16, 16384, 128), Tiles(128, 64))      # equal items: both balance
     assert static.load_balance(full) < 1.07 and lpt.load_balance(full) < 1.07
+    # short heads, P a multiple of n_q (S=512, 64-row tiles: n_q = 8, P = 264): the static deal
+    # gives CTA c Q tile c mod 8 in every round; the snake pairs q with 7 - q
+    short = TileGrid(Problem(32, 16, 512, 128, causal=True), Tiles(64, 128))
+    assert CtaSchedule.persistent(264).load_balance(short) > 1.6
+    assert CtaSchedule.snake(264).load_balance(short) < 1.05
+    # long heads (n_q = 128 > P / 2): no pairing, the snake is as unbalanced as the static deal
+    assert CtaSchedule.snake(132).load_balance(g) > 1.5
 
 
 def test_trace_counts_every_tile_access():

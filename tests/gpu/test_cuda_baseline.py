@@ -32,7 +32,8 @@ from spec.variant import Backend, Variant
 pytestmark = pytest.mark.gpu
 
 ORDERS = ["linear", "sawtooth", "sawtooth2", "reverse", "blockparity"]
-SCHEDULES = ["grid", "tile2", "static7", "static7h", "lpt7", "glpt3"]   # glpt3: short last section
+SCHEDULES = ["grid", "tile2", "static7", "static7h", "snake7", "lpt7",
+             "glpt3"]   # glpt3: short last section
 FULL_TILES = Tiles(64, 64)                 # every order x schedule; also the trace tiles
 TILES = [FULL_TILES, Tiles(80, 80), Tiles(128, 64), Tiles(128, 128)]
 HEAD_DIMS = [64, 128]
