@@ -186,9 +186,9 @@ def test_findings_on_bad_counters(kind, tmp_path):
     d = tmp_path / src.name
     shutil.copytree(src, d)
     bad = _bad_inputs()[kind]
-    if bad is None:
-        (d / "counters.csv").unlink()
-    else:
+    for f in ("counters.csv", "counters.csv.gz"):      # committed plain or gzipped
+        (d / f).unlink(missing_ok=True)
+    if bad is not None:
         (d / "counters.csv").write_bytes(bad)
     r = _cmd("analysis.findings", "--arch", "h100", "--no-sim", "--run", str(d), "--out",
              str(tmp_path / "out"))
