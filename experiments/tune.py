@@ -18,13 +18,14 @@ geometric mean of its median times over them (the same ranking as the geometric 
 slowdowns against each problem's fastest), so one size cannot pick tiles that lose at another.
 
 ``--classes`` tunes shape classes instead (``kernels.config.ShapeClass``: cross, gqa, small,
-uneven, tiny, short; the top-level (D, causal) defaults are the long class): per class, the (D, causal) keys
-that issue 14's shape suite has in that class (``experiments.studies.shapes_problems``; ``--only``
-narrows them), each at the class's problems (``kernels.config.representatives``: its small and
-large end), through the same check-then-time ranking; the candidates are the key's, plus for causal
-keys each persistent one again with the snake deal and with the longest-first (LPT) order. The winners go to the class's block of the JSON; a key
-where no candidate passes keeps falling back to the (D, causal) default, and its trials and the
-class's status say so. Everything else in the file is kept.
+uneven, tiny, short; the top-level (D, causal) defaults are the long class): per class, the
+(D, causal) keys that issue 14's shape suite has in that class
+(``experiments.studies.shapes_problems``; ``--only`` narrows them), each at the class's problems
+(``kernels.config.representatives``: its small and large end), through the same check-then-time
+ranking; the candidates are the key's, plus for causal keys each persistent one again with the
+snake deal and with the longest-first (LPT) order. The winners go to the class's block of the
+JSON; a key where no candidate passes keeps falling back to the (D, causal) default, and its
+trials and the class's status say so. Everything else in the file is kept.
 
 Runs never autotune: they read the JSON (``kernels.config``). The JSON is written atomically and
 never silently replaced: an existing file needs ``--force`` (or pass another ``--out``).

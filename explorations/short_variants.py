@@ -1,4 +1,4 @@
-"""``python -m explorations.short_variants DIR``: edited copies of ``kernels/fmha.py`` for the short shapes.
+"""``python -m explorations.short_variants DIR``: edited copies of the kernel for the short shapes.
 
 The short batched shapes (B 16/32, H=16, S=512, D=128) are bound by DRAM as much as by the tensor
 cores: Q, K, V and O are each read or written once (268 MB at b32 causal, 80 us at 3.35 TB/s) and
@@ -17,8 +17,12 @@ kernel and both SDPA peers:
   (FA3's L2 swizzle; what the sectioned grid ``glpt<G>`` does for the grid launch); G is fixed
   in the source of each variant, launched as ``lpt<P>``.
 - ``ncta2``: the kernel compiled with ``num_ctas=2`` (a two-CTA cluster, FA3's choice for D=128
-  non-causal; cutile-notes.md says ``ct.bid`` then counts cluster-wide blocks, which the
-  correctness check will show).
+  non-causal; cutile-notes.md says ``ct.bid`` then counts cluster-wide blocks).
+
+Measured on the H100 (``profiles/h100/kernel-ab-20261125b``): none helps (``nocheck``
+0.997-1.004x the production kernel, ``stdstore`` 0.983-0.992x, ``ncta2`` correct but 37-59x
+slower, ``lptsec`` 0.56-0.95x); what did was the persistent launch and, causal, its snake deal
+(``spec.schedules``), with the time lost between short CTAs shown by ncu (README there).
 
 Every edit is a literal replacement that must match once, so a change of ``kernels/fmha.py`` that
 moves the edited lines fails here loudly instead of producing a silently identical variant.
@@ -86,8 +90,9 @@ def variant(name: str, text: str) -> str:
     for old, new, count in EDITS[name]:
         found = text.count(old)
         if found != count:
-            raise SystemExit(f"variant {name}: expected {count} match(es) of {old[:60]!r}, found "
-                             f"{found}; kernels/fmha.py changed, update explorations/short_variants.py")
+            raise SystemExit(f"variant {name}: expected {count} match(es) of {old[:60]!r}, "
+                             f"found {found}; kernels/fmha.py changed: update "
+                             "explorations/short_variants.py")
         text = text.replace(old, new)
     return text
 

@@ -34,7 +34,8 @@ SCHEDULES = ["grid", "tile2", "static7", "static7h", "lpt7"]
 DTYPES = ["fp16", "bf16"]
 HEAD_DIMS = [64, 128]
 BITWISE_ORDERS = ["linear", "reverse"]
-BITWISE_SCHEDULES = SCHEDULES + ["static132", "tile3", "glpt3", "snake7"]   # glpt3: a short last section
+# glpt3: a short last section; snake7: odd rounds dealt in reverse
+BITWISE_SCHEDULES = SCHEDULES + ["static132", "tile3", "glpt3", "snake7"]
 TRACE_ORDERS = ORDERS + ["sawtooth3"]
 TRACE_SCHEDULES = SCHEDULES + ["tile3", "static5", "glpt3", "snake5"]
 TALL_ORDERS = ["reverse", "sawtooth", "blockparity"]
