@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -263,17 +263,36 @@ class ArchParams:
     stores_miss: bool = True
     replacement: str = "lru"
 
+    def sim_values(self) -> dict:
+        """The simulator's parameters (``SIM_FIELDS``) as the mapping ``time_params`` reads."""
+        return {k: getattr(self, k) for k in SIM_FIELDS}
+
     def time_params(self, arch: Arch, seed: int = 0, sample_rate: float = 1.0) -> TimeParams:
-        return TimeParams(int(self.capacity_fraction * arch.l2_bytes), miss_ratio=self.miss_ratio,
-                          jitter=self.jitter, seed=seed, partitions=self.partitions,
-                          sample_rate=sample_rate, placement=self.placement,
-                          stores_miss=self.stores_miss, rate_jitter=self.rate_jitter,
-                          replacement=self.replacement)
+        return time_params(arch, self.sim_values(), seed, sample_rate)
 
     def note(self) -> str:
         src = (f"fitted {'+'.join(self.fitted)} on {self.fit_study}" if self.fitted
                else "defaults, not fitted")
         return f"params {self.arch}: f={self.capacity_fraction:g} r={self.miss_ratio:g} ({src})"
+
+
+SIM_FIELDS = ("capacity_fraction", "miss_ratio", "jitter", "partitions", "rate_jitter",
+              "placement", "stores_miss", "replacement")
+"""The ``ArchParams`` fields the simulator runs with (the rest say where they came from)."""
+_SIM_DEFAULTS = {f.name: f.default for f in fields(ArchParams)
+                 if f.name in SIM_FIELDS and f.default is not MISSING}
+
+
+def time_params(arch: Arch, values: dict, seed: int = 0, sample_rate: float = 1.0) -> TimeParams:
+    """The ``TimeParams`` of parameter mapping ``values`` (``SIM_FIELDS``; an absent optional
+    one takes ``ArchParams``' default): the one place a parameter set becomes a simulator
+    configuration, for a committed arch file and for each point of a fit alike."""
+    v = _SIM_DEFAULTS | values
+    return TimeParams(int(v["capacity_fraction"] * arch.l2_bytes), miss_ratio=v["miss_ratio"],
+                      jitter=v["jitter"], seed=seed, partitions=int(v["partitions"]),
+                      sample_rate=sample_rate, placement=v["placement"],
+                      stores_miss=v["stores_miss"], rate_jitter=v["rate_jitter"],
+                      replacement=v["replacement"])
 
 
 def rel_rms(pred: Sequence[float], meas: Sequence[float]) -> float:

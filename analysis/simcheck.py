@@ -53,13 +53,8 @@ also searched miss_ratio over 1, 3, 9, which divergence could not tell apart).""
 
 def _params(arch: Arch, p: dict, seed: int = 0) -> TimeParams:
     rate = p.get("sample_rate", 1.0)
-    return TimeParams(int(p["capacity_fraction"] * arch.l2_bytes), miss_ratio=p["miss_ratio"],
-                      jitter=p["jitter"], seed=seed, partitions=int(p["partitions"]),
-                      sample_rate=1.0 if rate == "auto" else float(rate),
-                      rate_jitter=p.get("rate_jitter", 0.0),
-                      placement=p.get("placement", "alternate"),
-                      stores_miss=p.get("stores_miss", True),
-                      replacement=p.get("replacement", "lru"))
+    return cal.time_params(arch, {k: v for k, v in p.items() if k in cal.SIM_FIELDS}, seed,
+                           1.0 if rate == "auto" else float(rate))
 
 
 def predict(case: Case, arch: Arch, p: dict, seed: int = 0) -> TimeCounts:
@@ -309,11 +304,8 @@ def main(argv=None) -> int:
         print(f"{path}: f={p.capacity_fraction} r={p.miss_ratio} rel RMS {p.fit_rel_rms:.3f}")
         return 0
     p = cal.read_params(arch.name)
-    pd = {"capacity_fraction": p.capacity_fraction, "miss_ratio": p.miss_ratio,
-          "jitter": p.jitter, "partitions": p.partitions, "rate_jitter": p.rate_jitter,
-          "placement": p.placement, "stores_miss": p.stores_miss,
-          "replacement": a.replacement or p.replacement,
-          "sample_rate": 1.0 if a.exact else "auto"}
+    pd = p.sim_values() | {"replacement": a.replacement or p.replacement,
+                           "sample_rate": 1.0 if a.exact else "auto"}
     if a.out is None:
         print(f"error: {a.command} needs --out DIR", file=sys.stderr)
         return 2
