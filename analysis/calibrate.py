@@ -48,7 +48,7 @@ from spec.variant import DEFAULT_STAGES, Backend, Variant
 from . import timemodel
 from .timesim import TimeParams
 
-__all__ = ["FITTABLE", "MAX_FREE", "MeasuredCase", "load_measured", "case_of_row",
+__all__ = ["FITTABLE", "MAX_FREE", "MeasuredCase", "load_measured", "case_of_row", "case_key", "measured_ctas_per_sm",
            "jitter_from_drift", "miss_ratio_from_timing", "ArchParams", "fit", "rel_rms", "write_params", "read_params",
            "PARAMS_DIR"]
 
@@ -89,21 +89,42 @@ class MeasuredCase:
         return self.case.id
 
 
-def case_of_row(r: dict, arch: Arch) -> Case:
-    """The case a measured row stands for. Resident CTAs: the persistent schedule's P, otherwise
-    SM count × the row's occupancy (the arch default of the family when the row has none)."""
-    backend = Backend(r["backend"])
-    occ = r["occupancy"]
-    variant = Variant(backend, ScanOrder.parse(r["order"]), CtaSchedule.parse(r["schedule"]),
-                      Tiles(r["tile_m"], r["tile_n"]), occ)
+def case_of_row(r: dict, arch: Arch, panel: str = "measured",
+                ctas_per_sm: int | None = None) -> Case:
+    """The case a measured row stands for, from its variant and problem columns.
+
+    Resident CTAs, the number of K/V scans that share the L2 at once, are what the compiled kernel
+    really gets: the persistent schedule's P, otherwise SM count × ``ctas_per_sm``, the driver's
+    occupancy of the build the run measured (``measured_ctas_per_sm``). The occupancy *hint* of
+    the variant is only a request (the sawtooth study's cuTile ``occ2`` builds hold 1 CTA per SM:
+    128 registers × 384 threads), so it is used only for runs that did not record the build's
+    occupancy, and then the family's default stands in for a missing hint."""
+    level = re.search(r"\.L(\d+)$", r["variant"])
+    variant = Variant(Backend(r["backend"]), ScanOrder.parse(r["order"]),
+                      CtaSchedule.parse(r["schedule"]), Tiles(r["tile_m"], r["tile_n"]),
+                      r["occupancy"], int(level[1]) if level else None)
     problem = Problem(B=r["B"], H=r["H"], S_q=r["S_q"], D=r["D"], S_kv=r["S_kv"], H_kv=r["H_kv"],
                       dtype=r["dtype"], causal=r["causal"])
+    if variant.id(problem) != r["variant"]:
+        raise ValueError(f"row variant {r['variant']!r} does not match its columns "
+                         f"({variant.id(problem)}); the run's rows are inconsistent")
     if variant.schedule.is_persistent:
         resident = variant.schedule.num_ctas
     else:
-        default = arch.cutile_occupancy if backend == Backend.CUTILE else arch.cuda_occupancy
-        resident = arch.resident_ctas(occ or default)
-    return Case(problem, variant, resident, "measured")
+        default = arch.cutile_occupancy if variant.backend == Backend.CUTILE else arch.cuda_occupancy
+        resident = arch.resident_ctas(ctas_per_sm or variant.occupancy or default)
+    return Case(problem, variant, resident, panel)
+
+
+def measured_ctas_per_sm(d: Path) -> dict[tuple, int]:
+    """The driver's CTAs per SM of every build run directory ``d`` measured (its ``timing.csv``
+    resource rows, ``cuOccupancyMaxActiveBlocksPerMultiprocessor`` of the loaded kernel), by case
+    key; empty for runs that recorded none."""
+    path = data_path(Path(d), "timing.csv")
+    if path is None:
+        return {}
+    return {case_key(r): int(r["value"]) for r in read_csv(path)
+            if r["metric"] == Metric.CTAS_PER_SM and r["source"] == "measured"}
 
 
 def _study_dirs(root: Path, study: str) -> list[Path]:
@@ -115,11 +136,15 @@ def _study_dirs(root: Path, study: str) -> list[Path]:
 def load_measured(root: Path, arch: Arch, study: str, metric: str = MISSES) -> list[MeasuredCase]:
     """Every measured case of ``study`` under ``root`` (e.g. ``profiles/h100``) with its
     ``metric`` (default the tex misses) in each run directory (``<study>-YYYYMMDD[-rN]``; a
-    ``longseq-profile-...`` directory counts for longseq)."""
+    ``longseq-profile-...`` directory counts for longseq). A build's occupancy recorded by any of
+    the study's runs stands for all of them: the older runs (2026-11-21) did not record it, and
+    their builds are taken to be those of the newer runs of the same variant."""
     per: dict[str, tuple[Case, list[str], list[float]]] = {}
-    for d in _study_dirs(Path(root), study):
+    dirs = _study_dirs(Path(root), study)
+    per_sm = {k: v for d in dirs for k, v in measured_ctas_per_sm(d).items()}   # any run's build
+    for d in dirs:
         for run, r in _metric_rows(d, metric):
-            c = case_of_row(r, arch)
+            c = case_of_row(r, arch, ctas_per_sm=per_sm.get(case_key(r)))
             _, runs, vals = per.setdefault(c.id, (c, [], []))
             runs.append(run)
             vals.append(r["value"])
@@ -139,12 +164,13 @@ def _metric_rows(d: Path, metric: str) -> list[tuple[str, dict]]:
     seen: dict[tuple, int] = {}
     out = []
     for r in launches:
-        i = seen[_case_key(r)] = seen.get(_case_key(r), 0) + 1
+        i = seen[case_key(r)] = seen.get(case_key(r), 0) + 1
         out.append((f"{d.name}#{i}", r))
-    return out + [(d.name, r) for r in rows if _case_key(r) not in seen]
+    return out + [(d.name, r) for r in rows if case_key(r) not in seen]
 
 
-def _case_key(r: dict) -> tuple:
+def case_key(r: dict) -> tuple:
+    """A measured row's case identity: its variant id and problem columns."""
     return (r["variant"], *(r[k] for k in PROBLEM_COLUMNS))
 
 

@@ -30,7 +30,7 @@ from .families import family
 from .timing import sdpa_peers, time_interleaved
 
 RESOURCES = (("registers", "registers", "register"), ("local_bytes", "local_bytes", "byte"),
-             ("smem_bytes", "smem_bytes", "byte"), ("ctas_per_sm", "ctas_per_sm", "CTA"))
+             ("smem_bytes", "smem_bytes", "byte"), (Metric.CTAS_PER_SM, "ctas_per_sm", "CTA"))
 """(metric, ``Prepared`` field, unit) of the resource rows: the names and units the committed
 profiles/h100/cuda_bench.csv.gz uses."""
 DRIFT_POINTS = 300

@@ -58,6 +58,7 @@ class Metric:
         "lrc__lrc2xbar_sectors_op_read_coalescing_achieved_type_programmatic.sum")
     LRC_UNCOALESCED_SECTORS = "lrc__lrc2xbar_sectors_op_read_coalescing_none.sum"
     REPLAY_PASSES = "profiler__replayer_passes"
+    CTAS_PER_SM = "ctas_per_sm"     # the driver's occupancy of the loaded build (a resource row)
     # derived from measured counters: the two meanings of "a miss" on a partitioned L2
     DRAM_FILL_SECTORS = "dram_fill_sectors"                    # dram__bytes_read.sum / sector
     DRAM_FILL_ESTIMATE_SECTORS = "dram_fill_estimate_sectors"  # tex misses - fabric hits

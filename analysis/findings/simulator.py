@@ -36,6 +36,7 @@ from spec import (Arch, Backend, Case, CtaSchedule, ScanOrder, TileGrid, Tiles, 
 from spec.records import Metric
 
 from .. import reuse
+from ..calibrate import case_key, case_of_row, measured_ctas_per_sm
 from ..datasets import DatasetError, read_manifest
 from ..models import MiB, cold_misses
 from ..rows import pct_change, pivot, problem_tiles
@@ -44,28 +45,10 @@ from ..rows import pct_change, pivot, problem_tiles
 # --------------------------------------------------------------------------------------------
 # the cases of a run
 # --------------------------------------------------------------------------------------------
-def case_of_row(r: dict, arch: Arch, panel: str) -> Case:
-    """The case a row was measured on, from its variant columns. Resident CTAs: P of a persistent
-    schedule, else ``arch.resident_ctas(occupancy)`` (the row's, or the family's default)."""
-    level = re.search(r"\.L(\d+)$", r["variant"])
-    v = Variant(Backend(r["backend"]), ScanOrder.parse(r["order"]),
-                CtaSchedule.parse(r["schedule"]), Tiles(r["tile_m"], r["tile_n"]),
-                r["occupancy"], int(level[1]) if level else None)
-    prob, _ = problem_tiles(r)
-    if v.id(prob) != r["variant"]:
-        raise DatasetError(f"row variant {r['variant']!r} does not match its columns "
-                           f"({v.id(prob)}); the run's rows are inconsistent")
-    if v.schedule.is_persistent:
-        resident = v.schedule.num_ctas
-    else:
-        default = arch.cutile_occupancy if v.backend == Backend.CUTILE else arch.cuda_occupancy
-        resident = arch.resident_ctas(v.occupancy or default)
-    return Case(prob, v, resident, panel)
-
-
 def run_cases(run_dir: Path, rows: Sequence[dict], arch: Arch, study: str) -> list[Case]:
     """The cases of a run in plan order: ``profile_plan.json`` where the run has one, else rebuilt
-    from its rows (``case_of_row``), ordered as the manifest's ``parameters.cases`` lists them
+    from its rows (``case_of_row``), with the resident CTAs of the builds the run measured
+    (``analysis.calibrate.measured_ctas_per_sm``) in place of the plan's request; ordered as the manifest's ``parameters.cases`` lists them
     (first appearance in the rows when the manifest has no list)."""
     plan = Path(run_dir) / "profile_plan.json"
     by_id: dict[str, Case] = {}
@@ -77,11 +60,18 @@ def run_cases(run_dir: Path, rows: Sequence[dict], arch: Arch, study: str) -> li
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise DatasetError(f"{plan}: not a readable profile plan ({type(e).__name__}); "
                                f"restore it from git or re-run the study") from None
+    per_sm = measured_ctas_per_sm(run_dir)
     for r in rows:
         prob, _ = problem_tiles(r)
         cid = f"{r['variant']} {prob.label}"
+        try:
+            row_case = case_of_row(r, arch, study, per_sm.get(case_key(r)))
+        except ValueError as e:
+            raise DatasetError(f"{run_dir}: {e}") from None
         if cid not in by_id:
-            by_id[cid] = case_of_row(r, arch, study)
+            by_id[cid] = row_case
+        elif case_key(r) in per_sm:      # the plan's resident CTAs were the study's request
+            by_id[cid] = replace(by_id[cid], resident=row_case.resident)
     params = read_manifest(run_dir).get("parameters") or {}
     order = params.get("cases") if isinstance(params, dict) else None
     if not isinstance(order, list):

@@ -9,6 +9,7 @@ from analysis.merge import merged_sector_accesses
 from analysis.models import sector_accesses
 from analysis.timesim import TimeParams
 from spec import Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant, get_arch
+from spec.schedules import ScheduleKind
 from spec.case import Case
 
 CASE = Case(Problem(1, 1, 2048, 64), Variant(Backend.CUDA, ScanOrder.linear(),
@@ -146,3 +147,25 @@ def test_load_measured_takes_every_launch_of_the_repeats(tmp_path: Path):
     hits = cal.load_measured(tmp_path, get_arch("h100"), "active-sms",
                              "lts__t_sectors_srcunit_tex_lookup_hit.sum")
     assert len(hits) == 8 and all(m.runs == (d.name,) for m in hits)
+
+
+def test_resident_ctas_are_the_builds_occupancy_not_the_hint(tmp_path: Path):
+    """A non-persistent launch shares the L2 among SMs x the *compiled* kernel's CTAs per SM (the
+    run's ``ctas_per_sm`` resource rows), not the variant's occupancy hint: the sawtooth study's
+    cuTile ``occ2`` tile-X builds hold 1 CTA per SM (128 registers x 384 threads). Without the
+    resource rows the hint stands in; a persistent launch keeps its P either way."""
+    import shutil
+    src = Path("profiles/h100/sawtooth-20261123")
+    d = tmp_path / src.name
+    shutil.copytree(src, d)
+    per_sm = cal.measured_ctas_per_sm(d)
+    assert per_sm and set(per_sm.values()) == {1, 2}
+    cases = {m.case.id: m.case for m in cal.load_measured(tmp_path, get_arch("h100"), "sawtooth")}
+    tile = [c for c in cases.values() if c.variant.schedule.kind == ScheduleKind.TILE_X]
+    assert tile and all(c.variant.occupancy == 2 and c.resident == 132 for c in tile)
+    assert all(c.resident == 132 for c in cases.values() if c.variant.schedule.is_persistent)
+    (d / "timing.csv.gz").unlink()
+    assert cal.measured_ctas_per_sm(d) == {}
+    cases = cal.load_measured(tmp_path, get_arch("h100"), "sawtooth")
+    assert all(m.case.resident == 264 for m in cases
+               if m.case.variant.schedule.kind == ScheduleKind.TILE_X)
