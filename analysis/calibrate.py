@@ -96,9 +96,9 @@ def case_of_row(r: dict, arch: Arch, panel: str = "measured",
     Resident CTAs, the number of K/V scans that share the L2 at once, are what the compiled kernel
     really gets: the persistent schedule's P, otherwise SM count × ``ctas_per_sm``, the driver's
     occupancy of the build the run measured (``measured_ctas_per_sm``). The occupancy *hint* of
-    the variant is only a request (the sawtooth study's cuTile ``occ2`` builds hold 1 CTA per SM:
-    128 registers × 384 threads), so it is used only for runs that did not record the build's
-    occupancy, and then the family's default stands in for a missing hint."""
+    the variant is only a request (the driver answers 1 CTA per SM for the sawtooth study's
+    128-register cuTile ``occ2`` builds), so it is used only for runs that did not record the
+    build's occupancy, and then the family's default stands in for a missing hint."""
     level = re.search(r"\.L(\d+)$", r["variant"])
     variant = Variant(Backend(r["backend"]), ScanOrder.parse(r["order"]),
                       CtaSchedule.parse(r["schedule"]), Tiles(r["tile_m"], r["tile_n"]),

@@ -152,8 +152,9 @@ def test_load_measured_takes_every_launch_of_the_repeats(tmp_path: Path):
 def test_resident_ctas_are_the_builds_occupancy_not_the_hint(tmp_path: Path):
     """A non-persistent launch shares the L2 among SMs x the *compiled* kernel's CTAs per SM (the
     run's ``ctas_per_sm`` resource rows), not the variant's occupancy hint: the sawtooth study's
-    cuTile ``occ2`` tile-X builds hold 1 CTA per SM (128 registers x 384 threads). Without the
-    resource rows the hint stands in; a persistent launch keeps its P either way."""
+    cuTile ``occ2`` tile-X builds hold 1 CTA per SM (the driver's answer for their 128-register
+    builds). Without the resource rows the hint stands in; a persistent launch keeps its P
+    either way."""
     import shutil
     src = Path("profiles/h100/sawtooth-20261123")
     d = tmp_path / src.name
