@@ -103,7 +103,7 @@ UNITS = {
     Metric.L1_XBAR_READ_SECTORS: "sector", Metric.LRC_READ_SECTORS: "sector",
     Metric.LRC_COALESCED_HW_SECTORS: "sector", Metric.LRC_COALESCED_PROG_SECTORS: "sector",
     Metric.LRC_UNCOALESCED_SECTORS: "sector",
-    Metric.REPLAY_PASSES: "pass", Metric.DRAM_FILL_SECTORS: "sector",
+    Metric.REPLAY_PASSES: "pass", Metric.CTAS_PER_SM: "CTA", Metric.DRAM_FILL_SECTORS: "sector",
     Metric.DRAM_FILL_ESTIMATE_SECTORS: "sector", Metric.CHECK_TEX_LOOKUPS: "ratio",
     Metric.CHECK_FABRIC_LOOKUPS: "ratio", Metric.CHECK_DRAM_PER_TEX_MISS: "ratio",
     Metric.CHECK_DRAM_PER_ESTIMATE: "ratio",
