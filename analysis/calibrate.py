@@ -48,7 +48,8 @@ from spec.variant import DEFAULT_STAGES, Backend, Variant
 from . import timemodel
 from .timesim import TimeParams
 
-__all__ = ["FITTABLE", "MAX_FREE", "MeasuredCase", "load_measured", "case_of_row", "case_key", "measured_ctas_per_sm",
+__all__ = ["FITTABLE", "MAX_FREE", "MeasuredCase", "load_measured", "case_of_row", "case_key",
+           "measured_ctas_per_sm",
            "jitter_from_drift", "miss_ratio_from_timing", "ArchParams", "fit", "rel_rms", "write_params", "read_params",
            "PARAMS_DIR"]
 
@@ -111,7 +112,8 @@ def case_of_row(r: dict, arch: Arch, panel: str = "measured",
     if variant.schedule.is_persistent:
         resident = variant.schedule.num_ctas
     else:
-        default = arch.cutile_occupancy if variant.backend == Backend.CUTILE else arch.cuda_occupancy
+        default = (arch.cutile_occupancy if variant.backend == Backend.CUTILE
+                   else arch.cuda_occupancy)
         resident = arch.resident_ctas(ctas_per_sm or variant.occupancy or default)
     return Case(problem, variant, resident, panel)
 

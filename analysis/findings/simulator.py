@@ -23,7 +23,6 @@ import hashlib
 import json
 import math
 import os
-import re
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -31,15 +30,14 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from spec import (Arch, Backend, Case, CtaSchedule, ScanOrder, TileGrid, Tiles, Variant,
-                  build_trace, case_from_dict)
+from spec import Arch, Backend, Case, TileGrid, build_trace, case_from_dict
 from spec.records import Metric
 
 from .. import reuse
 from ..calibrate import case_key, case_of_row, measured_ctas_per_sm
 from ..datasets import DatasetError, read_manifest
 from ..models import MiB, cold_misses
-from ..rows import pct_change, pivot, problem_tiles
+from ..rows import pct_change, pivot
 
 
 # --------------------------------------------------------------------------------------------
@@ -48,8 +46,9 @@ from ..rows import pct_change, pivot, problem_tiles
 def run_cases(run_dir: Path, rows: Sequence[dict], arch: Arch, study: str) -> list[Case]:
     """The cases of a run in plan order: ``profile_plan.json`` where the run has one, else rebuilt
     from its rows (``case_of_row``), with the resident CTAs of the builds the run measured
-    (``analysis.calibrate.measured_ctas_per_sm``) in place of the plan's request; ordered as the manifest's ``parameters.cases`` lists them
-    (first appearance in the rows when the manifest has no list)."""
+    (``analysis.calibrate.measured_ctas_per_sm``) in place of the plan's request; ordered as the
+    manifest's ``parameters.cases`` lists them (first appearance in the rows when the manifest
+    has no list)."""
     plan = Path(run_dir) / "profile_plan.json"
     by_id: dict[str, Case] = {}
     if plan.exists():
@@ -61,17 +60,20 @@ def run_cases(run_dir: Path, rows: Sequence[dict], arch: Arch, study: str) -> li
             raise DatasetError(f"{plan}: not a readable profile plan ({type(e).__name__}); "
                                f"restore it from git or re-run the study") from None
     per_sm = measured_ctas_per_sm(run_dir)
+    done: set[tuple] = set()
     for r in rows:
-        prob, _ = problem_tiles(r)
-        cid = f"{r['variant']} {prob.label}"
+        key = case_key(r)
+        if key in done:                  # one row per metric: the case is built once
+            continue
+        done.add(key)
         try:
-            row_case = case_of_row(r, arch, study, per_sm.get(case_key(r)))
+            c = case_of_row(r, arch, study, per_sm.get(key))
         except ValueError as e:
             raise DatasetError(f"{run_dir}: {e}") from None
-        if cid not in by_id:
-            by_id[cid] = row_case
-        elif case_key(r) in per_sm:      # the plan's resident CTAs were the study's request
-            by_id[cid] = replace(by_id[cid], resident=row_case.resident)
+        if c.id not in by_id:
+            by_id[c.id] = c
+        elif key in per_sm:              # the plan's resident CTAs were the study's request
+            by_id[c.id] = replace(by_id[c.id], resident=c.resident)
     params = read_manifest(run_dir).get("parameters") or {}
     order = params.get("cases") if isinstance(params, dict) else None
     if not isinstance(order, list):
