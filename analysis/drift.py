@@ -28,8 +28,10 @@ class Drift:
         return self.spread_ns / self.median_step_ns
 
 
-def drift(time_ns: np.ndarray) -> Drift:
-    """``time_ns``: int64 [n_ctas, steps], -1 where a CTA has no such step (trace()["time_ns"]).
+def drift(time_ns: np.ndarray, every: int = 1) -> Drift:
+    """``time_ns``: int64 [n_ctas, records], -1 where a CTA has no such record
+    (trace()["time_ns"]); record ``r`` is step ``r * every`` (trace()["every"]), so ``step`` holds
+    step indices and ``median_step_ns`` is the median time between records over ``every``.
 
     %globaltimer stamps are large (ns since the epoch on current drivers, ~1.8e18), where float64
     resolves only 256 ns; times are made relative to the earliest stamp in int64 before any
@@ -39,13 +41,61 @@ def drift(time_ns: np.ndarray) -> Drift:
     base = raw[valid].min() if valid.any() else 0
     t = (raw - base).astype(np.float64)
     both = valid[:, 1:] & valid[:, :-1]
-    durations = np.diff(t, axis=1)[both]
+    durations = np.diff(t, axis=1)[both] / every
     median = float(np.median(durations)) if durations.size else float("nan")
     counts = valid.sum(axis=0)
     hi = np.where(valid, t, -np.inf).max(axis=0)
     lo = np.where(valid, t, np.inf).min(axis=0)
     keep = counts >= 2
-    return Drift(np.flatnonzero(keep), (hi - lo)[keep], median)
+    return Drift(np.flatnonzero(keep) * every, (hi - lo)[keep], median)
+
+
+GAP_EDGES = (0.0, 0.5, 2.0, 8.0, 64.0, 256.0, 1024.0, 4096.0)
+"""Lower edges of the bins of ``step_time_by_gap``, in steps behind the leading CTA: the first
+bin holds the leader (gap 0) and CTAs within half a step of it, the next ones CTAs close enough
+to find the leader's fills in flight, a few MiB behind, and more than one L2 partition behind
+(1280 steps of 20 KiB are 25 MiB)."""
+
+
+@dataclass(frozen=True)
+class GapTimes:
+    edges: np.ndarray       # lower edge of each gap bin, in steps behind the leading CTA
+    mean_ns: np.ndarray     # mean duration of the steps that started in that bin (nan: none)
+    count: np.ndarray       # how many step durations fell in that bin
+
+
+def step_time_by_gap(time_ns: np.ndarray, edges=GAP_EDGES, every: int = 1) -> GapTimes:
+    """How long a CTA's step lasts as a function of how far it is behind the leading CTA.
+
+    Why: a simulated step costs a hit time or a miss time, and only the *difference* between
+    the two holds CTAs together. When a few CTAs scan the same K/V, the one in front (the
+    leader) misses every tile and the ones behind find its fills in the L2; if a missing step
+    lasted longer than a hitting one, followers would catch up with the leader and convoy behind
+    it; if not, any difference in speed drives them apart without limit. The trace build stamps
+    every step of every CTA, so both durations are read off directly: for each step index ``s``
+    the leader is the CTA that started it first, every CTA's gap is its start time minus the
+    leader's (in median steps), and its step lasts ``t[c, s+1] − t[c, s]``. Only steps the CTA
+    ran both ends of count; ``edges`` are the bins' lower edges (the last bin is open). With a
+    sparse trace (record ``r`` = step ``r * every``) a "step" is ``every`` steps and its
+    duration is reported per step (divided by ``every``)."""
+    raw = np.asarray(time_ns, dtype=np.int64)
+    valid = raw >= 0
+    if raw.ndim != 2 or raw.shape[1] < 2 or valid.sum(axis=0).max() < 2:
+        raise ValueError("step_time_by_gap needs at least two CTAs with two stamped steps")
+    d = drift(raw, every)
+    base = raw[valid].min()
+    t = (raw - base).astype(np.float64)
+    lead = np.where(valid, t, np.inf).min(axis=0)
+    gap = (t[:, :-1] - lead[:-1]) / d.median_step_ns
+    dur = np.diff(t, axis=1) / every
+    ok = valid[:, 1:] & valid[:, :-1] & (valid.sum(axis=0)[:-1] >= 2)
+    e = np.asarray(edges, dtype=np.float64)
+    b = np.searchsorted(e, gap[ok], side="right") - 1
+    n = np.bincount(b, minlength=len(e))[:len(e)]
+    tot = np.bincount(b, weights=dur[ok], minlength=len(e))[:len(e)]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(n > 0, tot / np.maximum(n, 1), np.nan)
+    return GapTimes(e, mean, n)
 
 
 def sample_steps(n: int, points: int) -> np.ndarray:

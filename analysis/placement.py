@@ -59,11 +59,12 @@ class LaunchTrace:
 
 
 def compact(time_ns: np.ndarray, smid: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray, *,
-            keep_steps: Sequence[int] = (), points: int = 64) -> LaunchTrace:
+            keep_steps: Sequence[int] = (), points: int = 64, every: int = 1) -> LaunchTrace:
     """The compact record of one launch from ``trace()``'s full arrays (``time_ns`` int64
     [n_ctas, steps], -1 padded): ``points`` evenly spaced steps plus ``keep_steps`` (clipped to
     the last step; e.g. the step after one work item), and the median step duration of the full
-    array (``analysis.drift``)."""
+    array (``analysis.drift``). A sparse trace (record ``r`` = step ``r * every``) keeps the
+    records nearest those steps; ``steps`` holds step indices either way."""
     time_ns = np.asarray(time_ns, dtype=np.int64)
     smid, start_ns, end_ns = (np.asarray(a) for a in (smid, start_ns, end_ns))
     if time_ns.ndim != 2 or not time_ns.shape[1]:
@@ -80,14 +81,15 @@ def compact(time_ns: np.ndarray, smid: np.ndarray, start_ns: np.ndarray, end_ns:
         raise ValueError("no CTA recorded a start stamp (start_ns all -1)")
     base = int(start_ns[started].min())
     last = time_ns.shape[1] - 1
-    steps = np.union1d(sample_steps(last + 1, points),
-                       np.minimum(np.asarray(keep_steps, dtype=np.int64), last)).astype(np.int64)
+    cols = np.union1d(sample_steps(last + 1, points),
+                      np.minimum(np.asarray(keep_steps, dtype=np.int64) // every, last))
+    cols = cols.astype(np.int64)
 
     def rel(a):
         return np.where(a >= 0, a - base, -1).astype(np.int64)
 
-    return LaunchTrace(smid.astype(np.int32), rel(start_ns), rel(end_ns), steps,
-                       rel(time_ns[:, steps]), drift(time_ns).median_step_ns, base)
+    return LaunchTrace(smid.astype(np.int32), rel(start_ns), rel(end_ns), cols * every,
+                       rel(time_ns[:, cols]), drift(time_ns, every).median_step_ns, base)
 
 
 @dataclass(frozen=True)

@@ -212,8 +212,15 @@ def write_rows(path: Path, rows: Sequence) -> None:
 # --------------------------------------------------------------------------------------------
 # CLI
 # --------------------------------------------------------------------------------------------
+DRIFT_RUN = Path("profiles/h100/drift-20261125e")
+"""The drift the simulator's jitter comes from: the drift study stamped every 64th step
+(``experiments.measure.DRIFT_EVERY``). The every-step stamps of the older runs (drift-20261121b,
+-20261125c) perturbed the drift they measured: that build's few-CTA linear launches miss 1.4-5.7x
+the plain build's sectors, the sparse one's within 0-8% (``profiles/h100/tracecost-20261125``)."""
+
+
 def _fixed(arch: Arch, root: Path) -> tuple[dict, str]:
-    drift = data_path(Path("profiles/h100/drift-20261121b"), "drift.csv")
+    drift = data_path(DRIFT_RUN, "drift.csv")
     jitter, rate_jitter, why = cal.jitter_from_drift(drift)
     facts = FACTS.get(arch.name, H100)
     miss_ratio, why_r = cal.miss_ratio_from_timing(drift, facts)

@@ -221,7 +221,8 @@ class CudaFamily:
                                "every stride a multiple of 8 elements (16-byte row copies); "
                                "call .contiguous()")
 
-    def _args(self, p: Prepared, q, k, v, out, visits=None, times=None, steps: int = 0):
+    def _args(self, p: Prepared, q, k, v, out, visits=None, times=None, steps: int = 0,
+              every: int = 1):
         pr, g = p.problem, TileGrid(p.problem, p.variant.tiles)
         i64, i32 = np.int64, np.int32
         ptr = lambda t: np.uint64(0 if t is None else t.data_ptr())   # noqa: E731
@@ -233,7 +234,7 @@ class CudaFamily:
                 i32(p.variant.schedule.section or 1),
                 i32(order.group if order.kind == OrderKind.SAWTOOTH else 1),
                 np.float32(math.log2(math.e) / math.sqrt(pr.D)),
-                ptr(visits), ptr(times), i32(steps))
+                ptr(visits), ptr(times), i32(steps), i32(every))
 
     def _launch(self, p: Prepared, kernel, args) -> None:
         import cupy
@@ -244,14 +245,18 @@ class CudaFamily:
         self._check_tensors(prepared, q, k, v, out)
         self._launch(prepared, prepared.kernel, self._args(prepared, q, k, v, out))
 
-    def trace(self, prepared: Prepared, q, k, v, out) -> dict:
-        """Run the trace build; returns ``spec.family.TRACE_KEYS``: ``visits`` int32
-        [n_ctas, steps, 4] (b, h, q_tile, kv_tile, -1 padded: the layout of spec.Visits.table()),
-        ``time_ns`` int64 [n_ctas, steps] (%globaltimer at the start of each step, -1 padded),
+    def trace(self, prepared: Prepared, q, k, v, out, every: int = 1) -> dict:
+        """Run the trace build, recording every ``every``-th step of each CTA (1: all; the
+        drift study stamps sparsely, see ``FwdParams`` in flash_fwd.cuh); returns
+        ``spec.family.TRACE_KEYS``: ``visits`` int32 [n_ctas, records, 4] (b, h, q_tile,
+        kv_tile, -1 padded: with ``every`` 1 the layout of spec.Visits.table()), ``time_ns``
+        int64 [n_ctas, records] (%globaltimer at the start of steps 0, every, 2 every, ...),
         per CTA ``smid`` int32 [n_ctas] (the SM it ran on), ``start_ns`` and ``end_ns`` int64
         [n_ctas] (%globaltimer before its first step and after its last work item), and
-        ``build``, the trace instantiation's name."""
+        ``build``, the trace instantiation's name, and ``every``."""
         import torch
+        if every < 1:
+            raise BadInput(f"every={every}: record every step (1) or every k-th (k > 1)")
         self._check_tensors(prepared, q, k, v, out)
         inst = instance_for(prepared.variant, prepared.problem, trace=True)
         kernel = self._kernel(inst, prepared.device_index)
@@ -259,15 +264,15 @@ class CudaFamily:
         s = prepared.variant.schedule
         items = (s.tiles_per_cta if s.kind == ScheduleKind.TILE_X
                  else cdiv(g.n_work, s.num_ctas) if s.is_persistent else 1)
-        steps = items * g.n_kv                       # upper bound on any CTA's steps
+        steps = cdiv(items * g.n_kv, every)          # upper bound on any CTA's records
         dev, n = q.device, prepared.n_ctas
         visits = torch.full((n * steps * 4 + n,), -1, dtype=torch.int32, device=dev)
         times = torch.full((n * (steps + 2),), -1, dtype=torch.int64, device=dev)
         self._launch(prepared, kernel,
-                     self._args(prepared, q, k, v, out, visits, times, steps))
+                     self._args(prepared, q, k, v, out, visits, times, steps, every))
         torch.cuda.current_stream(dev).synchronize()
         return unpack_trace(visits.cpu().numpy(), times.cpu().numpy(), n, steps) | {
-            "build": inst.name}
+            "build": inst.name, "every": every}
 
 
 def unpack_trace(visits: np.ndarray, times: np.ndarray, n_ctas: int, steps: int) -> dict:

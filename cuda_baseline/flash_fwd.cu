@@ -24,11 +24,12 @@ flash_fwd(const unsigned short* q, const unsigned short* k, const unsigned short
           long long o_sh, long long o_ss,
           int H, int H_kv, int S_q, int S_kv, int n_q, int n_kv, int n_work, int tiles_per_cta,
           int section, int sawtooth_group, float scale_log2,
-          int* trace_visits, unsigned long long* trace_ns, int trace_steps) {
+          int* trace_visits, unsigned long long* trace_ns, int trace_steps, int trace_every) {
     // Plain scalar parameters (what cupy.RawKernel passes); the body reads them as one struct.
     const FwdParams p{q, k, v, o, q_sb, q_sh, q_ss, k_sb, k_sh, k_ss, v_sb, v_sh, v_ss,
                       o_sb, o_sh, o_ss, H, H_kv, S_q, S_kv, n_q, n_kv, n_work, tiles_per_cta,
-                      section, sawtooth_group, scale_log2, trace_visits, trace_ns, trace_steps};
+                      section, sawtooth_group, scale_log2, trace_visits, trace_ns, trace_steps,
+                      trace_every};
     flash_fwd_impl<ORDER, SCHEDULE, WORK, TILE_M, TILE_N, D, CAUSAL, DT, TRACE, DEFAULT_STAGES>(p);
 }
 
@@ -43,10 +44,12 @@ flash_fwd_staged(const unsigned short* q, const unsigned short* k, const unsigne
                  long long o_sh, long long o_ss,
                  int H, int H_kv, int S_q, int S_kv, int n_q, int n_kv, int n_work,
                  int tiles_per_cta, int section, int sawtooth_group, float scale_log2,
-                 int* trace_visits, unsigned long long* trace_ns, int trace_steps) {
+                 int* trace_visits, unsigned long long* trace_ns, int trace_steps,
+                 int trace_every) {
     static_assert(STAGES != DEFAULT_STAGES, "the default depth is the flash_fwd entry point");
     const FwdParams p{q, k, v, o, q_sb, q_sh, q_ss, k_sb, k_sh, k_ss, v_sb, v_sh, v_ss,
                       o_sb, o_sh, o_ss, H, H_kv, S_q, S_kv, n_q, n_kv, n_work, tiles_per_cta,
-                      section, sawtooth_group, scale_log2, trace_visits, trace_ns, trace_steps};
+                      section, sawtooth_group, scale_log2, trace_visits, trace_ns, trace_steps,
+                      trace_every};
     flash_fwd_impl<ORDER, SCHEDULE, WORK, TILE_M, TILE_N, D, CAUSAL, DT, TRACE, STAGES>(p);
 }

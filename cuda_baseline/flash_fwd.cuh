@@ -51,8 +51,13 @@ struct FwdParams {
     int section;                  // G, heads per L2 section of the sectioned longest-first grid
     int sawtooth_group;           // group factor X of the sawtooth order
     float scale_log2;             // log2(e) / sqrt(D)
-    // Trace build only. Per step: visits [n_ctas, trace_steps, 4] (b, h, q_tile, kv_tile) and
-    // %globaltimer at the step's start [n_ctas, trace_steps]. Per CTA, in the same buffers right
+    // Trace build only. Per recorded step (every trace_every-th step of the CTA, counting from
+    // its first: record r is step r * trace_every): visits [n_ctas, trace_steps, 4] (b, h,
+    // q_tile, kv_tile) and %globaltimer at the step's start [n_ctas, trace_steps]. Stamping
+    // every step perturbs the timing it measures (thread 0 reads the timer and stores 24 bytes
+    // per step; the few-CTA linear launches then drift apart and miss 1.4-5.7x the plain
+    // build's misses, profiles/h100/tracecost-20261125), so drift is stamped sparsely; the
+    // access order needs every step (trace_every = 1). Per CTA, in the same buffers right
     // after the per-step records (so the kernel's parameters, and every non-trace build, stay as
     // they are): trace_visits[4 n_ctas trace_steps + c] = %smid, the SM CTA c ran on;
     // trace_ns[n_ctas trace_steps + c] = %globaltimer when CTA c started (before its first step)
@@ -60,6 +65,7 @@ struct FwdParams {
     int* trace_visits;
     unsigned long long* trace_ns;
     int trace_steps;
+    int trace_every;
 };
 
 // ------------------------------------------------------------------------------------------------
@@ -338,8 +344,9 @@ __device__ __forceinline__ void attend_q_tile(const FwdParams& p, unsigned char*
 
     for (int s = 0, j = j0; s < n_steps; ++s, j += dj) {
         if constexpr (TRACE) {
-            if (threadIdx.x == 0 && step < p.trace_steps) {
-                const long long at = static_cast<long long>(blockIdx.x) * p.trace_steps + step;
+            if (threadIdx.x == 0 && step % p.trace_every == 0 && step / p.trace_every < p.trace_steps) {
+                const long long at = static_cast<long long>(blockIdx.x) * p.trace_steps
+                                     + step / p.trace_every;
                 p.trace_ns[at] = global_timer_ns();
                 int* rec = p.trace_visits + 4 * at;
                 rec[0] = b; rec[1] = h; rec[2] = q_tile; rec[3] = j;

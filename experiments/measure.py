@@ -19,8 +19,10 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from analysis.models import cold_misses
-from analysis.drift import drift, sample_steps
+from analysis.drift import drift, sample_steps, step_time_by_gap
 from spec import Arch, Backend, TileGrid
 from spec.case import Case, case_to_dict
 from spec.records import UNITS, Metric, Row, Source, case_fields
@@ -35,6 +37,12 @@ RESOURCES = (("registers", "registers", "register"), ("local_bytes", "local_byte
 profiles/h100/cuda_bench.csv.gz uses."""
 DRIFT_POINTS = 300
 """Spread samples kept per drift case (the first and last step always among them)."""
+DRIFT_EVERY = 64
+"""The drift study stamps every 64th step of each CTA, not every step: thread 0's timer read and
+24-byte record per step slowed the CTAs unevenly and made them drift apart (few-CTA linear
+launches of the every-step trace build miss 1.4-5.7x the plain build's sectors,
+profiles/h100/tracecost-20261125). 64 steps are 1.3 MiB of K/V at 80x80 D=64, well below the
+spreads that matter (a partition holds 1280 steps)."""
 
 
 @dataclass
@@ -172,21 +180,28 @@ def check_and_time(cases: list[Case], arch: Arch, *, run: str, study: str, reps:
 
 
 def drift_rows(case: Case, time_ns, arch: Arch, *, run: str, study: str, points: int,
-               note: str) -> tuple[list[Row], str]:
-    """The drift rows of one trace build (``time_ns`` int64 [n_ctas, steps], -1 padded): the
-    median step time (``median_step_ns``, with ``note``) and the spread of step start times
-    over the CTAs at ``points`` sampled steps (``cta_start_spread_ns``, x = step); and a summary
+               note: str, every: int = 1) -> tuple[list[Row], str]:
+    """The drift rows of one trace build (``time_ns`` int64 [n_ctas, records], -1 padded; record
+    ``r`` is step ``r * every``): the
+    median step time (``median_step_ns``, with ``note``), the spread of step start times
+    over the CTAs at ``points`` sampled steps (``cta_start_spread_ns``, x = step), the mean step
+    duration by distance behind the leading CTA (``step_ns_by_gap``, x = the bin's lower edge
+    in steps, ``analysis.drift.step_time_by_gap``; the note counts its steps); and a summary
     line: the spread after one work item and at most, in steps and in MiB of K/V."""
     problem, variant = case.problem, case.variant
-    d = drift(time_ns)
+    d = drift(time_ns, every)
     rows = [case_row(case, problem, Metric.STEP_NS, d.median_step_ns, run=run, study=study,
                  arch=arch.name, note=note)]
     rows += [case_row(case, problem, Metric.CTA_START_SPREAD_NS, d.spread_ns[i], run=run,
                   study=study, arch=arch.name, x=float(d.step[i]))
              for i in sample_steps(len(d.step), points)]
+    gt = step_time_by_gap(time_ns, every=every)
+    rows += [case_row(case, problem, Metric.STEP_NS_BY_GAP, float(m), run=run, study=study,
+                      arch=arch.name, x=float(e), note=f"{int(n)} steps")
+             for e, m, n in zip(gt.edges, gt.mean_ns, gt.count) if n > 0]
     g = TileGrid(problem, variant.tiles)
     steps = d.spread_steps
-    after_one = steps[min(g.n_kv, len(steps) - 1)]
+    after_one = steps[min(int(np.searchsorted(d.step, g.n_kv)), len(steps) - 1)]
     span_mib = steps.max() * g.kv_step_bytes / 2**20
     return rows, (f"{case.id}: step {d.median_step_ns / 1e3:.2f} us, spread {after_one:.1f} "
                   f"steps after one work item ({g.n_kv} steps), max {steps.max():.1f} steps = "
@@ -199,14 +214,15 @@ def _drift_case(fam, case: Case, arch: Arch, res: Outcome, *, run: str, study: s
     q, k, v = random_inputs(problem, seed)
     tr: dict = {}
     passed = gate(fam, case, q, k, v, res, run=run, study=study, arch=arch,
-                  launch=lambda p, o: tr.update(fam.trace(p, q, k, v, o)),
+                  launch=lambda p, o: tr.update(fam.trace(p, q, k, v, o, every=DRIFT_EVERY)),
                   what="trace build output ")
     if passed is None:
         return
     verdict = passed[2]
     rows, line = drift_rows(case, tr["time_ns"], arch, run=run, study=study, points=points,
-                            note=f"trace build {tr['build']}, %globaltimer at each step start; "
-                                 f"output {verdict}")
+                            every=tr["every"],
+                            note=f"trace build {tr['build']}, %globaltimer at the start of every "
+                                 f"{tr['every']}th step; output {verdict}")
     res.rows += rows
     res.summary.append(line)
 

@@ -338,7 +338,7 @@ def shapes_plan(arch: Arch) -> list[Case]:
     return cases
 
 
-DRIFT_FEW_CTAS = (4, 16)
+DRIFT_FEW_CTAS = (2, 4, 8, 16)
 """The few-CTA launches of the drift study (B=1): whether a handful of CTAs, with memory
 bandwidth to spare, stay in step over millions of steps (the active-sms study's P=4..16)."""
 

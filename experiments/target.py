@@ -13,10 +13,12 @@ default): ``reverse`` launches the cases in reverse plan order (does the launch 
 ``flush_bytes`` writes a buffer of that size before every launch, outside the range (our own L2
 flush, to compare with ncu's ``--cache-control all``); ``trace_dir`` launches the family's trace
 build instead and saves, per launch, each CTA's SM, start and end and sampled step stamps there
-(``save_trace``; CTA placement and drift against the miss count).
+(``save_trace``; CTA placement and drift against the miss count); ``trace_every`` (CUDA only,
+default 1) makes that build stamp every k-th step, not every step.
 """
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
@@ -41,7 +43,7 @@ def save_trace(tr: dict, case, path: Path) -> None:
         raise TraceError(f"{case.id}: this family's trace build records no SM ids")
     n_kv = TileGrid(case.problem, case.variant.tiles).n_kv
     lt = placement_mod.compact(tr["time_ns"], tr["smid"], tr["start_ns"], tr["end_ns"],
-                               keep_steps=[n_kv])
+                               keep_steps=[n_kv], every=tr["every"])
     np.savez(path, **placement_mod.to_arrays([lt]))
 
 
@@ -51,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = json.loads(Path(argv[0]).read_text())
     cases = [case_from_dict(d) for d in plan["cases"]]
     trace_dir = plan.get("trace_dir")
+    every = int(plan.get("trace_every", 1))
     families, launches, inputs = {}, [], {}
     for case in cases:
         fam = families.get(case.variant.backend) or families.setdefault(
@@ -59,19 +62,21 @@ def main(argv: list[str] | None = None) -> int:
             q, k, v = random_inputs(case.problem, plan.get("seed", 0))
             inputs[case.problem] = (q, k, v, poisoned_like(q))
         prepared = fam.prepare(case.variant, case.problem)
-        (fam.trace if trace_dir else fam.run)(prepared, *inputs[case.problem])   # warm-up
-        launches.append((case, fam, prepared))
+        launch_one = (fam.run if not trace_dir else fam.trace if every == 1 else
+                      functools.partial(fam.trace, every=every))
+        launch_one(prepared, *inputs[case.problem])                              # warm-up
+        launches.append((case, launch_one, prepared))
     flush_bytes = int(plan.get("flush_bytes") or 0)
     flush = torch.empty(flush_bytes // 4, dtype=torch.int32, device="cuda") if flush_bytes else None
     order = launches[::-1] if plan.get("reverse") else launches
     torch.cuda.synchronize()
     for launch in range(int(plan.get("launches", 1))):
-        for case, fam, prepared in order:
+        for case, launch_one, prepared in order:
             if flush is not None:
                 flush.fill_(launch + 1)
                 torch.cuda.synchronize()
             torch.cuda.nvtx.range_push(case.id)
-            tr = (fam.trace if trace_dir else fam.run)(prepared, *inputs[case.problem])
+            tr = launch_one(prepared, *inputs[case.problem])
             torch.cuda.nvtx.range_pop()
             torch.cuda.synchronize()
             if trace_dir:

@@ -127,21 +127,26 @@ class UsageError(ValueError):
     pass
 
 
-def pick_cases(arch, patterns: list[str]) -> list:
-    """The sawtooth study's cases at ``arch``'s preset whose ids match any pattern."""
-    from .studies import get_study
-    plan = get_study(STUDY).plan(arch)
+def pick_cases(arch, patterns: list[str], study: str = STUDY) -> list:
+    """The cases of ``study`` (default: the sawtooth study) at ``arch``'s preset whose ids match
+    any pattern."""
+    from .studies import UnknownStudy, get_study
+    try:
+        plan = get_study(study).plan(arch)
+    except UnknownStudy as e:
+        raise UsageError(str(e)) from None
     chosen = [c for c in plan if any(re.search(p, c.id) for p in patterns)]
     if not chosen:
-        raise UsageError(f"no case of the {STUDY} study matches {patterns}; ids look like "
+        raise UsageError(f"no case of the {study} study matches {patterns}; ids look like "
                          f"{plan[0].id!r}")
     return chosen
 
 
-def cases_for(arch, cond: Condition, patterns: list[str] | None) -> list:
-    """The cases ``cond`` measures: those matching ``patterns`` (--cases) or the condition's own
-    default; a trace condition takes only CUDA cases (the CUDA trace build records %smid)."""
-    cases = pick_cases(arch, patterns or list(cond.cases or DEFAULT_CASES))
+def cases_for(arch, cond: Condition, patterns: list[str] | None, study: str = STUDY) -> list:
+    """The cases ``cond`` measures: those of ``study`` matching ``patterns`` (--cases) or the
+    condition's own default; a trace condition takes only CUDA cases (the CUDA trace build
+    records %smid)."""
+    cases = pick_cases(arch, patterns or list(cond.cases or DEFAULT_CASES), study)
     if cond.trace:
         cases = [c for c in cases if c.variant.backend.value == "cuda"]
         if not cases:
@@ -175,13 +180,13 @@ def observations_of(kernels, cases, condition: str, session: int, n: int) -> lis
 
 
 def run_condition(tool, cond: Condition, cases, arch, work: Path, *, n: int, sessions: int,
-                  seed: int, log=print) -> list[Observation]:
+                  seed: int, trace_every: int = 1, log=print) -> list[Observation]:
     plan = work / f"{cond.name}.plan.json"
     traces = work / f"{cond.name}-traces"
     plan.write_text(json.dumps({
         "arch": arch.name, "seed": seed, "launches": n, "reverse": cond.reverse,
         "flush_bytes": 2 * arch.l2_bytes if cond.flush else 0,
-        "trace_dir": str(traces) if cond.trace else None,
+        "trace_dir": str(traces) if cond.trace else None, "trace_every": trace_every,
         "cases": [case_to_dict(c) for c in cases]}, indent=1))
     tool = replace(tool, cache_control=cond.cache_control)
     wanted = cond.group.collect
@@ -316,6 +321,13 @@ def parse(argv) -> argparse.Namespace:
     ap.add_argument("--conditions", default=",".join(DEFAULT_CONDITIONS),
                     help=f"comma-separated subset of {', '.join(CONDITIONS)} (default: all but "
                          "placement)")
+    ap.add_argument("--trace-every", type=int, default=1,
+                    help="the placement condition's trace build stamps every k-th step (default "
+                         "1: every step; the stamps perturb the timing, see experiments.measure."
+                         "DRIFT_EVERY)")
+    ap.add_argument("--study", default=STUDY,
+                    help=f"the study whose plan --cases picks from (default: {STUDY}; e.g. "
+                         "active-sms for the few-CTA launches)")
     ap.add_argument("--seed", type=int, default=0)
     return ap.parse_args(argv)
 
@@ -327,15 +339,15 @@ def main(argv: list[str] | None = None) -> int:
                          write_manifest)
     a = parse(argv)
     try:
-        if a.n < 1 or a.sessions < 1:
-            raise UsageError("--n and --sessions must be >= 1")
+        if a.n < 1 or a.sessions < 1 or a.trace_every < 1:
+            raise UsageError("--n, --sessions and --trace-every must be >= 1")
         unknown = [c for c in a.conditions.split(",") if c not in CONDITIONS]
         if unknown:
             raise UsageError(f"unknown condition(s) {', '.join(unknown)}; known: "
                              f"{', '.join(CONDITIONS)}")
         conditions = [CONDITIONS[c] for c in a.conditions.split(",")]
         arch = get_arch(a.arch)
-        cases_of = {c.name: cases_for(arch, c, a.cases) for c in conditions}
+        cases_of = {c.name: cases_for(arch, c, a.cases, a.study) for c in conditions}
         cases = list({c.id: c for cs in cases_of.values() for c in cs}.values())
         try:
             import torch
@@ -350,7 +362,8 @@ def main(argv: list[str] | None = None) -> int:
             observations = []
             for cond in conditions:
                 observations += run_condition(tool, cond, cases_of[cond.name], arch, work,
-                                              n=a.n, sessions=a.sessions, seed=a.seed)
+                                              n=a.n, sessions=a.sessions, seed=a.seed,
+                                              trace_every=a.trace_every)
             rows = observation_rows(observations, cases, tuple(c.group for c in conditions),
                                     repeats=a.n * a.sessions, run=final.name, study="variance",
                                     arch=arch.name, sector_bytes=arch.sector_bytes)
@@ -373,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
                                                 "flush_bytes": 2 * arch.l2_bytes if c.flush
                                                 else 0, "reverse": c.reverse,
                                                 "trace": c.trace,
+                                                "trace_every": a.trace_every,
                                                 "cases": [x.id for x in cases_of[c.name]]}
                                        for c in conditions},
                            cases=[case_to_dict(c) for c in cases])

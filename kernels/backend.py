@@ -166,7 +166,7 @@ class CutileFamily:
         build = CompileCase.of(prepared.variant, prepared.problem, trace=True,
                                level=prepared.level).signature().symbol
         return {"visits": buf.cpu().numpy(), "time_ns": None, "smid": None, "start_ns": None,
-                "end_ns": None, "build": build}
+                "end_ns": None, "build": build, "every": 1}
 
 
 _DUMMIES: dict = {}

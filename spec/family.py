@@ -63,14 +63,16 @@ PREPARED_FIELDS = tuple(f.name for f in fields(Prepared))
 """The fields of :class:`Prepared`, first in every family's ``Prepared``."""
 
 
-TRACE_KEYS = ("visits", "time_ns", "smid", "start_ns", "end_ns", "build")
+TRACE_KEYS = ("visits", "time_ns", "smid", "start_ns", "end_ns", "build", "every")
 """Keys of ``trace()``: ``visits`` int32 [n_ctas, steps, 4] (b, h, q_tile, kv_tile; -1 padded, the
 layout of ``spec.Visits.table()``); ``time_ns`` int64 [n_ctas, steps], the ``%globaltimer`` at
 the start of each step (-1 padded); per CTA, ``smid`` int32 [n_ctas], the SM it ran on
 (``%smid``), and ``start_ns`` / ``end_ns`` int64 [n_ctas], the ``%globaltimer`` when it started
-(before its first step) and finished; ``build``, the trace build's kernel name. The timing and
-placement keys are None for a family whose trace build does not record them (cuTile has no
-timer or SM-id intrinsic)."""
+(before its first step) and finished; ``build``, the trace build's kernel name; ``every``, the
+stride of the recorded steps (1: every step; the CUDA family's ``trace(..., every=k)`` records
+steps 0, k, 2k, ... of each CTA, for timing that the stamps themselves must not perturb). The
+timing and placement keys are None for a family whose trace build does not record them (cuTile
+has no timer or SM-id intrinsic)."""
 
 
 class KernelFamily(Protocol):

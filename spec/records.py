@@ -80,6 +80,7 @@ class Metric:
     # CTA drift (trace build timestamps; x = step index)
     CTA_START_SPREAD_NS = "cta_start_spread_ns"
     STEP_NS = "median_step_ns"
+    STEP_NS_BY_GAP = "step_ns_by_gap"   # mean step duration; x = steps behind the leading CTA
     # the co-running DRAM streamer (misscost study; x = the streamer's threads per CTA)
     STREAMER_GBPS = "streamer_dram_gbps"
     ATTENTION_SMS = "attention_sms"
@@ -96,7 +97,7 @@ UNITS = {
     Metric.NONCOMPULSORY_MISSES: "sector", Metric.KERNEL_TIME_MS: "ms",
     Metric.HOST_LAUNCH_MS: "ms", Metric.TFLOPS: "TFLOP/s",
     Metric.MAX_ABS_ERR: "", Metric.LRU_MISSES: "sector", Metric.REUSE_DISTANCE_SECTORS: "sector",
-    Metric.CTA_START_SPREAD_NS: "ns", Metric.STEP_NS: "ns",
+    Metric.CTA_START_SPREAD_NS: "ns", Metric.STEP_NS: "ns", Metric.STEP_NS_BY_GAP: "ns",
     Metric.L2_TEX_READ_SECTORS: "sector", Metric.L2_TEX_READ_HITS: "sector",
     Metric.L2_TEX_READ_MISSES: "sector", Metric.L2_FABRIC_SECTORS: "sector",
     Metric.L2_FABRIC_HITS: "sector", Metric.L2_FABRIC_MISSES: "sector",

@@ -109,11 +109,11 @@ def test_miss_ratio_from_timing_is_the_exposed_latency_ratio(tmp_path: Path):
 
 
 def test_h100_miss_ratio_is_derived_not_fitted():
-    # The committed drift step (>= 1.25 us) hides the measured DRAM latency (349 ns) at the
+    # The committed drift step (>= 1.29 us) hides the measured DRAM latency (349 ns) at the
     # default depth: r = 1 is fixed before the fit, which searches the capacity fraction only.
     from analysis import simcheck
     fixed, why = simcheck._fixed(get_arch("h100"), Path("profiles/h100"))
-    assert fixed["miss_ratio"] == 1.0 and "t_c 1.25 us" in why
+    assert fixed["miss_ratio"] == 1.0 and "t_c 1.29 us" in why
     assert list(simcheck.FIT_GRID) == ["capacity_fraction"]
 
 

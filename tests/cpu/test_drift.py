@@ -58,10 +58,49 @@ def test_drift_is_exact_at_epoch_timestamps():
     assert d.median_step_ns == 1010                     # durations 1000, 1010, 1013
 
 
+def test_sparse_drift_reports_step_indices_and_per_step_time():
+    # records every 4th step: CTA 1 starts 8 ns late and each record is 4 steps of 10 ns
+    t = EPOCH_NS + np.array([[0, 40, 80], [8, 48, 92]], dtype=np.int64)
+    d = dr.drift(t, every=4)
+    np.testing.assert_array_equal(d.step, [0, 4, 8])
+    np.testing.assert_array_equal(d.spread_ns, [8, 8, 12])
+    assert d.median_step_ns == 10.0                     # record gaps 40, 40, 40, 44 over 4
+    gt = dr.step_time_by_gap(t, edges=(0.0, 0.5), every=4)
+    np.testing.assert_array_equal(gt.count, [2, 2])     # CTA 1 is 0.8 and 0.8 steps behind
+    np.testing.assert_allclose(gt.mean_ns, [10.0, (10 + 11) / 2])   # CTA 1: 40/4, 44/4
+
+
 def test_drift_of_a_single_cta_has_no_spread():
     d = dr.drift(np.array([[5, 15, 35]], dtype=np.int64))
     assert d.step.size == 0 and d.spread_ns.size == 0
     assert d.median_step_ns == 15
+
+
+# -- step_time_by_gap() ---------------------------------------------------------------------------
+
+def test_step_time_by_gap_by_hand():
+    # A leader whose steps last 12 ns and a follower 30 ns behind whose steps last 10 ns until
+    # it catches up (then both last 12: it waits behind the leader). Median step 12 ns.
+    lead = EPOCH_NS + np.array([0, 12, 24, 36, 48, 60, 72])
+    follow = EPOCH_NS + np.array([30, 40, 50, 60, 72, 84, 96])
+    gt = dr.step_time_by_gap(np.stack([lead, follow]), edges=(0.0, 0.5, 2.0))
+    # gaps of the follower at steps 0..5 (in 12 ns steps): 30/12=2.5, 28/12, 26/12, 24/12=2.0,
+    # 24/12, 24/12 -> all in the open bin [2, inf); the leader's six gaps are 0
+    np.testing.assert_array_equal(gt.count, [6, 0, 6])
+    assert gt.mean_ns[0] == 12.0
+    assert np.isnan(gt.mean_ns[1])
+    assert gt.mean_ns[2] == pytest.approx((10 + 10 + 10 + 12 + 12 + 12) / 6)
+
+
+def test_step_time_by_gap_skips_padding_and_needs_two_ctas():
+    t = np.array([[0, 10, 20, 30], [5, 15, -1, -1]], dtype=np.int64)
+    gt = dr.step_time_by_gap(t, edges=(0.0, 0.25))
+    # step 0: CTA 0 leads, CTA 1 is 0.5 steps behind; step 1: CTA 0 leads and times its step,
+    # CTA 1 has no step 2 to end it; step 2 has one CTA. All durations 10 ns.
+    np.testing.assert_array_equal(gt.count, [2, 1])
+    np.testing.assert_array_equal(gt.mean_ns, [10.0, 10.0])
+    with pytest.raises(ValueError, match="two CTAs"):
+        dr.step_time_by_gap(np.array([[0, 10, 20]], dtype=np.int64))
 
 
 # -- kv_step_bytes, sample_steps ------------------------------------------------------------------
@@ -99,7 +138,7 @@ def test_sample_steps_needs_two_points(points):
 def test_plan_is_persistent_twins_at_the_scaled_sequence(name):
     arch = get_arch(name)
     cases = get_study("drift").plan(arch)
-    assert len(cases) == 16
+    assert len(cases) == 4 * (2 + len(DRIFT_FEW_CTAS))
     full = (1, arch.num_sms), (4, arch.num_sms)
     few = tuple((1, p) for p in DRIFT_FEW_CTAS)
     assert {(c.problem.B, c.variant.schedule.num_ctas, c.problem.causal) for c in cases} == {
@@ -113,7 +152,7 @@ def test_plan_is_persistent_twins_at_the_scaled_sequence(name):
         assert lin.problem == saw.problem
         assert lin.variant.order == ScanOrder.linear() and saw.variant.order == ScanOrder.sawtooth()
         assert dataclasses.replace(lin.variant, order=saw.variant.order) == saw.variant
-    assert len({c.id for c in cases}) == 16
+    assert len({c.id for c in cases}) == len(cases)
 
 
 def test_plan_on_h100_holds_the_committed_datasets_cases_in_order():
@@ -159,6 +198,10 @@ def test_drift_rows_by_hand():
     # 30 ns = 0.3 steps; K/V step of 64 rows at D=64 fp16 = 16 KiB
     assert "spread 0.3 steps after one work item (16 steps)" in line
     assert "max 0.3 steps = 0.0 MiB" in line
+    # the follower (CTA 1, 0.3 steps behind) and the leader both step 100 ns
+    gap = [r for r in rows if r.metric == Metric.STEP_NS_BY_GAP]
+    # steps 0..34 have both CTAs: CTA 0 times 35 of them, CTA 1 34 (its step 34 is its last)
+    assert [(r.x, r.value, r.note) for r in gap] == [(0.0, 100.0, "69 steps")]
 
 
 def test_drift_rows_round_trip_with_the_committed_columns(tmp_path):

@@ -192,7 +192,8 @@ def _save(case, path, smid, start=None):
     """What the target writes for one launch: a full trace of 4 steps per CTA, saved compact."""
     n = len(smid)
     t, sm, st, end = _launch(smid, start or [0] * n, steps=4)
-    target.save_trace({"time_ns": t, "smid": sm, "start_ns": st, "end_ns": end}, case, path)
+    target.save_trace({"time_ns": t, "smid": sm, "start_ns": st, "end_ns": end,
+                       "every": 1}, case, path)
 
 
 def test_placement_condition_profiles_the_trace_build_and_keeps_each_launch(tmp_path,

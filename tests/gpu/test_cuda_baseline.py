@@ -331,3 +331,26 @@ def test_occupancy_matches_the_driver(backend, tiles, D):
         drv = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(fn, p.threads,
                                                                           p.smem_bytes)
         assert p.ctas_per_sm == drv, (p.id, p.registers, p.ctas_per_sm, drv)
+
+
+@pytest.mark.parametrize("every", [3, 64])
+@pytest.mark.parametrize("order", ["linear", "sawtooth"])
+def test_sparse_trace_records_every_kth_step(backend, order, every):
+    """``trace(..., every=k)`` records steps 0, k, 2k, ... of each CTA (the drift study's
+    low-perturbation stamps): its visits are every k-th column of the spec's visit order, its
+    stamps increase along each CTA, and the output is still right."""
+    from experiments.correctness import poisoned_like
+    pr = _problem(64, False)
+    var = _variant(order, "static7", Tiles(80, 80), None)
+    q, k, v, chk, torch = _case(pr)
+    p = backend.prepare(var, pr)
+    out = poisoned_like(q)
+    tr = backend.trace(p, q, k, v, out, every=every)
+    want = visit_order(TileGrid(pr, var.tiles), var.schedule, var.order).table()[:, ::every]
+    assert tr["every"] == every
+    np.testing.assert_array_equal(tr["visits"], want)
+    t = tr["time_ns"]
+    for c in range(t.shape[0]):
+        row = t[c][t[c] >= 0]
+        assert (np.diff(row) > 0).all()
+    assert chk(out).passed
