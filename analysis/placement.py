@@ -127,6 +127,18 @@ def step_spread_ns(t: LaunchTrace) -> np.ndarray:
     return np.where(valid.sum(axis=0) >= 2, (hi - lo).astype(np.float64), np.nan)
 
 
+def lags(t: LaunchTrace) -> tuple[int, np.ndarray]:
+    """(step, lag): each CTA's lag behind the median CTA, in median steps (+ = behind), at the
+    last sampled step every CTA ran. Which CTAs fall behind in a full launch: joined with the
+    SM each ran on (``t.smid``) over launches that placed CTAs differently, it tells whether the
+    lag belongs to the SM or to the CTA (``profiles/h100/drift-sm-20261125``)."""
+    common = np.flatnonzero((t.step_ns >= 0).all(axis=0))
+    if not common.size:
+        raise ValueError("no sampled step that every CTA ran")
+    col = t.step_ns[:, common[-1]].astype(np.float64) / t.median_step_ns
+    return int(t.steps[common[-1]]), col - np.median(col)
+
+
 def placement(t: LaunchTrace, n_kv: int) -> Placement:
     """The statistics of one launch; ``n_kv`` is the number of steps of one work item (K/V tiles
     per head), so step ``n_kv`` starts the second work item (clipped to the last sampled step)."""

@@ -9,8 +9,9 @@
 //
 // The K/V pipeline depth is a template parameter too. flash_fwd is the default double buffer
 // (DEFAULT_STAGES); flash_fwd_staged<..., STAGES> builds the other depths (1: no prefetch,
-// 3: two tiles ahead). Two entry points rather than one more parameter on flash_fwd keep every
-// default build's kernel symbol, and so its cubin, byte for byte what it was before the knob.
+// 3: two tiles ahead). Two entry points rather than one more template parameter on flash_fwd
+// keep every default build's name expression as it was before the knob. `trace_every` (the
+// stride of the trace build's stamps) is read only by trace builds.
 #include "flash_fwd.cuh"
 
 template <OrderKind ORDER, ScheduleKind SCHEDULE, WorkOrder WORK, int TILE_M, int TILE_N, int D,

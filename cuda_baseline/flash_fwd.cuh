@@ -344,7 +344,8 @@ __device__ __forceinline__ void attend_q_tile(const FwdParams& p, unsigned char*
 
     for (int s = 0, j = j0; s < n_steps; ++s, j += dj) {
         if constexpr (TRACE) {
-            if (threadIdx.x == 0 && step % p.trace_every == 0 && step / p.trace_every < p.trace_steps) {
+            if (threadIdx.x == 0 && step % p.trace_every == 0
+                && step / p.trace_every < p.trace_steps) {
                 const long long at = static_cast<long long>(blockIdx.x) * p.trace_steps
                                      + step / p.trace_every;
                 p.trace_ns[at] = global_timer_ns();

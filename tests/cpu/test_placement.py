@@ -282,3 +282,16 @@ def test_placement_takes_cuda_cases_only_and_cutile_traces_are_refused(tmp_path)
     assert variance.main(["--out", str(tmp_path / "v"), "--conditions", "placement",
                           "--cases", "^cutile"]) == 2
     assert not (tmp_path / "v").exists()
+
+
+from analysis.placement import LaunchTrace, lags                                # noqa: E402
+
+
+def test_lags_at_the_last_step_every_cta_ran():
+    # 3 CTAs, steps of 10 ns; CTA 2 has no last sample, so step 5 is the last common one
+    t = LaunchTrace(np.array([0, 1, 2], np.int32), np.zeros(3, np.int64), np.zeros(3, np.int64),
+                       np.array([0, 5, 9]), np.array([[0, 50, 90], [0, 70, 110], [0, 60, -1]]),
+                       10.0, 0)
+    step, lag = lags(t)
+    assert step == 5
+    np.testing.assert_allclose(lag, [-1.0, 1.0, 0.0])     # 5, 7, 6 steps; median 6
