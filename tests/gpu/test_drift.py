@@ -15,9 +15,10 @@ pytestmark = pytest.mark.gpu
 
 @pytest.mark.parametrize("order", ["linear", "sawtooth"])
 def test_drift_rows_of_a_small_persistent_launch(order):
-    from experiments.measure import measure_drift
+    from experiments.measure import DRIFT_EVERY, measure_drift
     arch = detect()
-    problem = Problem(B=1, H=2, S_q=1024, D=64)
+    # 4 CTAs x 128 work items x 256 steps: 512 stamps each at every DRIFT_EVERY-th step
+    problem = Problem(B=1, H=2, S_q=16384, D=64)
     variant = Variant(Backend.CUDA, ScanOrder.parse(order), CtaSchedule.persistent(4), Tiles(64, 64))
     case = Case(problem, variant, 4, "drift-test")
     res = measure_drift([case], arch, run="test", study="drift", seed=0, points=7)
@@ -29,6 +30,7 @@ def test_drift_rows_of_a_small_persistent_launch(order):
     assert all(math.isfinite(r.value) and r.value >= 0 for r in spread)
     assert [r.x for r in spread] == sorted(r.x for r in spread)
     assert spread[0].x == 0 and len(res.summary) == 1
+    assert all(r.x % DRIFT_EVERY == 0 for r in spread) and spread[-1].x > 0
     regs = [r for r in res.rows if r.metric == "registers"]
     local = [r for r in res.rows if r.metric == "local_bytes"]
     assert len(regs) == 1 and regs[0].value > 0 and local[0].value == 0
