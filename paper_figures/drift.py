@@ -8,7 +8,8 @@ CUDA kernel (persistent, one CTA per SM, 80×80 tiles, D=64, the sawtooth study'
 sampled step index ``x``, the latest minus the earliest start of that step over the CTAs, and
 ``median_step_ns`` the median duration of one step.
 
-One panel per (B, causal), linear and sawtooth in each. Left axis: the spread in steps
+One panel per (B, causal), linear and sawtooth in each, for the run's full launch (its largest
+CTA count; the drift study's few-CTA launches are listed in the title, not drawn). Left axis: the spread in steps
 (spread_ns / median_step_ns, log scale); right axis: the K/V bytes those steps span
 (steps × ``spec.TileGrid.kv_step_bytes``, one K and one V tile per step), with the arch's L2
 size as a dashed line, so the spread can be read against the cache. Light vertical lines mark the
@@ -29,6 +30,7 @@ from matplotlib.ticker import EngFormatter  # noqa: E402
 from spec import Problem, Tiles, get_arch  # noqa: E402
 from spec.problem import TileGrid  # noqa: E402
 from spec.records import Metric  # noqa: E402
+from spec.schedules import CtaSchedule  # noqa: E402
 
 from .data import Skip, manifest, manifest_command, manifest_device, one_run, select  # noqa: E402
 from .style import order_style, title_suffix  # noqa: E402
@@ -66,6 +68,12 @@ def load(rows: list[dict]) -> dict:
         c["ns"].append(r["value"])
     if not cases:
         raise Skip("no drift cases with both cta_start_spread_ns and median_step_ns rows")
+    # the full launch only: the few-CTA launches of the study run 10-60x more steps each and
+    # would share its axes (their spreads are in ``analysis.findings`` section 6)
+    full = max(CtaSchedule.parse(c["schedule"]).num_ctas for c in cases.values())
+    few = sorted({CtaSchedule.parse(c["schedule"]).num_ctas for c in cases.values()} - {full})
+    cases = {k: c for k, c in cases.items()
+             if CtaSchedule.parse(c["schedule"]).num_ctas == full}
     for c in cases.values():
         o = np.argsort(c["x"])
         c["x"], c["ns"] = np.asarray(c["x"])[o], np.asarray(c["ns"])[o]
@@ -80,7 +88,7 @@ def load(rows: list[dict]) -> dict:
     m = manifest([r for r in rows if r["study"] == "drift"])
     return {"panels": panels, "run": run, "device": manifest_device(m),
             "command": manifest_command(m), "quantum_ns": quantum,
-            "sources": {c["source"] for c in cases.values()}}
+            "sources": {c["source"] for c in cases.values()}, "few_ctas": few}
 
 
 def plot(data: dict, arch: str | None = None):
@@ -135,6 +143,9 @@ def plot(data: dict, arch: str | None = None):
     where = (f"{measured} on {data['device']}" if data.get("device")
              else f"{measured} ({arch or 'unknown GPU'})").strip()
     lines = [head, where + (f": {data['command']}" if data.get("command") else "")]
+    if data.get("few_ctas"):
+        lines.append(f"the run's launches of {', '.join(map(str, data['few_ctas']))} CTAs are "
+                     f"not drawn (python -m analysis.findings, section 6)")
     if data.get("quantum_ns", 0) >= 64:
         lines.append(f"every spread and step time in this run is a multiple of "
                      f"{data['quantum_ns']} ns (timestamp resolution of the run): ±"

@@ -238,3 +238,13 @@ def test_primary_run_rule(tmp_path):
     rows = [dict(study="s", run_dir=d, run="x") for d in ("a/s-1-r2", "a/s-1-r3")]
     assert primary_run(rows, "s") == "a/s-1-r2"                    # no base loaded: first
     assert primary_run(rows, "other") is None
+
+
+def test_drift_figure_draws_the_full_launch_and_names_the_few_cta_ones():
+    """The committed sparse drift run holds launches of 2-132 CTAs: the figure draws the 132-CTA
+    ones (its title's claim) and lists the others instead of sharing their axes."""
+    from paper_figures import drift
+    data = drift.load(load_rows([ROOT / "profiles/h100/drift-20261125f"]))
+    assert data["few_ctas"] == [2, 4, 8, 16]
+    cases = [c for cs in data["panels"].values() for c in cs]
+    assert len(cases) == 8 and {c["schedule"] for c in cases} == {"static132"}
