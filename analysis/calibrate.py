@@ -229,6 +229,37 @@ def jitter_from_drift(drift_csv: Path) -> tuple[float, float, str]:
                     f"{len(s_rate)} non-causal cases of {name} (fit of the spread's growth)")
 
 
+def pair_slowdown_from_lags(lags_csv: Path) -> tuple[float, str]:
+    """(δ, note): how much slower the odd SM of a busy SM pair runs, per step, from measured
+    per-CTA lags (``profiles/h100/drift-sm-20261125b/lags.csv.gz``: each CTA's SM and its lag
+    behind the median CTA at the last step all CTAs ran, sparse-stamp trace builds).
+
+    For every launch, every SM pair (2k, 2k+1) that runs a CTA on both SMs gives lag(odd) −
+    lag(even); their mean over the launch's pairs, over the step, is that launch's δ; the note's
+    δ is the median over the launches that have busy pairs (launches of CTAs alone on their
+    pairs give none). Timing data only: no miss count enters."""
+    import csv as _csv
+    import gzip as _gzip
+    opener = _gzip.open if str(lags_csv).endswith(".gz") else open
+    with opener(lags_csv, "rt", newline="") as f:
+        rows = list(_csv.DictReader(f))
+    launches: dict[tuple[str, str], dict] = {}
+    for r in rows:
+        d = launches.setdefault((r["case"], r["launch"]), {"step": int(r["step"]), "lag": {}})
+        d["lag"][int(r["sm"])] = float(r["lag_steps"])
+    per = []
+    for d in launches.values():
+        diffs = [d["lag"][sm + 1] - lag for sm, lag in d["lag"].items()
+                 if sm % 2 == 0 and sm + 1 in d["lag"]]
+        if diffs and d["step"] > 0:
+            per.append(float(np.mean(diffs)) / d["step"])
+    if not per:
+        raise ValueError(f"{lags_csv}: no launch with a CTA on both SMs of a pair")
+    delta = float(np.median(per))
+    return delta, (f"pair_slowdown {delta:.2e} per step = median over the {len(per)} launches "
+                   f"with busy SM pairs of {Path(lags_csv).parent.name} (odd minus even SM lag)")
+
+
 def miss_ratio_from_timing(drift_csv: Path, facts: timemodel.MemoryFacts = timemodel.H100,
                            stages: int = DEFAULT_STAGES) -> tuple[float, str]:
     """(r, note): the miss/hit step-time ratio of ``analysis.timesim`` from timing data alone.
@@ -287,6 +318,7 @@ class ArchParams:
     grid_rel_rms: tuple = ()            # (f, r, rel_rms) of every grid point
     derivation: str = ""
     rate_jitter: float = 0.0
+    pair_slowdown: float = 0.0
     placement: str = "alternate"
     stores_miss: bool = True
     replacement: str = "lru"
@@ -305,6 +337,7 @@ class ArchParams:
 
 
 SIM_FIELDS = ("capacity_fraction", "miss_ratio", "jitter", "partitions", "rate_jitter",
+              "pair_slowdown",
               "placement", "stores_miss", "replacement")
 """The ``ArchParams`` fields the simulator runs with (the rest say where they came from)."""
 _SIM_DEFAULTS = {f.name: f.default for f in fields(ArchParams)
@@ -320,6 +353,7 @@ def time_params(arch: Arch, values: dict, seed: int = 0, sample_rate: float = 1.
                       jitter=v["jitter"], seed=seed, partitions=int(v["partitions"]),
                       sample_rate=sample_rate, placement=v["placement"],
                       stores_miss=v["stores_miss"], rate_jitter=v["rate_jitter"],
+                      pair_slowdown=v["pair_slowdown"],
                       replacement=v["replacement"])
 
 

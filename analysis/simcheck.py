@@ -219,16 +219,26 @@ DRIFT_RUN = Path("profiles/h100/drift-20261125e")
 the plain build's sectors, the sparse one's within 0-8% (``profiles/h100/tracecost-20261125``)."""
 
 
+PAIR_LAGS = Path("profiles/h100/drift-sm-20261125b/lags.csv.gz")
+"""Per-CTA lags of the sparse-stamp trace builds (2, 4, 8 and 132 CTAs, linear and sawtooth, two
+launches each; ``profiles/h100/tracecost-20261125/every64``): where the SM-pair slowdown comes
+from."""
+
+
 def _fixed(arch: Arch, root: Path) -> tuple[dict, str]:
     drift = data_path(DRIFT_RUN, "drift.csv")
-    jitter, rate_jitter, why = cal.jitter_from_drift(drift)
+    jitter, _, why = cal.jitter_from_drift(drift)
+    pair, why_pair = cal.pair_slowdown_from_lags(PAIR_LAGS)
     facts = FACTS.get(arch.name, H100)
     miss_ratio, why_r = cal.miss_ratio_from_timing(drift, facts)
     placement = arch.name if measured_map(arch.name) else "alternate"
-    return {"miss_ratio": miss_ratio, "jitter": jitter, "rate_jitter": rate_jitter,
+    return {"miss_ratio": miss_ratio, "jitter": jitter, "rate_jitter": 0.0,
+            "pair_slowdown": pair,
             "partitions": arch.l2_partitions, "placement": placement, "stores_miss": False}, (
         f"{why_r}" + ("" if facts.name == arch.name else f" (no {arch.name} latencies measured; "
-                      f"r = 1 holds for any DRAM latency below t_c)") + f"; {why}; "
+                      f"r = 1 holds for any DRAM latency below t_c)") + f"; {why} (its per-step "
+        f"jitter only; the per-CTA speed spread is the SM-pair term: CTAs alone on their pair "
+        f"do not drift apart, rate_jitter 0); {why_pair}; "
         f"placement {placement} (analysis.smmap: profiles/{arch.name}/smmap-*); "
         f"stores_miss=False (profiles/h100/placement-20261123: tex lookup misses equal the "
         f"read-only lookup misses in all 18 launches: a store never misses)")
@@ -261,7 +271,8 @@ def cmd_fit(arch: Arch, root: Path, study: str, every: int, rate: float) -> cal.
     ap = cal.ArchParams(
         arch=arch.name, capacity_fraction=best["capacity_fraction"],
         miss_ratio=best["miss_ratio"], jitter=fixed["jitter"], partitions=fixed["partitions"],
-        rate_jitter=fixed["rate_jitter"], placement=fixed["placement"],
+        rate_jitter=fixed["rate_jitter"], pair_slowdown=fixed["pair_slowdown"],
+        placement=fixed["placement"],
         stores_miss=fixed["stores_miss"],
         fitted=tuple(FIT_GRID), fit_study=study,
         fit_runs=tuple(sorted({r for m in measured for r in m.runs})),

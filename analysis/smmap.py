@@ -22,15 +22,16 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["slot_partitions", "measured_map", "PROFILES"]
+__all__ = ["slot_partitions", "slot_paired_odd", "measured_map", "measured_sms", "PROFILES"]
 
 PROFILES = Path(__file__).resolve().parent.parent / "profiles"
 
 
 @functools.cache
-def measured_map(arch: str) -> dict[int, tuple[int, ...]]:
-    """{launch CTA count N: partition of CTA 0..N-1} from the newest ``smmap-*`` run of ``arch``
-    (repeat 0; for N not above the SM count the one-CTA-per-SM launch). Empty if none."""
+def _launches(arch: str, column: str) -> dict[int, tuple[int, ...]]:
+    """{launch CTA count N: ``column`` ("group" or "sm") of CTA 0..N-1} from the newest
+    ``smmap-*`` run of ``arch`` (repeat 0; for N not above the SM count the one-CTA-per-SM
+    launch). Empty if none."""
     runs = sorted((PROFILES / arch).glob("smmap-*/smmap.csv*"))
     if not runs:
         return {}
@@ -42,12 +43,32 @@ def measured_map(arch: str) -> dict[int, tuple[int, ...]]:
         if r["kind"] != "cta_sm" or r["repeat"] != "0":
             continue
         launches.setdefault((int(r["n_ctas"]), int(r["smem"])), {})[int(r["index"])] = \
-            int(r["group"])
+            int(r[column])
     out: dict[int, tuple[int, ...]] = {}
     for (n, smem), g in sorted(launches.items(), key=lambda kv: (kv[0][0], -kv[0][1])):
         if n not in out:            # the larger shared-memory launch (one CTA per SM) first
             out[n] = tuple(g[i] for i in range(n))
     return out
+
+
+def measured_map(arch: str) -> dict[int, tuple[int, ...]]:
+    """{launch CTA count N: partition of CTA 0..N-1} (see ``_launches``)."""
+    return _launches(arch, "group")
+
+
+def measured_sms(arch: str) -> dict[int, tuple[int, ...]]:
+    """{launch CTA count N: the SM (``%smid``) of CTA 0..N-1} (see ``_launches``)."""
+    return _launches(arch, "sm")
+
+
+def _of_launch(m: dict[int, tuple[int, ...]], resident: int) -> tuple[int, ...]:
+    """The launch of exactly ``resident`` CTAs, else the first ``resident`` CTAs of the smallest
+    measured launch that is larger, else the largest launch repeated."""
+    larger = [n for n in m if n >= resident]
+    if larger:
+        return m[min(larger)][:resident]
+    big = m[max(m)]
+    return tuple(big[i % len(big)] for i in range(resident))
 
 
 def slot_partitions(placement: str, resident: int, partitions: int) -> np.ndarray:
@@ -64,10 +85,26 @@ def slot_partitions(placement: str, resident: int, partitions: int) -> np.ndarra
         raise ValueError(f"no measured SM placement for {placement!r} under {PROFILES}/"
                          f"{placement}/smmap-*; run `python -m experiments.smmap --arch "
                          f"{placement}` on that GPU, or use placement='alternate'")
-    larger = [n for n in m if n >= resident]
-    if larger:
-        g = m[min(larger)][:resident]
-    else:
-        big = m[max(m)]
-        g = tuple(big[i % len(big)] for i in range(resident))
-    return np.asarray(g, dtype=np.int64)
+    return np.asarray(_of_launch(m, resident), dtype=np.int64)
+
+
+def slot_paired_odd(placement: str, resident: int) -> np.ndarray:
+    """Whether each of ``resident`` slots is the slower one of a busy SM pair: on an odd SM
+    whose even sibling (``%smid`` − 1) also runs a slot of the launch, or a second slot on one
+    SM. Why: in the sparse-stamp traces (``profiles/h100/tracecost-20261125``, lags in
+    ``profiles/h100/drift-sm-20261125b``) CTAs alone on their SM pair never drift apart (2 and 4
+    CTAs, all on even SMs: 0 steps over millions), while in launches that fill pairs the odd SM
+    of each pair falls behind the even one at a steady rate (8 CTAs on SMs 124-131: the four odd
+    ones 700 steps behind after 1.3 M steps). All False for ``"alternate"`` (no SM ids) or an
+    arch without a measured map (no pairs known)."""
+    m = measured_sms(placement) if placement != "alternate" else {}
+    if not m:
+        return np.zeros(resident, dtype=bool)
+    sms = _of_launch(m, resident)
+    seen: set[int] = set()
+    out = np.zeros(resident, dtype=bool)
+    busy = set(sms)
+    for i, sm in enumerate(sms):
+        out[i] = sm in seen or (sm % 2 == 1 and sm - 1 in busy)
+        seen.add(sm)
+    return out

@@ -22,11 +22,14 @@ The model, one step of one slot at its time ``t`` (times in units of a hit step)
   (``analysis.calibrate.miss_ratio_from_timing``). A CTA that misses then runs no slower than
   one that hits, and the clocks carry no force that pulls CTAs back together;
 - the step lasts until its loads are ready (at least 1; the O store does not stall), times the
-  slot's constant speed factor ``exp(rate_jitter·z_s − rate_jitter²/2)`` (drawn once per slot:
-  an SM that runs 0.1% slower stays 0.1% slower) and a per-step log-normal factor
-  ``exp(jitter·z − jitter²/2)``, both from one seeded generator. Two terms because the measured
-  drift grows almost linearly with the steps run (log-log slope 0.83-0.96, REPORT.md §6 data),
-  which a per-step random walk (slope 0.5) cannot give (``analysis.calibrate.jitter_from_drift``);
+  slot's constant speed factor and a per-step log-normal factor ``exp(jitter·z − jitter²/2)``.
+  The constant factor is ``1 + pair_slowdown`` for the slower slot of a busy SM pair (the odd SM
+  of a pair whose even SM also runs a slot, ``analysis.smmap.slot_paired_odd``; measured: CTAs
+  alone on their pair never drift apart, the odd SM of a busy pair falls steadily behind,
+  ``analysis.calibrate.pair_slowdown_from_lags``), 1 otherwise, times an optional random
+  ``exp(rate_jitter·z_s − rate_jitter²/2)`` drawn once per slot; draws from one seeded
+  generator. Constant factors because measured drift grows linearly with the steps run, which
+  a per-step random walk (slope 0.5) cannot give;
 - when a CTA's last step ends, its slot takes the next CTA in launch order (grid and tile-X
   launches), so the dispatch of later CTAs comes out of the clocks too. Events are processed in
   (time, slot) order.
@@ -107,7 +110,7 @@ from spec.problem import TileGrid
 from spec.records import UNITS, Metric, Row, Source, case_fields
 from spec.trace import WorkTable, work_table
 
-from .smmap import slot_partitions
+from .smmap import slot_paired_odd, slot_partitions
 
 __all__ = ["TimeParams", "TimeCounts", "simulate", "simulate_case", "counts_to_rows",
            "shards_rate", "SHARDS_TARGET",
@@ -136,6 +139,7 @@ class TimeParams:
     miss_ratio: float = 1.0        # miss (fill) time / hit step time, >= 1
     jitter: float = 0.0            # sd of the log of each step's duration factor
     rate_jitter: float = 0.0       # sd of the log of each slot's constant speed factor
+    pair_slowdown: float = 0.0     # the odd SM of a busy SM pair runs 1 + this slower per step
     seed: int = 0
     partitions: int = 1            # 1, or 2 (Hopper/Blackwell)
     merge_window: float = 0.0      # request-coalescer window, in hit-step units (0: off)
@@ -154,6 +158,8 @@ class TimeParams:
             raise ValueError(f"jitter must be >= 0, got {self.jitter}")
         if not self.rate_jitter >= 0.0:
             raise ValueError(f"rate_jitter must be >= 0, got {self.rate_jitter}")
+        if not self.pair_slowdown >= 0.0:
+            raise ValueError(f"pair_slowdown must be >= 0, got {self.pair_slowdown}")
         if self.partitions not in (1, 2):
             raise ValueError(f"partitions must be 1 or 2, got {self.partitions}")
         if not self.merge_window >= 0.0:
@@ -172,6 +178,8 @@ class TimeParams:
              f"merge_window={self.merge_window:g}")
         if self.rate_jitter > 0:
             s += f" rate_jitter={self.rate_jitter:g}"
+        if self.pair_slowdown > 0:
+            s += f" pair_slowdown={self.pair_slowdown:g}"
         if self.partitions > 1:
             s += f" placement={self.placement}"
         if not self.stores_miss:
@@ -349,7 +357,8 @@ def _access(srrip, j, p, w, prev, nxt, head, tail, pb, age, present, occ, cap, w
 @numba.njit(cache=True)
 def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub, sampled,
          n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr,
-         samp_kv, part_of, stores_miss, rate_jitter, srrip):  # pragma: no cover - compiled
+         samp_kv, part_of, stores_miss, rate_jitter, srrip,
+         speed):  # pragma: no cover - compiled
     numba.literally(srrip)                   # one compiled loop per policy: no branch per lookup
     nsub = wsub.size
     n_ctas = cta_first.size - 1
@@ -384,11 +393,11 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
     time = np.zeros(r, np.float64)
     est = np.ones(r, np.float64)              # running mean load time (sampled mode)
     heap = np.zeros(r, np.int64)
-    rate = np.ones(r, np.float64)             # each slot's (SM's) constant speed factor
+    rate = speed[:r].copy()                   # each slot's (SM's) constant speed factor
     if rate_jitter > 0:
         for s in range(r):
-            rate[s] = math.exp(rate_jitter * np.random.standard_normal()
-                               - 0.5 * rate_jitter * rate_jitter)
+            rate[s] *= math.exp(rate_jitter * np.random.standard_normal()
+                                - 0.5 * rate_jitter * rate_jitter)
     n = 0
     nxt_cta = 0
     for s in range(r):                        # launch order; CTAs without items finish at once
@@ -602,13 +611,17 @@ def simulate(table: WorkTable, resident: int, params: TimeParams,
     heads = kv_pos[hit] // n_kv
     samp_kv = (kv_pos[hit] % n_kv).astype(np.int64)
     samp_ptr = np.searchsorted(heads, np.arange(len(kv_pos) // n_kv + 1)).astype(np.int64)
-    part_of = slot_partitions(params.placement, min(int(resident), len(table.cta_first) - 1), P)
+    slots = min(int(resident), len(table.cta_first) - 1)
+    part_of = slot_partitions(params.placement, slots, P)
+    speed = np.ones(slots, dtype=np.float64)
+    if params.pair_slowdown > 0:
+        speed[slot_paired_odd(params.placement, slots)] += params.pair_slowdown
     cnt, makespan = _run(table.cta_first, table.length, table.reverse, table.q_key, table.o_key,
                          table.kv_row, np.int64(table.k_base), np.int64(table.v_base), wsub,
                          sampled, P, int(resident), cap, float(params.miss_ratio),
                          float(params.jitter), int(params.seed), float(params.merge_window),
                          np.int64(n_kv), samp_ptr, samp_kv, part_of, bool(params.stores_miss),
-                         float(params.rate_jitter), params.replacement == "srrip")
+                         float(params.rate_jitter), params.replacement == "srrip", speed)
     c = cnt.astype(np.float64) / R if R < 1 else cnt
     v = [int(round(x)) for x in c]
     return TimeCounts(tex_sectors=v[_TEX], tex_hits=v[_HIT], tex_misses=v[_MISS],

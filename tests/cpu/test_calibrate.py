@@ -170,3 +170,23 @@ def test_resident_ctas_are_the_builds_occupancy_not_the_hint(tmp_path: Path):
     cases = cal.load_measured(tmp_path, get_arch("h100"), "sawtooth")
     assert all(m.case.resident == 264 for m in cases
                if m.case.variant.schedule.kind == ScheduleKind.TILE_X)
+
+
+def test_pair_slowdown_is_the_median_odd_minus_even_lag_per_step(tmp_path: Path):
+    # launch a: one busy pair (0, 1), lags -5 / +5 at step 1000 -> 0.01; launch b: SMs 2 and 4,
+    # no busy pair -> no value; launch c: pairs (0, 1) and (2, 3), odd-even 2 and 4 at step 100
+    # -> 0.03. Median of 0.01 and 0.03: 0.02.
+    import csv
+    rows = [("a", 0, -5.0, 1000), ("a", 1, 5.0, 1000), ("b", 2, 0.0, 500), ("b", 4, 1.0, 500),
+            ("c", 0, 0.0, 100), ("c", 1, 2.0, 100), ("c", 2, 0.0, 100), ("c", 3, 4.0, 100)]
+    path = tmp_path / "lags.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["case", "launch", "n_ctas", "cta", "sm", "step", "lag_steps"])
+        for i, (case, sm, lag, step) in enumerate(rows):
+            w.writerow([case, 0, 2, i, sm, step, lag])
+    delta, note = cal.pair_slowdown_from_lags(path)
+    assert delta == pytest.approx(0.02) and "2 launches" in note
+    (tmp_path / "none.csv").write_text("case,launch,n_ctas,cta,sm,step,lag_steps\nb,0,2,0,2,5,0\n")
+    with pytest.raises(ValueError, match="pair"):
+        cal.pair_slowdown_from_lags(tmp_path / "none.csv")

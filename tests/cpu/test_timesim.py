@@ -298,3 +298,22 @@ def test_exact_counts_equal_those_recorded_before_the_speedup(prob, sched, resid
     assert (c.tex_sectors, c.tex_hits, c.tex_misses, c.inflight_hits, c.merged_sectors,
             c.fabric_sectors, c.fabric_hits, c.fabric_misses, c.dram_fills, c.cold_misses,
             c.makespan) == expected
+
+
+def test_pair_slowdown_slows_only_the_odd_sm_of_a_busy_pair():
+    # The H100's measured placement puts 2 and 4 CTAs on even SMs alone in their pairs and 8 CTAs
+    # on SMs 124-131 (four busy pairs). Non-causal, every CTA runs the same number of steps n, so
+    # the makespan is n for the lone-pair launches and n * (1 + slowdown) once a pair is busy.
+    from analysis.smmap import slot_paired_odd
+    assert [int(slot_paired_odd("h100", n).sum()) for n in (2, 4, 8, 132)] == [0, 0, 4, 66]
+    assert not slot_paired_odd("alternate", 8).any()
+    for ctas, slowed in ((4, False), (8, True)):
+        tab = work_table(TileGrid(Problem(1, 1, 64 * ctas, 64), Tiles(64, 64)),
+                         CtaSchedule.persistent(ctas), ScanOrder.linear())
+        n = ctas                                      # one work item of `ctas` K/V steps each
+        p = TimeParams(1 << 24, placement="h100", pair_slowdown=0.25)
+        got = timesim.simulate(tab, ctas, p).makespan
+        assert got == pytest.approx(n * (1.25 if slowed else 1.0), rel=1e-12)
+    assert "pair_slowdown=0.25" in TimeParams(1, pair_slowdown=0.25).note()
+    with pytest.raises(ValueError, match="pair_slowdown"):
+        TimeParams(1, pair_slowdown=-0.1)
