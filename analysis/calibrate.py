@@ -28,6 +28,8 @@ cases and grid it came from to ``analysis/params/<arch>.json`` (``write_params``
 """
 from __future__ import annotations
 
+import csv
+import gzip
 import json
 import math
 import re
@@ -46,6 +48,7 @@ from spec.schedules import CtaSchedule
 from spec.variant import DEFAULT_STAGES, Backend, Variant
 
 from . import timemodel
+from .smmap import sm_pair
 from .timesim import TimeParams
 
 __all__ = ["FITTABLE", "MAX_FREE", "MeasuredCase", "load_measured", "case_of_row", "case_key",
@@ -238,19 +241,17 @@ def pair_slowdown_from_lags(lags_csv: Path) -> tuple[float, str]:
     lag(even); their mean over the launch's pairs, over the step, is that launch's δ; the note's
     δ is the median over the launches that have busy pairs (launches of CTAs alone on their
     pairs give none). Timing data only: no miss count enters."""
-    import csv as _csv
-    import gzip as _gzip
-    opener = _gzip.open if str(lags_csv).endswith(".gz") else open
+    opener = gzip.open if str(lags_csv).endswith(".gz") else open
     with opener(lags_csv, "rt", newline="") as f:
-        rows = list(_csv.DictReader(f))
+        rows = list(csv.DictReader(f))
     launches: dict[tuple[str, str], dict] = {}
     for r in rows:
-        d = launches.setdefault((r["case"], r["launch"]), {"step": int(r["step"]), "lag": {}})
-        d["lag"][int(r["sm"])] = float(r["lag_steps"])
+        d = launches.setdefault((r["case"], r["launch"]), {"step": int(r["step"]), "pair": {}})
+        sm = int(r["sm"])
+        d["pair"].setdefault(sm_pair(sm), {})[sm % 2] = float(r["lag_steps"])
     per = []
     for d in launches.values():
-        diffs = [d["lag"][sm + 1] - lag for sm, lag in d["lag"].items()
-                 if sm % 2 == 0 and sm + 1 in d["lag"]]
+        diffs = [p[1] - p[0] for p in d["pair"].values() if len(p) == 2]
         if diffs and d["step"] > 0:
             per.append(float(np.mean(diffs)) / d["step"])
     if not per:

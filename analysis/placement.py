@@ -22,7 +22,7 @@ with steps of 100 ns, they have drifted 6 steps apart after one work item. Over 
 with misses (80, 81, 89, 80, 82) M and shared SMs (0, 0, 3, 0, 1), Spearman's rho is 0.92: the
 launches that shared SMs missed more.
 
-SM pairs: ``smid // 2`` groups SM ids in consecutive pairs. Hopper's TPCs hold two SMs, but
+SM pairs: ``analysis.smmap.sm_pair`` (``smid // 2``) groups SM ids in consecutive pairs. Hopper's TPCs hold two SMs, but
 NVIDIA does not document that ``%smid`` 2k and 2k+1 share a TPC, and the SM -> GPC mapping is
 not public at all; the pair statistics are reported under that name, not as TPCs or GPCs.
 %globaltimer ticks in 32 ns steps on the H100 measured (all 2400 start spreads of
@@ -38,6 +38,7 @@ import numpy as np
 from scipy import stats as sps
 
 from .drift import drift, sample_steps
+from .smmap import sm_pair
 
 
 @dataclass(frozen=True)
@@ -143,7 +144,7 @@ def placement(t: LaunchTrace, n_kv: int) -> Placement:
     """The statistics of one launch; ``n_kv`` is the number of steps of one work item (K/V tiles
     per head), so step ``n_kv`` starts the second work item (clipped to the last sampled step)."""
     per_sm = np.bincount(t.smid)
-    per_pair = np.bincount(t.smid // 2)
+    per_pair = np.bincount(sm_pair(t.smid))
     ok = t.start_ns >= 0
     starts = t.start_ns[ok]
     spread = step_spread_ns(t)

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["slot_partitions", "slot_paired_odd", "measured_map", "measured_sms", "PROFILES"]
+__all__ = ["slot_partitions", "slot_paired_odd", "sm_pair", "measured_map", "measured_sms",
+           "PROFILES"]
 
 PROFILES = Path(__file__).resolve().parent.parent / "profiles"
 
@@ -88,6 +89,14 @@ def slot_partitions(placement: str, resident: int, partitions: int) -> np.ndarra
     return np.asarray(_of_launch(m, resident), dtype=np.int64)
 
 
+def sm_pair(sm):
+    """The SM pair (2k, 2k+1) that ``%smid`` ``sm`` belongs to, ``sm // 2`` (an int or an
+    array); ``sm % 2`` tells its member. The H100's timing says consecutive ids share something
+    (the odd SM of a busy pair runs slower, ``slot_paired_odd``); NVIDIA does not document that
+    they form a TPC, so the unit is called a pair."""
+    return sm // 2
+
+
 def slot_paired_odd(placement: str, resident: int) -> np.ndarray:
     """Whether each of ``resident`` slots is the slower one of a busy SM pair: on an odd SM
     whose even sibling (``%smid`` − 1) also runs a slot of the launch, or a second slot on one
@@ -103,8 +112,8 @@ def slot_paired_odd(placement: str, resident: int) -> np.ndarray:
     sms = _of_launch(m, resident)
     seen: set[int] = set()
     out = np.zeros(resident, dtype=bool)
-    busy = set(sms)
+    even_busy = {sm_pair(sm) for sm in sms if sm % 2 == 0}
     for i, sm in enumerate(sms):
-        out[i] = sm in seen or (sm % 2 == 1 and sm - 1 in busy)
+        out[i] = sm in seen or (sm % 2 == 1 and sm_pair(sm) in even_busy)
         seen.add(sm)
     return out
