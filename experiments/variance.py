@@ -127,14 +127,18 @@ class UsageError(ValueError):
     pass
 
 
-def pick_cases(arch, patterns: list[str], study: str = STUDY) -> list:
+def pick_cases(arch, patterns: list[str], study: str = STUDY, seq: int | None = None) -> list:
     """The cases of ``study`` (default: the sawtooth study) at ``arch``'s preset whose ids match
-    any pattern."""
+    any pattern; ``seq`` overrides every case's sequence length (as ``experiments.run --seq``)."""
     from .studies import UnknownStudy, get_study
     try:
         plan = get_study(study).plan(arch)
     except UnknownStudy as e:
         raise UsageError(str(e)) from None
+    if seq is not None:
+        if seq <= 0:
+            raise UsageError(f"--seq {seq} must be a positive sequence length")
+        plan = [replace(c, problem=replace(c.problem, S_q=seq, S_kv=seq)) for c in plan]
     chosen = [c for c in plan if any(re.search(p, c.id) for p in patterns)]
     if not chosen:
         raise UsageError(f"no case of the {study} study matches {patterns}; ids look like "
@@ -142,11 +146,12 @@ def pick_cases(arch, patterns: list[str], study: str = STUDY) -> list:
     return chosen
 
 
-def cases_for(arch, cond: Condition, patterns: list[str] | None, study: str = STUDY) -> list:
+def cases_for(arch, cond: Condition, patterns: list[str] | None, study: str = STUDY,
+              seq: int | None = None) -> list:
     """The cases ``cond`` measures: those of ``study`` matching ``patterns`` (--cases) or the
     condition's own default; a trace condition takes only CUDA cases (the CUDA trace build
     records %smid)."""
-    cases = pick_cases(arch, patterns or list(cond.cases or DEFAULT_CASES), study)
+    cases = pick_cases(arch, patterns or list(cond.cases or DEFAULT_CASES), study, seq)
     if cond.trace:
         cases = [c for c in cases if c.variant.backend.value == "cuda"]
         if not cases:
@@ -328,6 +333,7 @@ def parse(argv) -> argparse.Namespace:
     ap.add_argument("--study", default=STUDY,
                     help=f"the study whose plan --cases picks from (default: {STUDY}; e.g. "
                          "active-sms for the few-CTA launches)")
+    ap.add_argument("--seq", type=int, help="override every case's sequence length")
     ap.add_argument("--seed", type=int, default=0)
     return ap.parse_args(argv)
 
@@ -347,7 +353,8 @@ def main(argv: list[str] | None = None) -> int:
                              f"{', '.join(CONDITIONS)}")
         conditions = [CONDITIONS[c] for c in a.conditions.split(",")]
         arch = get_arch(a.arch)
-        cases_of = {c.name: cases_for(arch, c, a.cases, a.study) for c in conditions}
+        cases_of = {c.name: cases_for(arch, c, a.cases, a.study, a.seq)
+                    for c in conditions}
         cases = list({c.id: c for cs in cases_of.values() for c in cs}.values())
         try:
             import torch
