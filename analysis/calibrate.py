@@ -132,20 +132,36 @@ def measured_ctas_per_sm(d: Path) -> dict[tuple, int]:
             if r["metric"] == Metric.CTAS_PER_SM and r["source"] == "measured"}
 
 
-def _study_dirs(root: Path, study: str) -> list[Path]:
+def run_device(d: Path) -> str | None:
+    """The UUID of the GPU run directory ``d`` was measured on (its manifest's
+    ``parameters.device.uuid``; None for runs that did not record it)."""
+    try:
+        m = json.loads((Path(d) / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return ((m.get("parameters") or {}).get("device") or {}).get("uuid")
+
+
+def _study_dirs(root: Path, study: str, device: str | None = None) -> list[Path]:
     pat = re.compile(rf"^{re.escape(study)}(-profile)?-\d{{8}}[a-z]?(-r\d+)?$")
     return sorted(d for d in root.iterdir() if d.is_dir() and pat.match(d.name)
-                  and data_path(d, "counters.csv") is not None)
+                  and data_path(d, "counters.csv") is not None
+                  and (device is None or (run_device(d) or "").startswith(device)))
 
 
-def load_measured(root: Path, arch: Arch, study: str, metric: str = MISSES) -> list[MeasuredCase]:
+def load_measured(root: Path, arch: Arch, study: str, metric: str = MISSES,
+                  device: str | None = None) -> list[MeasuredCase]:
     """Every measured case of ``study`` under ``root`` (e.g. ``profiles/h100``) with its
     ``metric`` (default the tex misses) in each run directory (``<study>-YYYYMMDD[-rN]``; a
-    ``longseq-profile-...`` directory counts for longseq). A build's occupancy recorded by any of
-    the study's runs stands for all of them: the older runs (2026-11-21) did not record it, and
-    their builds are taken to be those of the newer runs of the same variant."""
+    ``longseq-profile-...`` directory counts for longseq); with ``device``, only the runs
+    measured on the GPU whose UUID starts with it. Why per GPU: lent H100s differ in where a
+    launch's first CTAs sit relative to the two L2 partitions (their floor-swept SMs), so a
+    few-CTA case can miss 1.5x more on one chip than on another (REPORT.md section 7d); pooled,
+    the runs of several chips give a case's spread across chips. A build's occupancy recorded
+    by any of the study's runs stands for all of them: the older runs (2026-11-21) did not
+    record it, and their builds are taken to be those of the newer runs of the same variant."""
     per: dict[str, tuple[Case, list[str], list[float]]] = {}
-    dirs = _study_dirs(Path(root), study)
+    dirs = _study_dirs(Path(root), study, device)
     per_sm = {k: v for d in dirs for k, v in measured_ctas_per_sm(d).items()}   # any run's build
     for d in dirs:
         for run, r in _metric_rows(d, metric):

@@ -306,6 +306,8 @@ def main(argv=None) -> int:
     ap.add_argument("--exact", action="store_true", help="validate without sampling")
     ap.add_argument("--replacement", choices=REPLACEMENTS,
                     help="validate: L2 replacement policy (default: the params file's)")
+    ap.add_argument("--device", help="validate/sectors: only the runs measured on the GPU whose "
+                                     "UUID starts with this (the manifests' device uuid)")
     a = ap.parse_args(argv)
     try:
         arch = get_arch(a.arch)
@@ -327,11 +329,11 @@ def main(argv=None) -> int:
     if a.out is None:
         print(f"error: {a.command} needs --out DIR", file=sys.stderr)
         return 2
-    a.out.mkdir(parents=True, exist_ok=True)
     if a.command == "sectors":
+        a.out.mkdir(parents=True, exist_ok=True)
         srows = []
         for study in a.studies.split(","):
-            ms = cal.load_measured(root, arch, study, cal.Metric.L2_TEX_SECTORS)
+            ms = cal.load_measured(root, arch, study, cal.Metric.L2_TEX_SECTORS, a.device)
             srows += sector_rows(ms, arch, pd)
             write_rows(a.out / "sectors.csv", srows)
         for study in a.studies.split(","):
@@ -342,10 +344,17 @@ def main(argv=None) -> int:
                       f"term {100 * np.mean([abs(r.merged_err) for r in rs]):.1f}% "
                       f"({len(rs)} cases)")
         return 0
-    rows, measured = [], []
-    for study in a.studies.split(","):
-        ms = cal.load_measured(root, arch, study)
-        measured += ms
+    per_study = {study: cal.load_measured(root, arch, study, device=a.device)
+                 for study in a.studies.split(",")}
+    measured = [m for ms in per_study.values() for m in ms]
+    if not measured:
+        print(f"error: no measured run of {a.studies} under {root}"
+              + (f" on device {a.device}" if a.device else "") + "; check --root, --studies and "
+              "--device (the manifests' parameters.device.uuid)", file=sys.stderr)
+        return 2
+    a.out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for study, ms in per_study.items():
         t0 = time.perf_counter()
         seeds = a.seeds if any(m.spread > STABLE_SPREAD for m in ms) else 1
         note = p.note() + f"; replacement={pd['replacement']}" + (

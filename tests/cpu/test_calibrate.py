@@ -190,3 +190,30 @@ def test_pair_slowdown_is_the_median_odd_minus_even_lag_per_step(tmp_path: Path)
     (tmp_path / "none.csv").write_text("case,launch,n_ctas,cta,sm,step,lag_steps\nb,0,2,0,2,5,0\n")
     with pytest.raises(ValueError, match="pair"):
         cal.pair_slowdown_from_lags(tmp_path / "none.csv")
+
+
+def test_load_measured_selects_runs_by_gpu_and_pools_them_across_gpus(tmp_path: Path):
+    """The seventh holdout measured the same cases on three H100s (the manifests' device uuid):
+    ``device`` keeps one chip's runs, no ``device`` pools every chip's launches (the spread
+    across chips). On chip 800ee51b the first 2 CTAs miss 1.5x what they miss on 5c0fead6 (a
+    launch whose first CTAs straddle the two L2 partitions), which only the pooled view shows."""
+    from analysis import simcheck
+    root = Path("profiles/h100/holdout-20261125f")
+    h100 = get_arch("h100")
+    assert cal.run_device(root / "active-sms-20261125") == "800ee51b-46c3-11ad-e866-167bf58b32d3"
+    assert cal.run_device(tmp_path) is None
+
+    def p2(device=None):
+        return next(m for m in cal.load_measured(root, h100, "active-sms", device=device)
+                    if m.case.resident == 2 and m.case.variant.order == ScanOrder.linear())
+
+    a, b, pooled = p2("800ee51b"), p2("5c0fead6"), p2()
+    assert len(a.values) == len(b.values) == 3 and len(pooled.values) == 9      # + chip 8c6f14f0
+    assert {r.split("#")[0] for r in a.runs} == {"active-sms-20261125"}
+    assert a.median / b.median == pytest.approx(1.5, abs=0.02)
+    assert a.spread < 0.15 and b.spread < 0.15 and pooled.spread > 0.15
+    assert cal.load_measured(root, h100, "active-sms", device="ffffffff") == []
+    out = tmp_path / "v"
+    assert simcheck.main(["validate", "--arch", "h100", "--root", str(root), "--studies",
+                          "active-sms", "--device", "ffffffff", "--out", str(out)]) == 2
+    assert not out.exists()
