@@ -15,17 +15,23 @@ from pathlib import Path
 
 def simcheck_summaries(root: Path, arch: str) -> list[dict]:
     """Rows of every ``profiles/cpu/simcheck-<arch>-*/summary.csv`` under ``root``, oldest first,
-    with the validation's name and standing."""
+    with the validation's name and standing; a validation's ``gpu-<uuid>/`` subdirectories (the
+    same cases, one chip's runs: ``simcheck validate --device``) follow it as
+    ``<validation>/gpu-<uuid>``."""
+    cpu = Path(root) / "profiles" / "cpu"
+    dirs = [sub for d in sorted(cpu.glob(f"simcheck-{arch}-*"))
+            for sub in [d, *sorted(d.glob("gpu-*"))]]
     out = []
-    for d in sorted((Path(root) / "profiles" / "cpu").glob(f"simcheck-{arch}-*")):
+    for d in dirs:
         path = d / "summary.csv"
         if not path.is_file():
             continue
-        standing = ("holdout, measured after the model was frozen" if "-holdout-" in d.name
+        name = d.relative_to(cpu).as_posix()
+        standing = ("holdout, measured after the model was frozen" if "-holdout-" in name
                     else "measured before the model was frozen; its errors seen while revising")
         with path.open() as f:
             for r in csv.DictReader(f):
-                out.append({"validation": d.name, "standing": standing, "study": r["study"],
+                out.append({"validation": name, "standing": standing, "study": r["study"],
                             "sample": r["sample"], "cases": int(r["cases"]),
                             "stable": int(r["stable"]),
                             "rel_rms_pct": round(100 * float(r["rel_rms"]), 1),

@@ -351,3 +351,7 @@ def test_section_7d_reads_the_committed_validations_and_names_the_holdout():
     assert ("simcheck-h100-20261124", "all", "out") in got
     assert all(r["source"] == "simulated vs measured" for r in rows)
     assert not any(r["validation"].startswith("simcheck-h200") for r in rows)
+    chip = got[("simcheck-h100-holdout-20261125f/gpu-800ee51b", "all", "out")]   # one chip's runs
+    assert (chip["stable"], chip["rel_rms_pct"]) == (17, 17.4)
+    assert chip["standing"].startswith("holdout")
+    assert got[("simcheck-h100-holdout-20261125f", "all", "out")]["rel_rms_pct"] == 6.6
