@@ -133,13 +133,15 @@ def measured_ctas_per_sm(d: Path) -> dict[tuple, int]:
 
 
 def run_device(d: Path) -> str | None:
-    """The UUID of the GPU run directory ``d`` was measured on (its manifest's
-    ``parameters.device.uuid``; None for runs that did not record it)."""
+    """The UUID of the GPU run directory ``d`` was measured on: its manifest's
+    ``parameters.device.uuid`` (a study run) or ``device.uuid`` (``experiments.smmap``,
+    ``experiments.variance``); None for runs that did not record it."""
     try:
         m = json.loads((Path(d) / "manifest.json").read_text())
     except (OSError, ValueError):
         return None
-    return ((m.get("parameters") or {}).get("device") or {}).get("uuid")
+    device = m.get("device") or (m.get("parameters") or {}).get("device") or {}
+    return device.get("uuid")
 
 
 def _study_dirs(root: Path, study: str, device: str | None = None) -> list[Path]:

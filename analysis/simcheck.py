@@ -225,6 +225,18 @@ launches each; ``profiles/h100/tracecost-20261125/every64``): where the SM-pair 
 from."""
 
 
+def device_map(root: Path, device: str) -> Path | None:
+    """The newest ``experiments.smmap`` run directory under ``root`` measured on the GPU whose
+    UUID starts with ``device``, else None. Why: where a launch's first CTAs sit relative to the
+    two L2 partitions differs between chips (one H100 of the seventh holdout splits them, and its
+    2-8 CTA launches miss 1.5x), so one chip's runs are predicted with that chip's map when it
+    was measured; otherwise with the arch's committed map (``params.placement``)."""
+    maps = [d for d in sorted(Path(root).glob("smmap-*"))
+            if data_path(d, "smmap.csv") is not None
+            and (cal.run_device(d) or "").startswith(device)]
+    return maps[-1] if maps else None
+
+
 def _fixed(arch: Arch, root: Path) -> tuple[dict, str]:
     drift = data_path(DRIFT_RUN, "drift.csv")
     jitter, _, why = cal.jitter_from_drift(drift)
@@ -344,6 +356,10 @@ def main(argv=None) -> int:
                       f"term {100 * np.mean([abs(r.merged_err) for r in rs]):.1f}% "
                       f"({len(rs)} cases)")
         return 0
+    chip_map = device_map(root, a.device) if a.device else None
+    if chip_map is not None:
+        pd["placement"] = chip_map.as_posix()
+        print(f"SM map of device {a.device}: {chip_map}", file=sys.stderr)
     per_study = {study: cal.load_measured(root, arch, study, device=a.device)
                  for study in a.studies.split(",")}
     measured = [m for ms in per_study.values() for m in ms]

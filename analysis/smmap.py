@@ -28,17 +28,29 @@ __all__ = ["slot_partitions", "slot_paired_odd", "sm_pair", "measured_map", "mea
 PROFILES = Path(__file__).resolve().parent.parent / "profiles"
 
 
+def _map_file(source: str) -> Path | None:
+    """The ``smmap.csv[.gz]`` that ``source`` names: a run directory of ``experiments.smmap``
+    (one chip's map: a path containing ``/``), else the newest ``smmap-*`` run of the arch
+    ``source`` under ``profiles/``; None if there is none."""
+    if "/" in source:
+        d = Path(source)
+        runs = [p for p in (d / "smmap.csv", d / "smmap.csv.gz") if p.is_file()]
+    else:
+        runs = sorted((PROFILES / source).glob("smmap-*/smmap.csv*"))
+    return runs[-1] if runs else None
+
+
 @functools.cache
-def _launches(arch: str, column: str) -> dict[int, tuple[int, ...]]:
-    """{launch CTA count N: ``column`` ("group" or "sm") of CTA 0..N-1} from the newest
-    ``smmap-*`` run of ``arch`` (repeat 0; for N not above the SM count the one-CTA-per-SM
-    launch). Empty if none."""
-    runs = sorted((PROFILES / arch).glob("smmap-*/smmap.csv*"))
-    if not runs:
+def _launches(source: str, column: str) -> dict[int, tuple[int, ...]]:
+    """{launch CTA count N: ``column`` ("group" or "sm") of CTA 0..N-1} from the map ``source``
+    names (``_map_file``; repeat 0; for N not above the SM count the one-CTA-per-SM launch).
+    Empty if none."""
+    path = _map_file(source)
+    if path is None:
         return {}
     launches: dict[tuple[int, int], dict[int, int]] = {}
-    opener = gzip.open if runs[-1].suffix == ".gz" else open
-    with opener(runs[-1], "rt", newline="") as f:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", newline="") as f:
         rows = list(csv.DictReader(f))
     for r in rows:
         if r["kind"] != "cta_sm" or r["repeat"] != "0":
@@ -52,14 +64,15 @@ def _launches(arch: str, column: str) -> dict[int, tuple[int, ...]]:
     return out
 
 
-def measured_map(arch: str) -> dict[int, tuple[int, ...]]:
-    """{launch CTA count N: partition of CTA 0..N-1} (see ``_launches``)."""
-    return _launches(arch, "group")
+def measured_map(source: str) -> dict[int, tuple[int, ...]]:
+    """{launch CTA count N: partition of CTA 0..N-1}; ``source`` is an arch name (its newest
+    committed map) or an ``experiments.smmap`` run directory (one chip's; see ``_launches``)."""
+    return _launches(source, "group")
 
 
-def measured_sms(arch: str) -> dict[int, tuple[int, ...]]:
-    """{launch CTA count N: the SM (``%smid``) of CTA 0..N-1} (see ``_launches``)."""
-    return _launches(arch, "sm")
+def measured_sms(source: str) -> dict[int, tuple[int, ...]]:
+    """{launch CTA count N: the SM (``%smid``) of CTA 0..N-1} (``source`` as ``measured_map``)."""
+    return _launches(source, "sm")
 
 
 def _of_launch(m: dict[int, tuple[int, ...]], resident: int) -> tuple[int, ...]:
@@ -74,7 +87,7 @@ def _of_launch(m: dict[int, tuple[int, ...]], resident: int) -> tuple[int, ...]:
 
 def slot_partitions(placement: str, resident: int, partitions: int) -> np.ndarray:
     """Partition of each of ``resident`` slots: ``"alternate"`` (slot % partitions), or an arch
-    name whose measured map is used: the launch of exactly ``resident`` CTAs, else the first
+    name or a chip's ``experiments.smmap`` run directory whose measured map is used: the launch of exactly ``resident`` CTAs, else the first
     ``resident`` CTAs of the smallest measured launch that is larger, else the largest launch
     repeated."""
     if partitions == 1:
@@ -83,9 +96,10 @@ def slot_partitions(placement: str, resident: int, partitions: int) -> np.ndarra
         return np.arange(resident, dtype=np.int64) % partitions
     m = measured_map(placement)
     if not m:
-        raise ValueError(f"no measured SM placement for {placement!r} under {PROFILES}/"
-                         f"{placement}/smmap-*; run `python -m experiments.smmap --arch "
-                         f"{placement}` on that GPU, or use placement='alternate'")
+        raise ValueError(f"no measured SM placement for {placement!r} (an arch's "
+                         f"{PROFILES}/<arch>/smmap-*, or a directory holding smmap.csv); run "
+                         f"`python -m experiments.smmap` on that GPU, or use "
+                         f"placement='alternate'")
     return np.asarray(_of_launch(m, resident), dtype=np.int64)
 
 

@@ -56,9 +56,10 @@ validate --replacement srrip`` repeats the comparison.
 **Two partitions** (``partitions=2``, Hopper and Blackwell; ``../shared/l2-ncu-notes.md`` §1). Every
 tile is split into two halves, each homed in one partition: the tile-granular form of a fine
 address interleave that sends half of every tile's sectors to each side. Which partition slot
-``s`` sits on is ``placement``: ``"alternate"`` (``s % 2``, the first model) or an arch name,
-whose measured map is used (``analysis.smmap``: on the H100 a launch's first 8 CTAs share one
-partition, a full launch runs CTAs 0-15 and 64-113 on one side). A request first looks up the SM's
+``s`` sits on is ``placement``: ``"alternate"`` (``s % 2``, the first model), an arch name, whose
+committed measured map is used (``analysis.smmap``: on the H100 a launch's first 8 CTAs share one
+partition, a full launch runs CTAs 0-15 and 64-113 on one side), or one chip's ``experiments.smmap``
+run directory (the map differs between chips of one arch: REPORT.md section 7d). A request first looks up the SM's
 local partition (the ``srcunit_tex`` lookup ncu counts). A local miss on a half homed on the other
 side looks that half up in its home partition over the fabric (``srcunit_ltcfabric``; a fabric hit
 costs a hit) and fills both: the local copy duplicates the line, so data read from both sides
@@ -144,7 +145,7 @@ class TimeParams:
     partitions: int = 1            # 1, or 2 (Hopper/Blackwell)
     merge_window: float = 0.0      # request-coalescer window, in hit-step units (0: off)
     sample_rate: float = 1.0       # SHARDS rate R (1: exact)
-    placement: str = "alternate"   # slot -> partition: "alternate" or an arch's measured map
+    placement: str = "alternate"   # slot -> partition: "alternate", an arch or a chip's smmap dir
     stores_miss: bool = True       # an O store to an absent line counts as a lookup miss
     replacement: str = "lru"       # "lru" or "srrip" (see the module docstring)
 

@@ -25,7 +25,7 @@ import signal
 import statistics
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from spec import InvalidProblem, TileGrid, detect, get_arch, known_archs
@@ -37,7 +37,8 @@ from profiles.metrics import DEFAULT_GROUPS, get_groups
 from . import shard
 from .rundir import (BadRunDir, RunDirExists, command_line, default_run_dir, reserved_run_dir,
                      write_manifest)
-from .studies import STUDIES, UnknownStudy, describe_scale, get_study, kv_bytes_per_head
+from .studies import (STUDIES, UnknownStudy, at_length, describe_scale, get_study,
+                      kv_bytes_per_head)
 
 MODULE = "experiments.run"
 
@@ -154,10 +155,10 @@ def _resolve_mode(requested: str, study, has_gpu: bool) -> tuple[str, str]:
 def _plan(args, study, arch) -> list[Case]:
     cases = study.plan(arch)
     if args.seq is not None:
-        if args.seq <= 0:
-            raise UsageError(f"--seq {args.seq} must be a positive sequence length")
-        cases = [replace(c, problem=replace(c.problem, S_q=args.seq, S_kv=args.seq))
-                 for c in cases]
+        try:
+            cases = at_length(cases, args.seq)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
     if args.filter:
         try:
             rx = re.compile(args.filter)

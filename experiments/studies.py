@@ -7,7 +7,7 @@ to the cache as on GB10 (the effect under study depends on that ratio, not on S 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from spec import (Arch, Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant, get_arch)
@@ -463,6 +463,14 @@ def get_study(name: str) -> Study:
         return STUDIES[name]
     except KeyError:
         raise UnknownStudy(f"unknown study {name!r}; known: {', '.join(STUDIES)}") from None
+
+
+def at_length(cases: list[Case], seq: int) -> list[Case]:
+    """``cases`` with every sequence length (query and key) set to ``seq``: a study's plan at a
+    length its preset does not use (``--seq``; the simulator's holdouts are measured this way)."""
+    if seq <= 0:
+        raise ValueError(f"--seq {seq} must be a positive sequence length")
+    return [replace(c, problem=replace(c.problem, S_q=seq, S_kv=seq)) for c in cases]
 
 
 def kv_bytes_per_head(problem: Problem) -> int:

@@ -130,15 +130,12 @@ class UsageError(ValueError):
 def pick_cases(arch, patterns: list[str], study: str = STUDY, seq: int | None = None) -> list:
     """The cases of ``study`` (default: the sawtooth study) at ``arch``'s preset whose ids match
     any pattern; ``seq`` overrides every case's sequence length (as ``experiments.run --seq``)."""
-    from .studies import UnknownStudy, get_study
+    from .studies import UnknownStudy, at_length, get_study
     try:
         plan = get_study(study).plan(arch)
-    except UnknownStudy as e:
+        plan = plan if seq is None else at_length(plan, seq)
+    except (UnknownStudy, ValueError) as e:
         raise UsageError(str(e)) from None
-    if seq is not None:
-        if seq <= 0:
-            raise UsageError(f"--seq {seq} must be a positive sequence length")
-        plan = [replace(c, problem=replace(c.problem, S_q=seq, S_kv=seq)) for c in plan]
     chosen = [c for c in plan if any(re.search(p, c.id) for p in patterns)]
     if not chosen:
         raise UsageError(f"no case of the {study} study matches {patterns}; ids look like "

@@ -1,8 +1,13 @@
 """Simulator vs measured: error rows in, summary and sign rows out (no simulation here)."""
 import math
+from pathlib import Path
+
+import numpy as np
+import pytest
 
 from analysis import calibrate as cal
-from analysis.simcheck import ErrorRow, STABLE_SPREAD, sawtooth_signs, summarize
+from analysis.simcheck import ErrorRow, STABLE_SPREAD, device_map, sawtooth_signs, summarize
+from analysis.smmap import slot_partitions
 from spec import Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant
 from spec.case import Case
 
@@ -39,3 +44,17 @@ def test_sawtooth_signs_judge_only_stable_changes():
     measured[1] = cal.MeasuredCase("sawtooth", saw, ("r1", "r2"), (60.0, 120.0))
     (s,) = sawtooth_signs(measured, rows)
     assert not s.stable and not s.sign_right
+
+
+def test_one_chips_runs_are_simulated_with_that_chips_sm_map(tmp_path):
+    """``validate --device`` predicts a chip's runs with the SM map measured on that chip when
+    the root holds one (``experiments.smmap`` beside the runs, matched by the manifests' device
+    uuid), else with the arch's committed map. Chip C of the seventh holdout recorded its map
+    (the same as the committed one); chip A did not."""
+    root = Path("profiles/h100/holdout-20261125f")
+    chip = device_map(root, "8c6f14f0")
+    assert chip == root / "smmap-20261125" and device_map(root, "800ee51b") is None
+    for n in (2, 16, 32, 132):
+        assert np.array_equal(slot_partitions(chip.as_posix(), n, 2), slot_partitions("h100", n, 2))
+    with pytest.raises(ValueError, match="no measured SM placement"):
+        slot_partitions(tmp_path.as_posix(), 4, 2)
