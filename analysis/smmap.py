@@ -87,9 +87,9 @@ def _of_launch(m: dict[int, tuple[int, ...]], resident: int) -> tuple[int, ...]:
 
 def slot_partitions(placement: str, resident: int, partitions: int) -> np.ndarray:
     """Partition of each of ``resident`` slots: ``"alternate"`` (slot % partitions), or an arch
-    name or a chip's ``experiments.smmap`` run directory whose measured map is used: the launch of exactly ``resident`` CTAs, else the first
-    ``resident`` CTAs of the smallest measured launch that is larger, else the largest launch
-    repeated."""
+    name or a chip's ``experiments.smmap`` run directory whose measured map is used: the launch
+    of exactly ``resident`` CTAs, else the first ``resident`` CTAs of the smallest measured
+    launch that is larger, else the largest launch repeated."""
     if partitions == 1:
         return np.zeros(resident, dtype=np.int64)
     if placement == "alternate":
