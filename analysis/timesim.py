@@ -61,7 +61,8 @@ committed measured map is used (``analysis.smmap``: on the H100 a launch's first
 partition, a full launch runs CTAs 0-15 and 64-113 on one side), or one chip's
 ``experiments.smmap`` run directory (the map differs between chips of one arch: REPORT.md
 section 7d). A request first looks up the SM's local partition (the ``srcunit_tex`` lookup ncu
-counts). A local miss on a half homed on the other side looks that half up in its home partition over the fabric (``srcunit_ltcfabric``; a fabric hit
+counts). A local miss on a half homed on the other side looks that half up in its home
+partition over the fabric (``srcunit_ltcfabric``; a fabric hit
 costs a hit) and fills both: the local copy duplicates the line, so data read from both sides
 occupies twice its size and the *effective* capacity depends on the traffic. DRAM fills are the
 local-home tex misses plus the fabric misses. Each partition holds ``capacity_bytes / 2``.
