@@ -64,7 +64,8 @@ class GapTimes:
     count: np.ndarray       # how many step durations fell in that bin
 
 
-def step_time_by_gap(time_ns: np.ndarray, edges=GAP_EDGES, every: int = 1) -> GapTimes:
+def step_time_by_gap(time_ns: np.ndarray, edges=GAP_EDGES, every: int = 1,
+                     d: Drift | None = None) -> GapTimes:
     """How long a CTA's step lasts as a function of how far it is behind the leading CTA.
 
     Why: a simulated step costs a hit time or a miss time, and only the *difference* between
@@ -77,12 +78,13 @@ def step_time_by_gap(time_ns: np.ndarray, edges=GAP_EDGES, every: int = 1) -> Ga
     leader's (in median steps), and its step lasts ``t[c, s+1] − t[c, s]``. Only steps the CTA
     ran both ends of count; ``edges`` are the bins' lower edges (the last bin is open). With a
     sparse trace (record ``r`` = step ``r * every``) a "step" is ``every`` steps and its
-    duration is reported per step (divided by ``every``)."""
+    duration is reported per step (divided by ``every``). ``d``: ``drift(time_ns, every)`` if
+    the caller has it already (its median step is the unit of the gaps)."""
     raw = np.asarray(time_ns, dtype=np.int64)
     valid = raw >= 0
     if raw.ndim != 2 or raw.shape[1] < 2 or valid.sum(axis=0).max() < 2:
         raise ValueError("step_time_by_gap needs at least two CTAs with two stamped steps")
-    d = drift(raw, every)
+    d = d if d is not None else drift(raw, every)
     base = raw[valid].min()
     t = (raw - base).astype(np.float64)
     lead = np.where(valid, t, np.inf).min(axis=0)

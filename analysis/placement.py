@@ -22,9 +22,10 @@ with steps of 100 ns, they have drifted 6 steps apart after one work item. Over 
 with misses (80, 81, 89, 80, 82) M and shared SMs (0, 0, 3, 0, 1), Spearman's rho is 0.92: the
 launches that shared SMs missed more.
 
-SM pairs: ``analysis.smmap.sm_pair`` (``smid // 2``) groups SM ids in consecutive pairs. Hopper's TPCs hold two SMs, but
-NVIDIA does not document that ``%smid`` 2k and 2k+1 share a TPC, and the SM -> GPC mapping is
-not public at all; the pair statistics are reported under that name, not as TPCs or GPCs.
+SM pairs: ``analysis.smmap.sm_pair`` (``smid // 2``) groups SM ids in consecutive pairs.
+Hopper's TPCs hold two SMs, but NVIDIA does not document that ``%smid`` 2k and 2k+1 share a
+TPC, and the SM -> GPC mapping is not public at all; the pair statistics are reported under that
+name, not as TPCs or GPCs.
 %globaltimer ticks in 32 ns steps on the H100 measured (all 2400 start spreads of
 profiles/h100/drift-20261121b are multiples of 32 ns): spreads below that are not resolved.
 """

@@ -195,7 +195,7 @@ def drift_rows(case: Case, time_ns, arch: Arch, *, run: str, study: str, points:
     rows += [case_row(case, problem, Metric.CTA_START_SPREAD_NS, d.spread_ns[i], run=run,
                   study=study, arch=arch.name, x=float(d.step[i]))
              for i in sample_steps(len(d.step), points)]
-    gt = step_time_by_gap(time_ns, every=every)
+    gt = step_time_by_gap(time_ns, every=every, d=d)
     rows += [case_row(case, problem, Metric.STEP_NS_BY_GAP, float(m), run=run, study=study,
                       arch=arch.name, x=float(e), note=f"{int(n)} steps")
              for e, m, n in zip(gt.edges, gt.mean_ns, gt.count) if n > 0]

@@ -62,8 +62,7 @@ def main(argv: list[str] | None = None) -> int:
             q, k, v = random_inputs(case.problem, plan.get("seed", 0))
             inputs[case.problem] = (q, k, v, poisoned_like(q))
         prepared = fam.prepare(case.variant, case.problem)
-        launch_one = (fam.run if not trace_dir else fam.trace if every == 1 else
-                      functools.partial(fam.trace, every=every))
+        launch_one = functools.partial(fam.trace, every=every) if trace_dir else fam.run
         launch_one(prepared, *inputs[case.problem])                              # warm-up
         launches.append((case, launch_one, prepared))
     flush_bytes = int(plan.get("flush_bytes") or 0)

@@ -150,11 +150,16 @@ class CutileFamily:
     def run(self, prepared: Prepared, q, k, v, out) -> None:
         self._launch(prepared, q, k, v, out, _dummy_trace(q.device), trace=False)
 
-    def trace(self, prepared: Prepared, q, k, v, out) -> dict:
+    def trace(self, prepared: Prepared, q, k, v, out, every: int = 1) -> dict:
         """Run the trace build; returns ``spec.family.TRACE_KEYS``: ``visits`` int32
         [n_ctas, max_steps + 1, 4] padded with -1 (one spare step column: a kernel that visits
         more than the spec leaves a mark there), ``build``, the trace build's symbol, and the timing
-        and placement keys None (cuTile has no timer or SM-id intrinsic)."""
+        and placement keys None (cuTile has no timer or SM-id intrinsic). It records every step:
+        ``every`` other than 1 is refused (a stride only thins timing stamps, which it has none
+        of)."""
+        if every != 1:
+            raise BadInput(f"every={every}: the cuTile trace build records every step's visit "
+                           "and no timing; sparse stamps are the CUDA trace build's")
         import torch
         from spec.trace import visit_order
         g = TileGrid(prepared.problem, prepared.variant.tiles)

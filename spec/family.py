@@ -85,8 +85,9 @@ class KernelFamily(Protocol):
     def run(self, prepared: Any, q, k, v, out) -> None:
         """Launch on ``torch.cuda.current_stream()``; ``out`` is written, nothing is returned."""
 
-    def trace(self, prepared: Any, q, k, v, out) -> dict:
-        """Run the trace build; returns ``TRACE_KEYS``."""
+    def trace(self, prepared: Any, q, k, v, out, every: int = 1) -> dict:
+        """Run the trace build, recording every ``every``-th step; returns ``TRACE_KEYS``. A
+        family that records no timing supports only ``every=1`` (``BadInput`` otherwise)."""
 
 
 @dataclass(frozen=True)

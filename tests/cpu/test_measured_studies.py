@@ -4,6 +4,7 @@ families' common interface, and experiments.tune's rule that a candidate is chec
 ranked (a wrong-but-fast candidate never wins) and that a config file is never silently replaced."""
 from __future__ import annotations
 
+import inspect
 import json
 from dataclasses import fields
 
@@ -15,7 +16,7 @@ from experiments.measure import RESOURCES, resource_rows
 from experiments.studies import BENCH_SEQS, STUDIES, get_study
 from kernels.config import default_config
 from spec import Backend, Case, CtaSchedule, Problem, ScanOrder, Tiles, Variant, get_arch
-from spec.family import PREPARED_FIELDS, Prepared
+from spec.family import PREPARED_FIELDS, BadInput, Prepared
 from spec.schedules import ScheduleKind
 
 H100 = get_arch("h100")
@@ -89,6 +90,10 @@ def test_both_families_prepare_the_same_fields_first():
     for fam in (CutileFamily, CudaFamily):
         assert fam("h100").requested_arch == "h100"
         assert all(callable(getattr(fam, m)) for m in ("prepare", "run", "trace"))
+        assert inspect.signature(fam.trace).parameters["every"].default == 1
+    # the cuTile trace build records visits and no timing: a stamp stride is refused up front
+    with pytest.raises(BadInput, match="every=64"):
+        CutileFamily("h100").trace(None, None, None, None, None, every=64)
 
 
 # -- tune: correctness before rank ----------------------------------------------------------------
