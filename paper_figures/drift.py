@@ -12,9 +12,9 @@ One panel per (B, causal), linear and sawtooth in each, for the run's full launc
 CTA count; the drift study's few-CTA launches are listed in the title, not drawn). Left axis:
 the spread in steps (spread_ns / median_step_ns, log scale); right axis: the K/V bytes those
 steps span (steps × ``spec.TileGrid.kv_step_bytes``, one K and one V tile per step), with the
-arch's L2 size as a dashed line, so the spread can be read against the cache. Light vertical lines mark the
-end of each work item of a non-causal CTA (every n_kv = ceil(S/tile_n) steps); causal work items
-have 1..n_kv steps and are not marked.
+arch's L2 size as a dashed line, so the spread can be read against the cache. Light vertical
+lines mark the end of each work item of a non-causal CTA (every n_kv = ceil(S/tile_n) steps);
+causal work items have 1..n_kv steps and are not marked.
 """
 from __future__ import annotations
 
