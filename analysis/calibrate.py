@@ -177,19 +177,38 @@ def load_measured(root: Path, arch: Arch, study: str, metric: str = MISSES,
 def _metric_rows(d: Path, metric: str) -> list[tuple[str, dict]]:
     """(run, row) of ``metric`` in run directory ``d``: every launch of ``counters_repeats.csv``
     as a run of its own (``<dir>#<i>``; the file's ``stat=median`` rows are summaries, not
-    launches), so that a case's median and spread are those of its launches; a case with no
-    launch rows (runs before the repeats file) by its ``counters.csv`` row."""
-    rows = [r for r in read_csv(data_path(d, "counters.csv"))
-            if r["metric"] == metric and r["source"] == "measured"]
+    launches), so that a case's median and spread are those of its launches.
+
+    Only launches whose metric group recorded ``profiler__replayer_passes`` = 1 for that case
+    count (``one_pass``). A count collected over several replay passes comes from a different
+    execution than its neighbours and was biased: the 4-pass ``hopper`` set of the 2026-11-21
+    runs read CUDA B=1 linear at S=256K as 90.3 M misses where five one-pass launches read 79.7 M
+    each, and cuTile Static sawtooth 3.2 G where one pass reads 5.9 G (REPORT.md section 0). Runs
+    without a repeats file (before the one-pass groups of 2026-11-23) recorded no passes and
+    give none."""
     repeats = data_path(d, "counters_repeats.csv")
-    launches = [r for r in read_csv(repeats) if r["metric"] == metric
-                and r["source"] == "measured" and not r.get("stat")] if repeats else []
+    launches = [r for r in read_csv(repeats) if not r.get("stat")] if repeats else []
+    single = one_pass(launches)
     seen: dict[tuple, int] = {}
     out = []
     for r in launches:
-        i = seen[case_key(r)] = seen.get(case_key(r), 0) + 1
-        out.append((f"{d.name}#{i}", r))
-    return out + [(d.name, r) for r in rows if case_key(r) not in seen]
+        if (r["metric"] == metric and r["source"] == "measured"
+                and (case_key(r), r.get("group")) in single):
+            i = seen[case_key(r)] = seen.get(case_key(r), 0) + 1
+            out.append((f"{d.name}#{i}", r))
+    return out
+
+
+def one_pass(rows: Sequence[dict]) -> set[tuple]:
+    """The (case, metric group) pairs of ``rows`` whose every recorded
+    ``profiler__replayer_passes`` is 1: counters collected from one execution of the kernel.
+    A run without the record (the metric sets before the one-pass groups of 2026-11-23) has
+    none."""
+    passes: dict[tuple, set] = {}
+    for r in rows:
+        if r["metric"] == Metric.REPLAY_PASSES and r.get("group"):
+            passes.setdefault((case_key(r), r["group"]), set()).add(float(r["value"]))
+    return {k for k, v in passes.items() if v == {1.0}}
 
 
 def case_key(r: dict) -> tuple:

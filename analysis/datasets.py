@@ -90,7 +90,7 @@ class Dataset:
     committed: bool
     source: str                 # measured | simulated
     capacity_bytes: int | None
-    seq_override: int | None
+    seq_override: tuple[int, ...] | None   # the --seq lengths (a run before 2026-11-25: one)
     filter: str | None
 
     @property
@@ -143,6 +143,10 @@ def _int_or_none(v) -> int | None:
     return None if v is None else int(v)
 
 
+def _lengths_or_none(v) -> tuple[int, ...] | None:
+    return None if v is None else tuple(int(x) for x in (v if isinstance(v, list) else [v]))
+
+
 def dataset(run_dir: Path, arch: str | None = None) -> Dataset:
     """A ``Dataset`` for a run directory (committed when its name has the committed form and it
     sits in ``profiles/<arch>/``); the arch and study come from the manifest where it has them."""
@@ -158,7 +162,7 @@ def dataset(run_dir: Path, arch: str | None = None) -> Dataset:
                    study=str(m.get("study") or name), stamp=hit["stamp"] if committed else d.name,
                    repeat=int(hit["rep"] or 1) if committed else 1, committed=committed,
                    source=_source(m), capacity_bytes=_int_or_none(params.get("capacity_bytes")),
-                   seq_override=_int_or_none(params.get("seq_override")),
+                   seq_override=_lengths_or_none(params.get("seq_override")),
                    filter=params.get("filter") or None)
 
 

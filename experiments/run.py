@@ -37,7 +37,7 @@ from profiles.metrics import DEFAULT_GROUPS, get_groups
 from . import shard
 from .rundir import (BadRunDir, RunDirExists, command_line, default_run_dir, reserved_run_dir,
                      write_manifest)
-from .studies import (STUDIES, UnknownStudy, at_length, describe_scale, get_study,
+from .studies import (STUDIES, UnknownStudy, at_length, describe_scale, get_study, lengths,
                       kv_bytes_per_head)
 
 MODULE = "experiments.run"
@@ -64,8 +64,15 @@ class Terminated(BaseException):
     """SIGTERM, raised in the main thread so that every cleanup runs (like KeyboardInterrupt)."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a bad argument reported in one line (no usage block) and exit 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message} (see --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m experiments.run",
+    p = _Parser(prog="python -m experiments.run",
                                 description="Run a study of the Sawtooth cache-locality framework.")
     p.add_argument("study", nargs="?", help="study name (see --list)")
     p.add_argument("--arch", help=f"target architecture: {', '.join(known_archs())}")
@@ -76,7 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, help="run directory to create (must not exist)")
     p.add_argument("--capacity-mib", type=float,
                    help="simulated L2 capacity in MiB (an effective capacity; default: the arch's L2)")
-    p.add_argument("--seq", type=int, help="override every case's sequence length (quick runs)")
+    p.add_argument("--seq", type=lengths,
+                   help="override every case's sequence length (quick runs); several lengths, "
+                        "comma-separated, run the plan at each")
     p.add_argument("--filter", help="regular expression on case ids: run only the matching cases")
     p.add_argument("--no-figures", action="store_true", help="skip drawing figures")
     p.add_argument("--reps", type=int, help="timed repetitions per variant (measure; default: "

@@ -310,7 +310,7 @@ def single_gpu_argv(job: ShardJob, out: Path) -> list[str]:
             "--no-figures", "--filter", f"^(?:{ids})$", "--seed", str(a.seed),
             "--groups", a.groups, "--repeats", str(a.repeats)]
     argv += ["--sessions", str(a.sessions)] if a.sessions is not None else []
-    argv += ["--seq", str(a.seq)] if a.seq is not None else []
+    argv += ["--seq", ",".join(map(str, a.seq))] if a.seq is not None else []
     argv += ["--reps", str(a.reps)] if a.reps is not None else []
     argv += ["--no-profile"] if a.no_profile else ["--profile"] if a.profile else []
     return argv

@@ -7,8 +7,9 @@ to the cache as on GB10 (the effect under study depends on that ratio, not on S 
 """
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Callable, Sequence
 
 from spec import (Arch, Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant, get_arch)
 from spec.case import Case
@@ -465,12 +466,28 @@ def get_study(name: str) -> Study:
         raise UnknownStudy(f"unknown study {name!r}; known: {', '.join(STUDIES)}") from None
 
 
-def at_length(cases: list[Case], seq: int) -> list[Case]:
-    """``cases`` with every sequence length (query and key) set to ``seq``: a study's plan at a
-    length its preset does not use (``--seq``; the simulator's holdouts are measured this way)."""
-    if seq <= 0:
-        raise ValueError(f"--seq {seq} must be a positive sequence length")
-    return [replace(c, problem=replace(c.problem, S_q=seq, S_kv=seq)) for c in cases]
+def at_length(cases: list[Case], seqs: Sequence[int]) -> list[Case]:
+    """``cases`` with every sequence length (query and key) set to each of ``seqs`` in turn: a
+    study's plan at lengths its preset does not use (``--seq``; the simulator's holdouts are
+    measured this way). A plan that sweeps S (traffic, divergence) collapses to one case per
+    variant and masking at each length: each case appears once."""
+    if not seqs:
+        raise ValueError("--seq needs at least one sequence length")
+    for seq in seqs:
+        if seq <= 0:
+            raise ValueError(f"--seq {seq} must be a positive sequence length")
+    out = [replace(c, problem=replace(c.problem, S_q=seq, S_kv=seq)) for seq in seqs
+           for c in cases]
+    return list(dict.fromkeys(out))
+
+
+def lengths(text: str) -> tuple[int, ...]:
+    """``--seq``'s argument: one length or several, comma-separated (``196608,229376``)."""
+    try:
+        return tuple(int(t) for t in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a sequence length or a comma-separated list of them") from None
 
 
 def kv_bytes_per_head(problem: Problem) -> int:

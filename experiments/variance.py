@@ -78,6 +78,8 @@ from spec.case import case_to_dict
 from spec.problem import TileGrid
 from spec.records import Metric, Row, Source, case_fields, write_csv
 
+from .studies import UnknownStudy, at_length, get_study, lengths
+
 TARGET = [sys.executable, "-m", "experiments.target"]
 STUDY = "sawtooth"
 DEFAULT_CASES = (r"^cutile\.(linear|sawtooth)\.static\d+\..* b8h1s\d+d64\.fp16\.full$",
@@ -127,10 +129,10 @@ class UsageError(ValueError):
     pass
 
 
-def pick_cases(arch, patterns: list[str], study: str = STUDY, seq: int | None = None) -> list:
+def pick_cases(arch, patterns: list[str], study: str = STUDY,
+               seq: tuple[int, ...] | None = None) -> list:
     """The cases of ``study`` (default: the sawtooth study) at ``arch``'s preset whose ids match
     any pattern; ``seq`` overrides every case's sequence length (as ``experiments.run --seq``)."""
-    from .studies import UnknownStudy, at_length, get_study
     try:
         plan = get_study(study).plan(arch)
         plan = plan if seq is None else at_length(plan, seq)
@@ -144,7 +146,7 @@ def pick_cases(arch, patterns: list[str], study: str = STUDY, seq: int | None = 
 
 
 def cases_for(arch, cond: Condition, patterns: list[str] | None, study: str = STUDY,
-              seq: int | None = None) -> list:
+              seq: tuple[int, ...] | None = None) -> list:
     """The cases ``cond`` measures: those of ``study`` matching ``patterns`` (--cases) or the
     condition's own default; a trace condition takes only CUDA cases (the CUDA trace build
     records %smid)."""
@@ -330,7 +332,8 @@ def parse(argv) -> argparse.Namespace:
     ap.add_argument("--study", default=STUDY,
                     help=f"the study whose plan --cases picks from (default: {STUDY}; e.g. "
                          "active-sms for the few-CTA launches)")
-    ap.add_argument("--seq", type=int, help="override every case's sequence length")
+    ap.add_argument("--seq", type=lengths, help="override every case's sequence length (several: "
+                                                 "comma-separated)")
     ap.add_argument("--seed", type=int, default=0)
     return ap.parse_args(argv)
 

@@ -118,15 +118,14 @@ def test_h100_miss_ratio_is_derived_not_fitted():
 
 
 def test_load_measured_takes_every_launch_of_the_repeats(tmp_path: Path):
-    """Each launch in counters_repeats.csv is a run of its own, whether the metric is a group's
+    """Each launch in counters_repeats.csv is a run of its own, whether the metric is the group's
     home metric (also summarised in counters.csv) or a companion (only in the repeats); the
-    file's ``stat=median`` summary rows are not launches. A run without a repeats file is one
-    run per case (its counters.csv row)."""
+    file's ``stat=median`` summary rows are not launches."""
     import csv
     import gzip
     import shutil
-    src = Path("profiles/h100/holdout-20261124/active-sms-20261124")
-    d = tmp_path / "active-sms-20261124"
+    src = Path("profiles/h100/holdout-20261125f/active-sms-20261125d")     # one-pass dram group
+    d = tmp_path / "active-sms-20261125d"
     shutil.copytree(src, d)
     with gzip.open(src / "counters_repeats.csv.gz", "rt") as f:
         reps = list(csv.DictReader(f))
@@ -134,20 +133,45 @@ def test_load_measured_takes_every_launch_of_the_repeats(tmp_path: Path):
     def launches(metric):
         return sorted(float(r["value"]) for r in reps if r["metric"] == metric and not r["stat"])
 
-    for metric in ("lts__t_sectors_srcunit_tex_lookup_miss.sum",      # companion
-                   "lts__t_sectors_srcunit_tex_lookup_hit.sum"):      # home metric
+    for metric in ("lts__t_sectors_srcunit_tex_lookup_miss.sum",      # home metric
+                   "dram__bytes_read.sum"):                           # companion
         ms = cal.load_measured(tmp_path, get_arch("h100"), "active-sms", metric)
-        assert len(ms) == 8 and len(launches(metric)) == 16
+        assert len(ms) == 4 and len(launches(metric)) == 12
         assert sorted(v for m in ms for v in m.values) == pytest.approx(launches(metric))
-        assert all(m.runs == (f"{d.name}#1", f"{d.name}#2") for m in ms)
+        assert all(m.runs == tuple(f"{d.name}#{i}" for i in (1, 2, 3)) for m in ms)
     p4 = next(m for m in cal.load_measured(tmp_path, get_arch("h100"), "active-sms")
               if m.case.resident == 4 and m.case.variant.order == ScanOrder.linear())
-    assert p4.values == (2870412760.0, 2794275760.0)      # the two launches, not their median
-    (d / "counters_repeats.csv.gz").unlink()
-    hits = cal.load_measured(tmp_path, get_arch("h100"), "active-sms",
-                             "lts__t_sectors_srcunit_tex_lookup_hit.sum")
-    assert len(hits) == 8 and all(m.runs == (d.name,) for m in hits)
+    assert len(p4.values) == 3 and p4.median == 1510984692.0     # the launches; their median
 
+
+@pytest.mark.parametrize("run, study", [
+    ("holdout-20261124/active-sms-20261124", "active-sms"),   # misses from the 4-pass tex group
+    ("traffic-20261121", "traffic"),                          # the 4-pass hopper set, no repeats
+])
+def test_load_measured_refuses_counts_from_several_replay_passes(tmp_path: Path, run, study):
+    """The 2026-11-21 runs and the tex group read every counter over 4 replay passes
+    (``profiler__replayer_passes`` = 4, or not recorded): none of their counts is a measured case.
+    The same run with its pass records set to 1 gives every case (the rule, not the files,
+    decides)."""
+    import csv
+    import gzip
+    import shutil
+    d = tmp_path / Path(run).name
+    shutil.copytree(Path("profiles/h100") / run, d)
+    assert cal.load_measured(tmp_path, get_arch("h100"), study) == []
+    rep = d / "counters_repeats.csv.gz"
+    if rep.exists():
+        with gzip.open(rep, "rt") as f:
+            rows = list(csv.DictReader(f))
+        assert {r["value"] for r in rows if r["metric"] == "profiler__replayer_passes"} == {"4.0"}
+        for r in rows:
+            if r["metric"] == "profiler__replayer_passes":
+                r["value"] = "1.0"
+        with gzip.open(rep, "wt", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+        assert len(cal.load_measured(tmp_path, get_arch("h100"), study)) == 8
 
 def test_resident_ctas_are_the_builds_occupancy_not_the_hint(tmp_path: Path):
     """A non-persistent launch shares the L2 among SMs x the *compiled* kernel's CTAs per SM (the

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from experiments.run import _plan, build_parser
 from experiments.studies import LONG_S, STUDIES, get_study, longseq_plan
 from spec import Backend, ScanOrder, Tiles, get_arch, known_archs
 from spec.records import SCHEMA_VERSION, read_csv
@@ -50,6 +51,9 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path):
     (["nope", "--arch", "gb10"], "unknown study 'nope'; known: sawtooth, l1l2"),
     (["sawtooth"], "--arch is required"),
     (["sawtooth", "--arch", "gb10", "--seq", "0"], "--seq 0 must be a positive"),
+    (["sawtooth", "--arch", "gb10", "--seq", "4096,0"], "--seq 0 must be a positive"),
+    (["sawtooth", "--arch", "gb10", "--seq", "4096,x"], "'4096,x' is not a sequence length"),
+    (["sawtooth", "--arch", "gb10", "--reps", "abc"], "argument --reps: invalid int value"),
     (["sawtooth", "--arch", "gb10", "--capacity-mib", "-1"], "must be a positive finite number"),
     (["sawtooth", "--arch", "gb10", "--filter", "nomatch"], "matches no case"),
     (["sawtooth", "--arch", "gb10", "--mode", "measure"], "--mode measure needs a CUDA GPU"),
@@ -61,6 +65,17 @@ def test_bad_input_is_one_line_exit_2_and_no_output(tmp_path, args, message):
     assert message in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
     assert not out.exists() and not list(tmp_path.iterdir())
+
+
+def test_seq_runs_a_plan_at_several_lengths_each_case_once():
+    """``--seq A,B``: the traffic study sweeps S, so at one length its 16 cases are one non-causal
+    and one causal case; at two lengths four, in the order the lengths were given."""
+    arch = get_arch("h100")
+    args = build_parser().parse_args(["traffic", "--arch", "h100", "--seq", "229376,196608"])
+    cases = _plan(args, get_study("traffic"), arch)
+    assert [(c.problem.S_kv, c.problem.causal) for c in cases] == [
+        (229376, False), (229376, True), (196608, False), (196608, True)]
+    assert args.seq == (229376, 196608)
 
 
 def test_small_simulation_writes_rows_manifest_and_figures(tmp_path):

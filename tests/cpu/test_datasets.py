@@ -73,6 +73,17 @@ def test_a_local_run_with_other_parameters_is_not_the_default(tmp_path):
     assert got.label.endswith("20261124-101500-simulate")
 
 
+@pytest.mark.parametrize("recorded, read", [(None, None), (4096, (4096,)),
+                                           ([196608, 229376], (196608, 229376))])
+def test_seq_override_reads_one_length_or_several(tmp_path, recorded, read):
+    """Runs before 2026-11-25 recorded one ``--seq`` length, later ones the list given; a run
+    with any override is never a study's default run."""
+    d = _run_dir(tmp_path / "profiles" / "h100", "traffic-20261126",
+                 _manifest("traffic", "measure", seq_override=recorded))
+    ds = DS.dataset(d)
+    assert ds.seq_override == read and ds.is_default(None) == (read is None)
+
+
 def test_committed_before_local_and_latest_local(tmp_path):
     loc = tmp_path / "runs" / "h100" / "sawtooth"
     _run_dir(loc, "20261124-090000-simulate", _manifest("sawtooth"))

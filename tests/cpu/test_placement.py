@@ -279,7 +279,7 @@ def test_placement_takes_cuda_cases_only_and_cutile_traces_are_refused(tmp_path)
     with pytest.raises(target.TraceError, match="records no SM ids"):
         target.save_trace({"time_ns": None, "smid": None}, _cuda_cases()[0], tmp_path / "x")
     assert "placement" not in variance.DEFAULT_CONDITIONS
-    longer = variance.cases_for(H100, PLACEMENT, [r"linear\.static132\..* b1h1"], seq=327680)
+    longer = variance.cases_for(H100, PLACEMENT, [r"linear\.static132\..* b1h1"], seq=(327680,))
     assert [(c.problem.S_q, c.problem.S_kv) for c in longer] == [(327680, 327680)]
     assert variance.main(["--out", str(tmp_path / "s"), "--conditions", "placement",
                           "--seq", "0"]) == 2
