@@ -100,9 +100,9 @@ def case_of_row(r: dict, arch: Arch, panel: str = "measured",
     Resident CTAs, the number of K/V scans that share the L2 at once, are what the compiled kernel
     really gets: the persistent schedule's P, otherwise SM count × ``ctas_per_sm``, the driver's
     occupancy of the build the run measured (``measured_ctas_per_sm``). The occupancy *hint* of
-    the variant is only a request (the driver answers 1 CTA per SM for the sawtooth study's
-    128-register cuTile ``occ2`` builds), so it is used only for runs that did not record the
-    build's occupancy, and then the family's default stands in for a missing hint."""
+    the variant is only a request (the longseq CUDA 128x64 D=64 builds get 2 CTAs per SM where
+    the family default is 1), so it is used only for runs that did not record the build's
+    occupancy at its launch size, and then the family's default stands in for a missing hint."""
     level = re.search(r"\.L(\d+)$", r["variant"])
     variant = Variant(Backend(r["backend"]), ScanOrder.parse(r["order"]),
                       CtaSchedule.parse(r["schedule"]), Tiles(r["tile_m"], r["tile_n"]),
@@ -123,13 +123,21 @@ def case_of_row(r: dict, arch: Arch, panel: str = "measured",
 
 def measured_ctas_per_sm(d: Path) -> dict[tuple, int]:
     """The driver's CTAs per SM of every build run directory ``d`` measured (its ``timing.csv``
-    resource rows, ``cuOccupancyMaxActiveBlocksPerMultiprocessor`` of the loaded kernel), by case
-    key; empty for runs that recorded none."""
+    resource rows, ``cuOccupancyMaxActiveBlocksPerMultiprocessor`` of the loaded kernel at its
+    launch CTA size), by case key; empty for runs that recorded none.
+
+    A cuTile build's value counts only where the run also recorded its ``threads``: runs before
+    2026-11-25 asked the driver at the build's register-limited maximum CTA size (512 threads for
+    the sawtooth study's 128-register ``occ2`` builds, answer 1), not the 256 they launch with
+    (ncu: 2 CTAs per SM, ``profiles/h100/occupancy-20261125``); their cases fall back to the
+    occupancy hint (``case_of_row``). CUDA builds always recorded their launch size."""
     path = data_path(Path(d), "timing.csv")
     if path is None:
         return {}
-    return {case_key(r): int(r["value"]) for r in read_csv(path)
-            if r["metric"] == Metric.CTAS_PER_SM and r["source"] == "measured"}
+    rows = [r for r in read_csv(path) if r["source"] == "measured"]
+    sized = {case_key(r) for r in rows if r["metric"] == "threads"}
+    return {case_key(r): int(r["value"]) for r in rows if r["metric"] == Metric.CTAS_PER_SM
+            and (r["backend"] != Backend.CUTILE.value or case_key(r) in sized)}
 
 
 def run_device(d: Path) -> str | None:

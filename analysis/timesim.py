@@ -654,6 +654,7 @@ def counts_to_rows(counts: TimeCounts, case: Case, *, run: str, study: str, arch
         Metric.L2_TEX_SECTORS: counts.tex_sectors,
         Metric.L2_TEX_HITS: counts.tex_hits,
         Metric.L2_TEX_MISSES: counts.tex_misses,
+        Metric.L2_HIT_RATE: 100.0 * counts.tex_hits / max(counts.tex_sectors, 1),
         Metric.COLD_MISSES: counts.cold_misses,
         Metric.NONCOMPULSORY_MISSES: counts.noncompulsory_misses,
         Metric.DRAM_READ_BYTES: counts.dram_fills * sector_bytes,

@@ -25,7 +25,7 @@ import signal
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from spec import InvalidProblem, TileGrid, detect, get_arch, known_archs
@@ -81,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print the plan (cases × variants) and the estimated work only")
     p.add_argument("--mode", choices=("auto", "measure", "simulate"), default="auto")
     p.add_argument("--out", type=Path, help="run directory to create (must not exist)")
+    p.add_argument("--model", choices=("timed", "lockstep"), default="timed",
+                   help="simulate: the timed simulator with the arch's parameters (default) or "
+                        "the lock-step LRU (see experiments/simulate.py)")
     p.add_argument("--capacity-mib", type=float,
                    help="simulated L2 capacity in MiB (an effective capacity; default: the arch's L2)")
     p.add_argument("--seq", type=lengths,
@@ -218,32 +221,43 @@ def tile_accesses(case: Case) -> int:
 class Calibration:
     accesses: int
     seconds: float
+    log_factor: int      # 1: cost grows as n log n (lock-step stack distances), 0: as n (timed)
 
     def seconds_for(self, n: int) -> float:
-        """Stack distances cost O(n log n) (a Fenwick tree over the access stream)."""
-        per = self.seconds / (self.accesses * math.log2(self.accesses))
-        return per * n * math.log2(max(n, 2))
+        """Stack distances cost O(n log n) (a Fenwick tree over the access stream); the timed
+        event loop O(n)."""
+        lg = (lambda x: math.log2(max(x, 2))) if self.log_factor else (lambda x: 1.0)
+        return self.seconds / (self.accesses * lg(self.accesses)) * n * lg(n)
 
 
-def calibrate() -> Calibration:
-    """Simulate one fixed case of about 5 M accesses on this machine, after a tiny warm-up that
-    loads the JIT-compiled kernels; the faster of two runs (other load on the machine only
-    slows a run down)."""
+def calibrate(model: str = "lockstep") -> Calibration:
+    """Simulate one fixed case of about 5 M accesses on this machine with ``model``, after a tiny
+    warm-up that loads the JIT-compiled kernels; the faster of two runs (other load on the
+    machine only slows a run down). The timed model runs it exactly, so its estimate is an upper
+    bound for plans whose large cases are sampled."""
     from spec import Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant
-    from .simulate import simulate_case
+    from .simulate import model_params, simulate_case
     arch = get_arch("gb10")
     v = Variant(Backend.CUDA, ScanOrder.sawtooth(), CtaSchedule.persistent(48), Tiles(80, 80))
-    simulate_case(Case(Problem(1, 1, 2048, 64), v, 48, "warm-up"), arch, arch.l2_bytes)
-    runs = [simulate_case(Case(Problem(1, 1, 131072, 64), v, 48, "calibration"), arch,
-                          arch.l2_bytes) for _ in range(2)]
-    return Calibration(runs[0].accesses, min(r.seconds for r in runs))
+    cases = [Case(Problem(1, 1, s, 64), v, 48, "calibration") for s in (2048, 131072, 131072)]
+    if model == "lockstep":
+        runs = [simulate_case(c, arch, arch.l2_bytes) for c in cases]
+        return Calibration(runs[1].accesses, min(r.seconds for r in runs[1:]), 1)
+    from analysis import timesim
+    tp = model_params(arch).time_params(arch)
+    secs = []
+    for c in cases:
+        t0 = time.perf_counter()
+        timesim.simulate_case(c, tp, arch.sector_bytes)
+        secs.append(time.perf_counter() - t0)
+    return Calibration(tile_accesses(cases[1]), min(secs[1:]), 0)
 
 
 def _duration(s: float) -> str:
     return f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h"
 
 
-def _print_plan(console, study, arch, cases: list[Case], capacity: int) -> None:
+def _print_plan(console, study, arch, cases: list[Case], capacity: int, model: str) -> None:
     from rich.table import Table
     t = Table(title=f"{study.name} on {arch.name}: {len(cases)} cases")
     for col in ("panel", "variant", "problem", "resident CTAs", "tile accesses"):
@@ -259,14 +273,20 @@ def _print_plan(console, study, arch, cases: list[Case], capacity: int) -> None:
     console.print(f"work: {len(cases)} cases, {total / 1e6:,.1f} M tile accesses "
                   f"(largest case {top / 1e6:,.1f} M)")
     if simulatable(study):
-        cal = calibrate()
+        cal = calibrate(model)
         secs = sum(cal.seconds_for(n) for n in acc)
-        peak = SIM_BASE_BYTES + SIM_BYTES_PER_ACCESS * top
-        console.print(f"simulate ({capacity / MiB:g} MiB L2): about {_duration(secs)} on this "
-                      f"machine (calibrated now: {cal.accesses / 1e6:.1f} M accesses in "
-                      f"{cal.seconds:.2f} s, scaled as n log n), peak memory about "
-                      f"{peak / 2**30:.1f} GiB ({SIM_BYTES_PER_ACCESS} B per access of the largest "
-                      "case)")
+        calibrated = (f"calibrated now: {cal.accesses / 1e6:.1f} M accesses in "
+                      f"{cal.seconds:.2f} s, scaled as n log n")
+        if model == "lockstep":
+            peak = SIM_BASE_BYTES + SIM_BYTES_PER_ACCESS * top
+            console.print(f"simulate (lockstep model, {capacity / MiB:g} MiB L2): about "
+                          f"{_duration(secs)} on this machine ({calibrated}), peak memory about "
+                          f"{peak / 2**30:.1f} GiB ({SIM_BYTES_PER_ACCESS} B per access of the "
+                          "largest case)")
+        else:
+            console.print(f"simulate (timed model, {capacity / MiB:g} MiB L2): at most about "
+                          f"{_duration(secs)} on this machine ({calibrated[:-len(' log n')]}; "
+                          "cases past the SHARDS size rule are sampled and take less)")
     if study.measurable:
         console.print(f"measure: {len(cases)} variants to compile (in parallel) and run on a GPU")
 
@@ -278,8 +298,9 @@ def _simulate(args, console, study, arch, cases, work: Path, run: str,
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                TimeElapsedColumn)
     from spec.records import write_csv
-    from .simulate import rows_for, simulate_case
+    from .simulate import model_params, rows_for, simulate_case, timed_rows
 
+    params = model_params(arch) if args.model == "timed" else None
     rows = []
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console, transient=False) as progress:
@@ -288,12 +309,19 @@ def _simulate(args, console, study, arch, cases, work: Path, run: str,
             progress.update(task, description=f"simulating {c.id}")
             if study.simulate is not None:
                 rows.extend(study.simulate(c, arch, capacity, run=run, study=study.name))
+            elif params is not None:
+                rows.extend(timed_rows(c, arch, params, None if args.capacity_mib is None
+                                       else capacity, run=run, study=study.name))
             else:
                 rows.extend(rows_for(simulate_case(c, arch, capacity), run=run,
                                      study=study.name, arch=arch))
             progress.advance(task)
     write_csv(work / "counters.csv", rows)
-    return rows, {"source": "simulated", "capacity_bytes": capacity}
+    model = "lockstep" if params is None or study.simulate is not None else "timed"
+    if model == "timed" and args.capacity_mib is None:
+        capacity = params.time_params(arch).capacity_bytes
+    return rows, {"source": "simulated", "capacity_bytes": capacity, "model": model,
+                  **({"params": asdict(params)} if model == "timed" else {})}
 
 
 def _measure(args, console, study, arch, cases, work: Path, run: str) -> tuple[list, dict]:
@@ -468,6 +496,14 @@ def summary_table(cases: list[Case], rows: list, title: str, width: int):
     return t, left_out[::-1]
 
 
+def _model_label(params: dict) -> str:
+    if params["model"] == "lockstep":
+        return "lock-step fully associative LRU"
+    p = params["params"]
+    return (f"timed model, {p['partitions']} partition(s), r={p['miss_ratio']:g}, "
+            f"{'fitted on ' + p['fit_study'] if p['fitted'] else 'default parameters, not fitted'}")
+
+
 def _fits_notes(cases: list[Case], capacity: int) -> list[str]:
     """A line per sequence length whose K+V per head fits in the simulated capacity: there,
     after the first pass over a head, its K/V tiles can all stay cached, whatever the order."""
@@ -515,7 +551,7 @@ def run(args, argv: list[str]) -> int:
     capacity = _capacity(args, arch, cases)
     _check_profiling(args)
     if args.dry_run:
-        _print_plan(console, study, arch, cases, capacity)
+        _print_plan(console, study, arch, cases, capacity, args.model)
         if args.gpus is not None:
             shard.print_plan(console, args, study, cases)
         return 0
@@ -549,8 +585,8 @@ def run(args, argv: list[str]) -> int:
                        figures=report, wall_seconds=round(time.perf_counter() - t0, 1))
     if args.resume:
         shard.retire(Path(args.resume))              # its successor is published
-    title = ("SIMULATED L2 (fully associative LRU, "
-             f"{params['capacity_bytes'] / MiB:g} MiB): predictions, not measurements"
+    title = (f"SIMULATED L2 ({_model_label(params)}, {params['capacity_bytes'] / MiB:g} MiB): "
+             "predictions, not measurements"
              if mode == "simulate" else f"MEASURED on {params['device']['gpu']}")
     table, left_out = summary_table(cases, rows, title, console.width)
     console.print(table)

@@ -20,7 +20,9 @@ F. SHARDS rate sweep (``RATES``) on the GB10 cuTile causal cases, where B's erro
    (equal makespans), so the error left is the spatial sample's own.
 E. GB10 predictions of the sawtooth study: the exact run of A at the default parameters, and
    the range over the uncertainty corners (``analysis.calibrate.default_params``) and jitter
-   seeds 0..2 (exact), written to ``gb10_predictions.csv``.
+   seeds 0..2 (exact), written to ``gb10_predictions.csv``; every GB10 case with the resident
+   CTAs of its sm_121 build (``experiments.simulate.resident_of_build``), and where that is not
+   the study's request, the count at the request beside it.
 G. The exact model's own seed spread on the GB10 cuTile cases (jitter seeds 1..3 against seed 0,
    ``err_pct``): the floor of any approximation that draws the jitter differently from the exact
    run (SHARDS' skip-ahead, a shorter run extrapolated), since it compares one realisation of the
@@ -48,6 +50,7 @@ from pathlib import Path
 from analysis import calibrate as cal
 from analysis.timesim import SHARDS_TARGET, TimeParams, counts_to_rows, shards_rate, simulate
 from experiments import rundir
+from experiments.simulate import resident_of_build
 from experiments.studies import sawtooth_plan
 from spec import CtaSchedule, Problem, ScanOrder, TileGrid, Tiles, get_arch
 from spec.records import write_csv
@@ -116,13 +119,18 @@ def main(argv=None) -> int:
     gb10 = get_arch("gb10")
     gb10_p, corners = cal.default_params(gb10)
     exact_gb10 = {}
+    # the GB10 cases with the resident CTAs of their sm_121 builds (the Tile-based causal
+    # sawtooth build holds 1 CTA per SM, its linear twin 2), as the main command simulates them
+    built = {c.id: resident_of_build(c, gb10) for c in sawtooth_plan(gb10)}
+    requested = {c.id: c.resident for c in sawtooth_plan(gb10)}
+    gb10_plan = [c for c, _ in built.values()]
     with rundir.reserved_run_dir(out) as (final, work):
         _warm()
         t_all = time.perf_counter()
         if "A" in a.sections or "E" in a.sections:
             tp = gb10_p.time_params(gb10)
             t_a, c_a = time.perf_counter(), time.process_time()
-            for case in sawtooth_plan(gb10):
+            for case in gb10_plan:
                 c, s, table = _run(case, gb10, tp)
                 exact_gb10[case.id] = c
                 rows.append(BenchRow("A", "gb10", case.id, "exact", 1.0, s, _run.cpu, table.n_accesses,
@@ -137,7 +145,7 @@ def main(argv=None) -> int:
         errs = []
         if "B" in a.sections:
             tp = gb10_p.time_params(gb10)
-            for case in sawtooth_plan(gb10):
+            for case in gb10_plan:
                 table = work_table(TileGrid(case.problem, case.variant.tiles),
                                    case.variant.schedule, case.variant.order)
                 R = shards_rate(table, tp.partitions)
@@ -176,7 +184,7 @@ def main(argv=None) -> int:
                       flush=True)
         if "F" in a.sections:
             tp = gb10_p.time_params(gb10)
-            for case in sawtooth_plan(gb10):
+            for case in gb10_plan:
                 if not (case.variant.backend.value == "cutile" and case.problem.causal):
                     continue
                 ex = exact_gb10.get(case.id) or _run(case, gb10, tp)[0]
@@ -221,7 +229,7 @@ def main(argv=None) -> int:
                                      None, None, bp.note()))
         if "G" in a.sections:
             tp = gb10_p.time_params(gb10)
-            for case in sawtooth_plan(gb10):
+            for case in gb10_plan:
                 if case.variant.backend.value != "cutile":
                     continue
                 ex = exact_gb10.get(case.id) or _run(case, gb10, tp)[0]
@@ -251,7 +259,7 @@ def main(argv=None) -> int:
                                      0, None, None, tp.note(), f"peak RSS {_peak_mib():.0f} MiB"))
         if "E" in a.sections:
             pred = []
-            for case in sawtooth_plan(gb10):
+            for case in gb10_plan:
                 table = work_table(TileGrid(case.problem, case.variant.tiles),
                                    case.variant.schedule, case.variant.order)
                 vals = []
@@ -262,13 +270,18 @@ def main(argv=None) -> int:
                                      capacity_bytes=int(f * gb10.l2_bytes), miss_ratio=r)
                         vals.append(simulate(table, case.resident, tp).tex_misses)
                 ex = exact_gb10[case.id]
-                pred.append(dict(case=case.id, panel=case.panel, predicted=ex.tex_misses,
+                # where the build's residency is not the study's request, the request's count too
+                alt = (simulate(table, requested[case.id], gb10_p.time_params(gb10)).tex_misses
+                       if requested[case.id] != case.resident else "")
+                pred.append(dict(case=case.id, panel=case.panel, resident=case.resident,
+                                 predicted=ex.tex_misses,
                                  lo=min(vals + [ex.tex_misses]), hi=max(vals + [ex.tex_misses]),
                                  cold=ex.cold_misses, tex_sectors=ex.tex_sectors,
-                                 source="simulated",
+                                 requested_resident=requested[case.id],
+                                 predicted_at_requested=alt, source="simulated",
                                  note=f"{gb10_p.note()}; {ex.params.note()}; range over "
                                       f"{len(corners)} (f, r) corners {corners} x seeds 0..2, "
-                                      f"exact"))
+                                      f"exact; {built[case.id][1] or 'persistent: P CTAs'}"))
                 print(f"E {case.id}: {ex.tex_misses / 1e6:.1f}M "
                       f"[{pred[-1]['lo'] / 1e6:.1f}, {pred[-1]['hi'] / 1e6:.1f}]", flush=True)
             with open(work / "gb10_predictions.csv", "w", newline="") as fh:

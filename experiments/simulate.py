@@ -1,21 +1,40 @@
-"""Simulate mode: run a study's cases through the spec traces and the L2 simulator.
+"""Simulate mode: run a study's cases through the spec traces and an L2 simulator.
 
-Every row it writes says ``source=simulated`` and names the cache capacity it assumed; nothing here
-touches a GPU. The numbers are predictions of a fully associative LRU over whole tiles fed by the
-lock-step wavefront model of ``spec.trace``, not measurements.
+Every row it writes says ``source=simulated`` and names what it assumed; nothing here touches a
+GPU. Two models (``--model`` of the main command):
+
+- ``timed`` (the default): ``analysis.timesim``, each resident CTA on its own clock, the arch's
+  L2 partitions, with the arch's committed parameters (``analysis/params/<arch>.json``, fitted on
+  one measured study) or, for an arch without measurements (gb10, b200, b300), the defaults
+  derived from the measured ones (``analysis.calibrate.default_params``). Large cases are
+  sampled (SHARDS size rule) and their rows state the sampling error measured against the exact
+  simulator.
+- ``lockstep``: ``analysis.l2sim``, a fully associative LRU over whole tiles fed by the lock-step
+  wavefront of ``spec.trace`` (the timed model's limit with miss time = hit time and no jitter).
+
+Resident CTAs of a cuTile grid launch are what its build gets: the cubin exported for the arch,
+its resources under the arch's published limits (``kernels.backend.compiled_ctas_per_sm``), not
+the study's occupancy request; without the compile toolchain the request stands and the rows
+say so.
 """
 from __future__ import annotations
 
+import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 
-from analysis import l2sim, reuse
-from spec import Arch, TileGrid, build_trace, get_arch, known_archs
+from analysis import calibrate, l2sim, reuse, timesim
+from spec import Arch, Backend, TileGrid, build_trace, get_arch, known_archs
 from spec.records import UNITS, Metric, Row, Source, case_fields
 
 from spec.case import Case
+
+SHARDS_RUN = Path(__file__).resolve().parents[1] / "profiles" / "cpu" / "simbench-20261125-shards"
+"""The run that measured the sampled simulator against the exact one (22 GB10 and H100 cases);
+its largest miss-count error is stated in every sampled row."""
 
 
 @dataclass(frozen=True)
@@ -71,3 +90,57 @@ def reuse_rows(case: Case, arch: Arch, capacity_bytes: int, *, run: str, study: 
                  note=f"log2 bin [{lo * sb}, {hi * sb}) bytes; cold sectors {hist.cold}", **common)
              for lo, hi, n in zip(hist.lo, hist.hi, hist.count)]
     return rows
+
+
+def model_params(arch: Arch) -> calibrate.ArchParams:
+    """The timed model's parameters for ``arch``: its committed file, else the defaults derived
+    from the measured arches (``calibrate.default_params``)."""
+    try:
+        return calibrate.read_params(arch.name)
+    except FileNotFoundError:
+        return calibrate.default_params(arch)[0]
+
+
+def resident_of_build(case: Case, arch: Arch) -> tuple[Case, str]:
+    """``case`` with the resident CTAs its build gets on ``arch``, and a note saying where they
+    came from. A persistent launch is its P; a cuTile grid launch SMs x the CTAs per SM of its
+    cubin; anything else (CUDA grid launches, no compile toolchain here) keeps the study's
+    occupancy request, and the note says so."""
+    v = case.variant
+    if v.schedule.is_persistent:
+        return case, ""
+    if v.backend != Backend.CUTILE:
+        return case, f"resident CTAs {case.resident}: the occupancy request (not compiled here)"
+    try:
+        from kernels.backend import compiled_ctas_per_sm
+        per_sm, note = compiled_ctas_per_sm(v, case.problem, arch)
+    except (ImportError, FileNotFoundError) as e:
+        return case, (f"resident CTAs {case.resident}: the occupancy request (the cubin could not "
+                      f"be built here: {e}; pip install -e '.[compile]')")
+    return replace(case, resident=arch.resident_ctas(per_sm)), note
+
+
+def _shards_error_pct() -> float:
+    return float(json.loads((SHARDS_RUN / "manifest.json").read_text())["max_shards_err_pct"])
+
+
+def timed_rows(case: Case, arch: Arch, params: calibrate.ArchParams,
+               capacity_bytes: int | None = None, *, run: str, study: str,
+               seed: int = 0) -> list[Row]:
+    """The timed simulator's rows for one case (its build's resident CTAs, the arch's
+    parameters, at ``capacity_bytes`` when given instead of the parameters' effective capacity,
+    SHARDS at the size rule); each row's note names the parameters, where they came from, the
+    residency and any sampling error."""
+    case, where = resident_of_build(case, arch)
+    tp = params.time_params(arch, seed=seed)
+    if capacity_bytes is not None:
+        tp = replace(tp, capacity_bytes=int(capacity_bytes))
+    counts = timesim.simulate_case(case, tp, arch.sector_bytes, auto_sample=True)
+    notes = [params.note()]
+    if counts.params.sample_rate < 1:
+        notes.append(f"miss counts within {_shards_error_pct():.2f}% of the exact simulator at "
+                     f"the size rule ({SHARDS_RUN.name})")
+    if where:
+        notes.append(where)
+    return timesim.counts_to_rows(counts, case, run=run, study=study, arch=arch,
+                                  sector_bytes=arch.sector_bytes, note="; ".join(notes))

@@ -85,6 +85,27 @@ def compile_hints(variant: Variant, problem: Problem, arch: str, level: int = 6,
     return occupancy, base.worker_warps
 
 
+def compiled_ctas_per_sm(variant: Variant, problem: Problem, arch) -> tuple[int, str]:
+    """CTAs per SM of the build ``prepare`` would launch on ``arch`` (an ``Arch``), without its
+    GPU: the cubin exported for ``arch.sm`` with the same compile hints, its registers and static
+    shared memory (``cuobjdump``) and required CTA size (``required_threads``) under the arch's
+    published limits (``spec.family.published_limits``). Returns (CTAs per SM, a note naming
+    those resources). On the H100 this gives the 2 per SM ncu shows for the sawtooth study's
+    ``occ2`` builds (256 threads, 128 registers, 98 KB)."""
+    from .resources import resources
+    from .signatures import CompileCase
+    level = variant.level if variant.level is not None else 6
+    occupancy, worker_warps = compile_hints(variant, problem, arch.name, level)
+    r = resources(CompileCase.of(variant, problem, level=level), arch.sm, occupancy,
+                  worker_warps)
+    if r.threads is None:
+        raise RuntimeError(f"{variant.id(problem)}: the {arch.sm} cubin states no CTA size")
+    limits = family.published_limits(arch.name, arch.sm, arch.num_sms, arch.compute_capability)
+    per_sm = limits.ctas_per_sm(r.threads, r.regs, r.shared)
+    return per_sm, (f"resident CTAs from the {arch.sm} cubin: {r.threads} threads, {r.regs} "
+                    f"registers, {r.shared} B shared -> {per_sm} per SM")
+
+
 class CutileFamily:
     """cuTile FlashAttention forward family. ``arch=None`` uses the GPU present; a named arch must
     be the GPU present. The tuning-ladder level is the variant's (``Variant.level``, None: 6).

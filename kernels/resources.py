@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import struct
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -24,9 +25,10 @@ class Resources:
     spill_stores: int
     spill_loads: int
     sass: dict          # instruction counts: HGMMA, UTMALDG, LDL, STL, ...
+    threads: int | None = None   # the CTA size the kernel requires (``required_threads``)
 
     def __str__(self) -> str:
-        return (f"REG {self.regs} STACK {self.stack} SHARED {self.shared} "
+        return (f"REG {self.regs} STACK {self.stack} SHARED {self.shared} THREADS {self.threads} "
                 f"HGMMA {self.sass.get('HGMMA', 0)} UTMALDG {self.sass.get('UTMALDG', 0)} "
                 f"LDL {self.sass.get('LDL', 0)} STL {self.sass.get('STL', 0)}")
 
@@ -59,6 +61,43 @@ def compile_cubin(case, arch: str, occupancy=None, worker_warps=None) -> bytes:
         return Path(path).read_bytes()
 
 
+EIATTR_REQNTID = 0x10
+"""The ``.nv.info.<kernel>`` attribute holding ``.reqntid`` (x, y, z), as ``cuobjdump -elf``
+names it."""
+_EIFMT_SVAL = 0x04
+
+
+def required_threads(cubin: bytes) -> int | None:
+    """Threads per CTA a cubin's kernel requires (its ``.reqntid``), read from the ELF's
+    ``.nv.info.<kernel>`` records; None when the kernel states none.
+
+    Why it matters: the occupancy of a build is a function of the CTA size it is *launched* with.
+    ``CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK`` is the largest size the registers allow (512 for
+    the sawtooth study's 128-register cuTile builds), not the launch size; asked at 512 threads the
+    driver answers 1 CTA per SM, while ncu shows those builds launched with 256 threads and 2 CTAs
+    per SM (limit 2 by registers and by shared memory, ``profiles/h100/occupancy-20261125``).
+    Each record is a 4-byte header (format, attribute, 16-bit value or payload size); only the
+    ``EIFMT_SVAL`` format carries a payload."""
+    if cubin[:4] != b"\x7fELF" or cubin[4] != 2:
+        raise ValueError("not a 64-bit ELF cubin")
+    shoff, = struct.unpack_from("<Q", cubin, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQ", cubin, shoff + i * shentsize) for i in range(shnum)]
+    names = sections[shstrndx][4]
+    for name_off, _, _, _, off, size in sections:
+        start = names + name_off
+        if not cubin[start:cubin.index(b"\0", start)].startswith(b".nv.info."):
+            continue
+        i = off
+        while i + 4 <= off + size:
+            fmt, attr, val = struct.unpack_from("<BBH", cubin, i)
+            if fmt == _EIFMT_SVAL and attr == EIATTR_REQNTID:
+                x, y, z = struct.unpack_from("<III", cubin, i + 4)
+                return x * y * z
+            i += 4 + (val if fmt == _EIFMT_SVAL else 0)
+    return None
+
+
 _RES = re.compile(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)")
 _OPS = ("HGMMA", "HMMA", "UTMALDG", "UTMASTG", "LDG", "STG", "LDL", "STL", "MUFU", "BAR")
 
@@ -86,7 +125,8 @@ def read_resources(cubin: bytes, cuobjdump: str | None = None) -> Resources:
                 counts[op] = counts.get(op, 0) + 1
     spill_st = int(re.search(r"(\d+) bytes spill stores", res).group(1)) if "spill stores" in res else 0
     spill_ld = int(re.search(r"(\d+) bytes spill loads", res).group(1)) if "spill loads" in res else 0
-    return Resources(int(m.group(1)), int(m.group(2)), int(m.group(3)), spill_st, spill_ld, counts)
+    return Resources(int(m.group(1)), int(m.group(2)), int(m.group(3)), spill_st, spill_ld, counts,
+                     required_threads(cubin))
 
 
 def resources(case, arch: str, occupancy=None, worker_warps=None) -> Resources:
@@ -99,11 +139,11 @@ class LoadedBuild:
     reports (``spec.family.PREPARED_FIELDS``)."""
 
     symbol: str
-    threads: int          # the thread count the build requires (REQNTID), as the driver reports it
+    threads: int          # the CTA size it is launched with: the cubin's REQNTID
     registers: int
     local_bytes: int      # per-thread local memory (stack, spills)
     smem_bytes: int       # static shared memory per CTA
-    ctas_per_sm: int      # cuOccupancyMaxActiveBlocksPerMultiprocessor at that thread count
+    ctas_per_sm: int      # cuOccupancyMaxActiveBlocksPerMultiprocessor at that CTA size
 
 
 def load_build(case, arch: str, occupancy=None, worker_warps=None,
@@ -120,7 +160,7 @@ def load_build(case, arch: str, occupancy=None, worker_warps=None,
         Path(path).write_bytes(cubin)
         with cupy.cuda.Device(device_index):
             fn = cupy.RawModule(path=path).get_function(symbol)
-            threads = int(fn.max_threads_per_block)
+            threads = required_threads(cubin) or int(fn.max_threads_per_block)
             per_sm = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
                 fn.kernel.ptr, threads, 0)
             return LoadedBuild(symbol, threads, int(fn.num_regs), int(fn.local_size_bytes),

@@ -126,6 +126,26 @@ class DeviceLimits:
         return max(0, min(by_regs, by_smem, self.threads_per_sm // threads, 32))
 
 
+# Per compute capability, for plans and simulations on a machine without that GPU. sm_90: read off
+# the lent H100 (cudaDeviceProp, 2026-11-25: 65536 registers, 233472 B shared memory per SM,
+# 232448 per block opt-in, 2048 threads, 1024 B reserved per block). sm_100 / sm_103 and sm_121:
+# the CUDA C++ Programming Guide's table of limits per compute capability (10.x: 228 KB per SM,
+# 227 KB per block, 2048 threads; 12.x: 100 KB per SM, 99 KB per block, 1536 threads; 64 K
+# registers and 1 KB reserved per block on all).
+_PUBLISHED = {"sm_90": (232448, 233472, 65536, 2048), "sm_100": (232448, 233472, 65536, 2048),
+              "sm_103": (232448, 233472, 65536, 2048), "sm_121": (101376, 102400, 65536, 1536)}
+
+
+def published_limits(name: str, sm: str, num_sms: int, compute_capability: tuple[int, int]
+                     ) -> DeviceLimits:
+    """The limits of a GPU that is not here, from its compute target ``sm`` (``_PUBLISHED``):
+    what a build's occupancy is computed under when no driver can be asked."""
+    if sm not in _PUBLISHED:
+        raise ValueError(f"no published SM limits for {sm}; known: {', '.join(_PUBLISHED)}")
+    optin, per_sm, regs, threads = _PUBLISHED[sm]
+    return DeviceLimits(name, num_sms, optin, per_sm, regs, threads, compute_capability)
+
+
 _LIMITS: dict[int, DeviceLimits] = {}
 
 

@@ -1,4 +1,6 @@
 """Calibration: at most two free parameters, a fixed grid, parameters written with their data."""
+import csv
+import gzip
 import math
 from pathlib import Path
 
@@ -11,6 +13,7 @@ from analysis.timesim import TimeParams
 from spec import Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant, get_arch
 from spec.schedules import ScheduleKind
 from spec.case import Case
+from spec.records import read_csv
 
 CASE = Case(Problem(1, 1, 2048, 64), Variant(Backend.CUDA, ScanOrder.linear(),
                                                 CtaSchedule.persistent(8), Tiles(64, 64)), 8, "t")
@@ -121,8 +124,6 @@ def test_load_measured_takes_every_launch_of_the_repeats(tmp_path: Path):
     """Each launch in counters_repeats.csv is a run of its own, whether the metric is the group's
     home metric (also summarised in counters.csv) or a companion (only in the repeats); the
     file's ``stat=median`` summary rows are not launches."""
-    import csv
-    import gzip
     import shutil
     src = Path("profiles/h100/holdout-20261125f/active-sms-20261125d")     # one-pass dram group
     d = tmp_path / "active-sms-20261125d"
@@ -153,8 +154,6 @@ def test_load_measured_refuses_counts_from_several_replay_passes(tmp_path: Path,
     (``profiler__replayer_passes`` = 4, or not recorded): none of their counts is a measured case.
     The same run with its pass records set to 1 gives every case (the rule, not the files,
     decides)."""
-    import csv
-    import gzip
     import shutil
     d = tmp_path / Path(run).name
     shutil.copytree(Path("profiles/h100") / run, d)
@@ -173,34 +172,43 @@ def test_load_measured_refuses_counts_from_several_replay_passes(tmp_path: Path,
             w.writerows(rows)
         assert len(cal.load_measured(tmp_path, get_arch("h100"), study)) == 8
 
-def test_resident_ctas_are_the_builds_occupancy_not_the_hint(tmp_path: Path):
+def test_resident_ctas_are_the_builds_occupancy_at_its_launch_size(tmp_path: Path):
     """A non-persistent launch shares the L2 among SMs x the *compiled* kernel's CTAs per SM (the
-    run's ``ctas_per_sm`` resource rows), not the variant's occupancy hint: the sawtooth study's
-    cuTile ``occ2`` tile-X builds hold 1 CTA per SM (the driver's answer for their 128-register
-    builds). Without the resource rows the hint stands in; a persistent launch keeps its P
-    either way."""
+    run's ``ctas_per_sm`` resource rows), not the variant's occupancy hint, but only where the
+    run recorded the CTA size that occupancy was asked at (``threads``): the committed sawtooth
+    run asked the driver about its cuTile builds at 512 threads (answer 1) while they launch
+    with 256 (ncu: 2 per SM), so its cuTile values are not used and the hint (2) stands in. With
+    ``threads`` rows the recorded value counts; a persistent launch keeps its P either way."""
     import shutil
     src = Path("profiles/h100/sawtooth-20261123")
     d = tmp_path / src.name
     shutil.copytree(src, d)
     per_sm = cal.measured_ctas_per_sm(d)
-    assert per_sm and set(per_sm.values()) == {1, 2}
-    cases = {m.case.id: m.case for m in cal.load_measured(tmp_path, get_arch("h100"), "sawtooth")}
-    tile = [c for c in cases.values() if c.variant.schedule.kind == ScheduleKind.TILE_X]
-    assert tile and all(c.variant.occupancy == 2 and c.resident == 132 for c in tile)
-    assert all(c.resident == 132 for c in cases.values() if c.variant.schedule.is_persistent)
+    assert per_sm and all(k[0].startswith("cuda.") for k in per_sm)
+
+    def tile_x():
+        cases = cal.load_measured(tmp_path, get_arch("h100"), "sawtooth")
+        assert all(m.case.resident == 132 for m in cases
+                   if m.case.variant.schedule.is_persistent)
+        return [m.case for m in cases if m.case.variant.schedule.kind == ScheduleKind.TILE_X]
+    assert tile_x() and all(c.variant.occupancy == 2 and c.resident == 264 for c in tile_x())
+    rows = read_csv(d / "timing.csv.gz")
+    sized = [{**r, "metric": "threads", "value": 256.0, "unit": "thread"} for r in rows
+             if r["metric"] == "ctas_per_sm" and r["backend"] == "cutile"]
+    with gzip.open(d / "timing.csv.gz", "wt", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows + sized)
+    assert all(c.resident == 132 for c in tile_x())          # the recorded 1 per SM now counts
     (d / "timing.csv.gz").unlink()
     assert cal.measured_ctas_per_sm(d) == {}
-    cases = cal.load_measured(tmp_path, get_arch("h100"), "sawtooth")
-    assert all(m.case.resident == 264 for m in cases
-               if m.case.variant.schedule.kind == ScheduleKind.TILE_X)
+    assert all(c.resident == 264 for c in tile_x())
 
 
 def test_pair_slowdown_is_the_median_odd_minus_even_lag_per_step(tmp_path: Path):
     # launch a: one busy pair (0, 1), lags -5 / +5 at step 1000 -> 0.01; launch b: SMs 2 and 4,
     # no busy pair -> no value; launch c: pairs (0, 1) and (2, 3), odd-even 2 and 4 at step 100
     # -> 0.03. Median of 0.01 and 0.03: 0.02.
-    import csv
     rows = [("a", 0, -5.0, 1000), ("a", 1, 5.0, 1000), ("b", 2, 0.0, 500), ("b", 4, 1.0, 500),
             ("c", 0, 0.0, 100), ("c", 1, 2.0, 100), ("c", 2, 0.0, 100), ("c", 3, 4.0, 100)]
     path = tmp_path / "lags.csv"

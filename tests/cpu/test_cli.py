@@ -18,7 +18,7 @@ import pytest
 from experiments.run import _plan, build_parser
 from experiments.studies import LONG_S, STUDIES, get_study, longseq_plan
 from spec import Backend, ScanOrder, Tiles, get_arch, known_archs
-from spec.records import SCHEMA_VERSION, read_csv
+from spec.records import SCHEMA_VERSION, Metric, read_csv
 from spec.schedules import ScheduleKind
 from tests.conftest import HAS_GPU
 
@@ -98,6 +98,34 @@ def test_small_simulation_writes_rows_manifest_and_figures(tmp_path):
     again = cli("sawtooth", "--arch", "gb10", "--seq", "4096", "--out", str(out))
     assert again.returncode == 2 and "already exists" in again.stderr
     assert read_csv(out / "counters.csv") == rows
+
+
+def test_simulate_mode_runs_the_timed_model_and_lockstep_on_request(tmp_path):
+    """The main command simulates with the timed model and the arch's parameters (gb10: the
+    defaults, not fitted), and every row's note says so; ``--model lockstep`` is the lock-step
+    LRU of ``experiments.simulate.simulate_case``, count for count."""
+    from experiments.simulate import simulate_case
+    runs = {}
+    for model in ("timed", "lockstep"):
+        out = tmp_path / model
+        r = cli("sawtooth", "--arch", "gb10", "--seq", "8192", "--filter", "cuda",
+                "--no-figures", "--model", model, "--out", str(out))
+        assert r.returncode == 0, r.stderr
+        runs[model] = (r.stdout, read_csv(out / "counters.csv"),
+                       json.loads((out / "manifest.json").read_text())["parameters"])
+    stdout, rows, params = runs["timed"]
+    assert "timed model" in stdout and params["model"] == "timed"
+    assert params["params"]["arch"] == "gb10" and params["params"]["fitted"] == []
+    assert all("params gb10" in r["note"] and "timesim" in r["note"] for r in rows)
+    stdout, rows, params = runs["lockstep"]
+    assert "lock-step" in stdout and params["model"] == "lockstep"
+    arch = get_arch("gb10")
+    args = build_parser().parse_args(["sawtooth", "--arch", "gb10", "--seq", "8192",
+                                      "--filter", "cuda"])
+    for c in _plan(args, get_study("sawtooth"), arch):
+        got = [r["value"] for r in rows if r["variant"] == c.variant.id(c.problem)
+               and r["B"] == c.problem.B and r["metric"] == Metric.L2_TEX_MISSES]
+        assert got == [simulate_case(c, arch, arch.l2_bytes).counts.misses]
 
 
 def test_paper_figures_cli_redraws_from_a_run(tmp_path):
@@ -496,7 +524,6 @@ def test_results_table_reads_in_80_columns(study):
     from rich.console import Console
 
     from experiments.run import summary_table
-    from spec.records import Metric
     cases = get_study(study).plan(get_arch("h100"))
     rows = _rows_for(cases, {Metric.L2_TEX_MISSES: 3.7e8, Metric.NONCOMPULSORY_MISSES: 1.2e8,
                              Metric.KERNEL_TIME_MS: 12.345, Metric.TFLOPS: 456.7})
@@ -579,9 +606,13 @@ def test_dry_run_estimates_the_work():
     for a, text in out.items():
         m = re.search(r"work: 16 cases, ([\d,.]+) M tile accesses", text)
         acc[a] = float(m.group(1).replace(",", ""))
-        assert re.search(r"simulate \(\d+ MiB L2\): about [\d.]+ (s|min|h) on this machine "
-                         r"\(calibrated now: [\d.]+ M accesses in [\d.]+ s", text), text
-        assert re.search(r"peak memory about [\d.]+ GiB", text)
+        assert re.search(r"simulate \(timed model, \d+ MiB L2\): at most about [\d.]+ "
+                         r"(s|min|h) on this machine \(calibrated now: [\d.]+ M accesses in "
+                         r"[\d.]+ s", text), text
+    text = " ".join(cli("sawtooth", "--arch", "gb10", "--dry-run", "--model",
+                        "lockstep").stdout.split())
+    assert re.search(r"simulate \(lockstep model, 24 MiB L2\): about [\d.]+ (s|min|h) on this "
+                     r"machine .* peak memory about [\d.]+ GiB", text), text
     assert 25 < acc["b200"] / acc["gb10"] < 31          # b200's study is ~28x GB10's
 
 

@@ -121,3 +121,28 @@ def test_signature_carries_jit_facts(toolchain):
     r = resources(case, "sm_90", cfg.occupancy, cfg.worker_warps)
     if r.sass:      # SASS counts need nvdisasm (nvidia-cuda-nvdisasm); skip the check without it
         assert r.sass.get("UTMALDG", 0) > 0 and r.sass.get("HGMMA", 0) > 0, r
+
+
+def test_occupancy_is_taken_at_the_launch_size_from_the_cubin(toolchain):
+    """The sawtooth study's cuTile ``occ2`` builds require 256 threads (``.reqntid``); at that
+    size the H100's limits give 2 CTAs per SM, what ncu shows for them
+    (``profiles/h100/occupancy-20261125``: block size 256, block limit 2 by registers and by
+    shared memory), not the driver's 1 at the register-limited 512. On GB10 (sm_121, 100 KB of
+    shared memory per SM) the Tile-based causal *sawtooth* build needs 50340 B and fits once,
+    its linear twin (42108 B) twice: 2 x (50340 + 1024) > 102400 >= 2 x (42108 + 1024)."""
+    from experiments.studies import sawtooth_plan
+    from kernels.backend import compiled_ctas_per_sm
+    from kernels.resources import compile_cubin, required_threads
+    from kernels.signatures import CompileCase
+    from spec import get_arch
+    h100, gb10 = get_arch("h100"), get_arch("gb10")
+    tile2 = {(a.name, c.variant.order.label, c.problem.causal): c
+             for a in (h100, gb10) for c in sawtooth_plan(a)
+             if c.variant.backend.value == "cutile" and c.variant.schedule.kind.name == "TILE_X"}
+    c = tile2["h100", "linear", False]
+    cubin = compile_cubin(CompileCase.of(c.variant, c.problem), "sm_90", c.variant.occupancy)
+    assert required_threads(cubin) == 256
+    assert compiled_ctas_per_sm(c.variant, c.problem, h100)[0] == 2
+    per_sm = {k[1]: compiled_ctas_per_sm(v.variant, v.problem, gb10)[0]
+              for k, v in tile2.items() if k[0] == "gb10" and k[2]}
+    assert per_sm == {"linear": 2, "sawtooth": 1}

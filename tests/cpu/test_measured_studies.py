@@ -75,10 +75,12 @@ def test_resource_rows_name_the_build_in_the_committed_metric_names():
     rows = resource_rows(case, prepared, run="r", study="bench", arch="h100")
     got = {r.metric: (r.value, r.unit) for r in rows}
     assert got == {"registers": (168, "register"), "local_bytes": (0, "byte"),
-                   "smem_bytes": (132152, "byte"), "ctas_per_sm": (1, "CTA")}
+                   "smem_bytes": (132152, "byte"), "threads": (256, "thread"),
+                   "ctas_per_sm": (1, "CTA")}
     assert all(r.note == "fmha_fwd_x" and r.variant == case.variant.id(case.problem)
                for r in rows)
-    assert [m for m, _, _ in RESOURCES] == ["registers", "local_bytes", "smem_bytes", "ctas_per_sm"]
+    assert [m for m, _, _ in RESOURCES] == ["registers", "local_bytes", "smem_bytes", "threads",
+                                            "ctas_per_sm"]
 
 
 def test_both_families_prepare_the_same_fields_first():

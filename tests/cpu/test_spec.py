@@ -265,3 +265,19 @@ def test_case_round_trips_through_json_with_every_knob():
         c = Case(Problem(B=2, H=4, S_q=1000, S_kv=3000, H_kv=2, D=64, causal=True), v, 96, "p")
         back = case_from_dict(json.loads(json.dumps(case_to_dict(c))))
         assert back == c and back.id == c.id
+
+
+def test_published_limits_give_hand_computed_occupancy():
+    """sm_121 (GB10): 65536 registers, 102400 B of shared memory and 1536 threads per SM, 1 KB
+    reserved per CTA. 256 threads x 128 registers: 8 warps of 4096 registers, two CTAs fill the
+    four 16384-register sub-partitions exactly; 42108 B fits twice (2 x 43132 = 86264), 50340 B
+    once (2 x 51364 = 102728 > 102400); 128 threads x 64 registers, 20000 B: 4 by shared memory
+    (4 x 21024 = 84096, 5 x 21024 > 102400), 12 by threads, 8 by registers -> 4."""
+    from spec.family import published_limits
+    gb10 = published_limits("GB10", "sm_121", 48, (12, 1))
+    assert gb10.ctas_per_sm(256, 128, 42108) == 2
+    assert gb10.ctas_per_sm(256, 128, 50340) == 1
+    assert gb10.ctas_per_sm(128, 64, 20000) == 4
+    assert published_limits("H100", "sm_90", 132, (9, 0)).ctas_per_sm(256, 128, 98496) == 2
+    with pytest.raises(ValueError, match="no published SM limits for sm_80"):
+        published_limits("A100", "sm_80", 108, (8, 0))
