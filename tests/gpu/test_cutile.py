@@ -141,6 +141,7 @@ def builds(arch: Arch) -> dict[str, list[tuple[Variant, Problem, bool]]]:
         "test_attention_function_defaults_and_orders": [
             (_attention_variant(arch, ATTENTION_PROBLEM, o, s), ATTENTION_PROBLEM, False)
             for o, s in ATTENTION_CALLS],
+        "test_occupancy_is_the_drivers_at_the_launch_size": [(OCC_VARIANT, OCC_PROBLEM, False)],
         "test_wrong_arch_is_named": [
             (_attention_variant(arch, SMALL_PROBLEM, "linear", None), SMALL_PROBLEM, False)],
         "test_tuning_ladder_levels_agree": [
@@ -250,6 +251,26 @@ def test_bad_input_messages():
     for args, needle in cases:
         with pytest.raises(BadInput, match=needle):
             attention(*args)
+
+
+OCC_VARIANT = Variant(Backend.CUTILE, ScanOrder.linear(), CtaSchedule.tile_x(2), Tiles(64, 64), 2)
+OCC_PROBLEM = Problem(B=8, H=1, S_q=2048, D=64)
+
+
+def test_occupancy_is_the_drivers_at_the_launch_size():
+    """The recorded CTAs per SM are the driver's occupancy at the CTA size the build launches
+    with (the cubin's ``.reqntid``), which equals the count from its resources under the
+    device's limits; for the sawtooth study's cuTile ``occ2`` build on sm_90 that is 256 threads
+    and 2 per SM, what ncu shows (``profiles/h100/occupancy-20261125``), not the 1 the driver
+    gives at the register-limited 512 threads."""
+    from kernels.backend import CutileFamily
+    from spec import arch
+    from spec.family import device_limits
+    prep = CutileFamily().prepare(OCC_VARIANT, OCC_PROBLEM)
+    limits = device_limits(0)
+    assert prep.ctas_per_sm == limits.ctas_per_sm(prep.threads, prep.registers, prep.smem_bytes)
+    if arch.detect().sm == "sm_90":
+        assert (prep.threads, prep.ctas_per_sm) == (256, 2)
 
 
 def test_wrong_arch_is_named():
