@@ -5,8 +5,9 @@ timing data (``analysis.calibrate.miss_ratio_from_timing``), the rest from other
 
 Rows in, rows out. ``validate(measured, arch, params, fit_study)`` takes ``MeasuredCase``s (from
 ``analysis.calibrate.load_measured``) and returns one ``ErrorRow`` per case: measured median and
-range over the runs, the timed simulator's prediction (seed 0) and its range over jitter seeds,
-the relative error, and whether the case was in the fit (in-sample) or not (out-of-sample).
+range over the runs, the timed simulator's prediction (seed 0) and, where the runs disagree, its
+range over jitter seeds and the arch's measured SM maps (``analysis.smmap.measured_maps``), the
+relative error, and whether the case was in the fit (in-sample) or not (out-of-sample).
 ``summarize`` turns them into per-study and overall relative RMS errors, in and out of sample,
 over the cases whose run-to-run spread is below ``STABLE_SPREAD``; ``sawtooth_signs`` gives the
 sign of every linear→sawtooth change, measured (per run) and predicted.
@@ -35,6 +36,7 @@ from spec.case import Case
 from spec.records import data_path
 
 from . import calibrate as cal
+from . import smmap
 from .smmap import measured_map
 from .timemodel import FACTS, H100
 from .timesim import REPLACEMENTS, TimeCounts, TimeParams, simulate_case
@@ -95,14 +97,19 @@ class SignRow:
 
 
 def validate(measured: Sequence[cal.MeasuredCase], arch: Arch, p: dict, fit_study: str,
-             seeds: int = 1, note: str = "", progress=None) -> list[ErrorRow]:
+             seeds: int = 1, note: str = "", progress=None,
+             maps: Sequence[str] = ()) -> list[ErrorRow]:
     """One ``ErrorRow`` per measured case (see the module docstring). The cases whose run-to-run
-    spread exceeds ``STABLE_SPREAD`` are simulated with jitter seeds ``0..seeds-1`` (a predicted
-    range), the others with seed 0."""
+    spread exceeds ``STABLE_SPREAD`` are simulated with jitter seeds ``0..seeds-1`` and, seed 0,
+    with each SM map of ``maps`` as the placement (a launch's map varies between processes and
+    chips, ``analysis.smmap.measured_maps``): the predicted range spans both. The others, and
+    every point prediction, use seed 0 and ``p``'s placement."""
     out = []
     for m in measured:
-        n = seeds if m.spread > STABLE_SPREAD else 1
-        preds = [predict(m.case, arch, p, s).tex_misses for s in range(n)]
+        unstable = m.spread > STABLE_SPREAD
+        preds = [predict(m.case, arch, p, s).tex_misses for s in range(seeds if unstable else 1)]
+        if unstable:
+            preds += [predict(m.case, arch, p | {"placement": mp}).tex_misses for mp in maps]
         if progress:
             progress(m)
         lo, hi = min(preds), max(preds)
@@ -360,6 +367,8 @@ def main(argv=None) -> int:
     if chip_map is not None:
         pd["placement"] = chip_map.as_posix()
         print(f"SM map of device {a.device}: {chip_map}", file=sys.stderr)
+    maps = (smmap.measured_maps(arch.name)
+            if arch.l2_partitions > 1 and pd["placement"] != "alternate" else [])
     per_study = {study: cal.load_measured(root, arch, study, device=a.device)
                  for study in a.studies.split(",")}
     measured = [m for ms in per_study.values() for m in ms]
@@ -374,9 +383,11 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         seeds = a.seeds if any(m.spread > STABLE_SPREAD for m in ms) else 1
         note = p.note() + f"; replacement={pd['replacement']}" + (
+            f"; unstable ranges over seeds 0..{seeds - 1} and {len(maps)} measured SM maps"
+            if maps else "") + (
             "" if a.exact else "; SHARDS size rule (analysis.timesim.shards_rate), error: "
                                "experiments/simbench.py")
-        rows += validate(ms, arch, pd, p.fit_study, seeds=seeds, note=note)
+        rows += validate(ms, arch, pd, p.fit_study, seeds=seeds, note=note, maps=maps)
         print(f"{study}: {len(ms)} cases, {seeds} seed(s), {time.perf_counter() - t0:.0f}s",
               file=sys.stderr)
         write_rows(a.out / "errors.csv", rows)

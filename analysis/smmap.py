@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["slot_partitions", "slot_paired_odd", "sm_pair", "measured_map", "measured_sms",
-           "PROFILES"]
+__all__ = ["slot_partitions", "slot_paired_odd", "sm_pair", "measured_map", "measured_maps",
+           "measured_sms", "PROFILES"]
 
 PROFILES = Path(__file__).resolve().parent.parent / "profiles"
 
@@ -68,6 +68,25 @@ def measured_map(source: str) -> dict[int, tuple[int, ...]]:
     """{launch CTA count N: partition of CTA 0..N-1}; ``source`` is an arch name (its newest
     committed map) or an ``experiments.smmap`` run directory (one chip's; see ``_launches``)."""
     return _launches(source, "group")
+
+
+def measured_maps(arch: str, root: Path = PROFILES) -> list[str]:
+    """Every distinct map of ``arch`` measured so far: the ``experiments.smmap`` run directories
+    anywhere under ``root/<arch>``, one per distinct partition-per-CTA table (the first path in
+    sorted order stands for its duplicates).
+
+    Why more than one: a launch's CTA -> partition map is not a fixed property of a chip. The
+    same H100 measured in two processes nine minutes apart gave two maps from 16 CTAs up
+    (``profiles/h100/holdout-20261125g``: ``smmap-20261125c`` and
+    ``../onepass-20261125/smmap-20261125``), and chips differ too; so where launches of one
+    case disagree, the maps seen are the placement's range (``analysis.simcheck.validate``)."""
+    out, seen = [], set()
+    for d in sorted(p.parent for p in (Path(root) / arch).rglob("smmap.csv*")):
+        table = tuple(sorted(measured_map(str(d)).items()))
+        if table and table not in seen:
+            seen.add(table)
+            out.append(str(d))
+    return out
 
 
 def measured_sms(source: str) -> dict[int, tuple[int, ...]]:

@@ -58,3 +58,45 @@ def test_one_chips_runs_are_simulated_with_that_chips_sm_map(tmp_path):
         assert np.array_equal(slot_partitions(chip.as_posix(), n, 2), slot_partitions("h100", n, 2))
     with pytest.raises(ValueError, match="no measured SM placement"):
         slot_partitions(tmp_path.as_posix(), 4, 2)
+
+
+def test_measured_maps_are_the_distinct_maps_under_the_arch(tmp_path):
+    """One chip (GPU-128ea12b) measured in two processes gave two maps (they differ from 16 CTAs
+    up): both are among the H100's maps; a copy of a map already seen adds nothing."""
+    import shutil
+
+    from analysis.smmap import measured_map, measured_maps
+    maps = measured_maps("h100")
+    a = str(Path("profiles/h100/holdout-20261125g/smmap-20261125c").resolve())
+    b = str(Path("profiles/h100/onepass-20261125/smmap-20261125").resolve())
+    assert a in maps and b in maps
+    assert measured_map(a)[8] == measured_map(b)[8] and measured_map(a)[132] != measured_map(b)[132]
+    assert len({tuple(sorted(measured_map(m).items())) for m in maps}) == len(maps)
+    shutil.copytree(a, tmp_path / "h100" / "x" / "smmap-1")
+    shutil.copytree(a, tmp_path / "h100" / "smmap-2")
+    assert measured_maps("h100", tmp_path) == [str(tmp_path / "h100" / "smmap-2")]
+
+
+def test_unstable_ranges_span_seeds_and_maps(monkeypatch):
+    """A case whose launches disagree gets a range over the jitter seeds and the given SM maps;
+    a stable case one prediction (seed 0, the parameters' placement), as does every point
+    prediction."""
+    from types import SimpleNamespace
+
+    from analysis import simcheck
+    calls = []
+
+    def fake(case, arch, p, seed=0):
+        calls.append((p.get("placement", "h100"), seed))
+        return SimpleNamespace(tex_misses={"h100": 100, "m1": 150, "m2": 60}[
+            p.get("placement", "h100")] + seed)
+    monkeypatch.setattr(simcheck, "predict", fake)
+    lin = _case(ScanOrder.linear())
+    unstable = cal.MeasuredCase("traffic", lin, ("r1", "r2"), (140.0, 200.0))
+    stable = cal.MeasuredCase("traffic", lin, ("r1", "r2"), (100.0, 101.0))
+    from spec import get_arch
+    u, s = simcheck.validate([unstable, stable], get_arch("h100"), {}, "divergence", seeds=2,
+                             maps=["m1", "m2"])
+    assert (u.predicted, u.predicted_lo, u.predicted_hi) == (100, 60, 150) and u.overlap
+    assert (s.predicted, s.predicted_lo, s.predicted_hi) == (100, 100, 100)
+    assert calls == [("h100", 0), ("h100", 1), ("m1", 0), ("m2", 0), ("h100", 0)]
