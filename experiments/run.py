@@ -73,7 +73,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m experiments.run",
-                                description="Run a study of the Sawtooth cache-locality framework.")
+                description="Run a study of the Sawtooth cache-locality framework.")
     p.add_argument("study", nargs="?", help="study name (see --list)")
     p.add_argument("--arch", help=f"target architecture: {', '.join(known_archs())}")
     p.add_argument("--list", action="store_true", help="list the studies and exit")
@@ -276,7 +276,7 @@ def _print_plan(console, study, arch, cases: list[Case], capacity: int, model: s
         cal = calibrate(model)
         secs = sum(cal.seconds_for(n) for n in acc)
         calibrated = (f"calibrated now: {cal.accesses / 1e6:.1f} M accesses in "
-                      f"{cal.seconds:.2f} s, scaled as n log n")
+                      f"{cal.seconds:.2f} s, scaled as {'n log n' if cal.log_factor else 'n'}")
         if model == "lockstep":
             peak = SIM_BASE_BYTES + SIM_BYTES_PER_ACCESS * top
             console.print(f"simulate (lockstep model, {capacity / MiB:g} MiB L2): about "
@@ -285,7 +285,7 @@ def _print_plan(console, study, arch, cases: list[Case], capacity: int, model: s
                           "largest case)")
         else:
             console.print(f"simulate (timed model, {capacity / MiB:g} MiB L2): at most about "
-                          f"{_duration(secs)} on this machine ({calibrated[:-len(' log n')]}; "
+                          f"{_duration(secs)} on this machine ({calibrated}; "
                           "cases past the SHARDS size rule are sampled and take less)")
     if study.measurable:
         console.print(f"measure: {len(cases)} variants to compile (in parallel) and run on a GPU")

@@ -87,11 +87,16 @@ def compile_hints(variant: Variant, problem: Problem, arch: str, level: int = 6,
 
 def compiled_ctas_per_sm(variant: Variant, problem: Problem, arch) -> tuple[int, str]:
     """CTAs per SM of the build ``prepare`` would launch on ``arch`` (an ``Arch``), without its
-    GPU: the cubin exported for ``arch.sm`` with the same compile hints, its registers and static
-    shared memory (``cuobjdump``) and required CTA size (``required_threads``) under the arch's
+    GPU: the cubin exported for ``arch.sm`` with the same compile hints, its registers and shared
+    memory (``cuobjdump``) and required CTA size (``required_threads``) under the arch's
     published limits (``spec.family.published_limits``). Returns (CTAs per SM, a note naming
     those resources). On the H100 this gives the 2 per SM ncu shows for the sawtooth study's
-    ``occ2`` builds (256 threads, 128 registers, 98 KB)."""
+    ``occ2`` builds (256 threads, 128 registers, 98 KB).
+
+    ``cuobjdump``'s SHARED already holds the 1 KB the system reserves per CTA: for all four of
+    those builds it is the driver's static shared size plus exactly 1024 B (91312 / 90288, 99520 /
+    98496, 74920 / 73896 B; ``profiles/h100/occupancy-20261125/probe.txt``), so the static size
+    passed on is SHARED minus the reserve, which ``ctas_per_sm`` adds back."""
     from .resources import resources
     from .signatures import CompileCase
     level = variant.level if variant.level is not None else 6
@@ -101,9 +106,10 @@ def compiled_ctas_per_sm(variant: Variant, problem: Problem, arch) -> tuple[int,
     if r.threads is None:
         raise RuntimeError(f"{variant.id(problem)}: the {arch.sm} cubin states no CTA size")
     limits = family.published_limits(arch.name, arch.sm, arch.num_sms, arch.compute_capability)
-    per_sm = limits.ctas_per_sm(r.threads, r.regs, r.shared)
+    static = r.shared - limits.reserved_smem_per_block
+    per_sm = limits.ctas_per_sm(r.threads, r.regs, static)
     return per_sm, (f"resident CTAs from the {arch.sm} cubin: {r.threads} threads, {r.regs} "
-                    f"registers, {r.shared} B shared -> {per_sm} per SM")
+                    f"registers, {static} B static shared -> {per_sm} per SM")
 
 
 class CutileFamily:

@@ -270,8 +270,9 @@ def test_case_round_trips_through_json_with_every_knob():
 def test_published_limits_give_hand_computed_occupancy():
     """sm_121 (GB10): 65536 registers, 102400 B of shared memory and 1536 threads per SM, 1 KB
     reserved per CTA. 256 threads x 128 registers: 8 warps of 4096 registers, two CTAs fill the
-    four 16384-register sub-partitions exactly; 42108 B fits twice (2 x 43132 = 86264), 50340 B
-    once (2 x 51364 = 102728 > 102400); 128 threads x 64 registers, 20000 B: 4 by shared memory
+    four 16384-register sub-partitions exactly; 42108 B of static shared memory fits twice
+    (2 x 43132 = 86264), 50340 B once (2 x 51364 = 102728 > 102400); 128 threads x 64 registers,
+    20000 B: 4 by shared memory
     (4 x 21024 = 84096, 5 x 21024 > 102400), 12 by threads, 8 by registers -> 4."""
     from spec.family import published_limits
     gb10 = published_limits("GB10", "sm_121", 48, (12, 1))
