@@ -131,7 +131,7 @@ def test_drift_draws_every_case_and_the_l2_line():
     from paper_figures import drift
     from spec import get_arch
     from spec.records import read_csv
-    rows = read_csv(FIX / "h100-drift" / "drift.csv")
+    rows = read_csv(FIX / "h100-drift" / "drift.csv.gz")
     cases = {(r["variant"], r["B"], r["causal"]) for r in rows if r["metric"] == "median_step_ns"}
     step = {k: r["value"] for r in rows if r["metric"] == "median_step_ns"
             for k in [(r["variant"], r["B"], r["causal"])]}
