@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import csv
 import json
+import textwrap
 from pathlib import Path
 
-from analysis.datasets import new_directory
+from analysis.datasets import new_directory, run_of
 
 from .data import Skip, primary_run, run_name, runs_of
 
@@ -51,6 +52,21 @@ def runs_drawn(rows: list[dict], figure: str) -> list[str]:
     return []
 
 
+def simulated_params(rows: list[dict], figure: str) -> str:
+    """What the simulated rows a figure drew assumed: the words of their notes that every one of
+    them has, in order (the simulator and its parameters, ``timesim capacity=24.00MiB
+    partitions=1 miss_ratio=1 ... params gb10: f=1 r=1 (defaults, not fitted)``, or the lock-step
+    capacity; a per-case value such as a SHARDS rate drops out), so that a figure names the
+    parameters its simulated numbers came from; '' when it drew none."""
+    drawn = set(runs_drawn(rows, figure))
+    notes = sorted({r["note"] for r in rows if r.get("source") == "simulated" and r.get("note")
+                    and r["study"] in STUDIES[figure] and run_name(run_of(r)) in drawn})
+    if not notes:
+        return ""
+    shared = set.intersection(*(set(n.split()) for n in notes))
+    return " ".join(w for w in notes[0].split() if w in shared)
+
+
 def render(rows: list[dict], arch: str, out_dir: Path, modules, console=None,
            each: bool = True) -> list[dict]:
     """Draw the figure ``modules`` into the new directory ``out_dir`` as PNG and PDF,
@@ -74,6 +90,10 @@ def render(rows: list[dict], arch: str, out_dir: Path, modules, console=None,
             if drawn:
                 fig.text(0.002, 0.998, "data: " + ", ".join(drawn), fontsize=6, color="#555555",
                          ha="left", va="top")
+            sim = simulated_params(rows, mod.FIGURE)
+            if sim:
+                fig.text(0.002, 0.002, "\n".join(textwrap.wrap(f"simulated: {sim}", 160)),
+                         fontsize=5, color="#555555", ha="left", va="bottom")
             paths = []
             for ext in ("png", "pdf"):
                 fig.savefig(tmp / f"{mod.FIGURE}.{ext}", dpi=150)

@@ -248,3 +248,17 @@ def test_drift_figure_draws_the_full_launch_and_names_the_few_cta_ones():
     assert data["few_ctas"] == [2, 4, 8, 16]
     cases = [c for cs in data["panels"].values() for c in cs]
     assert len(cases) == 8 and {c["schedule"] for c in cases} == {"static132"}
+
+
+def test_a_figure_names_the_parameters_of_its_simulated_rows():
+    """The stamp under a figure drawn from simulated rows: the words every such note shares (a
+    per-case SHARDS rate drops out); measured rows and other studies' rows do not count."""
+    from paper_figures.drawing import simulated_params
+    base = {"study": "sawtooth", "run": "gb10-sim", "source": "simulated"}
+    rows = [dict(base, note="timesim capacity=24.00MiB partitions=1 SHARDS R=0.1; params gb10"),
+            dict(base, note="timesim capacity=24.00MiB partitions=1 SHARDS R=0.5; params gb10"),
+            dict(base, note="anything", source="measured"),
+            dict(base, note="other study", study="traffic")]
+    assert simulated_params(rows, "F8a") == ("timesim capacity=24.00MiB partitions=1 SHARDS "
+                                             "params gb10")
+    assert simulated_params([r for r in rows if r["source"] == "measured"], "F8a") == ""
