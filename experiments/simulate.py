@@ -20,6 +20,7 @@ say so.
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -111,12 +112,17 @@ def resident_of_build(case: Case, arch: Arch) -> tuple[Case, str]:
         return case, ""
     if v.backend != Backend.CUTILE:
         return case, f"resident CTAs {case.resident}: the occupancy request (not compiled here)"
+    from kernels import backend
+    from kernels.toolchain import ToolchainError
     try:
-        from kernels.backend import compiled_ctas_per_sm
-        per_sm, note = compiled_ctas_per_sm(v, case.problem, arch)
-    except (ImportError, FileNotFoundError) as e:
-        return case, (f"resident CTAs {case.resident}: the occupancy request (the cubin could not "
-                      f"be built here: {e}; pip install -e '.[compile]')")
+        per_sm, note = backend.compiled_ctas_per_sm(v, case.problem, arch)
+    except ImportError as e:
+        return case, (f"resident CTAs {case.resident}: the occupancy request (no cuTile compiler "
+                      f"here: {e}; pip install -e '.[compile]')")
+    except (ToolchainError, OSError, subprocess.CalledProcessError) as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        return case, (f"resident CTAs {case.resident}: the occupancy request (the {arch.sm} cubin "
+                      f"could not be built or read here: {first})")
     return replace(case, resident=arch.resident_ctas(per_sm)), note
 
 

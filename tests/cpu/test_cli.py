@@ -628,3 +628,25 @@ def test_bad_profiling_options_are_refused_before_any_work(tmp_path, capsys, fla
     err = capsys.readouterr().err
     assert rc == 2 and msg in err and len(err.strip().splitlines()) == 1
     assert not out.exists() and not any(tmp_path.iterdir())
+
+
+def test_build_residency_falls_back_to_the_request_and_says_why(monkeypatch):
+    """Without a cuTile compiler, or when the cubin cannot be built or read, a grid launch keeps
+    the study's occupancy request and the note says so; a persistent launch is its P."""
+    from experiments.simulate import resident_of_build
+    from kernels import backend
+    from kernels.toolchain import ToolchainError
+    gb10 = get_arch("gb10")
+    cases = get_study("sawtooth").plan(gb10)
+    grid = next(c for c in cases if c.variant.schedule.kind == ScheduleKind.TILE_X)
+    persistent = next(c for c in cases if c.variant.schedule.is_persistent)
+    assert resident_of_build(persistent, gb10) == (persistent, "")
+    for err, says in ((ImportError("No module named 'cuda.tile'"), "no cuTile compiler"),
+                      (ToolchainError("tileiras failed\nmore"), "could not be built or read here: "
+                                                                "tileiras failed)")):
+        def boom(*a, e=err):
+            raise e
+        monkeypatch.setattr(backend, "compiled_ctas_per_sm", boom)
+        case, note = resident_of_build(grid, gb10)
+        assert case == grid and note.startswith(f"resident CTAs {grid.resident}: the occupancy "
+                                                "request") and says in note
