@@ -298,7 +298,8 @@ def cmd_fit(arch: Arch, root: Path, study: str, every: int, rate: float) -> cal.
         fit_cases=tuple(m.key for m in measured), fit_rel_rms=err,
         grid={k: list(v) for k, v in FIT_GRID.items()},
         grid_rel_rms=tuple((p["capacity_fraction"], p["miss_ratio"], e) for p, e in points),
-        derivation=f"grid search of rel. RMS of tex misses vs the median of the runs, every "
+        derivation=f"grid search of rel. RMS of tex misses vs the median of the one-pass "
+                   f"launches of the runs under {root.as_posix()}, every "
                    f"{every}-th S of each panel, " + (f"SHARDS R={rate:g} (error vs exact: "
                    f"experiments/simbench.py)" if rate < 1 else "exact (no sampling)") +
                    f"; {why} (fixed, not fitted; the H100 drift is used for every sm_90 arch); "
