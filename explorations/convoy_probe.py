@@ -54,8 +54,9 @@ extern "C" __global__ void convoy(const char* __restrict__ buf, long long tiles,
             }
             unsigned parity = (unsigned)(t & 1), done = 0;
             while (!done) {
-                asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%%1], %%2;"
-                             " selp.u32 %%0, 1, 0, p; }"
+                asm volatile("{ .reg .pred p; "
+                             "mbarrier.try_wait.parity.shared::cta.b64 p, [%%1], %%2; "
+                             "selp.u32 %%0, 1, 0, p; }"
                              : "=r"(done) : "r"(bar_addr), "r"(parity) : "memory");
             }
         } else {
