@@ -119,10 +119,11 @@ def main(argv=None) -> int:
     gb10 = get_arch("gb10")
     gb10_p, corners = cal.default_params(gb10)
     exact_gb10 = {}
-    # the GB10 cases with the resident CTAs of their sm_121 builds (the Tile-based causal
-    # sawtooth build holds 1 CTA per SM, its linear twin 2), as the main command simulates them
-    built = {c.id: resident_of_build(c, gb10) for c in sawtooth_plan(gb10)}
-    requested = {c.id: c.resident for c in sawtooth_plan(gb10)}
+    # the GB10 cases with the resident CTAs of their sm_121 builds, as the main command
+    # simulates them, and the study's requests beside them
+    study_plan = sawtooth_plan(gb10)
+    requested = {c.id: c.resident for c in study_plan}
+    built = {c.id: resident_of_build(c, gb10) for c in study_plan}
     gb10_plan = [c for c, _ in built.values()]
     with rundir.reserved_run_dir(out) as (final, work):
         _warm()

@@ -19,6 +19,7 @@ say so.
 """
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import time
@@ -113,19 +114,19 @@ def resident_of_build(case: Case, arch: Arch) -> tuple[Case, str]:
     if v.backend != Backend.CUTILE:
         return case, f"resident CTAs {case.resident}: the occupancy request (not compiled here)"
     from kernels import backend
-    from kernels.toolchain import ToolchainError
     try:
         per_sm, note = backend.compiled_ctas_per_sm(v, case.problem, arch)
     except ImportError as e:
         return case, (f"resident CTAs {case.resident}: the occupancy request (no cuTile compiler "
                       f"here: {e}; pip install -e '.[compile]')")
-    except (ToolchainError, OSError, subprocess.CalledProcessError) as e:
+    except (RuntimeError, OSError, subprocess.CalledProcessError) as e:   # ToolchainError too
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         return case, (f"resident CTAs {case.resident}: the occupancy request (the {arch.sm} cubin "
                       f"could not be built or read here: {first})")
     return replace(case, resident=arch.resident_ctas(per_sm)), note
 
 
+@functools.cache
 def _shards_error_pct() -> float:
     return float(json.loads((SHARDS_RUN / "manifest.json").read_text())["max_shards_err_pct"])
 

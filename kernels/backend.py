@@ -105,7 +105,7 @@ def compiled_ctas_per_sm(variant: Variant, problem: Problem, arch) -> tuple[int,
                   worker_warps)
     if r.threads is None:
         raise RuntimeError(f"{variant.id(problem)}: the {arch.sm} cubin states no CTA size")
-    limits = family.published_limits(arch.name, arch.sm, arch.num_sms, arch.compute_capability)
+    limits = family.published_limits(arch)
     static = r.shared - limits.reserved_smem_per_block
     per_sm = limits.ctas_per_sm(r.threads, r.regs, static)
     return per_sm, (f"resident CTAs from the {arch.sm} cubin: {r.threads} threads, {r.regs} "

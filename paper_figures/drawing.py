@@ -52,13 +52,14 @@ def runs_drawn(rows: list[dict], figure: str) -> list[str]:
     return []
 
 
-def simulated_params(rows: list[dict], figure: str) -> str:
+def simulated_params(rows: list[dict], figure: str, drawn: list[str] | None = None) -> str:
     """What the simulated rows a figure drew assumed: the words of their notes that every one of
     them has, in order (the simulator and its parameters, ``timesim capacity=24.00MiB
     partitions=1 miss_ratio=1 ... params gb10: f=1 r=1 (defaults, not fitted)``, or the lock-step
     capacity; a per-case value such as a SHARDS rate drops out), so that a figure names the
-    parameters its simulated numbers came from; '' when it drew none."""
-    drawn = set(runs_drawn(rows, figure))
+    parameters its simulated numbers came from; '' when it drew none. ``drawn``: the figure's
+    ``runs_drawn``, when the caller has them."""
+    drawn = set(runs_drawn(rows, figure) if drawn is None else drawn)
     notes = sorted({r["note"] for r in rows if r.get("source") == "simulated" and r.get("note")
                     and r["study"] in STUDIES[figure] and run_name(run_of(r)) in drawn})
     if not notes:
@@ -90,7 +91,7 @@ def render(rows: list[dict], arch: str, out_dir: Path, modules, console=None,
             if drawn:
                 fig.text(0.002, 0.998, "data: " + ", ".join(drawn), fontsize=6, color="#555555",
                          ha="left", va="top")
-            sim = simulated_params(rows, mod.FIGURE)
+            sim = simulated_params(rows, mod.FIGURE, drawn)
             if sim:
                 fig.text(0.002, 0.002, "\n".join(textwrap.wrap(f"simulated: {sim}", 160)),
                          fontsize=5, color="#555555", ha="left", va="bottom")

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
+from .arch import Arch
 from .problem import SUPPORTED_HEAD_DIMS, DType, Problem, cdiv
 from .variant import Variant
 
@@ -136,14 +137,14 @@ _PUBLISHED = {"sm_90": (232448, 233472, 65536, 2048), "sm_100": (232448, 233472,
               "sm_103": (232448, 233472, 65536, 2048), "sm_121": (101376, 102400, 65536, 1536)}
 
 
-def published_limits(name: str, sm: str, num_sms: int, compute_capability: tuple[int, int]
-                     ) -> DeviceLimits:
-    """The limits of a GPU that is not here, from its compute target ``sm`` (``_PUBLISHED``):
-    what a build's occupancy is computed under when no driver can be asked."""
-    if sm not in _PUBLISHED:
-        raise ValueError(f"no published SM limits for {sm}; known: {', '.join(_PUBLISHED)}")
-    optin, per_sm, regs, threads = _PUBLISHED[sm]
-    return DeviceLimits(name, num_sms, optin, per_sm, regs, threads, compute_capability)
+def published_limits(arch: Arch) -> DeviceLimits:
+    """The limits of ``arch``'s GPU when it is not here, from its compute target
+    (``_PUBLISHED``): what a build's occupancy is computed under when no driver can be asked."""
+    if arch.sm not in _PUBLISHED:
+        raise ValueError(f"no published SM limits for {arch.sm}; known: {', '.join(_PUBLISHED)}")
+    optin, per_sm, regs, threads = _PUBLISHED[arch.sm]
+    return DeviceLimits(arch.marketing_name or arch.name, arch.num_sms, optin, per_sm, regs,
+                        threads, arch.compute_capability)
 
 
 _LIMITS: dict[int, DeviceLimits] = {}

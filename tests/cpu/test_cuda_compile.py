@@ -17,6 +17,7 @@ from cuda_baseline.backend import check_variant, instance_for
 from cuda_baseline.source import (HEADER, SM90_CTAS_PER_SM, TESTED_TILES, TILE_EDGES,
                                   CompileError, Instance, ci_instances, compile_nvcc, compile_options, mrep, nvcc_path,
                                   parse_ptxas, smem_bytes, stage_instances)
+from spec import get_arch
 from spec.family import UnsupportedVariant, published_limits
 from spec.orders import OrderKind, ScanOrder
 from spec.problem import DType, Problem, Tiles
@@ -192,7 +193,7 @@ def test_every_instantiation_compiles_for_sm90():
     assert not spilling, "spilling builds:\n" + "\n".join(spilling)
     # Every order x schedule x causal build of one shape gets the same CTAs per SM on an H100,
     # so comparisons between orders and schedules never hide an occupancy change.
-    h100 = published_limits("H100", "sm_90", 132, (9, 0))
+    h100 = published_limits(get_arch("h100"))
     groups: dict = {}
     for i in insts:
         occ = h100.ctas_per_sm(i.threads, res[i.name].registers, i.smem_bytes)
@@ -219,7 +220,7 @@ def test_stage_builds_compile_with_identical_pair_resources():
     assert not missing, f"no ptxas report for {missing[:3]}"
     spilling = [f"{i.name}: {res[i.name]}" for i in insts if res[i.name].spills]
     assert not spilling, "spilling builds:\n" + "\n".join(spilling)
-    h100 = published_limits("H100", "sm_90", 132, (9, 0))
+    h100 = published_limits(get_arch("h100"))
     by_twin: dict = {}
     for i in insts:
         if i.order in (OrderKind.LINEAR, OrderKind.SAWTOOTH) \

@@ -274,11 +274,13 @@ def test_published_limits_give_hand_computed_occupancy():
     (2 x 43132 = 86264), 50340 B once (2 x 51364 = 102728 > 102400); 128 threads x 64 registers,
     20000 B: 4 by shared memory
     (4 x 21024 = 84096, 5 x 21024 > 102400), 12 by threads, 8 by registers -> 4."""
+    from dataclasses import replace
+
     from spec.family import published_limits
-    gb10 = published_limits("GB10", "sm_121", 48, (12, 1))
+    gb10 = published_limits(get_arch("gb10"))
     assert gb10.ctas_per_sm(256, 128, 42108) == 2
     assert gb10.ctas_per_sm(256, 128, 50340) == 1
     assert gb10.ctas_per_sm(128, 64, 20000) == 4
-    assert published_limits("H100", "sm_90", 132, (9, 0)).ctas_per_sm(256, 128, 98496) == 2
+    assert published_limits(get_arch("h100")).ctas_per_sm(256, 128, 98496) == 2
     with pytest.raises(ValueError, match="no published SM limits for sm_80"):
-        published_limits("A100", "sm_80", 108, (8, 0))
+        published_limits(replace(get_arch("h100"), name="a100", sm="sm_80"))
