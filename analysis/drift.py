@@ -108,3 +108,59 @@ def sample_steps(n: int, points: int) -> np.ndarray:
     if n <= points:
         return np.arange(n)
     return np.unique(np.linspace(0, n - 1, points).round().astype(np.int64))
+
+
+@dataclass(frozen=True)
+class Completions:
+    """The finish times of a persistent launch's work items, as a kernel with no timer shows them
+    to an observer (``explorations/drift_spy.py``): item ``k`` was CTA ``cta[k]``'s ``iter[k]``-th,
+    ``steps[k]`` K/V steps long, and its output appeared at ``t_ns[k]``."""
+
+    cta: np.ndarray
+    iter: np.ndarray
+    steps: np.ndarray
+    t_ns: np.ndarray
+
+    def _per_cta(self):
+        """(finish times, K/V steps done by then) of each CTA, its items in order."""
+        order = np.lexsort((self.iter, self.cta))
+        cta, t, s = self.cta[order], self.t_ns[order].astype(np.float64), self.steps[order]
+        bounds = np.searchsorted(cta, np.arange(cta.max() + 2))
+        return [(t[a:b], np.cumsum(s[a:b]).astype(np.float64))
+                for a, b in zip(bounds[:-1], bounds[1:])]
+
+    def window(self, lo: float, hi: float) -> tuple[float, float]:
+        """Times at fractions ``lo`` and ``hi`` of the span from the first finish to the moment
+        the first CTA runs out of work (after it, fewer CTAs run and the rest spread freely)."""
+        t0 = float(self.t_ns.min())
+        end = min(float(t.max()) for t, _ in self._per_cta() if len(t))
+        return t0 + lo * (end - t0), t0 + hi * (end - t0)
+
+    def speeds(self, lo: float = 0.1, hi: float = 0.9) -> np.ndarray:
+        """Each CTA's speed in K/V steps per ns: the least-squares slope of steps done against
+        finish time over the items that finish inside ``window(lo, hi)`` (NaN with fewer than
+        two). A constant speed difference makes the drift grow linearly with the steps run,
+        which is how the H100's CTAs drift (``analysis.timesim``: the slot speed factors)."""
+        a, b = self.window(lo, hi)
+        out = []
+        for t, done in self._per_cta():
+            m = (t >= a) & (t <= b)
+            out.append(np.polyfit(t[m], done[m], 1)[0] if m.sum() >= 2 else np.nan)
+        return np.asarray(out)
+
+    def positions(self, fractions) -> np.ndarray:
+        """[len(fractions), n_ctas] K/V steps each CTA has done at each fraction of ``window(0,
+        1)``, interpolated between its item finishes: the spread of a column is the drift."""
+        a, b = self.window(0.0, 1.0)
+        per = self._per_cta()
+        return np.array([[np.interp(a + f * (b - a), t, done) for t, done in per]
+                         for f in fractions])
+
+
+def step_factors(speeds: np.ndarray) -> np.ndarray:
+    """Per-CTA step duration over the mean CTA's (mean speed / speed): the constant slot speed
+    factors ``analysis.timesim`` multiplies each step by."""
+    s = np.asarray(speeds, dtype=np.float64)
+    if not np.all(np.isfinite(s)) or np.any(s <= 0):
+        raise ValueError("every CTA needs a finite, positive measured speed")
+    return s.mean() / s

@@ -29,7 +29,11 @@ The model, one step of one slot at its time ``t`` (times in units of a hit step)
   ``analysis.calibrate.pair_slowdown_from_lags``), 1 otherwise, times an optional random
   ``exp(rate_jitter·z_s − rate_jitter²/2)`` drawn once per slot; draws from one seeded
   generator. Constant factors because measured drift grows linearly with the steps run, which
-  a per-step random walk (slope 0.5) cannot give;
+  a per-step random walk (slope 0.5) cannot give. Or, with ``speeds``, each slot's factor as
+  measured on a launch of the same kernel (``analysis.drift.Completions``: the finish times of
+  its work items, seen by ``explorations/drift_spy.py``), which replaces the pair term: the
+  spread those measurements show (0.01-0.75% between CTAs, cuTile and CUDA alike) is 2-10x what
+  the pair term gives (``profiles/h100/drift-spy-20261125``);
 - when a CTA's last step ends, its slot takes the next CTA in launch order (grid and tile-X
   launches), so the dispatch of later CTAs comes out of the clocks too. Events are processed in
   (time, slot) order.
@@ -149,6 +153,8 @@ class TimeParams:
     placement: str = "alternate"   # slot -> partition: "alternate", an arch or a chip's smmap dir
     stores_miss: bool = True       # an O store to an absent line counts as a lookup miss
     replacement: str = "lru"       # "lru" or "srrip" (see the module docstring)
+    speeds: tuple[float, ...] | None = None   # measured step-time factor per slot (see below)
+    speeds_source: str = ""        # where ``speeds`` were measured (written into every row)
 
     def __post_init__(self) -> None:
         if int(self.capacity_bytes) < 0:
@@ -173,6 +179,14 @@ class TimeParams:
                              f"{self.replacement!r}")
         if not self.placement:
             raise ValueError("placement must be 'alternate' or an arch name with a measured map")
+        if self.speeds is not None:
+            if self.pair_slowdown > 0:
+                raise ValueError("measured speeds already hold the SM-pair slowdown; "
+                                 "set pair_slowdown=0 with speeds")
+            if not self.speeds_source:
+                raise ValueError("measured speeds need speeds_source (where they came from)")
+            if not all(math.isfinite(x) and x > 0 for x in self.speeds):
+                raise ValueError("speeds are step-time factors and must be finite and > 0")
 
     def note(self) -> str:
         s = (f"timesim capacity={self.capacity_bytes / MiB:.2f}MiB partitions={self.partitions} "
@@ -182,6 +196,8 @@ class TimeParams:
             s += f" rate_jitter={self.rate_jitter:g}"
         if self.pair_slowdown > 0:
             s += f" pair_slowdown={self.pair_slowdown:g}"
+        if self.speeds is not None:
+            s += f" speeds=measured({self.speeds_source})"
         if self.partitions > 1:
             s += f" placement={self.placement}"
         if not self.stores_miss:
@@ -616,7 +632,12 @@ def simulate(table: WorkTable, resident: int, params: TimeParams,
     slots = min(int(resident), len(table.cta_first) - 1)
     part_of = slot_partitions(params.placement, slots, P)
     speed = np.ones(slots, dtype=np.float64)
-    if params.pair_slowdown > 0:
+    if params.speeds is not None:
+        if len(params.speeds) != slots:
+            raise ValueError(f"{len(params.speeds)} measured slot speeds for {slots} slots; "
+                             f"measure the launch with the same resident CTAs")
+        speed[:] = params.speeds
+    elif params.pair_slowdown > 0:
         speed[slot_paired_odd(params.placement, slots)] += params.pair_slowdown
     cnt, makespan = _run(table.cta_first, table.length, table.reverse, table.q_key, table.o_key,
                          table.kv_row, np.int64(table.k_base), np.int64(table.v_base), wsub,

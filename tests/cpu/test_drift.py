@@ -218,3 +218,22 @@ def test_drift_rows_round_trip_with_the_committed_columns(tmp_path):
     xs = [r["x"] for r in back if r["metric"] == Metric.CTA_START_SPREAD_NS]
     assert len(xs) == 3 and xs[0] == 0.0 and xs[-1] == 9.0          # first and last step kept
     assert {r["value"] for r in back if r["metric"] == Metric.CTA_START_SPREAD_NS} == {7.0}
+
+
+def test_completions_give_each_ctas_speed_and_position():
+    # 3 CTAs, 10 items of 100 steps each, at 1, 1.01 and 0.99 steps per ns: the slopes come back
+    # exactly, the step factors are mean/speed, and half-way through (t = 500 ns of the 0..990 ns
+    # window that ends when CTA 1 runs out) CTA 1 has done 1.01x CTA 0's steps.
+    cta = np.repeat(np.arange(3), 10)
+    it = np.tile(np.arange(10), 3)
+    rate = np.array([1.0, 1.01, 0.99])
+    t = (it + 1) * 100 / rate[cta]
+    c = dr.Completions(cta, it, np.full(30, 100), t)
+    np.testing.assert_allclose(c.speeds(0.0, 1.0), rate, rtol=1e-12)
+    np.testing.assert_allclose(dr.step_factors(rate), 1.0 / rate, rtol=1e-12)
+    a, b = c.window(0.0, 1.0)
+    assert (a, b) == (pytest.approx(100 / 1.01), pytest.approx(1000 / 1.01))
+    pos = c.positions([0.5])[0]
+    np.testing.assert_allclose(pos / pos[0], rate, rtol=1e-9)
+    with pytest.raises(ValueError, match="positive"):
+        dr.step_factors(np.array([1.0, np.nan]))

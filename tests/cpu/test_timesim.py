@@ -317,3 +317,27 @@ def test_pair_slowdown_slows_only_the_odd_sm_of_a_busy_pair():
     assert "pair_slowdown=0.25" in TimeParams(1, pair_slowdown=0.25).note()
     with pytest.raises(ValueError, match="pair_slowdown"):
         TimeParams(1, pair_slowdown=-0.1)
+
+
+def test_measured_speeds_replace_the_pair_term():
+    # Measured factors equal to what the pair term gives reproduce its counts and clocks exactly;
+    # a slot measured 1.5x slower ends its 8 steps at 12; bad speeds are refused with the fix.
+    from analysis.smmap import slot_paired_odd
+    tab = work_table(TileGrid(Problem(1, 1, 64 * 8, 64), Tiles(64, 64)),
+                     CtaSchedule.persistent(8), ScanOrder.linear())
+    pair = TimeParams(1 << 24, placement="h100", pair_slowdown=0.25)
+    f = tuple(1.25 if odd else 1.0 for odd in slot_paired_odd("h100", 8))
+    meas = TimeParams(1 << 24, placement="h100", speeds=f, speeds_source="test")
+    a, b = timesim.simulate(tab, 8, pair), timesim.simulate(tab, 8, meas)
+    assert (a.tex_misses, a.tex_hits, a.makespan) == (b.tex_misses, b.tex_hits, b.makespan)
+    slow = TimeParams(1 << 24, speeds=(1.0,) * 7 + (1.5,), speeds_source="test")
+    assert timesim.simulate(tab, 8, slow).makespan == pytest.approx(12.0, rel=1e-12)
+    assert "speeds=measured(test)" in meas.note()
+    with pytest.raises(ValueError, match="slots"):
+        timesim.simulate(tab, 8, TimeParams(1 << 24, speeds=(1.0,) * 4, speeds_source="t"))
+    with pytest.raises(ValueError, match="pair_slowdown=0"):
+        TimeParams(1, speeds=f, speeds_source="t", pair_slowdown=0.1)
+    with pytest.raises(ValueError, match="speeds_source"):
+        TimeParams(1, speeds=f)
+    with pytest.raises(ValueError, match="finite"):
+        TimeParams(1, speeds=(1.0, 0.0), speeds_source="t")
