@@ -11,16 +11,22 @@ element of every work item's output tile (NaN-poisoned beforehand; ``ld.global.c
 poll is an L2 read of one sector) and stamps ``%globaltimer`` when it turns finite. Each lane
 follows one CTA's items in the order that CTA runs them (items ``j, j+32, ...`` of CTA ``c``),
 polling only its next unfinished one, so the spy keeps at most one pending line per lane in the
-L2 (4224 lines, 0.5 MiB) and costs about one sector per microsecond per SM.
+L2 (4224 lines, 0.5 MiB) and issues one 32-lane poll per SM about every half microsecond.
 
-With 1 spy warp on an SM, a 256-thread, 128-register cuTile CTA still fits once (2 do not: the
-spy's registers), so a persistent launch of one CTA per SM lands as it does alone.
+Two things make it run beside the kernel at all: both streams are non-blocking, and the spy asks
+for the largest shared-memory carve-out (an SM changes its L1/shared split only when idle, so a
+spy on the default split keeps the kernel's CTAs off every SM until it exits). With one spy warp
+on an SM a 256-thread, 128-register cuTile CTA still fits once (two do not: the spy's registers),
+so a persistent launch of one CTA per SM lands as it does alone; kernel time beside the spy is
+within 7% of alone on the H100.
 
-Per launch it writes every item's completion time and prints, for the persistent launches, the
-spread of the CTAs' positions (in K/V steps) as the launch runs and the spread of their speeds:
-the quantities the simulator's drift terms stand for. Run from the repository root on the GPU:
+``measure`` (GPU) writes per launch the spread of the CTAs' speeds and positions (in K/V steps)
+and each CTA's speed (``analysis.drift.Completions``): the quantities the simulator's drift terms
+stand for. ``predict`` (CPU) runs the timed simulator with the committed drift term and with the
+measured speeds (``analysis.timesim.TimeParams.speeds``). From the repository root:
 
-    python -m explorations.drift_spy --seq 229376 --out DIR
+    python -m explorations.drift_spy measure --seq 229376 --launches 5 --out DIR
+    python -m explorations.drift_spy predict --spy DIR --seq 294912 [--measured PROFILES_ROOT]
 """
 from __future__ import annotations
 
@@ -139,17 +145,18 @@ def alone_ms(fam, prepared, q, k, v, out, reps: int = 3) -> float:
     return float(np.median(ts))
 
 
-SPEED_FIELDS = ["case", "seq", "cta", "items", "rel_speed"]
-LAUNCH_FIELDS = ["case", "seq", "correct", "ms_alone", "ms_with_spy", "items", "seen", "step_ns",
-                 "speed_rel_sd", "p1_50", "p99_50", "p1_90", "p99_90"]
+SPEED_FIELDS = ["case", "seq", "launch", "cta", "items", "rel_speed"]
+LAUNCH_FIELDS = ["case", "seq", "launch", "correct", "ms_alone", "ms_with_spy", "items", "seen",
+                 "step_ns", "speed_rel_sd", "p1_50", "p99_50", "p1_90", "p99_90"]
 
 
 def measure(args) -> int:
     """On the GPU: every persistent case of the sawtooth study that ``--filter`` keeps, at each
-    ``--seq``: checked, timed alone, then run once beside the spy. Writes ``launches.csv`` (one
-    row per launch: times, the speeds' spread, the positions' 1st/99th percentiles about the
-    median at 50% and 90% of the launch, in K/V steps) and ``speeds.csv.gz`` (each CTA's speed
-    over the launch mean); ``--raw`` also every item's finish time."""
+    ``--seq``: checked, timed alone, then run ``--launches`` times beside the spy. Writes
+    ``launches.csv`` (one row per launch: times, the speeds' spread, the positions' 1st/99th
+    percentiles about the median at 50% and 90% of the launch, in K/V steps) and
+    ``speeds.csv.gz`` (each CTA's speed over the launch mean); ``--raw`` also every item's
+    finish time."""
     import re
 
     import torch
@@ -182,29 +189,34 @@ def measure(args) -> int:
             ms_alone = alone_ms(fam, prepared, q, k, v, out)
             grid = TileGrid(prob, var.tiles)
             items = var.schedule.work_items(grid)
-            out = poisoned_like(q)
-            t, _, ms_spy = watch(fam, prepared, q, k, v, out, items,
-                                 timeout_s=2 + 3e-3 * ms_alone)
-            seen = int((t > 0).sum())
-            row = {"case": case.id, "seq": s, "correct": str(verdict), "ms_alone": ms_alone,
-                   "ms_with_spy": ms_spy, "items": len(t), "seen": seen}
-            if verdict.passed and seen == len(t):
-                c = Completions(items.cta, items.iter, grid.kv_tiles_for(items.q), t)
-                v_ = c.speeds()
-                pos = c.positions([0.5, 0.9])
-                rel = pos - np.median(pos, axis=1, keepdims=True)
-                row |= {"step_ns": 1 / v_.mean(), "speed_rel_sd": v_.std() / v_.mean(),
-                        "p1_50": np.percentile(rel[0], 1), "p99_50": np.percentile(rel[0], 99),
-                        "p1_90": np.percentile(rel[1], 1), "p99_90": np.percentile(rel[1], 99)}
-                n_items = np.bincount(items.cta, minlength=items.n_ctas)
-                speeds += [(case.id, s, c_, int(n_items[c_]), f"{x / v_.mean():.6f}")
-                           for c_, x in enumerate(v_)]
-            launches.append(row)
-            if args.raw:
-                raw += [(case.id, s, int(a), int(b), int(c_), int(d), int(e)) for a, b, c_, d, e
-                        in zip(items.cta, items.iter, items.bh, items.q, t)]
-            print(row, flush=True)
-            del q, k, v, out
+            seen = 0
+            for launch in range(args.launches):
+                out = poisoned_like(q)
+                t, _, ms_spy = watch(fam, prepared, q, k, v, out, items,
+                                     timeout_s=2 + 3e-3 * ms_alone)
+                seen = int((t > 0).sum())
+                row = {"case": case.id, "seq": s, "launch": launch, "correct": str(verdict),
+                       "ms_alone": ms_alone, "ms_with_spy": ms_spy, "items": len(t), "seen": seen}
+                if verdict.passed and seen == len(t):
+                    c = Completions(items.cta, items.iter, grid.kv_tiles_for(items.q), t)
+                    v_ = c.speeds()
+                    pos = c.positions([0.5, 0.9])
+                    rel = pos - np.median(pos, axis=1, keepdims=True)
+                    row |= {"step_ns": 1 / v_.mean(), "speed_rel_sd": v_.std() / v_.mean(),
+                            "p1_50": np.percentile(rel[0], 1), "p99_50": np.percentile(rel[0], 99),
+                            "p1_90": np.percentile(rel[1], 1), "p99_90": np.percentile(rel[1], 99)}
+                    n_items = np.bincount(items.cta, minlength=items.n_ctas)
+                    speeds += [(case.id, s, launch, c_, int(n_items[c_]), f"{x / v_.mean():.6f}")
+                               for c_, x in enumerate(v_)]
+                launches.append(row)
+                if args.raw:
+                    raw += [(case.id, s, launch, int(a), int(b), int(c_), int(d), int(e))
+                            for a, b, c_, d, e in zip(items.cta, items.iter, items.bh, items.q, t)]
+                print(row, flush=True)
+                del out
+                if seen == 0:
+                    break
+            del q, k, v
             torch.cuda.empty_cache()
             if seen == 0:
                 print("the spy saw no item finish (the kernel did not run beside it); stopping")
@@ -221,32 +233,38 @@ def measure(args) -> int:
     if args.raw:
         with gzip.open(args.out / "items.csv.gz", "wt", newline="") as f:
             w = csv.writer(f)
-            w.writerow(["case", "seq", "cta", "iter", "bh", "q_tile", "t_done_ns"])
+            w.writerow(["case", "seq", "launch", "cta", "iter", "bh", "q_tile", "t_done_ns"])
             w.writerows(raw)
     print("\ncase | S | ms alone / with spy | speed sd | positions p1..p99 at 50%, 90% (steps)")
     for r in launches:
         extra = (f"{100 * r['speed_rel_sd']:.3f}% {r['p1_50']:.0f}..{r['p99_50']:.0f} "
                  f"{r['p1_90']:.0f}..{r['p99_90']:.0f}" if "step_ns" in r else
                  f"seen {r['seen']} of {r['items']}, {r['correct'][:4]}")
-        print(r["case"], r["seq"], f"{r['ms_alone']:.1f}/{r['ms_with_spy']:.1f}", extra)
+        print(r["case"], r["seq"], r["launch"], f"{r['ms_alone']:.1f}/{r['ms_with_spy']:.1f}",
+              extra)
     return 0
 
 
-def read_speeds(spy_dir: Path) -> dict[tuple[str, int], np.ndarray]:
-    """{(case id, S): each CTA's speed over the launch mean} from a ``measure`` run."""
-    rows: dict[tuple[str, int], list] = {}
+def read_speeds(spy_dir: Path) -> dict[tuple[str, int], list[np.ndarray]]:
+    """{(case id, S): per launch, each CTA's speed over the launch mean} from a ``measure``
+    run."""
+    rows: dict[tuple[str, int, int], list] = {}
     with gzip.open(spy_dir / "speeds.csv.gz", "rt", newline="") as f:
         for r in csv.DictReader(f):
-            rows.setdefault((r["case"], int(r["seq"])), []).append(
+            rows.setdefault((r["case"], int(r["seq"]), int(r["launch"])), []).append(
                 (int(r["cta"]), float(r["rel_speed"])))
-    return {k: np.array([x for _, x in sorted(v)]) for k, v in rows.items()}
+    out: dict[tuple[str, int], list[np.ndarray]] = {}
+    for (cid, s, _), v in sorted(rows.items()):
+        out.setdefault((cid, s), []).append(np.array([x for _, x in sorted(v)]))
+    return out
 
 
 def predict(args) -> int:
     """On the CPU: for every persistent case of the sawtooth study at ``--seq``, the committed
     model's misses (its SM-pair drift) beside the same model with each CTA's speed as ``--spy``
-    measured it for the same build and batch at the nearest length (``--spy-seq`` picks one);
-    with ``--measured`` (ncu runs) also the measured median and both errors."""
+    measured it for the same build and batch at the nearest length (``--spy-seq`` picks one):
+    the median and range over the launches spied there; with ``--measured`` (ncu runs) also the
+    measured median and the errors."""
     from dataclasses import replace
 
     from analysis import calibrate as cal
@@ -257,12 +275,15 @@ def predict(args) -> int:
 
     arch = get_arch(args.arch)
     tp = cal.read_params(arch.name).time_params(arch)
-    spy = read_speeds(args.spy)
+    spy: dict[tuple[str, int], list[np.ndarray]] = {}
+    for d in args.spy:
+        for key, vs in read_speeds(d).items():
+            spy.setdefault(key, []).extend(vs)
     measured = {}
     if args.measured:
         measured = {m.case.id: m.median
                     for m in cal.load_measured(args.measured, arch, "sawtooth")}
-    print(f"{'case':62s} {'measured':>9s} {'pair drift':>17s} {'measured speeds':>17s} S of speeds")
+    print(f"{'case':62s} {'measured':>9s} {'pair drift':>17s}  measured speeds: median [range]")
     for case in at_length(sawtooth_plan(arch), [args.seq]):
         if not case.variant.schedule.is_persistent:
             continue
@@ -270,17 +291,21 @@ def predict(args) -> int:
         twins = {s2: v for (cid, s2), v in spy.items() if cid.split()[0] == name
                  and cid.split()[1].replace(f"s{s2}d", "") == label.replace(f"s{args.seq}d", "")
                  and (args.spy_seq is None or s2 == args.spy_seq)}
-        got = [simulate_case(case, tp, arch.sector_bytes, auto_sample=True).tex_misses]
+        meas = measured.get(case.id)
+        err = (lambda g: f" ({100 * (g / meas - 1):+5.0f}%)") if meas else (lambda g: "")
+        a_ = simulate_case(case, tp, arch.sector_bytes, auto_sample=True).tex_misses
+        cells = [f"{a_ / 1e6:8.1f}{err(a_)}"]
         if twins:
             s_ref = min(twins, key=lambda s2: abs(s2 - args.seq))
-            tp2 = replace(tp, pair_slowdown=0.0, speeds=tuple(step_factors(twins[s_ref])),
-                          speeds_source=f"{args.spy.name} S={s_ref}")
-            got.append(simulate_case(case, tp2, arch.sector_bytes, auto_sample=True).tex_misses)
-        meas = measured.get(case.id)
-        cells = [f"{g / 1e6:8.1f}" + (f" ({100 * (g / meas - 1):+5.0f}%)" if meas else "")
-                 for g in got]
-        print(f"{case.id[:62]:62s} {(meas or float('nan')) / 1e6:9.1f}", *cells,
-              s_ref if twins else "-", flush=True)
+            got = [simulate_case(case, replace(tp, pair_slowdown=0.0,
+                                               speeds=tuple(step_factors(v)),
+                                               speeds_source=f"spy S={s_ref} launch {i}"),
+                                 arch.sector_bytes, auto_sample=True).tex_misses
+                   for i, v in enumerate(twins[s_ref])]
+            med = float(np.median(got))
+            cells.append(f"{med / 1e6:8.1f}{err(med)} [{min(got) / 1e6:.1f}-{max(got) / 1e6:.1f}]"
+                         f" S={s_ref} x{len(got)}")
+        print(f"{case.id[:62]:62s} {(meas or float('nan')) / 1e6:9.1f}", *cells, flush=True)
     return 0
 
 
@@ -291,9 +316,11 @@ def main(argv=None) -> int:
     m.add_argument("--seq", type=int, action="append", required=True)
     m.add_argument("--filter", default=".", help="regex on case ids (persistent cases only)")
     m.add_argument("--out", type=Path, required=True)
+    m.add_argument("--launches", type=int, default=1, help="spied launches per case")
     m.add_argument("--raw", action="store_true", help="also write every item's finish time")
     p = sub.add_parser("predict", help="on the CPU: the model with the measured speeds")
-    p.add_argument("--spy", type=Path, required=True, help="a `measure` run directory")
+    p.add_argument("--spy", type=Path, action="append", required=True,
+                   help="a `measure` run directory (repeat to pool several)")
     p.add_argument("--seq", type=int, required=True, help="the study's sequence length")
     p.add_argument("--spy-seq", type=int, help="use the speeds measured at this length")
     p.add_argument("--measured", type=Path, help="ncu runs of the study (a profiles/ root)")
