@@ -12,6 +12,7 @@ their scans instead of 0.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -121,8 +122,10 @@ class Completions:
     steps: np.ndarray
     t_ns: np.ndarray
 
-    def _per_cta(self):
-        """(finish times, K/V steps done by then) of each CTA, its items in order."""
+    @functools.cached_property
+    def _per_cta(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(finish times, K/V steps done by then) of each CTA, its items in order (computed once:
+        ``window``, ``speeds`` and ``positions`` all read it)."""
         order = np.lexsort((self.iter, self.cta))
         cta, t, s = self.cta[order], self.t_ns[order].astype(np.float64), self.steps[order]
         bounds = np.searchsorted(cta, np.arange(cta.max() + 2))
@@ -133,7 +136,7 @@ class Completions:
         """Times at fractions ``lo`` and ``hi`` of the span from the first finish to the moment
         the first CTA runs out of work (after it, fewer CTAs run and the rest spread freely)."""
         t0 = float(self.t_ns.min())
-        end = min(float(t.max()) for t, _ in self._per_cta() if len(t))
+        end = min(float(t.max()) for t, _ in self._per_cta if len(t))
         return t0 + lo * (end - t0), t0 + hi * (end - t0)
 
     def speeds(self, lo: float = 0.1, hi: float = 0.9) -> np.ndarray:
@@ -143,7 +146,7 @@ class Completions:
         which is how the H100's CTAs drift (``analysis.timesim``: the slot speed factors)."""
         a, b = self.window(lo, hi)
         out = []
-        for t, done in self._per_cta():
+        for t, done in self._per_cta:
             m = (t >= a) & (t <= b)
             out.append(np.polyfit(t[m], done[m], 1)[0] if m.sum() >= 2 else np.nan)
         return np.asarray(out)
@@ -152,8 +155,7 @@ class Completions:
         """[len(fractions), n_ctas] K/V steps each CTA has done at each fraction of ``window(0,
         1)``, interpolated between its item finishes: the spread of a column is the drift."""
         a, b = self.window(0.0, 1.0)
-        per = self._per_cta()
-        return np.array([[np.interp(a + f * (b - a), t, done) for t, done in per]
+        return np.array([[np.interp(a + f * (b - a), t, done) for t, done in self._per_cta]
                          for f in fractions])
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import gzip
 import time
 from pathlib import Path
@@ -40,15 +41,10 @@ import numpy as np
 
 SPY_SOURCE = r"""
 extern "C" __global__ void spy(const unsigned short* out, const long long* offs, const int* count,
-                               int per_lane, unsigned long long* t_done, unsigned int* smid,
+                               int per_lane, unsigned long long* t_done,
                                long long timeout_ns, int sleep_ns) {
     // lane l polls out[offs[l][k]] for k = 0, 1, ... in turn and stamps when it turns finite
     const int lane = blockIdx.x * blockDim.x + threadIdx.x;
-    if (threadIdx.x == 0) {
-        unsigned int s;
-        asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
-        smid[blockIdx.x] = s;
-    }
     const long long* my = offs + (long long)lane * per_lane;
     unsigned long long* mine = t_done + (long long)lane * per_lane;
     const int n = count[lane];
@@ -66,9 +62,6 @@ extern "C" __global__ void spy(const unsigned short* out, const long long* offs,
 }
 """
 
-WARPS_PER_SM = 1
-
-
 def lanes_for(items, n_lanes: int) -> list[list[int]]:
     """Item indices (rows of ``items``) per spy lane, each lane's in the order its CTA runs them:
     with P <= lanes, CTA ``c``'s items ``j, j+L, ...`` go to lane ``c·L + j`` (L = lanes // P);
@@ -83,13 +76,13 @@ def lanes_for(items, n_lanes: int) -> list[list[int]]:
 
 
 def watch(fam, prepared, q, k, v, out, items, *, timeout_s: float, sleep_ns: int = 500):
-    """Run ``prepared`` once on ``out`` (poisoned) with the spy beside it; returns
-    (t_done ns per item row, 0 if never seen; spy SM ids; kernel ms by events)."""
+    """Run ``prepared`` once on ``out`` (poisoned) with the spy beside it, one warp per SM;
+    returns (t_done ns per item row, 0 if never seen; kernel ms by events)."""
     import cupy as cp
     import torch
 
     n_sm = torch.cuda.get_device_properties(q.device).multi_processor_count
-    n_lanes = 32 * WARPS_PER_SM * n_sm
+    n_lanes = 32 * n_sm
     lanes = lanes_for(items, n_lanes)
     per_lane = max(len(x) for x in lanes)
     tm = prepared.variant.tiles.m
@@ -104,7 +97,6 @@ def watch(fam, prepared, q, k, v, out, items, *, timeout_s: float, sleep_ns: int
         count[lane] = len(rows)
     d_offs, d_count = cp.asarray(offs), cp.asarray(count)
     d_t = cp.zeros((n_lanes, per_lane), dtype=cp.uint64)
-    d_sm = cp.zeros(n_sm * WARPS_PER_SM, dtype=cp.uint32)
     kern = cp.RawModule(code=SPY_SOURCE, options=("-std=c++17",)).get_function("spy")
     # an SM changes its L1/shared split only when idle: the spy asks for the split the kernel
     # needs (most shared memory), or the kernel's CTAs wait for the spy to finish
@@ -114,8 +106,8 @@ def watch(fam, prepared, q, k, v, out, items, *, timeout_s: float, sleep_ns: int
     run_cp = cp.cuda.Stream(non_blocking=True)
     run_stream = torch.cuda.ExternalStream(run_cp.ptr)
     torch.cuda.synchronize()
-    kern((n_sm * WARPS_PER_SM,), (32,),
-         (out.data_ptr(), d_offs, d_count, np.int32(per_lane), d_t, d_sm,
+    kern((n_sm,), (32,),
+         (out.data_ptr(), d_offs, d_count, np.int32(per_lane), d_t,
           np.int64(int(timeout_s * 1e9)), np.int32(sleep_ns)), stream=spy_stream)
     time.sleep(0.02)                     # the spy is resident before the kernel's CTAs arrive
     e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -128,21 +120,7 @@ def watch(fam, prepared, q, k, v, out, items, *, timeout_s: float, sleep_ns: int
     t = np.zeros(len(items.cta), dtype=np.int64)
     for lane, rows in enumerate(lanes):
         t[rows] = t_lane[lane, :len(rows)].astype(np.int64)
-    return t, d_sm.get(), e0.elapsed_time(e1)
-
-
-def alone_ms(fam, prepared, q, k, v, out, reps: int = 3) -> float:
-    """Median kernel time without the spy (events, L2 not flushed: the launch reads GBs)."""
-    import torch
-    ts = []
-    for _ in range(reps):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        fam.run(prepared, q, k, v, out)
-        e1.record()
-        torch.cuda.synchronize()
-        ts.append(e0.elapsed_time(e1))
-    return float(np.median(ts))
+    return t, e0.elapsed_time(e1)
 
 
 SPEED_FIELDS = ["case", "seq", "launch", "cta", "items", "rel_speed"]
@@ -165,6 +143,7 @@ def measure(args) -> int:
     from experiments.correctness import check, poisoned_like, random_inputs, reference
     from experiments.families import family
     from experiments.studies import at_length, sawtooth_plan
+    from experiments.timing import time_one
     from spec import detect
     from spec.problem import TileGrid
 
@@ -186,14 +165,15 @@ def measure(args) -> int:
             fam.run(prepared, q, k, v, out)
             torch.cuda.synchronize()
             verdict = check(out, q, k, v, prob.causal, ref)
-            ms_alone = alone_ms(fam, prepared, q, k, v, out)
+            ms_alone = time_one(functools.partial(fam.run, prepared, q, k, v, out), reps=3,
+                                warmup=0, l2="warm").median     # the launch reads GBs
             grid = TileGrid(prob, var.tiles)
             items = var.schedule.work_items(grid)
             seen = 0
             for launch in range(args.launches):
                 out = poisoned_like(q)
-                t, _, ms_spy = watch(fam, prepared, q, k, v, out, items,
-                                     timeout_s=2 + 3e-3 * ms_alone)
+                t, ms_spy = watch(fam, prepared, q, k, v, out, items,
+                                  timeout_s=2 + 3e-3 * ms_alone)
                 seen = int((t > 0).sum())
                 row = {"case": case.id, "seq": s, "launch": launch, "correct": str(verdict),
                        "ms_alone": ms_alone, "ms_with_spy": ms_spy, "items": len(t), "seen": seen}
