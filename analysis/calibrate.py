@@ -368,6 +368,7 @@ class ArchParams:
     placement: str = "alternate"
     stores_miss: bool = True
     replacement: str = "lru"
+    ways: int = 0
 
     def sim_values(self) -> dict:
         """The simulator's parameters (``SIM_FIELDS``) as the mapping ``time_params`` reads."""
@@ -384,7 +385,7 @@ class ArchParams:
 
 SIM_FIELDS = ("capacity_fraction", "miss_ratio", "jitter", "partitions", "rate_jitter",
               "pair_slowdown",
-              "placement", "stores_miss", "replacement")
+              "placement", "stores_miss", "replacement", "ways")
 """The ``ArchParams`` fields the simulator runs with (the rest say where they came from)."""
 _SIM_DEFAULTS = {f.name: f.default for f in fields(ArchParams)
                  if f.name in SIM_FIELDS and f.default is not MISSING}
@@ -400,7 +401,7 @@ def time_params(arch: Arch, values: dict, seed: int = 0, sample_rate: float = 1.
                       sample_rate=sample_rate, placement=v["placement"],
                       stores_miss=v["stores_miss"], rate_jitter=v["rate_jitter"],
                       pair_slowdown=v["pair_slowdown"],
-                      replacement=v["replacement"])
+                      replacement=v["replacement"], ways=int(v["ways"]))
 
 
 def rel_rms(pred: Sequence[float], meas: Sequence[float]) -> float:

@@ -16,6 +16,7 @@ CLI::
 
     python -m analysis.simcheck fit --arch h100          # writes analysis/params/h100.json
     python -m analysis.simcheck validate --arch h100 --out DIR [--seeds 3]
+    python -m analysis.simcheck scan --arch h100 --set miss_ratio=1,1.003,1.01 --out DIR
 
 Every number here is simulated against measured; the simulated side names its parameters.
 """
@@ -41,8 +42,8 @@ from .smmap import measured_map
 from .timemodel import FACTS, H100
 from .timesim import REPLACEMENTS, TimeCounts, TimeParams, simulate_case
 
-__all__ = ["ErrorRow", "SignRow", "predict", "validate", "summarize", "sawtooth_signs",
-           "STABLE_SPREAD", "STUDIES"]
+__all__ = ["ErrorRow", "SignRow", "ScanRow", "predict", "validate", "summarize",
+           "sawtooth_signs", "scan", "parse_set", "STABLE_SPREAD", "STUDIES"]
 
 STABLE_SPREAD = 0.15
 """Cases whose run-to-run range exceeds this fraction of their median are judged by range
@@ -202,6 +203,59 @@ def sector_rows(measured: Sequence[cal.MeasuredCase], arch: Arch, p: dict,
     return out
 
 
+@dataclass(frozen=True)
+class ScanRow:
+    arch: str
+    study: str
+    case: str
+    measured_median: float
+    spread: float
+    param: str
+    value: float
+    predicted: float          # seed 0, the committed parameters but ``param``
+    rel_err: float
+    source: str = "simulated"
+    note: str = ""
+
+
+SCANNABLE = ("capacity_fraction", "miss_ratio", "jitter", "rate_jitter", "pair_slowdown",
+             "ways")
+"""Numeric parameters ``scan`` can vary (``analysis.calibrate.SIM_FIELDS``)."""
+
+
+def scan(measured: Sequence[cal.MeasuredCase], arch: Arch, p: dict, param: str,
+         values: Sequence[float], note: str = "") -> list[ScanRow]:
+    """Every case predicted with ``param`` set to each of ``values`` and the rest of ``p``
+    unchanged: how much a prediction depends on one parameter, which says whether the
+    measurements that fix that parameter could fix the prediction. Exploratory: the rows are
+    in-sample for every value (nothing is chosen here)."""
+    out = []
+    for m in measured:
+        for v in values:
+            x = predict(m.case, arch, p | {param: v}).tex_misses
+            out.append(ScanRow(arch=arch.name, study=m.study, case=m.key,
+                               measured_median=m.median, spread=m.spread, param=param,
+                               value=float(v), predicted=float(x),
+                               rel_err=(x - m.median) / m.median, note=note))
+    return out
+
+
+def parse_set(text: str) -> tuple[str, list[float]]:
+    """``"miss_ratio=1,1.003"`` -> ("miss_ratio", [1.0, 1.003]); ValueError naming the fix."""
+    key, sep, vals = text.partition("=")
+    if not sep or key not in SCANNABLE:
+        raise ValueError(f"--set {text!r}: give NAME=V1,V2,... with NAME one of "
+                         f"{', '.join(SCANNABLE)}")
+    try:
+        values = [float(v) for v in vals.split(",")]
+    except ValueError:
+        raise ValueError(f"--set {text!r}: the values must be numbers, e.g. "
+                         f"{key}=1,1.003") from None
+    if key == "ways" and any(v != int(v) or v < 0 for v in values):
+        raise ValueError(f"--set {text!r}: ways are whole numbers >= 0 (0: fully associative)")
+    return key, values
+
+
 def write_rows(path: Path, rows: Sequence) -> None:
     rows = list(rows)
     if not rows:
@@ -310,7 +364,7 @@ def cmd_fit(arch: Arch, root: Path, study: str, every: int, rate: float) -> cal.
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m analysis.simcheck", description=__doc__.split(
         "\n")[0])
-    ap.add_argument("command", choices=("fit", "validate", "sectors"))
+    ap.add_argument("command", choices=("fit", "validate", "sectors", "scan"))
     ap.add_argument("--arch", required=True)
     ap.add_argument("--root", type=Path, help="measured data (default profiles/<arch>)")
     ap.add_argument("--fit-study", default="divergence")
@@ -326,6 +380,8 @@ def main(argv=None) -> int:
     ap.add_argument("--exact", action="store_true", help="validate without sampling")
     ap.add_argument("--replacement", choices=REPLACEMENTS,
                     help="validate: L2 replacement policy (default: the params file's)")
+    ap.add_argument("--set", dest="scan_set", metavar="NAME=V1,V2,...",
+                    help="scan: the parameter to vary and its values, e.g. miss_ratio=1,1.01")
     ap.add_argument("--device", help="validate/sectors: only the runs measured on the GPU whose "
                                      "UUID starts with this (the manifests' device uuid)")
     a = ap.parse_args(argv)
@@ -349,6 +405,34 @@ def main(argv=None) -> int:
     if a.out is None:
         print(f"error: {a.command} needs --out DIR", file=sys.stderr)
         return 2
+    if a.command == "scan":
+        if not a.scan_set:
+            print("error: scan needs --set NAME=V1,V2,... (e.g. miss_ratio=1,1.01)",
+                  file=sys.stderr)
+            return 2
+        try:
+            key, values = parse_set(a.scan_set)
+            for v in values:          # refuse bad values before any simulation
+                _params(arch, pd | {key: v})
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        measured = [m for st in a.studies.split(",")
+                    for m in cal.load_measured(root, arch, st, device=a.device)]
+        if not measured:
+            print(f"error: no measured run of {a.studies} under {root}; check --root and "
+                  f"--studies", file=sys.stderr)
+            return 2
+        a.out.mkdir(parents=True, exist_ok=True)
+        note = p.note() + f"; {key} varied over {values}; exploratory (in-sample)"
+        rows = scan(measured, arch, pd, key, values, note)
+        write_rows(a.out / "scan.csv", rows)
+        stable = [r for r in rows if r.spread <= STABLE_SPREAD]
+        for v in values:
+            e = [r.rel_err for r in stable if r.value == v]
+            print(f"{key}={v:g}: rel RMS {100 * float(np.sqrt(np.mean(np.square(e)))):.1f}% "
+                  f"over {len(e)} stable cases")
+        return 0
     if a.command == "sectors":
         a.out.mkdir(parents=True, exist_ok=True)
         srows = []

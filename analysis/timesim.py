@@ -57,6 +57,14 @@ cases its relative RMS error is 48.7% against LRU's 44.9% (worse on active-sms a
 2-8 CTAs share perfectly at S = 256K; REPORT.md section 7d). ``python -m analysis.simcheck
 validate --replacement srrip`` repeats the comparison.
 
+**Sets** (``ways``; tried, not adopted). ``ways = 0`` (the default) is the fully associative
+cache above; ``ways = W`` hashes each partition's half-tiles into sets of about W (``set_index``),
+each an LRU of its own, which turns the fully associative cliff at the capacity into a slope.
+Over the seen one-pass studies (``python -m analysis.simcheck scan --set ways=...``,
+REPORT.md 7f) W = 16 and 32 add conflict misses to working sets that the H100 holds whole
+(l1l2 6.6% -> 1668% and 392%), W = 64 changes nothing out of sample (18.1% -> 18.0%): the
+H100's L2 keeps a contiguous K/V below its capacity as a fully associative cache would.
+
 **Two partitions** (``partitions=2``, Hopper and Blackwell; ``../shared/l2-ncu-notes.md`` §1). Every
 tile is split into two halves, each homed in one partition: the tile-granular form of a fine
 address interleave that sends half of every tile's sectors to each side. Which partition slot
@@ -153,6 +161,7 @@ class TimeParams:
     placement: str = "alternate"   # slot -> partition: "alternate", an arch or a chip's smmap dir
     stores_miss: bool = True       # an O store to an absent line counts as a lookup miss
     replacement: str = "lru"       # "lru" or "srrip" (see the module docstring)
+    ways: int = 0                  # 0: fully associative; W: hashed sets of W entries (below)
     speeds: tuple[float, ...] | None = None   # measured step-time factor per slot (see below)
     speeds_source: str = ""        # where ``speeds`` were measured (written into every row)
 
@@ -177,6 +186,11 @@ class TimeParams:
         if self.replacement not in REPLACEMENTS:
             raise ValueError(f"replacement must be one of {REPLACEMENTS}, got "
                              f"{self.replacement!r}")
+        if int(self.ways) < 0:
+            raise ValueError(f"ways must be >= 0 (0: fully associative), got {self.ways}")
+        if self.ways and self.replacement != "lru":
+            raise ValueError("set-associative sets are modelled for LRU only; use ways=0 "
+                             "with replacement='srrip'")
         if not self.placement:
             raise ValueError("placement must be 'alternate' or an arch name with a measured map")
         if self.speeds is not None:
@@ -204,6 +218,8 @@ class TimeParams:
             s += " stores_miss=no"
         if self.replacement != "lru":
             s += f" replacement={self.replacement}"
+        if self.ways:
+            s += f" ways={self.ways}"
         if self.sample_rate < 1.0:
             s += f" SHARDS R={self.sample_rate:g}"
         return s
@@ -305,8 +321,9 @@ def _append(j, b, prev, nxt, bhead, btail):  # pragma: no cover - compiled
 
 @numba.njit(cache=True, _nrt=False)
 def _lookup(j, p, w, prev, nxt, head, tail, present, occ, cap, wsub, nsub):  # pragma: no cover
-    """LRU lookup of entry ``j`` (= p * nsub + sub) in partition ``p``, whose list runs from
-    the least (``head``) to the most recently used (``tail``). Returns True on a hit (the entry
+    """LRU lookup of entry ``j`` (= partition * nsub + sub) in list ``p`` (its partition, or
+    its set of that partition), which runs from the least (``head``) to the most recently
+    used (``tail``). Returns True on a hit (the entry
     moves to the MRU end); on a miss inserts it at the MRU end and evicts from the LRU end
     until the partition fits, unless it cannot fit at all (then the l2sim stack model misses
     it every time too, and so does this)."""
@@ -324,7 +341,7 @@ def _lookup(j, p, w, prev, nxt, head, tail, present, occ, cap, wsub, nsub):  # p
         e = head[p]                          # e is not j: j alone fits
         _unlink(e, p, prev, nxt, head, tail)
         present[e] = False
-        occ[p] -= wsub[e - p * nsub]
+        occ[p] -= wsub[e % nsub]
     return False
 
 
@@ -353,7 +370,7 @@ def _lookup_srrip(j, p, w, prev, nxt, bhead, btail, pb, age, present, occ, cap, 
         e = bhead[b3]
         _unlink(e, b3, prev, nxt, bhead, btail)
         present[e] = False
-        occ[p] -= wsub[e - p * nsub]
+        occ[p] -= wsub[e % nsub]
     present[j] = True
     pb[j] = (2 - age[p] % 4 + 4) % 4                     # RRPV 2
     _append(j, p * 4 + pb[j], prev, nxt, bhead, btail)
@@ -376,7 +393,7 @@ def _access(srrip, j, p, w, prev, nxt, head, tail, pb, age, present, occ, cap, w
 def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub, sampled,
          n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr,
          samp_kv, part_of, stores_miss, rate_jitter, srrip,
-         speed):  # pragma: no cover - compiled
+         speed, set_of, n_sets):  # pragma: no cover - compiled
     numba.literally(srrip)                   # one compiled loop per policy: no branch per lookup
     nsub = wsub.size
     n_ctas = cta_first.size - 1
@@ -388,12 +405,12 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
     lrc_t = np.full(tot if window > 0 else 0, -np.inf)
     lrc_ready = np.zeros(tot if window > 0 else 0)
     seen = np.zeros(nsub, np.bool_)
-    lists = n_parts * 4 if srrip else n_parts
+    lists = n_parts * 4 if srrip else n_parts * n_sets
     head = np.full(lists, -1, np.int64)
     tail = np.full(lists, -1, np.int64)
     pb = np.zeros(tot if srrip else 0, np.int64)       # SRRIP: each entry's list
     age = np.zeros(n_parts, np.int64)
-    occ = np.zeros(n_parts, np.int64)
+    occ = np.zeros(n_parts * n_sets, np.int64)
     cnt = np.zeros(10, np.int64)
     if jitter > 0 or rate_jitter > 0:
         np.random.seed(seed)
@@ -464,16 +481,17 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
                     rdy = t + 1.0
                     cnt[0] += w
                     cnt[1] += w
-                    if not _access(srrip, j, p, w, prev, nxt, head, tail, pb, age, present,
-                                   occ, cap, wsub, nsub) and present[j]:
+                    if not _access(srrip, j, p * n_sets + set_of[sub], w, prev, nxt, head,
+                                   tail, pb, age, present, occ, cap, wsub, nsub) and present[j]:
                         fill[j] = t
                     home = h if n_parts > 1 else p
                     if home != p:
                         cnt[5] += w
                         cnt[6] += w
                         jh = home * nsub + sub
-                        if not _access(srrip, jh, home, w, prev, nxt, head, tail, pb, age,
-                                       present, occ, cap, wsub, nsub) and present[jh]:
+                        if not _access(srrip, jh, home * n_sets + set_of[sub], w, prev, nxt,
+                                       head, tail, pb, age, present, occ, cap, wsub,
+                                       nsub) and present[jh]:
                             fill[jh] = t
                 else:
                     w = wsub[sub]
@@ -486,8 +504,8 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
                         if not seen[sub]:
                             seen[sub] = True
                             cnt[9] += w
-                        if _access(srrip, j, p, w, prev, nxt, head, tail, pb, age, present,
-                                   occ, cap, wsub, nsub):
+                        if _access(srrip, j, p * n_sets + set_of[sub], w, prev, nxt, head,
+                                   tail, pb, age, present, occ, cap, wsub, nsub):
                             cnt[1] += w
                             if fill[j] > t:
                                 cnt[3] += w
@@ -504,8 +522,9 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
                             else:
                                 cnt[5] += w
                                 jh = home * nsub + sub
-                                if _access(srrip, jh, home, w, prev, nxt, head, tail, pb,
-                                           age, present, occ, cap, wsub, nsub):
+                                if _access(srrip, jh, home * n_sets + set_of[sub], w, prev,
+                                           nxt, head, tail, pb, age, present, occ, cap, wsub,
+                                           nsub):
                                     cnt[6] += w
                                     rdy = fill[jh] if fill[jh] > t else t + 1.0
                                 else:
@@ -599,6 +618,34 @@ case's 65 536 tile ids). The sampling error grows as the sample shrinks, so a fi
 H100 cases (``experiments/simbench.py``) valid for the larger arches."""
 
 
+def set_index(wsub: np.ndarray, sampled: np.ndarray, cap_part: int,
+              ways: int) -> tuple[np.ndarray, int]:
+    """(set of each half-tile, sets per partition) of an L2 partition of ``cap_part`` sectors
+    whose entries are hashed into sets of about ``ways`` half-tiles; ``ways = 0``: one set
+    (fully associative).
+
+    Why sets matter for the wavefront: in a fully associative LRU a tile hits iff fewer
+    sectors than the capacity were touched since its last use, so a convoy's hits fall off a
+    cliff where its reuse distance crosses the capacity (counts of a 132-CTA convoy near the
+    L2 size swing 2-4x with a few hundred steps of spread, REPORT.md 7e). In a hashed
+    W-way cache a line hits iff fewer than W lines *of its own set* arrived since, a
+    Poisson count of mean W·D/C for reuse distance D and capacity C: the cliff becomes a
+    slope about sqrt(W)/W wide (W = 16: hits 78% at D = 0.8 C, 47% at C, 22% at 1.2 C). Sets
+    here hold half-tiles, not 128 B lines; the per-entry hit probability is the same Poisson
+    law. The set of a half-tile is a 64-bit mix of its id (splitmix64), so consecutive tiles
+    of a scan land in unrelated sets, as a hashed slice/set index spreads a scan's lines.
+    Sized from the median sampled half-tile, so that each set holds about ``ways`` of them."""
+    if ways <= 0:
+        return np.zeros(len(wsub), dtype=np.int64), 1
+    typical = float(np.median(wsub[sampled])) if sampled.any() else 1.0
+    n_sets = max(1, int(round(cap_part / (ways * max(typical, 1.0)))))
+    x = np.arange(len(wsub), dtype=np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    x = x ^ (x >> np.uint64(31))
+    return (x % np.uint64(n_sets)).astype(np.int64), n_sets
+
+
 def shards_rate(table: WorkTable, partitions: int, target: int = SHARDS_TARGET) -> float:
     """The SHARDS rate of the size rule: ``min(1, target / half-tile ids)``."""
     return min(1.0, target / (len(table.key_sectors) * partitions))
@@ -618,7 +665,9 @@ def simulate(table: WorkTable, resident: int, params: TimeParams,
     sampled = sampled_subkeys(len(wsub), params.sample_rate, P)
     R = params.sample_rate
     cap_sectors = int(params.capacity_bytes) // sector_bytes
-    cap = np.full(P, int(cap_sectors // P * R) if R < 1 else cap_sectors // P, dtype=np.int64)
+    cap_part = int(cap_sectors // P * R) if R < 1 else cap_sectors // P
+    set_of, n_sets = set_index(wsub, sampled, cap_part, params.ways)
+    cap = np.full(P * n_sets, cap_part // n_sets, dtype=np.int64)
     n_kv = table.n_kv
     # per K/V head, the sorted K/V positions whose K or V half-tiles are sampled (CSR)
     kv_pos = np.arange(table.v_base - table.k_base, dtype=np.int64)
@@ -644,7 +693,8 @@ def simulate(table: WorkTable, resident: int, params: TimeParams,
                          sampled, P, int(resident), cap, float(params.miss_ratio),
                          float(params.jitter), int(params.seed), float(params.merge_window),
                          np.int64(n_kv), samp_ptr, samp_kv, part_of, bool(params.stores_miss),
-                         float(params.rate_jitter), params.replacement == "srrip", speed)
+                         float(params.rate_jitter), params.replacement == "srrip", speed,
+                         set_of, np.int64(n_sets))
     c = cnt.astype(np.float64) / R if R < 1 else cnt
     v = [int(round(x)) for x in c]
     return TimeCounts(tex_sectors=v[_TEX], tex_hits=v[_HIT], tex_misses=v[_MISS],

@@ -10,7 +10,10 @@ Every number is simulated against measured."""
 from __future__ import annotations
 
 import csv
+import gzip
 from pathlib import Path
+
+from spec.records import data_path
 
 
 def simcheck_summaries(root: Path, arch: str) -> list[dict]:
@@ -23,13 +26,13 @@ def simcheck_summaries(root: Path, arch: str) -> list[dict]:
             for sub in [d, *sorted(d.glob("gpu-*"))]]
     out = []
     for d in dirs:
-        path = d / "summary.csv"
-        if not path.is_file():
+        path = data_path(d, "summary.csv")          # committed gzipped since 2026-11-25
+        if path is None:
             continue
         name = d.relative_to(cpu).as_posix()
         standing = ("holdout, measured after the model was frozen" if "-holdout-" in name
                     else "measured before the model was frozen; its errors seen while revising")
-        with path.open() as f:
+        with (gzip.open(path, "rt") if path.suffix == ".gz" else path.open()) as f:
             for r in csv.DictReader(f):
                 out.append({"validation": name, "standing": standing, "study": r["study"],
                             "sample": r["sample"], "cases": int(r["cases"]),

@@ -355,3 +355,9 @@ def test_section_7d_reads_the_committed_validations_and_names_the_holdout():
     assert (chip["stable"], chip["rel_rms_pct"]) == (17, 17.4)
     assert chip["standing"].startswith("holdout")
     assert got[("simcheck-h100-holdout-20261125f", "all", "out")]["rel_rms_pct"] == 6.6
+    # summaries committed gzipped (since 2026-11-25) are read too, one chip's beside the pool
+    assert got[("simcheck-h100-holdout-20261125i", "all", "out")]["rel_rms_pct"] == 38.5
+    pool = got[("simcheck-h100-holdout-20261125i-3chips", "all", "out")]
+    assert (pool["stable"], pool["rel_rms_pct"]) == (8, 17.9)
+    assert got[("simcheck-h100-holdout-20261125i-3chips/gpu-99e51e9f", "all", "out")][
+        "stable"] == 11

@@ -100,3 +100,41 @@ def test_unstable_ranges_span_seeds_and_maps(monkeypatch):
     assert (u.predicted, u.predicted_lo, u.predicted_hi) == (100, 60, 150) and u.overlap
     assert (s.predicted, s.predicted_lo, s.predicted_hi) == (100, 100, 100)
     assert calls == [("h100", 0), ("h100", 1), ("m1", 0), ("m2", 0), ("h100", 0)]
+
+
+def test_scan_varies_one_parameter_and_keeps_the_rest(monkeypatch):
+    from types import SimpleNamespace
+
+    from analysis import simcheck
+    seen = []
+
+    def fake(case, arch, p, seed=0):
+        seen.append(p)
+        return SimpleNamespace(tex_misses=100 * p["miss_ratio"])
+    monkeypatch.setattr(simcheck, "predict", fake)
+    m = cal.MeasuredCase("traffic", _case(ScanOrder.linear()), ("r1", "r2"), (100.0, 110.0))
+    from spec import get_arch
+    rows = simcheck.scan([m], get_arch("h100"), {"miss_ratio": 1.0, "jitter": 0.5},
+                         "miss_ratio", [1.0, 2.0])
+    assert [r.predicted for r in rows] == [100.0, 200.0]
+    assert [round(r.rel_err, 3) for r in rows] == [round(100 / 105 - 1, 3), round(200 / 105 - 1, 3)]
+    assert all(p["jitter"] == 0.5 for p in seen) and rows[0].source == "simulated"
+
+
+@pytest.mark.parametrize("bad", ["miss_ratio", "colour=1", "miss_ratio=a", "ways=1.5",
+                                 "ways=-2"])
+def test_scan_set_refuses_bad_input(bad):
+    from analysis.simcheck import parse_set
+    with pytest.raises(ValueError, match="--set"):
+        parse_set(bad)
+    assert parse_set("ways=0,64") == ("ways", [0.0, 64.0])
+
+
+def test_scan_cli_bad_input_exits_2(tmp_path, capsys):
+    from analysis.simcheck import main
+    assert main(["scan", "--arch", "h100", "--out", str(tmp_path / "o")]) == 2
+    assert main(["scan", "--arch", "h100", "--set", "miss_ratio=0.5", "--out",
+                 str(tmp_path / "o")]) == 2          # a miss faster than a hit
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all(e.startswith("error: ") for e in err)
+    assert not (tmp_path / "o").exists()

@@ -144,7 +144,8 @@ def test_systematic_sample_is_uniform_along_a_scan():
 @pytest.mark.parametrize("bad", [dict(miss_ratio=0.5), dict(jitter=-1), dict(partitions=3),
                                  dict(sample_rate=0), dict(merge_window=-1),
                                  dict(rate_jitter=-0.1), dict(placement=""),
-                                 dict(replacement="plru")])
+                                 dict(replacement="plru"), dict(ways=-1),
+                                 dict(ways=4, replacement="srrip")])
 def test_bad_params(bad):
     with pytest.raises(ValueError):
         TimeParams(1 << 20, **bad)
@@ -341,3 +342,36 @@ def test_measured_speeds_replace_the_pair_term():
         TimeParams(1, speeds=f)
     with pytest.raises(ValueError, match="finite"):
         TimeParams(1, speeds=(1.0, 0.0), speeds_source="t")
+
+
+def test_set_index_sizes_sets_by_ways_and_spreads_a_scan():
+    w = np.full(4096, 8, dtype=np.int64)
+    keep = np.ones(4096, dtype=bool)
+    s0, n0 = timesim.set_index(w, keep, 8 * 1024, 0)
+    assert n0 == 1 and not s0.any()                           # fully associative: one set
+    s, n = timesim.set_index(w, keep, 8 * 1024, 16)
+    assert n == 64                                             # 1024 entries / 16 ways
+    counts = np.bincount(s, minlength=n)
+    assert counts.min() > 0 and counts.max() < 2.5 * counts.mean()   # hashed, not clustered
+    assert np.array_equal(s, timesim.set_index(w, keep, 8 * 1024, 16)[0])   # deterministic
+
+
+def test_sets_turn_the_lru_cliff_into_a_slope():
+    # One CTA scans a head's K/V once per Q tile (cyclic). Footprint below the capacity: the
+    # fully associative LRU misses each tile once, hashed 2-way sets also conflict. Footprint
+    # above: LRU misses every K/V access (the cliff), sets keep some tiles (the slope).
+    g = TileGrid(Problem(1, 1, 64 * 32, 64), Tiles(64, 64))
+    t = work_table(g, CtaSchedule.persistent(1), ScanOrder.linear())
+    kv = 2 * 32 * TILE                                         # K+V sectors of the head
+    p = dict(stores_miss=False)
+    fits = int(kv * 1.25) * 32
+    fa = timesim.simulate(t, 1, TimeParams(fits, **p))
+    two = timesim.simulate(t, 1, TimeParams(fits, ways=2, **p))
+    assert fa.tex_misses == fa.cold_misses
+    assert two.tex_misses > fa.tex_misses
+    assert "ways=2" in two.params.note() and "ways" not in fa.params.note()
+    thrash = int(kv * 0.8) * 32
+    fa = timesim.simulate(t, 1, TimeParams(thrash, **p))
+    two = timesim.simulate(t, 1, TimeParams(thrash, ways=2, **p))
+    assert fa.tex_misses == fa.tex_sectors - 32 * TILE        # every K/V and Q access misses
+    assert two.tex_misses < fa.tex_misses
