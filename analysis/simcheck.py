@@ -382,8 +382,9 @@ def main(argv=None) -> int:
                     help="validate: L2 replacement policy (default: the params file's)")
     ap.add_argument("--set", dest="scan_set", metavar="NAME=V1,V2,...",
                     help="scan: the parameter to vary and its values, e.g. miss_ratio=1,1.01")
-    ap.add_argument("--device", help="validate/sectors: only the runs measured on the GPU whose "
-                                     "UUID starts with this (the manifests' device uuid)")
+    ap.add_argument("--device", help="validate/sectors/scan: only the runs measured on the GPU "
+                                     "whose UUID starts with this (the manifests' device uuid, "
+                                     "without nvidia-smi's GPU- prefix)")
     a = ap.parse_args(argv)
     try:
         arch = get_arch(a.arch)
@@ -429,9 +430,9 @@ def main(argv=None) -> int:
         write_rows(a.out / "scan.csv", rows)
         stable = [r for r in rows if r.spread <= STABLE_SPREAD]
         for v in values:
-            e = [r.rel_err for r in stable if r.value == v]
-            print(f"{key}={v:g}: rel RMS {100 * float(np.sqrt(np.mean(np.square(e)))):.1f}% "
-                  f"over {len(e)} stable cases")
+            at = [r for r in stable if r.value == v]
+            err = cal.rel_rms([r.predicted for r in at], [r.measured_median for r in at])
+            print(f"{key}={v:g}: rel RMS {100 * err:.1f}% over {len(at)} stable cases")
         return 0
     if a.command == "sectors":
         a.out.mkdir(parents=True, exist_ok=True)

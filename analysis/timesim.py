@@ -320,10 +320,10 @@ def _append(j, b, prev, nxt, bhead, btail):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, _nrt=False)
-def _lookup(j, p, w, prev, nxt, head, tail, present, occ, cap, wsub, nsub):  # pragma: no cover
-    """LRU lookup of entry ``j`` (= partition * nsub + sub) in list ``p`` (its partition, or
-    its set of that partition), which runs from the least (``head``) to the most recently
-    used (``tail``). Returns True on a hit (the entry
+def _lookup(j, p, w, prev, nxt, head, tail, present, occ, cap, wsub, base):  # pragma: no cover
+    """LRU lookup of entry ``j`` (= base + sub, ``base`` = partition * nsub) in list ``p`` (its
+    partition, or its set of that partition), which runs from the least (``head``) to the most
+    recently used (``tail``). Returns True on a hit (the entry
     moves to the MRU end); on a miss inserts it at the MRU end and evicts from the LRU end
     until the partition fits, unless it cannot fit at all (then the l2sim stack model misses
     it every time too, and so does this)."""
@@ -341,13 +341,13 @@ def _lookup(j, p, w, prev, nxt, head, tail, present, occ, cap, wsub, nsub):  # p
         e = head[p]                          # e is not j: j alone fits
         _unlink(e, p, prev, nxt, head, tail)
         present[e] = False
-        occ[p] -= wsub[e % nsub]
+        occ[p] -= wsub[e - base]
     return False
 
 
 @numba.njit(cache=True, _nrt=False)
 def _lookup_srrip(j, p, w, prev, nxt, bhead, btail, pb, age, present, occ, cap, wsub,
-                  nsub):  # pragma: no cover - compiled
+                  base):  # pragma: no cover - compiled
     """SRRIP lookup (2-bit re-reference prediction values, hit priority; Jaleel et al., ISCA
     2010) of entry ``j`` in partition ``p``, fully associative over whole tiles. Each
     partition keeps one list per RRPV, in the order the entries entered it; an entry's RRPV is
@@ -370,7 +370,7 @@ def _lookup_srrip(j, p, w, prev, nxt, bhead, btail, pb, age, present, occ, cap, 
         e = bhead[b3]
         _unlink(e, b3, prev, nxt, bhead, btail)
         present[e] = False
-        occ[p] -= wsub[e % nsub]
+        occ[p] -= wsub[e - base]
     present[j] = True
     pb[j] = (2 - age[p] % 4 + 4) % 4                     # RRPV 2
     _append(j, p * 4 + pb[j], prev, nxt, bhead, btail)
@@ -380,21 +380,22 @@ def _lookup_srrip(j, p, w, prev, nxt, bhead, btail, pb, age, present, occ, cap, 
 
 @numba.njit(cache=True, _nrt=False)
 def _access(srrip, j, p, w, prev, nxt, head, tail, pb, age, present, occ, cap, wsub,
-            nsub):  # pragma: no cover - compiled
+            base):  # pragma: no cover - compiled
     """One lookup under the replacement policy: LRU (``head``/``tail`` one list per partition)
     or SRRIP (four lists per partition)."""
     if srrip:
         return _lookup_srrip(j, p, w, prev, nxt, head, tail, pb, age, present, occ, cap, wsub,
-                             nsub)
-    return _lookup(j, p, w, prev, nxt, head, tail, present, occ, cap, wsub, nsub)
+                             base)
+    return _lookup(j, p, w, prev, nxt, head, tail, present, occ, cap, wsub, base)
 
 
 @numba.njit(cache=True)
 def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub, sampled,
          n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr,
          samp_kv, part_of, stores_miss, rate_jitter, srrip,
-         speed, set_of, n_sets):  # pragma: no cover - compiled
+         speed, set_of, n_sets, sets):  # pragma: no cover - compiled
     numba.literally(srrip)                   # one compiled loop per policy: no branch per lookup
+    numba.literally(sets)                    # and per cache shape (one set: no set lookup per access)
     nsub = wsub.size
     n_ctas = cta_first.size - 1
     tot = n_parts * nsub
@@ -471,6 +472,7 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
             p = part_of[s]
             for h in range(n_parts):
                 sub = key * n_parts + h
+                sj = set_of[sub] if sets else 0          # the half-tile's set (0: one set)
                 if not sampled[sub]:
                     rdy = t + max(est[s], 1.0)   # the mean sampled load, at least a hit
                 elif a == 3 and not stores_miss:
@@ -481,17 +483,18 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
                     rdy = t + 1.0
                     cnt[0] += w
                     cnt[1] += w
-                    if not _access(srrip, j, p * n_sets + set_of[sub], w, prev, nxt, head,
-                                   tail, pb, age, present, occ, cap, wsub, nsub) and present[j]:
+                    if not _access(srrip, j, p * n_sets + sj, w, prev, nxt, head,
+                                   tail, pb, age, present, occ, cap, wsub,
+                                   p * nsub) and present[j]:
                         fill[j] = t
                     home = h if n_parts > 1 else p
                     if home != p:
                         cnt[5] += w
                         cnt[6] += w
                         jh = home * nsub + sub
-                        if not _access(srrip, jh, home * n_sets + set_of[sub], w, prev, nxt,
+                        if not _access(srrip, jh, home * n_sets + sj, w, prev, nxt,
                                        head, tail, pb, age, present, occ, cap, wsub,
-                                       nsub) and present[jh]:
+                                       home * nsub) and present[jh]:
                             fill[jh] = t
                 else:
                     w = wsub[sub]
@@ -504,8 +507,8 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
                         if not seen[sub]:
                             seen[sub] = True
                             cnt[9] += w
-                        if _access(srrip, j, p * n_sets + set_of[sub], w, prev, nxt, head,
-                                   tail, pb, age, present, occ, cap, wsub, nsub):
+                        if _access(srrip, j, p * n_sets + sj, w, prev, nxt, head,
+                                   tail, pb, age, present, occ, cap, wsub, p * nsub):
                             cnt[1] += w
                             if fill[j] > t:
                                 cnt[3] += w
@@ -522,9 +525,9 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
                             else:
                                 cnt[5] += w
                                 jh = home * nsub + sub
-                                if _access(srrip, jh, home * n_sets + set_of[sub], w, prev,
+                                if _access(srrip, jh, home * n_sets + sj, w, prev,
                                            nxt, head, tail, pb, age, present, occ, cap, wsub,
-                                           nsub):
+                                           home * nsub):
                                     cnt[6] += w
                                     rdy = fill[jh] if fill[jh] > t else t + 1.0
                                 else:
@@ -694,7 +697,7 @@ def simulate(table: WorkTable, resident: int, params: TimeParams,
                          float(params.jitter), int(params.seed), float(params.merge_window),
                          np.int64(n_kv), samp_ptr, samp_kv, part_of, bool(params.stores_miss),
                          float(params.rate_jitter), params.replacement == "srrip", speed,
-                         set_of, np.int64(n_sets))
+                         set_of, np.int64(n_sets), n_sets > 1)
     c = cnt.astype(np.float64) / R if R < 1 else cnt
     v = [int(round(x)) for x in c]
     return TimeCounts(tex_sectors=v[_TEX], tex_hits=v[_HIT], tex_misses=v[_MISS],

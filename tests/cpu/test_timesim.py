@@ -161,7 +161,7 @@ def _replay(lookup, seq, cap, srrip):
     present, occ = np.zeros(n, np.bool_), np.zeros(1, np.int64)
     cap_a, w = np.array([cap], np.int64), np.ones(n, np.int64)
     return [bool(timesim._access(srrip, j, 0, 1, prev, nxt, head, tail, pb, age, present, occ,
-                                 cap_a, w, n)) for j in seq]
+                                 cap_a, w, 0)) for j in seq]   # partition 0: base 0
 
 
 def test_srrip_keeps_re_referenced_lines_where_lru_keeps_recent_ones():
