@@ -395,7 +395,7 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
          samp_kv, part_of, stores_miss, rate_jitter, srrip,
          speed, set_of, n_sets, sets):  # pragma: no cover - compiled
     numba.literally(srrip)                   # one compiled loop per policy: no branch per lookup
-    numba.literally(sets)                    # and per cache shape (one set: no set lookup per access)
+    numba.literally(sets)                    # and per cache shape: one set, no set lookup
     nsub = wsub.size
     n_ctas = cta_first.size - 1
     tot = n_parts * nsub
