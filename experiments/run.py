@@ -64,6 +64,24 @@ class Terminated(BaseException):
     """SIGTERM, raised in the main thread so that every cleanup runs (like KeyboardInterrupt)."""
 
 
+_SIGNALLED: list[int] = []
+"""Signals received during a run, first first. Recorded as well as raised because a raise can be
+lost: one that lands in a C callback (numba's LLVM object-cache hook, while a kernel of the
+simulator compiles) is printed and dropped, and the run would go on to publish its directory."""
+
+
+def _on_signal(signum, frame):
+    _SIGNALLED.append(signum)
+    if len(_SIGNALLED) == 1:                               # one cleanup, not two
+        raise KeyboardInterrupt() if signum == signal.SIGINT else Terminated()
+
+
+def _raise_if_signalled() -> None:
+    """Raise the first signal's exception if one arrived and its raise was lost."""
+    if _SIGNALLED:
+        raise KeyboardInterrupt() if _SIGNALLED[0] == signal.SIGINT else Terminated()
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, with a bad argument reported in one line (no usage block) and exit 2."""
 
@@ -583,6 +601,7 @@ def run(args, argv: list[str]) -> int:
                        arch=arch, parameters={"seq_override": args.seq, "filter": args.filter,
                                               "cases": [c.id for c in cases], **params},
                        figures=report, wall_seconds=round(time.perf_counter() - t0, 1))
+        _raise_if_signalled()                            # before the directory is published
     if args.resume:
         shard.retire(Path(args.resume))              # its successor is published
     title = (f"SIMULATED L2 ({_model_label(params)}, {params['capacity_bytes'] / MiB:g} MiB): "
@@ -609,11 +628,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
 
-    def on_sigterm(signum, frame):
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)     # one cleanup, not two
-        raise Terminated()
-
-    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    _SIGNALLED.clear()
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, _on_signal)}
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:   # not ignored (a `&` job)
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, _on_signal)
     try:
         return run(args, argv)
     except (UsageError, UnknownArch, UnknownStudy, InvalidProblem, RunDirExists, BadRunDir,
@@ -630,7 +648,8 @@ def main(argv: list[str] | None = None) -> int:
         print("terminated (SIGTERM): no run directory was written", file=sys.stderr)
         return 143
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 if __name__ == "__main__":

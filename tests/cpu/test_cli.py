@@ -650,3 +650,20 @@ def test_build_residency_falls_back_to_the_request_and_says_why(monkeypatch):
         case, note = resident_of_build(grid, gb10)
         assert case == grid and note.startswith(f"resident CTAs {grid.resident}: the occupancy "
                                                 "request") and says in note
+
+
+def test_a_signal_whose_raise_is_lost_still_stops_the_run():
+    """A signal's raise can land in a C callback (numba's LLVM object-cache hook during a
+    compile), which prints and drops it; the run records the signal and raises it again before
+    it publishes its directory."""
+    from experiments import run as R
+    R._SIGNALLED.clear()
+    for sig, exc in ((signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, R.Terminated)):
+        try:
+            R._on_signal(sig, None)
+        except exc:
+            pass                                   # what the C callback does with it
+        with pytest.raises(exc):
+            R._raise_if_signalled()
+        R._SIGNALLED.clear()
+    R._raise_if_signalled()                        # nothing recorded: nothing raised
