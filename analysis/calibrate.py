@@ -28,8 +28,6 @@ cases and grid it came from to ``analysis/params/<arch>.json`` (``write_params``
 """
 from __future__ import annotations
 
-import csv
-import gzip
 import json
 import math
 import re
@@ -43,7 +41,7 @@ from spec.arch import Arch
 from spec.case import Case
 from spec.orders import ScanOrder
 from spec.problem import Problem, Tiles
-from spec.records import PROBLEM_COLUMNS, Metric, data_path, read_csv
+from spec.records import PROBLEM_COLUMNS, Metric, data_path, read_csv, read_dicts
 from spec.schedules import CtaSchedule
 from spec.variant import DEFAULT_STAGES, Backend, Variant
 
@@ -286,9 +284,7 @@ def pair_slowdown_from_lags(lags_csv: Path) -> tuple[float, str]:
     lag(even); their mean over the launch's pairs, over the step, is that launch's δ; the note's
     δ is the median over the launches that have busy pairs (launches of CTAs alone on their
     pairs give none). Timing data only: no miss count enters."""
-    opener = gzip.open if str(lags_csv).endswith(".gz") else open
-    with opener(lags_csv, "rt", newline="") as f:
-        rows = list(csv.DictReader(f))
+    rows = read_dicts(lags_csv)
     launches: dict[tuple[str, str], dict] = {}
     for r in rows:
         d = launches.setdefault((r["case"], r["launch"]), {"step": int(r["step"]), "pair": {}})

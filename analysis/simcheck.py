@@ -406,34 +406,6 @@ def main(argv=None) -> int:
     if a.out is None:
         print(f"error: {a.command} needs --out DIR", file=sys.stderr)
         return 2
-    if a.command == "scan":
-        if not a.scan_set:
-            print("error: scan needs --set NAME=V1,V2,... (e.g. miss_ratio=1,1.01)",
-                  file=sys.stderr)
-            return 2
-        try:
-            key, values = parse_set(a.scan_set)
-            for v in values:          # refuse bad values before any simulation
-                _params(arch, pd | {key: v})
-        except ValueError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        measured = [m for st in a.studies.split(",")
-                    for m in cal.load_measured(root, arch, st, device=a.device)]
-        if not measured:
-            print(f"error: no measured run of {a.studies} under {root}; check --root and "
-                  f"--studies", file=sys.stderr)
-            return 2
-        a.out.mkdir(parents=True, exist_ok=True)
-        note = p.note() + f"; {key} varied over {values}; exploratory (in-sample)"
-        rows = scan(measured, arch, pd, key, values, note)
-        write_rows(a.out / "scan.csv", rows)
-        stable = [r for r in rows if r.spread <= STABLE_SPREAD]
-        for v in values:
-            at = [r for r in stable if r.value == v]
-            err = cal.rel_rms([r.predicted for r in at], [r.measured_median for r in at])
-            print(f"{key}={v:g}: rel RMS {100 * err:.1f}% over {len(at)} stable cases")
-        return 0
     if a.command == "sectors":
         a.out.mkdir(parents=True, exist_ok=True)
         srows = []
@@ -449,12 +421,22 @@ def main(argv=None) -> int:
                       f"term {100 * np.mean([abs(r.merged_err) for r in rs]):.1f}% "
                       f"({len(rs)} cases)")
         return 0
+    if a.command == "scan":
+        if not a.scan_set:
+            print("error: scan needs --set NAME=V1,V2,... (e.g. miss_ratio=1,1.01)",
+                  file=sys.stderr)
+            return 2
+        try:
+            key, values = parse_set(a.scan_set)
+            for v in values:          # refuse bad values before any simulation
+                _params(arch, pd | {key: v})
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     chip_map = device_map(root, a.device) if a.device else None
     if chip_map is not None:
         pd["placement"] = chip_map.as_posix()
         print(f"SM map of device {a.device}: {chip_map}", file=sys.stderr)
-    maps = (smmap.measured_maps(arch.name)
-            if arch.l2_partitions > 1 and pd["placement"] != "alternate" else [])
     per_study = {study: cal.load_measured(root, arch, study, device=a.device)
                  for study in a.studies.split(",")}
     measured = [m for ms in per_study.values() for m in ms]
@@ -463,6 +445,19 @@ def main(argv=None) -> int:
               + (f" on device {a.device}" if a.device else "") + "; check --root, --studies and "
               "--device (the manifests' parameters.device.uuid)", file=sys.stderr)
         return 2
+    if a.command == "scan":
+        a.out.mkdir(parents=True, exist_ok=True)
+        note = p.note() + f"; {key} varied over {values}; exploratory (in-sample)"
+        rows = scan(measured, arch, pd, key, values, note)
+        write_rows(a.out / "scan.csv", rows)
+        stable = [r for r in rows if r.spread <= STABLE_SPREAD]
+        for v in values:
+            at = [r for r in stable if r.value == v]
+            err = cal.rel_rms([r.predicted for r in at], [r.measured_median for r in at])
+            print(f"{key}={v:g}: rel RMS {100 * err:.1f}% over {len(at)} stable cases")
+        return 0
+    maps = (smmap.measured_maps(arch.name)
+            if arch.l2_partitions > 1 and pd["placement"] != "alternate" else [])
     a.out.mkdir(parents=True, exist_ok=True)
     rows = []
     for study, ms in per_study.items():

@@ -15,12 +15,12 @@ details (CTAs 0-7 on one side, then 8-15 mostly on the other), so each arch read
 """
 from __future__ import annotations
 
-import csv
 import functools
-import gzip
 from pathlib import Path
 
 import numpy as np
+
+from spec.records import read_dicts
 
 __all__ = ["slot_partitions", "slot_paired_odd", "sm_pair", "measured_map", "measured_maps",
            "measured_sms", "PROFILES"]
@@ -49,9 +49,7 @@ def _launches(source: str, column: str) -> dict[int, tuple[int, ...]]:
     if path is None:
         return {}
     launches: dict[tuple[int, int], dict[int, int]] = {}
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", newline="") as f:
-        rows = list(csv.DictReader(f))
+    rows = read_dicts(path)
     for r in rows:
         if r["kind"] != "cta_sm" or r["repeat"] != "0":
             continue

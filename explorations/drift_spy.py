@@ -39,6 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
+from spec.records import read_dicts
+
 SPY_SOURCE = r"""
 extern "C" __global__ void spy(const unsigned short* out, const long long* offs, const int* count,
                                int per_lane, unsigned long long* t_done,
@@ -229,10 +231,9 @@ def read_speeds(spy_dir: Path) -> dict[tuple[str, int], list[np.ndarray]]:
     """{(case id, S): per launch, each CTA's speed over the launch mean} from a ``measure``
     run."""
     rows: dict[tuple[str, int, int], list] = {}
-    with gzip.open(spy_dir / "speeds.csv.gz", "rt", newline="") as f:
-        for r in csv.DictReader(f):
-            rows.setdefault((r["case"], int(r["seq"]), int(r["launch"])), []).append(
-                (int(r["cta"]), float(r["rel_speed"])))
+    for r in read_dicts(spy_dir / "speeds.csv.gz"):
+        rows.setdefault((r["case"], int(r["seq"]), int(r["launch"])), []).append(
+            (int(r["cta"]), float(r["rel_speed"])))
     out: dict[tuple[str, int], list[np.ndarray]] = {}
     for (cid, s, _), v in sorted(rows.items()):
         out.setdefault((cid, s), []).append(np.array([x for _, x in sorted(v)]))

@@ -186,22 +186,28 @@ def data_path(directory: Path, name: str) -> Path | None:
     return None
 
 
-def read_csv(path: Path) -> list[dict]:
-    """Rows as dicts with numeric columns converted (value float, sizes int, causal bool); a
-    ``.gz`` path is read through gzip."""
-    ints = {"tile_m", "tile_n", "B", "H", "H_kv", "S_q", "S_kv", "D", "sample"}
-    out = []
+def read_dicts(path: Path) -> list[dict]:
+    """Every row of any CSV file as a dict of strings; a ``.gz`` path is read through gzip
+    (committed datasets are stored gzipped, ``data_path``)."""
     opener = gzip.open if str(path).endswith(".gz") else open
     with opener(path, "rt", newline="") as f:
-        for r in csv.DictReader(f):
-            for k in ints:
-                r[k] = int(r[k])
-            r["occupancy"] = int(r["occupancy"]) if r["occupancy"] else None
-            r["value"] = float(r["value"])
-            r["causal"] = r["causal"] in ("True", "true", "1")
-            for k in ("x", "lo", "hi"):
-                r[k] = float(r[k]) if r.get(k) not in (None, "") else None
-            for k in ("group", "stat", "flags"):
-                r[k] = r.get(k) or ""
-            out.append(r)
+        return list(csv.DictReader(f))
+
+
+def read_csv(path: Path) -> list[dict]:
+    """Result rows (this schema) as dicts with numeric columns converted (value float, sizes
+    int, causal bool); a ``.gz`` path is read through gzip."""
+    ints = {"tile_m", "tile_n", "B", "H", "H_kv", "S_q", "S_kv", "D", "sample"}
+    out = []
+    for r in read_dicts(path):
+        for k in ints:
+            r[k] = int(r[k])
+        r["occupancy"] = int(r["occupancy"]) if r["occupancy"] else None
+        r["value"] = float(r["value"])
+        r["causal"] = r["causal"] in ("True", "true", "1")
+        for k in ("x", "lo", "hi"):
+            r[k] = float(r[k]) if r.get(k) not in (None, "") else None
+        for k in ("group", "stat", "flags"):
+            r[k] = r.get(k) or ""
+        out.append(r)
     return out

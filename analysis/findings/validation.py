@@ -9,11 +9,9 @@ frozen) is the clean out-of-sample figure; the others were seen while the model 
 Every number is simulated against measured."""
 from __future__ import annotations
 
-import csv
-import gzip
 from pathlib import Path
 
-from spec.records import data_path
+from spec.records import data_path, read_dicts
 
 
 def simcheck_summaries(root: Path, arch: str) -> list[dict]:
@@ -32,13 +30,12 @@ def simcheck_summaries(root: Path, arch: str) -> list[dict]:
         name = d.relative_to(cpu).as_posix()
         standing = ("holdout, measured after the model was frozen" if "-holdout-" in name
                     else "measured before the model was frozen; its errors seen while revising")
-        with (gzip.open(path, "rt") if path.suffix == ".gz" else path.open()) as f:
-            for r in csv.DictReader(f):
-                out.append({"validation": name, "standing": standing, "study": r["study"],
-                            "sample": r["sample"], "cases": int(r["cases"]),
-                            "stable": int(r["stable"]),
-                            "rel_rms_pct": round(100 * float(r["rel_rms"]), 1),
-                            "unstable": int(r["unstable"]),
-                            "unstable_overlap": int(r["unstable_overlap"]),
-                            "source": "simulated vs measured"})
+        for r in read_dicts(path):
+            out.append({"validation": name, "standing": standing, "study": r["study"],
+                        "sample": r["sample"], "cases": int(r["cases"]),
+                        "stable": int(r["stable"]),
+                        "rel_rms_pct": round(100 * float(r["rel_rms"]), 1),
+                        "unstable": int(r["unstable"]),
+                        "unstable_overlap": int(r["unstable_overlap"]),
+                        "source": "simulated vs measured"})
     return out
