@@ -41,11 +41,12 @@ from spec.arch import Arch
 from spec.case import Case
 from spec.orders import ScanOrder
 from spec.problem import Problem, Tiles
-from spec.records import PROBLEM_COLUMNS, Metric, data_path, read_csv, read_dicts
+from spec.records import PROBLEM_COLUMNS, Metric
 from spec.schedules import CtaSchedule
 from spec.variant import DEFAULT_STAGES, Backend, Variant
 
 from . import timemodel
+from .data import DatasetError, csv_rows, read_manifest, registry, stored
 from .smmap import sm_pair
 from .timesim import TimeParams
 
@@ -129,10 +130,10 @@ def measured_ctas_per_sm(d: Path) -> dict[tuple, int]:
     the sawtooth study's 128-register ``occ2`` builds, answer 1), not the 256 they launch with
     (ncu: 2 CTAs per SM, ``profiles/h100/occupancy-20261125``); their cases fall back to the
     occupancy hint (``case_of_row``). CUDA builds always recorded their launch size."""
-    path = data_path(Path(d), "timing.csv")
+    path = stored(d, "timing.csv")
     if path is None:
         return {}
-    rows = [r for r in read_csv(path) if r["source"] == "measured"]
+    rows = [r for r in csv_rows(path) if r["source"] == "measured"]
     sized = {case_key(r) for r in rows if r["metric"] == "threads"}
     return {case_key(r): int(r["value"]) for r in rows if r["metric"] == Metric.CTAS_PER_SM
             and (r["backend"] != Backend.CUTILE.value or case_key(r) in sized)}
@@ -143,17 +144,19 @@ def run_device(d: Path) -> str | None:
     ``parameters.device.uuid`` (a study run) or ``device.uuid`` (``experiments.smmap``,
     ``experiments.variance``); None for runs that did not record it."""
     try:
-        m = json.loads((Path(d) / "manifest.json").read_text())
-    except (OSError, ValueError):
+        m = read_manifest(d)
+    except DatasetError:
         return None
     device = m.get("device") or (m.get("parameters") or {}).get("device") or {}
     return device.get("uuid")
 
 
-def _study_dirs(root: Path, study: str, device: str | None = None) -> list[Path]:
+def study_dirs(root: Path, study: str, device: str | None = None) -> list[Path]:
+    """The run directories of ``study`` in ``root`` (``<study>[-profile]-YYYYMMDD[x][-rN]``) that
+    hold counters, through the data door (``analysis.data.registry.children``)."""
     pat = re.compile(rf"^{re.escape(study)}(-profile)?-\d{{8}}[a-z]?(-r\d+)?$")
-    return sorted(d for d in root.iterdir() if d.is_dir() and pat.match(d.name)
-                  and data_path(d, "counters.csv") is not None
+    return sorted(d for d in registry.children(root) if pat.match(d.name)
+                  and stored(d, "counters.csv") is not None
                   and (device is None or (run_device(d) or "").startswith(device)))
 
 
@@ -169,7 +172,7 @@ def load_measured(root: Path, arch: Arch, study: str, metric: str = MISSES,
     by any of the study's runs stands for all of them: the older runs (2026-11-21) did not
     record it, and their builds are taken to be those of the newer runs of the same variant."""
     per: dict[str, tuple[Case, list[str], list[float]]] = {}
-    dirs = _study_dirs(Path(root), study, device)
+    dirs = study_dirs(Path(root), study, device)
     per_sm = {k: v for d in dirs for k, v in measured_ctas_per_sm(d).items()}   # any run's build
     for d in dirs:
         for run, r in _metric_rows(d, metric):
@@ -192,8 +195,8 @@ def _metric_rows(d: Path, metric: str) -> list[tuple[str, dict]]:
     each, and cuTile Static sawtooth 3.2 G where one pass reads 5.9 G (REPORT.md section 0). Runs
     without a repeats file (before the one-pass groups of 2026-11-23) recorded no passes and
     give none."""
-    repeats = data_path(d, "counters_repeats.csv")
-    launches = [r for r in read_csv(repeats) if not r.get("stat")] if repeats else []
+    repeats = stored(d, "counters_repeats.csv")
+    launches = [r for r in csv_rows(repeats) if not r.get("stat")] if repeats else []
     single = one_pass(launches)
     seen: dict[tuple, int] = {}
     out = []
@@ -247,7 +250,7 @@ def jitter_from_drift(drift_csv: Path) -> tuple[float, float, str]:
     non-negative least squares in (σ_rate², σ_step²) over all its sampled steps; each σ is the
     median over the cases. Drift data only: no miss count enters."""
     from scipy.optimize import nnls
-    rows = read_csv(Path(drift_csv))
+    rows = csv_rows(drift_csv)
     by: dict[tuple, dict] = {}
     for r in rows:
         if r["causal"]:
@@ -284,7 +287,7 @@ def pair_slowdown_from_lags(lags_csv: Path) -> tuple[float, str]:
     lag(even); their mean over the launch's pairs, over the step, is that launch's δ; the note's
     δ is the median over the launches that have busy pairs (launches of CTAs alone on their
     pairs give none). Timing data only: no miss count enters."""
-    rows = read_dicts(lags_csv)
+    rows = csv_rows(lags_csv, typed=False)
     launches: dict[tuple[str, str], dict] = {}
     for r in rows:
         d = launches.setdefault((r["case"], r["launch"]), {"step": int(r["step"]), "pair": {}})
@@ -323,7 +326,7 @@ def miss_ratio_from_timing(drift_csv: Path, facts: timemodel.MemoryFacts = timem
     32 configurations), while at depth 1 (``r = (t_c + L_dram) / (t_c + L_hit)``, 1.15 here)
     removing misses saves 5-12%. r would exceed 1 only if the loaded DRAM latency exceeded
     ``t_c``, 3.6× the unloaded value. Timing and latency data only: no miss count enters."""
-    steps = [r["value"] for r in read_csv(Path(drift_csv)) if r["metric"] == Metric.STEP_NS]
+    steps = [r["value"] for r in csv_rows(drift_csv) if r["metric"] == Metric.STEP_NS]
     if not steps:
         raise ValueError(f"{drift_csv}: no {Metric.STEP_NS} rows to take the step time from")
     t_c = min(steps) * 1e-9
@@ -365,6 +368,9 @@ class ArchParams:
     stores_miss: bool = True
     replacement: str = "lru"
     ways: int = 0
+    inputs: tuple = ()                  # what the fit read: {"use", "path", "sha256"} each
+    command: str = ""                   # the command that regenerates this file byte for byte
+    frozen: str = ""                    # why it cannot be regenerated (empty: it can)
 
     def sim_values(self) -> dict:
         """The simulator's parameters (``SIM_FIELDS``) as the mapping ``time_params`` reads."""
@@ -455,7 +461,28 @@ def read_params(arch: str, path: Path | None = None) -> ArchParams:
     d.pop("schema", None)
     for k in ("fitted", "fit_runs", "fit_cases", "grid_rel_rms"):
         d[k] = tuple(tuple(x) if isinstance(x, list) else x for x in d[k])
-    return ArchParams(**d)
+    d["inputs"] = tuple(d.get("inputs", ()))
+    p = ArchParams(**d)
+    check_inputs(p, path)
+    return p
+
+
+def check_inputs(p: ArchParams, path: Path) -> None:
+    """Every committed input ``p`` was fitted on still holds what it held then (a
+    ``DatasetError`` naming the input and the command that regenerates ``path`` otherwise)."""
+    how = (f"regenerate it with `{p.command}`" if p.command and not p.frozen
+           else f"it is frozen ({p.frozen.split(';')[0]}); restore the input from git")
+    for pin in p.inputs:
+        if not pin["path"].startswith("profiles/"):
+            continue
+        try:
+            e = registry.entry(pin["path"])
+        except DatasetError as err:
+            raise DatasetError(f"{path}: its input {pin['path']} cannot be read ({err}); {how}") \
+                from None
+        if e.sha256 != pin["sha256"]:
+            raise DatasetError(f"{path}: its input {pin['path']} was re-registered with other "
+                               f"content (sha256 {e.sha256[:12]} != {pin['sha256'][:12]}); {how}")
 
 
 # --------------------------------------------------------------------------------------------

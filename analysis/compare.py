@@ -28,7 +28,7 @@ from typing import Iterable, Sequence
 
 from spec.records import Metric
 
-from .datasets import DatasetError, read_manifest, read_run
+from .data import DatasetError, read_manifest, read_run
 from .rows import pct_change, problem_tiles
 
 DEFAULT_METRICS = (Metric.L2_TEX_MISSES, Metric.DRAM_READ_BYTES)

@@ -27,9 +27,9 @@ from typing import Iterable, Sequence
 import numpy as np
 from scipy.stats import friedmanchisquare
 
-from spec.records import Metric, data_path, read_csv
+from spec.records import Metric
 
-from .datasets import DatasetError, read_manifest
+from .data import DatasetError, csv_rows, read_manifest, stored
 from .rows import case_key
 
 def launches_by_session(repeat_rows: Iterable[dict], metric: str,
@@ -81,7 +81,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--metric", default=Metric.L2_TEX_MISSES)
     ap.add_argument("--min-spread", type=float, default=0.05)
     a = ap.parse_args(argv)
-    path = data_path(a.run, "counters_repeats.csv")
+    try:
+        path = stored(a.run, "counters_repeats.csv")
+    except DatasetError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if path is None:
         print(f"error: {a.run} has no counters_repeats.csv; pass a run profiled with --repeats >= 2",
               file=sys.stderr)
@@ -96,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {a.run}: sessions of unequal size ({per}); this test needs the same "
               f"number of launches in every session", file=sys.stderr)
         return 2
-    res = session_effect(launches_by_session(read_csv(path), a.metric, per[0]), a.min_spread)
+    res = session_effect(launches_by_session(csv_rows(path), a.metric, per[0]), a.min_spread)
     if res["cases"] < 2 or res["sessions"] < 3:
         print(f"error: {a.run}: {res['cases']} case(s) above a {a.min_spread:.0%} spread in "
               f"{res['sessions']} session(s); the test needs 2 cases and 3 sessions",

@@ -34,9 +34,8 @@ import numpy as np
 
 from spec.arch import Arch, get as get_arch
 from spec.case import Case
-from spec.records import data_path
-
 from . import calibrate as cal
+from .data import DatasetError, open_path, registry, stored
 from . import smmap
 from .smmap import measured_map
 from .timemodel import FACTS, H100
@@ -273,14 +272,14 @@ def write_rows(path: Path, rows: Sequence) -> None:
 # --------------------------------------------------------------------------------------------
 # CLI
 # --------------------------------------------------------------------------------------------
-DRIFT_RUN = Path("profiles/h100/drift-20261125e")
+DRIFT_RUN = "profiles/h100/drift-20261125e"
 """The drift the simulator's jitter comes from: the drift study stamped every 64th step
 (``experiments.measure.DRIFT_EVERY``). The every-step stamps of the older runs (drift-20261121b,
 -20261125c) perturbed the drift they measured: that build's few-CTA linear launches miss 1.4-5.7x
 the plain build's sectors, the sparse one's within 0-8% (``profiles/h100/tracecost-20261125``)."""
 
 
-PAIR_LAGS = Path("profiles/h100/drift-sm-20261125b/lags.csv.gz")
+PAIR_LAGS = "profiles/h100/drift-sm-20261125b/lags.csv.gz"
 """Per-CTA lags of the sparse-stamp trace builds (2, 4, 8 and 132 CTAs, linear and sawtooth, two
 launches each; ``profiles/h100/tracecost-20261125/every64``): where the SM-pair slowdown comes
 from."""
@@ -292,16 +291,16 @@ def device_map(root: Path, device: str) -> Path | None:
     two L2 partitions differs between chips (one H100 of the seventh holdout splits them, and its
     2-8 CTA launches miss 1.5x), so one chip's runs are predicted with that chip's map when it
     was measured; otherwise with the arch's committed map (``params.placement``)."""
-    maps = [d for d in sorted(Path(root).glob("smmap-*"))
-            if data_path(d, "smmap.csv") is not None
+    maps = [d for d in registry.children(root) if d.name.startswith("smmap-")
+            and stored(d, "smmap.csv") is not None
             and (cal.run_device(d) or "").startswith(device)]
     return maps[-1] if maps else None
 
 
 def _fixed(arch: Arch, root: Path) -> tuple[dict, str]:
-    drift = data_path(DRIFT_RUN, "drift.csv")
+    drift = stored(DRIFT_RUN, "drift.csv")
     jitter, _, why = cal.jitter_from_drift(drift)
-    pair, why_pair = cal.pair_slowdown_from_lags(PAIR_LAGS)
+    pair, why_pair = cal.pair_slowdown_from_lags(open_path(PAIR_LAGS))
     facts = FACTS.get(arch.name, H100)
     miss_ratio, why_r = cal.miss_ratio_from_timing(drift, facts)
     placement = arch.name if measured_map(arch.name) else "alternate"
@@ -312,12 +311,32 @@ def _fixed(arch: Arch, root: Path) -> tuple[dict, str]:
                       f"r = 1 holds for any DRAM latency below t_c)") + f"; {why} (its per-step "
         f"jitter only; the per-CTA speed spread is the SM-pair term: CTAs alone on their pair "
         f"do not drift apart, rate_jitter 0); {why_pair}; "
-        f"placement {placement} (analysis.smmap: profiles/{arch.name}/smmap-*); "
+        f"placement {placement} (analysis.smmap: "
+        f"{_smmap_pin(arch.name)['path'] if placement != 'alternate' else 'none measured'}); "
         f"stores_miss=False (profiles/h100/placement-20261123: tex lookup misses equal the "
         f"read-only lookup misses in all 18 launches: a store never misses)")
 
 
-def cmd_fit(arch: Arch, root: Path, study: str, every: int, rate: float) -> cal.ArchParams:
+def _smmap_pin(arch: str) -> dict:
+    return registry.instrument("smmap", arch).pin()
+
+
+def _inputs(arch: Arch, root: Path, study: str, placement: str) -> tuple[dict, ...]:
+    """What the fit read, each pinned by path and content hash (``analysis.data``)."""
+    runs = cal.study_dirs(root, study)
+    pins = {registry.entry(d).path: registry.entry(d).pin() | {"use": f"{study} runs"}
+            for d in runs if registry.relative(d) is not None}
+    local = [{"use": f"{study} run (local, uncommitted)", "path": str(d),
+              "sha256": registry.content_hash(d)} for d in runs if registry.relative(d) is None]
+    fixed = [registry.entry(DRIFT_RUN).pin() | {"use": "jitter and miss_ratio (drift)"},
+             registry.entry(PAIR_LAGS).pin() | {"use": "pair_slowdown (SM-pair lags)"}]
+    if placement != "alternate":
+        fixed.append(_smmap_pin(arch.name) | {"use": "placement (SM -> L2 partition map)"})
+    return tuple([*pins.values(), *local, *fixed])
+
+
+def cmd_fit(arch: Arch, root: Path, study: str, every: int, rate: float,
+            command: str = "") -> cal.ArchParams:
     measured = cal.load_measured(root, arch, study)
     if not measured:
         raise SystemExit(f"no measured {study} cases under {root}; give --root with the data")
@@ -357,7 +376,8 @@ def cmd_fit(arch: Arch, root: Path, study: str, every: int, rate: float) -> cal.
                    f"{every}-th S of each panel, " + (f"SHARDS R={rate:g} (error vs exact: "
                    f"experiments/simbench.py)" if rate < 1 else "exact (no sampling)") +
                    f"; {why} (fixed, not fitted; the H100 drift is used for every sm_90 arch); "
-                   f"partitions from the arch registry")
+                   f"partitions from the arch registry",
+        inputs=_inputs(arch, root, study, fixed["placement"]), command=command)
     return ap
 
 
@@ -392,11 +412,21 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     root = a.root or Path("profiles") / arch.name
-    if not root.is_dir():
+    try:
+        if registry.relative(root) is not None and root.as_posix().strip("/").count("/") > 1:
+            registry.entry(root)
+    except DatasetError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if not (registry.relative(root) is not None or root.is_dir()):
         print(f"error: no measured data at {root}; pass --root DIR", file=sys.stderr)
         return 2
     if a.command == "fit":
-        p = cmd_fit(arch, root, a.fit_study, a.every, a.sample_rate)
+        cmd = (f"python -m analysis.simcheck fit --arch {arch.name} --root {root.as_posix()}"
+               + (f" --fit-study {a.fit_study}" if a.fit_study != "divergence" else "")
+               + (f" --every {a.every}" if a.every != 2 else "")
+               + (f" --sample-rate {a.sample_rate:g}" if a.sample_rate != 0.1 else ""))
+        p = cmd_fit(arch, root, a.fit_study, a.every, a.sample_rate, cmd)
         path = cal.write_params(p)
         print(f"{path}: f={p.capacity_fraction} r={p.miss_ratio} rel RMS {p.fit_rel_rms:.3f}")
         return 0

@@ -4,7 +4,7 @@ Why it matters. On a two-partition L2 (Hopper) two CTAs that read a tile at the 
 one copy when their SMs sit on the same partition, and hold it twice (home copy plus the reader's
 local copy; the far reader counts a local lookup miss) when they do not. Which SMs a launch's CTAs
 land on is not documented, so the timed simulator reads it from a measurement:
-``profiles/<arch>/smmap-*/smmap.csv[.gz]`` gives, for launches of N = 1 .. 2·SMs CTAs, the partition of
+the arch's default ``smmap`` instrument run of the registry (``analysis.data``) gives, for launches of N = 1 .. 2·SMs CTAs, the partition of
 the SM that CTA ``i`` ran on (partitions found by L2 latency; three launches per N agreed).
 
 On the H100 the first 8 CTAs of every launch land on one partition (N = 2, 4, 8 share perfectly),
@@ -20,24 +20,21 @@ from pathlib import Path
 
 import numpy as np
 
-from spec.records import read_dicts
+from .data import csv_rows, registry, stored
 
 __all__ = ["slot_partitions", "slot_paired_odd", "sm_pair", "measured_map", "measured_maps",
-           "measured_sms", "PROFILES"]
-
-PROFILES = Path(__file__).resolve().parent.parent / "profiles"
+           "measured_sms"]
 
 
 def _map_file(source: str) -> Path | None:
     """The ``smmap.csv[.gz]`` that ``source`` names: a run directory of ``experiments.smmap``
-    (one chip's map: a path containing ``/``), else the newest ``smmap-*`` run of the arch
-    ``source`` under ``profiles/``; None if there is none."""
+    (one chip's map: a path containing ``/``), else the registered default ``smmap`` instrument
+    of the arch ``source``; None if there is none."""
     if "/" in source:
-        d = Path(source)
-        runs = [p for p in (d / "smmap.csv", d / "smmap.csv.gz") if p.is_file()]
-    else:
-        runs = sorted((PROFILES / source).glob("smmap-*/smmap.csv*"))
-    return runs[-1] if runs else None
+        return stored(source, "smmap.csv")
+    if not registry.find(role="instrument", arch=source, study="smmap", default=True):
+        return None
+    return stored(registry.instrument("smmap", source).path, "smmap.csv")
 
 
 @functools.cache
@@ -49,7 +46,7 @@ def _launches(source: str, column: str) -> dict[int, tuple[int, ...]]:
     if path is None:
         return {}
     launches: dict[tuple[int, int], dict[int, int]] = {}
-    rows = read_dicts(path)
+    rows = csv_rows(path, typed=False)
     for r in rows:
         if r["kind"] != "cta_sm" or r["repeat"] != "0":
             continue
@@ -68,10 +65,10 @@ def measured_map(source: str) -> dict[int, tuple[int, ...]]:
     return _launches(source, "group")
 
 
-def measured_maps(arch: str, root: Path = PROFILES) -> list[str]:
+def measured_maps(arch: str) -> list[str]:
     """Every distinct map of ``arch`` measured so far: the ``experiments.smmap`` run directories
-    anywhere under ``root/<arch>``, one per distinct partition-per-CTA table (the first path in
-    sorted order stands for its duplicates).
+    anywhere in the arch's registered runs, one per distinct partition-per-CTA table (the first
+    path in sorted order stands for its duplicates).
 
     Why more than one: a launch's CTA -> partition map is not a fixed property of a chip. The
     same H100 measured in two processes nine minutes apart gave two maps from 16 CTAs up
@@ -79,7 +76,7 @@ def measured_maps(arch: str, root: Path = PROFILES) -> list[str]:
     ``../onepass-20261125/smmap-20261125``), and chips differ too; so where launches of one
     case disagree, the maps seen are the placement's range (``analysis.simcheck.validate``)."""
     out, seen = [], set()
-    for d in sorted(p.parent for p in (Path(root) / arch).rglob("smmap.csv*")):
+    for d in sorted(p.parent for p in registry.find_files(arch, "smmap.csv*")):
         table = tuple(sorted(measured_map(str(d)).items()))
         if table and table not in seen:
             seen.add(table)
@@ -113,8 +110,8 @@ def slot_partitions(placement: str, resident: int, partitions: int) -> np.ndarra
         return np.arange(resident, dtype=np.int64) % partitions
     m = measured_map(placement)
     if not m:
-        raise ValueError(f"no measured SM placement for {placement!r} (an arch's "
-                         f"{PROFILES}/<arch>/smmap-*, or a directory holding smmap.csv); run "
+        raise ValueError(f"no measured SM placement for {placement!r} (an arch's registered "
+                         f"smmap instrument, or a directory holding smmap.csv); run "
                          f"`python -m experiments.smmap` on that GPU, or use "
                          f"placement='alternate'")
     return np.asarray(_of_launch(m, resident), dtype=np.int64)

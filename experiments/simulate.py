@@ -20,21 +20,20 @@ say so.
 from __future__ import annotations
 
 import functools
-import json
 import subprocess
 import time
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import numpy as np
 
 from analysis import calibrate, l2sim, reuse, timesim
+from analysis.data import read_manifest
 from spec import Arch, Backend, TileGrid, build_trace, get_arch, known_archs
 from spec.records import UNITS, Metric, Row, Source, case_fields
 
 from spec.case import Case
 
-SHARDS_RUN = Path(__file__).resolve().parents[1] / "profiles" / "cpu" / "simbench-20261125-shards"
+SHARDS_RUN = "profiles/cpu/simbench-20261125-shards"
 """The run that measured the sampled simulator against the exact one (22 GB10 and H100 cases);
 its largest miss-count error is stated in every sampled row."""
 
@@ -128,7 +127,7 @@ def resident_of_build(case: Case, arch: Arch) -> tuple[Case, str]:
 
 @functools.cache
 def _shards_error_pct() -> float:
-    return float(json.loads((SHARDS_RUN / "manifest.json").read_text())["max_shards_err_pct"])
+    return float(read_manifest(SHARDS_RUN)["max_shards_err_pct"])
 
 
 def timed_rows(case: Case, arch: Arch, params: calibrate.ArchParams,
@@ -146,7 +145,7 @@ def timed_rows(case: Case, arch: Arch, params: calibrate.ArchParams,
     notes = [params.note()]
     if counts.params.sample_rate < 1:
         notes.append(f"miss counts within {_shards_error_pct():.2f}% of the exact simulator at "
-                     f"the size rule ({SHARDS_RUN.name})")
+                     f"the size rule ({SHARDS_RUN.rsplit('/', 1)[-1]})")
     if where:
         notes.append(where)
     return timesim.counts_to_rows(counts, case, run=run, study=study, arch=arch,

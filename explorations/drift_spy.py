@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from spec.records import read_dicts
+from analysis.data import csv_rows
 
 SPY_SOURCE = r"""
 extern "C" __global__ void spy(const unsigned short* out, const long long* offs, const int* count,
@@ -231,7 +231,7 @@ def read_speeds(spy_dir: Path) -> dict[tuple[str, int], list[np.ndarray]]:
     """{(case id, S): per launch, each CTA's speed over the launch mean} from a ``measure``
     run."""
     rows: dict[tuple[str, int, int], list] = {}
-    for r in read_dicts(spy_dir / "speeds.csv.gz"):
+    for r in csv_rows(spy_dir / "speeds.csv.gz", typed=False):
         rows.setdefault((r["case"], int(r["seq"]), int(r["launch"])), []).append(
             (int(r["cta"]), float(r["rel_speed"])))
     out: dict[tuple[str, int], list[np.ndarray]] = {}

@@ -17,7 +17,7 @@ from pathlib import Path
 import analysis.calibrate as cal
 from analysis.simcheck import predict
 from spec.arch import get as get_arch
-from spec.records import data_path, read_csv
+from analysis.data import csv_rows, stored
 
 
 def main(argv=None) -> int:
@@ -27,7 +27,7 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     pred, out = Path(argv[0]), Path(argv[1])
-    src = data_path(pred, "counters.csv")
+    src = stored(pred, "counters.csv")
     if src is None:
         print(f"error: no counters.csv(.gz) in {pred}; give a directory written by "
               f"`python -m experiments.run <study> --mode simulate`", file=sys.stderr)
@@ -36,7 +36,7 @@ def main(argv=None) -> int:
         print(f"error: {out} exists; give a new file name (results are never overwritten)",
               file=sys.stderr)
         return 2
-    rows = [r for r in read_csv(src) if r["metric"] == cal.MISSES]
+    rows = [r for r in csv_rows(src) if r["metric"] == cal.MISSES]
     arch = get_arch(rows[0]["arch"])
     params = cal.read_params(arch.name).sim_values() | {"sample_rate": "auto"}
     table = []

@@ -6,7 +6,7 @@ figure from the command line). A table module also has ``table(data, arch)`` -> 
 ``render`` writes it as ``<id>.csv`` and ``<id>.md`` beside the drawn PNG/PDF. ``render`` draws
 every figure the rows allow and reports the others as skipped, with the reason.
 
-Which runs: ``analysis.datasets`` selects them (the rule in its docstring; the findings report
+Which runs: ``analysis.data`` selects them (the rule in its docstring; the findings report
 uses the same one) or the user names them. Each figure states the run(s) it drew in a line at its
 foot (``STUDIES``: the studies each figure reads), and the output directory holds
 ``figures.json``: per figure its files and runs, or why it was not drawn. An output directory is
@@ -22,7 +22,7 @@ from . import (drift, f01_l1l2_short, f02_l1l2_long, f03_traffic_noncausal, f04_
                f08b_cuda_tflops, f08c_cuda_time, f09_cutile_noncausal, f09b_cutile_tflops,
                f10_cutile_causal, f10b_cutile_causal_tflops, ladder, longseq, misscost,
                misscost_regimes, repeats, reuse, scaling, t1_l1l2_table, t2_model_error)
-from analysis.datasets import DatasetError, default_runs, load_rows
+from analysis.data import DatasetError, default_runs, load_rows
 
 from .data import Skip
 from .drawing import STUDIES, runs_drawn, summary, write_table

@@ -2,7 +2,7 @@
 (``python -m paper_figures.<module> --arch h200 [--run DIR] [--out DIR]`` draws that one figure or
 table from the same runs).
 
-Without ``--run`` the runs are those ``analysis.datasets.default_runs`` selects for the arch (per
+Without ``--run`` the runs are those ``analysis.data.default_runs`` selects for the arch (per
 study: committed before local, measured before simulated, latest stamp, default parameters, with
 its repeats). Output: ``--out DIR``, or ``paper_figures/out/<arch>/<runs>`` where ``<runs>`` is
 ``default`` or the name of the one run named (``runs-N`` for N named runs); a new directory each
@@ -30,13 +30,13 @@ def default_out(arch: str, runs: list[Path] | None) -> Path:
 def run_cli(argv, modules, prog: str = "python -m paper_figures", description: str = "") -> int:
     from rich.console import Console
 
-    from analysis.datasets import DatasetError, default_runs, load_rows
+    from analysis.data import DatasetError, default_runs, load_rows
 
     from .drawing import render, summary
     ap = argparse.ArgumentParser(prog=prog, description=description)
     ap.add_argument("--arch", required=True, help=f"one of {', '.join(known_archs())}")
     ap.add_argument("--run", type=Path, action="append",
-                    help="run directory (repeatable); default: the runs analysis.datasets selects")
+                    help="run directory (repeatable); default: the runs analysis.data selects")
     ap.add_argument("--source", choices=("measured", "simulated"),
                     help="without --run: select only runs of this source")
     ap.add_argument("--out", type=Path,

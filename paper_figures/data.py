@@ -1,7 +1,7 @@
-"""Selecting rows for figures: the runs come from ``analysis.datasets`` (which run, and the reader);
+"""Selecting rows for figures: the runs come from ``analysis.data`` (which run, and the reader);
 the helpers here cut the loaded rows down to what one figure draws.
 
-Every row read by ``analysis.datasets.load_rows`` carries the run directory it came from
+Every row read by ``analysis.data.load_rows`` carries the run directory it came from
 (``run_dir``). Several runs of one study may be loaded at once (``profiles/h100/sawtooth-20261121``
 and its repeats ``...-r2``, ``...-r3``, or runs named with ``--run``): a figure of one study draws
 exactly one of them (``one_run``) unless it is about the repeats themselves (``runs_of``).
@@ -11,10 +11,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from analysis.datasets import RUN_DIR, DatasetError, read_manifest, run_of
+from analysis.data import RUN_DIR, DatasetError, read_manifest, run_of
 from analysis.rows import median
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 class Skip(Exception):
@@ -43,7 +42,7 @@ _REPEAT = re.compile(r"^(?P<base>.+)-r(?P<k>\d+)$")
 def primary_run(rows: list[dict], study: str) -> str | None:
     """The one run of ``study`` that single-run figures draw. A run whose directory is named
     ``<base>-r<k>`` is a repeat of ``<base>`` and is passed over when ``<base>`` is loaded too;
-    of the rest, the first loaded: runs are loaded in the order ``analysis.datasets`` selected
+    of the rest, the first loaded: runs are loaded in the order ``analysis.data`` selected
     them or the user named them, so the run drawn is the selected one (or the first named). None
     when no run has rows of the study."""
     runs = runs_of(rows, study)

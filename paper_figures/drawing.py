@@ -9,7 +9,7 @@ import json
 import textwrap
 from pathlib import Path
 
-from analysis.datasets import new_directory, run_of
+from analysis.data import new_directory, run_of
 
 from .data import Skip, primary_run, run_name, runs_of
 

@@ -4,7 +4,7 @@
 prints one markdown table per section and, with ``--out DIR``, writes each table as
 ``<section>.csv`` and all of them as ``findings-<arch>.md`` into the new directory ``DIR/<arch>``.
 
-Which runs are read: per study the one ``analysis.datasets.select`` picks (a committed,
+Which runs are read: per study the one ``analysis.data.select`` picks (a committed,
 measured run with default parameters, latest stamp, repeat 1; the rule is in that module's
 docstring, and ``paper_figures`` uses the same one), or the run named with ``--run``. Every section
 title names the run it read. Only section 5c (and the extra rows of section 0) read the repeats

@@ -10,7 +10,8 @@ from pathlib import Path
 from spec import get_arch
 from spec.arch import UnknownArch
 
-from ..datasets import ROOT, DatasetError, discover
+from ..data import DatasetError, discover
+from ..data.registry import root
 from .report import compute, markdown, write_report
 
 
@@ -47,7 +48,7 @@ def main(argv=None) -> int:
             f"first (python -m experiments.run <study> --arch {a.arch}) or pass --run DIR")
         return 2
     cache = None if a.no_cache else (a.cache or default_cache())
-    if cache is not None and ROOT in cache.resolve().parents:
+    if cache is not None and root() in cache.resolve().parents:
         err("--cache must be outside the repository")
         return 2
     out = a.out / a.arch if a.out else None

@@ -1,4 +1,4 @@
-"""The findings report: every section for one arch, from the runs ``analysis.datasets`` selects,
+"""The findings report: every section for one arch, from the runs ``analysis.data`` selects,
 and its output (markdown tables on stdout; with an output directory, one CSV per section and the
 markdown file, written as a new directory atomically)."""
 from __future__ import annotations
@@ -13,8 +13,8 @@ import numpy as np
 from spec import get_arch
 from spec.records import Metric
 
-from ..datasets import (ANY, ROOT, Dataset, DatasetError, dataset, new_directory, read_run,
-                        repeated_runs, repeats_of, select)
+from ..data import (ANY, Dataset, DatasetError, dataset, new_directory, read_run, registry,
+                    repeated_runs, repeats_of, select)
 from ..timemodel import FACTS
 from .active import hit_vs_active
 from .consistency import consistency
@@ -29,7 +29,7 @@ from .traffic import traffic_model_error
 from .validation import simcheck_summaries
 
 SPILL_ARTIFACT = "longseq-forloop-spill-20261121"
-"""``profiles/<arch>/<SPILL_ARTIFACT>/profile``: the for-loop build that spilled, read by 9b only."""
+"""The registered evidence whose ``profile`` run is the for-loop build that spilled (9b only)."""
 
 STUDIES = ("sawtooth", "traffic", "divergence", "l1l2", "active-sms", "drift", "longseq",
            "misscost")
@@ -37,10 +37,10 @@ STUDIES = ("sawtooth", "traffic", "divergence", "l1l2", "active-sms", "drift", "
 
 class Runs:
     """The runs the sections read: per study the named run (``named``, by the manifest's study)
-    or the one ``analysis.datasets.select`` picks (measured, default parameters)."""
+    or the one ``analysis.data.select`` picks (measured, default parameters)."""
 
-    def __init__(self, arch: str, named: Sequence[Path] = (), root: Path = ROOT):
-        self.arch, self.root = arch, root
+    def __init__(self, arch: str, named: Sequence[Path] = ()):
+        self.arch = arch
         self.named: dict[str, Dataset] = {}
         for p in named:
             ds = dataset(p, arch)
@@ -53,7 +53,7 @@ class Runs:
     def get(self, study: str, **kw) -> Dataset | None:
         if study in self.named and not kw:
             return self.named[study]
-        return select(self.arch, study, source="measured", root=self.root, **kw)
+        return select(self.arch, study, source="measured", **kw)
 
     def tables(self, ds: Dataset | None) -> dict[str, list[dict]]:
         """``{file name: rows}`` of a run (``read_run``, read once); empty for none."""
@@ -70,21 +70,20 @@ class Runs:
 
     def repeats(self, study: str) -> list[Dataset]:
         """The best run of ``study`` that has repeats (``-r2``, ...) and them
-        (``datasets.repeated_runs``); the selected run alone when none has."""
-        runs = repeated_runs(self.arch, study, root=self.root)
+        (``data.repeated_runs``); the selected run alone when none has."""
+        runs = repeated_runs(self.arch, study)
         if runs:
             return runs
         ds = self.get(study)
-        return repeats_of(ds, self.root) if ds else []
+        return repeats_of(ds) if ds else []
 
 
 def compute(arch: str, *, sim: bool = True, cache_dir: Path | None = None,
-            max_accesses: int = 180_000_000, runs: Sequence[Path] = (), root: Path = ROOT,
-            log=print) -> dict[str, tuple[str, list[dict]]]:
+            max_accesses: int = 180_000_000, runs: Sequence[Path] = (), log=print) -> dict[str, tuple[str, list[dict]]]:
     """All sections for ``arch``: ``{name: (title, rows)}``. ``runs``: run directories that replace
     the selected run of their study."""
     a = get_arch(arch)
-    R = Runs(arch, runs, root)
+    R = Runs(arch, runs)
     chosen = {s: R.get(s) for s in STUDIES}
     cnt = {s: R.rows(chosen[s])[0] for s in STUDIES}
     tim = {s: R.rows(chosen[s])[1] for s in STUDIES}
@@ -155,7 +154,7 @@ def compute(arch: str, *, sim: bool = True, cache_dir: Path | None = None,
         "7d. Timed two-partition simulator vs measured misses, in sample (the fit study) and out "
         "of sample, per committed validation (python -m analysis.simcheck validate; relative RMS "
         "over the cases whose launches agree within 15%; simulated vs measured)",
-        simcheck_summaries(root, arch))
+        simcheck_summaries(arch))
     out["s8_longseq_best"] = (f"8. Best configuration at long S (longseq study"
                               f"{', ' + name['longseq'] if chosen['longseq'] else ': no run'})",
                               longseq_best(tim["longseq"]))
@@ -170,8 +169,8 @@ def compute(arch: str, *, sim: bool = True, cache_dir: Path | None = None,
     out["s9_dram_bound"] = (f"9a. DRAM bound (longseq-profile"
                             f"{', ' + lp.label if lp else ': no run'}; peak "
                             f"{peak / 1e12:.2f} TB/s)", dram_bound(lp_c, lp_t, peak))
-    spill = root / "profiles" / arch / SPILL_ARTIFACT / "profile"
-    spill_rows = read_run(spill) if spill.is_dir() and lp else {}
+    spill = registry.find(arch=arch, prefix=f"{arch}/{SPILL_ARTIFACT}")
+    spill_rows = read_run(f"{spill[0].path}/profile") if spill and lp else {}
     out["s9_spill_artifact"] = (f"9b. Spill artifact: for-loop build ({SPILL_ARTIFACT}/profile) "
                                 f"vs the fixed while-loop build ({lp.label if lp else 'no run'})",
                                 spill_artifact((spill_rows.get("counters.csv", []),
@@ -236,7 +235,7 @@ def write_csv(path: Path, rows: list[dict]) -> None:
 def write_report(out_dir: Path, arch: str, sections: dict[str, tuple[str, list[dict]]],
                  text: str) -> Path:
     """Write ``<section>.csv`` and ``findings-<arch>.md`` into the new directory ``out_dir``
-    (``analysis.datasets.new_directory``: refused if it exists, renamed into place when complete)."""
+    (``analysis.data.new_directory``: refused if it exists, renamed into place when complete)."""
     with new_directory(out_dir) as tmp:
         for name, (_, rows) in sections.items():
             write_csv(tmp / f"{name}.csv", rows)

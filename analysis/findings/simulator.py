@@ -35,7 +35,7 @@ from spec.records import Metric
 
 from .. import reuse
 from ..calibrate import case_key, case_of_row, measured_ctas_per_sm
-from ..datasets import DatasetError, read_manifest
+from ..data import DatasetError, read_manifest
 from ..models import MiB, cold_misses
 from ..rows import pct_change, pivot
 

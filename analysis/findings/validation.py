@@ -9,28 +9,27 @@ frozen) is the clean out-of-sample figure; the others were seen while the model 
 Every number is simulated against measured."""
 from __future__ import annotations
 
-from pathlib import Path
-
-from spec.records import data_path, read_dicts
+from ..data import csv_rows, registry, stored
 
 
-def simcheck_summaries(root: Path, arch: str) -> list[dict]:
-    """Rows of every ``profiles/cpu/simcheck-<arch>-*/summary.csv`` under ``root``, oldest first,
-    with the validation's name and standing; a validation's ``gpu-<uuid>/`` subdirectories (the
-    same cases, one chip's runs: ``simcheck validate --device``) follow it as
-    ``<validation>/gpu-<uuid>``."""
-    cpu = Path(root) / "profiles" / "cpu"
-    dirs = [sub for d in sorted(cpu.glob(f"simcheck-{arch}-*"))
-            for sub in [d, *sorted(d.glob("gpu-*"))]]
+def simcheck_summaries(arch: str) -> list[dict]:
+    """Rows of the ``summary.csv`` of every registered validation of ``arch``
+    (``profiles/cpu/simcheck-<arch>-*``), oldest first, with the validation's name and standing; a
+    validation's ``gpu-<uuid>/`` subdirectories (the same cases, one chip's runs: ``simcheck
+    validate --device``) follow it as ``<validation>/gpu-<uuid>``."""
+    vals = sorted(registry.find(role="validation", arch=arch, prefix=f"cpu/simcheck-{arch}-"),
+                  key=lambda e: e.path)
+    dirs = [sub for e in vals for sub in
+            [(e.name, e.path), *((f"{e.name}/{d.name}", f"{e.path}/{d.name}")
+                                 for d in registry.subdirs(e.path) if d.name.startswith("gpu-"))]]
     out = []
-    for d in dirs:
-        path = data_path(d, "summary.csv")          # committed gzipped since 2026-11-25
+    for name, rel in dirs:
+        path = stored(rel, "summary.csv")
         if path is None:
             continue
-        name = d.relative_to(cpu).as_posix()
         standing = ("holdout, measured after the model was frozen" if "-holdout-" in name
                     else "measured before the model was frozen; its errors seen while revising")
-        for r in read_dicts(path):
+        for r in csv_rows(path, typed=False):
             out.append({"validation": name, "standing": standing, "study": r["study"],
                         "sample": r["sample"], "cases": int(r["cases"]),
                         "stable": int(r["stable"]),

@@ -1,5 +1,6 @@
-"""The one dataset selector (analysis.datasets): the selection rule, the reader's one-line errors,
-and what the figure and findings commands do with bad input and existing output directories."""
+"""The one dataset selector (analysis.data.select) over the registered runs: the selection rule,
+the reader's one-line errors, and what the figure and findings commands do with bad input and
+existing output directories."""
 from __future__ import annotations
 
 import json
@@ -10,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from analysis import datasets as DS
+from analysis import data as DS
+from analysis.data import catalogue, registry
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures" / "figures"
@@ -26,6 +28,33 @@ def _run_dir(base: Path, name: str, manifest: dict | None = None, counters: byte
     return d
 
 
+def _registered(root: Path, role: str = "dataset"):
+    """Register every run directory under ``root/profiles/<arch>/`` (the fixture's registry) and
+    read through it inside the block."""
+    ctx = registry.use_root(root)
+    ctx.__enter__()
+    docs = [catalogue.entry_fields(f"{a.name}/{d.name}", role)
+            for a in sorted((root / "profiles").iterdir()) if a.is_dir()
+            for d in sorted(a.iterdir())
+            if d.is_dir() and (d / "manifest.json").exists() and "spill" not in d.name]
+    registry.write(docs)
+    return ctx
+
+
+@pytest.fixture
+def store(tmp_path):
+    """Yields a function that registers the runs built so far under ``tmp_path``."""
+    ctxs = []
+
+    def reg():
+        if ctxs:
+            ctxs.pop().__exit__(None, None, None)
+        ctxs.append(_registered(tmp_path))
+    yield reg
+    for c in ctxs:
+        c.__exit__(None, None, None)
+
+
 def _manifest(study, mode="simulate", **params):
     return {"study": study, "mode": mode,
             "parameters": {"seq_override": None, "filter": None,
@@ -33,7 +62,7 @@ def _manifest(study, mode="simulate", **params):
 
 
 # -- the selection rule ---------------------------------------------------------------------------
-def test_repeats_stamps_names_and_artifacts(tmp_path):
+def test_repeats_stamps_names_and_artifacts(tmp_path, store):
     base = tmp_path / "profiles" / "h100"
     for name in ("sawtooth-20261001", "sawtooth-20261121", "sawtooth-20261121-r3",
                  "sawtooth-20261121-r2", "sawtooth-20261121-r10", "longseq-20261121",
@@ -43,22 +72,56 @@ def test_repeats_stamps_names_and_artifacts(tmp_path):
     _run_dir(base, "longseq-profile-20261121",
              _manifest("longseq", "measure", filter="cutile.*"))
     (base / "sawtooth-20261121-r4").mkdir()                 # no manifest: an unfinished run
-    ds = DS.select("h100", "sawtooth", root=tmp_path)
+    store()
+    ds = DS.select("h100", "sawtooth")
     assert ds.path.name == "sawtooth-20261121" and ds.repeat == 1
-    assert [d.path.name for d in DS.repeats_of(ds, tmp_path)] == [
+    assert [d.path.name for d in DS.repeats_of(ds)] == [
         "sawtooth-20261121", "sawtooth-20261121-r2", "sawtooth-20261121-r3",
         "sawtooth-20261121-r10"]
     # longseq-profile is the longseq study run with a filter: never the default longseq run
-    assert DS.select("h100", "longseq", root=tmp_path).path.name == "longseq-20261121"
-    lp = DS.select("h100", "longseq", name="longseq-profile", params={"filter": DS.ANY},
-                   root=tmp_path)
+    assert DS.select("h100", "longseq").path.name == "longseq-20261121"
+    lp = DS.select("h100", "longseq", name="longseq-profile", params={"filter": DS.ANY})
     assert lp.path.name == "longseq-profile-20261121"
     # the spill artifact is never a dataset
-    assert all("spill" not in d.path.name for d in DS.discover("h100", tmp_path))
-    assert DS.select("h200", "sawtooth", root=tmp_path) is None
+    assert all("spill" not in d.path.name for d in DS.discover("h100"))
+    assert DS.select("h200", "sawtooth") is None
 
 
-def test_a_local_run_with_other_parameters_is_not_the_default(tmp_path):
+def test_an_unregistered_run_changes_nothing(tmp_path, store):
+    """Committing a newer run directory changes no selection until it is registered."""
+    base = tmp_path / "profiles" / "h100"
+    _run_dir(base, "sawtooth-20261121", _manifest("sawtooth", "measure"))
+    store()
+    newer = _run_dir(base, "sawtooth-20261130", _manifest("sawtooth", "measure"))
+    assert DS.select("h100", "sawtooth").path.name == "sawtooth-20261121"
+    with pytest.raises(DS.DatasetError, match="not registered.*analysis.data register"):
+        DS.read_run(newer)
+    store()                                                    # registered: now it is read
+    assert DS.select("h100", "sawtooth").path.name == "sawtooth-20261130"
+
+
+def test_a_changed_run_is_refused_in_one_line(tmp_path, store):
+    base = tmp_path / "profiles" / "h100"
+    d = _run_dir(base, "traffic-20261121", _manifest("traffic", "measure"), GOOD.read_bytes())
+    store()
+    assert DS.read_run(d)["counters.csv"]
+    (d / "counters.csv").write_bytes(GOOD.read_bytes().replace(b"\n", b"\n", 1) + b"\n")
+    registry._cache.clear()
+    with pytest.raises(DS.DatasetError) as e:
+        DS.read_run(d)
+    msg = str(e.value)
+    assert "\n" not in msg and "content changed" in msg and "git checkout" in msg
+    (d / "counters.csv").unlink()
+    registry._cache.clear()
+    with pytest.raises(DS.DatasetError, match="content changed"):
+        DS.read_run(d)
+    shutil.rmtree(d)
+    registry._cache.clear()
+    with pytest.raises(DS.DatasetError, match="registered but missing"):
+        DS.read_run(d)
+
+
+def test_a_local_run_with_other_parameters_is_not_the_default(tmp_path, store):
     """After `experiments.run sawtooth --arch gb10 --capacity-mib 20`, the default GB10 selection
     still reads the committed nominal-capacity run; the 20 MiB run is read only when named."""
     l2 = 24 * 2**20
@@ -66,33 +129,38 @@ def test_a_local_run_with_other_parameters_is_not_the_default(tmp_path):
              _manifest("sawtooth", capacity_bytes=l2))
     local = _run_dir(tmp_path / "runs" / "gb10" / "sawtooth", "20261124-101500-simulate",
                      _manifest("sawtooth", capacity_bytes=20 * 2**20))
-    assert DS.select("gb10", "sawtooth", root=tmp_path).path.name == "sawtooth-20261121"
-    assert [d.path.name for d in DS.default_runs("gb10", root=tmp_path)] == ["sawtooth-20261121"]
-    got = DS.select("gb10", "sawtooth", params={"capacity_bytes": 20 * 2**20}, root=tmp_path)
+    store()
+    assert DS.select("gb10", "sawtooth").path.name == "sawtooth-20261121"
+    assert [d.path.name for d in DS.default_runs("gb10")] == ["sawtooth-20261121"]
+    got = DS.select("gb10", "sawtooth", params={"capacity_bytes": 20 * 2**20})
     assert got.path == local and not got.committed
     assert got.label.endswith("20261124-101500-simulate")
 
 
 @pytest.mark.parametrize("recorded, read", [(None, None), (4096, (4096,)),
                                            ([196608, 229376], (196608, 229376))])
-def test_seq_override_reads_one_length_or_several(tmp_path, recorded, read):
+def test_seq_override_reads_one_length_or_several(tmp_path, store, recorded, read):
     """Runs before 2026-11-25 recorded one ``--seq`` length, later ones the list given; a run
     with any override is never a study's default run."""
     d = _run_dir(tmp_path / "profiles" / "h100", "traffic-20261126",
                  _manifest("traffic", "measure", seq_override=recorded))
+    store()
     ds = DS.dataset(d)
     assert ds.seq_override == read and ds.is_default(None) == (read is None)
 
 
-def test_committed_before_local_and_latest_local(tmp_path):
+def test_committed_before_local_and_latest_local(tmp_path, store):
     loc = tmp_path / "runs" / "h100" / "sawtooth"
     _run_dir(loc, "20261124-090000-simulate", _manifest("sawtooth"))
     _run_dir(loc, "20261124-100000-simulate", _manifest("sawtooth"))
     _run_dir(loc, ".partial-77", _manifest("sawtooth"))             # unfinished: never read
-    assert DS.select("h100", "sawtooth", root=tmp_path).path.name == "20261124-100000-simulate"
+    (tmp_path / "profiles" / "h100").mkdir(parents=True)
+    store()
+    assert DS.select("h100", "sawtooth").path.name == "20261124-100000-simulate"
     _run_dir(tmp_path / "profiles" / "h100", "sawtooth-20261121", _manifest("sawtooth", "measure"))
-    assert DS.select("h100", "sawtooth", root=tmp_path).path.name == "sawtooth-20261121"
-    assert DS.select("h100", "sawtooth", source="simulated", root=tmp_path).path.name == \
+    store()
+    assert DS.select("h100", "sawtooth").path.name == "sawtooth-20261121"
+    assert DS.select("h100", "sawtooth", source="simulated").path.name == \
         "20261124-100000-simulate"
 
 
@@ -191,9 +259,7 @@ def test_render_run_prints_one_summary_line(tmp_path):
 @pytest.mark.parametrize("kind", ["truncated", "binary", "column-missing", "empty", "absent"])
 def test_findings_on_bad_counters(kind, tmp_path):
     """A named run with broken counters: one line, exit 2, no report directory."""
-    if DS.select("h100", "traffic") is None:
-        pytest.skip("no committed h100 data")
-    src = DS.select("h100", "traffic").path
+    src = DS.select("h100", "traffic").path                 # committed: this repository has it
     d = tmp_path / src.name
     shutil.copytree(src, d)
     bad = _bad_inputs()[kind]
@@ -210,8 +276,6 @@ def test_findings_on_bad_counters(kind, tmp_path):
 
 def test_findings_per_arch_directories_never_mix(tmp_path):
     from analysis.findings.__main__ import main
-    if DS.select("h100", "sawtooth") is None or DS.select("h200", "sawtooth") is None:
-        pytest.skip("no committed data")
     assert main(["--arch", "h100", "--no-sim", "--out", str(tmp_path)]) == 0
     assert main(["--arch", "h200", "--no-sim", "--out", str(tmp_path)]) == 0
     assert (tmp_path / "h100" / "findings-h100.md").exists()

@@ -1,0 +1,105 @@
+"""``python -m analysis.data``: the registry of committed inputs.
+
+    python -m analysis.data list [--arch h100] [--role dataset]   # what the code may read
+    python -m analysis.data check                                  # every entry still hashes right
+    python -m analysis.data register profiles/h100/<run> --role dataset [--default]
+    python -m analysis.data catalogue [--check]                    # profiles/README.md from the registry
+    python -m analysis.data readmes                                # a README for each run without one
+
+Bad input (an unknown role, a path outside ``profiles/``, a missing path) is one line and exit 2.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import registry
+from .catalogue import catalogue_text, entry_fields, run_readme
+from .registry import ROLES, DatasetError
+
+
+def _register(paths: list[Path], role: str, default: bool) -> int:
+    docs = {e.path: {k: v for k, v in vars(e).items()} for e in registry.entries().values()}
+    for p in paths:
+        rel = registry.relative(p)
+        if rel is None or "/" not in rel:
+            raise DatasetError(f"{p}: not a run under profiles/<arch>/; pass profiles/<arch>/<run>")
+        if "/" in rel.split("/", 1)[1]:
+            raise DatasetError(f"{p}: nested inside a run; register its top-level directory")
+        if not (registry.profiles_dir() / rel).exists():
+            raise DatasetError(f"{p}: no such file or directory")
+        docs[rel] = entry_fields(rel, role, default)
+        print(f"registered profiles/{rel} as {role} (sha256 {docs[rel]['sha256'][:12]})")
+    registry.write(list(docs.values()))
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m analysis.data",
+                                 description="the registry of committed inputs under profiles/")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    ls = sub.add_parser("list", help="the registered entries")
+    ls.add_argument("--arch")
+    ls.add_argument("--role", choices=ROLES)
+    sub.add_parser("check", help="verify the content hash of every entry")
+    rg = sub.add_parser("register", help="add or re-pin entries")
+    rg.add_argument("paths", nargs="+", type=Path)
+    rg.add_argument("--role", required=True, choices=ROLES)
+    rg.add_argument("--default", action="store_true",
+                    help="instrument: the one of its kind and arch that the params files pin")
+    cat = sub.add_parser("catalogue", help="write profiles/README.md from the registry")
+    cat.add_argument("--check", action="store_true",
+                     help="exit 1 if profiles/README.md is not what the registry generates")
+    sub.add_parser("readmes", help="write a README (from its manifest) into every registered run "
+                                   "directory that has none, and re-pin those entries")
+    a = ap.parse_args(argv)
+    try:
+        if a.cmd == "list":
+            for e in registry.find(arch=a.arch, role=a.role):
+                print(f"{e.role:<10} {e.arch:<5} {e.study or '-':<12} profiles/{e.path}"
+                      + ("  (default)" if e.default else ""))
+            return 0
+        if a.cmd == "check":
+            bad = []
+            for e in registry.entries().values():
+                try:
+                    registry.verify(e)
+                except DatasetError as err:
+                    bad.append(str(err))
+            for b in bad:
+                print(f"error: {b}", file=sys.stderr)
+            print(f"{len(registry.entries()) - len(bad)} of {len(registry.entries())} entries "
+                  f"verified")
+            return 2 if bad else 0
+        if a.cmd == "readmes":
+            docs = {e.path: dict(vars(e)) for e in registry.entries().values()}
+            n = 0
+            for e in registry.entries().values():
+                d = e.abspath
+                if d.is_dir() and not (d / "README.md").exists():
+                    registry.verify(e)
+                    (d / "README.md").write_text(run_readme(e.path))
+                    docs[e.path] = entry_fields(e.path, e.role, e.default)
+                    n += 1
+            registry.write(list(docs.values()))
+            print(f"wrote {n} README(s)")
+            return 0
+        if a.cmd == "register":
+            return _register(a.paths, a.role, a.default)
+        text = catalogue_text()
+        path = registry.profiles_dir() / "README.md"
+        if a.check:
+            same = path.exists() and path.read_text() == text
+            print(f"{path}: {'current' if same else 'stale: run python -m analysis.data catalogue'}")
+            return 0 if same else 1
+        path.write_text(text)
+        print(f"wrote {path} ({len(registry.entries())} entries)")
+        return 0
+    except DatasetError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,198 @@
+"""Reading stored runs: manifests and tidy CSVs, with every way a file can be broken turned into a
+one-line ``DatasetError`` (absent when the manifest promises it, empty, binary, truncated, a column
+missing, a value that does not parse). A path under ``profiles/`` is opened through the registry
+(``registry.open_path``: registered and unchanged, or refused); a local run (``runs/...`` or any
+directory the user names) is read as it is.
+"""
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import os
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from spec.records import data_path, read_csv, read_dicts
+
+from . import registry
+from .registry import DatasetError
+
+DATA_FILES = ("counters.csv", "timing.csv", "drift.csv")
+"""The tidy files a run directory may hold (``spec.records`` schema)."""
+
+RUN_DIR = "run_dir"
+"""Column added by ``load_rows``: the directory a row was read from."""
+
+REQUIRED_COLUMNS = ("study", "variant", "backend", "order", "schedule", "tile_m", "tile_n",
+                    "occupancy", "B", "H", "H_kv", "S_q", "S_kv", "D", "causal", "metric", "value",
+                    "source", "sample")
+"""Columns every reader of the rows relies on (``spec.records.read_csv`` converts them)."""
+
+
+def resolve(path: Path | str) -> Path:
+    """``path`` ready to open: verified through the registry when it lies under ``profiles/``."""
+    return registry.open_path(path) if registry.relative(path) is not None else Path(path)
+
+
+def read_manifest(run_dir: Path) -> dict:
+    """The run's ``manifest.json`` ({} when there is none); a broken one is a ``DatasetError``."""
+    p = resolve(run_dir) / "manifest.json"
+    if not p.exists():
+        return {}
+    try:
+        m = json.loads(p.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise DatasetError(f"{p}: not a readable JSON manifest ({type(e).__name__}); restore it "
+                           f"from git or re-run the study") from None
+    if not isinstance(m, dict):
+        raise DatasetError(f"{p}: not a JSON object; restore it from git or re-run the study")
+    return m
+
+
+def expected_files(manifest: dict) -> tuple[str, ...]:
+    """The data files a manifest promises: ``counters.csv`` for a simulated or profiled run,
+    ``timing.csv`` for a timed one, ``drift.csv`` for a drift run (none for no manifest)."""
+    if not manifest:
+        return ()
+    params = manifest.get("parameters") if isinstance(manifest.get("parameters"), dict) else {}
+    if manifest.get("study") == "drift":
+        return ("drift.csv",)
+    if manifest.get("mode") == "simulate":
+        return ("counters.csv",)
+    out = []
+    if isinstance(params.get("profiling"), dict):
+        out.append("counters.csv")
+    if isinstance(params.get("reps"), int) and params["reps"] > 0:
+        out.append("timing.csv")
+    return tuple(out)
+
+
+def read_table(path: Path) -> list[dict]:
+    """The rows of one tidy CSV, or a ``DatasetError`` saying in one line what is wrong with it."""
+    path = resolve(path)
+    fix = "restore it (git checkout, or re-run the study that wrote it)"
+    try:
+        raw = path.read_bytes()
+        if path.suffix == ".gz":
+            raw = gzip.decompress(raw)
+    except FileNotFoundError:
+        raise DatasetError(f"{path}: missing; {fix}") from None
+    except OSError as e:
+        raise DatasetError(f"{path}: cannot be read ({e.strerror or e}); {fix}") from None
+    except EOFError:
+        raise DatasetError(f"{path}: truncated gzip data; {fix}") from None
+    if not raw.strip():
+        raise DatasetError(f"{path}: empty file; {fix}")
+    if b"\0" in raw:
+        raise DatasetError(f"{path}: binary data, not CSV text; {fix}")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise DatasetError(f"{path}: not UTF-8 text (binary or corrupted); {fix}") from None
+    lines = text.splitlines()
+    header = next(csv.reader(lines[:1]))
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    if missing:
+        raise DatasetError(f"{path}: column(s) {', '.join(missing)} missing from the header; "
+                           f"{fix}")
+    for i, fields in enumerate(csv.reader(lines[1:]), 2):
+        if len(fields) != len(header):
+            raise DatasetError(f"{path}: line {i} has {len(fields)} fields, the header "
+                               f"{len(header)} (truncated?); {fix}")
+    try:
+        rows = read_csv(path)
+    except (ValueError, TypeError, KeyError, csv.Error) as e:
+        raise DatasetError(f"{path}: a value does not parse ({str(e).splitlines()[0][:80]}); "
+                           f"{fix}") from None
+    if not rows:
+        raise DatasetError(f"{path}: a header but no rows; {fix}")
+    return rows
+
+
+def read_run(run_dir: Path) -> dict[str, list[dict]]:
+    """``{file name: rows}`` of every data file of a run directory. Errors (``DatasetError``): the
+    directory is absent, holds none of ``DATA_FILES``, lacks a file its manifest promises, or a
+    file is unreadable (``read_table``)."""
+    given = Path(run_dir)
+    if given.name == "manifest.json":
+        given = given.parent
+    d = resolve(given)
+    if not d.is_dir():
+        raise DatasetError(f"{d}: no such run directory; pass a directory written by "
+                           f"python -m experiments.run (or one under profiles/<arch>/)")
+    want = expected_files(read_manifest(d))
+    present = {f: p for f in DATA_FILES if (p := data_path(d, f)) is not None}
+    for f in want:
+        if f not in present:
+            raise DatasetError(f"{d / f}: missing, but the run's manifest.json says it was "
+                               f"written; restore it (git checkout, or re-run the study)")
+    if not present:
+        raise DatasetError(f"{d}: none of {', '.join(DATA_FILES)} is there; pass a run directory "
+                           f"written by python -m experiments.run")
+    return {f: read_table(p) for f, p in present.items()}
+
+
+def read_file(path: Path | str) -> bytes:
+    """The bytes of one stored file (verified when under ``profiles/``)."""
+    p = resolve(path)
+    try:
+        return p.read_bytes()
+    except OSError as e:
+        raise DatasetError(f"{p}: cannot be read ({e.strerror or e}); restore it with git "
+                           f"checkout") from None
+
+
+def csv_rows(path: Path | str, typed: bool = True) -> list[dict]:
+    """The rows of a stored CSV (``.gz`` read through gzip), verified when under ``profiles/``:
+    typed as the result schema (``spec.records.read_csv``) or as strings (``read_dicts``, any
+    CSV)."""
+    p = resolve(path)
+    return read_csv(p) if typed else read_dicts(p)
+
+
+def stored(run_dir: Path | str, name: str) -> Path | None:
+    """``run_dir/name`` or its gzipped copy (``spec.records.data_path``), verified; None if neither."""
+    return data_path(resolve(run_dir), name)
+
+
+def load_rows(run_dirs: Sequence) -> list[dict]:
+    """The rows of every data file of every run (``Path`` or anything with ``.path``), each tagged
+    with its directory (``run_dir``)."""
+    rows = []
+    for d in run_dirs:
+        path = getattr(d, "path", None) or Path(d)
+        for table in read_run(path).values():
+            for r in table:
+                r[RUN_DIR] = str(path)
+                rows.append(r)
+    return rows
+
+
+def run_of(row: dict) -> str:
+    """The run a row belongs to: its directory when ``load_rows`` read it, else its ``run``."""
+    return row.get(RUN_DIR) or row["run"]
+
+
+@contextmanager
+def new_directory(out_dir: Path) -> Iterator[Path]:
+    """A new output directory written atomically: yields a temporary directory beside
+    ``out_dir``; when the block ends normally and wrote something it is renamed to ``out_dir``,
+    otherwise removed. ``FileExistsError`` (before any work) when ``out_dir`` exists and is not
+    an empty directory: outputs are never overwritten or mixed with older ones."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise FileExistsError(f"{out_dir} already exists; pass a new output directory (outputs "
+                              f"are never overwritten or mixed with older ones)")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.with_name(f".{out_dir.name}.partial-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        yield tmp
+        if any(tmp.iterdir()):
+            os.replace(tmp, out_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
