@@ -294,7 +294,10 @@ def device_map(root: Path, device: str) -> Path | None:
     maps = [d for d in registry.children(root) if d.name.startswith("smmap-")
             and stored(d, "smmap.csv") is not None
             and (cal.run_device(d) or "").startswith(device)]
-    return maps[-1] if maps else None
+    if not maps:
+        return None
+    rel = registry.relative(maps[-1])            # named from the repository root in notes
+    return Path("profiles", rel) if rel is not None else maps[-1]
 
 
 def _fixed(arch: Arch, root: Path) -> tuple[dict, str]:
@@ -427,7 +430,7 @@ def main(argv=None) -> int:
                + (f" --every {a.every}" if a.every != 2 else "")
                + (f" --sample-rate {a.sample_rate:g}" if a.sample_rate != 0.1 else ""))
         p = cmd_fit(arch, root, a.fit_study, a.every, a.sample_rate, cmd)
-        path = cal.write_params(p)
+        path = cal.write_params(p, a.out / f"{arch.name}.json" if a.out else None)
         print(f"{path}: f={p.capacity_fraction} r={p.miss_ratio} rel RMS {p.fit_rel_rms:.3f}")
         return 0
     p = cal.read_params(arch.name)

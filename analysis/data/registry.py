@@ -258,7 +258,9 @@ def write(doc_entries: list[dict]) -> Path:
                      "analysis.data check`.",
             "entries": sorted(doc_entries, key=lambda e: e["path"])}
     tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(body, indent=1) + "\n")
+    lines = ",\n".join("  " + json.dumps(e, sort_keys=False) for e in body.pop("entries"))
+    head = json.dumps(body, indent=1)[:-2]
+    tmp.write_text(f"{head},\n \"entries\": [\n{lines}\n ]\n}}\n")
     os.replace(tmp, p)
     _cache.clear()
     return p

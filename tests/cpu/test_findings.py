@@ -6,13 +6,12 @@ import math
 import numpy as np
 import pytest
 
-from analysis import datasets as DS
+from analysis import data as DS
 from analysis import rows as R
 from analysis.findings import (active, consistency, dram, drift, l1, longseq,
                                sawtooth, simulator, traffic)
 from analysis.findings.__main__ import main
 from spec import get_arch
-from spec.records import data_path, read_csv
 from analysis.models import sector_accesses
 from spec.records import Metric
 
@@ -128,8 +127,7 @@ def test_extrapolate_b_and_capacity_fit():
 
 def test_command_on_committed_data(tmp_path, capsys):
     """Smoke: sections 0-5 on the committed H100 runs (no simulator), files written."""
-    if DS.select("h100", "sawtooth") is None:
-        pytest.skip("no committed h100 data")
+    assert DS.select("h100", "sawtooth") is not None          # this repository commits its data
     assert main(["--arch", "h100", "--no-sim", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "5. Sawtooth vs linear" in out
@@ -143,9 +141,7 @@ def test_command_on_committed_data(tmp_path, capsys):
 
 def test_simulator_section_small(tmp_path):
     """Section 7 end to end on the cheapest divergence cases (two S, both orders)."""
-    if DS.select("h100", "divergence") is None:
-        pytest.skip("no committed h100 data")
-    d = DS.select("h100", "divergence")
+    d = DS.select("h100", "divergence")                       # committed: never skipped
     cnt = DS.read_run(d.path)["counters.csv"]
     arch = get_arch("h100")
     cases = simulator.run_cases(d.path, cnt, arch, "divergence")
@@ -302,9 +298,8 @@ def test_spill_artifact():
 def test_new_sections_on_committed_data(tmp_path, capsys):
     """Smoke on the committed H100 data: the repeats are read run by run (never pooled), the spill
     artifact is no dataset, and every new section is printed and written."""
-    if len(DS.repeated_runs("h100", "sawtooth")) < 2:
-        pytest.skip("no committed h100 repeats")
-    assert all(d.path.name not in DS.ARTIFACT_DIRS for d in DS.discover("h100"))
+    assert len(DS.repeated_runs("h100", "sawtooth")) >= 2     # committed: never skipped
+    assert all("spill" not in d.path.name for d in DS.discover("h100"))
     runs = labelled_repeats("h100", "sawtooth")
     rep = sawtooth.sawtooth_repeats(runs)
     s5 = {r["config"]: r for r in sawtooth.sawtooth_vs_linear(runs[0][1], runs[0][2])}
@@ -325,7 +320,7 @@ def test_new_sections_on_committed_data(tmp_path, capsys):
     for name in ("s5_repeats", "s6_drift", "s8_longseq_best", "s8_longseq_counters",
                  "s9_dram_bound", "s9_spill_artifact"):
         assert (tmp_path / "h100" / f"{name}.csv").stat().st_size > 10
-    rows = read_csv(data_path(DS.select("h100", "drift").path, "drift.csv"))
+    rows = DS.csv_rows(DS.stored(DS.select("h100", "drift").path, "drift.csv"))
     table = drift.drift_table(rows, 50 * 2**20)
     assert len(table) == sum(r["metric"] == Metric.STEP_NS for r in rows)
     assert all(d["spread_max"] >= d["spread_after_one_item"] for d in table)
@@ -333,15 +328,14 @@ def test_new_sections_on_committed_data(tmp_path, capsys):
 
 def test_other_arch_without_new_data(capsys):
     """h200 has no repeats, drift or longseq runs: the new sections print "(no data)"."""
-    if DS.select("h200", "sawtooth") is None:
-        pytest.skip("no committed h200 data")
+    assert DS.select("h200", "sawtooth") is not None          # committed: never skipped
     assert main(["--arch", "h200", "--no-sim"]) == 0
     assert "5c. Sawtooth vs linear across repeated runs" in capsys.readouterr().out
 
 
 def test_section_7d_reads_the_committed_validations_and_names_the_holdout():
     from analysis.findings.validation import simcheck_summaries
-    rows = simcheck_summaries(DS.ROOT, "h100")
+    rows = simcheck_summaries("h100")
     got = {(r["validation"], r["study"], r["sample"]): r for r in rows}
     hold = got[("simcheck-h100-holdout-20261124", "all", "out")]
     assert (hold["stable"], hold["rel_rms_pct"], hold["unstable"]) == (19, 25.6, 5)

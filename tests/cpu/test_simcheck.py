@@ -72,9 +72,14 @@ def test_measured_maps_are_the_distinct_maps_under_the_arch(tmp_path):
     assert a in maps and b in maps
     assert measured_map(a)[8] == measured_map(b)[8] and measured_map(a)[132] != measured_map(b)[132]
     assert len({tuple(sorted(measured_map(m).items())) for m in maps}) == len(maps)
-    shutil.copytree(a, tmp_path / "h100" / "x" / "smmap-1")
-    shutil.copytree(a, tmp_path / "h100" / "smmap-2")
-    assert measured_maps("h100", tmp_path) == [str(tmp_path / "h100" / "smmap-2")]
+    from analysis.data import catalogue, registry
+    prof = tmp_path / "profiles"
+    shutil.copytree(a, prof / "h100" / "x" / "smmap-1")
+    shutil.copytree(a, prof / "h100" / "smmap-2")
+    with registry.use_root(tmp_path):          # a store of two copies of one map
+        registry.write([catalogue.entry_fields("h100/x", "measured"),
+                        catalogue.entry_fields("h100/smmap-2", "instrument", True)])
+        assert measured_maps("h100") == [str(prof / "h100" / "smmap-2")]
 
 
 def test_unstable_ranges_span_seeds_and_maps(monkeypatch):
