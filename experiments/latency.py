@@ -1,6 +1,6 @@
 """Load-to-use latency of an L2 hit and of an L2 miss served by DRAM: a pointer chase.
 
-Why it matters. ``analysis.timemodel`` says an L2 miss costs time only when the K/V pipeline does
+Why it matters. ``analysis.models.timemodel`` says an L2 miss costs time only when the K/V pipeline does
 not hide it: a step lasts ``t_c + max(0, L(f) - (stages - 1) * t_c)`` with
 ``L(f) = L_hit + f * (L_dram - L_hit)``. Whether sawtooth's fewer misses (a smaller ``f``) can
 save time therefore hangs on ``L_hit`` and ``L_dram`` against the compute a tile has ahead of it.

@@ -10,7 +10,7 @@ For every problem of a plan (cases sharing a problem share inputs and the fp32 r
    launch alternating, cold L2 (``experiments.timing``); every sample becomes a row;
 3. the passing cases are profiled in one ncu session (``profiles``): each launched once inside an
    NVTX range named by its case id; the report is converted to rows by metric name, and
-   non-compulsory misses are derived from the exact cold-miss count of ``analysis.models``.
+   non-compulsory misses are derived from the exact cold-miss count of ``analysis.models.traffic``.
 """
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.models import cold_misses
-from analysis.drift import drift, sample_steps, step_time_by_gap
+from analysis.models.traffic import cold_misses
+from analysis.launch.drift import drift, sample_steps, step_time_by_gap
 from spec import Arch, Backend, TileGrid
 from spec.case import Case, case_to_dict
 from spec.records import UNITS, Metric, Row, Source, case_fields
@@ -189,7 +189,7 @@ def drift_rows(case: Case, time_ns, arch: Arch, *, run: str, study: str, points:
     median step time (``median_step_ns``, with ``note``), the spread of step start times
     over the CTAs at ``points`` sampled steps (``cta_start_spread_ns``, x = step), the mean step
     duration by distance behind the leading CTA (``step_ns_by_gap``, x = the bin's lower edge
-    in steps, ``analysis.drift.step_time_by_gap``; the note counts its steps); and a summary
+    in steps, ``analysis.launch.drift.step_time_by_gap``; the note counts its steps); and a summary
     line: the spread after one work item and at most, in steps and in MiB of K/V."""
     problem, variant = case.problem, case.variant
     d = drift(time_ns, every)

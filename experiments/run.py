@@ -261,7 +261,7 @@ def calibrate(model: str = "lockstep") -> Calibration:
     if model == "lockstep":
         runs = [simulate_case(c, arch, arch.l2_bytes) for c in cases]
         return Calibration(runs[1].accesses, min(r.seconds for r in runs[1:]), 1)
-    from analysis import timesim
+    from analysis.cache import timesim
     tp = model_params(arch).time_params(arch)
     secs = []
     for c in cases:

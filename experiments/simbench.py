@@ -1,4 +1,4 @@
-"""Benchmark of the timed L2 simulator (``analysis.timesim``): speed, memory, SHARDS error, and
+"""Benchmark of the timed L2 simulator (``analysis.cache.timesim``): speed, memory, SHARDS error, and
 the GB10 predictions made with the default (unfitted) parameters.
 
     python -m experiments.simbench [--out profiles/cpu/simbench-YYYYMMDD] [--sections ABCDEFGH]
@@ -8,7 +8,7 @@ Sections (one CSV row per case and mode, plus ``manifest.json``):
 
 A. ``sawtooth --arch gb10``, exact, timing model on: seconds per variant (the issue's bar: the
    cuTile variants <= 10 s each, the whole study <= 60 s, peak memory < 3 GiB).
-B. the same cases with SHARDS sampling at the size rule (``analysis.timesim.shards_rate``) and
+B. the same cases with SHARDS sampling at the size rule (``analysis.cache.timesim.shards_rate``) and
    the error of its miss count against A; C. the same for H100 cases (the CUDA batch cases and cuTile Static causal).
 D. ``sawtooth --arch b200`` and ``--arch b300`` sampled at the size rule (bar: <= 5 min each);
    every row states its rate and the largest error measured in B and C.
@@ -19,7 +19,7 @@ F. SHARDS rate sweep (``RATES``) on the GB10 cuTile causal cases, where B's erro
    also runs without jitter at the lowest rate, exact and sampled: the clocks are then the same
    (equal makespans), so the error left is the spatial sample's own.
 E. GB10 predictions of the sawtooth study: the exact run of A at the default parameters, and
-   the range over the uncertainty corners (``analysis.calibrate.default_params``) and jitter
+   the range over the uncertainty corners (``analysis.calibration.params.default_params``) and jitter
    seeds 0..2 (exact), written to ``gb10_predictions.csv``; every GB10 case with the resident
    CTAs of its sm_121 build (``experiments.simulate.resident_of_build``), and where that is not
    the study's request, the count at the request beside it.
@@ -47,8 +47,8 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from analysis import calibrate as cal
-from analysis.timesim import SHARDS_TARGET, TimeParams, counts_to_rows, shards_rate, simulate
+from analysis import calibration as cal
+from analysis.cache.timesim import SHARDS_TARGET, TimeParams, counts_to_rows, shards_rate, simulate
 from experiments import rundir
 from experiments.simulate import resident_of_build
 from experiments.studies import sawtooth_plan

@@ -3,13 +3,13 @@
 Every row it writes says ``source=simulated`` and names what it assumed; nothing here touches a
 GPU. Two models (``--model`` of the main command):
 
-- ``timed`` (the default): ``analysis.timesim``, each resident CTA on its own clock, the arch's
+- ``timed`` (the default): ``analysis.cache.timesim``, each resident CTA on its own clock, the arch's
   L2 partitions, with the arch's committed parameters (``analysis/params/<arch>.json``, fitted on
   one measured study) or, for an arch without measurements (gb10, b200, b300), the defaults
-  derived from the measured ones (``analysis.calibrate.default_params``). Large cases are
+  derived from the measured ones (``analysis.calibration.calibration.default_params``). Large cases are
   sampled (SHARDS size rule) and their rows state the sampling error measured against the exact
   simulator.
-- ``lockstep``: ``analysis.l2sim``, a fully associative LRU over whole tiles fed by the lock-step
+- ``lockstep``: ``analysis.cache.l2sim``, a fully associative LRU over whole tiles fed by the lock-step
   wavefront of ``spec.trace`` (the timed model's limit with miss time = hit time and no jitter).
 
 Resident CTAs of a cuTile grid launch are what its build gets: the cubin exported for the arch,
@@ -26,7 +26,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from analysis import calibrate, l2sim, reuse, timesim
+from analysis import calibration
+
+from analysis.cache import l2sim
+
+from analysis.cache import reuse
+
+from analysis.cache import timesim
 from analysis.data import read_manifest
 from spec import Arch, Backend, TileGrid, build_trace, get_arch, known_archs
 from spec.records import UNITS, Metric, Row, Source, case_fields
@@ -93,13 +99,13 @@ def reuse_rows(case: Case, arch: Arch, capacity_bytes: int, *, run: str, study: 
     return rows
 
 
-def model_params(arch: Arch) -> calibrate.ArchParams:
+def model_params(arch: Arch) -> calibration.ArchParams:
     """The timed model's parameters for ``arch``: its committed file, else the defaults derived
-    from the measured arches (``calibrate.default_params``)."""
+    from the measured arches (``calibration.default_params``)."""
     try:
-        return calibrate.read_params(arch.name)
+        return calibration.read_params(arch.name)
     except FileNotFoundError:
-        return calibrate.default_params(arch)[0]
+        return calibration.default_params(arch)[0]
 
 
 def resident_of_build(case: Case, arch: Arch) -> tuple[Case, str]:
@@ -130,7 +136,7 @@ def _shards_error_pct() -> float:
     return float(read_manifest(SHARDS_RUN)["max_shards_err_pct"])
 
 
-def timed_rows(case: Case, arch: Arch, params: calibrate.ArchParams,
+def timed_rows(case: Case, arch: Arch, params: calibration.ArchParams,
                capacity_bytes: int | None = None, *, run: str, study: str,
                seed: int = 0) -> list[Row]:
     """The timed simulator's rows for one case (its build's resident CTAs, the arch's

@@ -23,7 +23,7 @@ import json
 import sys
 from pathlib import Path
 
-from analysis import placement as placement_mod
+from analysis.launch import placement as placement_mod
 from spec.case import case_from_dict
 from spec.problem import TileGrid
 
@@ -36,7 +36,7 @@ class TraceError(ValueError):
 
 
 def save_trace(tr: dict, case, path: Path) -> None:
-    """One launch's trace, compact (``analysis.placement.compact``: per CTA its SM, start and
+    """One launch's trace, compact (``analysis.launch.placement.compact``: per CTA its SM, start and
     end, and the start of 64 sampled steps plus the first step of the second work item)."""
     import numpy as np
     if tr.get("smid") is None:

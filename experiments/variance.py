@@ -29,7 +29,7 @@ profiled on its own):
                    the last pass's). The read-only misses are the figure compared: the trace
                    build's own stamps are stores. Per launch the trace records where each CTA ran
                    (``%smid``) and when it started, stepped and ended (``%globaltimer``);
-                   ``DIR/placement/<case>.npz`` keeps that compactly (``analysis.placement``), and
+                   ``DIR/placement/<case>.npz`` keeps that compactly (``analysis.launch.placement``), and
                    ``DIR/placement.csv`` holds per launch the placement and drift statistics
                    (SMs used, most CTAs on one SM, SMs shared, SM-id pairs, start spread, drift
                    after one work item, span, ...) and per statistic its Spearman correlation with
@@ -66,7 +66,7 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from analysis import placement as placement_mod
+from analysis.launch import placement as placement_mod
 from profiles import metrics as metric_sets
 from profiles import ncu as ncu_mod
 from profiles.counters import Observation, rows as observation_rows
@@ -231,7 +231,7 @@ def placement_rows(cond: Condition, cases, observations: list[Observation], work
     """Gather the per-launch traces of a trace condition into ``work/placement/<case>.npz`` (the
     launches stacked, with their ``launch`` = repeat index and ``case`` id), and return the rows
     of ``placement.csv`` and the table printed last: per launch the misses and the placement
-    statistics (``analysis.placement``), per case the Spearman correlations with
+    statistics (``analysis.launch.placement``), per case the Spearman correlations with
     ``PLACEMENT_MISSES``. A launch without a trace (the target failed) or without counters is
     left out of the correlations and shown as such."""
     import numpy as np
@@ -274,7 +274,7 @@ def placement_rows(cond: Condition, cases, observations: list[Observation], work
                      f"multipass={o.passes}" if o.passes and o.passes > 1 else "")
             for name, value in vars(st).items():
                 rows.append(row(case, name, float(value), placement_mod.UNITS[name], sample=r,
-                                flags=flags, note="analysis.placement of the trace build"))
+                                flags=flags, note="analysis.launch.placement of the trace build"))
             g = 1e9
             lines.append(
                 f"{r:>6} {v.get(PLACEMENT_MISSES, float('nan')) / g:>10.4f} "

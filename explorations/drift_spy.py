@@ -1,6 +1,6 @@
 """How far apart do the CTAs of a persistent launch drift, in a kernel that has no timer? (H100)
 
-The timed simulator (``analysis.timesim``) takes the CTAs' drift from the CUDA build's trace
+The timed simulator (``analysis.cache.timesim``) takes the CTAs' drift from the CUDA build's trace
 (``%globaltimer`` stamps): the odd SM of a busy pair falls behind at 4.75e-4 per step, CTAs
 otherwise keep pace. It then keeps the cuTile Static non-causal launch in one convoy and
 predicts 17-30x fewer misses than the H100 counts (REPORT.md 7d); concurrent requests for one
@@ -21,9 +21,9 @@ so a persistent launch of one CTA per SM lands as it does alone; kernel time bes
 within 7% of alone on the H100.
 
 ``measure`` (GPU) writes per launch the spread of the CTAs' speeds and positions (in K/V steps)
-and each CTA's speed (``analysis.drift.Completions``): the quantities the simulator's drift terms
+and each CTA's speed (``analysis.launch.drift.Completions``): the quantities the simulator's drift terms
 stand for. ``predict`` (CPU) runs the timed simulator with the committed drift term and with the
-measured speeds (``analysis.timesim.TimeParams.speeds``). From the repository root:
+measured speeds (``analysis.cache.timesim.TimeParams.speeds``). From the repository root:
 
     python -m explorations.drift_spy measure --seq 229376 --launches 5 --out DIR
     python -m explorations.drift_spy predict --spy DIR --seq 294912 [--measured PROFILES_ROOT]
@@ -141,7 +141,7 @@ def measure(args) -> int:
 
     import torch
 
-    from analysis.drift import Completions
+    from analysis.launch.drift import Completions
     from experiments.correctness import check, poisoned_like, random_inputs, reference
     from experiments.families import family
     from experiments.studies import at_length, sawtooth_plan
@@ -248,9 +248,9 @@ def predict(args) -> int:
     measured median and the errors."""
     from dataclasses import replace
 
-    from analysis import calibrate as cal
-    from analysis.drift import step_factors
-    from analysis.timesim import simulate_case
+    from analysis import calibration as cal
+    from analysis.launch.drift import step_factors
+    from analysis.cache.timesim import simulate_case
     from experiments.studies import at_length, sawtooth_plan
     from spec import get_arch
 

@@ -3,7 +3,7 @@
 ``python -m explorations.srrip_prediction PREDICTION_DIR OUT.csv`` reads the tex-miss rows of a
 main-command prediction (``experiments.run <study> --mode simulate``: the committed model, LRU),
 rebuilds each case (the same problem, variant and resident CTAs), simulates it with the same
-parameters but ``replacement="srrip"`` (SHARDS at the size rule, as ``analysis.simcheck``) and
+parameters but ``replacement="srrip"`` (SHARDS at the size rule, as ``analysis.calibration.simcheck``) and
 writes ``case,lru,srrip`` (sectors, simulated). Why: a second policy has to be predicted, like
 the first, before the holdout that compares them is measured
 (``profiles/h100/holdout-20261125j``); ``simcheck validate --replacement srrip`` scores it after.
@@ -14,8 +14,8 @@ import csv
 import sys
 from pathlib import Path
 
-import analysis.calibrate as cal
-from analysis.simcheck import predict
+from analysis import calibration as cal
+from analysis.calibration.simcheck import predict
 from spec.arch import get as get_arch
 from analysis.data import csv_rows, stored
 

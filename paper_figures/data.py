@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 from analysis.data import RUN_DIR, DatasetError, read_manifest, run_of
-from analysis.rows import median
+from analysis.data.rows import median
 
 
 

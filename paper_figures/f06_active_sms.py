@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 
-from analysis.rows import persistent_ctas
+from analysis.data.rows import persistent_ctas
 from spec.records import Metric
 
 from . import lines

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.rows import persistent_ctas
+from analysis.data.rows import persistent_ctas
 from spec.records import Metric
 
 from . import lines

@@ -8,7 +8,7 @@ runs of ``python -m experiments.run misscost --arch h100`` (profiles/h100/missco
 per case, order and streamer level), measured. The table is ``analysis.findings.misscost``
 (section 10 of the findings): markers at the mean change over the runs, bars the run-to-run
 min..max, x the median of the streamer's own achieved bandwidth; filled markers where the verdict
-rule of section 5c finds a difference, hollow where it does not. Dashed: ``analysis.timemodel``'s
+rule of section 5c finds a difference, hollow where it does not. Dashed: ``analysis.models.timemodel``'s
 prediction from the measured DRAM bytes, the step count, ``t_c`` and the documented (partly
 assumed) latencies: a model line, not a measurement.
 """
@@ -22,7 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from analysis.findings.misscost import misscost_table  # noqa: E402
-from analysis.timemodel import FACTS  # noqa: E402
+from analysis.models.timemodel import FACTS  # noqa: E402
 
 from .data import Skip, manifest, manifest_device, run_name, runs_of  # noqa: E402
 from .style import gpu_name  # noqa: E402
@@ -38,7 +38,7 @@ def load(rows: list[dict]) -> dict:
     arch = next(iter(runs.values()))[0]["arch"]
     facts = FACTS.get(arch)
     if facts is None:
-        raise Skip(f"analysis.timemodel has no memory facts for {arch} (it knows "
+        raise Skip(f"analysis.models.timemodel has no memory facts for {arch} (it knows "
                    f"{', '.join(FACTS)})")
     # a run's rows hold its counters and its timing; misscost_table takes what it needs of each
     table = misscost_table([(run_name(k), rr, rr) for k, rr in runs.items()], facts)

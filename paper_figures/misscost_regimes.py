@@ -22,7 +22,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from analysis.timemodel import GB10  # noqa: E402
+from analysis.models.timemodel import GB10  # noqa: E402
 from spec.variant import DEFAULT_STAGES  # noqa: E402
 
 from . import misscost  # noqa: E402

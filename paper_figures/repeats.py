@@ -24,7 +24,7 @@ import numpy as np  # noqa: E402
 
 from spec.records import Metric  # noqa: E402
 
-from analysis.rows import median  # noqa: E402
+from analysis.data.rows import median  # noqa: E402
 
 from .data import Skip, manifest, manifest_device, run_name, runs_of  # noqa: E402
 from .style import gpu_name, title_suffix  # noqa: E402

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from analysis.rows import persistent_ctas
+from analysis.data.rows import persistent_ctas
 from spec.records import Metric
 
 from . import lines

@@ -1,5 +1,5 @@
 """F3, F4 and T2 share the traffic study's rows: L2 sector accesses vs S against the exact traffic
-model (``analysis.models.sector_accesses``) and the paper's closed form (``8S(1 + S/T)``,
+model (``analysis.models.traffic.sector_accesses``) and the paper's closed form (``8S(1 + S/T)``,
 ``8S(S/(2T) + 1/2)`` per head for fp16, D = 64, 32-byte sectors).
 
 The exact model counts Q and O once per Q tile and K, V once per visited (q, kv) tile pair; the
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.models import Shape, model_error, paper_sector_accesses, sector_accesses
+from analysis.models.traffic import Shape, model_error, paper_sector_accesses, sector_accesses
 from spec.records import Metric
 
 from . import lines

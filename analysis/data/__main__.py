@@ -14,9 +14,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import registry
-from .catalogue import catalogue_text, entry_fields, run_readme
-from .registry import ROLES, DatasetError
+from analysis.data import registry
+from analysis.data.catalogue import catalogue_text, entry_fields, run_readme
+from analysis.data.registry import ROLES, DatasetError
 
 
 def _register(paths: list[Path], role: str, default: bool) -> int:

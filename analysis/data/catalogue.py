@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import re
 
-from . import registry
-from .select import manifest_fields
+from analysis.data import registry
+from analysis.data.select import manifest_fields
 
 _ARCH_IN_NAME = re.compile(r"^(?:simcheck|prediction|scan)-(?P<arch>[a-z0-9]+)-")
 

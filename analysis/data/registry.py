@@ -18,7 +18,7 @@ divergence-20261125``) is pinned by its container's entry. Roles:
 ``measured``    a container of measured study runs read by calibration and validation (holdouts);
 ``instrument``  a hardware measurement the simulator reads (the SM → L2-partition map, latencies,
                 CTA lags); ``default: true`` marks the one of its kind the params files pin;
-``validation``  a committed simulator validation (``python -m analysis.simcheck validate``);
+``validation``  a committed simulator validation (``python -m analysis.calibration validate``);
 ``evidence``    kept for REPORT.md and docs/ (logs, probes, benchmarks, predictions); read by no
                 figure or model.
 

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from . import registry
-from .tables import read_manifest
+from analysis.data import registry
+from analysis.data.tables import read_manifest
 
 ANY = object()
 """A parameter value in ``select(params=...)`` that matches whatever the run used."""

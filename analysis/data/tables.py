@@ -17,8 +17,8 @@ from typing import Iterator, Sequence
 
 from spec.records import data_path, read_csv, read_dicts
 
-from . import registry
-from .registry import DatasetError
+from analysis.data import registry
+from analysis.data.registry import DatasetError
 
 DATA_FILES = ("counters.csv", "timing.csv", "drift.csv")
 """The tidy files a run directory may hold (``spec.records`` schema)."""

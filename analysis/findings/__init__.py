@@ -28,6 +28,6 @@ One module per section, each a pure function of tidy rows (dicts from ``spec.rec
 
 ``report`` puts them together (``compute``) and writes them (``markdown``, ``write_report``).
 """
-from .report import compute, markdown, write_report
+from analysis.findings.report import compute, markdown, write_report
 
 __all__ = ["compute", "markdown", "write_report"]

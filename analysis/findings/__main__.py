@@ -10,9 +10,11 @@ from pathlib import Path
 from spec import get_arch
 from spec.arch import UnknownArch
 
-from ..data import DatasetError, discover
-from ..data.registry import root
-from .report import compute, markdown, write_report
+from analysis.data import DatasetError
+
+from analysis.data import discover
+from analysis.data.registry import root
+from analysis.findings.report import compute, markdown, write_report
 
 
 def default_cache() -> Path:
@@ -21,7 +23,7 @@ def default_cache() -> Path:
 
 
 def main(argv=None) -> int:
-    from . import __doc__ as doc
+    from analysis.findings import __doc__ as doc
     ap = argparse.ArgumentParser(prog="python -m analysis.findings",
                                  description=doc.splitlines()[0])
     ap.add_argument("--arch", required=True, help="h100 or h200 (committed profiles/<arch>/)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from spec.records import Metric
 
-from ..rows import as_case, hit_rate, persistent_ctas, pivot
+from analysis.data.rows import as_case, hit_rate, persistent_ctas, pivot
 
 
 def hit_vs_active(rows: list[dict], study: str = "") -> list[dict]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from spec.records import Metric
 
-from ..rows import median, pivot
+from analysis.data.rows import median, pivot
 
 
 def consistency(by_study: dict[str, list[dict]]) -> list[dict]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from spec.records import Metric
 
-from ..rows import (as_case, config_label, flops, median, pct_change, pivot, times_by_case,
+from analysis.data.rows import (as_case, config_label, flops, median, pct_change, pivot, times_by_case,
                     twin_key)
 
 DRAM_PEAK_BYTES_PER_S = {

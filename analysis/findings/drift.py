@@ -1,5 +1,5 @@
 """Section 6, CTA drift: how far the persistent CTAs of a trace build drift apart from lock-step
-(the ``drift`` run; ``analysis.drift`` holds the arithmetic of one trace). Per case the median
+(the ``drift`` run; ``analysis.launch.drift`` holds the arithmetic of one trace). Per case the median
 step, the start-time spread over the CTAs in steps after one work item and at most, and that
 maximum as K/V bytes (``spec.TileGrid.kv_step_bytes`` per step) beside the L2 size: a spread of
 more steps than the L2 holds means the CTAs no longer share the tiles they read."""
@@ -10,8 +10,8 @@ import numpy as np
 from spec import TileGrid
 from spec.records import Metric
 
-from ..models import MiB
-from ..rows import as_case, case_key, persistent_ctas, problem_tiles
+from analysis.models.traffic import MiB
+from analysis.data.rows import as_case, case_key, persistent_ctas, problem_tiles
 
 
 def drift_table(rows: list[dict], l2_bytes: int) -> list[dict]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from spec.records import Metric
 
-from ..rows import as_case, persistent_ctas, pivot
+from analysis.data.rows import as_case, persistent_ctas, pivot
 
 
 def l1_passthrough(l1l2_rows: list[dict], sawtooth_rows: list[dict] = ()) -> list[dict]:

@@ -3,7 +3,7 @@ median TFLOPS, the best sawtooth-order and the best linear one, beside cuDNN and
 same run, and whether the two bests differ by more than the sample spread."""
 from __future__ import annotations
 
-from ..rows import as_case, flops, median, pct_change, time_verdict, times_by_case
+from analysis.data.rows import as_case, flops, median, pct_change, time_verdict, times_by_case
 
 
 def _ratio(kt, tf, denom: float) -> float:

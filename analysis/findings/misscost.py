@@ -1,6 +1,6 @@
 """Section 10, where a miss costs time (misscost study): sawtooth vs linear kernel time per K/V
 pipeline depth x DRAM streamer level x S x causal, over independent runs, beside the prediction
-of ``analysis.timemodel``.
+of ``analysis.models.timemodel``.
 
 The study (``experiments.studies.misscost_plan``) runs the CUDA twin persistent on 96 of the H100's
 132 SMs and a DRAM streamer on the other 36 (``experiments.streamer``). Each timed launch of a case
@@ -33,10 +33,10 @@ from spec.records import Metric
 from spec.schedules import CtaSchedule
 from spec.variant import DEFAULT_STAGES, parse_stages
 
-from ..rows import median, pct_change, problem_tiles, time_verdict
-from ..timemodel import (MemoryFacts, bandwidth_edge, critical_steps, dram_fraction, predict,
+from analysis.data.rows import median, pct_change, problem_tiles, time_verdict
+from analysis.models.timemodel import (MemoryFacts, bandwidth_edge, critical_steps, dram_fraction, predict,
                          predicted_change, wave_kv_bytes)
-from .sawtooth import WITHIN, repeat_verdict
+from analysis.findings.sawtooth import WITHIN, repeat_verdict
 
 MIN_AVAILABLE = 0.01
 """Floor of the bandwidth left to the attention kernel, as a fraction of the DRAM peak."""

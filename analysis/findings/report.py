@@ -13,20 +13,20 @@ import numpy as np
 from spec import get_arch
 from spec.records import Metric
 
-from ..data import (ANY, Dataset, DatasetError, dataset, new_directory, read_run, registry,
+from analysis.data import (ANY, Dataset, DatasetError, dataset, new_directory, read_run, registry,
                     repeated_runs, repeats_of, select)
-from ..timemodel import FACTS
-from .active import hit_vs_active
-from .consistency import consistency
-from .divergence import divergence_fits, divergence_points
-from .dram import DRAM_PEAK_BYTES_PER_S, dram_bound, spill_artifact
-from .drift import drift_table
-from .l1 import l1_passthrough
-from .longseq import longseq_best
-from .misscost import misscost_table
-from .sawtooth import peers, sawtooth_repeats, sawtooth_vs_linear
-from .traffic import traffic_model_error
-from .validation import simcheck_summaries
+from analysis.models.timemodel import FACTS
+from analysis.findings.active import hit_vs_active
+from analysis.findings.consistency import consistency
+from analysis.findings.divergence import divergence_fits, divergence_points
+from analysis.findings.dram import DRAM_PEAK_BYTES_PER_S, dram_bound, spill_artifact
+from analysis.findings.drift import drift_table
+from analysis.findings.l1 import l1_passthrough
+from analysis.findings.longseq import longseq_best
+from analysis.findings.misscost import misscost_table
+from analysis.findings.sawtooth import peers, sawtooth_repeats, sawtooth_vs_linear
+from analysis.findings.traffic import traffic_model_error
+from analysis.findings.validation import simcheck_summaries
 
 SPILL_ARTIFACT = "longseq-forloop-spill-20261121"
 """The registered evidence whose ``profile`` run is the for-loop build that spilled (9b only)."""
@@ -134,7 +134,8 @@ def compute(arch: str, *, sim: bool = True, cache_dir: Path | None = None,
                        f"({name['drift'] if chosen['drift'] else 'no drift run'}; sampled steps)",
                        drift_table(R.tables(chosen["drift"]).get("drift.csv", []), a.l2_bytes))
     if sim:
-        from .simulator import measured_cases, run_cases, sim_order_changes, simulator_vs_measured
+        from analysis.findings.simulator import (measured_cases, run_cases, sim_order_changes,
+                                                 simulator_vs_measured)
         log("section 7: simulating the measured sawtooth and divergence cases ...")
         sims = []
         for study in ("sawtooth", "divergence"):
@@ -152,7 +153,7 @@ def compute(arch: str, *, sim: bool = True, cache_dir: Path | None = None,
                                   sim_order_changes(rows))
     out["s7_timed_validation"] = (
         "7d. Timed two-partition simulator vs measured misses, in sample (the fit study) and out "
-        "of sample, per committed validation (python -m analysis.simcheck validate; relative RMS "
+        "of sample, per committed validation (python -m analysis.calibration validate; relative RMS "
         "over the cases whose launches agree within 15%; simulated vs measured)",
         simcheck_summaries(arch))
     out["s8_longseq_best"] = (f"8. Best configuration at long S (longseq study"
@@ -185,7 +186,7 @@ def compute(arch: str, *, sim: bool = True, cache_dir: Path | None = None,
         f"10. Where a miss costs time: sawtooth vs linear time per K/V pipeline depth and DRAM "
         f"streamer level (misscost study, "
         f"{', '.join(f'r{i} = {d.label}' for i, d in enumerate(mc_runs, 1)) or 'no run'}); "
-        f"verdict: the rule of 5c over the runs; predicted_pct: analysis.timemodel "
+        f"verdict: the rule of 5c over the runs; predicted_pct: analysis.models.timemodel "
         f"({facts.source if facts else 'no memory facts for ' + arch})",
         misscost_table([(f"r{i}", *R.rows(d)) for i, d in enumerate(mc_runs, 1)], facts)
         if mc_runs and facts else [])

@@ -12,7 +12,7 @@ import numpy as np
 
 from spec.records import Metric
 
-from ..rows import (CASE_KEYS, as_case, case_key, config_label, flops, median, pct_change, pivot,
+from analysis.data.rows import (CASE_KEYS, as_case, case_key, config_label, flops, median, pct_change, pivot,
                     time_verdict)
 
 

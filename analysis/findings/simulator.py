@@ -1,5 +1,5 @@
 """Section 7, simulator vs measured: the LRU stack-distance simulator (``spec.build_trace`` +
-``analysis.reuse``) on the cases a committed run measured, one effective capacity fitted by least
+``analysis.cache.reuse``) on the cases a committed run measured, one effective capacity fitted by least
 squares (relative errors) over the non-causal CUDA cases, and the per-case error.
 
 Rows in, rows out. ``run_cases`` rebuilds the cases of a run from what the run carries (its
@@ -33,11 +33,11 @@ import numpy as np
 from spec import Arch, Backend, Case, TileGrid, build_trace, case_from_dict
 from spec.records import Metric
 
-from .. import reuse
-from ..calibrate import case_key, case_of_row, measured_ctas_per_sm
-from ..data import DatasetError, read_manifest
-from ..models import MiB, cold_misses
-from ..rows import pct_change, pivot
+from analysis.cache import reuse
+from analysis.calibration.measured import case_key, case_of_row, measured_ctas_per_sm
+from analysis.data import DatasetError, read_manifest
+from analysis.models.traffic import MiB, cold_misses
+from analysis.data.rows import pct_change, pivot
 
 
 # --------------------------------------------------------------------------------------------
@@ -46,7 +46,7 @@ from ..rows import pct_change, pivot
 def run_cases(run_dir: Path, rows: Sequence[dict], arch: Arch, study: str) -> list[Case]:
     """The cases of a run in plan order: ``profile_plan.json`` where the run has one, else rebuilt
     from its rows (``case_of_row``), with the resident CTAs of the builds the run measured
-    (``analysis.calibrate.measured_ctas_per_sm``) in place of the plan's request; ordered as the
+    (``analysis.calibration.measured.measured_ctas_per_sm``) in place of the plan's request; ordered as the
     manifest's ``parameters.cases`` lists them (first appearance in the rows when the manifest
     has no list)."""
     plan = Path(run_dir) / "profile_plan.json"

@@ -1,4 +1,4 @@
-"""Section 2, sector-access model error: the exact model (``analysis.models.sector_accesses``:
+"""Section 2, sector-access model error: the exact model (``analysis.models.traffic.sector_accesses``:
 Q and O once per Q tile, K and V once per visited (q, kv) pair) against the L1 sectors, the
 ``lts__t_sectors`` and the ``srcunit_tex`` sectors of the traffic study, as MAPE, the largest
 error and the measured/model ratio (below 1 where the L2 merges the requests of CTAs in
@@ -9,8 +9,8 @@ import numpy as np
 
 from spec.records import Metric
 
-from ..models import model_error, sector_accesses
-from ..rows import as_case, pivot, problem_tiles
+from analysis.models.traffic import model_error, sector_accesses
+from analysis.data.rows import as_case, pivot, problem_tiles
 
 
 def traffic_model_error(traffic_rows: list[dict]) -> list[dict]:

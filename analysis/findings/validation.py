@@ -1,6 +1,6 @@
 """Section 7d: the timed simulator's validations, in sample and out of sample, as committed.
 
-``python -m analysis.simcheck validate`` fits nothing and writes ``summary.csv`` (relative RMS
+``python -m analysis.calibration validate`` fits nothing and writes ``summary.csv`` (relative RMS
 error of the predicted misses per study and sample, over the cases whose launches agree within
 15%) into ``profiles/cpu/simcheck-<arch>-<stamp>/``. Re-simulating them takes minutes per arch, so
 this section reads the committed summaries, one row per (validation, study, sample), and names
@@ -9,7 +9,11 @@ frozen) is the clean out-of-sample figure; the others were seen while the model 
 Every number is simulated against measured."""
 from __future__ import annotations
 
-from ..data import csv_rows, registry, stored
+from analysis.data import csv_rows
+
+from analysis.data import registry
+
+from analysis.data import stored
 
 
 def simcheck_summaries(arch: str) -> list[dict]:

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from analysis import calibrate as cal
-from analysis.merge import merged_sector_accesses
-from analysis.models import sector_accesses
-from analysis.timesim import TimeParams
+from analysis import calibration as cal
+from analysis.cache.merge import merged_sector_accesses
+from analysis.models.traffic import sector_accesses
+from analysis.cache.timesim import TimeParams
 from spec import Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant, get_arch
 from spec.schedules import ScheduleKind
 from spec.case import Case
@@ -92,7 +92,7 @@ def test_miss_ratio_from_timing_is_the_exposed_latency_ratio(tmp_path: Path):
     # shortest, 1000 ns. Depth 2 hides both loads behind 1000 ns of compute: r = 1. Depth 1
     # exposes them in full: r = (1000 + 400) / (1000 + 100) = 14/11. Steps of 250 ns at depth
     # 2: a hit (100 ns) is hidden, a DRAM fill shows 400 - 250 = 150 ns: r = 400 / 250 = 1.6.
-    from analysis.timemodel import MemoryFacts
+    from analysis.models.timemodel import MemoryFacts
     from spec.records import Metric, Row, case_fields, write_csv
     facts = MemoryFacts("t", 1, 1e12, 100e-9, 400e-9, "test")
     var = Variant(Backend.CUDA, ScanOrder.linear(), CtaSchedule.persistent(132), Tiles(80, 80))
@@ -114,8 +114,8 @@ def test_miss_ratio_from_timing_is_the_exposed_latency_ratio(tmp_path: Path):
 def test_h100_miss_ratio_is_derived_not_fitted():
     # The committed drift step (>= 1.29 us) hides the measured DRAM latency (349 ns) at the
     # default depth: r = 1 is fixed before the fit, which searches the capacity fraction only.
-    from analysis import simcheck
-    fixed, why = simcheck._fixed(get_arch("h100"), Path("profiles/h100"))
+    from analysis.calibration import fitting, simcheck
+    fixed, why = fitting._fixed(get_arch("h100"), Path("profiles/h100"))
     assert fixed["miss_ratio"] == 1.0 and "t_c 1.29 us" in why
     assert list(simcheck.FIT_GRID) == ["capacity_fraction"]
 
@@ -229,7 +229,7 @@ def test_load_measured_selects_runs_by_gpu_and_pools_them_across_gpus(tmp_path: 
     ``device`` keeps one chip's runs, no ``device`` pools every chip's launches (the spread
     across chips). On chip 800ee51b the first 2 CTAs miss 1.5x what they miss on 5c0fead6 (a
     launch whose first CTAs straddle the two L2 partitions), which only the pooled view shows."""
-    from analysis import simcheck
+    from analysis.calibration.__main__ import main as calibration_main
     root = Path("profiles/h100/holdout-20261125f")
     h100 = get_arch("h100")
     assert cal.run_device(root / "active-sms-20261125") == "800ee51b-46c3-11ad-e866-167bf58b32d3"
@@ -246,6 +246,6 @@ def test_load_measured_selects_runs_by_gpu_and_pools_them_across_gpus(tmp_path: 
     assert a.spread < 0.15 and b.spread < 0.15 and pooled.spread > 0.15
     assert cal.load_measured(root, h100, "active-sms", device="ffffffff") == []
     out = tmp_path / "v"
-    assert simcheck.main(["validate", "--arch", "h100", "--root", str(root), "--studies",
+    assert calibration_main(["validate", "--arch", "h100", "--root", str(root), "--studies",
                           "active-sms", "--device", "ffffffff", "--out", str(out)]) == 2
     assert not out.exists()

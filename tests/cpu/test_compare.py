@@ -1,4 +1,4 @@
-"""analysis.compare: classes by hand, placement from a manifest, the CLI on committed runs and on
+"""analysis.launch.compare: classes by hand, placement from a manifest, the CLI on committed runs and on
 bad input."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.compare import classify, compare, main, placement, summary
+from analysis.launch.compare import classify, compare, main, placement, summary
 from spec.records import Metric
 
 ROOT = Path(__file__).resolve().parents[2]

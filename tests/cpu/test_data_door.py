@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis import calibrate as cal
+from analysis import calibration as cal
 from analysis.data import DatasetError, catalogue, registry
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -82,7 +82,7 @@ def test_only_the_door_opens_files_under_profiles(monkeypatch):
     """Run every reader of committed data (findings, figures' selection and reading, the params
     files with their pins, the SM maps, the sampled simulator's error, the validations) and
     check that each file under profiles/ was opened from inside analysis/data."""
-    from analysis import smmap
+    from analysis.cache import smmap
     from analysis.data import default_runs, load_rows
     from analysis.findings.report import compute
     from experiments.simulate import _shards_error_pct as shards_error_pct
@@ -114,7 +114,7 @@ def copied_tree(tmp_path):
 
 
 def _observables():
-    from analysis import smmap
+    from analysis.cache import smmap
     from analysis.data import default_runs
     from analysis.findings.report import compute, markdown
     from spec import get_arch
@@ -132,7 +132,7 @@ def _observables():
 def test_a_copied_run_directory_changes_nothing_until_registered(copied_tree):
     """Copy every kind of committed run to a newer name: the figures' runs, the findings, the
     simulator parameters (hence the GB10 rows of the main command) stay the same."""
-    from analysis import smmap
+    from analysis.cache import smmap
     with registry.use_root(copied_tree):
         smmap._launches.cache_clear()
         before = _observables()
@@ -166,7 +166,7 @@ def test_a_pinned_input_that_is_missing_exits_2_in_one_line(copied_tree):
     env = os.environ | {"PYTHONPATH": str(ROOT)}
     shutil.rmtree(copied_tree / "profiles" / "h100" / "drift-sm-20261125b")
     code = ("import sys; from analysis.data import registry, DatasetError;"
-            "from analysis import calibrate as cal\n"
+            "from analysis import calibration as cal\n"
             f"with registry.use_root({str(copied_tree)!r}):\n"
             "    try: cal.read_params('h100')\n"
             "    except DatasetError as e: print(e, file=sys.stderr); sys.exit(2)")

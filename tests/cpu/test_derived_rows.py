@@ -2,7 +2,7 @@
 of one variant id: matching on the id alone once paired every S with the first S's misses)."""
 from __future__ import annotations
 
-from analysis.models import cold_misses
+from analysis.models.traffic import cold_misses
 from experiments.measure import derived_miss_rows
 from experiments.studies import get_study
 from spec import get_arch

@@ -1,4 +1,4 @@
-"""The drift study on the CPU: the spread arithmetic (analysis.drift) on hand-made traces,
+"""The drift study on the CPU: the spread arithmetic (analysis.launch.drift) on hand-made traces,
 sampling, the study's plan, and the rows ``experiments.measure.drift_rows`` writes (the columns and
 metrics of the committed profiles/h100/drift-20261121b/drift.csv)."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis import drift as dr
+from analysis.launch import drift as dr
 from experiments.measure import drift_rows
 from experiments.studies import DRIFT_FEW_CTAS, get_study, scaled_seq
 from spec import Backend, Case, CtaSchedule, Problem, ScanOrder, TileGrid, Tiles, Variant

@@ -11,8 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis import (L2Counts, Shape, cold_misses, counts_to_rows, simulate, simulate_capacities,
-                      stack_distances, wave_misses)
+from analysis.cache.l2sim import L2Counts, counts_to_rows, simulate, simulate_capacities
+
+from analysis.cache.reuse import stack_distances
+
+from analysis.models.traffic import Shape, cold_misses
+
+from analysis.models.wave import wave_misses
 from spec import (Backend, CtaSchedule, Problem, ScanOrder, TileGrid, Tiles, Variant, WorkOrder,
                   build_trace, get_arch)
 from spec.records import COLUMNS, Metric, Source
@@ -171,7 +176,8 @@ def test_sawtooth_cuts_noncompulsory_misses_when_kv_exceeds_capacity(cap_frac):
 _PIPELINE = r"""
 import json, resource, sys, time
 from spec import CtaSchedule, Problem, ScanOrder, TileGrid, Tiles, build_trace
-from analysis import simulate, stack_distances
+from analysis.cache.l2sim import simulate
+from analysis.cache.reuse import stack_distances
 t0 = time.perf_counter()
 g = TileGrid(Problem(8, 1, 131072, 64), Tiles(64, 64))
 tr = build_trace(g, CtaSchedule.persistent(48), ScanOrder.parse(sys.argv[1]), resident=48)
@@ -189,7 +195,7 @@ print(json.dumps(dict(build=t1 - t0, distances=t2 - t1, simulate=t3 - t2, total=
 def _run_pipeline(order: str) -> dict:
     # warm numba's on-disk cache first so the timing does not include compilation
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    subprocess.run([sys.executable, "-c", "import numpy as np; from analysis import simulate, "
+    subprocess.run([sys.executable, "-c", "import numpy as np; from analysis.cache.l2sim import simulate; from analysis.cache.reuse import "
                     "stack_distances; stack_distances(np.zeros(3, np.int32))"],
                    check=True, cwd=ROOT, env=env)
     out = subprocess.run([sys.executable, "-c", _PIPELINE, order], check=True, cwd=ROOT, env=env,

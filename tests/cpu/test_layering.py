@@ -5,6 +5,10 @@
     paper_figures/                                   spec/ and analysis/ only
     experiments/                                     on top: anything
 
+Inside ``analysis/`` the subpackages form a stack of their own (``ANALYSIS_ORDER``, bottom first):
+the data door, the closed-form models, the cache simulators, the launch diagnostics, the
+calibration, the findings report; a subpackage imports only those below it.
+
 Every ``.py`` file of these packages is parsed with ``ast`` (nothing is imported), so imports inside
 functions ("lazy" imports), under ``if TYPE_CHECKING`` and ``importlib.import_module("...")`` with a
 literal name count the same as top-level ones; relative imports are resolved against the file's
@@ -29,6 +33,10 @@ ALLOWED: dict[str, frozenset[str]] = {
     "experiments": frozenset({"spec", "kernels", "cuda_baseline", "profiles", "analysis",
                               "paper_figures"}),
 }
+
+
+ANALYSIS_ORDER = ("data", "models", "cache", "launch", "calibration", "findings")
+"""analysis/ subpackages, bottom first: each may import only itself and those before it."""
 
 
 @dataclass(frozen=True)
@@ -200,6 +208,27 @@ def check(root: Path, allowed=ALLOWED) -> list[str]:
             + [_cycle_message(c, imports, root) for c in import_cycles(imports, root)])
 
 
+def analysis_violations(imports: list[Import], root: Path) -> list[str]:
+    """Imports that go up or sideways between the subpackages of ``analysis/``."""
+    out = []
+    for imp in imports:
+        a, b = imp.module.split("."), imp.target.split(".")
+        if a[0] != "analysis" or b[0] != "analysis" or len(b) < 2:
+            continue
+        mine = a[1] if len(a) > 1 else None
+        theirs = b[1]
+        if mine not in ANALYSIS_ORDER or theirs not in ANALYSIS_ORDER:
+            out.append(f"{imp.file.relative_to(root)}:{imp.line}: {imp.module} imports "
+                       f"{imp.target}: every module of analysis/ lives in one of "
+                       f"{', '.join(ANALYSIS_ORDER)}")
+            continue
+        if ANALYSIS_ORDER.index(theirs) > ANALYSIS_ORDER.index(mine):
+            may = ", ".join(ANALYSIS_ORDER[:ANALYSIS_ORDER.index(mine) + 1])
+            out.append(f"{imp.file.relative_to(root)}:{imp.line}: {imp.module} imports "
+                       f"{imp.target}: analysis.{mine} may import only analysis.{{{may}}}")
+    return out
+
+
 # -- the repository -------------------------------------------------------------------------------
 
 def test_every_package_is_present():
@@ -210,6 +239,25 @@ def test_every_package_is_present():
 def test_imports_go_down_the_stack_and_never_in_a_circle():
     problems = check(ROOT)
     assert not problems, f"{len(problems)} import(s) break the stack:\n" + "\n".join(problems)
+
+
+def test_analysis_subpackages_form_a_stack():
+    imports = [i for f in source_files(ROOT, ["analysis"])
+               for i in imports_of(ROOT, f, {"analysis"})]
+    top = [f for f in (ROOT / "analysis").glob("*.py") if f.name != "__init__.py"]
+    assert not top, f"modules outside the subpackages: {[f.name for f in top]}"
+    problems = analysis_violations(imports, ROOT)
+    assert not problems, "\n".join(problems)
+
+
+def test_the_analysis_rule_catches_an_upward_import(tmp_path):
+    root = _tree(tmp_path, {"analysis/data/__init__.py": "",
+                            "analysis/data/x.py": "from analysis.cache.sim import run\n",
+                            "analysis/cache/__init__.py": "", "analysis/cache/sim.py": ""})
+    imports = [i for f in source_files(root, ["analysis"])
+               for i in imports_of(root, f, {"analysis"})]
+    (msg,) = analysis_violations(imports, root)
+    assert msg.startswith("analysis/data/x.py:1: analysis.data.x imports analysis.cache.sim")
 
 
 # -- the checker itself, on a synthetic tree ------------------------------------------------------
@@ -231,7 +279,7 @@ def test_checker_passes_a_clean_tree(tmp_path):
         "kernels/backend.py": "from spec.problem import X\nfrom . import fmha\nimport torch\n",
         "kernels/fmha.py": "import spec\n",
         "analysis/models.py": "from spec import problem\n",
-        "paper_figures/f1.py": "from analysis.models import fit\nfrom spec import Problem\n",
+        "paper_figures/f1.py": "from analysis.models.traffic import fit\nfrom spec import Problem\n",
         "experiments/run.py": "def f():\n    import kernels.backend, paper_figures.f1, profiles\n",
     })
     assert check(root) == []

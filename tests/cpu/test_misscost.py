@@ -101,7 +101,7 @@ def _mc_run(scale: float = 1.0):
 
 def test_misscost_table_by_hand():
     from analysis.findings.misscost import misscost_table, stages_of
-    from analysis.timemodel import MemoryFacts
+    from analysis.models.timemodel import MemoryFacts
     FACTS = MemoryFacts("h100", 132, 3.35e12, 0.15e-6, 0.50e-6, "hand-made")
     assert [stages_of(v) for v in ("cuda.linear.static96.m80n80d64.st1",
                                    "cuda.linear.static96.m80n80d64")] == [1, 2]

@@ -1,5 +1,5 @@
 """CPU checks of the CTA placement records: the CUDA trace build's per-CTA buffer layout
-(cuda_baseline.backend.unpack_trace) and the placement / drift statistics of analysis.placement
+(cuda_baseline.backend.unpack_trace) and the placement / drift statistics of analysis.launch.placement
 on hand-made launches."""
 from __future__ import annotations
 
@@ -46,10 +46,10 @@ def test_unpack_trace_refuses_buffers_of_another_shape():
         unpack_trace(visits[:-1], times, 3, 5)
 
 
-# -- analysis.placement ------------------------------------------------------------------------
+# -- analysis.launch.placement ------------------------------------------------------------------------
 
-from analysis.drift import drift                                       # noqa: E402
-from analysis.placement import (STATISTICS, UNITS, Placement, compact, correlations,  # noqa: E402
+from analysis.launch.drift import drift                                       # noqa: E402
+from analysis.launch.placement import (STATISTICS, UNITS, Placement, compact, correlations,  # noqa: E402
                                 from_arrays, placement, spearman, step_spread_ns, to_arrays)
 
 BASE = 1_800_000_000_000_000_000   # an epoch-size %globaltimer stamp (float64 resolves 256 ns)
@@ -289,7 +289,7 @@ def test_placement_takes_cuda_cases_only_and_cutile_traces_are_refused(tmp_path)
     assert not (tmp_path / "v").exists()
 
 
-from analysis.placement import LaunchTrace, lags                                # noqa: E402
+from analysis.launch.placement import LaunchTrace, lags                                # noqa: E402
 
 
 def test_lags_at_the_last_step_every_cta_ran():

@@ -1,4 +1,4 @@
-"""analysis.sessions: Friedman's test finds a session effect that is there, none in independent
+"""analysis.launch.sessions: Friedman's test finds a session effect that is there, none in independent
 noise, groups launches into sessions by the manifest's launches per session, and refuses what it
 cannot test with one line and exit 2."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.sessions import launches_by_session, main, session_effect
+from analysis.launch.sessions import launches_by_session, main, session_effect
 from spec.records import Metric
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -5,9 +5,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis import calibrate as cal
-from analysis.simcheck import ErrorRow, STABLE_SPREAD, device_map, sawtooth_signs, summarize
-from analysis.smmap import slot_partitions
+from analysis import calibration as cal
+from analysis.calibration.fitting import device_map
+from analysis.calibration.simcheck import (ErrorRow, STABLE_SPREAD, sawtooth_signs,
+                                           summarize)
+from analysis.cache.smmap import slot_partitions
 from spec import Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant
 from spec.case import Case
 
@@ -65,7 +67,7 @@ def test_measured_maps_are_the_distinct_maps_under_the_arch(tmp_path):
     up): both are among the H100's maps; a copy of a map already seen adds nothing."""
     import shutil
 
-    from analysis.smmap import measured_map, measured_maps
+    from analysis.cache.smmap import measured_map, measured_maps
     maps = measured_maps("h100")
     a = str(Path("profiles/h100/holdout-20261125g/smmap-20261125c").resolve())
     b = str(Path("profiles/h100/onepass-20261125/smmap-20261125").resolve())
@@ -88,7 +90,7 @@ def test_unstable_ranges_span_seeds_and_maps(monkeypatch):
     prediction."""
     from types import SimpleNamespace
 
-    from analysis import simcheck
+    from analysis.calibration import simcheck
     calls = []
 
     def fake(case, arch, p, seed=0):
@@ -110,7 +112,7 @@ def test_unstable_ranges_span_seeds_and_maps(monkeypatch):
 def test_scan_varies_one_parameter_and_keeps_the_rest(monkeypatch):
     from types import SimpleNamespace
 
-    from analysis import simcheck
+    from analysis.calibration import simcheck
     seen = []
 
     def fake(case, arch, p, seed=0):
@@ -129,14 +131,14 @@ def test_scan_varies_one_parameter_and_keeps_the_rest(monkeypatch):
 @pytest.mark.parametrize("bad", ["miss_ratio", "colour=1", "miss_ratio=a", "ways=1.5",
                                  "ways=-2"])
 def test_scan_set_refuses_bad_input(bad):
-    from analysis.simcheck import parse_set
+    from analysis.calibration.simcheck import parse_set
     with pytest.raises(ValueError, match="--set"):
         parse_set(bad)
     assert parse_set("ways=0,64") == ("ways", [0.0, 64.0])
 
 
 def test_scan_cli_bad_input_exits_2(tmp_path, capsys):
-    from analysis.simcheck import main
+    from analysis.calibration.__main__ import main
     assert main(["scan", "--arch", "h100", "--out", str(tmp_path / "o")]) == 2
     assert main(["scan", "--arch", "h100", "--set", "miss_ratio=0.5", "--out",
                  str(tmp_path / "o")]) == 2          # a miss faster than a hit

@@ -1,10 +1,10 @@
-"""analysis.timemodel: hand-computed cases of the three bounds, the step and byte counts from the
+"""analysis.models.timemodel: hand-computed cases of the three bounds, the step and byte counts from the
 spec, and the worked example of the module docstring."""
 from __future__ import annotations
 
 import pytest
 
-from analysis.timemodel import (GB10, H100, MemoryFacts, bandwidth_edge, critical_steps,
+from analysis.models.timemodel import (GB10, H100, MemoryFacts, bandwidth_edge, critical_steps,
                                 dram_fraction, load_latency, predict, predicted_change,
                                 wave_kv_bytes)
 from spec import CtaSchedule, Problem, Tiles

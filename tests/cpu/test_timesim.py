@@ -3,8 +3,10 @@ the merge window."""
 import numpy as np
 import pytest
 
-from analysis import l2sim, timesim
-from analysis.timesim import TimeParams
+from analysis.cache import l2sim
+
+from analysis.cache import timesim
+from analysis.cache.timesim import TimeParams
 from spec import CtaSchedule, Problem, ScanOrder, TileGrid, Tiles
 from spec.trace import build_trace, work_table
 
@@ -230,7 +232,7 @@ def test_measured_placement_puts_both_ctas_on_one_partition():
 
 
 def test_slot_partitions_from_the_measured_map():
-    from analysis.smmap import slot_partitions
+    from analysis.cache.smmap import slot_partitions
     assert slot_partitions("alternate", 5, 2).tolist() == [0, 1, 0, 1, 0]
     assert slot_partitions("h100", 7, 1).tolist() == [0] * 7
     assert slot_partitions("h100", 8, 2).tolist() == [0] * 8
@@ -305,7 +307,7 @@ def test_pair_slowdown_slows_only_the_odd_sm_of_a_busy_pair():
     # The H100's measured placement puts 2 and 4 CTAs on even SMs alone in their pairs and 8 CTAs
     # on SMs 124-131 (four busy pairs). Non-causal, every CTA runs the same number of steps n, so
     # the makespan is n for the lone-pair launches and n * (1 + slowdown) once a pair is busy.
-    from analysis.smmap import slot_paired_odd
+    from analysis.cache.smmap import slot_paired_odd
     assert [int(slot_paired_odd("h100", n).sum()) for n in (2, 4, 8, 132)] == [0, 0, 4, 66]
     assert not slot_paired_odd("alternate", 8).any()
     for ctas, slowed in ((4, False), (8, True)):
@@ -323,7 +325,7 @@ def test_pair_slowdown_slows_only_the_odd_sm_of_a_busy_pair():
 def test_measured_speeds_replace_the_pair_term():
     # Measured factors equal to what the pair term gives reproduce its counts and clocks exactly;
     # a slot measured 1.5x slower ends its 8 steps at 12; bad speeds are refused with the fix.
-    from analysis.smmap import slot_paired_odd
+    from analysis.cache.smmap import slot_paired_odd
     tab = work_table(TileGrid(Problem(1, 1, 64 * 8, 64), Tiles(64, 64)),
                      CtaSchedule.persistent(8), ScanOrder.linear())
     pair = TimeParams(1 << 24, placement="h100", pair_slowdown=0.25)

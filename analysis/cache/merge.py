@@ -1,6 +1,6 @@
 """The request-coalescer term of the sector-access model: L2 sectors = loads × (1 − merged share).
 
-``analysis.models.sector_accesses`` counts what the kernel *loads* (Q and O once per Q tile, K and
+``analysis.models.traffic.sector_accesses`` counts what the kernel *loads* (Q and O once per Q tile, K and
 V once per visited pair), and predicts the L1 sectors to under 1% on the H100. The L2 counts fewer
 (REPORT.md §1-2: 0.35..0.58 of the loads with 132 CTAs): the L2 Request Coalescer merges requests
 for the same sector that arrive close together before they reach the L2 (``lrc__`` counters,
@@ -20,8 +20,8 @@ from dataclasses import replace
 from spec.case import Case
 from spec.problem import TileGrid
 
-from .models import sector_accesses
-from .timesim import TimeParams, simulate_case
+from analysis.models.traffic import sector_accesses
+from analysis.cache.timesim import TimeParams, simulate_case
 
 __all__ = ["DEFAULT_WINDOW", "merged_share", "merged_sector_accesses"]
 

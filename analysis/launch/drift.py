@@ -143,7 +143,7 @@ class Completions:
         """Each CTA's speed in K/V steps per ns: the least-squares slope of steps done against
         finish time over the items that finish inside ``window(lo, hi)`` (NaN with fewer than
         two). A constant speed difference makes the drift grow linearly with the steps run,
-        which is how the H100's CTAs drift (``analysis.timesim``: the slot speed factors)."""
+        which is how the H100's CTAs drift (``analysis.cache.timesim``: the slot speed factors)."""
         a, b = self.window(lo, hi)
         out = []
         for t, done in self._per_cta:
@@ -161,7 +161,7 @@ class Completions:
 
 def step_factors(speeds: np.ndarray) -> np.ndarray:
     """Per-CTA step duration over the mean CTA's (mean speed / speed): the constant slot speed
-    factors ``analysis.timesim`` multiplies each step by."""
+    factors ``analysis.cache.timesim`` multiplies each step by."""
     s = np.asarray(speeds, dtype=np.float64)
     if not np.all(np.isfinite(s)) or np.any(s <= 0):
         raise ValueError("every CTA needs a finite, positive measured speed")

@@ -17,7 +17,7 @@ every case from each run's manifest (``parameters.placement``, written by ``expe
 so a case that ran on the same GPU in both runs and still lies outside measures session-to-session
 variance, not the sharding.
 
-``python -m analysis.compare RUN_A RUN_B [--metric M ...]`` prints the table and the counts.
+``python -m analysis.launch.compare RUN_A RUN_B [--metric M ...]`` prints the table and the counts.
 """
 from __future__ import annotations
 
@@ -28,8 +28,12 @@ from typing import Iterable, Sequence
 
 from spec.records import Metric
 
-from .data import DatasetError, read_manifest, read_run
-from .rows import pct_change, problem_tiles
+from analysis.data import DatasetError
+
+from analysis.data import read_manifest
+
+from analysis.data import read_run
+from analysis.data.rows import pct_change, problem_tiles
 
 DEFAULT_METRICS = (Metric.L2_TEX_MISSES, Metric.DRAM_READ_BYTES)
 """The counters compared by default: local tex misses and DRAM read bytes (one ncu pass)."""
@@ -90,7 +94,7 @@ def summary(rows: Sequence[dict]) -> dict[str, int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m analysis.compare", description=__doc__.split(
+    ap = argparse.ArgumentParser(prog="python -m analysis.launch.compare", description=__doc__.split(
         "\n\n")[0])
     ap.add_argument("run_a", type=Path, help="the reference run directory (its repeats' range)")
     ap.add_argument("run_b", type=Path, help="the run checked against it")

@@ -19,18 +19,18 @@ The model, one step of one slot at its time ``t`` (times in units of a hit step)
   is a hit that waits for the fill (``merged``: not a second miss). ``miss_ratio`` is the step
   time of a miss over that of a hit, not the load latencies' ratio: with a K/V double buffer the
   fill hides behind a step of compute, and the measured step and latencies give 1
-  (``analysis.calibrate.miss_ratio_from_timing``). A CTA that misses then runs no slower than
+  (``analysis.calibration.fixed.miss_ratio_from_timing``). A CTA that misses then runs no slower than
   one that hits, and the clocks carry no force that pulls CTAs back together;
 - the step lasts until its loads are ready (at least 1; the O store does not stall), times the
   slot's constant speed factor and a per-step log-normal factor ``exp(jitter·z − jitter²/2)``.
   The constant factor is ``1 + pair_slowdown`` for the slower slot of a busy SM pair (the odd SM
-  of a pair whose even SM also runs a slot, ``analysis.smmap.slot_paired_odd``; measured: CTAs
+  of a pair whose even SM also runs a slot, ``analysis.cache.smmap.slot_paired_odd``; measured: CTAs
   alone on their pair never drift apart, the odd SM of a busy pair falls steadily behind,
-  ``analysis.calibrate.pair_slowdown_from_lags``), 1 otherwise, times an optional random
+  ``analysis.calibration.fixed.pair_slowdown_from_lags``), 1 otherwise, times an optional random
   ``exp(rate_jitter·z_s − rate_jitter²/2)`` drawn once per slot; draws from one seeded
   generator. Constant factors because measured drift grows linearly with the steps run, which
   a per-step random walk (slope 0.5) cannot give. Or, with ``speeds``, each slot's factor as
-  measured on a launch of the same kernel (``analysis.drift.Completions``: the finish times of
+  measured on a launch of the same kernel (``analysis.launch.drift.Completions``: the finish times of
   its work items, seen by ``explorations/drift_spy.py``), which replaces the pair term: the
   spread those measurements show (0.01-0.75% between CTAs, cuTile and CUDA alike) is 2-10x what
   the pair term gives (``profiles/h100/drift-spy-20261125``);
@@ -40,12 +40,12 @@ The model, one step of one slot at its time ``t`` (times in units of a hit step)
 
 With ``miss_ratio = 1``, ``jitter = 0``, one partition and no merge window every step lasts exactly
 1 and the event order is ``build_trace``'s lock-step order: the counts equal
-``analysis.l2sim.simulate(build_trace(...))`` bit for bit (``tests/cpu/test_timesim.py``).
+``analysis.cache.l2sim.simulate(build_trace(...))`` bit for bit (``tests/cpu/test_timesim.py``).
 
 The cache is an exact LRU over whole tiles weighted by their sectors (the same cache as
-``analysis.l2sim``: a tile is resident iff the sectors used since its last use, plus its own, fit).
+``analysis.cache.l2sim``: a tile is resident iff the sectors used since its last use, plus its own, fit).
 
-**Replacement** (``replacement``). ``"lru"`` (the default, and ``analysis.l2sim``'s) or
+**Replacement** (``replacement``). ``"lru"`` (the default, and ``analysis.cache.l2sim``'s) or
 ``"srrip"``: 2-bit re-reference prediction (Jaleel et al., ISCA 2010), a miss inserted at RRPV 2,
 a hit set to 0, the oldest RRPV-3 entry evicted. Where it matters for the wavefront: a leader's
 fresh tiles and the tiles its followers already re-read compete for the same space; LRU keeps
@@ -54,13 +54,13 @@ few MiB behind a thrashing leader miss. It was tried on the H100's few-CTA under
 (``profiles/h100/fewcta-probe-20261125``: it gives 1.43 G for 4 CTAs on one partition, measured
 1.41 G in that launch) and rejected as the default: over the 108 seen stable out-of-sample H100
 cases its relative RMS error is 48.7% against LRU's 44.9% (worse on active-sms and l1l2, where
-2-8 CTAs share perfectly at S = 256K; REPORT.md section 7d). ``python -m analysis.simcheck
+2-8 CTAs share perfectly at S = 256K; REPORT.md section 7d). ``python -m analysis.calibration
 validate --replacement srrip`` repeats the comparison.
 
 **Sets** (``ways``; tried, not adopted). ``ways = 0`` (the default) is the fully associative
 cache above; ``ways = W`` hashes each partition's half-tiles into sets of about W (``set_index``),
 each an LRU of its own, which turns the fully associative cliff at the capacity into a slope.
-Over the seen one-pass studies (``python -m analysis.simcheck scan --set ways=...``,
+Over the seen one-pass studies (``python -m analysis.calibration scan --set ways=...``,
 REPORT.md 7f) W = 16 and 32 add conflict misses to working sets that the H100 holds whole
 (l1l2 6.6% -> 1668% and 392%), W = 64 changes nothing out of sample (18.1% -> 18.0%): the
 H100's L2 keeps a contiguous K/V below its capacity as a fully associative cache would.
@@ -69,7 +69,7 @@ H100's L2 keeps a contiguous K/V below its capacity as a fully associative cache
 tile is split into two halves, each homed in one partition: the tile-granular form of a fine
 address interleave that sends half of every tile's sectors to each side. Which partition slot
 ``s`` sits on is ``placement``: ``"alternate"`` (``s % 2``, the first model), an arch name, whose
-committed measured map is used (``analysis.smmap``: on the H100 a launch's first 8 CTAs share one
+committed measured map is used (``analysis.cache.smmap``: on the H100 a launch's first 8 CTAs share one
 partition, a full launch runs CTAs 0-15 and 64-113 on one side), or one chip's
 ``experiments.smmap`` run directory (the map differs between chips of one arch: REPORT.md
 section 7d). A request first looks up the SM's local partition (the ``srcunit_tex`` lookup ncu
@@ -80,7 +80,7 @@ occupies twice its size and the *effective* capacity depends on the traffic. DRA
 local-home tex misses plus the fabric misses. Each partition holds ``capacity_bytes / 2``.
 
 **Stores** (``stores_miss``). ``stores_miss=True`` counts an O store to an absent tile as a miss,
-as ``analysis.l2sim`` and the paper's cold line do. The H100 does not: in every launch of
+as ``analysis.cache.l2sim`` and the paper's cold line do. The H100 does not: in every launch of
 ``profiles/h100/placement-20261123`` (18 launches, one ncu pass each) the tex lookup misses equal
 the *read* lookup misses to the sector, so a store (whole sectors, no fill needed) is a lookup
 that never misses. With ``stores_miss=False`` a store counts as a hit, allocates the tile at the
@@ -124,7 +124,7 @@ from spec.problem import TileGrid
 from spec.records import UNITS, Metric, Row, Source, case_fields
 from spec.trace import WorkTable, work_table
 
-from .smmap import slot_paired_odd, slot_partitions
+from analysis.cache.smmap import slot_paired_odd, slot_partitions
 
 __all__ = ["TimeParams", "TimeCounts", "simulate", "simulate_case", "counts_to_rows",
            "shards_rate", "SHARDS_TARGET",

@@ -22,7 +22,7 @@ with steps of 100 ns, they have drifted 6 steps apart after one work item. Over 
 with misses (80, 81, 89, 80, 82) M and shared SMs (0, 0, 3, 0, 1), Spearman's rho is 0.92: the
 launches that shared SMs missed more.
 
-SM pairs: ``analysis.smmap.sm_pair`` (``smid // 2``) groups SM ids in consecutive pairs.
+SM pairs: ``analysis.cache.smmap.sm_pair`` (``smid // 2``) groups SM ids in consecutive pairs.
 Hopper's TPCs hold two SMs, but NVIDIA does not document that ``%smid`` 2k and 2k+1 share a
 TPC, and the SM -> GPC mapping is not public at all; the pair statistics are reported under that
 name, not as TPCs or GPCs.
@@ -38,8 +38,8 @@ from typing import Sequence
 import numpy as np
 from scipy import stats as sps
 
-from .drift import drift, sample_steps
-from .smmap import sm_pair
+from analysis.launch.drift import drift, sample_steps
+from analysis.cache.smmap import sm_pair
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def compact(time_ns: np.ndarray, smid: np.ndarray, start_ns: np.ndarray, end_ns:
     """The compact record of one launch from ``trace()``'s full arrays (``time_ns`` int64
     [n_ctas, steps], -1 padded): ``points`` evenly spaced steps plus ``keep_steps`` (clipped to
     the last step; e.g. the step after one work item), and the median step duration of the full
-    array (``analysis.drift``). A sparse trace (record ``r`` = step ``r * every``) keeps the
+    array (``analysis.launch.drift``). A sparse trace (record ``r`` = step ``r * every``) keeps the
     records nearest those steps; ``steps`` holds step indices either way."""
     time_ns = np.asarray(time_ns, dtype=np.int64)
     smid, start_ns, end_ns = (np.asarray(a) for a in (smid, start_ns, end_ns))

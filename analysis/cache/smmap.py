@@ -20,7 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .data import csv_rows, registry, stored
+from analysis.data import csv_rows
+
+from analysis.data import registry
+
+from analysis.data import stored
 
 __all__ = ["slot_partitions", "slot_paired_odd", "sm_pair", "measured_map", "measured_maps",
            "measured_sms"]
@@ -74,7 +78,7 @@ def measured_maps(arch: str) -> list[str]:
     same H100 measured in two processes nine minutes apart gave two maps from 16 CTAs up
     (``profiles/h100/holdout-20261125g``: ``smmap-20261125c`` and
     ``../onepass-20261125/smmap-20261125``), and chips differ too; so where launches of one
-    case disagree, the maps seen are the placement's range (``analysis.simcheck.validate``)."""
+    case disagree, the maps seen are the placement's range (``analysis.calibration.simcheck.validate``)."""
     out, seen = [], set()
     for d in sorted(p.parent for p in registry.find_files(arch, "smmap.csv*")):
         table = tuple(sorted(measured_map(str(d)).items()))

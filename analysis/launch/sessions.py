@@ -12,7 +12,7 @@ the launches normalised by their case's median, over the cases whose spread exce
 (the ones with something to explain). A small p-value says the sessions differ; a large one says
 the data show no session effect (it cannot prove there is none).
 
-``python -m analysis.sessions RUN_DIR [--metric M]`` prints the table for a run with one launch per
+``python -m analysis.launch.sessions RUN_DIR [--metric M]`` prints the table for a run with one launch per
 session (``--sessions`` = ``--repeats``, the orchestrator's default).
 """
 from __future__ import annotations
@@ -29,8 +29,14 @@ from scipy.stats import friedmanchisquare
 
 from spec.records import Metric
 
-from .data import DatasetError, csv_rows, read_manifest, stored
-from .rows import case_key
+from analysis.data import DatasetError
+
+from analysis.data import csv_rows
+
+from analysis.data import read_manifest
+
+from analysis.data import stored
+from analysis.data.rows import case_key
 
 def launches_by_session(repeat_rows: Iterable[dict], metric: str,
                         launches_per_session: int = 1) -> dict[tuple, dict[int, list[float]]]:
@@ -75,7 +81,7 @@ def session_effect(by_session: dict[tuple, dict[int, list[float]]],
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m analysis.sessions",
+    ap = argparse.ArgumentParser(prog="python -m analysis.launch.sessions",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("run", type=Path, help="a profiled run directory (with counters_repeats.csv)")
     ap.add_argument("--metric", default=Metric.L2_TEX_MISSES)
