@@ -60,3 +60,12 @@ def nvcc_sm90(source: str, ptx: bool = False) -> tuple[int, str]:
         if ptx and r.returncode == 0:
             return 0, out.read_text()
         return r.returncode, r.stdout + r.stderr
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """How many documented commands ran (tests/cpu/test_documented_commands.py)."""
+    mod = sys.modules.get("tests.cpu.test_documented_commands")
+    if mod is not None and getattr(mod, "RAN", None) is not None:
+        total = len(mod.COMMANDS)
+        terminalreporter.write_line(f"documented commands: {len(mod.RAN)} of {total} ran "
+                                    f"(README.md, REPORT.md, docs/*.md)")
