@@ -76,6 +76,157 @@ def test_figures_render_from_fixture(name, tmp_path):
             assert r["skipped"] and not (tmp_path / f"{fig}.png").exists()
 
 
+# --- what is drawn equals the data read ---------------------------------------------------------
+# The tests below read the fixture CSV rows themselves (not through a figure's load()) and compare
+# them with the artists of the drawn Axes: bar heights per legend label and x tick, line data per
+# legend label. A figure that draws the wrong row, the wrong unit or the wrong statistic fails.
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    import matplotlib.pyplot as plt
+    plt.close("all")
+
+
+def _bars(fig) -> dict[str, dict[str, float]]:
+    """{legend label: {x tick label: bar height}} of every bar series of every Axes."""
+    from matplotlib.container import BarContainer
+    out: dict[str, dict[str, float]] = {}
+    for ax in fig.axes:
+        ticks = [(t, lab.get_text()) for t, lab in zip(ax.get_xticks(), ax.get_xticklabels())]
+        for c in ax.containers:
+            if not isinstance(c, BarContainer):
+                continue
+            got = out.setdefault(c.get_label(), {})
+            for patch in c.patches:
+                x = patch.get_x() + patch.get_width() / 2
+                tick = min(ticks, key=lambda t: abs(t[0] - x))[1]
+                assert tick not in got, f"two bars of {c.get_label()!r} over {tick!r}"
+                got[tick] = patch.get_height()
+    return out
+
+
+def _lines(fig) -> dict[str, list[tuple[list[float], list[float]]]]:
+    """{legend label: [(x, y), ...]} of every labelled line of every Axes."""
+    out: dict[str, list] = {}
+    for ax in fig.axes:
+        for line in ax.get_lines():
+            if not line.get_label().startswith("_"):
+                out.setdefault(line.get_label(), []).append(
+                    (list(map(float, line.get_xdata())), list(map(float, line.get_ydata()))))
+    return out
+
+
+def _raw(path: Path, **where) -> list[dict]:
+    """The fixture's rows (analysis.datasets' reader: the committed CSV as typed rows) that match
+    ``where`` exactly."""
+    return [r for r in load_rows([path]) if all(r[k] == v for k, v in where.items())]
+
+
+def _draw(module, path: Path, arch: str):
+    return module.plot(module.load(load_rows([path])), arch)
+
+
+def _label(order: str) -> str:
+    from paper_figures.style import series_label
+    return series_label(order, "measured")
+
+
+MISSES = "lts__t_sectors_srcunit_tex_lookup_miss.sum"
+
+
+@pytest.mark.parametrize("path", [FIX / "h200-sawtooth",
+                                  FIX / "h100-repeats" / "sawtooth-20261121"],
+                         ids=["h200", "h100-run1"])
+def test_f8a_bars_are_the_cuda_miss_counts(path):
+    from paper_figures import f08_cuda_batch
+    rows = _raw(path, study="sawtooth", backend="cuda", metric=MISSES, source="measured")
+    want: dict[str, dict[str, float]] = {}
+    for r in rows:
+        cell = want.setdefault(_label(r["order"]), {})
+        assert f"B={r['B']}" not in cell, "one row per case in the fixture"
+        cell[f"B={r['B']}"] = r["value"] / 1e6
+    got = _bars(_draw(f08_cuda_batch, path, "h100"))
+    assert set(want) == {"Linear (cyclic)", "Sawtooth (alternating)"} and len(rows) == 8
+    for label, cells in want.items():
+        assert got[label] == pytest.approx(cells, rel=1e-12)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_f9a_f10a_bars_are_the_cutile_miss_counts(causal):
+    from paper_figures import f09_cutile_noncausal, f10_cutile_causal
+    path = FIX / "h200-sawtooth"
+    rows = _raw(path, study="sawtooth", backend="cutile", metric=MISSES, causal=causal)
+    want: dict[str, dict[str, float]] = {}
+    for r in rows:
+        want.setdefault(_label(r["order"]), {})[r["schedule"]] = r["value"] / 1e6
+    got = _bars(_draw(f10_cutile_causal if causal else f09_cutile_noncausal, path, "h200"))
+    assert len(rows) == 4
+    for label, cells in want.items():
+        # tick labels read "Static (persistent)\nstatic132": the schedule is the last line
+        drawn = {tick.split("\n")[-1]: h for tick, h in got[label].items()}
+        assert drawn == pytest.approx(cells, rel=1e-12)
+
+
+def test_f8c_bars_are_the_median_kernel_times():
+    from statistics import median
+
+    from paper_figures import f08c_cuda_time
+    path = FIX / "h200-sawtooth"
+    samples: dict[tuple, list[float]] = {}
+    for r in _raw(path, study="sawtooth", backend="cuda", metric="kernel_time_ms"):
+        samples.setdefault((_label(r["order"]), f"B={r['B']}"), []).append(r["value"])
+    assert samples and all(len(v) > 1 for v in samples.values())
+    got = _bars(_draw(f08c_cuda_time, path, "h200"))
+    for (label, tick), ms in samples.items():
+        assert got[label][tick] == pytest.approx(median(ms), rel=1e-12)
+
+
+def test_f5_lines_are_the_divergence_misses_per_length():
+    from paper_figures import f05_divergence
+    path = FIX / "h200-divergence"
+    got = _lines(_draw(f05_divergence, path, "h200"))
+    for order in ("linear", "sawtooth"):
+        rows = _raw(path, study="divergence", order=order, metric=MISSES)
+        want = sorted((r["S_q"] / 1024, r["value"] / 1e6) for r in rows)
+        (x, y), = got[_label(order)]
+        assert len(want) == 7 and x == [w[0] for w in want]
+        assert y == pytest.approx([w[1] for w in want], rel=1e-12)
+
+
+def test_f1_lines_are_the_l1_and_l2_sectors_per_cta_count():
+    from paper_figures import f01_l1l2_short
+    path = FIX / "h200-l1l2"
+    got = _lines(_draw(f01_l1l2_short, path, "h200"))
+    S = min(r["S_q"] for r in _raw(path, study="l1l2"))
+    for metric, label in (("l1tex__t_sectors.sum", "L1 sectors"),
+                          ("lts__t_sectors.sum", "L2 sectors (all)")):
+        rows = _raw(path, study="l1l2", metric=metric, S_q=S)
+        want = sorted((int(r["schedule"][len("static"):]), r["value"] / 1e6) for r in rows)
+        (x, y), = got[label]
+        assert len(want) == 11 and x == [w[0] for w in want]
+        assert y == pytest.approx([w[1] for w in want], rel=1e-12)
+
+
+def test_f6_hit_rate_is_hits_over_lookups_of_the_simulated_rows():
+    from paper_figures import f06_active_sms
+    path = FIX / "sim-active-sms"
+    got = _lines(_draw(f06_active_sms, path, "gb10"))["L2 hit rate (right axis), simulated"]
+    counts: dict[tuple, dict[str, float]] = {}
+    for r in _raw(path, study="active-sms", source="simulated"):
+        counts.setdefault((r["order"], int(r["schedule"][len("static"):])), {})[r["metric"]] = \
+            r["value"]
+    want = {}
+    for (order, p), c in counts.items():
+        hits, miss = c["lts__t_sectors_srcunit_tex_lookup_hit.sum"], c[MISSES]
+        want.setdefault(order, []).append((p, 100 * hits / (hits + miss)))
+    # one hit-rate line per order panel, panels sorted by order (f06_active_sms.plot)
+    assert len(got) == len(want) == 2
+    for (x, y), order in zip(got, sorted(want)):
+        pts = sorted(want[order])
+        assert x == [p for p, _ in pts] and y == pytest.approx([h for _, h in pts], rel=1e-12)
+
+
 def test_without_data_every_data_figure_is_skipped_with_a_reason(tmp_path):
     report = render([], "h200", tmp_path)
     drawn = {r["figure"] for r in report if "files" in r}
