@@ -6,10 +6,10 @@ Levels (each on top of the previous): 1 basic, 2 exp2 + flush-to-zero, 3 K loade
 """
 from __future__ import annotations
 
+import math
 import sys
 
-import math
-import re
+from spec.variant import Variant, is_variant_id
 
 from . import lines
 from .bars import grouped_bars
@@ -20,12 +20,16 @@ FIGURE = "ladder"
 LEVELS = {1: "basic", 2: "exp2\n+FTZ", 3: "K pre-\ntransposed", 4: "latency\nhints",
           5: "occu-\npancy 2", 6: "approx.\ndivision"}
 PEERS = ("sdpa-flash", "sdpa-cudnn")
-_LEVEL = re.compile(r"\.L(\d+)$")
+
+
+def _level(vid: str) -> int | None:
+    """The tuning-ladder level of a variant id (None: a full kernel or a peer)."""
+    return Variant.parse(vid)[0].level if is_variant_id(vid) else None
 
 
 def load(rows: list[dict]) -> dict:
     stats = tflops_stats(rows, "ladder")
-    steps = [s for s in stats.values() if _LEVEL.search(s["variant"])]
+    steps = [s for s in stats.values() if _level(s["variant"]) is not None]
     if not steps:
         raise Skip("no rows of the ladder study (variants ending in .L1..L6 with kernel_time_ms "
                    "or tflops)")
@@ -33,7 +37,7 @@ def load(rows: list[dict]) -> dict:
     for s in steps:
         key = (s["D"], s["causal"], s["B"], s["H"], s["S_q"])
         panels.setdefault(key, {}).setdefault((s["backend"], s["source"]), {})[
-            int(_LEVEL.search(s["variant"]).group(1))] = s
+            _level(s["variant"])] = s
     out = []
     for key, series in sorted(panels.items(), key=lambda kv: (-kv[0][0], kv[0][1:])):
         D, causal, B, H, S = key

@@ -149,6 +149,18 @@ COLUMNS = tuple(f.name for f in fields(Row))
 PROBLEM_COLUMNS = ("B", "H", "H_kv", "S_q", "S_kv", "D", "dtype", "causal")
 """The columns that name a row's problem (``case_fields`` without the variant)."""
 
+CASE_COLUMNS = ("variant", "backend", "order", "schedule", "tile_m", "tile_n", *PROBLEM_COLUMNS)
+"""The columns that name a case, one variant on one problem: the one case key of every reader
+(``case_key``). The variant id alone fixes the build; the build's fields are kept beside it so
+that a key reads back as a labelled case. ``dtype`` is part of it: an fp16 and a bf16 run of one
+shape are two cases."""
+
+
+def case_key(row) -> tuple:
+    """The case a row (dict or ``Row``) belongs to, as a tuple of ``CASE_COLUMNS``."""
+    get = row.__getitem__ if isinstance(row, dict) else lambda k: getattr(row, k)
+    return tuple(get(k) for k in CASE_COLUMNS)
+
 
 def case_fields(problem: Problem, variant: Variant | None = None,
                 tiles: Tiles | None = None) -> dict:

@@ -9,6 +9,7 @@ a knob existed stay what they were.
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
 
 from .orders import ScanOrder
@@ -71,6 +72,44 @@ class Variant:
         st = "" if self.stages is None else f".{STAGES_TOKEN}{self.stages}"
         return (f"{self.backend.value}.{self.order.label}.{self.schedule.label}."
                 f"{self.tiles.label}d{problem.D}{occ}{lvl}{st}")
+
+    @classmethod
+    def parse(cls, vid: str) -> tuple["Variant", int]:
+        """The variant and head dimension D an id names: the inverse of ``id`` (the one parser of
+        the grammar in the module docstring). Raises ValueError naming the field it cannot read;
+        ``is_variant_id`` tells variant ids from the peers' names (``sdpa-flash``)."""
+        fields = str(vid).split(".")
+        if len(fields) < 4:
+            raise ValueError(f"{vid!r} is not a variant id: expected "
+                             f"backend.order.schedule.mMnNdD[.occN][.LN][.stN]")
+        try:
+            backend = Backend(fields[0])
+        except ValueError:
+            raise ValueError(f"{vid!r}: unknown backend {fields[0]!r}; known: "
+                             f"{', '.join(b.value for b in Backend)}") from None
+        order, schedule = ScanOrder.parse(fields[1]), CtaSchedule.parse(fields[2])
+        m = _TILES.fullmatch(fields[3])
+        if m is None:
+            raise ValueError(f"{vid!r}: tile field {fields[3]!r} is not m<M>n<N>d<D>")
+        opt: dict[str, int] = {}
+        for f in fields[4:]:
+            o = _OPTIONAL.fullmatch(f)
+            if o is None or o["key"] in opt:
+                raise ValueError(f"{vid!r}: unknown or repeated field {f!r}; optional fields "
+                                 f"are occ<N>, L<N>, {STAGES_TOKEN}<N>, in that order")
+            opt[o["key"]] = int(o["n"])
+        v = cls(backend, order, schedule, Tiles(int(m["m"]), int(m["n"])), opt.get("occ"),
+                opt.get("L"), parse_stages(f"{STAGES_TOKEN}{opt['st']}") if "st" in opt else None)
+        return v, int(m["d"])
+
+
+_TILES = re.compile(r"m(?P<m>\d+)n(?P<n>\d+)d(?P<d>\d+)")
+_OPTIONAL = re.compile(rf"(?P<key>occ|L|{STAGES_TOKEN})(?P<n>\d+)")
+
+
+def is_variant_id(text: str) -> bool:
+    """Whether ``text`` is a kernel variant id (not a peer such as ``sdpa-cudnn``)."""
+    return str(text).split(".", 1)[0] in {b.value for b in Backend}
 
 
 def parse_stages(token: str) -> int | None:

@@ -14,7 +14,7 @@ from spec.arch import Arch
 from spec.case import Case
 from spec.orders import ScanOrder
 from spec.problem import Problem, Tiles
-from spec.records import PROBLEM_COLUMNS, Metric
+from spec.records import Metric, case_key
 from spec.schedules import CtaSchedule
 from spec.variant import Backend, Variant
 
@@ -64,10 +64,10 @@ def case_of_row(r: dict, arch: Arch, panel: str = "measured",
     the variant is only a request (the longseq CUDA 128x64 D=64 builds get 2 CTAs per SM where
     the family default is 1), so it is used only for runs that did not record the build's
     occupancy at its launch size, and then the family's default stands in for a missing hint."""
-    level = re.search(r"\.L(\d+)$", r["variant"])
+    level = Variant.parse(r["variant"])[0].level
     variant = Variant(Backend(r["backend"]), ScanOrder.parse(r["order"]),
                       CtaSchedule.parse(r["schedule"]), Tiles(r["tile_m"], r["tile_n"]),
-                      r["occupancy"], int(level[1]) if level else None)
+                      r["occupancy"], level)
     problem = Problem(B=r["B"], H=r["H"], S_q=r["S_q"], D=r["D"], S_kv=r["S_kv"], H_kv=r["H_kv"],
                       dtype=r["dtype"], causal=r["causal"])
     if variant.id(problem) != r["variant"]:
@@ -180,8 +180,3 @@ def one_pass(rows: Sequence[dict]) -> set[tuple]:
         if r["metric"] == Metric.REPLAY_PASSES and r.get("group"):
             passes.setdefault((case_key(r), r["group"]), set()).add(float(r["value"]))
     return {k for k, v in passes.items() if v == {1.0}}
-
-
-def case_key(r: dict) -> tuple:
-    """A measured row's case identity: its variant id and problem columns."""
-    return (r["variant"], *(r[k] for k in PROBLEM_COLUMNS))

@@ -9,15 +9,8 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from spec import CtaSchedule, Problem
-from spec.records import Metric
-
-CASE_KEYS = ("variant", "backend", "order", "schedule", "tile_m", "tile_n", "B", "H", "H_kv",
-             "S_q", "S_kv", "D", "causal")
-"""The columns that name a case (one variant on one problem)."""
-
-
-def case_key(r: dict) -> tuple:
-    return tuple(r[k] for k in CASE_KEYS)
+from spec.records import CASE_COLUMNS as CASE_KEYS
+from spec.records import Metric, case_key
 
 
 def as_case(k: tuple) -> dict:

@@ -14,6 +14,12 @@ from analysis.models.traffic import MiB
 from analysis.data.rows import as_case, case_key, persistent_ctas, problem_tiles
 
 
+def _order(k: tuple) -> tuple:
+    """Causal last, then by batch, linear before the other orders."""
+    c = as_case(k)
+    return (c["causal"], c["B"], c["order"] != "linear", c["order"])
+
+
 def drift_table(rows: list[dict], l2_bytes: int) -> list[dict]:
     """Section 6, per drift case: the median step (µs), the start-time spread over the CTAs in
     steps at the sampled step nearest ``n_kv`` (the steps of one work item; ties to the earlier
@@ -31,7 +37,7 @@ def drift_table(rows: list[dict], l2_bytes: int) -> list[dict]:
         elif r["metric"] == Metric.CTA_START_SPREAD_NS and r["x"] is not None:
             spread.setdefault(case_key(r), []).append((float(r["x"]), float(r["value"])))
     out = []
-    for k in sorted(step_ns, key=lambda k: (k[12], k[6], k[2] != "linear", k[2])):
+    for k in sorted(step_ns, key=_order):
         c, step = as_case(k), step_ns[k]
         pts = sorted(spread.get(k, []))
         if not pts or not step > 0:

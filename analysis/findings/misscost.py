@@ -31,7 +31,7 @@ import numpy as np
 
 from spec.records import Metric
 from spec.schedules import CtaSchedule
-from spec.variant import DEFAULT_STAGES, parse_stages
+from spec.variant import Variant
 
 from analysis.data.rows import median, pct_change, problem_tiles, time_verdict
 from analysis.models.timemodel import (MemoryFacts, bandwidth_edge, critical_steps, dram_fraction, predict,
@@ -46,9 +46,7 @@ _LEVEL = re.compile(r"stream=(\w+)")
 
 def stages_of(variant: str) -> int:
     """The K/V pipeline depth of a CUDA variant id (``....st1`` -> 1; no field: the default)."""
-    last = variant.rsplit(".", 1)[-1]
-    s = parse_stages(last) if re.fullmatch(r"st\d+", last) else None
-    return DEFAULT_STAGES if s is None else s
+    return Variant.parse(variant)[0].pipeline_stages
 
 
 def _config(r: dict) -> tuple:

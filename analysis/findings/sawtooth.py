@@ -69,7 +69,10 @@ def sawtooth_vs_linear(counter_rows: list[dict], timing_rows: list[dict]) -> lis
         rest = tuple(v for n, v in zip(CASE_KEYS, k) if n not in ("variant", "order"))
         configs.setdefault(rest, {})[c["order"]] = k
     out = []
-    for rest, ks in sorted(configs.items(), key=lambda kv: config_label(as_case(next(iter(kv[1].values()))))):
+    def order(kv):                       # deterministic: label, then D and S among equal labels
+        c = as_case(next(iter(kv[1].values())))
+        return (config_label(c), c["D"], c["S_q"], c["dtype"])
+    for rest, ks in sorted(configs.items(), key=order):
         if set(ks) != {"linear", "sawtooth"}:
             continue
         kl, ksw = ks["linear"], ks["sawtooth"]

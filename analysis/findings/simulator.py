@@ -37,7 +37,7 @@ from analysis.cache import reuse
 from analysis.calibration.measured import case_key, case_of_row, measured_ctas_per_sm
 from analysis.data import DatasetError, read_manifest
 from analysis.models.traffic import MiB, cold_misses
-from analysis.data.rows import pct_change, pivot
+from analysis.data.rows import as_case, pct_change, pivot
 
 
 # --------------------------------------------------------------------------------------------
@@ -110,8 +110,8 @@ class SimCase:
 def measured_cases(study: str, cases: Sequence[Case], counter_rows: Sequence[dict],
                    filt: Callable[[Case], bool] | None = None) -> list[SimCase]:
     """The cases with a measured ``srcunit_tex`` miss count, each with that count."""
-    meas = {(k[0], k[6], k[9], k[12]): m.get(Metric.L2_TEX_MISSES)
-            for k, m in pivot(counter_rows).items()}
+    meas = {(c["variant"], c["B"], c["S_q"], c["causal"]): m.get(Metric.L2_TEX_MISSES)
+            for k, m in pivot(counter_rows).items() for c in [as_case(k)]}
     out = []
     for case in cases:
         p = case.problem

@@ -18,7 +18,7 @@ def traffic_model_error(traffic_rows: list[dict]) -> list[dict]:
     out = []
     piv = pivot(traffic_rows)
     for causal in (False, True):
-        cases = sorted(((as_case(k), m) for k, m in piv.items() if k[12] == causal),
+        cases = sorted(((as_case(k), m) for k, m in piv.items() if as_case(k)["causal"] == causal),
                        key=lambda cm: cm[0]["S_q"])
         if not cases:
             continue
