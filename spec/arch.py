@@ -18,6 +18,18 @@ class UnknownArch(ValueError):
 
 
 @dataclass(frozen=True)
+class Memory:
+    """The DRAM and L2 facts the time model and the DRAM-bound sections need: the peak DRAM
+    bandwidth (published) and the unloaded load-to-use latencies of an L2 hit and of a miss served
+    by DRAM (measured by pointer chase where ``None`` is not given; ``None``: not known)."""
+
+    dram_bytes_per_s: float
+    l2_hit_s: float | None = None
+    dram_s: float | None = None
+    source: str = ""
+
+
+@dataclass(frozen=True)
 class Arch:
     name: str
     sm: str                  # compile target, e.g. "sm_90"
@@ -32,6 +44,12 @@ class Arch:
     cuda_tiles: Tiles = Tiles(64, 64)
     cuda_occupancy: int = 1
     marketing_name: str = ""
+    memory: Memory | None = None
+
+    @property
+    def dram_bytes_per_s(self) -> float | None:
+        """Peak DRAM bandwidth (``memory``), None when the registry has no figure for it."""
+        return self.memory.dram_bytes_per_s if self.memory else None
 
     @property
     def l2_mib(self) -> float:
@@ -53,18 +71,34 @@ class Arch:
 # cuTile defaults on sm_90 (h100, h200): 128x128 tiles at occupancy 1, the fastest spill-free
 # configuration measured on an H100 for D in {64, 128}, causal or not (kernels/configs/h100.json,
 # which also carries the 8 worker warps these tiles need to stay spill-free).
+# Memory: H100 SXM5 80 GB HBM3 3.35 TB/s and H200 SXM 141 GB HBM3e 4.8 TB/s (NVIDIA datasheets;
+# the committed H100 runs are on "NVIDIA H100 80GB HBM3", the SXM5 part); GB10 273 GB/s LPDDR5x
+# (DGX Spark spec). Latencies: pointer chase on an H100 (profiles/h100/latency-20261123, near-
+# partition L2 hit 143.4 ns, DRAM 348.7 ns, unloaded); GB10 has none measured and takes the
+# H100's (LPDDR5x is likely slower, so exposed latency is understated); H200 none.
+_H100_LAT = (143.4e-9, 348.7e-9)
 _REGISTRY: dict[str, Arch] = {
     a.name: a
     for a in (
         Arch("gb10", "sm_121", (12, 1), 48, 24 * MiB, 1,
              cutile_tiles=Tiles(64, 64), cutile_occupancy=2, cuda_tiles=Tiles(80, 80),
-             marketing_name="NVIDIA GB10 (DGX Spark)"),
+             marketing_name="NVIDIA GB10 (DGX Spark)",
+             memory=Memory(273e9, *_H100_LAT,
+                           "NVIDIA DGX Spark / GB10 spec (273 GB/s LPDDR5x, 48 SMs); latencies: no "
+                           "GB10 measurement, the H100's measured values are assumed (LPDDR5x is "
+                           "likely slower, so exposed latency is understated)")),
         Arch("h100", "sm_90", (9, 0), 132, 50 * MiB, 2,
              cutile_tiles=Tiles(128, 128), cutile_occupancy=1, cuda_tiles=Tiles(128, 64),
-             marketing_name="NVIDIA H100 80GB HBM3"),
+             marketing_name="NVIDIA H100 80GB HBM3",
+             memory=Memory(3.35e12, *_H100_LAT,
+                           "NVIDIA H100 SXM5 datasheet (3.35 TB/s HBM3); latencies measured by "
+                           "pointer chase, profiles/h100/latency-20261123 (near-partition L2 hit, "
+                           "DRAM; unloaded)")),
         Arch("h200", "sm_90", (9, 0), 132, 60 * MiB, 2,
              cutile_tiles=Tiles(128, 128), cutile_occupancy=1, cuda_tiles=Tiles(128, 64),
-             marketing_name="NVIDIA H200"),
+             marketing_name="NVIDIA H200",
+             memory=Memory(4.8e12, source="NVIDIA H200 SXM datasheet (4.8 TB/s HBM3e); "
+                                          "latencies not measured")),
         Arch("b200", "sm_100", (10, 0), 148, 126 * MiB, 2,
              cutile_tiles=Tiles(128, 128), cutile_occupancy=1, cuda_tiles=Tiles(128, 64),
              marketing_name="NVIDIA B200"),

@@ -8,13 +8,6 @@ from spec.records import Metric
 from analysis.data.rows import (as_case, config_label, flops, median, pct_change, pivot, times_by_case,
                     twin_key)
 
-DRAM_PEAK_BYTES_PER_S = {
-    # H100 SXM5 80 GB HBM3: 3.35 TB/s peak memory bandwidth (NVIDIA H100 Tensor Core GPU
-    # datasheet). The committed H100 runs are on "NVIDIA H100 80GB HBM3", the SXM5 part.
-    "h100": 3.35e12,
-    # H200 SXM 141 GB HBM3e: 4.8 TB/s peak memory bandwidth (NVIDIA H200 Tensor Core GPU datasheet).
-    "h200": 4.8e12,
-}
 
 
 

@@ -19,7 +19,7 @@ from analysis.models.timemodel import FACTS
 from analysis.findings.active import hit_vs_active
 from analysis.findings.consistency import consistency
 from analysis.findings.divergence import divergence_fits, divergence_points
-from analysis.findings.dram import DRAM_PEAK_BYTES_PER_S, dram_bound, spill_artifact
+from analysis.findings.dram import dram_bound, spill_artifact
 from analysis.findings.drift import drift_table
 from analysis.findings.l1 import l1_passthrough
 from analysis.findings.longseq import longseq_best
@@ -166,7 +166,7 @@ def compute(arch: str, *, sim: bool = True, cache_dir: Path | None = None,
                                   f"the twins' launches)",
                                   sawtooth_vs_linear(cnt["longseq"], tim["longseq"])
                                   if cnt["longseq"] else [])
-    peak = DRAM_PEAK_BYTES_PER_S.get(arch, float("nan"))
+    peak = a.dram_bytes_per_s or float("nan")      # the arch registry's published peak
     out["s9_dram_bound"] = (f"9a. DRAM bound (longseq-profile"
                             f"{', ' + lp.label if lp else ': no run'}; peak "
                             f"{peak / 1e12:.2f} TB/s)", dram_bound(lp_c, lp_t, peak))

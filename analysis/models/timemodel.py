@@ -56,6 +56,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from spec.arch import Arch, get as get_arch, known as known_archs
 from spec.problem import Problem, TileGrid, Tiles
 from spec.schedules import CtaSchedule
 
@@ -76,17 +77,19 @@ class MemoryFacts:
         return self.dram_bytes_per_s / self.num_sms
 
 
-H100 = MemoryFacts("h100", 132, 3.35e12, 143.4e-9, 348.7e-9,
-                   "NVIDIA H100 SXM5 datasheet (3.35 TB/s HBM3); latencies measured by pointer "
-                   "chase, profiles/h100/latency-20261123 (near-partition L2 hit, DRAM; unloaded)")
-GB10 = MemoryFacts("gb10", 48, 273e9, H100.l2_hit_s, H100.dram_s,
-                   "NVIDIA DGX Spark / GB10 spec (273 GB/s LPDDR5x, 48 SMs); latencies: no GB10 "
-                   "measurement, the H100's measured values are assumed (LPDDR5x is likely slower, "
-                   "so exposed latency is understated)")
+def facts_of(arch: Arch) -> MemoryFacts | None:
+    """The model's inputs for ``arch`` from the arch registry (``spec.arch.Memory``); None when
+    the registry lacks the bandwidth or either latency."""
+    m = arch.memory
+    if m is None or m.l2_hit_s is None or m.dram_s is None:
+        return None
+    return MemoryFacts(arch.name, arch.num_sms, m.dram_bytes_per_s, m.l2_hit_s, m.dram_s,
+                       m.source)
 
 
-FACTS = {f.name: f for f in (H100, GB10)}
-"""The GPUs whose memory facts the model has, by arch name."""
+FACTS = {a: f for a in known_archs() if (f := facts_of(get_arch(a))) is not None}
+"""The GPUs whose memory facts the model has, by arch name (from the arch registry)."""
+H100, GB10 = FACTS["h100"], FACTS["gb10"]
 
 
 @dataclass(frozen=True)
