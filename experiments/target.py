@@ -8,7 +8,7 @@ once, in plan order, so a slow drift of the GPU over the session spreads over al
 instead of biasing the ones launched last. ncu is told to profile only those ranges, so the report
 holds ``launches`` kernels per case, round by round.
 
-Optional plan keys, for the controlled experiments of ``experiments.variance`` (all off by
+Optional plan keys, for the controlled experiments of ``explorations.variance`` (all off by
 default): ``reverse`` launches the cases in reverse plan order (does the launch order matter?);
 ``flush_bytes`` writes a buffer of that size before every launch, outside the range (our own L2
 flush, to compare with ncu's ``--cache-control all``); ``trace_dir`` launches the family's trace

@@ -100,14 +100,14 @@ scan holds the same share of samples. With a hashed sample the share fluctuates 
 window (binomial), and where the misses change steeply as a scan's working set crosses the
 capacity those fluctuations do not average out: with the clocks held equal (no jitter) the
 hashed sample gave +8% misses on the GB10 cuTile Static causal case at R = 0.1, the systematic
-one −0.5% (``experiments/simbench.py`` section F). Unsampled accesses cost the slot's running mean of sampled load
+one −0.5% (``explorations/simbench.py`` section F). Unsampled accesses cost the slot's running mean of sampled load
 times, at least a hit step (a step lasts at least one, so a mean below one, from waits on fills
 already under way, would make the sampled clocks run fast), so the clocks still see misses; a
 run of steps that touch only unsampled tiles is skipped at that cost times the slot's speed
 factor. With ``miss_ratio = 1`` a step lasts exactly its speed and jitter factors whatever it
 loads, so the sampled clocks then differ from the exact ones only in the jitter's realisation
 (one draw per skipped run instead of one per step), whose own spread (the exact model's
-seed-to-seed spread, ``experiments/simbench.py`` section G) bounds how close any such scheme
+seed-to-seed spread, ``explorations/simbench.py`` section G) bounds how close any such scheme
 can come. Every sampled row states ``R`` and the error measured against the exact simulator.
 """
 from __future__ import annotations
@@ -618,7 +618,7 @@ SHARDS_TARGET = 6554
 """SHARDS size rule: sample about this many half-tile ids per case (0.1 of the GB10 cuTile B=8
 case's 65 536 tile ids). The sampling error grows as the sample shrinks, so a fixed sample size
 (rather than a fixed rate) keeps the error measured against the exact simulator on the GB10 and
-H100 cases (``experiments/simbench.py``) valid for the larger arches."""
+H100 cases (``explorations/simbench.py``) valid for the larger arches."""
 
 
 def set_index(wsub: np.ndarray, sampled: np.ndarray, cap_part: int,

@@ -149,7 +149,7 @@ def main(argv=None) -> int:
             f"; unstable ranges over seeds 0..{seeds - 1} and {len(maps)} measured SM maps"
             if maps else "") + (
             "" if a.exact else "; SHARDS size rule (analysis.cache.timesim.shards_rate), error: "
-                               "experiments/simbench.py")
+                               "explorations/simbench.py")
         rows += validate(ms, arch, pd, p.fit_study, seeds=seeds, note=note, maps=maps)
         print(f"{study}: {len(ms)} cases, {seeds} seed(s), {time.perf_counter() - t0:.0f}s",
               file=sys.stderr)

@@ -127,7 +127,7 @@ def cmd_fit(arch: Arch, root: Path, study: str, every: int, rate: float,
         derivation=f"grid search of rel. RMS of tex misses vs the median of the one-pass "
                    f"launches of the runs under {root.as_posix()}, every "
                    f"{every}-th S of each panel, " + (f"SHARDS R={rate:g} (error vs exact: "
-                   f"experiments/simbench.py)" if rate < 1 else "exact (no sampling)") +
+                   f"explorations/simbench.py)" if rate < 1 else "exact (no sampling)") +
                    f"; {why} (fixed, not fitted; the H100 drift is used for every sm_90 arch); "
                    f"partitions from the arch registry",
         inputs=_inputs(arch, root, study, fixed["placement"]), command=command)

@@ -554,7 +554,7 @@ def test_read_kernels_falls_back_to_the_csv_export(tmp_path, csv_reader):
 # ---------------------------------------------------------------- the variance driver (CPU parts)
 
 def test_variance_conditions_change_one_thing_and_record_missing_launches(tmp_path, csv_reader):
-    from experiments import variance
+    from explorations import variance
     tool = fake_ncu(tmp_path, f'echo "$@" > "{tmp_path}/args"')
     cases = fixture_cases()
     cond = variance.CONDITIONS["flush_own"]
@@ -585,7 +585,7 @@ def test_variance_conditions_change_one_thing_and_record_missing_launches(tmp_pa
 
 
 def test_variance_bad_input_exits_2_and_writes_nothing(tmp_path, capsys):
-    from experiments import variance
+    from explorations import variance
     out = tmp_path / "v"
     assert variance.main(["--out", str(out), "--conditions", "miss_alone,nope"]) == 2
     assert "unknown condition(s) nope" in capsys.readouterr().err

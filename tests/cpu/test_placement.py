@@ -172,7 +172,7 @@ def test_arrays_round_trip_through_npz(tmp_path):
         from_arrays({k: v for k, v in to_arrays(traces).items() if k != "base_ns"})
 
 
-# -- experiments.variance: the placement condition (CPU parts, fake ncu) ------------------------
+# -- explorations.variance: the placement condition (CPU parts, fake ncu) ------------------------
 
 from experiments import target, variance                                        # noqa: E402
 from profiles.counters import Observation                                       # noqa: E402

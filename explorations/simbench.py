@@ -1,7 +1,7 @@
 """Benchmark of the timed L2 simulator (``analysis.cache.timesim``): speed, memory, SHARDS error, and
 the GB10 predictions made with the default (unfitted) parameters.
 
-    python -m experiments.simbench [--out profiles/cpu/simbench-YYYYMMDD] [--sections ABCDEFGH]
+    python -m explorations.simbench --out DIR [--sections ABCDEFGH]
                                    [--exact-archs b200,b300]
 
 Sections (one CSV row per case and mode, plus ``manifest.json``):
@@ -101,14 +101,16 @@ def _peak_mib() -> float:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m experiments.simbench")
-    ap.add_argument("--out", type=Path)
+    ap = argparse.ArgumentParser(prog="python -m explorations.simbench")
+    ap.add_argument("--out", type=Path, required=True,
+                    help="new run directory (commit it under profiles/cpu/ and register it with "
+                         "python -m analysis.data register)")
     ap.add_argument("--sections", default="ABCDEFGH")
     ap.add_argument("--exact-archs", default="b200,b300",
                     help="the arches of section H (comma-separated)")
     a = ap.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # a kill removes the partial run
-    out = a.out or Path("profiles/cpu") / f"simbench-{time.strftime('%Y%m%d')}"
+    out = a.out
     try:
         rundir.check_free(out)
     except FileExistsError as e:
@@ -296,7 +298,7 @@ def main(argv=None) -> int:
             for r in rows:
                 w.writerow(asdict(r))
         rundir.write_manifest(
-            work, command=rundir.command_line("experiments.simbench", list(argv or sys.argv[1:])),
+            work, command=rundir.command_line("explorations.simbench", list(argv or sys.argv[1:])),
             source="simulated", wall_seconds=time.perf_counter() - t_all,
             peak_rss_mib=_peak_mib(), max_shards_err_pct=max_err,
             gb10_params=gb10_p, shards_target_subkeys=SHARDS_TARGET,

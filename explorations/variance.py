@@ -1,6 +1,6 @@
 """Where does the L2 miss counter's run-to-run spread come from? A GPU-only diagnosis driver.
 
-``python -m experiments.variance --arch h100 --out DIR [--n 5] [--sessions 1] [--cases REGEX]
+``python -m explorations.variance --arch h100 --out DIR [--n 5] [--sessions 1] [--cases REGEX]
 [--conditions a,b,...]`` (default: the five conditions below up to ``order_last``; ``placement``
 is asked for by name)
 
@@ -78,7 +78,7 @@ from spec.case import case_to_dict
 from spec.problem import TileGrid
 from spec.records import Metric, Row, Source, case_fields, write_csv
 
-from .studies import UnknownStudy, at_length, get_study, lengths
+from experiments.studies import UnknownStudy, at_length, get_study, lengths
 
 TARGET = [sys.executable, "-m", "experiments.target"]
 STUDY = "sawtooth"
@@ -314,7 +314,7 @@ def table(rows) -> list[str]:
 
 
 def parse(argv) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m experiments.variance",
+    ap = argparse.ArgumentParser(prog="python -m explorations.variance",
                                  description=__doc__.splitlines()[0])
     ap.add_argument("--arch", default="h100")
     ap.add_argument("--out", type=Path, required=True, help="new run directory (never reused)")
@@ -340,8 +340,8 @@ def parse(argv) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    from .measure import device_facts
-    from .rundir import (BadRunDir, RunDirExists, command_line, reserved_run_dir,
+    from experiments.measure import device_facts
+    from experiments.rundir import (BadRunDir, RunDirExists, command_line, reserved_run_dir,
                          write_manifest)
     a = parse(argv)
     try:
@@ -383,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
                 last += lines
             if placed:
                 write_csv(work / "placement.csv", placed)
-            write_manifest(work, command=command_line("experiments.variance", argv),
+            write_manifest(work, command=command_line("explorations.variance", argv),
                            mode="measure", study="variance", arch=arch, device=device_facts(),
                            ncu=tool.settings(), n=a.n, sessions=a.sessions, seed=a.seed,
                            conditions={c.name: {"question": c.question,
