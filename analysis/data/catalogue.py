@@ -87,7 +87,8 @@ def catalogue_text() -> str:
            "content (`python -m analysis.data check`). Roles: dataset (a study run that figures "
            "and findings select among), measured (containers of measured runs for the simulator's "
            "validation), instrument (hardware facts the simulator reads; * = the default one), "
-           "validation (committed simulator validations), evidence (kept for the documents).", ""]
+           "validation (committed simulator validations), reference (published values, never "
+           "fitted), evidence (kept for the documents).", ""]
     ents = list(registry.entries().values())
     for arch in sorted({e.arch for e in ents}):
         out += [f"## {arch}", "", "| run | role | study | source | tree that ran | made by |",

@@ -19,6 +19,8 @@ divergence-20261125``) is pinned by its container's entry. Roles:
 ``instrument``  a hardware measurement the simulator reads (the SM → L2-partition map, latencies,
                 CTA lags); ``default: true`` marks the one of its kind the params files pin;
 ``validation``  a committed simulator validation (``python -m analysis.calibration validate``);
+``reference``   published values the models are judged against, never fitted to
+                (``analysis.data.published``);
 ``evidence``    kept for REPORT.md and docs/ (logs, probes, benchmarks, predictions); read by no
                 figure or model.
 
@@ -37,7 +39,7 @@ from typing import Iterator
 
 ROOT = Path(__file__).resolve().parents[2]
 REGISTRY = "registry.json"
-ROLES = ("dataset", "measured", "instrument", "validation", "evidence")
+ROLES = ("dataset", "measured", "instrument", "validation", "reference", "evidence")
 SCHEMA = 1
 
 _root = [ROOT]
@@ -178,8 +180,9 @@ def entry(path: Path | str) -> Entry:
         e = entries().get("/".join(parts[:n]))
         if e is not None:
             return verify(e)
+    top = "/".join(parts[:2])
     raise DatasetError(f"profiles/{rel}: not registered (the code reads only registered runs); "
-                       f"register it with `python -m analysis.data register profiles/{rel} "
+                       f"register it with `python -m analysis.data register profiles/{top} "
                        f"--role <{'|'.join(ROLES)}>`")
 
 

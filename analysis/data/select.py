@@ -85,7 +85,7 @@ def manifest_fields(m: dict) -> dict:
     """The selection fields of a manifest: study, source and the parameters."""
     params = m.get("parameters") if isinstance(m.get("parameters"), dict) else {}
     src = params.get("source")
-    if src not in ("measured", "simulated"):
+    if src not in ("measured", "simulated", "published"):
         src = "simulated" if m.get("mode") == "simulate" else "measured"
     seq = params.get("seq_override")
     return {"study": m.get("study"), "source": src,

@@ -67,8 +67,13 @@ def main(argv=None) -> int:
         err(str(e))
         return 2
     md = [f"# Findings for {a.arch} (python -m analysis.findings --arch {a.arch})\n"]
+    empty = [title.split(" ", 1)[0].rstrip(".") for title, rows in sections.values() if not rows]
+    sections = {k: v for k, v in sections.items() if v[1]}
     for name, (title, rows) in sections.items():
         md.append(f"## {title}\n\n{markdown(rows)}")
+    if empty:
+        md.append(f"No data for {len(empty)} section(s): {', '.join(empty)} (no registered run "
+                  f"of their study for {a.arch}{'' if not a.no_sim else ', or --no-sim'}).\n")
     text = "\n".join(md)
     print(text)
     if out is not None:

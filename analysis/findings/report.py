@@ -16,7 +16,10 @@ from spec.records import Metric
 from analysis.data import (ANY, Dataset, DatasetError, dataset, new_directory, read_run, registry,
                     repeated_runs, repeats_of, select)
 from analysis.models.timemodel import FACTS
+from analysis.calibration import default_params
+from analysis.data.published import PAPER, check_against, read_published
 from analysis.findings.active import hit_vs_active
+from analysis.findings.paper import case_table, implied_capacity, pair_table, summary
 from analysis.findings.consistency import consistency
 from analysis.findings.divergence import divergence_fits, divergence_points
 from analysis.findings.dram import dram_bound, spill_artifact
@@ -93,6 +96,7 @@ def compute(arch: str, *, sim: bool = True, cache_dir: Path | None = None,
     name = {s: chosen[s].label if chosen[s] else "no run" for s in STUDIES}
 
     out: dict[str, tuple[str, list[dict]]] = {}
+    out.update(paper_sections(arch, chosen["sawtooth"], cnt["sawtooth"] + tim["sawtooth"]))
     by_study = {s: cnt[s] for s in ("sawtooth", "traffic", "divergence", "l1l2", "active-sms")
                 if cnt[s]}
     by_study.update({f"sawtooth r{i}": R.rows(d)[0] for i, d in enumerate(saw_runs, 1) if i > 1})
@@ -191,6 +195,44 @@ def compute(arch: str, *, sim: bool = True, cache_dir: Path | None = None,
         misscost_table([(f"r{i}", *R.rows(d)) for i, d in enumerate(mc_runs, 1)], facts)
         if mc_runs and facts else [])
     return out
+
+
+def paper_sections(arch: str, measured: Dataset | None,
+                   measured_rows: list[dict]) -> dict[str, tuple[str, list[dict]]]:
+    """Section P: the paper's published GB10 values beside the committed simulated GB10 run and
+    the ``arch``'s measured sawtooth study (``analysis.findings.paper``)."""
+    cases = read_published()
+    gb10 = get_arch("gb10")
+    sim = select("gb10", "sawtooth", source="simulated")
+    sim_rows = read_run(sim.path).get("counters.csv", []) if sim else []
+    if sim_rows:
+        check_against(cases, sim_rows, f"the simulated GB10 run {sim.label}")
+    if arch == "gb10":
+        measured, measured_rows = None, []
+    gpu = arch
+    run = measured.label if measured else "no measured run"
+    sim_name = sim.label if sim else "no simulated GB10 run"
+    rows = case_table(cases, sim_rows, measured_rows, gpu)
+    return {
+        "sP_paper_cases": (
+            f"P. The paper and this framework, per case: published GB10 (arXiv 2601.16032, "
+            f"{PAPER}) beside the simulated GB10 run ({sim_name}; error = simulated vs published) "
+            f"and the {gpu} measurement at the scaled length ({run}; median and min..max of its "
+            f"launches)", rows),
+        "sP_paper_summary": (
+            "P2. How many published counts the GB10 simulation reproduces within 10% (no "
+            "parameter fitted to them), and its largest causal ratio", [summary(rows)]),
+        "sP_paper_pairs": (
+            f"P3. The paper's sawtooth changes against the simulated GB10 change and the {gpu} "
+            f"measurement ({run}): confirms / contradicts / no difference by the min..max rule "
+            f"of section 5", pair_table(cases, sim_rows, measured_rows, gpu)),
+        "sP_paper_capacity": (
+            "P4. The effective capacity each published non-causal sawtooth count implies (wave "
+            "model; a reading of the paper's number, fitted to nothing else) beside the capacity "
+            "the GB10 simulation is given (its parameters: analysis.calibration.default_params)",
+            implied_capacity(cases, gb10.num_sms, gb10.l2_bytes,
+                             default_params(gb10)[0].capacity_fraction * gb10.l2_bytes)),
+    }
 
 
 def _fmt(v) -> str:
