@@ -46,12 +46,7 @@ checks of ``profiles.counters``; ``DIR/counters.csv`` and ``DIR/manifest.json`` 
 atomically (``experiments.rundir``), and a table (condition, case, median, min..max, spread %)
 is printed last.
 
-Cost on an H100, defaults (3 cases, n=5, 1 session, 5 conditions): 5 target processes (start-up
-and kernel builds, ~20-40 s each, twice more for the application-replay condition, whose target
-runs once per pass) and 75 profiled launches (~1 s each in one pass, a few s with 4 passes):
-about 5-6 minutes. ``--n``, ``--cases`` and ``--conditions`` trim it. ``--conditions placement
---n 10``: one target process (two NVRTC builds), 20 trace launches of ~0.1 s (B=1) and ~0.5 s
-(B=4) plus a ~1 GB trace copy per B=4 launch: about 2-3 minutes.
+Cost on an H100: about 5-6 minutes at the defaults; ``--conditions placement --n 10`` about 2-3.
 
 The profiling target is the one every study uses, ``experiments.target``, with the plan keys
 this needs (``launches``, ``reverse``, ``flush_bytes``, ``trace_dir``).

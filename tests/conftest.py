@@ -65,7 +65,7 @@ def nvcc_sm90(source: str, ptx: bool = False) -> tuple[int, str]:
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     """How many documented commands ran (tests/cpu/test_documented_commands.py)."""
     mod = sys.modules.get("tests.cpu.test_documented_commands")
-    if mod is not None and getattr(mod, "RAN", None) is not None:
+    if mod is not None and getattr(mod, "RAN", None):
         total = len(mod.COMMANDS)
         terminalreporter.write_line(f"documented commands: {len(mod.RAN)} of {total} ran "
                                     f"(README.md, REPORT.md, docs/*.md)")
