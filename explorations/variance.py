@@ -4,14 +4,10 @@
 [--conditions a,b,...]`` (default: the five conditions below up to ``order_last``; ``placement``
 is asked for by name)
 
-The committed H100 data measured the *same* build of the cuTile Static linear case (B=8, H=1,
-S=256K, D=64, non-causal) at 20.7 / 21.7 / 12.7 G local tex miss sectors in three runs. A miss
-count is a property of the access order and the cache, so a 1.7x spread must come from the
-kernel's execution (CTA placement and timing decide which K/V tiles meet in L2), from the
-profiler (several replay passes of a kernel that does not replay identically, cache control), or
-from the session (what ran before). Each condition below changes one of these and measures the
-miss counter ``n`` times per case (``sessions`` processes x ``n`` launches each, every launch
-profiled on its own):
+A miss count is a property of the access order and the cache, so a spread between runs of one
+build comes from the kernel's execution (placement, timing), the profiler (replay passes, cache
+control) or the session. Each condition changes one of these and measures the miss counter ``n``
+times per case (``sessions`` processes x ``n`` launches, each launch profiled on its own):
 
 * ``miss_alone``   the miss counter alone (one replay pass): ncu flushes the caches before the
                    launch (``--cache-control all``), kernel replay, cases in plan order. Baseline.
@@ -46,9 +42,7 @@ checks of ``profiles.counters``; ``DIR/counters.csv`` and ``DIR/manifest.json`` 
 atomically (``experiments.rundir``), and a table (condition, case, median, min..max, spread %)
 is printed last.
 
-Cost on an H100: about 5-6 minutes at the defaults; ``--conditions placement --n 10`` about 2-3.
-
-The profiling target is the one every study uses, ``experiments.target``, with the plan keys
+Cost on an H100: about 5-6 minutes at the defaults. The profiling target is the one every study uses, ``experiments.target``, with the plan keys
 this needs (``launches``, ``reverse``, ``flush_bytes``, ``trace_dir``).
 """
 from __future__ import annotations
