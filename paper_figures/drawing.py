@@ -69,7 +69,7 @@ def simulated_params(rows: list[dict], figure: str, drawn: list[str] | None = No
 
 
 def render(rows: list[dict], arch: str, out_dir: Path, modules, console=None,
-           each: bool = True) -> list[dict]:
+           each: bool = True, names: dict[str, str] | None = None) -> list[dict]:
     """Draw the figure ``modules`` into the new directory ``out_dir`` as PNG and PDF,
     tables also as CSV and markdown, and ``figures.json``; returns one record per figure. With
     ``each``, ``console`` gets one line per figure (drawn or skipped, with the reason); otherwise
