@@ -260,7 +260,7 @@ def measure_drift(cases: list[Case], arch: Arch, *, run: str, study: str, reps: 
 
 def profile(cases: list[Case], arch: Arch, run_dir: Path, *, run: str, study: str,
             groups: tuple[str, ...], repeats: int, sessions: int,
-            seed: int) -> tuple[list[Row], list[Row], dict]:
+            seed: int, progress=None) -> tuple[list[Row], list[Row], dict]:
     """ncu counters of every case: ``repeats`` profiled launches per case and metric group,
     spread over ``sessions`` ncu sessions per group (``profiles.collect``; each group is meant to
     be one replay pass, and ``profiler__replayer_passes`` proves it per launch).
@@ -269,7 +269,8 @@ def profile(cases: list[Case], arch: Arch, run_dir: Path, *, run: str, study: st
     as a single-launch run had them: the median over the repeats from the metric's home group
     (``lo``..``hi`` = min..max, ``flags`` = failed repeats, multi-pass groups, failed checks),
     plus the consistency checks, the DRAM fills and the derived miss rows; they go to
-    ``counters.csv``. Every row (each launch of each group) goes to ``counters_repeats.csv``."""
+    ``counters.csv``. Every row (each launch of each group) goes to ``counters_repeats.csv``.
+    ``progress(text)`` is called as each ncu session starts (``profiles.collect``)."""
     from profiles import collect, counters, metrics, ncu
     tool = ncu.find()
     chosen = metrics.get_groups(tuple(groups))
@@ -278,7 +279,7 @@ def profile(cases: list[Case], arch: Arch, run_dir: Path, *, run: str, study: st
                                 "cases": [case_to_dict(c) for c in cases]}, indent=1))
     col = collect.profile_cases(tool, [sys.executable, "-m", "experiments.target", str(plan)],
                                 [c.id for c in cases], run_dir / "ncu", tuple(groups), repeats,
-                                sessions=sessions)
+                                sessions=sessions, progress=progress)
     every = collect.to_rows(col, cases, run=run, study=study, arch=arch)
     summary = counters.home_summaries(every, chosen)
     summary += derived_miss_rows(summary, cases, arch, run=run, study=study)

@@ -7,7 +7,9 @@ The life of a run directory ``<parent>/<name>``:
    host. A second run for the same name (an explicit ``--out``, or a default name stamped in the
    same microsecond) is refused, or for a default name takes the next stamp, before it starts.
    A lock left by a process that no longer runs (killed with SIGKILL, a power cut) is stale and
-   is taken over.
+   is taken over, and so is any other run's stale lock in the same parent directory (a killed run
+   of another name: default names are unique stamps, so its name never comes again): the lock
+   and its hidden partial directory are removed and the run says so in one line.
 2. **work** in the hidden sibling ``<parent>/.<name>.partial/``; rows carry the final name.
 3. **publish**: the partial directory is renamed to ``<name>`` (one atomic ``rename``), then the
    lock is removed.
@@ -16,7 +18,7 @@ Whatever stops a run (an exception, Ctrl-C, SIGTERM, which ``experiments.run`` t
 exception) removes the partial directory, the lock and the parent directories the run created,
 so nothing is left; only SIGKILL can leave the two hidden entries, which never look like a run
 (readers skip names starting with a dot and directories without ``manifest.json``) and are
-cleaned by the next run of that name.
+cleaned by the next run in that directory.
 """
 from __future__ import annotations
 
@@ -81,6 +83,8 @@ def _lock_owner(lock: Path) -> tuple[str, int] | None:
         text = lock.read_text()
     except (FileNotFoundError, NotADirectoryError):
         return None
+    except OSError:                         # unreadable: treat as held
+        return ("?", -1)
     try:
         host, pid = text.split()
         return host, int(pid)
@@ -127,6 +131,41 @@ def check_creatable(path: Path) -> None:
 def _cannot(path: Path, e: Exception) -> BadRunDir:
     return BadRunDir(f"output directory {path} cannot be created: "
                      f"{getattr(e, 'strerror', None) or e}; pass another --out")
+
+
+def sweep_stale(parent: Path, remove: bool = True) -> list[str]:
+    """The debris of killed runs in ``parent``: every ``.<name>.lock`` written by this module
+    (``<host> <pid>``) whose process no longer runs on this host, with its ``.<name>.partial``
+    directory, and (``remove`` only) any ``.<name>.partial`` left without a lock. With
+    ``remove`` they are deleted. Returns their names. A lock of another host, or of a live
+    process, is left alone."""
+    found = []
+    try:
+        entries = list(parent.iterdir())
+    except OSError:
+        return found
+    locks = {e.name[1:-len(".lock")] for e in entries
+             if e.name.startswith(".") and e.name.endswith(".lock")}
+    for name in sorted(locks):
+        lock = parent / f".{name}.lock"
+        owner = _lock_owner(lock)
+        if owner is None or owner[1] < 0 or _alive(owner):
+            continue
+        found.append(lock.name)
+        part = _partial_path(parent / name)
+        if part.exists():
+            found.append(part.name)
+            if remove:
+                shutil.rmtree(part, ignore_errors=True)
+        if remove:
+            lock.unlink(missing_ok=True)
+    if remove:
+        for e in entries:
+            if (e.name.startswith(".") and e.name.endswith(".partial") and e.is_dir()
+                    and e.name[1:-len(".partial")] not in locks):
+                shutil.rmtree(e, ignore_errors=True)
+                found.append(e.name)
+    return found
 
 
 def _reserve(path: Path) -> list[Path]:
@@ -179,10 +218,21 @@ def _remove_empty(dirs: list[Path]) -> None:
 
 
 @contextlib.contextmanager
-def reserved_run_dir(path: Path | None, default=None):
+def reserved_run_dir(path: Path | None, default=None, on_debris=None):
     """Reserve ``path`` (or, when None, a fresh ``default()`` name), then yield
     ``(final_path, work_dir)``; the work directory becomes ``final_path`` when the block
-    completes, and everything is removed when it does not (see the module docstring)."""
+    completes, and everything is removed when it does not (see the module docstring).
+    ``on_debris`` gets one line naming the debris of killed runs removed from the parent."""
+    if on_debris is not None:
+        # the default tree (runs/<arch>/<study>/) is ours: its debris is removed; beside an
+        # explicit --out it is only named (a directory we do not own)
+        parent = (Path(path) if path is not None else Path(default())).parent
+        own = path is None
+        found = sweep_stale(parent, remove=own)
+        if found:
+            on_debris(f"removed what killed runs left in {parent}: {', '.join(found)}" if own
+                      else f"killed runs left {', '.join(found)} in {parent} (their processes "
+                           "are gone); remove them with rm -r")
     if path is None:
         for _ in range(100):                # a default name taken: stamp again
             path = default()

@@ -130,6 +130,9 @@ def resumed(args, parser: argparse.ArgumentParser) -> tuple[argparse.Namespace, 
     """The options of the run ``--resume RUN`` completes: RUN's own command line (from its
     manifest) with this command's executor options and ``--out``; and that command line."""
     run = Path(args.resume)
+    if run.name == "manifest.json" and not run.is_dir():     # the run named by its manifest
+        run = run.parent
+        args.resume = str(run)
     m = _manifest(run)
     if (m.get("parameters") or {}).get("complete") is not False:
         raise ShardError(f"--resume {run}: not an incomplete sharded run (its manifest has no "

@@ -7,12 +7,18 @@ study: committed before local, measured before simulated, latest stamp, default 
 its repeats). Output: ``--out DIR``, or ``paper_figures/out/<arch>/<runs>`` where ``<runs>`` is
 ``default`` or the name of the one run named (``runs-N`` for N named runs); a new directory each
 time, an existing one is refused. Bad input (a run that is absent, empty, binary, truncated or
-lacks a column, an output directory that exists) is one line on stderr and exit 2, and so is a
-named run that no figure applies to.
+lacks a column, a run of another arch than ``--arch``, an output directory that exists, a disk
+that fills up while the figures are written) is one line on stderr and exit 2, and so is a named
+run that no figure applies to. ``--run`` takes a run directory or its ``manifest.json``.
+
+Output: a line per figure drawn, a line per figure whose study has rows but that could not be
+drawn (with the reason), and one line for the figures of studies the runs do not hold
+(``--verbose``: a line with the reason for each).
 """
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from pathlib import Path
 
@@ -25,6 +31,47 @@ ROOT = Path(__file__).resolve().parents[1]
 def default_out(arch: str, runs: list[Path] | None) -> Path:
     tag = "default" if not runs else Path(runs[0]).name if len(runs) == 1 else f"runs-{len(runs)}"
     return ROOT / "paper_figures" / "out" / arch / tag
+
+
+def run_dir(path: Path) -> Path:
+    """A run named by its directory or by its ``manifest.json``."""
+    path = Path(path)
+    return path.parent if path.name == "manifest.json" and not path.is_dir() else path
+
+
+def arch_mismatch(rows: list[dict], arch: str) -> str | None:
+    """One line when a run holds rows of another arch than the one the figures are drawn for."""
+    from analysis.data import run_of
+    other = {}
+    for r in rows:
+        if r.get("arch") and r["arch"] != arch:
+            other.setdefault(run_of(r), r["arch"])
+    if not other:
+        return None
+    run, theirs = next(iter(other.items()))
+    return (f"run {run} holds {theirs} data, not {arch}: pass --arch {theirs}, or --run a run of "
+            f"{arch} (figures are titled with the arch they are drawn for)")
+
+
+def report_lines(report: list[dict], rows: list[dict], verbose: bool) -> list[str]:
+    """A line per figure drawn; a line per figure not drawn although its study has rows; one
+    line for the figures of studies the rows do not hold (each with its reason if ``verbose``)."""
+    from .drawing import STUDIES
+    present = {r["study"] for r in rows}
+    lines, absent = [], []
+    for r in report:
+        if "files" in r:
+            runs = f" ({', '.join(r['runs'])})" if r.get("runs") else ""
+            lines.append(f"  {r['figure']}: {', '.join(r['files'])}{runs}")
+        elif verbose or set(STUDIES.get(r["figure"], ())) & present:
+            lines.append(f"  {r['figure']}: skipped ({r['skipped']})")
+        else:
+            absent.append(r["figure"])
+    if absent:
+        studies = sorted({s for f in absent for s in STUDIES.get(f, ())})
+        lines.append(f"  {len(absent)} figures not drawn: the runs read hold no rows of their "
+                     f"studies ({', '.join(studies)}); --verbose gives each reason")
+    return lines
 
 
 def run_cli(argv, modules, prog: str = "python -m paper_figures", description: str = "") -> int:
@@ -41,6 +88,8 @@ def run_cli(argv, modules, prog: str = "python -m paper_figures", description: s
                     help="without --run: select only runs of this source")
     ap.add_argument("--out", type=Path,
                     help="new output directory (default paper_figures/out/<arch>/<runs>)")
+    ap.add_argument("--verbose", "-v", action="store_true",
+                    help="a line for every figure not drawn, with the reason")
     a = ap.parse_args(argv)
     err = lambda s: print(f"error: {s}", file=sys.stderr)  # noqa: E731
     try:
@@ -49,19 +98,32 @@ def run_cli(argv, modules, prog: str = "python -m paper_figures", description: s
         err(str(e))
         return 2
     console = Console(width=None if sys.stdout.isatty() else 150)
-    runs = a.run or [d.path for d in default_runs(a.arch, a.source)]
-    out = a.out or default_out(a.arch, a.run)
+    named = [run_dir(r) for r in a.run] if a.run else None
+    runs = named or [d.path for d in default_runs(a.arch, a.source)]
+    out = a.out or default_out(a.arch, named)
     try:
         rows = load_rows(runs)
+        wrong = arch_mismatch(rows, a.arch)
+        if wrong:
+            err(wrong)
+            return 2
         console.print(f"reading {len(runs)} run(s): " + ", ".join(str(r) for r in runs) if runs
                       else "no stored runs found: drawing the analytic figures only")
-        report = render(rows, a.arch, out, modules, console)
+        report = render(rows, a.arch, out, modules)
     except (DatasetError, FileExistsError) as e:
         err(str(e))
         return 2
-    if a.run and not any("files" in r for r in report):
-        err(f"no figure applies to the run(s) named ({', '.join(str(r) for r in a.run)}); each "
-            f"figure's reason is above. Check --arch and that the run holds the rows a figure "
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        err(f"no space left on the device while writing {e.filename or out}; nothing was kept "
+            f"there: free some space or pass --out on another disk")
+        return 2
+    for line in report_lines(report, rows, a.verbose):
+        console.print(line, highlight=False)
+    if named and not any("files" in r for r in report):
+        err(f"no figure applies to the run(s) named ({', '.join(str(r) for r in named)}); "
+            f"--verbose gives each figure's reason. Check that the run holds the rows a figure "
             f"needs")
         return 2
     console.print(summary(report, out))

@@ -5,12 +5,11 @@ several loaded runs (the original and its repeats -r2, -r3) only the original is
 (``data.one_run``), and the title says so; the ``repeats`` figure shows every run."""
 from __future__ import annotations
 
-import math
-
 from spec.records import Metric
 
-from .bars import grouped_bars
+from .bars import MISS_LABEL, grouped_bars, miss_bars
 from .data import Skip, one_run, select
+from .style import gpu_name, seq_label
 
 SCHEDULE_NAMES = {"static": "Static (persistent)", "tile": "Tile-based"}
 
@@ -29,17 +28,15 @@ def load_misses(rows: list[dict], causal: bool) -> dict:
     if not rows:
         raise Skip(f"no cuTile {'causal' if causal else 'non-causal'} rows of the sawtooth study")
     schedules = sorted({r["schedule"] for r in rows})
-    series = {}
-    for r in rows:
-        vals = series.setdefault((r["order"], r["source"]), [math.nan] * len(schedules))
-        vals[schedules.index(r["schedule"])] = r["value"] / 1e6
+    series, errors = miss_bars(rows, lambda r: r["schedule"], schedules)
     return {"groups": [_schedule_name(s) for s in schedules], "series": series,
-            "S": rows[0]["S_q"], "B": rows[0]["B"], "run": run}
+            "errors": errors, "S": rows[0]["S_q"], "B": rows[0]["B"], "run": run}
 
 
 def plot_misses(data: dict, figure: str, causal: bool, arch: str | None):
     mode = "causal" if causal else "non-causal"
-    return grouped_bars(data["groups"], data["series"], ylabel="L2 misses (M sectors)",
-                        title=f"{figure}: cuTile {mode}, B={data['B']}, S={data['S']}, "
-                              f"64×64 tiles, {arch or ''}"
+    return grouped_bars(data["groups"], data["series"], errors=data.get("errors"),
+                        ylabel=MISS_LABEL if data.get("errors") else "L2 misses (M sectors)",
+                        title=f"{figure}: cuTile {mode}, B={data['B']}, S={seq_label(data['S'])}, "
+                              f"64×64 tiles, {gpu_name(arch)}"
                               + (f"\n{data['run']['note']}" if data["run"]["note"] else ""))

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import textwrap
 from pathlib import Path
 
 from analysis.data import new_directory, run_of
 
 from .data import Skip, primary_run, run_name, runs_of
+from .style import CHAR_EM, gpu_name, wrap_to
 
 STUDIES = {"F1": ("l1l2",), "F2": ("l1l2",), "T1": ("l1l2",), "F3": ("traffic",),
            "F4": ("traffic",), "T2": ("traffic",), "F5": ("divergence",),
@@ -68,15 +70,96 @@ def simulated_params(rows: list[dict], figure: str, drawn: list[str] | None = No
     return " ".join(w for w in notes[0].split() if w in shared)
 
 
+FOOTER_PT = 6
+_CAPACITY = re.compile(r"capacity=([\d.]+)MiB")
+
+
+def context(rows: list[dict], figure: str, arch: str | None, drawn: list[str]) -> str:
+    """The GPU and its L2 for a title, and the simulated capacity when the figure drew simulated
+    rows ('NVIDIA GB10 (gb10), L2 24 MiB; simulated L2 20 MiB')."""
+    text = gpu_name(arch)
+    try:
+        from spec import get_arch
+        text += f", L2 {get_arch(arch).l2_bytes / 2**20:g} MiB"
+    except Exception:       # noqa: BLE001 - an arch outside the registry: its name alone
+        pass
+    caps = sorted({float(m.group(1)) for r in rows
+                   if r.get("source") == "simulated" and r["study"] in STUDIES[figure]
+                   and run_name(run_of(r)) in drawn and (m := _CAPACITY.search(r.get("note") or ""))})
+    if caps:
+        text += "; simulated L2 " + " / ".join(f"{c:g}" for c in caps) + " MiB"
+    return text
+
+
+def _stamp_title(fig, ctx: str, arch: str | None) -> None:
+    """Put ``ctx`` in the figure's title: in place of the GPU's name where the title names it,
+    else as its last line (the suptitle, or the first panel's title)."""
+    sup = getattr(fig, "_suptitle", None)
+    target = sup if sup is not None and sup.get_text() else (fig.axes[0].title if fig.axes
+                                                             else None)
+    if target is None or not target.get_text():
+        fig.suptitle(ctx, fontsize=9)
+        return
+    text, name = target.get_text(), gpu_name(arch)
+    text = text.replace(name, ctx, 1) if name in text else f"{text}\n{ctx}"
+    width = fig.get_size_inches()[0]
+    if target is not sup:                # a panel's title: as wide as its panel
+        width *= target.axes.get_position().width
+    target.set_text(wrap_to(text, 0.97 * width, target.get_fontsize()))
+
+
+def _footer(fig, lines: list[str]) -> None:
+    """``lines`` at the foot of the figure, wrapped to its width, in a band the figure grows by
+    (the panels keep their size and never overlap it)."""
+    w_in, h_in = fig.get_size_inches()
+    chars = max(30, int(w_in * 72 / (FOOTER_PT * CHAR_EM)))
+    wrapped = [w for line in lines for w in textwrap.wrap(line, chars, break_on_hyphens=False)]
+    band = (len(wrapped) * FOOTER_PT * 1.3 + 6) / 72
+    fig.set_size_inches(w_in, h_in + band)
+    frac = band / (h_in + band)
+    engine = fig.get_layout_engine()
+    if engine is not None and hasattr(engine, "set") and "rect" in engine.get():
+        engine.set(rect=(0, frac, 1, 1 - frac))
+        # an "outside lower" legend gets its margin inside the rect but is anchored to the
+        # figure's own bottom, where the band is: anchor it to the rect instead (without
+        # set_bbox_to_anchor, which would make the layout stop reserving its margin)
+        from matplotlib.transforms import Bbox, TransformedBbox
+        area = TransformedBbox(Bbox([[0, frac], [1, 1]]), fig.transFigure)
+        for leg in fig.legends:
+            if getattr(leg, "_outside_loc", None) and leg._bbox_to_anchor is None:
+                leg.get_bbox_to_anchor = lambda area=area: area
+    else:
+        fig.subplots_adjust(bottom=frac + 0.08 * (1 - frac))
+    fig.text(0.004, 3 / 72 / (h_in + band), "\n".join(wrapped), fontsize=FOOTER_PT,
+             color="#555555", ha="left", va="bottom", linespacing=1.2, gid="footer")
+
+
+def finish(fig, rows: list[dict], figure: str, arch: str | None, drawn: list[str],
+           shown: list[str] | None = None) -> None:
+    """What every drawn figure carries: the GPU, its L2 and any simulated capacity in the title;
+    at its foot, the runs it drew (``shown``: their names as the reader should see them) and the
+    parameters of its simulated rows."""
+    _stamp_title(fig, context(rows, figure, arch, drawn), arch)
+    lines = [f"data: {', '.join(shown if shown is not None else drawn)}"] if drawn else []
+    sim = simulated_params(rows, figure, drawn)
+    if sim:
+        lines.append(f"simulated: {sim}")
+    if lines:
+        _footer(fig, lines)
+
+
 def render(rows: list[dict], arch: str, out_dir: Path, modules, console=None,
-           each: bool = True) -> list[dict]:
+           each: bool = True, names: dict[str, str] | None = None) -> list[dict]:
     """Draw the figure ``modules`` into the new directory ``out_dir`` as PNG and PDF,
     tables also as CSV and markdown, and ``figures.json``; returns one record per figure. With
     ``each``, ``console`` gets one line per figure (drawn or skipped, with the reason); otherwise
     the caller prints ``summary(report, out_dir)``. Nothing is written when no figure is drawn.
-    ``out_dir`` must not exist (or be empty): ``FileExistsError`` otherwise."""
+    ``out_dir`` must not exist (or be empty): ``FileExistsError`` otherwise. ``names`` maps a
+    run directory to the name figures show for it (a run drawn while it is written lives in a
+    temporary directory: its figures name the run it becomes)."""
     import matplotlib.pyplot as plt
     report = []
+    display = {run_name(k): v for k, v in (names or {}).items()}
     with new_directory(out_dir) as tmp:
         for mod in modules:
             try:
@@ -88,13 +171,8 @@ def render(rows: list[dict], arch: str, out_dir: Path, modules, console=None,
                     console.print(f"  {mod.FIGURE}: skipped ({why})")
                 continue
             drawn = runs_drawn(rows, mod.FIGURE)
-            if drawn:
-                fig.text(0.002, 0.998, "data: " + ", ".join(drawn), fontsize=6, color="#555555",
-                         ha="left", va="top")
-            sim = simulated_params(rows, mod.FIGURE, drawn)
-            if sim:
-                fig.text(0.002, 0.002, "\n".join(textwrap.wrap(f"simulated: {sim}", 160)),
-                         fontsize=5, color="#555555", ha="left", va="bottom")
+            shown = [display.get(d, d) for d in drawn]
+            finish(fig, rows, mod.FIGURE, arch, drawn, shown)
             paths = []
             for ext in ("png", "pdf"):
                 fig.savefig(tmp / f"{mod.FIGURE}.{ext}", dpi=150)
@@ -102,10 +180,10 @@ def render(rows: list[dict], arch: str, out_dir: Path, modules, console=None,
             plt.close(fig)
             if hasattr(mod, "table"):
                 paths += write_table(*mod.table(data, arch), tmp / mod.FIGURE)
-            report.append({"figure": mod.FIGURE, "files": paths, "runs": drawn})
+            report.append({"figure": mod.FIGURE, "files": paths, "runs": shown})
             if console is not None and each:
                 console.print(f"  {mod.FIGURE}: {', '.join(paths)}"
-                              + (f" ({', '.join(drawn)})" if drawn else ""))
+                              + (f" ({', '.join(shown)})" if shown else ""))
         if any("files" in r for r in report):
             (tmp / "figures.json").write_text(json.dumps({"arch": arch, "figures": report},
                                                          indent=1) + "\n")

@@ -33,7 +33,7 @@ from spec.records import Metric  # noqa: E402
 from spec.schedules import CtaSchedule  # noqa: E402
 
 from .data import Skip, manifest, manifest_command, manifest_device, one_run, select  # noqa: E402
-from .style import order_style, title_suffix  # noqa: E402
+from .style import order_style, seq_label, title_suffix  # noqa: E402
 
 FIGURE = "drift"
 MiB = 2 ** 20
@@ -51,7 +51,7 @@ def load(rows: list[dict]) -> dict:
     steps = select(rows, study="drift", metric=Metric.STEP_NS)
     if not spread or not steps:
         raise Skip("no rows of the drift study (cta_start_spread_ns with a step index x and "
-                   "median_step_ns; python -m cuda_baseline.drift)")
+                   "median_step_ns; python -m experiments.run drift --arch <arch>)")
     key = lambda r: (r["B"], r["causal"], r["order"], r["H"], r["S_q"], r["D"],  # noqa: E731
                      r["tile_m"], r["tile_n"], r["schedule"], r["source"])
     step_ns = {key(r): r["value"] for r in steps}
@@ -97,6 +97,7 @@ def plot(data: dict, arch: str | None = None):
     modes = sorted({c for _, c in panels})
     fig, axes = plt.subplots(len(Bs), len(modes), figsize=(6.2 * len(modes), 3.6 * len(Bs)),
                              squeeze=False, constrained_layout=True)
+    fig.get_layout_engine().set(w_pad=0.07)   # room for the right axis' label at the edge
     l2 = get_arch(arch).l2_bytes if arch else None
     for (B, causal), cases in panels.items():
         ax = axes[Bs.index(B)][modes.index(causal)]
@@ -139,7 +140,7 @@ def plot(data: dict, arch: str | None = None):
     measured = "measured" if data["sources"] == {"measured"} else ""
     head = (f"drift: start-time spread across {c0['schedule'].replace('static', '')} persistent "
             f"CTAs, CUDA {c0['tile_m']}×{c0['tile_n']} tiles, D={c0['D']}, H={c0['H']}, "
-            f"S={c0['S']}" + title_suffix(data["sources"]))
+            f"S={seq_label(c0['S'])}" + title_suffix(data["sources"]))
     where = (f"{measured} on {data['device']}" if data.get("device")
              else f"{measured} ({arch or 'unknown GPU'})").strip()
     lines = [head, where + (f": {data['command']}" if data.get("command") else "")]

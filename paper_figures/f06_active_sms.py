@@ -18,7 +18,7 @@ from spec.records import Metric
 
 from . import lines
 from .data import Skip, mean_by, select, sources
-from .style import gpu_name, order_style
+from .style import gpu_name, order_style, seq_label
 
 FIGURE = "F6"
 HITS, MISSES = Metric.L2_TEX_HITS, Metric.L2_TEX_MISSES
@@ -71,7 +71,7 @@ def plot(data: dict, arch: str | None = None):
     ref = data["ref"]
     src = "" if data["study"] == "active-sms" else " (l1l2 study rows)"
     lines.title(fig, f"F6: L2 misses, hits and hit rate vs active SMs, CUDA split-Q, "
-                     f"S={data['S']}, B={ref['B']}, H={ref['H']}\n{gpu_name(arch)}{src}",
+                     f"S={seq_label(data['S'])}, B={ref['B']}, H={ref['H']}\n{gpu_name(arch)}{src}",
                 data["sources"] | {"model"}, size=9)
     return fig
 

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import sys
 
-import math
-
-from .bars import grouped_bars
+from .bars import MISS_LABEL, grouped_bars, miss_bars
 from .data import Skip, one_run, select
+from .style import gpu_name, seq_label
 from spec.records import Metric
 
 FIGURE = "F8a"
@@ -24,17 +23,15 @@ def load(rows: list[dict]) -> dict:
     if not rows:
         raise Skip("no CUDA rows of the sawtooth study (lts__t_sectors_srcunit_tex_lookup_miss.sum)")
     batches = sorted({r["B"] for r in rows})
-    series = {}
-    for r in rows:
-        vals = series.setdefault((r["order"], r["source"]), [math.nan] * len(batches))
-        vals[batches.index(r["B"])] = r["value"] / 1e6
-    return {"groups": [f"B={b}" for b in batches], "series": series, "S": rows[0]["S_q"],
-            "run": run}
+    series, errors = miss_bars(rows, lambda r: r["B"], batches)
+    return {"groups": [f"B={b}" for b in batches], "series": series, "errors": errors,
+            "S": rows[0]["S_q"], "run": run}
 
 
 def plot(data: dict, arch: str | None = None):
-    return grouped_bars(data["groups"], data["series"], ylabel="L2 misses (M sectors)",
-                        title=f"F8a: CUDA split-Q, S={data['S']}, 80×80 tiles, {arch or ''}"
+    return grouped_bars(data["groups"], data["series"], errors=data.get("errors"),
+                        ylabel=MISS_LABEL if data.get("errors") else "L2 misses (M sectors)",
+                        title=f"F8a: CUDA split-Q, S={seq_label(data['S'])}, 80×80 tiles, {gpu_name(arch)}"
                               + (f"\n{data['run']['note']}" if data["run"]["note"] else ""))
 
 

@@ -14,7 +14,7 @@ from spec.records import Metric
 
 from . import lines
 from .data import Skip, mean_by, require, sources
-from .style import gpu_name
+from .style import gpu_name, seq_label
 
 LEFT = (Metric.L2_SECTORS, Metric.L2_TEX_SECTORS, Metric.L1_SECTORS)
 RIGHT = Metric.L1_HITS
@@ -71,7 +71,7 @@ def plot_sweep(data: dict, figure: str, arch: str | None):
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = right.get_legend_handles_labels()
     fig.legend(h1 + h2, l1 + l2, fontsize=7, loc="outside lower center", ncols=4)
-    lines.title(ax, f"{figure}: L1/L2 counters vs active SMs, CUDA split-Q, S={data['S']}, "
+    lines.title(ax, f"{figure}: L1/L2 counters vs active SMs, CUDA split-Q, S={seq_label(data['S'])}, "
                     f"B=H=1, {data['T']}×{data['T']} tiles\n{gpu_name(arch)}", data["sources"],
                 size=9)
     return fig

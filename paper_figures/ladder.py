@@ -14,7 +14,7 @@ from spec.variant import Variant, is_variant_id
 from . import lines
 from .bars import grouped_bars
 from .data import Skip, sources, tflops_stats
-from .style import gpu_name
+from .style import gpu_name, seq_label
 
 FIGURE = "ladder"
 LEVELS = {1: "basic", 2: "exp2\n+FTZ", 3: "K pre-\ntransposed", 4: "latency\nhints",
@@ -61,7 +61,7 @@ def plot(data: dict, arch: str | None = None):
         grouped_bars(p["groups"], p["series"], ylabel="TFLOP/s (median; bars: sample min..max)",
                      errors=p["errors"], peers=p["peers"], annotate_reduction=False, ax=ax,
                      title=f"D={p['D']}, {'causal' if p['causal'] else 'non-causal'}, B={p['B']}, "
-                           f"H={p['H']}, S={p['S']}")
+                           f"H={p['H']}, S={seq_label(p['S'])}")
     lines.title(fig, f"ladder: cuTile FMHA tuning ladder, {gpu_name(arch)}", data["sources"])
     return fig
 

@@ -23,7 +23,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from .bars import grouped_bars  # noqa: E402
 from .data import (Skip, manifest, manifest_command, manifest_device, one_run,  # noqa: E402
                    tflops_stats)
-from .style import BACKEND_STYLE, gpu_name, title_suffix  # noqa: E402
+from .style import BACKEND_STYLE, gpu_name, seq_label, title_suffix  # noqa: E402
 
 FIGURE = "longseq"
 KERNELS = ("cutile", "cuda")
@@ -96,7 +96,7 @@ def plot(data: dict, arch: str | None = None):
                       + "/".join(f"{m}×{n}" for m, n in data["tiles"][b])
                       for b in KERNELS if data["tiles"].get(b))
     measured = "measured" if data["sources"] == {"measured"} else "drawn"
-    head = (f"longseq: TFLOP/s at B={p0['B']}, H={p0['H']}, S={p0['S']} (tiles: {tiles}); "
+    head = (f"longseq: TFLOP/s at B={p0['B']}, H={p0['H']}, S={seq_label(p0['S'])} (tiles: {tiles}); "
             f"numbers over bars: sawtooth vs linear" + title_suffix(data["sources"]))
     where = f"{measured} on {data['device'] or gpu_name(arch)}"
     if data.get("command"):

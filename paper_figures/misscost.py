@@ -25,7 +25,7 @@ from analysis.findings.misscost import misscost_table  # noqa: E402
 from analysis.models.timemodel import FACTS  # noqa: E402
 
 from .data import Skip, manifest, manifest_device, run_name, runs_of  # noqa: E402
-from .style import gpu_name  # noqa: E402
+from .style import gpu_name, seq_label  # noqa: E402
 
 FIGURE = "misscost"
 STAGE_COLOR = {1: "#C44E52", 2: "#4C72B0", 3: "#55A868"}
@@ -34,7 +34,7 @@ STAGE_COLOR = {1: "#C44E52", 2: "#4C72B0", 3: "#55A868"}
 def load(rows: list[dict]) -> dict:
     runs = runs_of(rows, "misscost")
     if not runs:
-        raise Skip("no rows of the misscost study (python -m experiments.run misscost --arch h100)")
+        raise Skip("no rows of the misscost study (python -m experiments.run misscost --arch <arch>)")
     arch = next(iter(runs.values()))[0]["arch"]
     facts = FACTS.get(arch)
     if facts is None:
@@ -77,7 +77,7 @@ def plot(data: dict, arch: str | None = None):
         ax.axhline(0, color="black", lw=0.8)
         ax.axvline(data["facts"].dram_bytes_per_s / 1e9, color="grey", lw=0.8, ls=":")
         kv = rows[0]
-        ax.set_title(f"S={S // 1024}K {'causal' if causal else 'non-causal'}; misses "
+        ax.set_title(f"S={seq_label(S)} {'causal' if causal else 'non-causal'}; misses "
                      f"{kv['misses_change_pct']:+.0f}% (st{min(r['stages'] for r in rows)})",
                      fontsize=9)
         ax.set_xlabel("DRAM bandwidth taken by the streamer (GB/s, measured)", fontsize=8)
@@ -85,7 +85,8 @@ def plot(data: dict, arch: str | None = None):
     axes[0][0].set_ylabel("sawtooth vs linear, kernel time (%)\n(below 0: sawtooth faster)",
                           fontsize=8)
     h, lab = axes[0][0].get_legend_handles_labels()
-    fig.legend(h, lab, loc="outside lower center", ncol=6, fontsize=7, frameon=False)
+    fig.legend(h, lab, loc="outside lower center", ncol=min(6, max(1, int(4.1 * len(keys) / 1.7))),
+               fontsize=7, frameon=False)
     dev = data["device"] or gpu_name(arch)
     fig.suptitle(f"Where a miss costs time: {dev}, runs {', '.join(data['runs'])} (filled: "
                  f"a difference by the repeat rule; hollow: none; dotted line: DRAM peak)",

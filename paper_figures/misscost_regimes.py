@@ -26,7 +26,7 @@ from analysis.models.timemodel import GB10  # noqa: E402
 from spec.variant import DEFAULT_STAGES  # noqa: E402
 
 from . import misscost  # noqa: E402
-from .style import gpu_name  # noqa: E402
+from .style import gpu_name, seq_label  # noqa: E402
 
 FIGURE = "misscost_regimes"
 VERDICT_COLOR = {"sawtooth faster": "#55A868", "sawtooth slower": "#C44E52",
@@ -68,7 +68,7 @@ def plot(data: dict, arch: str | None = None):
         ax.set_xlim(lo, max(xs) * 2)
         ax.set_ylim(0.5, 3.6)
         ax.set_yticks([1, 2, 3])
-        ax.set_title(f"S={S // 1024}K {'causal' if causal else 'non-causal'}", fontsize=9)
+        ax.set_title(f"S={seq_label(S)} {'causal' if causal else 'non-causal'}", fontsize=9)
         ax.set_xlabel("DRAM bandwidth left per attention SM (GB/s)", fontsize=8)
         ax.grid(True, lw=0.3, alpha=0.6)
     axes[0][0].set_ylabel("K/V pipeline stages", fontsize=8)

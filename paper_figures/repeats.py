@@ -27,7 +27,7 @@ from spec.records import Metric  # noqa: E402
 from analysis.data.rows import median  # noqa: E402
 
 from .data import Skip, manifest, manifest_device, run_name, runs_of  # noqa: E402
-from .style import gpu_name, title_suffix  # noqa: E402
+from .style import gpu_name, seq_label, title_suffix  # noqa: E402
 
 FIGURE = "repeats"
 RUN_STYLE = (dict(color="#4C72B0", marker="o"), dict(color="#DD8452", marker="s"),
@@ -143,7 +143,7 @@ def plot(data: dict, arch: str | None = None):
     c0 = cases[0]
     measured = "measured" if data["sources"] == {"measured"} else "drawn"
     fig.suptitle(f"repeats: sawtooth vs linear in {len(runs)} independent runs of the sawtooth "
-                 f"study, S={c0['S_q']}, D={c0['D']}" + title_suffix(data["sources"]) +
+                 f"study, S={seq_label(c0['S_q'])}, D={c0['D']}" + title_suffix(data["sources"]) +
                  f"\n{measured} on {data['device'] or gpu_name(arch)}: "
                  f"python -m experiments.run sawtooth --arch {arch or '<arch>'}, once per run",
                  fontsize=9)

@@ -19,7 +19,7 @@ from spec.records import Metric
 
 from . import lines
 from .data import Skip, select, sources
-from .style import gpu_name, line_kwargs
+from .style import gpu_name, line_kwargs, seq_label
 
 FIGURE = "reuse"
 ARCHS = ("gb10", "h100", "h200", "b200")
@@ -78,7 +78,7 @@ def plot(data: dict, arch: str | None = None):
         bot.set_ylim(bottom=0)
         bot.set_ylabel("accesses (M sectors, symlog)")
         bot.set_xlabel("reuse distance (MiB, log2 bins; lower edge)")
-        top.set_title(f"{backend}, {'causal' if causal else 'non-causal'}, B={B}, H={H}, S={S}, "
+        top.set_title(f"{backend}, {'causal' if causal else 'non-causal'}, B={B}, H={H}, S={seq_label(S)}, "
                       f"{tm}×{tn}, {sched}", fontsize=8)
         lines.legend(top, loc="upper right", fontsize=6)
         lines.legend(bot, loc="upper left", fontsize=6)

@@ -90,3 +90,26 @@ def gpu_name(arch: str | None) -> str:
     except Exception:
         return arch
     return f"{a.marketing_name or a.name} ({a.name})"
+
+
+def seq_label(s) -> str:
+    """A sequence length as the paper writes it: 131072 -> '128K', 229376 -> '224K', 3000 ->
+    '3000' (K = 1024 tokens; a length that is not a whole number of K stays as it is)."""
+    try:
+        s = int(s)
+    except (TypeError, ValueError):
+        return str(s)
+    return f"{s // 1024}K" if s >= 1024 and s % 1024 == 0 else str(s)
+
+
+CHAR_EM = 0.64
+"""Widest average glyph width in ems (DejaVu Sans digits and capitals: 0.6-0.7 em): text wrapped
+at width / (fontsize x CHAR_EM) characters stays inside that width."""
+
+
+def wrap_to(text: str, width_in: float, fontsize: float) -> str:
+    """``text`` with each of its lines wrapped to ``width_in`` inches at ``fontsize`` points."""
+    import textwrap
+    chars = max(20, int(width_in * 72 / (fontsize * CHAR_EM)))
+    return "\n".join(w for line in text.split("\n")
+                     for w in (textwrap.wrap(line, chars, break_on_hyphens=False) or [""]))

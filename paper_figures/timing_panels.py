@@ -12,7 +12,7 @@ import math
 from .bars import grouped_bars
 from .cutile_panels import _schedule_name
 from .data import Skip, one_run, sources, tflops_stats
-from .style import gpu_name
+from .style import gpu_name, seq_label
 
 PEERS = ("sdpa-flash", "sdpa-cudnn")
 QUANTITY = {"tflops": ("TFLOP/s (median; bars: sample min..max)", "tflops"),
@@ -59,7 +59,7 @@ def plot_cuda_batch(data: dict, figure: str, quantity: str, arch: str | None):
     what = "throughput" if quantity == "tflops" else "kernel time"
     return grouped_bars(data["groups"], data["series"], ylabel=QUANTITY[quantity][0],
                         errors=data["errors"], peers=data["peers"],
-                        title=f"{figure}: CUDA split-Q {what}, S={data['S']}, 80×80 tiles, "
+                        title=f"{figure}: CUDA split-Q {what}, S={seq_label(data['S'])}, 80×80 tiles, "
                               f"non-causal\n{gpu_name(arch)}" + _note(data))
 
 
@@ -84,5 +84,5 @@ def plot_cutile(data: dict, figure: str, causal: bool, arch: str | None):
     mode = "causal" if causal else "non-causal"
     return grouped_bars(data["groups"], data["series"], ylabel=QUANTITY["tflops"][0],
                         errors=data["errors"], peers=data["peers"],
-                        title=f"{figure}: cuTile {mode} throughput, B={data['B']}, S={data['S']}, "
+                        title=f"{figure}: cuTile {mode} throughput, B={data['B']}, S={seq_label(data['S'])}, "
                               f"64×64 tiles\n{gpu_name(arch)}" + _note(data))

@@ -8,6 +8,7 @@ axis as the measured one.
 from __future__ import annotations
 
 import csv
+import io
 import gzip
 import enum
 from dataclasses import asdict, dataclass, fields
@@ -198,12 +199,25 @@ def data_path(directory: Path, name: str) -> Path | None:
     return None
 
 
+class TruncatedCSV(ValueError):
+    """A CSV file that ends inside a quoted field: it was cut short (an interrupted copy, a full
+    disk). Its last "row" would swallow the rest of the file, so it is refused."""
+
+
 def read_dicts(path: Path) -> list[dict]:
     """Every row of any CSV file as a dict of strings; a ``.gz`` path is read through gzip
-    (committed datasets are stored gzipped, ``data_path``)."""
+    (committed datasets are stored gzipped, ``data_path``). A file cut inside a quoted field is
+    a ``TruncatedCSV``: a well-formed CSV has an even number of quote characters (a quoted field
+    opens and closes, a quote inside it is doubled), so an odd count means the file ends inside
+    one; the csv module itself would return the broken field as if the file were whole."""
     opener = gzip.open if str(path).endswith(".gz") else open
     with opener(path, "rt", newline="") as f:
-        return list(csv.DictReader(f))
+        text = f.read()
+    if text.count('"') % 2:
+        line = text[:text.rfind('"')].count("\n") + 1
+        raise TruncatedCSV(f"{path}: ends inside the quoted field opened on line {line}: the "
+                           "file was cut short; restore or re-write it")
+    return list(csv.DictReader(io.StringIO(text, newline="")))
 
 
 def read_csv(path: Path) -> list[dict]:

@@ -599,6 +599,38 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
     return cnt, makespan
 
 
+@numba.njit(cache=True)
+def _run_policy(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub, sampled,
+                n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr,
+                samp_kv, part_of, stores_miss, rate_jitter, srrip,
+                speed, set_of, n_sets, sets):  # pragma: no cover - compiled
+    """``_run`` with its two policy flags passed as constants, so that each of its four
+    specialisations is compiled (and cached on disk) inside this one function. Called from
+    Python with the flags as plain booleans, ``_run`` itself would be typed again on every call:
+    ``numba.literally`` makes the dispatcher type the call with plain booleans first, fail, and
+    only then pick the literal specialisation, and that first typing (0.2 s per call) is never
+    cached."""
+    if srrip:
+        if sets:
+            return _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
+                        sampled, n_parts, resident, cap, miss_t, jitter, seed, window, n_kv,
+                        samp_ptr, samp_kv, part_of, stores_miss, rate_jitter, True, speed,
+                        set_of, n_sets, True)
+        return _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
+                    sampled, n_parts, resident, cap, miss_t, jitter, seed, window, n_kv,
+                    samp_ptr, samp_kv, part_of, stores_miss, rate_jitter, True, speed,
+                    set_of, n_sets, False)
+    if sets:
+        return _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
+                    sampled, n_parts, resident, cap, miss_t, jitter, seed, window, n_kv,
+                    samp_ptr, samp_kv, part_of, stores_miss, rate_jitter, False, speed,
+                    set_of, n_sets, True)
+    return _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
+                sampled, n_parts, resident, cap, miss_t, jitter, seed, window, n_kv,
+                samp_ptr, samp_kv, part_of, stores_miss, rate_jitter, False, speed,
+                set_of, n_sets, False)
+
+
 # --------------------------------------------------------------------------------------------
 # public API
 # --------------------------------------------------------------------------------------------
@@ -691,7 +723,7 @@ def simulate(table: WorkTable, resident: int, params: TimeParams,
         speed[:] = params.speeds
     elif params.pair_slowdown > 0:
         speed[slot_paired_odd(params.placement, slots)] += params.pair_slowdown
-    cnt, makespan = _run(table.cta_first, table.length, table.reverse, table.q_key, table.o_key,
+    cnt, makespan = _run_policy(table.cta_first, table.length, table.reverse, table.q_key, table.o_key,
                          table.kv_row, np.int64(table.k_base), np.int64(table.v_base), wsub,
                          sampled, P, int(resident), cap, float(params.miss_ratio),
                          float(params.jitter), int(params.seed), float(params.merge_window),

@@ -118,7 +118,7 @@ def _lines(fig) -> dict[str, list[tuple[list[float], list[float]]]]:
 
 
 def _raw(path: Path, **where) -> list[dict]:
-    """The fixture's rows (analysis.datasets' reader: the committed CSV as typed rows) that match
+    """The fixture's rows (analysis.data' reader: the committed CSV as typed rows) that match
     ``where`` exactly."""
     return [r for r in load_rows([path]) if all(r[k] == v for k, v in where.items())]
 
@@ -255,7 +255,7 @@ def test_traffic_model_error_table_on_measured_h200(tmp_path):
 
 def test_cli_reports_skipped_figures(tmp_path):
     r = subprocess.run([sys.executable, "-m", "paper_figures", "--arch", "h200", "--run",
-                        str(FIX / "ladder"), "--out", str(tmp_path)], cwd=ROOT,
+                        str(FIX / "ladder"), "--out", str(tmp_path), "--verbose"], cwd=ROOT,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "ladder: ladder.png" in r.stdout
