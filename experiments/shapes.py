@@ -33,6 +33,8 @@ from pathlib import Path
 
 from kernels.config import shape_class
 from spec import Problem
+
+from .eager import EAGER_CALL_MS
 from spec.records import Metric, data_path, read_csv
 
 FAMILIES = ("cutile", "cuda")
@@ -64,14 +66,15 @@ def failed_peers(rows) -> set[tuple[Problem, str]]:
             and not str(r.get("note", "")).startswith("ok")}
 
 
-def median_times(rows) -> dict[Problem, dict[str, float]]:
-    """{problem: {family or peer: median kernel ms}} from timing rows (dicts or Rows), without
-    the times of peers that failed the correctness gate on that problem."""
+def median_times(rows, metric: str = Metric.KERNEL_TIME_MS) -> dict[Problem, dict[str, float]]:
+    """{problem: {family or peer: median ms}} of ``metric`` (kernel time, or the eager call time
+    ``experiments.eager.EAGER_CALL_MS``) from rows (dicts or Rows), without the times of peers
+    that failed the correctness gate on that problem."""
     rows = _dicts(rows)
     wrong = failed_peers(rows)
     samples: dict = {}
     for r in rows:
-        if r["metric"] != Metric.KERNEL_TIME_MS or (_problem(r), r["backend"]) in wrong:
+        if r["metric"] != metric or (_problem(r), r["backend"]) in wrong:
             continue
         samples.setdefault(_problem(r), {}).setdefault(r["backend"], []).append(float(r["value"]))
     return {p: {who: statistics.median(v) for who, v in d.items()} for p, d in samples.items()}
@@ -114,9 +117,9 @@ class FamilySummary:
     no_flash: int                # problems without a flash time
 
 
-def summarize(rows) -> list[FamilySummary]:
-    """The summary of every family that has at least one time."""
-    times = median_times(rows)
+def summarize(rows, metric: str = Metric.KERNEL_TIME_MS) -> list[FamilySummary]:
+    """The summary of every family that has at least one time of ``metric``."""
+    times = median_times(rows, metric)
     peered = [p for p, t in times.items() if CUDNN in t or FLASH in t]
     classes: dict = {}
     for p in times:
@@ -143,15 +146,9 @@ def summary_lines(rows) -> list[str]:
     """What the study prints last: per family its ratios to cuDNN (overall and per class) and
     to flash, the missing problems, and the issue's bar beside them."""
     lines = []
-    for s in summarize(rows):
-        lines.append(f"{s.family} vs cuDNN: {_fmt(s.vs_cudnn)}")
-        lines += [f"  {c}: {_fmt(r)}" for c, r in s.by_class.items()]
-        lines.append(f"{s.family} vs flash: {_fmt(s.vs_flash)}")
-        if s.missing:
-            lines.append(f"{s.family} has no time for {len(s.missing)} problems (failed or not "
-                         f"built): {', '.join(s.missing)}")
-        lines.append(f"  ({BARS[s.family]}; {s.no_cudnn} problems without a cuDNN time, "
-                     f"{s.no_flash} without a flash time)")
+    for metric, what in ((Metric.KERNEL_TIME_MS, "kernel time, l2 cold"),
+                         (EAGER_CALL_MS, "eager call time, host included, l2 warm")):
+        lines += _family_lines(rows, metric, what)
     host = host_launch_ms(rows)
     if host and lines:
         lines.append("host time per launch call, median over problems (what a caller without "
@@ -163,11 +160,26 @@ def summary_lines(rows) -> list[str]:
     return lines or ["no family was timed: nothing to summarize"]
 
 
+def _family_lines(rows, metric: str, what: str) -> list[str]:
+    lines = []
+    for s in summarize(rows, metric):
+        lines.append(f"{s.family} vs cuDNN ({what}): {_fmt(s.vs_cudnn)}")
+        lines += [f"  {c}: {_fmt(r)}" for c, r in s.by_class.items()]
+        lines.append(f"{s.family} vs flash ({what}): {_fmt(s.vs_flash)}")
+        if s.missing:
+            lines.append(f"{s.family} has no time for {len(s.missing)} problems (failed or not "
+                         f"built): {', '.join(s.missing)}")
+        lines.append(f"  ({BARS[s.family]}; {s.no_cudnn} problems without a cuDNN time, "
+                     f"{s.no_flash} without a flash time)")
+    return lines
+
+
 def host_launch_ms(rows) -> dict[str, float]:
-    """{family or peer: median over problems of its median host ms per launch call}."""
+    """{family or peer: median over problems of its median host ms per launch call} of the
+    kernel timing's launches (not the eager callers' rows)."""
     per: dict = {}
     for r in _dicts(rows):
-        if r["metric"] == Metric.HOST_LAUNCH_MS:
+        if r["metric"] == Metric.HOST_LAUNCH_MS and not str(r.get("variant", "")).endswith(".attention"):
             per.setdefault(r["backend"], []).append(float(r["value"]))
     return {who: statistics.median(v) for who, v in sorted(per.items())}
 
@@ -211,8 +223,32 @@ def measure(cases, arch, **kw):
     from .measure import check_and_time
     out = check_and_time(cases, arch, **kw)
     out.rows += peer_check_rows(cases, arch, run=kw["run"], study=kw["study"], seed=kw["seed"])
+    out.rows += eager_call_rows(out.passed, arch, run=kw["run"], study=kw["study"],
+                                seed=kw["seed"], reps=kw["reps"])
     out.summary += summary_lines(out.rows)
     return out
+
+
+def eager_call_rows(passed, arch, *, run: str, study: str, seed: int, reps: int) -> list:
+    """The eager call time (``experiments.eager.eager_rows``: host included, l2 warm) of each
+    problem's passing families' ``attention()`` and the SDPA peers, on the inputs the kernel
+    timing used (same seed)."""
+    launched: dict = {}
+    for c in passed:
+        launched.setdefault(c.problem, {})[c.variant.backend.value] = c.variant
+    if not launched:
+        return []
+    import torch
+
+    from .correctness import random_inputs
+    from .eager import eager_rows
+    rows = []
+    for p, fams in launched.items():
+        q, k, v = random_inputs(p, seed)
+        rows += eager_rows(p, q, k, v, fams, run=run, study=study, arch=arch.name, reps=reps)
+        del q, k, v
+        torch.cuda.empty_cache()
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:

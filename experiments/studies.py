@@ -321,22 +321,43 @@ def shapes_plan(arch: Arch) -> list[Case]:
     64 cases with four S=128K problems at 5 repetitions, took 59 s). The summary (geometric mean
     and minimum of the speed ratio to cuDNN and to flash per family, ``experiments.shapes``) is
     printed after the measurement."""
+    return [c for panel, prob in shapes_problems() for c in default_cases(arch, prob, panel)]
+
+
+def default_cases(arch: Arch, prob: Problem, panel: str) -> list[Case]:
+    """Each family's default ``attention()`` configuration for ``prob`` on ``arch``, linear
+    order. cuTile: the configuration of the problem's shape class
+    (``kernels.config.problem_config``) and its default schedule; CUDA:
+    ``cuda_baseline.backend.default_tiles`` and ``default_schedule``."""
     from cuda_baseline.backend import default_schedule as cuda_default_schedule
     from cuda_baseline.backend import default_tiles as cuda_default_tiles
     from kernels.backend import default_schedule
     from kernels.config import problem_config
-    cases = []
-    for panel, prob in shapes_problems():
-        cfg = problem_config(arch.name, prob)
-        sched = default_schedule(prob, cfg, cfg.tiles, arch)
-        cases.append(Case(prob, Variant(Backend.CUTILE, ScanOrder.linear(), sched, cfg.tiles,
-                                        cfg.occupancy),
-                          arch.resident_ctas(cfg.ctas_per_sm or cfg.occupancy or 1), panel))
-        tiles = cuda_default_tiles(prob, arch)
-        cases.append(Case(prob, Variant(Backend.CUDA, ScanOrder.linear(),
-                                        cuda_default_schedule(prob, tiles, arch), tiles),
-                          arch.num_sms, panel))
-    return cases
+    cfg = problem_config(arch.name, prob)
+    sched = default_schedule(prob, cfg, cfg.tiles, arch)
+    tiles = cuda_default_tiles(prob, arch)
+    return [Case(prob, Variant(Backend.CUTILE, ScanOrder.linear(), sched, cfg.tiles,
+                               cfg.occupancy),
+                 arch.resident_ctas(cfg.ctas_per_sm or cfg.occupancy or 1), panel),
+            Case(prob, Variant(Backend.CUDA, ScanOrder.linear(),
+                               cuda_default_schedule(prob, tiles, arch), tiles),
+                 arch.num_sms, panel)]
+
+
+HOSTPATH_PROBLEMS = (Problem(1, 8, 256, 64),
+                     Problem(2, 32, 1000, 128, H_kv=8, dtype="bf16", causal=True))
+"""The host-path benchmark's problems: a tiny one (the kernel far shorter than any host path)
+and an LLM prefill with grouped K/V heads at a length that is not a multiple of 64."""
+
+
+def hostpath_plan(arch: Arch) -> list[Case]:
+    """Issue 35's host-path benchmark: per problem of ``HOSTPATH_PROBLEMS``, each family's
+    default ``attention()`` (``default_cases``); the measure hook
+    (``experiments.eager.measure_hostpath``) times the host per call over 10,000 calls of
+    ``attention()``, of its operator through the dispatcher and of the prepared launch, beside
+    SDPA flash and cuDNN, then the eager call time of each. H100: the 10,000-call blocks take
+    about 1 s per caller, so ~15 s per problem with compilation done in parallel first."""
+    return [c for p in HOSTPATH_PROBLEMS for c in default_cases(arch, p, "hostpath")]
 
 
 DRIFT_FEW_CTAS = (2, 4, 8, 16)
@@ -404,6 +425,11 @@ def _shapes_measure(*args, **kw):
     return measure(*args, **kw)
 
 
+def _hostpath_measure(*args, **kw):
+    from .eager import measure_hostpath    # GPU imports stay out of plan-only commands
+    return measure_hostpath(*args, **kw)
+
+
 def _reuse_rows(*args, **kw):
     from .simulate import reuse_rows       # analysis imports stay out of plan-only commands
     return reuse_rows(*args, **kw)
@@ -440,6 +466,10 @@ STUDIES: dict[str, Study] = {
               "S_kv): each family's default attention() beside SDPA flash and cuDNN; geometric "
               "mean and minimum of the ratio to cuDNN per family",
               (), shapes_plan, profiled=False, reps=15, measure=_shapes_measure),
+        Study("hostpath", "host time per call of each family's attention() (eager path, "
+              "operator, prepared launch) beside SDPA flash and cuDNN over 10,000 calls, and "
+              "the eager call time of each (issue 35)",
+              (), hostpath_plan, profiled=False, reps=30, measure=_hostpath_measure),
         Study("drift", "how far persistent CTAs drift from lock-step: %globaltimer stamps of the "
               "CUDA trace build, spread of step start times over the CTAs",
               ("drift",), drift_plan, timed=False, profiled=False, measure=_drift_measure,

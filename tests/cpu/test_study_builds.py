@@ -41,7 +41,7 @@ def _resources(case):
 def test_locality_study_cutile_builds_do_not_spill(study, case):
     require_toolchain(_available(), "cuda-tile + tileiras + cuobjdump")
     res = _resources(case)
-    assert res.stack == 0 and res.spill_loads == 0 and res.spill_stores == 0, str(res)
+    assert not res.spills and res.ptx["LD_LOCAL"] == res.ptx["ST_LOCAL"] == 0, str(res)
     if case.variant.order.label != "linear":      # bench has linear builds only
         twin = next(c for s, c in CASES if s == study and c.panel == case.panel
                     and c.problem == case.problem and c.variant.schedule == case.variant.schedule
@@ -71,7 +71,7 @@ def _distinct_resources(cases) -> dict:
 
 def _spilling(found: dict) -> list[str]:
     return [f"{cid}: {r}" for cid, r in found.items()
-            if r.stack or r.spill_loads or r.spill_stores]
+            if r.spills or r.ptx["LD_LOCAL"] or r.ptx["ST_LOCAL"]]
 
 
 def test_shapes_study_builds_do_not_spill():
