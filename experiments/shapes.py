@@ -1,10 +1,14 @@
-"""The shapes study's summary: how fast each family's default ``attention()`` is against SDPA's
-cuDNN and flash backends over issue 14's shape suite (``experiments.studies.shapes_problems``).
+"""The shapes and models studies' summary: how fast each family's default ``attention()`` is
+against SDPA's cuDNN and flash backends over issue 14's shape suite
+(``experiments.studies.shapes_problems``) and issue 35's model families
+(``experiments.studies.model_problems``, reported per half: ``half_lines``).
 
     python -m experiments.shapes runs/h100/shapes/<run>        # re-print a stored run's summary
 
-Per problem, a family's speed ratio to a peer is the peer's median kernel time over the
-family's (``2.0``: twice as fast; times, not TFLOPS, so the S_q != S_kv causal problem, whose
+Two times per problem, each beside the peers measured the same way: the kernel time (CUDA
+events that the host cannot stretch, l2 cold: ``experiments.timing``) and the eager call time
+(events around one call on an idle GPU, host included, l2 warm: ``experiments.eager``). Per
+problem, a family's speed ratio to a peer is the peer's median time over the family's (``2.0``: twice as fast; times, not TFLOPS, so the S_q != S_kv causal problem, whose
 FLOP count is a convention, compares like every other). Per family: the geometric mean and the
 minimum over the problems where both were timed, the same per shape class
 (``kernels.config.shape_class``), and every problem the family has no time for (failed the
@@ -184,6 +188,34 @@ def host_launch_ms(rows) -> dict[str, float]:
     return {who: statistics.median(v) for who, v in sorted(per.items())}
 
 
+HALF_BAR = ("issue 35 bar, validation half: cutile eager geomean >= 1.0x cuDNN and no problem "
+            "below 0.85x, kernel geomean >= 1.0x cuDNN; cuda eager geomean >= 1.0x flash")
+
+
+def half_lines(rows) -> list[str]:
+    """The models study's summary per half (``experiments.studies.model_problems``): each
+    family's ratios to cuDNN and flash in kernel time and eager call time over the half's
+    problems, and issue 35's bar beside the validation half; nothing when no row's problem is
+    in a half."""
+    from .suites import model_problems
+    halves: dict = {}
+    for _, half, p in model_problems():
+        halves.setdefault(half, set()).add(p)
+    kernel, eager = median_times(rows), median_times(rows, EAGER_CALL_MS)
+    lines = []
+    for half, probs in halves.items():
+        if not probs & set(kernel):
+            continue
+        lines.append(f"{half} half ({len(probs & set(kernel))} of {len(probs)} problems timed):")
+        for fam in FAMILIES:
+            for what, times in (("kernel", kernel), ("eager", eager)):
+                lines.append(f"  {fam} {what:6s} vs cuDNN {_fmt(ratios(times, fam, CUDNN, probs))}"
+                             f"; vs flash {_fmt(ratios(times, fam, FLASH, probs))}")
+        if half == "validation":
+            lines.append(f"  ({HALF_BAR})")
+    return lines
+
+
 def needs_peer_check(p: Problem) -> bool:
     """Whether a peer may read this call differently from the reference (module docstring)."""
     return (p.causal and p.S_q != p.S_kv) or p.H_kv < p.H
@@ -225,7 +257,7 @@ def measure(cases, arch, **kw):
     out.rows += peer_check_rows(cases, arch, run=kw["run"], study=kw["study"], seed=kw["seed"])
     out.rows += eager_call_rows(out.passed, arch, run=kw["run"], study=kw["study"],
                                 seed=kw["seed"], reps=kw["reps"])
-    out.summary += summary_lines(out.rows)
+    out.summary += summary_lines(out.rows) + half_lines(out.rows)
     return out
 
 
@@ -269,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {csv_path} is not a timing CSV of this project ({type(e).__name__}: {e})",
               file=sys.stderr)
         return 2
-    for line in summary_lines(rows):
+    for line in summary_lines(rows) + half_lines(rows):
         print(line)
     return 0
 

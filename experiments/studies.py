@@ -16,6 +16,7 @@ from spec.case import Case
 from spec.arch import MiB
 from spec.schedules import WorkOrder, section_heads
 
+from .suites import default_cases, hostpath_plan, models_plan
 from .streamer import measure_misscost, misscost_ctas
 
 
@@ -324,42 +325,6 @@ def shapes_plan(arch: Arch) -> list[Case]:
     return [c for panel, prob in shapes_problems() for c in default_cases(arch, prob, panel)]
 
 
-def default_cases(arch: Arch, prob: Problem, panel: str) -> list[Case]:
-    """Each family's default ``attention()`` configuration for ``prob`` on ``arch``, linear
-    order. cuTile: the configuration of the problem's shape class
-    (``kernels.config.problem_config``) and its default schedule; CUDA:
-    ``cuda_baseline.backend.default_tiles`` and ``default_schedule``."""
-    from cuda_baseline.backend import default_schedule as cuda_default_schedule
-    from cuda_baseline.backend import default_tiles as cuda_default_tiles
-    from kernels.backend import default_schedule
-    from kernels.config import problem_config
-    cfg = problem_config(arch.name, prob)
-    sched = default_schedule(prob, cfg, cfg.tiles, arch)
-    tiles = cuda_default_tiles(prob, arch)
-    return [Case(prob, Variant(Backend.CUTILE, ScanOrder.linear(), sched, cfg.tiles,
-                               cfg.occupancy),
-                 arch.resident_ctas(cfg.ctas_per_sm or cfg.occupancy or 1), panel),
-            Case(prob, Variant(Backend.CUDA, ScanOrder.linear(),
-                               cuda_default_schedule(prob, tiles, arch), tiles),
-                 arch.num_sms, panel)]
-
-
-HOSTPATH_PROBLEMS = (Problem(1, 8, 256, 64),
-                     Problem(2, 32, 1000, 128, H_kv=8, dtype="bf16", causal=True))
-"""The host-path benchmark's problems: a tiny one (the kernel far shorter than any host path)
-and an LLM prefill with grouped K/V heads at a length that is not a multiple of 64."""
-
-
-def hostpath_plan(arch: Arch) -> list[Case]:
-    """Issue 35's host-path benchmark: per problem of ``HOSTPATH_PROBLEMS``, each family's
-    default ``attention()`` (``default_cases``); the measure hook
-    (``experiments.eager.measure_hostpath``) times the host per call over 10,000 calls of
-    ``attention()``, of its operator through the dispatcher and of the prepared launch, beside
-    SDPA flash and cuDNN, then the eager call time of each. H100: the 10,000-call blocks take
-    about 1 s per caller, so ~15 s per problem with compilation done in parallel first."""
-    return [c for p in HOSTPATH_PROBLEMS for c in default_cases(arch, p, "hostpath")]
-
-
 DRIFT_FEW_CTAS = (2, 4, 8, 16)
 """The few-CTA launches of the drift study (B=1): whether a handful of CTAs, with memory
 bandwidth to spare, stay in step over millions of steps (the active-sms study's P=4..16)."""
@@ -466,6 +431,11 @@ STUDIES: dict[str, Study] = {
               "S_kv): each family's default attention() beside SDPA flash and cuDNN; geometric "
               "mean and minimum of the ratio to cuDNN per family",
               (), shapes_plan, profiled=False, reps=15, measure=_shapes_measure),
+        Study("models", "issue 35's model families (encoders, ViTs, diffusion U-Nets, LLM "
+              "prefill with grouped and multi-query heads, chunks against a longer K/V, long "
+              "causal) in a tuning and a validation half: each family's default attention() "
+              "beside SDPA flash and cuDNN, kernel time and eager call time",
+              (), models_plan, profiled=False, reps=15, measure=_shapes_measure),
         Study("hostpath", "host time per call of each family's attention() (eager path, "
               "operator, prepared launch) beside SDPA flash and cuDNN over 10,000 calls, and "
               "the eager call time of each (issue 35)",
