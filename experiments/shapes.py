@@ -196,8 +196,9 @@ def half_lines(rows) -> list[str]:
     """The models study's summary per half (``experiments.studies.model_problems``): each
     family's ratios to cuDNN and flash in kernel time and eager call time over the half's
     problems, and issue 35's bar beside the validation half; nothing when no row's problem is
-    in a half."""
+    in a half (rows of other studies are not read)."""
     from .suites import model_problems
+    rows = [r for r in _dicts(rows) if r.get("study") == "models"]
     halves: dict = {}
     for _, half, p in model_problems():
         halves.setdefault(half, set()).add(p)

@@ -479,3 +479,33 @@ def test_several_problems_rank_by_the_geometric_mean_and_a_failure_anywhere_fail
     assert not trials[3].passed and trials[3].verdict.startswith(small.label)
     assert asked[1] == (large, (a, b, c))                   # d, failed on the small end, not built
     assert tune._trial_json(trials[0])["us_per_problem"] == {small.label: 12.0, large.label: 60.0}
+
+
+def test_model_suite_halves_share_no_problem_and_the_tuner_saw_none():
+    """Issue 35's suite: both halves hold every family, no problem is in both, and none is a
+    problem ``experiments.tune`` measures (``kernels.config.representatives`` of every class,
+    head dim and mask): the validation half is unseen by the tuning that set the defaults."""
+    from experiments.suites import MODEL_FAMILIES, model_problems
+    from kernels.config import ShapeClass, representatives
+    rows = model_problems()
+    halves = {h: {p for _, hh, p in rows if hh == h} for h in ("tuning", "validation")}
+    assert not halves["tuning"] & halves["validation"]
+    assert len(rows) == len({p for _, _, p in rows}) == sum(map(len, MODEL_FAMILIES.values()))
+    for fam in MODEL_FAMILIES:
+        assert {h for f, h, _ in rows if f == fam} == {"tuning", "validation"}, fam
+    tuned = {p for c in ShapeClass for d in (64, 128) for causal in (False, True)
+             for p in representatives(c, d, causal)}
+    seen = {(p.B, p.H, p.H_kv, p.S_q, p.S_kv, p.D, p.causal) for p in tuned}
+    assert not [p.label for _, _, p in rows
+                if (p.B, p.H, p.H_kv, p.S_q, p.S_kv, p.D, p.causal) in seen]
+
+
+def test_half_lines_read_only_the_models_study_rows():
+    from experiments.suites import model_problems
+    _, _, p = next(r for r in model_problems() if r[1] == "validation")
+    rows = [dict(r, study="models") for r in _rows({(p, "sdpa-cudnn"): [1.0],
+                                                    (p, "cutile"): [2.0]})]
+    lines = shapes.half_lines(rows)
+    assert lines[0] == "validation half (1 of 16 problems timed):"
+    assert lines[1].startswith("  cutile kernel vs cuDNN geomean 0.500x") and "bar" in lines[-1]
+    assert shapes.half_lines([dict(r, study="shapes") for r in rows]) == []
