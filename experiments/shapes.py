@@ -155,8 +155,9 @@ def summary_lines(rows) -> list[str]:
         lines += _family_lines(rows, metric, what)
     host = host_launch_ms(rows)
     if host and lines:
-        lines.append("host time per launch call, median over problems (what a caller without "
-                     "CUDA graphs pays; not in the kernel times): "
+        lines.append("host time per launch call of the kernel timing's prepared-variant path "
+                     "(family.run, not attention(): the hostpath study times that), median over "
+                     "problems: "
                      + ", ".join(f"{who} {ms * 1e3:.0f} us" for who, ms in host.items()))
     wrong = sorted(f"{peer} on {p.label}" for p, peer in failed_peers(rows))
     if wrong and lines:
