@@ -16,6 +16,8 @@ them:
   and the kernel. L2 warm (the inputs were just read by the previous call; a model's layer reads
   what the previous one wrote). Callers alternate call by call.
 
+Re-print a stored hostpath run: ``python -m experiments.eager profiles/h100/hostpath-20261126``.
+
 The ``hostpath`` study (``experiments.studies``) runs ``measure_hostpath``: per problem each
 family's ``attention()`` through the correctness gate (a NaN-poisoned ``out``), then host time per
 call of: ``attention()`` (the eager path), the ``torch.library`` operator called through the
@@ -27,7 +29,9 @@ eager call time of the same callers. The shapes study adds the eager call time o
 from __future__ import annotations
 
 import statistics
+import sys
 import time
+from pathlib import Path
 from typing import Callable
 
 from spec import Problem
@@ -222,11 +226,12 @@ def measure_hostpath(cases: list[Case], arch, *, run: str, study: str, reps: int
     return res
 
 
-def hostpath_lines(pr: Problem, host: dict, eager: dict) -> list[str]:
+def hostpath_lines(pr: Problem | None, host: dict, eager: dict) -> list[str]:
     """The summary of one problem: median host us per call and median eager call time per
     caller, and issue 35's bar for the two ``attention()`` callers."""
-    lines = [f"{pr.label}: host us per call (median of {len(next(iter(host.values())))} blocks "
-             f"of {PER_BLOCK}), eager call ms (median, l2 warm)"]
+    label = "<problem>" if pr is None else pr.label
+    lines = [f"{label}: host us per call (median of {len(next(iter(host.values())))} blocks "
+             f"of {PER_BLOCK}), eager call time (median, l2 warm)"]
     for name in host:
         h, e = statistics.median(host[name]), statistics.median(eager[name])
         bar = ""
@@ -257,3 +262,51 @@ def eager_rows(problem: Problem, q, k, v, launched: dict, *, run: str, study: st
                 sample=i, variant=launched.get(backend_of[n]),
                 note="l2=warm; events around one call on an idle GPU, host included")
             for n, s in times.items() for i, ms in enumerate(s)]
+
+
+def stored_lines(rows) -> list[str]:
+    """``hostpath_lines`` of every problem of a stored hostpath run (rows as dicts; rows of
+    other studies are not read)."""
+    host: dict = {}
+    eager: dict = {}
+    for r in rows:
+        if r.get("study") != "hostpath":
+            continue
+        label = (f"b{r['B']}h{r['H']}{'' if r['H_kv'] == r['H'] else 'g' + str(r['H_kv'])}"
+                 f"s{r['S_q']}d{r['D']}.{r['dtype']}.{'causal' if r['causal'] else 'full'}")
+        if r["metric"] == Metric.HOST_LAUNCH_MS:
+            host.setdefault(label, {}).setdefault(r["variant"], []).append(r["value"] * 1e3)
+        elif r["metric"] == EAGER_CALL_MS:
+            eager.setdefault(label, {}).setdefault(r["variant"], []).append(r["value"])
+    lines = []
+    for label, h in host.items():
+        lines += [ln.replace("<problem>", label) for ln in
+                  hostpath_lines(None, h, eager.get(label, {n: [float("nan")] for n in h}))]
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    from spec.records import data_path, read_csv
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("error: usage: python -m experiments.eager <hostpath run directory>",
+              file=sys.stderr)
+        return 2
+    path = Path(argv[0])
+    csv_path = data_path(path, "timing.csv") if path.is_dir() else path
+    if csv_path is None or not csv_path.is_file():
+        print(f"error: {path} holds no timing.csv(.gz); pass a hostpath run directory",
+              file=sys.stderr)
+        return 2
+    lines = stored_lines(read_csv(csv_path))
+    if not lines:
+        print(f"error: {csv_path} has no hostpath rows; pass a hostpath run directory",
+              file=sys.stderr)
+        return 2
+    for line in lines:
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
