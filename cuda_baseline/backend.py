@@ -35,7 +35,8 @@ from spec.variant import Backend, Variant
 from .source import (MAX_TILE, SM90_CTAS_PER_SM, CompileError, Instance, compile_options,
                      smem_bytes, source_text)
 
-__all__ = ["CudaFamily", "Prepared", "check_strides", "default_schedule", "default_tiles", "instance_for",
+__all__ = ["CudaFamily", "Prepared", "check_strides", "default_schedule", "default_tiles",
+           "instance_for",
            "check_variant", "CompileError"]
 
 

@@ -1,4 +1,4 @@
-"""The CUDA twin's user function ``attention()``: one lookup and one driver launch per repeated call.
+"""The CUDA twin's ``attention()``: one lookup and one driver launch per repeated call.
 
 The first call with a given launch key (shapes, strides, dtypes and devices of the tensors, and
 every argument) checks the tensors (``spec.family.problem_from_tensors`` and the stride rule of

@@ -5,17 +5,17 @@ against SDPA's cuDNN and flash backends over issue 14's shape suite
 
     python -m experiments.shapes runs/h100/shapes/<run>        # re-print a stored run's summary
 
-Two times per problem, each beside the peers measured the same way: the kernel time (CUDA
-events that the host cannot stretch, l2 cold: ``experiments.timing``) and the eager call time
-(events around one call on an idle GPU, host included, l2 warm: ``experiments.eager``). Per
-problem, a family's speed ratio to a peer is the peer's median time over the family's (``2.0``: twice as fast; times, not TFLOPS, so the S_q != S_kv causal problem, whose
-FLOP count is a convention, compares like every other). Per family: the geometric mean and the
-minimum over the problems where both were timed, the same per shape class
-(``kernels.config.shape_class``), and every problem the family has no time for (failed the
-correctness gate or did not build): a missing problem is listed, never silently dropped from the
-mean. A peer that does not run a shape (SDPA's flash backend refuses ``is_causal`` with
-S_q != S_kv, and grouped K/V heads unless called with ``enable_gqa``) leaves that ratio out and is
-counted.
+Two times per problem, each beside the peers measured the same way: the kernel time (CUDA events
+that the host cannot stretch, l2 cold: ``experiments.timing``) and the eager call time (events
+around one call on an idle GPU, host included, l2 warm: ``experiments.eager``). Per problem, a
+family's speed ratio to a peer is the peer's median time over the family's (``2.0``: twice as fast;
+times, not TFLOPS, so the S_q != S_kv causal problem, whose FLOP count is a convention, compares
+like every other). Per family: the geometric mean and the minimum over the problems where both were
+timed, the same per shape class (``kernels.config.shape_class``), and every problem the family has
+no time for (failed the correctness gate or did not build): a missing problem is listed, never
+silently dropped from the mean. A peer that does not run a shape (SDPA's flash backend refuses
+``is_causal`` with S_q != S_kv, and grouped K/V heads unless called with ``enable_gqa``) leaves that
+ratio out and is counted.
 
 Peers are timed, not checked, by ``experiments.measure``. Where their reading of the call may
 differ from ours (``is_causal`` with S_q != S_kv: PyTorch documents it as top-left aligned, while
@@ -184,7 +184,8 @@ def host_launch_ms(rows) -> dict[str, float]:
     kernel timing's launches (not the eager callers' rows)."""
     per: dict = {}
     for r in _dicts(rows):
-        if r["metric"] == Metric.HOST_LAUNCH_MS and not str(r.get("variant", "")).endswith(".attention"):
+        if r["metric"] == Metric.HOST_LAUNCH_MS \
+                and not str(r.get("variant", "")).endswith(".attention"):
             per.setdefault(r["backend"], []).append(float(r["value"]))
     return {who: statistics.median(v) for who, v in sorted(per.items())}
 

@@ -343,5 +343,6 @@ def launch_for(q, k, v, causal=False, order="linear", schedule=None, tiles=None,
     return launch
 
 
-__all__ = ["CutileFamily", "Launch", "Prepared", "attention", "launch_for", "BadInput", "UnsupportedVariant",
+__all__ = ["CutileFamily", "Launch", "Prepared", "attention", "launch_for", "BadInput",
+           "UnsupportedVariant",
            "OrderKind", "ScheduleKind"]

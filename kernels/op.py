@@ -9,16 +9,17 @@
     >>> out = torch.compile(lambda q, k, v: attention(q, k, v), fullgraph=True)(q, k, v)
 
 Two ``torch.library.custom_op`` s, ``sawtooth::cutile_attention`` (returns a new tensor) and
-``sawtooth::cutile_attention_out`` (writes ``out``), each with a fake implementation that checks
-the tensors' metadata the way the eager path does (``spec.ops.check_metadata``, i.e.
+``sawtooth::cutile_attention_out`` (writes ``out``), each with a fake implementation that checks the
+tensors' metadata the way the eager path does (``spec.ops.check_metadata``, i.e.
 ``spec.family.problem_from_tensors``: the same one-line ``BadInput``) and describes the result
-(``empty_like(q)``, the strides the eager path allocates). Under ``torch.compile`` the traced program calls the operator, whose real
-implementation is the eager path of ``kernels.backend.attention``. Outside it ``attention()``
-calls that eager path directly: the dispatcher's own cost per call (argument parsing, the
-operator's Python wrapper) is what the ``hostpath`` study measures beside it, and it buys
-nothing when nothing traces the call. CUDA-graph capture records the launch either way (it is
-one kernel on torch's current stream). Measured on an H100 (profiles/h100/hostpath-20261126):
-13.8-14.3 us of host time per eager call, 31 us through the dispatcher, SDPA 18-21 us.
+(``empty_like(q)``, the strides the eager path allocates). Under ``torch.compile`` the traced
+program calls the operator, whose real implementation is the eager path of
+``kernels.backend.attention``. Outside it ``attention()`` calls that eager path directly: the
+dispatcher's own cost per call (argument parsing, the operator's Python wrapper) is what the
+``hostpath`` study measures beside it, and it buys nothing when nothing traces the call. CUDA-graph
+capture records the launch either way (it is one kernel on torch's current stream). Measured on an
+H100 (profiles/h100/hostpath-20261126): 13.8-14.3 us of host time per eager call, 31 us through the
+dispatcher, SDPA 18-21 us.
 
 Under ``torch.compile`` a bad tensor is refused while tracing, before anything runs; dynamo
 wraps the exception its fake implementation raises (``TorchRuntimeError``), whose message carries

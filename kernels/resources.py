@@ -2,7 +2,8 @@
 
 Uses ``export_kernel`` with a JIT-like signature (``kernels.signatures``). Without a GPU:
 ``cuobjdump --dump-resource-usage`` (pip package ``nvidia-cuda-cuobjdump``), instruction counts
-of the PTX embedded in the cubin and, where nvdisasm is installed, of the SASS (``resources``). On the GPU: the driver's attributes of the loaded cubin (``load_build``), which
+of the PTX embedded in the cubin and, where nvdisasm is installed, of the SASS (``resources``). On
+the GPU: the driver's attributes of the loaded cubin (``load_build``), which
 ``CutileFamily.prepare`` reports so that every measured cuTile case records its spills.
 """
 from __future__ import annotations

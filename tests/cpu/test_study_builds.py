@@ -24,7 +24,7 @@ from tests.cpu.test_cutile_compile import _available
 
 pytestmark = pytest.mark.compile
 
-STUDIES = ("sawtooth", "longseq", "bench")     # the shapes study: test_shapes_study_builds_...
+STUDIES = ("sawtooth", "longseq", "bench")   # shapes, models, hostpath: test_default_attention_...
 CASES = [(s, c) for s in STUDIES for c in get_study(s).plan(get_arch("h100"))
          if c.variant.backend == Backend.CUTILE]
 
@@ -74,9 +74,12 @@ def _spilling(found: dict) -> list[str]:
             if r.spills or r.ptx["LD_LOCAL"] or r.ptx["ST_LOCAL"]]
 
 
-def test_shapes_study_builds_do_not_spill():
+@pytest.mark.parametrize("study", ["shapes", "models", "hostpath"])
+def test_default_attention_study_builds_do_not_spill(study):
+    """Every cuTile build the studies of ``attention()``'s defaults launch (issue 14's shapes,
+    issue 35's model families and host-path problems) is spill-free on sm_90."""
     require_toolchain(_available(), "cuda-tile + tileiras + cuobjdump")
-    cases = [c for c in get_study("shapes").plan(get_arch("h100"))
+    cases = [c for c in get_study(study).plan(get_arch("h100"))
              if c.variant.backend == Backend.CUTILE]
     assert not _spilling(_distinct_resources(cases))
 
