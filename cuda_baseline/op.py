@@ -12,7 +12,8 @@ The twin of ``kernels.op``: ``sawtooth::cuda_attention`` and ``sawtooth::cuda_at
 whose fake implementations check the tensors' metadata as the eager path does
 (``spec.family.problem_from_tensors`` and ``cuda_baseline.backend.check_strides``: the same
 one-line ``BadInput``; the 16-byte alignment of the addresses is checked by the real call) and
-describe the result as ``empty_like(q)``. Outside ``torch.compile``, ``attention()`` calls the
+describe the result as ``empty_like(q)`` (under ``torch.compile`` a bad tensor is refused while
+tracing, as in ``kernels.op``). Outside ``torch.compile``, ``attention()`` calls the
 eager path (``cuda_baseline.launch.attention``) directly; see ``kernels.op`` for why.
 """
 from functools import lru_cache

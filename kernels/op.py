@@ -21,9 +21,9 @@ capture records the launch either way (it is one kernel on torch's current strea
 H100 (profiles/h100/hostpath-20261126): 13.8-14.3 us of host time per eager call, 31 us through the
 dispatcher, SDPA 18-21 us.
 
-Under ``torch.compile`` a bad tensor is refused while tracing, before anything runs; dynamo
-wraps the exception its fake implementation raises (``TorchRuntimeError``), whose message carries
-the ``BadInput`` line.
+Under ``torch.compile`` a bad tensor is refused while tracing, before anything runs, by the
+fake implementation's ``BadInput``; dynamo may re-raise it wrapped in its own error type, whose
+message carries the ``BadInput`` line (tests/gpu/test_attention_op.py checks one or the other).
 """
 from functools import lru_cache
 from typing import Optional
