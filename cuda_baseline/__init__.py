@@ -1,13 +1,31 @@
 """Raw CUDA split-Q FlashAttention family, compiled at run time through ``cupy.RawModule``.
 
+    import torch
+    from cuda_baseline import attention
+    q, k, v = (torch.randn(2, 8, 1000, 64, device="cuda", dtype=torch.float16) for _ in range(3))
+    out = attention(q, k, v, causal=True)            # eager, CUDA graphs, torch.compile alike
+    out = attention(q, k, v, order="sawtooth", schedule="static132", tiles=(80, 80))
+
 The CUDA C++ twin of the cuTile family (kernels/): one templated kernel (flash_fwd.cuh, entry in
-flash_fwd.cu) whose scan order, CTA schedule, tiles, head dim, causal mask, element type and trace
-build are template parameters named like the spec's enums. ``attention(q, k, v, ...)`` is the user
-function; ``CudaFamily`` implements spec.family.KernelFamily. Importing this package needs
-neither a GPU nor CuPy; compiling and launching do.
+flash_fwd.cu) whose scan order, CTA schedule, tiles, head dim, causal mask, element type and
+trace build are template parameters named like the spec's enums. ``attention(q, k, v, ...)`` is
+the user function (``cuda_baseline.op``: a ``torch.library`` custom op,
+``sawtooth::cuda_attention``, under ``torch.compile``; one cache lookup and one driver launch per
+repeated eager call, ``cuda_baseline.launch``); ``CudaFamily`` implements
+spec.family.KernelFamily. Importing this package needs neither a GPU, CuPy nor torch (``attention``
+is a lazy attribute: the first access imports torch and registers the operators); compiling and
+launching do.
 """
-from .backend import CompileError, CudaFamily, Prepared, attention, check_variant, instance_for
+from .backend import CompileError, CudaFamily, Prepared, check_variant, instance_for
 from .source import Instance, Resources, TESTED_TILES
 
 __all__ = ["CompileError", "CudaFamily", "Prepared", "attention", "check_variant",
            "instance_for", "Instance", "Resources", "TESTED_TILES"]
+
+
+def __getattr__(name: str):
+    if name == "attention":
+        from .op import attention
+        globals()["attention"] = attention       # later accesses skip this hook
+        return attention
+    raise AttributeError(f"module 'cuda_baseline' has no attribute {name!r}")

@@ -35,7 +35,8 @@ from spec.variant import Backend, Variant
 from .source import (MAX_TILE, SM90_CTAS_PER_SM, CompileError, Instance, compile_options,
                      smem_bytes, source_text)
 
-__all__ = ["CudaFamily", "Prepared", "attention", "default_schedule", "default_tiles", "instance_for",
+__all__ = ["CudaFamily", "Prepared", "check_strides", "default_schedule", "default_tiles",
+           "instance_for",
            "check_variant", "CompileError"]
 
 
@@ -69,6 +70,16 @@ def check_variant(variant: Variant, problem: Problem, smem_limit: int | None = N
             f"tiles {t.m}x{t.n} at D={problem.D} need {need} B of shared memory (Q tile + {st} K "
             f"+ {st} V buffers), over this device's {smem_limit} B per block; use smaller tiles "
             "(e.g. 128x64 or 64x64) or fewer stages")
+
+
+def check_strides(q, k, v, out=None) -> None:
+    """BadInput unless every stride but the last (which ``problem_from_tensors`` requires to be
+    1) is a multiple of 8 elements: each row is copied in 16-byte pieces. Reads no data
+    pointer, so it runs on fake tensors too (the custom op's fake implementation)."""
+    for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
+        if t is not None and any(s % 8 for s in t.stride()[:3]):
+            raise BadInput(f"{name} has strides {tuple(t.stride())}: every stride must be a "
+                           "multiple of 8 elements (16-byte row copies); call .contiguous()")
 
 
 @dataclass(frozen=True)
@@ -215,11 +226,11 @@ class CudaFamily:
         if q.device.index != p.device_index:
             raise BadInput(f"tensors are on cuda:{q.device.index}, the kernel was prepared on "
                            f"cuda:{p.device_index}")
+        check_strides(q, k, v, out)
         for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
-            if t.data_ptr() % 16 or any(s % 8 for s in t.stride()[:3]):
-                raise BadInput(f"{name} (strides {t.stride()}) must start 16-byte aligned with "
-                               "every stride a multiple of 8 elements (16-byte row copies); "
-                               "call .contiguous()")
+            if t.data_ptr() % 16:
+                raise BadInput(f"{name} must start 16-byte aligned (16-byte row copies); call "
+                               ".contiguous() or .clone()")
 
     def _args(self, p: Prepared, q, k, v, out, visits=None, times=None, steps: int = 0,
               every: int = 1):
@@ -292,11 +303,7 @@ def unpack_trace(visits: np.ndarray, times: np.ndarray, n_ctas: int, steps: int)
             "end_ns": times[cells + n_ctas:].copy()}
 
 
-# -- user function ---------------------------------------------------------------------------
-
-_FAMILY = CudaFamily()
-_PREPARED: dict[tuple, Prepared] = {}
-
+# -- the defaults of attention() (cuda_baseline.launch) ----------------------------------------
 
 SM90_DEFAULT_TILES = {(128, False): Tiles(64, 64)}
 """(D, causal) -> the default tiles where a measurement beat the registry's ``cuda_tiles`` on
@@ -324,29 +331,3 @@ def default_schedule(problem: Problem, tiles: Tiles, arch: arch_registry.Arch) -
         return CtaSchedule.grid()
     per_sm = SM90_CTAS_PER_SM.get((tiles, problem.D), 1) if arch.sm == "sm_90" else 1
     return CtaSchedule.longest_first(min(arch.num_sms * per_sm, TileGrid(problem, tiles).n_work))
-
-
-def attention(q, k, v, *, causal: bool = False, order: str | ScanOrder = "linear",
-              schedule: str | CtaSchedule | None = None,
-              tiles: Tiles | tuple[int, int] | None = None, stages: int | None = None, out=None):
-    """``softmax(q kᵀ / sqrt(D)) v`` on [B, H, S, D] fp16/bf16 CUDA tensors with the raw CUDA
-    kernel. ``order``: linear, sawtooth[X], reverse, blockparity; ``schedule``: grid, tile<X>,
-    static<P>[h], lpt<P>, glpt<G>, or None for ``default_schedule``; ``tiles``: (TILE_M,
-    TILE_N), default ``default_tiles``; ``stages``: K/V pipeline depth 1..3, default 2 (double buffer)."""
-    problem = problem_from_tensors(q, k, v, causal, out)
-    order = order if isinstance(order, ScanOrder) else ScanOrder.parse(order)
-    tiles = default_tiles(problem, arch_registry.detect()) if tiles is None else (
-        tiles if isinstance(tiles, Tiles) else Tiles(*tiles))
-    if schedule is None:
-        schedule = default_schedule(problem, tiles, arch_registry.detect())
-    elif not isinstance(schedule, CtaSchedule):
-        schedule = CtaSchedule.parse(schedule)
-    variant = Variant(Backend.CUDA, order, schedule, tiles, stages=stages)
-    key = (variant, problem, q.device.index)
-    if key not in _PREPARED:
-        _PREPARED[key] = _FAMILY.prepare(variant, problem)
-    if out is None:
-        import torch
-        out = torch.empty_like(q)
-    _FAMILY.run(_PREPARED[key], q, k, v, out)
-    return out

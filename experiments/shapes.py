@@ -1,17 +1,21 @@
-"""The shapes study's summary: how fast each family's default ``attention()`` is against SDPA's
-cuDNN and flash backends over issue 14's shape suite (``experiments.studies.shapes_problems``).
+"""The shapes and models studies' summary: how fast each family's default ``attention()`` is
+against SDPA's cuDNN and flash backends over issue 14's shape suite
+(``experiments.studies.shapes_problems``) and issue 35's model families
+(``experiments.studies.model_problems``, reported per half: ``half_lines``).
 
     python -m experiments.shapes runs/h100/shapes/<run>        # re-print a stored run's summary
 
-Per problem, a family's speed ratio to a peer is the peer's median kernel time over the
-family's (``2.0``: twice as fast; times, not TFLOPS, so the S_q != S_kv causal problem, whose
-FLOP count is a convention, compares like every other). Per family: the geometric mean and the
-minimum over the problems where both were timed, the same per shape class
-(``kernels.config.shape_class``), and every problem the family has no time for (failed the
-correctness gate or did not build): a missing problem is listed, never silently dropped from the
-mean. A peer that does not run a shape (SDPA's flash backend refuses ``is_causal`` with
-S_q != S_kv, and grouped K/V heads unless called with ``enable_gqa``) leaves that ratio out and is
-counted.
+Two times per problem, each beside the peers measured the same way: the kernel time (CUDA events
+that the host cannot stretch, l2 cold: ``experiments.timing``) and the eager call time (events
+around one call on an idle GPU, host included, l2 warm: ``experiments.eager``). Per problem, a
+family's speed ratio to a peer is the peer's median time over the family's (``2.0``: twice as fast;
+times, not TFLOPS, so the S_q != S_kv causal problem, whose FLOP count is a convention, compares
+like every other). Per family: the geometric mean and the minimum over the problems where both were
+timed, the same per shape class (``kernels.config.shape_class``), and every problem the family has
+no time for (failed the correctness gate or did not build): a missing problem is listed, never
+silently dropped from the mean. A peer that does not run a shape (SDPA's flash backend refuses
+``is_causal`` with S_q != S_kv, and grouped K/V heads unless called with ``enable_gqa``) leaves that
+ratio out and is counted.
 
 Peers are timed, not checked, by ``experiments.measure``. Where their reading of the call may
 differ from ours (``is_causal`` with S_q != S_kv: PyTorch documents it as top-left aligned, while
@@ -33,6 +37,8 @@ from pathlib import Path
 
 from kernels.config import shape_class
 from spec import Problem
+
+from .eager import EAGER_CALL_MS
 from spec.records import Metric, data_path, read_csv
 
 FAMILIES = ("cutile", "cuda")
@@ -64,14 +70,15 @@ def failed_peers(rows) -> set[tuple[Problem, str]]:
             and not str(r.get("note", "")).startswith("ok")}
 
 
-def median_times(rows) -> dict[Problem, dict[str, float]]:
-    """{problem: {family or peer: median kernel ms}} from timing rows (dicts or Rows), without
-    the times of peers that failed the correctness gate on that problem."""
+def median_times(rows, metric: str = Metric.KERNEL_TIME_MS) -> dict[Problem, dict[str, float]]:
+    """{problem: {family or peer: median ms}} of ``metric`` (kernel time, or the eager call time
+    ``experiments.eager.EAGER_CALL_MS``) from rows (dicts or Rows), without the times of peers
+    that failed the correctness gate on that problem."""
     rows = _dicts(rows)
     wrong = failed_peers(rows)
     samples: dict = {}
     for r in rows:
-        if r["metric"] != Metric.KERNEL_TIME_MS or (_problem(r), r["backend"]) in wrong:
+        if r["metric"] != metric or (_problem(r), r["backend"]) in wrong:
             continue
         samples.setdefault(_problem(r), {}).setdefault(r["backend"], []).append(float(r["value"]))
     return {p: {who: statistics.median(v) for who, v in d.items()} for p, d in samples.items()}
@@ -114,9 +121,9 @@ class FamilySummary:
     no_flash: int                # problems without a flash time
 
 
-def summarize(rows) -> list[FamilySummary]:
-    """The summary of every family that has at least one time."""
-    times = median_times(rows)
+def summarize(rows, metric: str = Metric.KERNEL_TIME_MS) -> list[FamilySummary]:
+    """The summary of every family that has at least one time of ``metric``."""
+    times = median_times(rows, metric)
     peered = [p for p, t in times.items() if CUDNN in t or FLASH in t]
     classes: dict = {}
     for p in times:
@@ -143,19 +150,14 @@ def summary_lines(rows) -> list[str]:
     """What the study prints last: per family its ratios to cuDNN (overall and per class) and
     to flash, the missing problems, and the issue's bar beside them."""
     lines = []
-    for s in summarize(rows):
-        lines.append(f"{s.family} vs cuDNN: {_fmt(s.vs_cudnn)}")
-        lines += [f"  {c}: {_fmt(r)}" for c, r in s.by_class.items()]
-        lines.append(f"{s.family} vs flash: {_fmt(s.vs_flash)}")
-        if s.missing:
-            lines.append(f"{s.family} has no time for {len(s.missing)} problems (failed or not "
-                         f"built): {', '.join(s.missing)}")
-        lines.append(f"  ({BARS[s.family]}; {s.no_cudnn} problems without a cuDNN time, "
-                     f"{s.no_flash} without a flash time)")
+    for metric, what in ((Metric.KERNEL_TIME_MS, "kernel time, l2 cold"),
+                         (EAGER_CALL_MS, "eager call time, host included, l2 warm")):
+        lines += _family_lines(rows, metric, what)
     host = host_launch_ms(rows)
     if host and lines:
-        lines.append("host time per launch call, median over problems (what a caller without "
-                     "CUDA graphs pays; not in the kernel times): "
+        lines.append("host time per launch call of the kernel timing's prepared-variant path "
+                     "(family.run, not attention(): the hostpath study times that), median over "
+                     "problems: "
                      + ", ".join(f"{who} {ms * 1e3:.0f} us" for who, ms in host.items()))
     wrong = sorted(f"{peer} on {p.label}" for p, peer in failed_peers(rows))
     if wrong and lines:
@@ -163,13 +165,58 @@ def summary_lines(rows) -> list[str]:
     return lines or ["no family was timed: nothing to summarize"]
 
 
+def _family_lines(rows, metric: str, what: str) -> list[str]:
+    lines = []
+    for s in summarize(rows, metric):
+        lines.append(f"{s.family} vs cuDNN ({what}): {_fmt(s.vs_cudnn)}")
+        lines += [f"  {c}: {_fmt(r)}" for c, r in s.by_class.items()]
+        lines.append(f"{s.family} vs flash ({what}): {_fmt(s.vs_flash)}")
+        if s.missing:
+            lines.append(f"{s.family} has no time for {len(s.missing)} problems (failed or not "
+                         f"built): {', '.join(s.missing)}")
+        lines.append(f"  ({BARS[s.family]}; {s.no_cudnn} problems without a cuDNN time, "
+                     f"{s.no_flash} without a flash time)")
+    return lines
+
+
 def host_launch_ms(rows) -> dict[str, float]:
-    """{family or peer: median over problems of its median host ms per launch call}."""
+    """{family or peer: median over problems of its median host ms per launch call} of the
+    kernel timing's launches (not the eager callers' rows)."""
     per: dict = {}
     for r in _dicts(rows):
-        if r["metric"] == Metric.HOST_LAUNCH_MS:
+        if r["metric"] == Metric.HOST_LAUNCH_MS \
+                and not str(r.get("variant", "")).endswith(".attention"):
             per.setdefault(r["backend"], []).append(float(r["value"]))
     return {who: statistics.median(v) for who, v in sorted(per.items())}
+
+
+HALF_BAR = ("issue 35 bar, validation half: cutile eager geomean >= 1.0x cuDNN and no problem "
+            "below 0.85x, kernel geomean >= 1.0x cuDNN; cuda eager geomean >= 1.0x flash")
+
+
+def half_lines(rows) -> list[str]:
+    """The models study's summary per half (``experiments.studies.model_problems``): each
+    family's ratios to cuDNN and flash in kernel time and eager call time over the half's
+    problems, and issue 35's bar beside the validation half; nothing when no row's problem is
+    in a half (rows of other studies are not read)."""
+    from .suites import model_problems
+    rows = [r for r in _dicts(rows) if r.get("study") == "models"]
+    halves: dict = {}
+    for _, half, p in model_problems():
+        halves.setdefault(half, set()).add(p)
+    kernel, eager = median_times(rows), median_times(rows, EAGER_CALL_MS)
+    lines = []
+    for half, probs in halves.items():
+        if not probs & set(kernel):
+            continue
+        lines.append(f"{half} half ({len(probs & set(kernel))} of {len(probs)} problems timed):")
+        for fam in FAMILIES:
+            for what, times in (("kernel", kernel), ("eager", eager)):
+                lines.append(f"  {fam} {what:6s} vs cuDNN {_fmt(ratios(times, fam, CUDNN, probs))}"
+                             f"; vs flash {_fmt(ratios(times, fam, FLASH, probs))}")
+        if half == "validation":
+            lines.append(f"  ({HALF_BAR})")
+    return lines
 
 
 def needs_peer_check(p: Problem) -> bool:
@@ -211,8 +258,32 @@ def measure(cases, arch, **kw):
     from .measure import check_and_time
     out = check_and_time(cases, arch, **kw)
     out.rows += peer_check_rows(cases, arch, run=kw["run"], study=kw["study"], seed=kw["seed"])
-    out.summary += summary_lines(out.rows)
+    out.rows += eager_call_rows(out.passed, arch, run=kw["run"], study=kw["study"],
+                                seed=kw["seed"], reps=kw["reps"])
+    out.summary += summary_lines(out.rows) + half_lines(out.rows)
     return out
+
+
+def eager_call_rows(passed, arch, *, run: str, study: str, seed: int, reps: int) -> list:
+    """The eager call time (``experiments.eager.eager_rows``: host included, l2 warm) of each
+    problem's passing families' ``attention()`` and the SDPA peers, on the inputs the kernel
+    timing used (same seed)."""
+    launched: dict = {}
+    for c in passed:
+        launched.setdefault(c.problem, {})[c.variant.backend.value] = c.variant
+    if not launched:
+        return []
+    import torch
+
+    from .correctness import random_inputs
+    from .eager import eager_rows
+    rows = []
+    for p, fams in launched.items():
+        q, k, v = random_inputs(p, seed)
+        rows += eager_rows(p, q, k, v, fams, run=run, study=study, arch=arch.name, reps=reps)
+        del q, k, v
+        torch.cuda.empty_cache()
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -233,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {csv_path} is not a timing CSV of this project ({type(e).__name__}: {e})",
               file=sys.stderr)
         return 2
-    for line in summary_lines(rows):
+    for line in summary_lines(rows) + half_lines(rows):
         print(line)
     return 0
 

@@ -16,6 +16,7 @@ from spec.case import Case
 from spec.arch import MiB
 from spec.schedules import WorkOrder, section_heads
 
+from .suites import default_cases, hostpath_plan, models_plan
 from .streamer import measure_misscost, misscost_ctas
 
 
@@ -321,22 +322,7 @@ def shapes_plan(arch: Arch) -> list[Case]:
     64 cases with four S=128K problems at 5 repetitions, took 59 s). The summary (geometric mean
     and minimum of the speed ratio to cuDNN and to flash per family, ``experiments.shapes``) is
     printed after the measurement."""
-    from cuda_baseline.backend import default_schedule as cuda_default_schedule
-    from cuda_baseline.backend import default_tiles as cuda_default_tiles
-    from kernels.backend import default_schedule
-    from kernels.config import problem_config
-    cases = []
-    for panel, prob in shapes_problems():
-        cfg = problem_config(arch.name, prob)
-        sched = default_schedule(prob, cfg, cfg.tiles, arch)
-        cases.append(Case(prob, Variant(Backend.CUTILE, ScanOrder.linear(), sched, cfg.tiles,
-                                        cfg.occupancy),
-                          arch.resident_ctas(cfg.ctas_per_sm or cfg.occupancy or 1), panel))
-        tiles = cuda_default_tiles(prob, arch)
-        cases.append(Case(prob, Variant(Backend.CUDA, ScanOrder.linear(),
-                                        cuda_default_schedule(prob, tiles, arch), tiles),
-                          arch.num_sms, panel))
-    return cases
+    return [c for panel, prob in shapes_problems() for c in default_cases(arch, prob, panel)]
 
 
 DRIFT_FEW_CTAS = (2, 4, 8, 16)
@@ -404,6 +390,11 @@ def _shapes_measure(*args, **kw):
     return measure(*args, **kw)
 
 
+def _hostpath_measure(*args, **kw):
+    from .eager import measure_hostpath    # GPU imports stay out of plan-only commands
+    return measure_hostpath(*args, **kw)
+
+
 def _reuse_rows(*args, **kw):
     from .simulate import reuse_rows       # analysis imports stay out of plan-only commands
     return reuse_rows(*args, **kw)
@@ -440,6 +431,15 @@ STUDIES: dict[str, Study] = {
               "S_kv): each family's default attention() beside SDPA flash and cuDNN; geometric "
               "mean and minimum of the ratio to cuDNN per family",
               (), shapes_plan, profiled=False, reps=15, measure=_shapes_measure),
+        Study("models", "issue 35's model families (encoders, ViTs, diffusion U-Nets, LLM "
+              "prefill with grouped and multi-query heads, chunks against a longer K/V, long "
+              "causal) in a tuning and a validation half: each family's default attention() "
+              "beside SDPA flash and cuDNN, kernel time and eager call time",
+              (), models_plan, profiled=False, reps=15, measure=_shapes_measure),
+        Study("hostpath", "host time per call of each family's attention() (eager path, "
+              "operator, prepared launch) beside SDPA flash and cuDNN over 10,000 calls, and "
+              "the eager call time of each (issue 35)",
+              (), hostpath_plan, profiled=False, reps=30, measure=_hostpath_measure),
         Study("drift", "how far persistent CTAs drift from lock-step: %globaltimer stamps of the "
               "CUDA trace build, spread of step start times over the CTAs",
               ("drift",), drift_plan, timed=False, profiled=False, measure=_drift_measure,

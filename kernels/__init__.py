@@ -1,5 +1,15 @@
 """cuTile Python (``cuda.tile``) FlashAttention forward family of the study.
 
+    import torch
+    from kernels import attention
+    q, k, v = (torch.randn(2, 8, 1000, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    out = attention(q, k, v, causal=True)            # eager, CUDA graphs, torch.compile alike
+    out = attention(q, k, v, order="sawtooth", schedule="static132")    # a study variant
+
+- ``kernels.attention`` (``kernels.op``): the user function, a ``torch.library`` custom op
+  (``sawtooth::cutile_attention``) under ``torch.compile``, one cache lookup and one launch per
+  repeated eager call (``kernels.backend.attention``).
+
 - ``kernels.fmha``: the kernel body (one ``*_impl`` for every variant) and the ``@ct.kernel`` entry,
   with the CTA → work mapping and the K/V index map selected by ``ct.Constant`` codes that mirror
   ``spec.OrderKind`` / ``spec.ScheduleKind`` / ``spec.WorkOrder``.
@@ -12,6 +22,15 @@
 - ``kernels.resources`` / ``kernels.warm``: build resources (spills) and parallel precompilation.
 
 Importing this package does not import ``cuda.tile`` or ``torch``; the submodules that need them
-import them lazily or at their own import.
+import them lazily or at their own import (``kernels.attention`` is a lazy attribute: the first
+access imports ``kernels.op``, which imports torch and registers the operators).
 """
 from .config import KernelConfig, LEVELS, default_config, load_arch_configs  # noqa: F401
+
+
+def __getattr__(name: str):
+    if name == "attention":
+        from .op import attention
+        globals()["attention"] = attention       # later accesses skip this hook
+        return attention
+    raise AttributeError(f"module 'kernels' has no attribute {name!r}")

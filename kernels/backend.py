@@ -213,10 +213,10 @@ def _dummy_trace(device):
 
 
 # ------------------------------------------------------------------------------------------
-# the plain function
+# the plain function: one lookup and one launch per repeated call
 # ------------------------------------------------------------------------------------------
 _FAMILIES: dict = {}
-_PREPARED: dict = {}
+_LAUNCHES: dict = {}
 
 
 def default_schedule(problem: Problem, cfg: KernelConfig, tiles: Tiles,
@@ -235,26 +235,53 @@ def default_schedule(problem: Problem, cfg: KernelConfig, tiles: Tiles,
     return persistent[cfg.schedule](p)
 
 
-def attention(q, k, v, *, causal: bool = False, order: str | ScanOrder = "linear",
-              schedule: str | CtaSchedule | None = None, tiles: Tiles | None = None,
-              occupancy: int | None = None, arch: str | None = None, level: int = 6,
-              out=None):
-    """Attention forward ``softmax(q kᵀ / sqrt(D)) v`` with the cuTile kernel family.
+class Launch:
+    """One prepared launch of ``attention()``: what a repeated call with the same launch key
+    does, and nothing else (the tensors were checked when the key was first seen; shapes,
+    strides, dtypes and devices are in the key, so they are the checked ones).
 
-    q: [B, H, S_q, D]; k, v: [B, H_kv, S_kv, D] (H_kv divides H); fp16 or bf16 on one CUDA GPU;
-    D in (64, 128). ``order``: "linear", "sawtooth[X]", "reverse", "blockparity" or a ScanOrder.
-    ``schedule``: "grid", "tile<X>", "static<P>", "static<P>h", "lpt<P>", "glpt<G>", a
-    CtaSchedule, or None for the measured default. The defaults are those of the arch and the problem's shape
-    class (``kernels.config.problem_config``: batched short, grouped-query, uneven, S_q != S_kv
-    or long), read from ``kernels/configs/<arch>.json``. ``tiles`` / ``occupancy`` override them.
-    Returns ``out`` (allocated when not given).
-    """
-    import torch
+    ``ct.launch`` takes the raw stream handle of torch's current stream on the tensors' device
+    (``torch._C._cuda_getCurrentRawStream``: about 0.3 us, where ``torch.cuda.current_stream()``
+    builds a Python stream object each call)."""
+
+    __slots__ = ("prepared", "grid", "kernel", "tail", "device", "empty_like", "raw_stream",
+                 "launch")
+
+    def __init__(self, prepared: Prepared, device_index: int):
+        import cuda.tile as ct
+        import torch
+
+        from . import fmha
+        self.prepared = prepared
+        self.grid = (prepared.n_ctas, 1, 1)
+        self.kernel = fmha.get_kernel(prepared.occupancy, prepared.worker_warps)
+        self.tail = (_dummy_trace(torch.device("cuda", device_index)), prepared.qk_scale) \
+            + prepared.consts + (False,)
+        self.device = device_index
+        self.empty_like = torch.empty_like
+        self.raw_stream = torch._C._cuda_getCurrentRawStream
+        self.launch = ct.launch
+
+    def __call__(self, q, k, v, out) -> None:
+        try:
+            self.launch(self.raw_stream(self.device), self.grid, self.kernel,
+                        (q, k, v, out) + self.tail)
+        except Exception as e:  # noqa: BLE001 - only toolchain failures are rewrapped
+            from .toolchain import explain_compile_error
+            err = explain_compile_error(e)
+            if err is e:
+                raise
+            raise err from e
+
+
+def _new_launch(q, k, v, out, causal, order, schedule, tiles, occupancy, arch, level) -> Launch:
+    """Check the tensors (``spec.family.problem_from_tensors``), resolve the configuration
+    (the arch's measured defaults for the problem's shape class unless given) and prepare it."""
     problem = problem_from_tensors(q, k, v, causal, out)
     fam = _FAMILIES.get(arch) or _FAMILIES.setdefault(arch, CutileFamily(arch))
     present = _check_arch(arch)
     cfg = problem_config(present.name, problem)
-    tiles = tiles or cfg.tiles
+    tiles = cfg.tiles if tiles is None else tiles if isinstance(tiles, Tiles) else Tiles(*tiles)
     order = order if isinstance(order, ScanOrder) else ScanOrder.parse(order)
     if schedule is None:
         schedule = default_schedule(problem, cfg, tiles, present)
@@ -262,13 +289,60 @@ def attention(q, k, v, *, causal: bool = False, order: str | ScanOrder = "linear
         schedule = CtaSchedule.parse(schedule)
     variant = Variant(Backend.CUTILE, order, schedule, tiles, occupancy,
                       None if level == 6 else level)
-    pkey = (arch, variant, problem)
-    prepared = _PREPARED.get(pkey) or _PREPARED.setdefault(pkey, fam.prepare(variant, problem))
+    import torch
+    with torch.cuda.device(q.device):
+        return Launch(fam.prepare(variant, problem), q.device.index)
+
+
+def attention(q, k, v, *, causal: bool = False, order: str | ScanOrder = "linear",
+              schedule: str | CtaSchedule | None = None,
+              tiles: Tiles | tuple[int, int] | None = None, occupancy: int | None = None,
+              arch: str | None = None, level: int = 6, out=None):
+    """Attention forward ``softmax(q kᵀ / sqrt(D)) v`` with the cuTile kernel family.
+
+    q: [B, H, S_q, D]; k, v: [B, H_kv, S_kv, D] (H_kv divides H); fp16 or bf16 on one CUDA GPU;
+    D in (64, 128); any strides with the last dimension contiguous (a [B, S, H, D] tensor
+    transposed to [B, H, S, D] needs no copy). ``causal`` masks top-left aligned (query row r
+    sees keys 0..r, as SDPA's ``is_causal``). ``order``: "linear", "sawtooth[X]", "reverse",
+    "blockparity" or a ScanOrder. ``schedule``: "grid", "tile<X>", "static<P>", "static<P>h",
+    "snake<P>", "lpt<P>", "glpt<G>", a CtaSchedule, or None for the measured default. The
+    defaults are those of the arch and the problem's shape class
+    (``kernels.config.problem_config``), read from ``kernels/configs/<arch>.json``; ``tiles``
+    (a Tiles or (TILE_M, TILE_N)) and ``occupancy`` override them. Returns ``out`` (allocated
+    like q when not given).
+
+    The host path: the first call with a given launch key (shapes, strides, dtypes and devices
+    of the tensors, and every argument) checks the tensors, resolves the configuration and
+    compiles or loads the build; a repeated call builds the key, looks it up and launches. This
+    is the eager path; ``kernels.attention`` wraps it in a ``torch.library`` custom op for
+    ``torch.compile``."""
+    launch = launch_for(q, k, v, causal, order, schedule, tiles, occupancy, arch, level, out)
     if out is None:
-        out = torch.empty_like(q)
-    fam.run(prepared, q, k, v, out)
+        out = launch.empty_like(q)
+    launch(q, k, v, out)
     return out
 
 
-__all__ = ["CutileFamily", "Prepared", "attention", "BadInput", "UnsupportedVariant",
+def launch_for(q, k, v, causal=False, order="linear", schedule=None, tiles=None,
+               occupancy=None, arch=None, level=6, out=None) -> Launch:
+    """The cached ``Launch`` of an ``attention()`` call with these arguments (prepared on the
+    first call with its launch key); ``launch(q, k, v, out)`` runs it."""
+    try:
+        key = (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
+               v.shape, v.stride(), v.dtype, v.device, causal, order, schedule, tiles,
+               occupancy, arch, level,
+               None if out is None else (out.shape, out.stride(), out.dtype, out.device))
+        launch = _LAUNCHES.get(key)
+    except (AttributeError, TypeError):   # not tensors, or an unhashable argument
+        problem_from_tensors(q, k, v, causal, out)      # names the tensor that is not one
+        raise BadInput(f"tiles={tiles!r}, order={order!r}, schedule={schedule!r}: pass a Tiles "
+                       "or a (TILE_M, TILE_N) tuple, and strings or spec objects") from None
+    if launch is None:
+        launch = _new_launch(q, k, v, out, causal, order, schedule, tiles, occupancy, arch, level)
+        _LAUNCHES[key] = launch
+    return launch
+
+
+__all__ = ["CutileFamily", "Launch", "Prepared", "attention", "launch_for", "BadInput",
+           "UnsupportedVariant",
            "OrderKind", "ScheduleKind"]

@@ -1,8 +1,9 @@
 """Compile a variant to a cubin and read its resources (registers, stack, spills, occupancy).
 
 Uses ``export_kernel`` with a JIT-like signature (``kernels.signatures``). Without a GPU:
-``cuobjdump -res-usage`` (pip package ``nvidia-cuda-cuobjdump``) plus a SASS instruction count
-(``resources``). On the GPU: the driver's attributes of the loaded cubin (``load_build``), which
+``cuobjdump --dump-resource-usage`` (pip package ``nvidia-cuda-cuobjdump``), instruction counts
+of the PTX embedded in the cubin and, where nvdisasm is installed, of the SASS (``resources``). On
+the GPU: the driver's attributes of the loaded cubin (``load_build``), which
 ``CutileFamily.prepare`` reports so that every measured cuTile case records its spills.
 """
 from __future__ import annotations
@@ -19,18 +20,35 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class Resources:
+    """What ``cuobjdump --dump-resource-usage`` prints per kernel (``REG``, ``STACK``: the stack
+    frame, where ptxas puts spilled registers, ``SHARED``, ``LOCAL``: local memory per thread)
+    plus instruction counts. It prints no spill byte counts (those are ptxas's ``-v`` report), so
+    a spill shows here as ``stack`` or ``local`` above 0 and as LDL/STL in the SASS.
+
+    ``ptx`` counts instructions of the PTX that tileiras embeds in the cubin (its
+    ``.nv_debug_ptx_txt`` section, ``embedded_ptx``): always there, no extra tool needed.
+    ``sass`` counts SASS instructions, which needs nvdisasm (pip ``nvidia-cuda-nvdisasm``);
+    None without it."""
+
     regs: int
     stack: int
     shared: int
-    spill_stores: int
-    spill_loads: int
-    sass: dict          # instruction counts: HGMMA, UTMALDG, LDL, STL, ...
+    local: int
+    ptx: dict                    # TMA, WGMMA, LD_LOCAL, ST_LOCAL (``ptx_counts``)
+    sass: dict | None            # HGMMA, UTMALDG, LDL, STL, ...; None without nvdisasm
     threads: int | None = None   # the CTA size the kernel requires (``required_threads``)
 
+    @property
+    def spills(self) -> bool:
+        return bool(self.stack or self.local)
+
     def __str__(self) -> str:
-        return (f"REG {self.regs} STACK {self.stack} SHARED {self.shared} THREADS {self.threads} "
-                f"HGMMA {self.sass.get('HGMMA', 0)} UTMALDG {self.sass.get('UTMALDG', 0)} "
-                f"LDL {self.sass.get('LDL', 0)} STL {self.sass.get('STL', 0)}")
+        sass = "no SASS (nvdisasm missing)" if self.sass is None else (
+            f"HGMMA {self.sass.get('HGMMA', 0)} UTMALDG {self.sass.get('UTMALDG', 0)} "
+            f"LDL {self.sass.get('LDL', 0)} STL {self.sass.get('STL', 0)}")
+        return (f"REG {self.regs} STACK {self.stack} SHARED {self.shared} LOCAL {self.local} "
+                f"THREADS {self.threads} PTX tma {self.ptx.get('TMA_LOAD', 0)} wgmma "
+                f"{self.ptx.get('WGMMA', 0)}; {sass}")
 
 
 def find_cuobjdump() -> str | None:
@@ -78,15 +96,8 @@ def required_threads(cubin: bytes) -> int | None:
     per SM (limit 2 by registers and by shared memory, ``profiles/h100/occupancy-20261125``).
     Each record is a 4-byte header (format, attribute, 16-bit value or payload size); only the
     ``EIFMT_SVAL`` format carries a payload."""
-    if cubin[:4] != b"\x7fELF" or cubin[4] != 2:
-        raise ValueError("not a 64-bit ELF cubin")
-    shoff, = struct.unpack_from("<Q", cubin, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
-    sections = [struct.unpack_from("<IIQQQQ", cubin, shoff + i * shentsize) for i in range(shnum)]
-    names = sections[shstrndx][4]
-    for name_off, _, _, _, off, size in sections:
-        start = names + name_off
-        if not cubin[start:cubin.index(b"\0", start)].startswith(b".nv.info."):
+    for name, off, size in _sections(cubin):
+        if not name.startswith(b".nv.info."):
             continue
         i = off
         while i + 4 <= off + size:
@@ -98,8 +109,44 @@ def required_threads(cubin: bytes) -> int | None:
     return None
 
 
-_RES = re.compile(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)")
+_RES = re.compile(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)\s+LOCAL:(\d+)")
 _OPS = ("HGMMA", "HMMA", "UTMALDG", "UTMASTG", "LDG", "STG", "LDL", "STL", "MUFU", "BAR")
+
+
+PTX_SECTION = b".nv_debug_ptx_txt"
+_PTX_OPS = {"TMA_LOAD": re.compile(r"cp\.async\.bulk\.tensor\.\w+\.shared::\w+\.global"),
+            "TMA_STORE": re.compile(r"cp\.async\.bulk\.tensor\.\w+\.global\.shared"),
+            "WGMMA": re.compile(r"wgmma\.mma_async"),
+            "MMA_SYNC": re.compile(r"\bmma\.sync"),
+            "LD_LOCAL": re.compile(r"\bld\.local"), "ST_LOCAL": re.compile(r"\bst\.local")}
+
+
+def _sections(cubin: bytes):
+    """(name, offset, size) of every section of a 64-bit ELF."""
+    if cubin[:4] != b"\x7fELF" or cubin[4] != 2:
+        raise ValueError("not a 64-bit ELF cubin")
+    shoff, = struct.unpack_from("<Q", cubin, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQ", cubin, shoff + i * shentsize) for i in range(shnum)]
+    names = sections[shstrndx][4]
+    for name_off, _, _, _, off, size in sections:
+        start = names + name_off
+        yield cubin[start:cubin.index(b"\0", start)], off, size
+
+
+def embedded_ptx(cubin: bytes) -> str | None:
+    """The PTX text tileiras embeds in the cubin (section ``.nv_debug_ptx_txt``), or None."""
+    for name, off, size in _sections(cubin):
+        if name == PTX_SECTION:
+            return cubin[off:off + size].decode("utf-8", "replace")
+    return None
+
+
+def ptx_counts(ptx: str) -> dict:
+    """Occurrences of the instructions that decide a Hopper build's path (``_PTX_OPS``): TMA
+    tensor loads and stores (``cp.async.bulk.tensor``: UTMALDG / UTMASTG in SASS), warpgroup
+    MMAs (``wgmma.mma_async``: HGMMA), warp MMAs (``mma.sync``: HMMA) and local loads/stores."""
+    return {op: len(rx.findall(ptx)) for op, rx in _PTX_OPS.items()}
 
 
 def read_resources(cubin: bytes, cuobjdump: str | None = None) -> Resources:
@@ -109,23 +156,26 @@ def read_resources(cubin: bytes, cuobjdump: str | None = None) -> Resources:
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "k.cubin")
         Path(path).write_bytes(cubin)
-        res = subprocess.run([tool, "-res-usage", path], capture_output=True, text=True,
-                             check=True).stdout
-        # SASS needs nvdisasm (pip nvidia-cuda-nvdisasm); the counts are optional extras
-        sass = subprocess.run([tool, "-sass", path], capture_output=True, text=True).stdout
+        res = subprocess.run([tool, "--dump-resource-usage", path], capture_output=True,
+                             text=True, check=True).stdout
+        # SASS needs nvdisasm (pip nvidia-cuda-nvdisasm): without it cuobjdump fails
+        sass = subprocess.run([tool, "-sass", path], capture_output=True, text=True)
     m = _RES.search(res)
     if not m:
-        raise RuntimeError(f"could not parse cuobjdump -res-usage output:\n{res}")
-    counts = {}
-    for line in sass.splitlines():
-        mm = re.search(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9]*)", line)
-        if mm:
-            op = mm.group(1)
-            if op in _OPS:
-                counts[op] = counts.get(op, 0) + 1
-    spill_st = int(re.search(r"(\d+) bytes spill stores", res).group(1)) if "spill stores" in res else 0
-    spill_ld = int(re.search(r"(\d+) bytes spill loads", res).group(1)) if "spill loads" in res else 0
-    return Resources(int(m.group(1)), int(m.group(2)), int(m.group(3)), spill_st, spill_ld, counts,
+        raise RuntimeError(f"could not parse cuobjdump --dump-resource-usage output:\n{res}")
+    counts = None
+    if sass.returncode == 0:
+        counts = {}
+        for line in sass.stdout.splitlines():
+            mm = re.search(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9]*)", line)
+            if mm and mm.group(1) in _OPS:
+                counts[mm.group(1)] = counts.get(mm.group(1), 0) + 1
+    ptx = embedded_ptx(cubin)
+    if ptx is None:
+        raise RuntimeError(f"the cubin has no {PTX_SECTION.decode()} section: tileiras no longer "
+                           "embeds its PTX; update kernels.resources.embedded_ptx")
+    regs, stack, shared, local = (int(g) for g in m.groups())
+    return Resources(regs, stack, shared, local, ptx_counts(ptx), counts,
                      required_threads(cubin))
 
 

@@ -70,6 +70,7 @@ class CompileCase:
     level: int = 6
     trace: bool = False
     n_ctas: int = 132
+    aligned: bool = True     # q, k, v, out start 16-byte aligned (what the JIT sees from torch)
 
     @classmethod
     def of(cls, variant, problem, *, trace: bool = False, level: int = 6) -> "CompileCase":
@@ -99,8 +100,11 @@ class CompileCase:
         qshape = (self.B, self.H, self.S_q, self.D)
         kvshape = (self.B, self.H_kv, self.S_kv, self.D)
         trace_shape = (self.n_ctas, 64, 4) if self.trace else (1, 1, 4)
-        params = [jit_like_array(qshape, dt), jit_like_array(kvshape, dt),
-                  jit_like_array(kvshape, dt), jit_like_array(qshape, dt),
+        a = self.aligned
+        params = [jit_like_array(qshape, dt, base_aligned=a),
+                  jit_like_array(kvshape, dt, base_aligned=a),
+                  jit_like_array(kvshape, dt, base_aligned=a),
+                  jit_like_array(qshape, dt, base_aligned=a),
                   jit_like_array(trace_shape, ct.int32), ScalarConstraint(ct.float32)]
         params += list(self.constants())
         cc = (CallingConvention.cutile_python_v2() if _needs_v2(params)

@@ -106,7 +106,7 @@ def test_sm90_defaults_do_not_spill_and_sawtooth_costs_nothing(toolchain, D, cau
     default = _default_sched(cfg)
     for (order, sched, dtype), r in res.items():
         if sched == default:
-            assert r.stack == 0 and r.spill_stores == 0 and r.spill_loads == 0, \
+            assert not r.spills and r.ptx["LD_LOCAL"] == r.ptx["ST_LOCAL"] == 0, \
                 f"default {order}/{sched}/{dtype} D={D} causal={causal} spills: {r}"
     for sched in ("static", "grid"):
         lin, saw = res["linear", sched, "fp16"], res["sawtooth", sched, "fp16"]
@@ -115,12 +115,21 @@ def test_sm90_defaults_do_not_spill_and_sawtooth_costs_nothing(toolchain, D, cau
 
 
 def test_signature_carries_jit_facts(toolchain):
-    """Without the JIT's alignment facts sm_90 loses TMA; with them the loads are UTMALDG."""
+    """Without the JIT's alignment facts sm_90 loses TMA; with them the loads are TMA tensor
+    copies and the products warpgroup MMAs. Checked on the PTX tileiras embeds in every cubin
+    (``cp.async.bulk.tensor`` is UTMALDG in SASS, ``wgmma.mma_async`` HGMMA), so it runs
+    without nvdisasm; the SASS is checked too where nvdisasm is installed. A signature without
+    the alignment facts (base address divisible by 1) loses TMA: the check can fail."""
+    from dataclasses import replace
+
     from kernels.resources import resources
     case, cfg = _case("h100", 64, False, "linear", "static")
     r = resources(case, "sm_90", cfg.occupancy, cfg.worker_warps)
-    if r.sass:      # SASS counts need nvdisasm (nvidia-cuda-nvdisasm); skip the check without it
+    assert r.ptx["TMA_LOAD"] > 0 and r.ptx["WGMMA"] > 0 and r.ptx["MMA_SYNC"] == 0, r
+    if r.sass is not None:
         assert r.sass.get("UTMALDG", 0) > 0 and r.sass.get("HGMMA", 0) > 0, r
+    bare = resources(replace(case, aligned=False), "sm_90", cfg.occupancy, cfg.worker_warps)
+    assert bare.ptx["TMA_LOAD"] == 0, f"an unaligned signature still uses TMA: {bare}"
 
 
 def test_occupancy_is_taken_at_the_launch_size_from_the_cubin(toolchain):

@@ -261,7 +261,27 @@ def test_summary_ratios_geomean_minimum_and_missing():
     assert got["cuda"].missing == (SHORT.label,) and got["cuda"].vs_cudnn.n == 2
     lines = shapes.summary_lines(rows)
     assert any("cuda has no time for 1 problems" in ln and SHORT.label in ln for ln in lines)
-    assert lines[0].startswith("cutile vs cuDNN: geomean 0.737x, min 0.500x")
+    assert lines[0].startswith("cutile vs cuDNN (kernel time, l2 cold): geomean 0.737x, "
+                               "min 0.500x")
+    assert not any("eager" in ln for ln in lines)       # no eager call time rows: no lines
+
+
+def test_summary_reports_the_eager_call_time_beside_the_kernel_time():
+    """Eager call time rows (host included) get their own lines, from their own metric: here
+    the kernel is as fast as cuDNN's and the eager call half as fast."""
+    from experiments.eager import EAGER_CALL_MS
+    kernel = _rows({(LONG, "sdpa-cudnn"): [1.0], (LONG, "cutile"): [1.0]})
+    eager = [dict(r, metric=EAGER_CALL_MS, value=r["value"] * (2 if r["backend"] == "cutile"
+                                                               else 1))
+             for r in kernel if r["metric"] == "kernel_time_ms"]
+    (k,) = shapes.summarize(kernel + eager)
+    (e,) = shapes.summarize(kernel + eager, EAGER_CALL_MS)
+    assert k.vs_cudnn.geomean == pytest.approx(1.0) and e.vs_cudnn.geomean == pytest.approx(0.5)
+    lines = shapes.summary_lines(kernel + eager)
+    assert any(ln.startswith("cutile vs cuDNN (kernel time, l2 cold): geomean 1.000x")
+               for ln in lines)
+    assert any(ln.startswith("cutile vs cuDNN (eager call time, host included, l2 warm): "
+                             "geomean 0.500x") for ln in lines)
 
 
 def test_a_peer_that_fails_the_gate_is_left_out_of_the_ratios():
@@ -303,7 +323,7 @@ def test_shapes_cli_reads_a_stored_run_and_refuses_bad_paths(tmp_path, capsys):
             w.writerow({k: r.get(k, "") for k in COLUMNS} | {"occupancy": "", "tile_m": 0,
                                                             "tile_n": 0})
     assert shapes.main([str(tmp_path)]) == 0
-    assert "cutile vs cuDNN: geomean 0.500x" in capsys.readouterr().out
+    assert "cutile vs cuDNN (kernel time, l2 cold): geomean 0.500x" in capsys.readouterr().out
     assert shapes.main([str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("error: ")
@@ -429,7 +449,8 @@ def test_measure_hook_adds_peer_rows_and_prints_the_summary_last(monkeypatch):
     out = shapes.measure([], H100, run="r", study="shapes", reps=3, seed=7, timed=True,
                          progress=None)
     assert seen["peer"] == ("r", "shapes", 7) and seen["kw"]["reps"] == 3
-    assert out.summary[0] == "case line" and out.summary[1].startswith("cutile vs cuDNN: geomean 0.500x")
+    assert out.summary[0] == "case line" and out.summary[1].startswith(
+        "cutile vs cuDNN (kernel time, l2 cold): geomean 0.500x")
 
 
 def test_several_problems_rank_by_the_geometric_mean_and_a_failure_anywhere_fails():
@@ -458,3 +479,33 @@ def test_several_problems_rank_by_the_geometric_mean_and_a_failure_anywhere_fail
     assert not trials[3].passed and trials[3].verdict.startswith(small.label)
     assert asked[1] == (large, (a, b, c))                   # d, failed on the small end, not built
     assert tune._trial_json(trials[0])["us_per_problem"] == {small.label: 12.0, large.label: 60.0}
+
+
+def test_model_suite_halves_share_no_problem_and_the_tuner_saw_none():
+    """Issue 35's suite: both halves hold every family, no problem is in both, and none is a
+    problem ``experiments.tune`` measures (``kernels.config.representatives`` of every class,
+    head dim and mask): the validation half is unseen by the tuning that set the defaults."""
+    from experiments.suites import MODEL_FAMILIES, model_problems
+    from kernels.config import ShapeClass, representatives
+    rows = model_problems()
+    halves = {h: {p for _, hh, p in rows if hh == h} for h in ("tuning", "validation")}
+    assert not halves["tuning"] & halves["validation"]
+    assert len(rows) == len({p for _, _, p in rows}) == sum(map(len, MODEL_FAMILIES.values()))
+    for fam in MODEL_FAMILIES:
+        assert {h for f, h, _ in rows if f == fam} == {"tuning", "validation"}, fam
+    tuned = {p for c in ShapeClass for d in (64, 128) for causal in (False, True)
+             for p in representatives(c, d, causal)}
+    seen = {(p.B, p.H, p.H_kv, p.S_q, p.S_kv, p.D, p.causal) for p in tuned}
+    assert not [p.label for _, _, p in rows
+                if (p.B, p.H, p.H_kv, p.S_q, p.S_kv, p.D, p.causal) in seen]
+
+
+def test_half_lines_read_only_the_models_study_rows():
+    from experiments.suites import model_problems
+    _, _, p = next(r for r in model_problems() if r[1] == "validation")
+    rows = [dict(r, study="models") for r in _rows({(p, "sdpa-cudnn"): [1.0],
+                                                    (p, "cutile"): [2.0]})]
+    lines = shapes.half_lines(rows)
+    assert lines[0] == "validation half (1 of 16 problems timed):"
+    assert lines[1].startswith("  cutile kernel vs cuDNN geomean 0.500x") and "bar" in lines[-1]
+    assert shapes.half_lines([dict(r, study="shapes") for r in rows]) == []

@@ -24,7 +24,7 @@ from tests.cpu.test_cutile_compile import _available
 
 pytestmark = pytest.mark.compile
 
-STUDIES = ("sawtooth", "longseq", "bench")     # the shapes study: test_shapes_study_builds_...
+STUDIES = ("sawtooth", "longseq", "bench")   # shapes, models, hostpath: test_default_attention_...
 CASES = [(s, c) for s in STUDIES for c in get_study(s).plan(get_arch("h100"))
          if c.variant.backend == Backend.CUTILE]
 
@@ -41,7 +41,7 @@ def _resources(case):
 def test_locality_study_cutile_builds_do_not_spill(study, case):
     require_toolchain(_available(), "cuda-tile + tileiras + cuobjdump")
     res = _resources(case)
-    assert res.stack == 0 and res.spill_loads == 0 and res.spill_stores == 0, str(res)
+    assert not res.spills and res.ptx["LD_LOCAL"] == res.ptx["ST_LOCAL"] == 0, str(res)
     if case.variant.order.label != "linear":      # bench has linear builds only
         twin = next(c for s, c in CASES if s == study and c.panel == case.panel
                     and c.problem == case.problem and c.variant.schedule == case.variant.schedule
@@ -71,12 +71,15 @@ def _distinct_resources(cases) -> dict:
 
 def _spilling(found: dict) -> list[str]:
     return [f"{cid}: {r}" for cid, r in found.items()
-            if r.stack or r.spill_loads or r.spill_stores]
+            if r.spills or r.ptx["LD_LOCAL"] or r.ptx["ST_LOCAL"]]
 
 
-def test_shapes_study_builds_do_not_spill():
+@pytest.mark.parametrize("study", ["shapes", "models", "hostpath"])
+def test_default_attention_study_builds_do_not_spill(study):
+    """Every cuTile build the studies of ``attention()``'s defaults launch (issue 14's shapes,
+    issue 35's model families and host-path problems) is spill-free on sm_90."""
     require_toolchain(_available(), "cuda-tile + tileiras + cuobjdump")
-    cases = [c for c in get_study("shapes").plan(get_arch("h100"))
+    cases = [c for c in get_study(study).plan(get_arch("h100"))
              if c.variant.backend == Backend.CUTILE]
     assert not _spilling(_distinct_resources(cases))
 

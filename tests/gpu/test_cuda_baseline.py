@@ -1,9 +1,11 @@
 """GPU tests of the raw CUDA FlashAttention family (skipped without a GPU).
 
 Every order × schedule × causal × D against the fp32 SDPA reference at 64×64 tiles, and at every
-other tested tile every order (grid launch) and every schedule (sawtooth order), bf16 too (the
-rule of experiments/correctness.py: NaN never passes, outputs poisoned first, fresh seeded inputs,
-uneven S and grouped-query heads included); schedule-only changes are bitwise identical (and the
+other tested tile every order (grid launch) and every schedule (sawtooth order); in bf16 every
+schedule at 64×64 and every order at 128×64; causal with fewer and with more queries than keys
+(top-left aligned) for every case of the matrix (the rule of experiments/correctness.py: NaN
+never passes, outputs poisoned first, fresh seeded inputs, uneven S and grouped-query heads
+included); schedule-only changes are bitwise identical (and the
 sawtooth equals the linear or reverse scan tile by tile); the trace build visits exactly what
 ``spec.visit_order`` prescribes; P = 1 and P = all resident CTAs are correct; bad input gets a
 clear error before any launch. Every K/V pipeline depth other than the default (1, 3) computes
@@ -37,7 +39,13 @@ SCHEDULES = ["grid", "tile2", "static7", "static7h", "snake7", "lpt7",
 FULL_TILES = Tiles(64, 64)                 # every order x schedule; also the trace tiles
 TILES = [FULL_TILES, Tiles(80, 80), Tiles(128, 64), Tiles(128, 128)]
 HEAD_DIMS = [64, 128]
-BF16_VARIANT = ("linear", "grid", Tiles(128, 64))
+# bf16: every schedule (sawtooth order) at 64x64 and every order (grid launch) at 128x64, the
+# attention() default tile of causal and D=64 problems
+BF16_CASES = list(dict.fromkeys([("sawtooth", s, FULL_TILES) for s in SCHEDULES]
+                                + [(o, "grid", Tiles(128, 64)) for o in ORDERS]))
+# causal with S_q != S_kv (top-left aligned: query row r sees keys 0..r), fewer and more
+# queries than keys; the instantiations are the fp16 matrix's (lengths are run-time arguments)
+CROSS_LENGTHS = [(389, 517), (517, 301)]
 # K/V pipeline depths other than the default: the miss-cost study's builds (80x80, persistent,
 # linear and sawtooth) and the grid / tile-X kernels at 64x64 (cuda_baseline.source
 # stage_instances, compiled in CI); P = 7 gives every CTA several work items.
@@ -58,10 +66,11 @@ def pairs(tiles: Tiles) -> list[tuple[str, str]]:
 CASES = [(o, s, t) for t in TILES for o, s in pairs(t)]
 
 
-def _problem(D: int, causal: bool, dtype=DType.FP16) -> Problem:
+def _problem(D: int, causal: bool, dtype=DType.FP16, lengths: tuple[int, int] | None = None
+             ) -> Problem:
     # uneven S (not a multiple of any tile), S_kv != S_q, grouped-query heads
-    return Problem(B=2, H=4, S_q=389, S_kv=389 if causal else 301, D=D, H_kv=2, dtype=dtype,
-                   causal=causal)
+    s_q, s_kv = lengths or (389, 389 if causal else 301)
+    return Problem(B=2, H=4, S_q=s_q, S_kv=s_kv, D=D, H_kv=2, dtype=dtype, causal=causal)
 
 
 def _variant(order: str, schedule: str, tiles: Tiles, stages: int | None = None) -> Variant:
@@ -82,8 +91,11 @@ def builds(arch: Arch) -> dict[str, list[tuple[Variant, Problem, bool]]]:
         "test_occupancy_matches_the_driver": [
             (_variant(o, s, t), _problem(d, False), False) for d in HEAD_DIMS for t in TILES
             for o, s in (("linear", "grid"), ("sawtooth", "static1"))],
-        "test_bf16": [(_variant(*BF16_VARIANT), _problem(d, c, DType.BF16), False)
-                      for d, c in grid],
+        "test_bf16": [(_variant(o, s, t), _problem(d, c, DType.BF16), False)
+                      for d, c in grid for o, s, t in BF16_CASES],
+        "test_causal_with_other_key_length": [
+            (_variant(o, s, t), _problem(d, True, lengths=n), False)
+            for d in HEAD_DIMS for o, s, t in CASES for n in CROSS_LENGTHS],
         "test_trace_equals_spec": [(_variant(o, s, FULL_TILES), _problem(d, c), True)
                                    for d, c in grid for o, s in pairs(FULL_TILES)],
         "test_stage_depths_are_bitwise_the_double_buffer": [
@@ -155,9 +167,24 @@ def test_matches_reference(backend, order, schedule, tiles, causal, D):
 
 @pytest.mark.parametrize("D", HEAD_DIMS)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_bf16(backend, causal, D):
-    out, res, p = _run(backend, _variant(*BF16_VARIANT), _problem(D, causal, DType.BF16))
+@pytest.mark.parametrize("order, schedule, tiles", BF16_CASES,
+                         ids=[f"{o}-{s}-{t.label}" for o, s, t in BF16_CASES])
+def test_bf16(backend, order, schedule, tiles, causal, D):
+    out, res, p = _run(backend, _variant(order, schedule, tiles), _problem(D, causal, DType.BF16))
     assert res.passed, f"{p.id}: {res}"
+
+
+@pytest.mark.parametrize("D", HEAD_DIMS)
+@pytest.mark.parametrize("lengths", CROSS_LENGTHS, ids=lambda n: f"q{n[0]}kv{n[1]}")
+@pytest.mark.parametrize("order, schedule, tiles", CASES,
+                         ids=[f"{o}-{s}-{t.label}" for o, s, t in CASES])
+def test_causal_with_other_key_length(backend, order, schedule, tiles, lengths, D):
+    """Causal attention with S_q != S_kv, top-left aligned like SDPA's ``is_causal`` (the
+    reference): rows past S_kv see every key, and with S_kv > S_q the keys past S_q are never
+    seen."""
+    pr = _problem(D, True, lengths=lengths)
+    out, res, p = _run(backend, _variant(order, schedule, tiles), pr)
+    assert res.passed, f"{p.id} on {pr.label}: {res}"
 
 
 @pytest.mark.parametrize("D", HEAD_DIMS)
@@ -299,8 +326,11 @@ def test_bad_input_is_rejected_before_launch():
     with pytest.raises(UnsupportedVariant, match="resident"):
         attention(q, k, v, schedule="static100000")
     padded = torch.randn(1, 2, 128, 66, dtype=torch.float16, device="cuda")[..., :64]
-    with pytest.raises(BadInput, match="aligned"):   # row stride 66: no 16-byte row copies
+    with pytest.raises(BadInput, match="multiple of 8"):   # row stride 66: no 16-byte rows
         attention(padded, k, v)
+    unaligned = torch.randn(2 * 128 * 64 + 1, dtype=torch.float16, device="cuda")[1:]
+    with pytest.raises(BadInput, match="aligned"):         # an address off by 2 bytes
+        attention(unaligned.view(1, 2, 128, 64), k, v)
     with pytest.raises(BadInput, match="prepared"):
         from cuda_baseline.backend import CudaFamily
         b = CudaFamily()

@@ -1,0 +1,115 @@
+"""The plans of issue 35's studies and the one rule they share (``default_cases``): each family's
+default ``attention()`` configuration for a problem.
+
+- ``models``: issue 35's model families (``MODEL_FAMILIES``: encoders, vision transformers,
+  diffusion U-Nets, LLM prefill with grouped and multi-query heads, chunks of queries against a
+  longer K/V, very long causal sequences), each at several sizes, split into a tuning and a
+  validation half with no problem in common (``model_problems``);
+- ``hostpath``: the host-path benchmark's problems (``HOSTPATH_PROBLEMS``).
+
+The registry entries are in ``experiments.studies``; the measure hooks in ``experiments.shapes``
+(models) and ``experiments.eager`` (hostpath).
+"""
+from __future__ import annotations
+
+from spec import Arch, Backend, Problem, ScanOrder, Variant
+from spec.case import Case
+
+
+def default_cases(arch: Arch, prob: Problem, panel: str) -> list[Case]:
+    """Each family's default ``attention()`` configuration for ``prob`` on ``arch``, linear
+    order. cuTile: the configuration of the problem's shape class
+    (``kernels.config.problem_config``) and its default schedule; CUDA:
+    ``cuda_baseline.backend.default_tiles`` and ``default_schedule``."""
+    from cuda_baseline.backend import default_schedule as cuda_default_schedule
+    from cuda_baseline.backend import default_tiles as cuda_default_tiles
+    from kernels.backend import default_schedule
+    from kernels.config import problem_config
+    cfg = problem_config(arch.name, prob)
+    sched = default_schedule(prob, cfg, cfg.tiles, arch)
+    tiles = cuda_default_tiles(prob, arch)
+    return [Case(prob, Variant(Backend.CUTILE, ScanOrder.linear(), sched, cfg.tiles,
+                               cfg.occupancy),
+                 arch.resident_ctas(cfg.ctas_per_sm or cfg.occupancy or 1), panel),
+            Case(prob, Variant(Backend.CUDA, ScanOrder.linear(),
+                               cuda_default_schedule(prob, tiles, arch), tiles),
+                 arch.num_sms, panel)]
+
+
+MODEL_FAMILIES: dict[str, tuple[Problem, ...]] = {
+    # BERT-like encoders: base (12 heads) and large (16), D=64, many batches, S 128-1024
+    "encoder": tuple(Problem(b, h, s, 64) for b, h, s in (
+        (64, 12, 128), (32, 12, 256), (32, 16, 384), (16, 12, 512), (24, 16, 512),
+        (8, 16, 1024))),
+    # vision transformers with a class token: (224/16)^2+1 = 197, (224/14)^2+1 = 257,
+    # (384/16)^2+1 = 577, (448/14)^2+1 = 1025; DeiT-S 6 heads, ViT-B 12, ViT-L/H 16; bf16
+    "vit": tuple(Problem(b, h, s, 64, dtype="bf16") for b, h, s in (
+        (128, 6, 197), (64, 12, 197), (32, 16, 257), (32, 12, 257), (16, 16, 577),
+        (8, 16, 1025))),
+    # diffusion U-Nets' self-attention: latent grids 32^2 .. 96^2, 5 to 20 heads of 64,
+    # batch 2 (classifier-free guidance)
+    "unet": tuple(Problem(2, h, s, 64) for h, s in (
+        (20, 1024), (5, 2304), (20, 2304), (5, 4096), (8, 4096), (10, 4096), (10, 9216),
+        (8, 9216))),
+    # LLM prefill, causal, bf16, D=128: grouped heads 4x (32/8, 64/16... 64/8 is 8x) and 8x,
+    # multi-query (one K/V head), lengths that are not multiples of 64
+    "llm": tuple(Problem(b, h, s, 128, H_kv=g, dtype="bf16", causal=True) for b, h, g, s in (
+        (4, 16, 1, 1000), (1, 32, 8, 1537), (1, 64, 8, 2049), (2, 32, 8, 3001),
+        (1, 32, 1, 4097), (1, 32, 4, 5111), (1, 32, 8, 7777))),
+    # a chunk of queries against a longer K/V (S_q < S_kv): non-causal (the chunk sees the whole
+    # prefix) and causal top-left aligned, as SDPA's is_causal (query row r sees keys 0..r)
+    "chunk": (Problem(1, 32, 512, 128, S_kv=8192, H_kv=8, dtype="bf16"),
+              Problem(1, 32, 1024, 128, S_kv=6000, H_kv=8, dtype="bf16", causal=True),
+              Problem(1, 32, 2048, 128, S_kv=16384, H_kv=8, dtype="bf16"),
+              Problem(1, 32, 777, 128, S_kv=12000, H_kv=8, dtype="bf16", causal=True)),
+    # very long causal sequences
+    "long": (Problem(1, 32, 65536, 128, H_kv=8, dtype="bf16", causal=True),
+             Problem(1, 16, 100000, 64, causal=True)),
+}
+"""Issue 35's model families, each at several sizes (the problem's label names its shape). None
+is a problem ``experiments.tune`` measures (``kernels.config.representatives``; a CPU test
+checks it): every one is unseen by the tuning that set kernels/configs/h100.json."""
+HALVES = ("tuning", "validation")
+
+
+def model_problems() -> list[tuple[str, str, Problem]]:
+    """(family, half, problem) of every ``MODEL_FAMILIES`` problem: within a family, ordered by
+    FLOPs, the problems alternate between the tuning half and the validation half, so both
+    halves span every family's sizes and no problem is in both."""
+    out = []
+    for fam, probs in MODEL_FAMILIES.items():
+        for i, p in enumerate(sorted(probs, key=lambda p: (p.flops, p.label))):
+            out.append((fam, HALVES[i % 2], p))
+    return out
+
+
+def models_plan(arch: Arch) -> list[Case]:
+    """Issue 35's shape coverage: every ``model_problems`` problem (panel
+    ``models-<family>-<half>``) with each family's default ``attention()`` (``default_cases``),
+    timed beside SDPA flash and cuDNN (kernel time, l2 cold) through the correctness gate, the
+    peers' own gate where they may read the call differently, and the eager call time of each
+    (host included, l2 warm; ``experiments.shapes.measure``). The summary reports each half
+    apart (``experiments.shapes.half_lines``).
+
+    H100 time: 33 problems; the two long causal ones cost ~50-70 ms per launch (~5 s each over
+    the four launchers' 18 rounds), the others 0.05-10 ms, dominated by inputs, the fp32
+    reference and the gates (~0.5-1 s each); compiling ~30 cuTile builds (H is a compile-time
+    constant) and the CUDA instances in parallel ~1-2 min: about 3-4 min."""
+    return [c for fam, half, p in model_problems()
+            for c in default_cases(arch, p, f"models-{fam}-{half}")]
+
+
+HOSTPATH_PROBLEMS = (Problem(1, 8, 256, 64),
+                     Problem(2, 32, 1000, 128, H_kv=8, dtype="bf16", causal=True))
+"""The host-path benchmark's problems: a tiny one (the kernel far shorter than any host path)
+and an LLM prefill with grouped K/V heads at a length that is not a multiple of 64."""
+
+
+def hostpath_plan(arch: Arch) -> list[Case]:
+    """Issue 35's host-path benchmark: per problem of ``HOSTPATH_PROBLEMS``, each family's
+    default ``attention()`` (``default_cases``); the measure hook
+    (``experiments.eager.measure_hostpath``) times the host per call over 10,000 calls of
+    ``attention()``, of its operator through the dispatcher and of the prepared launch, beside
+    SDPA flash and cuDNN, then the eager call time of each. H100: the 10,000-call blocks take
+    about 1 s per caller, so ~15 s per problem with compilation done in parallel first."""
+    return [c for p in HOSTPATH_PROBLEMS for c in default_cases(arch, p, "hostpath")]

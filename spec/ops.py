@@ -1,0 +1,38 @@
+"""What the two families' PyTorch operators share (``kernels.op``, ``cuda_baseline.op``).
+
+A ``torch.library`` operator takes tensors, scalars and strings: ``op_spelling`` turns the user
+function's order, schedule and tiles arguments (strings or spec objects) into labels and ints,
+and ``check_metadata`` is the eager path's tensor check (``spec.family.problem_from_tensors``) as
+the operators' fake implementations run it while ``torch.compile`` traces: on fake tensors,
+where a shape may be symbolic (dynamic shapes). Nothing here imports torch.
+"""
+from __future__ import annotations
+
+from .family import BadInput, problem_from_tensors
+from .orders import ScanOrder
+from .problem import InvalidProblem, Tiles
+from .schedules import CtaSchedule
+
+
+def op_spelling(order: str | ScanOrder, schedule: str | CtaSchedule | None,
+                tiles: Tiles | tuple[int, int] | None
+                ) -> tuple[str, str | None, int | None, int | None]:
+    """(order label, schedule label or None, TILE_M or None, TILE_N or None)."""
+    if tiles is not None and not isinstance(tiles, Tiles):
+        if len(tiles) != 2:
+            raise BadInput(f"tiles={tiles!r}: pass a Tiles or (TILE_M, TILE_N)")
+        tiles = Tiles(*tiles)
+    return (order if isinstance(order, str) else order.label,
+            schedule if schedule is None or isinstance(schedule, str) else schedule.label,
+            None if tiles is None else tiles.m, None if tiles is None else tiles.n)
+
+
+def check_metadata(q, k, v, causal: bool, out=None) -> None:
+    """Every ``BadInput`` of ``problem_from_tensors`` (dtype, device, rank, head dim, the last
+    stride, shapes that disagree); a problem whose sizes are symbolic is not built (a
+    ``Problem`` holds ints), and a non-positive size is refused where the sizes are ints."""
+    try:
+        problem_from_tensors(q, k, v, causal, out)
+    except InvalidProblem:
+        if all(isinstance(d, int) for t in (q, k) for d in t.shape):
+            raise

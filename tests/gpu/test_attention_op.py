@@ -1,0 +1,237 @@
+"""GPU tests of the user function of both families as a user calls it (skipped without a GPU):
+``from kernels import attention`` and ``from cuda_baseline import attention``.
+
+Each against the fp32 reference (experiments/correctness.py: NaN never passes) on an output
+poisoned with NaN before the kernel writes it: eager calls (a given ``out`` and an allocated one),
+inputs that are transposed views of a [B, S, H, D] tensor (no copy), CUDA-graph capture and
+replay (the output poisoned after capture, the inputs replaced between replays), and
+``torch.compile(fullgraph=True)`` of a model that unpacks a packed QKV tensor and calls
+``attention`` (functional and ``out=``). A repeated call takes the cached launch (its preparation
+is not called again). Bad input (dtype, device, rank, head dim, strides) gets the one-line
+``BadInput`` eagerly, and under ``torch.compile`` is refused while tracing with that line in the
+error.
+
+``builds(arch)`` lists the default builds the calls launch (tests/gpu/conftest.py compiles them
+before the first test); the strided and compiled calls may add JIT specialisations of cuTile,
+compiled at their first launch.
+"""
+from __future__ import annotations
+
+import pytest
+
+from spec import Arch, Problem
+from spec.family import BadInput
+from spec.orders import ScanOrder
+from spec.variant import Backend, Variant
+
+pytestmark = pytest.mark.gpu
+
+FAMILIES = ["cutile", "cuda"]
+PROBLEMS = [Problem(B=2, H=4, H_kv=2, S_q=333, S_kv=333, D=64, dtype="bf16", causal=True),
+            Problem(B=1, H=4, S_q=200, S_kv=457, D=128, causal=False),
+            Problem(B=2, H=4, S_q=300, S_kv=300, D=64, causal=False)]
+PACKED = PROBLEMS[2]    # the strided, graph and compile problem: one [B, S, 3, H, D] QKV tensor
+
+
+def _default_variant(family: str, arch: Arch, pr: Problem) -> Variant:
+    if family == "cutile":
+        from kernels.backend import default_schedule
+        from kernels.config import problem_config
+        cfg = problem_config(arch.name, pr)
+        return Variant(Backend.CUTILE, ScanOrder.linear(),
+                       default_schedule(pr, cfg, cfg.tiles, arch), cfg.tiles)
+    from cuda_baseline.backend import default_schedule, default_tiles
+    tiles = default_tiles(pr, arch)
+    return Variant(Backend.CUDA, ScanOrder.linear(), default_schedule(pr, tiles, arch), tiles)
+
+
+def builds(arch: Arch) -> dict[str, list]:
+    every = [(_default_variant(f, arch, p), p, False) for f in FAMILIES for p in PROBLEMS]
+    return {name: every for name in (
+        "test_eager_matches_reference", "test_repeated_call_takes_the_cached_launch",
+        "test_transposed_views_need_no_copy", "test_cuda_graph_replay",
+        "test_torch_compile_fullgraph", "test_bad_input_eager_and_compiled")}
+
+
+def _api(family: str):
+    if family == "cutile":
+        from kernels import attention
+    else:
+        from cuda_baseline import attention
+    return attention
+
+
+def _eager_module(family: str):
+    import importlib
+    return importlib.import_module("kernels.backend" if family == "cutile"
+                                   else "cuda_baseline.launch")
+
+
+def _inputs(pr: Problem, seed: int):
+    from experiments.correctness import random_inputs
+    return random_inputs(pr, seed)
+
+
+def _packed(pr: Problem, seed: int):
+    """q, k, v as [B, H, S, D] views of one [B, S, 3, H, D] tensor (a fused QKV projection)."""
+    import torch
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    dt = {"fp16": torch.float16, "bf16": torch.bfloat16}[pr.dtype.value]
+    x = torch.randn(pr.B, pr.S_q, 3, pr.H, pr.D, generator=gen, device="cuda", dtype=dt)
+    return x, tuple(t.transpose(1, 2) for t in x.unbind(2))
+
+
+@pytest.mark.parametrize("pr", PROBLEMS, ids=lambda p: p.label)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_eager_matches_reference(family, pr):
+    import torch
+
+    from experiments.correctness import check, poisoned_like
+    attention = _api(family)
+    q, k, v = _inputs(pr, 1)
+    out = poisoned_like(q)
+    got = attention(q, k, v, causal=pr.causal, out=out)
+    assert got is out
+    res = check(out, q, k, v, pr.causal)
+    assert res.passed, f"{family} {pr.label} out=: {res}"
+    for seed in (2, 3):              # allocated output, fresh inputs, the cached launch
+        q, k, v = _inputs(pr, seed)
+        res = check(attention(q, k, v, causal=pr.causal), q, k, v, pr.causal)
+        assert res.passed, f"{family} {pr.label} seed {seed}: {res}"
+    torch.cuda.synchronize()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_repeated_call_takes_the_cached_launch(family, monkeypatch):
+    """The second call with the same launch key neither checks nor prepares again; another
+    stride is another key."""
+    from experiments.correctness import check, poisoned_like
+    attention, mod = _api(family), _eager_module(family)
+    pr = PROBLEMS[0]
+    q, k, v = _inputs(pr, 4)
+    attention(q, k, v, causal=pr.causal)
+    calls = []
+    real = mod._new_launch
+    monkeypatch.setattr(mod, "_new_launch", lambda *a, **kw: calls.append(a) or real(*a, **kw))
+    q2, k2, v2 = _inputs(pr, 5)
+    out = attention(q2, k2, v2, causal=pr.causal, out=None)
+    assert calls == [], "a repeated call prepared its launch again"
+    assert check(out, q2, k2, v2, pr.causal).passed
+    wide = poisoned_like(q2.new_empty(pr.B, pr.H, pr.S_q, 2 * pr.D))[..., :pr.D]
+    wide.copy_(q2)
+    res = check(attention(wide, k2, v2, causal=pr.causal, out=poisoned_like(q2)), q2, k2, v2,
+                pr.causal)
+    assert len(calls) == 1 and res.passed, (calls, res)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_transposed_views_need_no_copy(family):
+    import torch
+
+    from experiments.correctness import check
+    attention, pr = _api(family), PACKED
+    _, (q, k, v) = _packed(pr, 6)
+    assert not q.is_contiguous()
+    out = torch.full_like(q, float("nan"))            # q's strides: [B, S, H, D] in memory
+    attention(q, k, v, causal=pr.causal, out=out)
+    res = check(out, q, k, v, pr.causal)
+    assert res.passed, f"{family} strided out=: {res}"
+    assert check(attention(q, k, v, causal=pr.causal), q, k, v, pr.causal).passed
+    dense = q.transpose(1, 2).contiguous().transpose(1, 2)   # [B, S, H, D] memory, dense
+    got = attention(dense, k, v, causal=pr.causal)
+    assert got.stride() == dense.stride(), "a new output keeps a dense q's memory order"
+    assert check(got, dense, k, v, pr.causal).passed
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_cuda_graph_replay(family):
+    import torch
+
+    from experiments.correctness import check
+    attention, pr = _api(family), PACKED
+    q, k, v = _inputs(pr, 7)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        attention(q, k, v, causal=pr.causal)            # compile and cache outside capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = attention(q, k, v, causal=pr.causal)
+    for seed in (8, 9):
+        fresh = _inputs(pr, seed)
+        for t, f in zip((q, k, v), fresh):
+            t.copy_(f)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        res = check(out, q, k, v, pr.causal)
+        assert res.passed, f"{family} graph replay, inputs {seed}: {res}"
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_torch_compile_fullgraph(family):
+    import torch
+
+    from experiments.correctness import check, poisoned_like
+    attention, pr = _api(family), PACKED
+
+    def model(x):                           # x: [B, S, 3, H, D], a fused QKV projection
+        q, k, v = (t.transpose(1, 2) for t in x.unbind(2))
+        y = attention(q, k, v, causal=pr.causal)                    # [B, H, S, D]
+        return y.transpose(1, 2).reshape(x.shape[0], x.shape[1], -1)
+
+    def into(q, k, v, out):
+        attention(q, k, v, causal=pr.causal, out=out)
+        return out
+
+    compiled, compiled_into = (torch.compile(f, fullgraph=True) for f in (model, into))
+    for seed in (10, 11):
+        x, (q, k, v) = _packed(pr, seed)
+        y = compiled(x)
+        got = y.view(pr.B, pr.S_q, pr.H, pr.D).transpose(1, 2)
+        res = check(got, q, k, v, pr.causal)
+        assert res.passed, f"{family} torch.compile model, inputs {seed}: {res}"
+        out = poisoned_like(q)
+        compiled_into(q, k, v, out)
+        torch.cuda.synchronize()
+        res = check(out, q, k, v, pr.causal)
+        assert res.passed, f"{family} torch.compile out=, inputs {seed}: {res}"
+
+
+def _bad_inputs(family: str):
+    import torch
+    t = lambda *s, dtype=torch.float16, device="cuda": torch.randn(  # noqa: E731
+        *s, dtype=dtype, device=device)
+    q = t(1, 2, 64, 64)
+    cases = [("dtype", (q.float(), q.float(), q.float()), "float32"),
+             ("device", (q.cpu(), q.cpu(), q.cpu()), "cpu"),
+             ("rank", (q[0], q[0], q[0]), "4-D"),
+             ("head dim", (t(1, 2, 64, 96), t(1, 2, 64, 96), t(1, 2, 64, 96)), "head dim 96"),
+             ("last stride", (q.transpose(2, 3), q, q), "contiguous")]
+    if family == "cuda":
+        padded = t(1, 2, 64, 66)[..., :64]
+        cases.append(("row stride", (padded, q, q), "multiple of 8"))
+    return cases
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_bad_input_eager_and_compiled(family):
+    """Eagerly the one-line BadInput; under torch.compile(fullgraph=True) the call is refused
+    while tracing (nothing runs) and the error carries that line (dynamo wraps what the
+    operator's fake implementation raises)."""
+    import torch
+    attention = _api(family)
+    for what, args, needle in _bad_inputs(family):
+        with pytest.raises(BadInput, match=needle) as eager:
+            attention(*args)
+        line = str(eager.value)
+        assert "\n" not in line, f"{what}: {line!r} is not one line"
+        torch._dynamo.reset()
+        compiled = torch.compile(lambda q, k, v: attention(q, k, v), fullgraph=True,
+                                 backend="eager")
+        with pytest.raises(Exception) as traced:
+            compiled(*args)
+        err = traced.value
+        assert isinstance(err, BadInput) or line in str(err), \
+            f"{what} under torch.compile: {type(err).__name__}: {str(err)[:600]}"
