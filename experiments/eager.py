@@ -38,7 +38,7 @@ from spec import Problem
 from spec.case import Case
 from spec.records import Metric, Row, Source, UNITS, case_fields
 
-EAGER_CALL_MS = "eager_call_ms"
+EAGER_CALL_MS = Metric.EAGER_CALL_MS
 """Metric: CUDA events around one eager call on an idle GPU (host included), L2 warm."""
 HOST_US_BAR = 20.0
 """Issue 35's bar: at most 20 us of host time per call for both families."""
@@ -286,21 +286,21 @@ def stored_lines(rows) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from spec.records import data_path, read_csv
+    from analysis.data import DatasetError, read_run, read_table
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         print("error: usage: python -m experiments.eager <hostpath run directory>",
               file=sys.stderr)
         return 2
     path = Path(argv[0])
-    csv_path = data_path(path, "timing.csv") if path.is_dir() else path
-    if csv_path is None or not csv_path.is_file():
-        print(f"error: {path} holds no timing.csv(.gz); pass a hostpath run directory",
-              file=sys.stderr)
+    try:                                   # through the data door: a committed run is verified
+        rows = read_run(path).get("timing.csv", []) if path.is_dir() else read_table(path)
+    except DatasetError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
-    lines = stored_lines(read_csv(csv_path))
+    lines = stored_lines(rows)
     if not lines:
-        print(f"error: {csv_path} has no hostpath rows; pass a hostpath run directory",
+        print(f"error: {path} has no hostpath rows; pass a hostpath run directory",
               file=sys.stderr)
         return 2
     for line in lines:

@@ -38,8 +38,11 @@ from pathlib import Path
 from kernels.config import shape_class
 from spec import Problem
 
+from spec.records import Metric
+
+from analysis.data import DatasetError, read_run, read_table
+
 from .eager import EAGER_CALL_MS
-from spec.records import Metric, data_path, read_csv
 
 FAMILIES = ("cutile", "cuda")
 CUDNN, FLASH = "sdpa-cudnn", "sdpa-flash"
@@ -293,16 +296,14 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     path = Path(argv[0])
-    csv_path = (data_path(path, "timing.csv") or path / "timing.csv") if path.is_dir() else path
-    if not csv_path.is_file():
-        print(f"error: {csv_path} does not exist; pass a shapes run directory (it holds "
-              "timing.csv) or the CSV itself", file=sys.stderr)
+    try:                                   # through the data door: a committed run is verified
+        rows = read_run(path).get("timing.csv", []) if path.is_dir() else read_table(path)
+    except DatasetError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
-    try:
-        rows = read_csv(csv_path)
-    except (KeyError, ValueError) as e:
-        print(f"error: {csv_path} is not a timing CSV of this project ({type(e).__name__}: {e})",
-              file=sys.stderr)
+    if not rows:
+        print(f"error: {path} holds no timing.csv; pass a shapes run directory (it holds "
+              "timing.csv) or the CSV itself", file=sys.stderr)
         return 2
     for line in summary_lines(rows) + half_lines(rows):
         print(line)
