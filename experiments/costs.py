@@ -12,7 +12,7 @@ refits them; ``tests/cpu/test_costs.py`` checks that the constants below are wha
 
 - timed model (``analysis.timesim``): ``TIMED_S_PER_STEP`` per simulated step plus
   ``TIMED_S_PER_ENTRY`` per cache entry (tile ids x partitions^2: the per-partition lists are
-  allocated and walked for every partition's copy of every half-tile), least squares over the 88
+  allocated and walked for every partition's copy of every half-tile), least squares over the 92
   per-case seconds of ``profiles/cpu/simbench-20261125-shards``, ``simbench-20261125-gb10`` and
   ``simbench-20261124-exact-b200`` (GB10, H100, B200, B300; exact and SHARDS-sampled; per case
   within -32..+54% of the measured seconds). With SHARDS sampling at rate R an item simulates
@@ -32,7 +32,7 @@ measured growth of the peak RSS in ``tests/cpu/test_costs.py``): the timed model
 ``TIMED_B_PER_ITEM`` per work item (the work table and its temporaries) and ``12 + 26 P + 25 P^2``
 bytes per tile id for ``P`` partitions (sector counts, the sample, the LRU lists of every
 partition); the lock-step model ``LOCKSTEP_B_PER_ACCESS`` per access (the int32 trace and the
-int64 stack distances; 12.0 B per access measured) plus the same per item and per id. The
+int64 stack distances: 12.0 B per access measured, 13 counted) plus the same per item and per id. The
 peak of a plan is the process's ``SIM_BASE_BYTES`` plus the ``workers`` largest cases at once.
 
 **Measure time.** ``measure_cost``: the phases of ``experiments.measure`` with per-unit costs
@@ -113,7 +113,7 @@ FIGURE_S = 0.7
 SHARDS_TARGET = 6554             # analysis.timesim.SHARDS_TARGET (the size rule), read there too
 
 TIMED_B_PER_ITEM = 81            # work_items (4 x int64), the table (17 B) and its int64 temporaries
-LOCKSTEP_B_PER_ACCESS = 12       # int32 trace key + int64 stack distance
+LOCKSTEP_B_PER_ACCESS = 13       # int32 trace key + int64 stack distance (12.0 B measured), rounded up
 SIM_BASE_BYTES = 250 * MiB       # the process before the first case (numpy, numba, rich)
 
 
