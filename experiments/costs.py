@@ -290,4 +290,7 @@ def duration(s: float) -> str:
 
 
 def size(b: float) -> str:
-    return f"{b / 2**30:.1f} GiB" if b >= 2**30 else f"{b / MiB:.0f} MiB"
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30)):
+        if b >= scale:
+            return f"{b / scale:,.1f} {unit}"
+    return f"{b / MiB:.0f} MiB"
