@@ -18,11 +18,13 @@ refits them; ``tests/cpu/test_costs.py`` checks that the constants below are wha
   within -32..+54% of the measured seconds). With SHARDS sampling at rate R an item simulates
   its first and last steps and the steps whose K or V tile is in the sample (about 2R - R^2
   of them).
-- lock-step model and the reuse study (``analysis.l2sim``, ``analysis.reuse``): ``LOCKSTEP_S_PER_ACCESS``
-  per trace access (the trace build and the stack-distance pass; 51-60 ns per access from 4 M to
-  67 M accesses, ``docs/bench/simulate-costs-gb10.txt``).
+- lock-step model and the reuse study (``analysis.l2sim``, ``analysis.reuse``):
+  ``LOCKSTEP_S_PER_ACCESS`` per trace access (the trace build and the stack-distance pass), least
+  squares over the per-case seconds of ``docs/bench/lockstep-sawtooth-gb10`` (the GB10 study
+  with ``--model lockstep --jobs 1``: 30-67 ns per access, per case within -38..+37%).
 - the process: ``SIM_PROCESS_S`` (imports, the simulator's kernels from numba's disk cache) and
-  ``FIGURE_S`` per figure drawn (PNG and PDF), measured on the same 2-core machine.
+  ``FIGURE_S`` per figure drawn (PNG and PDF), measured on the same 2-core machine (``sawtooth
+  --arch gb10 --seq 2048``: 3.1 s with ``--no-figures``, 5.3 s with its figures).
 
 Cases run on ``workers`` threads (the simulators release the GIL); the plan's time is the
 longest-first schedule of the cases over them.
@@ -107,9 +109,9 @@ def tile_ids(case: Case) -> int:
 
 TIMED_S_PER_STEP = 1.581e-7
 TIMED_S_PER_ENTRY = 7.663e-7
-LOCKSTEP_S_PER_ACCESS = 6.0e-8
-SIM_PROCESS_S = 2.0
-FIGURE_S = 0.7
+LOCKSTEP_S_PER_ACCESS = 4.113e-8
+SIM_PROCESS_S = 3.0
+FIGURE_S = 0.5
 SHARDS_TARGET = 6554             # analysis.timesim.SHARDS_TARGET (the size rule), read there too
 
 TIMED_B_PER_ITEM = 81            # work_items (4 x int64), the table (17 B) and its int64 temporaries

@@ -66,6 +66,8 @@ def test_the_constants_are_what_the_committed_data_give():
     assert step == pytest.approx(costs.TIMED_S_PER_STEP, rel=0.01)
     assert entry == pytest.approx(costs.TIMED_S_PER_ENTRY, rel=0.01)
     assert len(cases) == 92 and all(0.6 < fit / got < 1.6 for _, got, fit in cases)
+    lock, per_case = costfit.fit_lockstep()
+    assert lock == pytest.approx(costs.LOCKSTEP_S_PER_ACCESS, rel=0.01) and len(per_case) == 16
     coef, runs = costfit.fit_measure()
     for k, v in coef.items():
         assert v == pytest.approx(costs.MEASURE_COEF[k], rel=0.01), k
