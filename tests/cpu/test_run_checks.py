@@ -113,7 +113,7 @@ def test_mode_has_help():
 def test_dry_run_says_what_each_mode_costs_and_what_auto_does():
     out = " ".join(cli("sawtooth", "--arch", "h100", "--dry-run").stdout.split())
     if not HAS_GPU:
-        assert "auto: no CUDA GPU found, SIMULATING" in out
+        assert "--mode auto: this command would SIMULATE (no CUDA GPU found here)" in out
     assert re.search(r"simulate \(timed model, 50 MiB L2\): about [\d.]+ (s|min) on \d+ "
                      r"thread\(s\), peak memory about [\d.]+ (MiB|GiB)", out), out
     m = re.search(r"measure \(one NVIDIA H100 80GB HBM3\): about ([\d.]+) min = start and "
