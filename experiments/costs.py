@@ -228,7 +228,7 @@ RATES = {
 PEERS = ("sdpa-flash", "sdpa-cudnn")
 
 
-def _rate(arch: Arch, backend: str, tm: int | None, tn: int | None) -> tuple[float, str]:
+def rate_of(arch: Arch, backend: str, tm: int | None, tn: int | None) -> tuple[float, str]:
     """(TFLOP/s, where it comes from) for a family and tiles on ``arch``."""
     for a, scale in ((arch.name, 1.0), ("h100", arch.num_sms / get_arch("h100").num_sms)):
         for key in ((a, backend, tm, tn), (a, backend, None, None)):
@@ -236,7 +236,7 @@ def _rate(arch: Arch, backend: str, tm: int | None, tn: int | None) -> tuple[flo
                 where = (f"measured on the {a}" if a == arch.name
                          else f"the H100's x {scale:.2f} (SM count), not measured on the {arch.name}")
                 return RATES[key] * scale, where
-    raise KeyError(backend)
+    return RATES[("h100", "cuda", None, None)], "the H100 CUDA family's (no measured throughput)"
 
 
 def kernel_seconds(case: Case, arch: Arch) -> float:
@@ -245,7 +245,7 @@ def kernel_seconds(case: Case, arch: Arch) -> float:
     build's CTAs per SM)."""
     v = case.variant
     g = TileGrid(case.problem, v.tiles)
-    rate, _ = _rate(arch, v.backend.value, v.tiles.m, v.tiles.n)
+    rate, _ = rate_of(arch, v.backend.value, v.tiles.m, v.tiles.n)
     m = re.match(r"static(\d+)", v.schedule.label)
     slots = arch.num_sms * (v.occupancy or 1)
     active = min(int(m.group(1)) if m else slots, g.n_work, slots)
@@ -254,7 +254,7 @@ def kernel_seconds(case: Case, arch: Arch) -> float:
 
 def peer_seconds(problem, arch: Arch) -> float:
     """The SDPA flash and cuDNN launches of one problem."""
-    return sum(problem.flops / (_rate(arch, b, None, None)[0] * 1e12) for b in PEERS)
+    return sum(problem.flops / (rate_of(arch, b, None, None)[0] * 1e12) for b in PEERS)
 
 
 def measure_cost(cases: list[Case], arch: Arch, *, reps: int, timed: bool, profiled: bool,

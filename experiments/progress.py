@@ -131,7 +131,6 @@ class Reporter:
 
 
 def _make_progress(console):
-    from rich.console import Group  # noqa: F401 - rich is imported lazily
     from rich.progress import Progress, ProgressBar, ProgressColumn
     from rich.table import Column
     from rich.text import Text

@@ -33,7 +33,7 @@ import threading
 import time
 from pathlib import Path
 
-from spec import InvalidProblem, detect, known_archs  # noqa: F401 - detect: tests swap it
+from spec import InvalidProblem, detect
 from spec.arch import MiB, UnknownArch
 
 from . import modes, shard
