@@ -6,11 +6,13 @@
   the committed timing rows at S >= 32768 of every measured run (and per family over all tiles);
 - ``fit_timed_sim``: seconds per simulated step and per cache entry of the timed simulator, least
   squares over the per-case seconds of the committed ``experiments.simbench`` runs (``SIMBENCH``);
+- ``fit_lockstep``: seconds per trace access of the lock-step simulator, from the per-case
+  seconds of a committed run (``LOCKSTEP_RUN``);
 - ``fit_measure``: the coefficients of ``costs.measure_cost``, non-negative least squares over the
   wall time of every committed measured run of ``experiments.run`` whose kernels were timed (the
   kernel time of a round is then the sum of the run's own median times, not the rate model).
 
-``tests/cpu/test_costs.py`` runs the three fits and checks the constants in ``experiments.costs``.
+``tests/cpu/test_costs.py`` runs the fits and checks the constants in ``experiments.costs``.
 """
 from __future__ import annotations
 
@@ -27,6 +29,9 @@ from . import costs
 
 SIMBENCH = ("profiles/cpu/simbench-20261125-shards", "profiles/cpu/simbench-20261125-gb10",
             "profiles/cpu/simbench-20261124-exact-b200")
+LOCKSTEP_RUN = "profiles/cpu/lockstep-gb10-20261126"
+"""The manifest of ``python -m experiments.run sawtooth --arch gb10 --model lockstep --jobs 1
+--no-figures`` (its ``case_seconds``; the counters are not kept)."""
 MIN_S = 32768
 
 
@@ -114,6 +119,21 @@ def fit_timed_sim() -> tuple[float, float, list[tuple[str, float, float]]]:
     return float(coef[0]), float(coef[1]), list(zip(names, y.tolist(), (X @ coef).tolist()))
 
 
+def fit_lockstep() -> tuple[float, list[tuple[str, float, float]]]:
+    """Seconds per trace access of the lock-step simulator: least squares through the origin over
+    the per-case seconds of ``LOCKSTEP_RUN``."""
+    from experiments.studies import get_study
+    from analysis.data import read_manifest
+    m = read_manifest(LOCKSTEP_RUN)
+    arch = get_arch(m["arch"]["name"])
+    plan = {c.id: c for c in get_study(m["study"]).plan(arch)}
+    pairs = [(costs.tile_accesses(plan[cid]), s)
+             for cid, s in m["parameters"]["case_seconds"].items()]
+    a = sum(n * s for n, s in pairs) / sum(n * n for n, _ in pairs)
+    return a, [(cid, s, a * costs.tile_accesses(plan[cid]))
+               for cid, s in m["parameters"]["case_seconds"].items()]
+
+
 def measure_features(d: dict, kern_s: float, peers_s: float) -> dict[str, float]:
     """The terms of ``costs.measure_cost`` for a committed run (kernel time per round given)."""
     p = d["parameters"]
@@ -157,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     step, entry, _ = fit_timed_sim()
     print(f"timed simulator: {step:.4g} s per step (in use {costs.TIMED_S_PER_STEP:.4g}), "
           f"{entry:.4g} s per entry (in use {costs.TIMED_S_PER_ENTRY:.4g})")
+    lock, _ = fit_lockstep()
+    print(f"lock-step simulator: {lock:.4g} s per access (in use "
+          f"{costs.LOCKSTEP_S_PER_ACCESS:.4g})")
     coef, runs = fit_measure()
     for k, v in coef.items():
         print(f"measure {k}: {v:.4g} (in use {costs.MEASURE_COEF[k]:.4g})")

@@ -12,17 +12,19 @@ refits them; ``tests/cpu/test_costs.py`` checks that the constants below are wha
 
 - timed model (``analysis.cache.timesim``): ``TIMED_S_PER_STEP`` per simulated step plus
   ``TIMED_S_PER_ENTRY`` per cache entry (tile ids x partitions^2: the per-partition lists are
-  allocated and walked for every partition's copy of every half-tile), least squares over the 88
+  allocated and walked for every partition's copy of every half-tile), least squares over the 92
   per-case seconds of ``profiles/cpu/simbench-20261125-shards``, ``simbench-20261125-gb10`` and
   ``simbench-20261124-exact-b200`` (GB10, H100, B200, B300; exact and SHARDS-sampled; per case
   within -32..+54% of the measured seconds). With SHARDS sampling at rate R an item simulates
   its first and last steps and the steps whose K or V tile is in the sample (about 2R - R^2
   of them).
-- lock-step model and the reuse study (``analysis.l2sim``, ``analysis.cache.reuse``): ``LOCKSTEP_S_PER_ACCESS``
-  per trace access (the trace build and the stack-distance pass; 51-60 ns per access from 4 M to
-  67 M accesses, ``docs/bench/simulate-costs-gb10.txt``).
+- lock-step model and the reuse study (``analysis.l2sim``, ``analysis.cache.reuse``):
+  ``LOCKSTEP_S_PER_ACCESS`` per trace access (the trace build and the stack-distance pass), least
+  squares over the per-case seconds of ``profiles/cpu/lockstep-gb10-20261126`` (the GB10 study
+  with ``--model lockstep --jobs 1``: 30-67 ns per access, per case within -38..+37%).
 - the process: ``SIM_PROCESS_S`` (imports, the simulator's kernels from numba's disk cache) and
-  ``FIGURE_S`` per figure drawn (PNG and PDF), measured on the same 2-core machine.
+  ``FIGURE_S`` per figure drawn (PNG and PDF), measured on the same 2-core machine (``sawtooth
+  --arch gb10 --seq 2048``: 3.1 s with ``--no-figures``, 5.3 s with its figures).
 
 Cases run on ``workers`` threads (the simulators release the GIL); the plan's time is the
 longest-first schedule of the cases over them.
@@ -32,7 +34,7 @@ measured growth of the peak RSS in ``tests/cpu/test_costs.py``): the timed model
 ``TIMED_B_PER_ITEM`` per work item (the work table and its temporaries) and ``12 + 26 P + 25 P^2``
 bytes per tile id for ``P`` partitions (sector counts, the sample, the LRU lists of every
 partition); the lock-step model ``LOCKSTEP_B_PER_ACCESS`` per access (the int32 trace and the
-int64 stack distances; 12.0 B per access measured) plus the same per item and per id. The
+int64 stack distances: 12.0 B per access measured, 13 counted) plus the same per item and per id. The
 peak of a plan is the process's ``SIM_BASE_BYTES`` plus the ``workers`` largest cases at once.
 
 **Measure time.** ``measure_cost``: the phases of ``experiments.measure`` with per-unit costs
@@ -107,13 +109,13 @@ def tile_ids(case: Case) -> int:
 
 TIMED_S_PER_STEP = 1.581e-7
 TIMED_S_PER_ENTRY = 7.663e-7
-LOCKSTEP_S_PER_ACCESS = 6.0e-8
-SIM_PROCESS_S = 2.0
-FIGURE_S = 0.7
+LOCKSTEP_S_PER_ACCESS = 4.113e-8
+SIM_PROCESS_S = 3.0
+FIGURE_S = 0.5
 SHARDS_TARGET = 6554             # analysis.cache.timesim.SHARDS_TARGET (the size rule), read there too
 
 TIMED_B_PER_ITEM = 81            # work_items (4 x int64), the table (17 B) and its int64 temporaries
-LOCKSTEP_B_PER_ACCESS = 12       # int32 trace key + int64 stack distance
+LOCKSTEP_B_PER_ACCESS = 13       # int32 trace key + int64 stack distance (12.0 B measured), rounded up
 SIM_BASE_BYTES = 250 * MiB       # the process before the first case (numpy, numba, rich)
 
 
@@ -226,7 +228,7 @@ RATES = {
 PEERS = ("sdpa-flash", "sdpa-cudnn")
 
 
-def _rate(arch: Arch, backend: str, tm: int | None, tn: int | None) -> tuple[float, str]:
+def rate_of(arch: Arch, backend: str, tm: int | None, tn: int | None) -> tuple[float, str]:
     """(TFLOP/s, where it comes from) for a family and tiles on ``arch``."""
     for a, scale in ((arch.name, 1.0), ("h100", arch.num_sms / get_arch("h100").num_sms)):
         for key in ((a, backend, tm, tn), (a, backend, None, None)):
@@ -234,7 +236,7 @@ def _rate(arch: Arch, backend: str, tm: int | None, tn: int | None) -> tuple[flo
                 where = (f"measured on the {a}" if a == arch.name
                          else f"the H100's x {scale:.2f} (SM count), not measured on the {arch.name}")
                 return RATES[key] * scale, where
-    raise KeyError(backend)
+    return RATES[("h100", "cuda", None, None)], "the H100 CUDA family's (no measured throughput)"
 
 
 def kernel_seconds(case: Case, arch: Arch) -> float:
@@ -243,7 +245,7 @@ def kernel_seconds(case: Case, arch: Arch) -> float:
     build's CTAs per SM)."""
     v = case.variant
     g = TileGrid(case.problem, v.tiles)
-    rate, _ = _rate(arch, v.backend.value, v.tiles.m, v.tiles.n)
+    rate, _ = rate_of(arch, v.backend.value, v.tiles.m, v.tiles.n)
     m = re.match(r"static(\d+)", v.schedule.label)
     slots = arch.num_sms * (v.occupancy or 1)
     active = min(int(m.group(1)) if m else slots, g.n_work, slots)
@@ -252,7 +254,7 @@ def kernel_seconds(case: Case, arch: Arch) -> float:
 
 def peer_seconds(problem, arch: Arch) -> float:
     """The SDPA flash and cuDNN launches of one problem."""
-    return sum(problem.flops / (_rate(arch, b, None, None)[0] * 1e12) for b in PEERS)
+    return sum(problem.flops / (rate_of(arch, b, None, None)[0] * 1e12) for b in PEERS)
 
 
 def measure_cost(cases: list[Case], arch: Arch, *, reps: int, timed: bool, profiled: bool,
@@ -290,4 +292,7 @@ def duration(s: float) -> str:
 
 
 def size(b: float) -> str:
-    return f"{b / 2**30:.1f} GiB" if b >= 2**30 else f"{b / MiB:.0f} MiB"
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30)):
+        if b >= scale:
+            return f"{b / scale:,.1f} {unit}"
+    return f"{b / MiB:.0f} MiB"

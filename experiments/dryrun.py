@@ -80,7 +80,7 @@ def _measure_lines(args, study, arch, cases) -> list[str]:
     est = _measure_estimate(args, study, arch, cases)
     parts = dict(est.parts)
     ncu = [s for n, s in est.parts if n.startswith("ncu ")]
-    _, where = costs._rate(arch, cases[0].variant.backend.value, None, None)
+    _, where = costs.rate_of(arch, cases[0].variant.backend.value, None, None)
     line = (f"measure (one {arch.marketing_name or arch.name}): about {duration(est.seconds)} = "
             f"start and compile {duration(parts['start and compile'])} + check and time "
             f"{duration(parts['check and time'])}")

@@ -8,9 +8,10 @@ For every problem of a plan (cases sharing a problem share inputs and the fp32 r
    fails to build or to pass is reported and the sweep goes on without it;
 2. the passing variants and PyTorch SDPA's flash and cuDNN backends are timed together, launch by
    launch alternating, cold L2 (``experiments.timing``); every sample becomes a row;
-3. the passing cases are profiled in one ncu session (``profiles``): each launched once inside an
-   NVTX range named by its case id; the report is converted to rows by metric name, and
-   non-compulsory misses are derived from the exact cold-miss count of ``analysis.models.traffic``.
+3. the passing cases are profiled with ncu (``profiles.collect``): one session per metric group
+   and session, each case launched ``repeats / sessions`` times inside an NVTX range named by its
+   case id; the reports are converted to rows by metric name, and non-compulsory misses are
+   derived from the exact cold-miss count of ``analysis.models.traffic``.
 """
 from __future__ import annotations
 

@@ -60,6 +60,12 @@ def simulate(args, console, study, arch, cases: list[Case], work: Path, run: str
                             arch=arch)
         return rows, time.perf_counter() - t0
 
+    if model == "timed":
+        # the cubins that give a cuTile grid launch its resident CTAs, built one at a time here
+        # (the threads below then find them in cuda.tile's disk cache)
+        from .simulate import resident_of_build
+        for c in cases:
+            resident_of_build(c, arch)
     results: dict[int, tuple[list, float]] = {}
     reporter = Reporter(console)
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="simulate")
@@ -113,17 +119,23 @@ def measure(args, console, study, arch, cases: list[Case], work: Path, run: str,
     for err in errors:
         console.print(f"[yellow]precompile[/] {err}")
     hook = study.measure or m.check_and_time
-    groups_of = m.by_problem(cases)
-    per_case = [parts["check and time"] / len(cases)] * len(cases)
+    # the hook's order (check_and_time: problem by problem) and each case's share of the phase:
+    # its kernel time and its share of its problem's SDPA peers
+    order = ([c for g in m.by_problem(cases).values() for c in g] if hook is m.check_and_time
+             else list(cases))
+    n_of = {p: len(g) for p, g in m.by_problem(cases).items()}
+    weight = [costs.kernel_seconds(c, arch)
+              + (costs.peer_seconds(c.problem, arch) / n_of[c.problem] if study.timed else 0)
+              for c in order]
+    per_case = [parts["check and time"] * w / sum(weight) for w in weight]
     t = time.perf_counter()
     with reporter.phase("check + time", "cases", per_case) as ph:
-        first = next(iter(groups_of.values()))
-        ph.start(0, first[0].id)
+        ph.start(0, order[0].id)
 
         def advance(n: int) -> None:
             ph.done(n=n)
             if ph.done_n < ph.n:
-                ph.start(ph.done_n)
+                ph.start(ph.done_n, order[ph.done_n].id)
 
         outcome = hook(cases, live, run=run, study=study.name, reps=reps, seed=args.seed,
                        timed=study.timed, progress=advance)

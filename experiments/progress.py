@@ -59,9 +59,9 @@ class Phase:
     def done(self, i: int | None = None, note: str = "", n: int = 1) -> None:
         """``n`` units finished (unit ``i``'s cost when given, else the next ``n`` in order)."""
         with self._lock:
-            idx = [i] if i is not None else range(self.done_n, min(self.done_n + n, self.n))
+            idx = [i] if i is not None else list(range(self.done_n, min(self.done_n + n, self.n)))
             self.done_est += sum(self.costs[k] for k in idx) / self.workers
-            self.done_n += len(idx) if i is not None else len(list(idx))
+            self.done_n += len(idx)
             self.done_wall = time.perf_counter() - self.t0
             self.current = None
             if note:
@@ -131,7 +131,6 @@ class Reporter:
 
 
 def _make_progress(console):
-    from rich.console import Group  # noqa: F401 - rich is imported lazily
     from rich.progress import Progress, ProgressBar, ProgressColumn
     from rich.table import Column
     from rich.text import Text

@@ -33,7 +33,7 @@ import threading
 import time
 from pathlib import Path
 
-from spec import InvalidProblem, detect, known_archs  # noqa: F401 - detect: tests swap it
+from spec import InvalidProblem, detect
 from spec.arch import MiB, UnknownArch
 
 from . import modes, shard
@@ -121,9 +121,12 @@ def run(args, argv: list[str]) -> int:
     has_gpu = args.mode != "simulate" and (elsewhere or _has_cuda_gpu())
     if args.dry_run:
         try:
-            _, why = resolve_mode(args.mode, study, has_gpu, elsewhere)
+            mode, _ = resolve_mode(args.mode, study, has_gpu, elsewhere)
+            why = (f"--mode {args.mode}: this command would {mode.upper()}"
+                   + (" (no CUDA GPU found here)" if mode == "simulate" and not has_gpu
+                      and args.mode == "auto" else ""))
         except UsageError as e:
-            why = f"as given, this command would stop: {e}"
+            why = f"--mode {args.mode}: this command would stop: {e}"
         print_plan(console, args, study, arch, cases, capacity, why, workers)
         if args.gpus is not None:
             shard.print_plan(console, args, study, cases)

@@ -120,7 +120,7 @@ def run_cli(argv, modules, prog: str = "python -m paper_figures", description: s
             f"there: free some space or pass --out on another disk")
         return 2
     for line in report_lines(report, rows, a.verbose):
-        console.print(line, highlight=False)
+        console.print(line, highlight=False, soft_wrap=True)
     if named and not any("files" in r for r in report):
         err(f"no figure applies to the run(s) named ({', '.join(str(r) for r in named)}); "
             f"--verbose gives each figure's reason. Check that the run holds the rows a figure "

@@ -136,10 +136,12 @@ def _footer(fig, lines: list[str]) -> None:
 
 def finish(fig, rows: list[dict], figure: str, arch: str | None, drawn: list[str],
            shown: list[str] | None = None) -> None:
-    """What every drawn figure carries: the GPU, its L2 and any simulated capacity in the title;
+    """What every drawn figure carries: the GPU, its L2 and any simulated capacity in the title
+    (a figure of data);
     at its foot, the runs it drew (``shown``: their names as the reader should see them) and the
     parameters of its simulated rows."""
-    _stamp_title(fig, context(rows, figure, arch, drawn), arch)
+    if STUDIES.get(figure):              # a figure of data (F7 is a diagram of the orders)
+        _stamp_title(fig, context(rows, figure, arch, drawn), arch)
     lines = [f"data: {', '.join(shown if shown is not None else drawn)}"] if drawn else []
     sim = simulated_params(rows, figure, drawn)
     if sim:

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from spec.records import data_path, read_csv, read_dicts
+from spec.records import TruncatedCSV, data_path, read_csv, read_dicts
 
 from analysis.data import registry
 from analysis.data.registry import DatasetError
@@ -104,6 +104,8 @@ def read_table(path: Path) -> list[dict]:
                                f"{len(header)} (truncated?); {fix}")
     try:
         rows = read_csv(path)
+    except TruncatedCSV as e:
+        raise DatasetError(f"{str(e).splitlines()[0]}; {fix}") from None
     except (ValueError, TypeError, KeyError, csv.Error) as e:
         raise DatasetError(f"{path}: a value does not parse ({str(e).splitlines()[0][:80]}); "
                            f"{fix}") from None
