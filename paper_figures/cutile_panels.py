@@ -8,7 +8,10 @@ from __future__ import annotations
 from spec.records import Metric
 
 from .bars import MISS_LABEL, grouped_bars, miss_bars
+from analysis.data.published import schedule_kind
+
 from .data import Skip, one_run, select
+from .published import paper_panel, with_paper
 from .style import gpu_name, seq_label
 
 SCHEDULE_NAMES = {"static": "Static (persistent)", "tile": "Tile-based"}
@@ -30,13 +33,15 @@ def load_misses(rows: list[dict], causal: bool) -> dict:
     schedules = sorted({r["schedule"] for r in rows})
     series, errors = miss_bars(rows, lambda r: r["schedule"], schedules)
     return {"groups": [_schedule_name(s) for s in schedules], "series": series,
-            "errors": errors, "S": rows[0]["S_q"], "B": rows[0]["B"], "run": run}
+            "errors": errors, "S": rows[0]["S_q"], "B": rows[0]["B"], "run": run,
+            "paper": paper_panel("cutile", causal, [schedule_kind(s) for s in schedules])}
 
 
 def plot_misses(data: dict, figure: str, causal: bool, arch: str | None):
     mode = "causal" if causal else "non-causal"
-    return grouped_bars(data["groups"], data["series"], errors=data.get("errors"),
-                        ylabel=MISS_LABEL if data.get("errors") else "L2 misses (M sectors)",
-                        title=f"{figure}: cuTile {mode}, B={data['B']}, S={seq_label(data['S'])}, "
-                              f"64×64 tiles, {gpu_name(arch)}"
-                              + (f"\n{data['run']['note']}" if data["run"]["note"] else ""))
+    return with_paper(lambda ax: grouped_bars(
+        data["groups"], data["series"], errors=data.get("errors"), ax=ax,
+        ylabel=MISS_LABEL if data.get("errors") else "L2 misses (M sectors)",
+        title=f"{figure}: cuTile {mode}, B={data['B']}, S={seq_label(data['S'])}, "
+              f"64×64 tiles, {gpu_name(arch)}"
+              + (f"\n{data['run']['note']}" if data["run"]["note"] else "")), data)

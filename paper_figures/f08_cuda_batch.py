@@ -11,6 +11,7 @@ import sys
 
 from .bars import MISS_LABEL, grouped_bars, miss_bars
 from .data import Skip, one_run, select
+from .published import paper_panel, with_paper
 from .style import gpu_name, seq_label
 from spec.records import Metric
 
@@ -25,14 +26,15 @@ def load(rows: list[dict]) -> dict:
     batches = sorted({r["B"] for r in rows})
     series, errors = miss_bars(rows, lambda r: r["B"], batches)
     return {"groups": [f"B={b}" for b in batches], "series": series, "errors": errors,
-            "S": rows[0]["S_q"], "run": run}
+            "S": rows[0]["S_q"], "run": run, "paper": paper_panel("cuda", False, batches)}
 
 
 def plot(data: dict, arch: str | None = None):
-    return grouped_bars(data["groups"], data["series"], errors=data.get("errors"),
-                        ylabel=MISS_LABEL if data.get("errors") else "L2 misses (M sectors)",
-                        title=f"F8a: CUDA split-Q, S={seq_label(data['S'])}, 80×80 tiles, {gpu_name(arch)}"
-                              + (f"\n{data['run']['note']}" if data["run"]["note"] else ""))
+    return with_paper(lambda ax: grouped_bars(
+        data["groups"], data["series"], errors=data.get("errors"), ax=ax,
+        ylabel=MISS_LABEL if data.get("errors") else "L2 misses (M sectors)",
+        title=f"F8a: CUDA split-Q, S={seq_label(data['S'])}, 80×80 tiles, {gpu_name(arch)}"
+              + (f"\n{data['run']['note']}" if data["run"]["note"] else "")), data)
 
 
 def main(argv=None):

@@ -11,7 +11,10 @@ import math
 
 from .bars import grouped_bars
 from .cutile_panels import _schedule_name
+from analysis.data.published import schedule_kind
+
 from .data import Skip, one_run, sources, tflops_stats
+from .published import paper_panel, with_paper
 from .style import gpu_name, seq_label
 
 PEERS = ("sdpa-flash", "sdpa-cudnn")
@@ -52,15 +55,18 @@ def load_cuda_batch(rows: list[dict], quantity: str) -> dict:
             vals = peers.setdefault((s["backend"], s["source"]), [math.nan] * len(batches))
             vals[batches.index(s["B"])] = s[quantity]
     return {"groups": [f"B={b}" for b in batches], "series": series, "errors": errors,
-            "peers": peers, "S": S, "sources": sources(cuda), "run": run}
+            "peers": peers, "S": S, "sources": sources(cuda), "run": run,
+            "paper": paper_panel("cuda", False, batches, "tflops") if quantity == "tflops"
+            else None}
 
 
 def plot_cuda_batch(data: dict, figure: str, quantity: str, arch: str | None):
     what = "throughput" if quantity == "tflops" else "kernel time"
-    return grouped_bars(data["groups"], data["series"], ylabel=QUANTITY[quantity][0],
-                        errors=data["errors"], peers=data["peers"],
-                        title=f"{figure}: CUDA split-Q {what}, S={seq_label(data['S'])}, 80×80 tiles, "
-                              f"non-causal\n{gpu_name(arch)}" + _note(data))
+    return with_paper(lambda ax: grouped_bars(
+        data["groups"], data["series"], ylabel=QUANTITY[quantity][0], ax=ax,
+        errors=data["errors"], peers=data["peers"],
+        title=f"{figure}: CUDA split-Q {what}, S={seq_label(data['S'])}, 80×80 tiles, "
+              f"non-causal\n{gpu_name(arch)}" + _note(data)), data)
 
 
 def load_cutile(rows: list[dict], causal: bool) -> dict:
@@ -77,12 +83,15 @@ def load_cutile(rows: list[dict], causal: bool) -> dict:
              if s["backend"] in PEERS and (s["B"], s["H"], s["S_q"], s["D"])
              == (ref["B"], ref["H"], ref["S_q"], ref["D"])}
     return {"groups": [_schedule_name(s) for s in schedules], "series": series, "errors": errors,
-            "peers": peers, "S": ref["S_q"], "B": ref["B"], "sources": sources(ct), "run": run}
+            "peers": peers, "S": ref["S_q"], "B": ref["B"], "sources": sources(ct), "run": run,
+            "paper": paper_panel("cutile", causal, [schedule_kind(s) for s in schedules],
+                                 "tflops")}
 
 
 def plot_cutile(data: dict, figure: str, causal: bool, arch: str | None):
     mode = "causal" if causal else "non-causal"
-    return grouped_bars(data["groups"], data["series"], ylabel=QUANTITY["tflops"][0],
-                        errors=data["errors"], peers=data["peers"],
-                        title=f"{figure}: cuTile {mode} throughput, B={data['B']}, S={seq_label(data['S'])}, "
-                              f"64×64 tiles\n{gpu_name(arch)}" + _note(data))
+    return with_paper(lambda ax: grouped_bars(
+        data["groups"], data["series"], ylabel=QUANTITY["tflops"][0], ax=ax,
+        errors=data["errors"], peers=data["peers"],
+        title=f"{figure}: cuTile {mode} throughput, B={data['B']}, S={seq_label(data['S'])}, "
+              f"64×64 tiles\n{gpu_name(arch)}" + _note(data)), data)

@@ -132,3 +132,41 @@ def test_a_case_the_study_does_not_have_is_named():
     with pytest.raises(DatasetError, match=r"published.csv:\d+: CUDA B=2 non-causal linear is "
                                            r"not a case of"):
         check_against(cases, sim_rows, "these rows")
+
+
+FIX = ROOT / "tests" / "fixtures" / "figures"
+
+
+@pytest.mark.parametrize("module, backend, causal, quantity", [
+    ("f08_cuda_batch", "cuda", False, "misses"), ("f09_cutile_noncausal", "cutile", False, "misses"),
+    ("f10_cutile_causal", "cutile", True, "misses"), ("f08b_cuda_tflops", "cuda", False, "tflops"),
+    ("f09b_cutile_tflops", "cutile", False, "tflops"),
+    ("f10b_cutile_causal_tflops", "cutile", True, "tflops")])
+def test_f8_f10_draw_the_published_bars_at_the_reference_values(module, backend, causal, quantity):
+    """Each of F8-F10, drawn from a fixture run, carries a panel whose published bars are the
+    reference file's values (misses in M sectors, TFLOPS) and whose simulated bars are the
+    committed GB10 run's."""
+    import importlib
+
+    import matplotlib.pyplot as plt
+    mod = importlib.import_module(f"paper_figures.{module}")
+    fig = mod.plot(mod.load(load_rows([FIX / "h200-sawtooth"])), "h200")
+    bars = {}
+    for ax in fig.axes:
+        for p in ax.patches:
+            if (p.get_gid() or "").split(":")[0] in ("published", "simulated"):
+                bars.setdefault(p.get_gid(), []).append(p.get_height())
+    cases = [c for c in read_published() if c.backend == backend and c.causal == causal]
+    sim = {key_of_row(r): r["value"] for r in
+           load_rows([select("gb10", "sawtooth", source="simulated")])
+           if r["metric"] == "lts__t_sectors_srcunit_tex_lookup_miss.sum"}
+    for order in ("linear", "sawtooth"):
+        want = sorted((c.misses / 1e6 if quantity == "misses" else c.tflops)
+                      for c in cases if c.order == order)
+        assert sorted(bars[f"published:{order}"]) == pytest.approx(want)
+        if quantity == "misses":
+            assert sorted(bars[f"simulated:{order}"]) == pytest.approx(
+                sorted(sim[c.key] / 1e6 for c in cases if c.order == order))
+        else:
+            assert f"simulated:{order}" not in bars           # the simulator predicts no time
+    plt.close(fig)
