@@ -92,15 +92,35 @@ def shape_columns(varies: set[str]) -> list:
 _RESULTS = (("d_miss", "Δ misses", "{:+.1f}%".format), ("miss", "misses", _count),
             ("d_ms", "Δ time", "{:+.1f}%".format), ("ms", "time ms", "{:.3f}".format),
             ("d_nc", "Δ non-comp.", "{:+.1f}%".format), ("nc", "non-comp.", _count),
-            ("tf", "TFLOPS", "{:.1f}".format))
+            ("tf", "TFLOPS", "{:.1f}".format), ("pub", "published", _count),
+            ("err", "vs published", "{:+.1f}%".format))
 
 
-def summary_table(cases: list[Case], rows: list, title: str, width: int):
+def published_misses(arch: str) -> dict:
+    """{paper case key: (published misses, S, D)} of the paper's GB10 reference
+    (``analysis.data.published``) when ``arch`` is GB10, else {}: the numbers a GB10 run is
+    compared with, never fitted to."""
+    if arch != "gb10":
+        return {}
+    from analysis.data.published import read_published
+    return {c.key: (c.misses, c.S, c.D) for c in read_published()}
+
+
+def paper_key(c: Case) -> tuple:
+    from analysis.data.published import key_of_row
+    v, p = c.variant, c.problem
+    return key_of_row({"backend": v.backend.value, "schedule": v.schedule.label,
+                       "causal": p.causal, "B": p.B, "order": v.order.label})
+
+
+def summary_table(cases: list[Case], rows: list, title: str, width: int,
+                  published: dict | None = None):
     """The results as a rich Table that fits ``width`` columns, and the headers left out.
 
     One row per case under a heading line per panel (its B and S when the panel has one of
     each): misses, non-compulsory misses, time, TFLOPS and the change against the case's linear
-    twin (same panel, problem, schedule and tiles)."""
+    twin (same panel, problem, schedule and tiles); with ``published`` (``published_misses``),
+    the paper's count of the case at the paper's S and D and the error against it."""
     from spec.records import PROBLEM_COLUMNS as shape, Metric, case_fields
 
     values: dict = {}
@@ -132,6 +152,10 @@ def summary_table(cases: list[Case], rows: list, title: str, width: int):
             base = twin(c)
             base = None if base is c else base
             d = case_cells(c) | {k: get(c, m) for k, m in metric.items()}
+            pub = (published or {}).get(paper_key(c))
+            if pub and (c.problem.S_q, c.problem.D) == pub[1:]:
+                d["pub"] = pub[0]
+                d["err"] = change(d["miss"], pub[0])
             if base is not None:
                 for key, src in (("d_miss", "miss"), ("d_nc", "nc"), ("d_ms", "ms")):
                     d[key] = change(d[src], get(base, metric[src]))

@@ -43,7 +43,7 @@ from .options import (CAPACITY_MAX_L2S, UsageError, build_parser,  # noqa: F401 
                       capacity_bounds, checked, resolve_mode)
 from .options import plan as _plan  # noqa: F401 - re-exported
 from .report import figure_lines as _figure_lines
-from .report import fits_notes, model_label, summary_table  # noqa: F401
+from .report import fits_notes, model_label, published_misses, summary_table  # noqa: F401
 from .rundir import (BadRunDir, RunDirExists, command_line, default_run_dir, reserved_run_dir,
                      write_manifest)
 from .studies import STUDIES, UnknownStudy
@@ -169,12 +169,15 @@ def run(args, argv: list[str]) -> int:
     title = (f"SIMULATED L2 ({model_label(params)}, {params['capacity_bytes'] / MiB:g} MiB): "
              "predictions, not measurements"
              if mode == "simulate" else f"MEASURED on {params['device']['gpu']}")
-    table, left_out = summary_table(cases, rows, title, console.width)
+    published = published_misses(arch.name)
+    table, left_out = summary_table(cases, rows, title, console.width, published)
     console.print(table)
     files = sorted(p.name for p in out.iterdir() if p.is_file())
     console.print("counts in sectors (k, M, G = 10^3, 10^6, 10^9); Δ: change against the linear "
                   "twin" + (f"; left out at this width: {', '.join(left_out)}" if left_out else "")
-                  + f"; every value is in {', '.join(f for f in files if f.endswith('.csv'))}")
+                  + f"; every value is in {', '.join(f for f in files if f.endswith('.csv'))}"
+                  + ("; published: the paper's GB10 counts (profiles/gb10/paper-2601.16032), "
+                     "never fitted" if published else ""))
     if mode == "simulate":
         for line in fits_notes(cases, capacity):
             console.print(f"[yellow]{line}[/]")
