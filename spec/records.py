@@ -50,6 +50,10 @@ class Metric:
     L2_FABRIC_SECTORS = "lts__t_sectors_srcunit_ltcfabric.sum"
     L2_FABRIC_HITS = "lts__t_sectors_srcunit_ltcfabric_lookup_hit.sum"
     L2_FABRIC_MISSES = "lts__t_sectors_srcunit_ltcfabric_lookup_miss.sum"
+    # simulated only (analysis.cache.timesim): what the hardware counts no other way
+    MERGED_SECTORS = "lrc_merged_sectors"          # requests the coalescer removed
+    INFLIGHT_SECTORS = "inflight_merged_sectors"   # hits that waited on a fill in flight
+    MAKESPAN_STEPS = "makespan_steps"              # kernel length in hit-step units
     # L2 Request Coalescer: read sectors L1 received from the crossbar vs sectors the LRC sent
     # to the crossbar after coalescing (why L2 tex sectors fall below L1 read sectors)
     L1_XBAR_READ_SECTORS = "l1tex__m_xbar2l1tex_read_sectors.sum"
@@ -103,6 +107,8 @@ UNITS = {
     Metric.L2_TEX_READ_SECTORS: "sector", Metric.L2_TEX_READ_HITS: "sector",
     Metric.L2_TEX_READ_MISSES: "sector", Metric.L2_FABRIC_SECTORS: "sector",
     Metric.L2_FABRIC_HITS: "sector", Metric.L2_FABRIC_MISSES: "sector",
+    Metric.MERGED_SECTORS: "sector", Metric.INFLIGHT_SECTORS: "sector",
+    Metric.MAKESPAN_STEPS: "step",
     Metric.L1_XBAR_READ_SECTORS: "sector", Metric.LRC_READ_SECTORS: "sector",
     Metric.LRC_COALESCED_HW_SECTORS: "sector", Metric.LRC_COALESCED_PROG_SECTORS: "sector",
     Metric.LRC_UNCOALESCED_SECTORS: "sector",

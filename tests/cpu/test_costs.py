@@ -71,9 +71,12 @@ def test_the_constants_are_what_the_committed_data_give():
     coef, runs = costfit.fit_measure()
     for k, v in coef.items():
         assert v == pytest.approx(costs.MEASURE_COEF[k], rel=0.01), k
-    assert len(runs) == 28
-    long_runs = [(w, f) for _, w, f in runs if w > 200]
-    assert long_runs and all(abs(f / w - 1) < 0.05 for w, f in long_runs)
+    assert len(runs) == 23                 # the registered measured runs with timed kernels
+    # the long runs of the locality studies within 5%; the shape suite of 2026-11-26 also times
+    # every eager call, a phase the model does not count, and reads 18% under
+    long_runs = [(n, w, f) for n, w, f in runs if w > 200]
+    assert long_runs and all(abs(f / w - 1) < 0.05 for n, w, f in long_runs if "shapes" not in n)
+    assert all(abs(f / w - 1) < 0.2 for n, w, f in long_runs)
     rates = costfit.fit_rates()
     assert rates == {k: v for k, v in costs.RATES.items()}
 
@@ -147,13 +150,13 @@ from experiments.simulate import model_params, timed_rows
 from experiments.studies import get_study
 from spec import get_arch
 import dataclasses
-from analysis.cache import timesim
+from analysis.cache import timeloop
 for a in ("gb10", "h100"):
     arch = get_arch(a)
     for c in get_study("sawtooth").plan(arch)[7:10]:
         c = dataclasses.replace(c, problem=dataclasses.replace(c.problem, S_q=4096, S_kv=4096))
         timed_rows(c, arch, model_params(arch), run="r", study="s")
-d = timesim._run_policy
+d = timeloop._run_policy
 print(json.dumps([len(d.signatures), sum(d.stats.cache_hits.values()), sum(d.stats.cache_misses.values())]))
 """
     got = []

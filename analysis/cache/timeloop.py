@@ -1,0 +1,387 @@
+"""The timed simulator's event loop, compiled with numba: CTAs advance on their own clocks through
+a binary heap of next-event times; every K/V access looks its half-tile up in the partition's
+LRU list (or SRRIP buckets), merges with a fill in flight, or misses; the counters it returns are
+read by ``analysis.cache.timesim`` (the model, its parameters and the rows).
+
+The helpers the loop calls once or more per access are compiled without numba's runtime
+(``_nrt=False``): with it, each call increments and decrements the reference count of every
+array argument with an atomic instruction, which took 35% of the loop's time under perf (same
+counts; they allocate nothing). ``_run_policy`` is the one entry: compiled once per replacement
+policy (a literal argument), cached on disk, and it releases the GIL so that cases run on
+threads.
+"""
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+_N_COUNTERS = 10
+(_TEX, _HIT, _MISS, _INFL, _MERGED, _FAB, _FHIT, _FMISS, _DRAM, _COLD) = range(_N_COUNTERS)
+
+
+
+@numba.njit(cache=True, _nrt=False)
+def _less(time, a, b):  # pragma: no cover - compiled
+    return time[a] < time[b] or (time[a] == time[b] and a < b)
+
+
+@numba.njit(cache=True, _nrt=False)
+def _sift_down(heap, n, time, i):  # pragma: no cover - compiled
+    while True:
+        l = 2 * i + 1
+        if l >= n:
+            return
+        m = l
+        r = l + 1
+        if r < n and _less(time, heap[r], heap[l]):
+            m = r
+        if _less(time, heap[m], heap[i]):
+            tmp = heap[m]
+            heap[m] = heap[i]
+            heap[i] = tmp
+            i = m
+        else:
+            return
+
+
+@numba.njit(cache=True, _nrt=False)
+def _unlink(j, b, prev, nxt, bhead, btail):  # pragma: no cover - compiled
+    """Remove entry ``j`` from the doubly linked list ``b`` (head = oldest)."""
+    a = prev[j]
+    c = nxt[j]
+    if a >= 0:
+        nxt[a] = c
+    else:
+        bhead[b] = c
+    if c >= 0:
+        prev[c] = a
+    else:
+        btail[b] = a
+    prev[j] = -1
+    nxt[j] = -1
+
+
+@numba.njit(cache=True, _nrt=False)
+def _append(j, b, prev, nxt, bhead, btail):  # pragma: no cover - compiled
+    """Append entry ``j`` at the tail (newest end) of list ``b``."""
+    prev[j] = btail[b]
+    nxt[j] = -1
+    if btail[b] >= 0:
+        nxt[btail[b]] = j
+    else:
+        bhead[b] = j
+    btail[b] = j
+
+
+@numba.njit(cache=True, _nrt=False)
+def _lookup(j, p, w, prev, nxt, head, tail, present, occ, cap, wsub, base):  # pragma: no cover
+    """LRU lookup of entry ``j`` (= base + sub, ``base`` = partition * nsub) in list ``p`` (its
+    partition, or its set of that partition), which runs from the least (``head``) to the most
+    recently used (``tail``). Returns True on a hit (the entry
+    moves to the MRU end); on a miss inserts it at the MRU end and evicts from the LRU end
+    until the partition fits, unless it cannot fit at all (then the l2sim stack model misses
+    it every time too, and so does this)."""
+    if present[j]:
+        if nxt[j] >= 0:                      # not already the MRU entry
+            _unlink(j, p, prev, nxt, head, tail)
+            _append(j, p, prev, nxt, head, tail)
+        return True
+    if w > cap[p]:
+        return False
+    present[j] = True
+    _append(j, p, prev, nxt, head, tail)
+    occ[p] += w
+    while occ[p] > cap[p]:
+        e = head[p]                          # e is not j: j alone fits
+        _unlink(e, p, prev, nxt, head, tail)
+        present[e] = False
+        occ[p] -= wsub[e - base]
+    return False
+
+
+@numba.njit(cache=True, _nrt=False)
+def _lookup_srrip(j, p, w, prev, nxt, bhead, btail, pb, age, present, occ, cap, wsub,
+                  base):  # pragma: no cover - compiled
+    """SRRIP lookup (2-bit re-reference prediction values, hit priority; Jaleel et al., ISCA
+    2010) of entry ``j`` in partition ``p``, fully associative over whole tiles. Each
+    partition keeps one list per RRPV, in the order the entries entered it; an entry's RRPV is
+    ``(pb[j] + age[p]) % 4``, so ageing every entry by one is ``age[p] += 1`` (done only when
+    no entry has RRPV 3, so no value wraps). A hit sets the RRPV to 0; a miss evicts the
+    oldest RRPV-3 entries (ageing while there are none) until the tile fits, then inserts it
+    at RRPV 2."""
+    if present[j]:
+        _unlink(j, p * 4 + pb[j], prev, nxt, bhead, btail)
+        pb[j] = (4 - age[p] % 4) % 4                     # RRPV 0
+        _append(j, p * 4 + pb[j], prev, nxt, bhead, btail)
+        return True
+    if w > cap[p]:
+        return False
+    while occ[p] + w > cap[p]:
+        b3 = p * 4 + (3 - age[p] % 4 + 4) % 4
+        if bhead[b3] < 0:
+            age[p] += 1
+            continue
+        e = bhead[b3]
+        _unlink(e, b3, prev, nxt, bhead, btail)
+        present[e] = False
+        occ[p] -= wsub[e - base]
+    present[j] = True
+    pb[j] = (2 - age[p] % 4 + 4) % 4                     # RRPV 2
+    _append(j, p * 4 + pb[j], prev, nxt, bhead, btail)
+    occ[p] += w
+    return False
+
+
+@numba.njit(cache=True, _nrt=False)
+def _access(srrip, j, p, w, prev, nxt, head, tail, pb, age, present, occ, cap, wsub,
+            base):  # pragma: no cover - compiled
+    """One lookup under the replacement policy: LRU (``head``/``tail`` one list per partition)
+    or SRRIP (four lists per partition)."""
+    if srrip:
+        return _lookup_srrip(j, p, w, prev, nxt, head, tail, pb, age, present, occ, cap, wsub,
+                             base)
+    return _lookup(j, p, w, prev, nxt, head, tail, present, occ, cap, wsub, base)
+
+
+@numba.njit(cache=True)
+def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub, sampled,
+         n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr,
+         samp_kv, part_of, stores_miss, rate_jitter, srrip,
+         speed, set_of, n_sets, sets):  # pragma: no cover - compiled
+    numba.literally(srrip)                   # one compiled loop per policy: no branch per lookup
+    numba.literally(sets)                    # and per cache shape: one set, no set lookup
+    nsub = wsub.size
+    n_ctas = cta_first.size - 1
+    tot = n_parts * nsub
+    prev = np.full(tot, -1, np.int64)
+    nxt = np.full(tot, -1, np.int64)
+    present = np.zeros(tot, np.bool_)
+    fill = np.zeros(tot, np.float64)
+    lrc_t = np.full(tot if window > 0 else 0, -np.inf)
+    lrc_ready = np.zeros(tot if window > 0 else 0)
+    seen = np.zeros(nsub, np.bool_)
+    lists = n_parts * 4 if srrip else n_parts * n_sets
+    head = np.full(lists, -1, np.int64)
+    tail = np.full(lists, -1, np.int64)
+    pb = np.zeros(tot if srrip else 0, np.int64)       # SRRIP: each entry's list
+    age = np.zeros(n_parts, np.int64)
+    occ = np.zeros(n_parts * n_sets, np.int64)
+    cnt = np.zeros(10, np.int64)
+    if jitter > 0 or rate_jitter > 0:
+        np.random.seed(seed)
+    sub_rate = False
+    for x in range(nsub):
+        if not sampled[x]:
+            sub_rate = True
+            break
+
+    # slots: the CTA, item and step each runs, and its clock
+    r = min(resident, n_ctas)
+    s_cta = np.zeros(r, np.int64)
+    s_item = np.zeros(r, np.int64)
+    s_step = np.zeros(r, np.int64)
+    time = np.zeros(r, np.float64)
+    est = np.ones(r, np.float64)              # running mean load time (sampled mode)
+    heap = np.zeros(r, np.int64)
+    rate = speed[:r].copy()                   # each slot's (SM's) constant speed factor
+    if rate_jitter > 0:
+        for s in range(r):
+            rate[s] *= math.exp(rate_jitter * np.random.standard_normal()
+                                - 0.5 * rate_jitter * rate_jitter)
+    n = 0
+    nxt_cta = 0
+    for s in range(r):                        # launch order; CTAs without items finish at once
+        while nxt_cta < n_ctas and cta_first[nxt_cta + 1] == cta_first[nxt_cta]:
+            nxt_cta += 1
+        if nxt_cta == n_ctas:
+            break
+        s_cta[s] = nxt_cta
+        s_item[s] = cta_first[nxt_cta]
+        heap[n] = s
+        n += 1
+        nxt_cta += 1
+    makespan = 0.0
+
+    while n > 0:
+        s = heap[0]
+        t = time[s]
+        i = s_item[s]
+        st = s_step[s]
+        L = length[i]
+        kv = L - 1 - st if reverse[i] else st
+        ready = t + 1.0
+        for a in range(4):
+            if a == 0:
+                if st != 0:
+                    continue
+                key = q_key[i]
+            elif a == 1:
+                key = k_base + kv_row[i] + kv
+            elif a == 2:
+                key = v_base + kv_row[i] + kv
+            else:
+                if st != L - 1:
+                    continue
+                key = o_key[i]
+            p = part_of[s]
+            for h in range(n_parts):
+                sub = key * n_parts + h
+                sj = set_of[sub] if sets else 0          # the half-tile's set (0: one set)
+                if not sampled[sub]:
+                    rdy = t + max(est[s], 1.0)   # the mean sampled load, at least a hit
+                elif a == 3 and not stores_miss:
+                    # a store writes whole sectors: a lookup that never misses (no fill, no DRAM
+                    # read); it allocates the line locally and, homed across, at its home
+                    w = wsub[sub]
+                    j = p * nsub + sub
+                    rdy = t + 1.0
+                    cnt[0] += w
+                    cnt[1] += w
+                    if not _access(srrip, j, p * n_sets + sj, w, prev, nxt, head,
+                                   tail, pb, age, present, occ, cap, wsub,
+                                   p * nsub) and present[j]:
+                        fill[j] = t
+                    home = h if n_parts > 1 else p
+                    if home != p:
+                        cnt[5] += w
+                        cnt[6] += w
+                        jh = home * nsub + sub
+                        if not _access(srrip, jh, home * n_sets + sj, w, prev, nxt,
+                                       head, tail, pb, age, present, occ, cap, wsub,
+                                       home * nsub) and present[jh]:
+                            fill[jh] = t
+                else:
+                    w = wsub[sub]
+                    j = p * nsub + sub
+                    if window > 0 and t - lrc_t[j] < window:
+                        cnt[4] += w                                   # coalesced before L2
+                        rdy = max(lrc_ready[j], t + 1.0)
+                    else:
+                        cnt[0] += w
+                        if not seen[sub]:
+                            seen[sub] = True
+                            cnt[9] += w
+                        if _access(srrip, j, p * n_sets + sj, w, prev, nxt, head,
+                                   tail, pb, age, present, occ, cap, wsub, p * nsub):
+                            cnt[1] += w
+                            if fill[j] > t:
+                                cnt[3] += w
+                                rdy = fill[j]
+                            else:
+                                rdy = t + 1.0
+                        else:
+                            cnt[2] += w
+                            home = h if n_parts > 1 else p
+                            if home == p:
+                                if a < 3:
+                                    cnt[8] += w
+                                rdy = t + miss_t
+                            else:
+                                cnt[5] += w
+                                jh = home * nsub + sub
+                                if _access(srrip, jh, home * n_sets + sj, w, prev,
+                                           nxt, head, tail, pb, age, present, occ, cap, wsub,
+                                           home * nsub):
+                                    cnt[6] += w
+                                    rdy = fill[jh] if fill[jh] > t else t + 1.0
+                                else:
+                                    cnt[7] += w
+                                    if a < 3:
+                                        cnt[8] += w
+                                    rdy = t + miss_t
+                                    if present[jh]:
+                                        fill[jh] = rdy
+                            if present[j]:
+                                fill[j] = rdy
+                        if window > 0:
+                            lrc_t[j] = t
+                            lrc_ready[j] = rdy
+                    if sub_rate and a < 3:
+                        est[s] += (rdy - t - est[s]) * (1.0 / 64.0)
+                if a < 3 and rdy > ready:             # the O store does not stall the CTA
+                    ready = rdy
+        dur = (ready - t) * rate[s]
+        if jitter > 0:
+            dur *= math.exp(jitter * np.random.standard_normal() - 0.5 * jitter * jitter)
+        t_end = t + dur
+        st += 1
+        if sub_rate and 0 < st < L - 1:
+            # skip ahead to the next step that touches a sampled half-tile (or the item's last
+            # step): the skipped steps touch only unsampled tiles and cost the running mean
+            hd = kv_row[i] // n_kv
+            lst = samp_kv[samp_ptr[hd]:samp_ptr[hd + 1]]
+            if reverse[i]:
+                idx = np.searchsorted(lst, L - 1 - st, side="right") - 1
+                target = L - 1 - lst[idx] if idx >= 0 else L - 1
+            else:
+                idx = np.searchsorted(lst, st)
+                target = lst[idx] if idx < lst.size else L - 1
+            if target > L - 1:
+                target = L - 1
+            skip = target - st
+            if skip > 0:
+                # each skipped step lasts the mean load time (at least a hit step) times the
+                # slot's speed factor; their jitter factors (mean 1, sd ~jitter) sum to about
+                # skip + sqrt(skip) * jitter * z
+                m = max(est[s], 1.0) * rate[s]
+                extra = skip * m
+                if jitter > 0:
+                    extra += math.sqrt(skip) * jitter * m * np.random.standard_normal()
+                t_end += max(extra, 0.0)
+                st = target
+        if t_end > makespan:
+            makespan = t_end
+        time[s] = t_end
+        if st == L:
+            st = 0
+            i += 1
+            if i == cta_first[s_cta[s] + 1]:
+                while nxt_cta < n_ctas and cta_first[nxt_cta + 1] == cta_first[nxt_cta]:
+                    nxt_cta += 1
+                if nxt_cta < n_ctas:
+                    s_cta[s] = nxt_cta
+                    i = cta_first[nxt_cta]
+                    nxt_cta += 1
+                else:                                   # retire the slot
+                    n -= 1
+                    heap[0] = heap[n]
+                    _sift_down(heap, n, time, 0)
+                    continue
+            s_item[s] = i
+        s_step[s] = st
+        _sift_down(heap, n, time, 0)
+    return cnt, makespan
+
+
+@numba.njit(cache=True, nogil=True)
+def _run_policy(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub, sampled,
+                n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr,
+                samp_kv, part_of, stores_miss, rate_jitter, srrip,
+                speed, set_of, n_sets, sets):  # pragma: no cover - compiled
+    """``_run`` with its two policy flags passed as constants, so that each of its four
+    specialisations is compiled (and cached on disk) inside this one function. Called from
+    Python with the flags as plain booleans, ``_run`` itself would be typed again on every call:
+    ``numba.literally`` makes the dispatcher type the call with plain booleans first, fail, and
+    only then pick the literal specialisation, and that first typing (0.2 s per call) is never
+    cached. ``nogil``: cases simulate on threads side by side (``experiments.modes``)."""
+    if srrip:
+        if sets:
+            return _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
+                        sampled, n_parts, resident, cap, miss_t, jitter, seed, window, n_kv,
+                        samp_ptr, samp_kv, part_of, stores_miss, rate_jitter, True, speed,
+                        set_of, n_sets, True)
+        return _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
+                    sampled, n_parts, resident, cap, miss_t, jitter, seed, window, n_kv,
+                    samp_ptr, samp_kv, part_of, stores_miss, rate_jitter, True, speed,
+                    set_of, n_sets, False)
+    if sets:
+        return _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
+                    sampled, n_parts, resident, cap, miss_t, jitter, seed, window, n_kv,
+                    samp_ptr, samp_kv, part_of, stores_miss, rate_jitter, False, speed,
+                    set_of, n_sets, True)
+    return _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
+                sampled, n_parts, resident, cap, miss_t, jitter, seed, window, n_kv,
+                samp_ptr, samp_kv, part_of, stores_miss, rate_jitter, False, speed,
+                set_of, n_sets, False)
