@@ -45,8 +45,7 @@ import numba
 import numpy as np
 
 __all__ = ["stack_distances", "trace_stack_distances", "access_weights", "Histogram",
-           "distance_histogram", "exact_histogram", "MissRatioCurve", "miss_ratio_curve",
-           "hits_at"]
+           "distance_histogram", "exact_histogram", "MissRatioCurve", "miss_ratio_curve"]
 
 COLD = -1
 """Distance given to a first (compulsory) access."""
@@ -110,26 +109,6 @@ def _stack_distances_kernel(key, w, out):  # pragma: no cover - compiled
         slot_key[nxt] = k
         last[k] = nxt
         nxt += 1
-
-
-@numba.njit(cache=True)
-def _hits_kernel(dist, key, w, caps):  # pragma: no cover - compiled
-    """Total weight, cold weight and hit weight at each capacity in ``caps``."""
-    hits = np.zeros(caps.size, dtype=np.int64)
-    total = 0
-    cold = 0
-    for t in range(dist.size):
-        wk = w[key[t]]
-        total += wk
-        d = dist[t]
-        if d < 0:
-            cold += wk
-            continue
-        need = d + wk
-        for c in range(caps.size):
-            if need <= caps[c]:
-                hits[c] += wk
-    return total, cold, hits
 
 
 @numba.njit(cache=True)
@@ -400,20 +379,3 @@ def miss_ratio_curve(distances: np.ndarray, key: np.ndarray,
         total = int(w[key].sum())
         cold = total - int(wt.sum())
     return MissRatioCurve(need, hits_upto.astype(np.int64), int(total), int(cold))
-
-
-def hits_at(distances: np.ndarray, key: np.ndarray, weights: np.ndarray | None,
-            capacities) -> tuple[int, int, np.ndarray]:
-    """(total weight, cold weight, hit weight at each capacity) in one pass, no temporaries.
-
-    Cheaper than a full ``miss_ratio_curve`` when only a few capacities are wanted.
-    """
-    key, w = _key_and_weights(key, weights)
-    caps = np.atleast_1d(np.asarray(capacities, dtype=np.int64))
-    distances = np.ascontiguousarray(distances, dtype=np.int64)
-    if len(key) != len(distances):
-        raise ValueError("key and distances differ in length")
-    if not len(key):
-        return 0, 0, np.zeros(caps.size, dtype=np.int64)
-    total, cold, hits = _hits_kernel(distances, key, w, caps)
-    return int(total), int(cold), hits
