@@ -323,4 +323,10 @@ def write_manifest(run_dir: Path, *, command: str, **fields) -> Path:
     }
     path = run_dir / "manifest.json"
     path.write_text(json.dumps(manifest, indent=2, sort_keys=False) + "\n")
+    readme = run_dir / "README.md"
+    if not readme.exists():              # provenance in words: the tree that ran, clean or dirty
+        from analysis.data.catalogue import readme_text
+        files = sorted(p.name for p in run_dir.iterdir() if p.is_file()) + ["README.md"]
+        readme.write_text(readme_text(f"Run of `{command}`", manifest, sorted(files),
+                                      why="Written with the run's manifest by experiments.run"))
     return path

@@ -10,7 +10,7 @@ import re
 import textwrap
 from pathlib import Path
 
-from analysis.data import new_directory, run_of
+from analysis.data import RUN_DIR, DatasetError, new_directory, read_manifest, run_of
 
 from .data import Skip, primary_run, run_name, runs_of
 from .style import CHAR_EM, gpu_name, wrap_to
@@ -134,6 +134,20 @@ def _footer(fig, lines: list[str]) -> None:
              color="#555555", ha="left", va="bottom", linespacing=1.2, gid="footer")
 
 
+def _dirty_runs(rows: list[dict]) -> set[str]:
+    """The runs (by name) whose manifest records a tree with uncommitted changes."""
+    dirs = {run_name(run_of(r)): run_of(r) for r in rows if r.get(RUN_DIR)}
+    out = set()
+    for name, d in dirs.items():
+        try:
+            g = read_manifest(Path(d)).get("git") or {}
+        except DatasetError:
+            continue
+        if isinstance(g, dict) and g.get("dirty"):
+            out.add(name)
+    return out
+
+
 def finish(fig, rows: list[dict], figure: str, arch: str | None, drawn: list[str],
            shown: list[str] | None = None) -> None:
     """What every drawn figure carries: the GPU, its L2 and any simulated capacity in the title
@@ -142,7 +156,11 @@ def finish(fig, rows: list[dict], figure: str, arch: str | None, drawn: list[str
     parameters of its simulated rows."""
     if STUDIES.get(figure):              # a figure of data (F7 is a diagram of the orders)
         _stamp_title(fig, context(rows, figure, arch, drawn), arch)
-    lines = [f"data: {', '.join(shown if shown is not None else drawn)}"] if drawn else []
+    dirty = _dirty_runs(rows)
+    names = shown if shown is not None else drawn
+    names = [f"{n} (tree with uncommitted changes)" if d in dirty else n
+             for n, d in zip(names, drawn)]
+    lines = [f"data: {', '.join(names)}"] if drawn else []
     sim = simulated_params(rows, figure, drawn)
     if sim:
         lines.append(f"simulated: {sim}")

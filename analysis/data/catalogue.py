@@ -59,16 +59,12 @@ def _gpu(m: dict) -> str:
         or "not recorded"
 
 
-def run_readme(rel: str) -> str:
-    """A README for a run directory that has none, from its manifest."""
-    m = _manifest(rel)
-    e = registry.entries().get(rel)
-    files = sorted(p.relative_to(registry.profiles_dir() / rel).as_posix()
-                   for p in (registry.profiles_dir() / rel).rglob("*") if p.is_file())
-    lines = [f"# profiles/{rel}", "",
-             "Generated from the run's manifest by `python -m analysis.data` (no hand-written "
-             "README was committed with it).", "",
-             f"- role: {e.role if e else 'unregistered'}; study: {m.get('study') or '-'}; "
+def readme_text(title: str, m: dict, files: list[str], role: str | None = None,
+                 why: str = "Generated from the run's manifest") -> str:
+    """A run directory's README from its manifest: the study, the GPU, the tree that ran (its
+    commit, and whether it had uncommitted changes), the command and the files."""
+    lines = [f"# {title}", "", f"{why}.", "",
+             (f"- role: {role}; " if role else "- ") + f"study: {m.get('study') or '-'}; "
              f"mode: {m.get('mode') or '-'}",
              f"- created: {m.get('created') or 'not recorded'}; GPU: {_gpu(m)}",
              f"- tree that ran: {_tree(m)}",
@@ -77,6 +73,16 @@ def run_readme(rel: str) -> str:
              "through `python -m experiments.run <study> --arch <arch>` (docs/cli.md)", "",
              "Files: " + ", ".join(f"`{f}`" for f in files)]
     return "\n".join(lines) + "\n"
+
+
+def run_readme(rel: str) -> str:
+    """A README for a registered run directory that has none, from its manifest."""
+    e = registry.entries().get(rel)
+    files = sorted(p.relative_to(registry.profiles_dir() / rel).as_posix()
+                   for p in (registry.profiles_dir() / rel).rglob("*") if p.is_file())
+    return readme_text(f"profiles/{rel}", _manifest(rel), files, e.role if e else "unregistered",
+                       "Generated from the run's manifest by `python -m analysis.data` (no "
+                       "hand-written README was committed with it)")
 
 
 def catalogue_text() -> str:

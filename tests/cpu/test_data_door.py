@@ -211,3 +211,18 @@ def test_a_generated_run_readme_names_the_tree_that_ran():
     assert m["git"]["commit"][:10] in text
     assert ("dirty" in text) == bool(m["git"]["dirty"])
     assert m["command"] in text
+
+
+def test_a_new_run_says_in_its_readme_which_tree_ran_it(tmp_path, monkeypatch):
+    """Every run directory experiments.run writes carries a README naming the commit and whether
+    the tree had uncommitted changes (the manifest's git state, in words)."""
+    from experiments import rundir
+    for dirty, says in ((True, "with uncommitted changes (dirty)"), (False, "(clean)")):
+        d = tmp_path / str(dirty)
+        d.mkdir()
+        monkeypatch.setattr(rundir, "git_state", lambda: {"commit": "a" * 40, "dirty": dirty})
+        rundir.write_manifest(d, command="python -m experiments.run sawtooth --arch gb10",
+                              study="sawtooth", mode="simulate")
+        text = (d / "README.md").read_text()
+        assert f"commit {'a' * 10} {says}" in text
+        assert "python -m experiments.run sawtooth --arch gb10" in text
