@@ -37,8 +37,9 @@ RESOURCES = (("registers", "registers", "register"), ("local_bytes", "local_byte
              (Metric.CTAS_PER_SM, "ctas_per_sm", "CTA"))
 """(metric, ``Prepared`` field, unit) of the resource rows: the names and units the committed
 profiles/h100/cuda_bench.csv.gz uses. ``threads`` (the launch's CTA size, at which
-``ctas_per_sm`` is the driver's occupancy) is recorded since 2026-11-25: before, cuTile builds
-were asked at their register-limited maximum CTA size (``kernels.resources.required_threads``)."""
+``ctas_per_sm`` is the driver's occupancy) is recorded with it: without it (older runs), cuTile
+builds were asked at their register-limited maximum CTA size
+(``kernels.resources.required_threads``)."""
 DRIFT_POINTS = 300
 """Spread samples kept per drift case (the first and last step always among them)."""
 DRIFT_EVERY = 64

@@ -87,8 +87,8 @@ def measured_ctas_per_sm(d: Path) -> dict[tuple, int]:
     resource rows, ``cuOccupancyMaxActiveBlocksPerMultiprocessor`` of the loaded kernel at its
     launch CTA size), by case key; empty for runs that recorded none.
 
-    A cuTile build's value counts only where the run also recorded its ``threads``: runs before
-    2026-11-25 asked the driver at the build's register-limited maximum CTA size (512 threads for
+    A cuTile build's value counts only where the run also recorded its ``threads``: runs without
+    it asked the driver at the build's register-limited maximum CTA size (512 threads for
     the sawtooth study's 128-register ``occ2`` builds, answer 1), not the 256 they launch with
     (ncu: 2 CTAs per SM, ``profiles/h100/occupancy-20261125``); their cases fall back to the
     occupancy hint (``case_of_row``). CUDA builds always recorded their launch size."""

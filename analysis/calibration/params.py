@@ -2,7 +2,7 @@
 fitted on one study and judged on the others.
 
 What is fitted and what is not. ``analysis.cache.timesim`` has six knobs; per arch at most two may be
-free (``fit`` refuses more), and since 2026-11-24 only one is:
+free (``fit`` refuses more), and one is:
 
 - ``capacity_fraction`` f: the effective L2 capacity as a fraction of the nominal L2 (the capacity
   lost to set conflicts, the slice hash, other data; the partitions' duplication is modelled, not

@@ -40,8 +40,8 @@ STABLE_SPREAD = 0.15
 overlap, not by relative error (the issue's Bar)."""
 STUDIES = ("divergence", "sawtooth", "active-sms", "l1l2", "traffic", "longseq")
 FIT_GRID = {"capacity_fraction": (0.25, 0.35, 0.5, 0.7, 1.0)}
-"""The fixed grid every arch is fitted on (chosen before looking at any fit; until 2026-11-23 it
-also searched miss_ratio over 1, 3, 9, which divergence could not tell apart)."""
+"""The fixed grid every arch is fitted on, chosen before looking at any fit (miss_ratio is derived
+from timing, not searched: the divergence study cannot tell r = 1, 3, 9 apart)."""
 
 
 def _params(arch: Arch, p: dict, seed: int = 0) -> TimeParams:

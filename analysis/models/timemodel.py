@@ -47,8 +47,7 @@ pointer chase (``python -m experiments.latency --arch h100``, profiles/h100/late
 143 ns for footprints up to 16 MiB, 268-271 ns at 32-48 MiB, lines homed in the far L2
 partition, 349 ns from DRAM; one thread, unloaded). ``L_hit`` is the near-partition value, so
 far-partition hits are understated; unloaded latencies understate loaded ones: the exposed
-latency is a lower bound. (Until 2026-11-23 the model used assumed 0.15 / 0.50 us; REPORT.md
-section 10 gives the predictions of both.) ``t_c`` is measured: the time per step of the same
+latency is a lower bound. ``t_c`` is measured: the time per step of the same
 build where nothing misses (below the L2, deepest pipeline, no co-runner), a different case from
 the ones predicted. Pure functions; no GPU, no I/O.
 """
