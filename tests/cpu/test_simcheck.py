@@ -145,3 +145,31 @@ def test_scan_cli_bad_input_exits_2(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all(e.startswith("error: ") for e in err)
     assert not (tmp_path / "o").exists()
+
+
+def test_the_latest_holdouts_committed_score_is_recomputed_from_its_case_errors():
+    """The README's simulator figure (the eleventh holdout, 15.6% relative RMS over 8 stable
+    cases) is not only a pinned number: ``summarize`` over the committed per-case errors (the
+    measured medians and spreads, the predictions) gives it again, and the relative error of
+    each case is (predicted - median) / median of its own columns."""
+    from analysis.calibration.simcheck import ErrorRow, summarize
+    from analysis.data import csv_rows, stored
+    val = "profiles/cpu/simcheck-h100-holdout-20261125j"
+    rows = []
+    for r in csv_rows(stored(val, "errors.csv"), typed=False):
+        e = ErrorRow(arch=r["arch"], study=r["study"], case=r["case"], sample=r["sample"],
+                     runs=int(r["runs"]), measured_median=float(r["measured_median"]),
+                     measured_lo=float(r["measured_lo"]), measured_hi=float(r["measured_hi"]),
+                     spread=float(r["spread"]), predicted=float(r["predicted"]),
+                     predicted_lo=float(r["predicted_lo"]), predicted_hi=float(r["predicted_hi"]),
+                     rel_err=float(r["rel_err"]), overlap=r["overlap"] == "True")
+        assert e.rel_err == pytest.approx((e.predicted - e.measured_median) / e.measured_median)
+        assert e.spread == pytest.approx((e.measured_hi - e.measured_lo) / e.measured_median)
+        rows.append(e)
+    (out,) = [s for s in summarize(rows) if s["study"] == "all"]
+    (committed,) = [r for r in csv_rows(stored(val, "summary.csv"), typed=False)
+                    if r["study"] == "all"]
+    assert (out["cases"], out["stable"]) == (16, 8) == (int(committed["cases"]),
+                                                       int(committed["stable"]))
+    assert out["rel_rms"] == pytest.approx(float(committed["rel_rms"])) == pytest.approx(0.156,
+                                                                                        abs=5e-4)
