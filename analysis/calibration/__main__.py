@@ -2,6 +2,8 @@
 
     python -m analysis.calibration fit --arch h100 --root profiles/h100/onepass-20261125
         # writes analysis/params/h100.json (or --out DIR/h100.json); the file holds this command
+    python -m analysis.calibration defaults --arch gb10
+        # writes analysis/params/gb10.json: the h100/h200 parameters averaged, nothing fitted
     python -m analysis.calibration validate --arch h100 --out DIR [--seeds 3] [--device UUID]
     python -m analysis.calibration sectors --arch h100 --out DIR
     python -m analysis.calibration scan --arch h100 --set miss_ratio=1,1.003,1.01 --out DIR
@@ -36,7 +38,10 @@ from analysis.data import DatasetError, registry
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m analysis.calibration", description=__doc__.split(
         "\n")[0])
-    ap.add_argument("command", choices=("fit", "validate", "sectors", "scan"))
+    ap.add_argument("command", choices=("fit", "defaults", "validate", "sectors", "scan"),
+                    help="fit: fit an arch's parameters on its measured runs; defaults: write the "
+                         "derived parameters of an arch without measurements (GB10); validate, "
+                         "sectors, scan: the simulator against the measured runs")
     ap.add_argument("--arch", required=True)
     ap.add_argument("--root", type=Path, help="measured data (default profiles/<arch>)")
     ap.add_argument("--fit-study", default="divergence")
@@ -73,6 +78,11 @@ def main(argv=None) -> int:
     if not (registry.relative(root) is not None or root.is_dir()):
         print(f"error: no measured data at {root}; pass --root DIR", file=sys.stderr)
         return 2
+    if a.command == "defaults":
+        p = cp.derived_params(arch)
+        path = cp.write_params(p, a.out / f"{arch.name}.json" if a.out else None)
+        print(f"{path}: f={p.capacity_fraction} r={p.miss_ratio} (derived, not fitted)")
+        return 0
     if a.command == "fit":
         cmd = (f"python -m analysis.calibration fit --arch {arch.name} --root {root.as_posix()}"
                + (f" --fit-study {a.fit_study}" if a.fit_study != "divergence" else "")

@@ -28,8 +28,9 @@ cases and grid it came from to ``analysis/params/<arch>.json`` (``write_params``
 """
 from __future__ import annotations
 
+import hashlib
 import json
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -178,6 +179,13 @@ def check_inputs(p: ArchParams, path: Path) -> None:
     how = (f"regenerate it with `{p.command}`" if p.command and not p.frozen
            else f"it is frozen ({p.frozen.split(';')[0]}); restore the input from git")
     for pin in p.inputs:
+        if pin["path"].startswith("analysis/params/"):     # a params file this one derives from
+            f = PARAMS_DIR / Path(pin["path"]).name
+            got = hashlib.sha256(f.read_bytes()).hexdigest() if f.exists() else "missing"
+            if got != pin["sha256"]:
+                raise DatasetError(f"{path}: {pin['path']}, which it derives from, changed "
+                                   f"(sha256 {got[:12]} != {pin['sha256'][:12]}); {how}")
+            continue
         if not pin["path"].startswith("profiles/"):
             continue
         try:
@@ -224,3 +232,19 @@ def default_params(arch: Arch, sources: Sequence[str] = ("h100", "h200")) -> tup
                     f"{fits[0].stores_miss} as measured on the H100; uncertainty = the (f, r) grid points within {NEAR_BEST}x of the best "
                     f"rel. RMS of any source fit: {corners}"))
     return ap, corners
+
+
+def derived_params(arch: Arch, sources: Sequence[str] = ("h100", "h200")) -> ArchParams:
+    """``default_params`` as the committed ``analysis/params/<arch>.json`` of an arch without
+    measurements: the source files it averages pinned by content hash, the command that writes it,
+    and where each value comes from. The paper's published values (GB10) judge it; none of them
+    enters it."""
+    ap, _ = default_params(arch, sources)
+    pins = tuple({"use": f"{s} parameters (averaged)", "path": f"analysis/params/{s}.json",
+                  "sha256": hashlib.sha256((PARAMS_DIR / f"{s}.json").read_bytes()).hexdigest()}
+                 for s in sources)
+    return replace(ap, inputs=pins,
+                   command=f"python -m analysis.calibration defaults --arch {arch.name}",
+                   derivation=ap.derivation + "; no value is fitted to, or read from, the "
+                                              "paper's published counts (profiles/gb10/"
+                                              "paper-2601.16032 only judges the predictions)")

@@ -226,3 +226,20 @@ def test_a_new_run_says_in_its_readme_which_tree_ran_it(tmp_path, monkeypatch):
         text = (d / "README.md").read_text()
         assert f"commit {'a' * 10} {says}" in text
         assert "python -m experiments.run sawtooth --arch gb10" in text
+
+
+def test_gb10_params_regenerate_byte_for_byte_and_pin_their_sources(tmp_path):
+    """GB10 has no measurements: ``analysis/params/gb10.json`` is derived from the H100 and H200
+    files (their content hashes pinned) by its own command, and says that no published value of
+    the paper enters it."""
+    p = cal.read_params("gb10")
+    assert not p.fitted and p.command == "python -m analysis.calibration defaults --arch gb10"
+    assert {i["path"] for i in p.inputs} == {"analysis/params/h100.json",
+                                              "analysis/params/h200.json"}
+    assert "published" in p.derivation
+    r = _cmd(*p.command.split()[2:], "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "gb10.json").read_bytes() == (cal.PARAMS_DIR / "gb10.json").read_bytes()
+    bad = p.inputs[0] | {"sha256": "0" * 64}
+    with pytest.raises(DatasetError, match="which it derives from, changed"):
+        cal.check_inputs(cal.ArchParams(**(vars(p) | {"inputs": (bad,)})), Path("gb10.json"))
