@@ -21,7 +21,7 @@ from .drawing import finish, runs_drawn
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC_FIGURES = ("F5", "F6", "F8a", "F9a", "F10a", "misscost")
-DPI = 72
+DPI = 60
 
 
 def _png(fig) -> bytes:
