@@ -14,7 +14,7 @@ from . import costs
 from .costs import duration, size
 from .options import UsageError, simulatable
 from .report import _count, fit_table, heading, panels, shape_columns
-from .studies import describe_scale
+from .lengths import describe_scale
 
 
 def available_memory() -> int | None:

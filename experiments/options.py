@@ -20,7 +20,8 @@ from spec.case import Case
 from profiles.metrics import DEFAULT_GROUPS, get_groups
 
 from . import shard
-from .studies import STUDIES, at_length, get_study, lengths
+from .studies import STUDIES, get_study
+from .lengths import at_length, lengths
 
 # --capacity-mib bounds: at least one K and one V tile of the plan's largest tiles (the simulator
 # caches whole tiles), at most this many times the largest registered L2 (beyond that every

@@ -8,7 +8,7 @@ import statistics
 from spec.arch import MiB
 from spec.case import Case
 
-from .studies import kv_bytes_per_head
+from .lengths import kv_bytes_per_head
 
 
 def _count(x: float) -> str:

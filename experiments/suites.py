@@ -5,14 +5,15 @@ default ``attention()`` configuration for a problem.
   diffusion U-Nets, LLM prefill with grouped and multi-query heads, chunks of queries against a
   longer K/V, very long causal sequences), each at several sizes, split into a tuning and a
   validation half with no problem in common (``model_problems``);
-- ``hostpath``: the host-path benchmark's problems (``HOSTPATH_PROBLEMS``).
+- ``hostpath``: the host-path benchmark's problems (``HOSTPATH_PROBLEMS``);
+- ``shapes``: issue 14's shape suite (``shapes_problems``).
 
 The registry entries are in ``experiments.studies``; the measure hooks in ``experiments.shapes``
 (models) and ``experiments.eager`` (hostpath).
 """
 from __future__ import annotations
 
-from spec import Arch, Backend, Problem, ScanOrder, Variant
+from spec import Arch, Backend, CtaSchedule, Problem, ScanOrder, Variant
 from spec.case import Case
 
 
@@ -113,3 +114,86 @@ def hostpath_plan(arch: Arch) -> list[Case]:
     SDPA flash and cuDNN, then the eager call time of each. H100: the 10,000-call blocks take
     about 1 s per caller, so ~15 s per problem with compilation done in parallel first."""
     return [c for p in HOSTPATH_PROBLEMS for c in default_cases(arch, p, "hostpath")]
+
+
+BENCH_SEQS = (4096, 16384, 32768)
+"""The bench study's sequence lengths (the shape suite adds 128K)."""
+
+SHAPES_BENCH_SEQS = BENCH_SEQS + (131072,)
+SHAPES_SHORT = dict(B=(16, 32), S=(512, 1024, 2048), D=(64, 128))
+SHAPES_GQA = dict(H_kv=(4, 8), S=(4096, 16384))
+SHAPES_UNEVEN = dict(S=(1000, 3000, 7000, 20000), H=(4, 12), D=(64, 128), dtype=("fp16", "bf16"))
+SHAPES_CROSS = dict(S_q=1024, S_kv=16384)
+
+
+def shapes_problems() -> list[tuple[str, Problem]]:
+    """The shape suite of issue 14 as (panel, problem), fp16 unless named:
+
+    - ``shapes-bench``: the benchmark's shapes, B=1, H=16, S in {4K, 16K, 32K, 128K}, D in
+      {64, 128}, causal and not;
+    - ``shapes-short``: batched short prefill, B in {16, 32}, H=16, S in {512, 1K, 2K}, D in
+      {64, 128}, causal and not;
+    - ``shapes-gqa``: grouped queries, B=2, H=32, H_kv in {4, 8}, S in {4K, 16K}, D=128, causal,
+      bf16;
+    - ``shapes-uneven``: uneven lengths, B=1, H in {4, 12}, S in {1000, 3000, 7000, 20000}, D in
+      {64, 128}, causal, fp16 and bf16;
+    - ``shapes-cross``: S_q=1024 against S_kv=16K, B=1, H=16, D in {64, 128}, causal (top-left
+      aligned, as SDPA's ``is_causal``: query row r sees keys 0..r) and not.
+    """
+    out = []
+    for D in (64, 128):
+        for causal in (False, True):
+            out += [("shapes-bench", Problem(1, 16, s, D, causal=causal)) for s in SHAPES_BENCH_SEQS]
+            out += [("shapes-short", Problem(b, 16, s, D, causal=causal))
+                    for b in SHAPES_SHORT["B"] for s in SHAPES_SHORT["S"]]
+            out.append(("shapes-cross", Problem(1, 16, SHAPES_CROSS["S_q"], D,
+                                                S_kv=SHAPES_CROSS["S_kv"], causal=causal)))
+    out += [("shapes-gqa", Problem(2, 32, s, 128, H_kv=g, dtype="bf16", causal=True))
+            for g in SHAPES_GQA["H_kv"] for s in SHAPES_GQA["S"]]
+    out += [("shapes-uneven", Problem(1, h, s, d, dtype=dt, causal=True))
+            for s in SHAPES_UNEVEN["S"] for h in SHAPES_UNEVEN["H"] for d in SHAPES_UNEVEN["D"]
+            for dt in SHAPES_UNEVEN["dtype"]]
+    return out
+
+
+def shapes_plan(arch: Arch) -> list[Case]:
+    """Issue 14's shape suite (``shapes_problems``, 80 problems): each family's default
+    ``attention()`` configuration per problem, linear order, timed beside SDPA's flash and cuDNN
+    backends through the correctness gate. cuTile: the configuration of the problem's shape class
+    (``kernels.config.problem_config``, kernels/configs/<arch>.json) and its default schedule;
+    CUDA: ``cuda_baseline.backend.default_tiles`` and ``default_schedule`` (grid launch for
+    full attention, longest-first over one wave of resident CTAs for causal).
+
+    H100 time, estimated from profiles/h100/scaling-20261121 (per-launch medians of cuTile, CUDA,
+    SDPA flash and cuDNN): the four S=128K problems cost 3.3 s per round of the four launchers,
+    about 60 s over 3 warm-up and 15 timed rounds; the S=32K ones a sixteenth of that; the 72
+    other problems run 0.05-2 ms per launch, so their fixed costs (inputs, fp32 reference, the
+    correctness run) dominate at about 0.5 s each, 40 s; compiling the 26 distinct cuTile builds
+    and the CUDA instances in parallel about 1-2 min. About 3-4 min in all (the scaling study,
+    64 cases with four S=128K problems at 5 repetitions, took 59 s). The summary (geometric mean
+    and minimum of the speed ratio to cuDNN and to flash per family, ``experiments.shapes``) is
+    printed after the measurement."""
+    return [c for panel, prob in shapes_problems() for c in default_cases(arch, prob, panel)]
+
+
+def bench_plan(arch: Arch) -> list[Case]:
+    """The peer benchmark: each family's default ``attention()`` configuration (cuTile: the
+    measured kernels/configs/<arch>.json entry and its default schedule; CUDA: grid launch at the
+    registry's tiles), linear order, fp16, B=1, H=16, S in {4K, 16K, 32K}, D in {64, 128}, causal
+    and not; timed beside SDPA's flash and cuDNN backends."""
+    from kernels.backend import default_schedule
+    from kernels.config import default_config
+    cases = []
+    for D in (64, 128):
+        for causal in (False, True):
+            cfg = default_config(arch.name, D, causal)
+            panel = f"bench-d{D}-{'causal' if causal else 'noncausal'}"
+            for S in BENCH_SEQS:
+                prob = Problem(1, 16, S, D, causal=causal)
+                sched = default_schedule(prob, cfg, cfg.tiles, arch)
+                cases.append(Case(prob, Variant(Backend.CUTILE, ScanOrder.linear(), sched,
+                                                cfg.tiles, cfg.occupancy),
+                                  arch.resident_ctas(cfg.occupancy or 1), panel))
+                cases.append(Case(prob, Variant(Backend.CUDA, ScanOrder.linear(), CtaSchedule.grid(),
+                                                arch.cuda_tiles), arch.num_sms, panel))
+    return cases

@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from experiments.correctness import check, poisoned_like, random_inputs, reference
-    from experiments.studies import shapes_problems
+    from experiments.suites import shapes_problems
     from experiments.timing import sdpa_peers, time_interleaved
     from kernels import fmha
     from kernels.backend import CutileFamily, default_schedule

@@ -67,7 +67,8 @@ from spec.case import case_to_dict
 from spec.problem import TileGrid
 from spec.records import Metric, Row, Source, case_fields, write_csv
 
-from experiments.studies import UnknownStudy, at_length, get_study, lengths
+from experiments.lengths import at_length, lengths
+from experiments.studies import UnknownStudy, get_study
 
 TARGET = [sys.executable, "-m", "experiments.target"]
 STUDY = "sawtooth"

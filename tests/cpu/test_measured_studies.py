@@ -13,7 +13,8 @@ import pytest
 from cuda_baseline.source import TESTED_TILES
 from experiments import tune
 from experiments.measure import RESOURCES, resource_rows
-from experiments.studies import BENCH_SEQS, STUDIES, get_study
+from experiments.studies import STUDIES, get_study
+from experiments.suites import BENCH_SEQS
 from kernels.config import default_config
 from spec import Backend, Case, CtaSchedule, Problem, ScanOrder, Tiles, Variant, get_arch
 from spec.family import PREPARED_FIELDS, BadInput, Prepared

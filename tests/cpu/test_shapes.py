@@ -10,7 +10,8 @@ import pytest
 
 from cuda_baseline.source import SM90_CTAS_PER_SM
 from experiments import shapes, tune
-from experiments.studies import get_study, shapes_problems
+from experiments.studies import get_study
+from experiments.suites import shapes_problems
 from kernels import config
 from kernels.config import (KernelConfig, ShapeClass, UNMEASURED, parse, persistent_ctas,
                             problem_config, representative, representatives, shape_class)
