@@ -40,10 +40,8 @@ profiled launch is one row per metric (``group`` = the condition, ``sample`` = s
 launch, note ``session=s launch=l``), plus the median / min..max summary and the consistency
 checks of ``profiles.counters``; ``DIR/counters.csv`` and ``DIR/manifest.json`` are written
 atomically (``experiments.rundir``), and a table (condition, case, median, min..max, spread %)
-is printed last.
-
-Cost on an H100: about 5-6 minutes at the defaults. The profiling target is the one every study uses, ``experiments.target``, with the plan keys
-this needs (``launches``, ``reverse``, ``flush_bytes``, ``trace_dir``).
+is printed last. About 5-6 minutes on an H100; the target is ``experiments.target``, with the
+plan keys ``launches``, ``reverse``, ``flush_bytes``, ``trace_dir``.
 """
 from __future__ import annotations
 
