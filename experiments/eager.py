@@ -286,7 +286,7 @@ def stored_lines(rows) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from analysis.data import DatasetError, read_run, read_table
+    from analysis.data import DatasetError, timing_rows
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         print("error: usage: python -m experiments.eager <hostpath run directory>",
@@ -294,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     path = Path(argv[0])
     try:                                   # through the data door: a committed run is verified
-        rows = read_run(path).get("timing.csv", []) if path.is_dir() else read_table(path)
+        rows = timing_rows(path)
     except DatasetError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -40,7 +40,7 @@ from spec import Problem
 
 from spec.records import Metric
 
-from analysis.data import DatasetError, read_run, read_table
+from analysis.data import DatasetError, timing_rows
 
 from .eager import EAGER_CALL_MS
 
@@ -297,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     path = Path(argv[0])
     try:                                   # through the data door: a committed run is verified
-        rows = read_run(path).get("timing.csv", []) if path.is_dir() else read_table(path)
+        rows = timing_rows(path)
     except DatasetError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -5,6 +5,7 @@ drawn), and the one-line summary of a render. Imports no figure module, so a fig
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import re
 import textwrap
@@ -134,18 +135,20 @@ def _footer(fig, lines: list[str]) -> None:
              color="#555555", ha="left", va="bottom", linespacing=1.2, gid="footer")
 
 
+@functools.lru_cache(maxsize=None)
+def _dirty(run_dir: str) -> bool:
+    """Whether a run's manifest records a tree with uncommitted changes (read once per run)."""
+    try:
+        g = read_manifest(Path(run_dir)).get("git") or {}
+    except DatasetError:
+        return False
+    return isinstance(g, dict) and bool(g.get("dirty"))
+
+
 def _dirty_runs(rows: list[dict]) -> set[str]:
     """The runs (by name) whose manifest records a tree with uncommitted changes."""
     dirs = {run_name(run_of(r)): run_of(r) for r in rows if r.get(RUN_DIR)}
-    out = set()
-    for name, d in dirs.items():
-        try:
-            g = read_manifest(Path(d)).get("git") or {}
-        except DatasetError:
-            continue
-        if isinstance(g, dict) and g.get("dirty"):
-            out.add(name)
-    return out
+    return {name for name, d in dirs.items() if _dirty(d)}
 
 
 def finish(fig, rows: list[dict], figure: str, arch: str | None, drawn: list[str],

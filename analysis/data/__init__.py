@@ -7,10 +7,11 @@ from analysis.data.registry import (DatasetError, Entry, content_hash, entry, fi
 from analysis.data.select import (ANY, Dataset, candidates, dataset, default_runs, discover, repeated_runs,
                      repeats_of, select)
 from analysis.data.tables import (DATA_FILES, RUN_DIR, csv_rows, load_rows, new_directory, read_file, read_manifest,
-                     read_run, read_table, resolve, run_of, stored)
+                     read_run, read_table, resolve, run_of, stored,
+                                 timing_rows)
 
 __all__ = ["DatasetError", "Entry", "content_hash", "entry", "find", "instrument", "open_path",
            "csv_rows", "ANY", "Dataset", "candidates", "dataset", "default_runs", "discover",
            "repeated_runs", "repeats_of", "select", "DATA_FILES", "RUN_DIR", "load_rows",
            "new_directory", "read_file", "read_manifest", "read_run", "read_table", "resolve",
-           "run_of", "stored"]
+           "run_of", "stored", "timing_rows"]

@@ -245,9 +245,10 @@ def find_files(arch: str, pattern: str) -> list[Path]:
     entry verified first), in path order."""
     out = []
     for e in find(arch=arch):
-        if e.abspath.is_dir() and any(e.abspath.rglob(pattern)):
+        hits = [p for p in e.abspath.rglob(pattern) if p.is_file()] if e.abspath.is_dir() else []
+        if hits:
             verify(e)
-            out += [p for p in e.abspath.rglob(pattern) if p.is_file()]
+            out += hits
     return sorted(out)
 
 

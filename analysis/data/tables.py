@@ -173,6 +173,13 @@ def load_rows(run_dirs: Sequence) -> list[dict]:
     return rows
 
 
+def timing_rows(path: Path | str) -> list[dict]:
+    """The timing rows of a run directory (its ``timing.csv``, none if it has no timing), or of
+    a timing CSV named directly; ``DatasetError`` in one line when they cannot be read."""
+    p = Path(path)
+    return read_run(p).get("timing.csv", []) if p.is_dir() else read_table(p)
+
+
 def run_of(row: dict) -> str:
     """The run a row belongs to: its directory when ``load_rows`` read it, else its ``run``."""
     return row.get(RUN_DIR) or row["run"]
