@@ -181,3 +181,18 @@ class TileGrid:
         if self.problem.S_kv % self.tiles.n:
             first = min(first, self.n_kv - 1)
         return first
+
+    def item_steps(self) -> np.ndarray:
+        """K/V steps of each Q tile of one (batch, head): ``n_kv`` each, or the causal ranges.
+        With the per-step and per-item costs, what one work item costs (``kernels.choice``)."""
+        return np.asarray(self.kv_tiles_for(np.arange(self.n_q)), dtype=np.int64)
+
+    def masked_fraction(self) -> float:
+        """Share of the score elements the kernel computes that the mask throws away: the ragged
+        last Q and K/V tiles (a tile is computed whole) and, causal, the upper triangle of the
+        diagonal tiles. 0 for a problem whose lengths are multiples of the tiles, non-causal."""
+        p, t = self.problem, self.tiles
+        computed = int(self.item_steps().sum()) * t.m * t.n
+        rows = np.arange(p.S_q, dtype=np.int64)
+        valid = int(np.minimum(rows + 1, p.S_kv).sum()) if p.causal else p.S_q * p.S_kv
+        return 1.0 - valid / computed

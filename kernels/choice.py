@@ -1,0 +1,153 @@
+"""The per-problem configuration rule: choose tiles, occupancy and schedule from a work model of
+the quantities that decide a split-Q kernel's efficiency, never from the nearest tuned shape.
+
+What decides how long a configuration takes on a problem (``spec.TileGrid``):
+
+- **work items per slot**: ``B·H·⌈S_q/tile_m⌉`` items over ``SMs × CTAs per SM`` slots. Below
+  one the GPU is partly idle; just above a whole number the last wave runs nearly empty (the
+  wave quantisation that makes 64-row tiles at two CTAs per SM win on batches of short
+  sequences and 128-row tiles at one CTA per SM win on long ones);
+- **K/V steps per item**: ``⌈S_kv/tile_n⌉`` (causal: up to the diagonal). Few steps and the
+  per-item work (loading the Q tile, the softmax epilogue, storing O, a CTA's launch) weighs as
+  much as the scan; that is where persistent CTAs, which stay resident, pay;
+- **masked fraction**: tiles are computed whole, so a ragged end (S=197 computes 256×256 scores
+  for 197×197 valid ones: 41% thrown away) and the causal diagonal cost steps that do no work;
+  it enters through the whole-tile step counts;
+- **heads sharing K/V** (``H/H_kv``) and the scan's L2 reuse enter through the per-step cost,
+  which is measured per configuration on problems of every sharing.
+
+The model: an item of ``s`` steps costs ``α + β·s`` microseconds on a slot of a full GPU (α,
+β per configuration and (D, causal) key, fitted by least squares on the tuning half of the
+shape suite: ``python -m experiments.rulefit``). Items of equal length (non-causal) finish in
+``⌈items/slots⌉`` waves; unequal ones (causal, dealt longest first or in balanced rounds) in
+``max(Σ cost / slots, longest item)``. The rule picks the configuration of least predicted time.
+Because every prediction moves smoothly with the quantities (up to the wave count the hardware
+itself has), the choice changes only where two predictions cross: there are no class borders,
+and a problem between two tuned shapes is predicted, not assigned to either.
+
+What the model leaves out, on purpose: a last wave with fewer CTAs than SMs runs each CTA alone
+and faster than β says (the model is pessimistic for a lone partial wave, for every candidate
+alike); the L2 outgrowing K/V per head at very long S (measured into β at the lengths the
+tuning half has).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from spec.problem import Problem, TileGrid
+
+from .config import KernelConfig, config_key
+
+CANDIDATES: dict[bool, tuple[KernelConfig, ...]] = {
+    False: (KernelConfig(64, 128, 2, None, "grid"),
+            KernelConfig(64, 128, 2, None, "persistent"),
+            KernelConfig(128, 128, 1, 8, "grid"),
+            KernelConfig(128, 64, 2, None, "persistent"),
+            KernelConfig(64, 64, 2, None, "persistent")),
+    True: (KernelConfig(64, 128, 2, None, "glpt"),
+           KernelConfig(64, 128, 2, None, "lpt"),
+           KernelConfig(64, 128, 2, None, "snake"),
+           KernelConfig(128, 128, 1, 8, "glpt"),
+           KernelConfig(128, 64, 2, None, "snake")),
+}
+"""The configurations the rule chooses among, per causal: those of the tuned classes
+(kernels/configs/h100.json) that won anywhere, plus 64x64 and 128x64 tiles at two CTAs per SM
+held by persistent CTAs (short scans: twice the items, half the steps). All spill-free on sm_90
+(tests/cpu/test_resources.py covers each at D 64 and 128)."""
+
+
+def config_label(cfg: KernelConfig) -> str:
+    """``64x128.occ2.grid`` (worker warps added when set): the name a rule's constants use."""
+    ww = f".ww{cfg.worker_warps}" if cfg.worker_warps else ""
+    return f"{cfg.tile_m}x{cfg.tile_n}.occ{cfg.occupancy}{ww}.{cfg.schedule}"
+
+
+BY_LABEL = {config_label(c): c for cs in CANDIDATES.values() for c in cs}
+
+
+def slots(cfg: KernelConfig, num_sms: int) -> int:
+    return num_sms * (cfg.ctas_per_sm or cfg.occupancy or 1)
+
+
+@dataclass(frozen=True)
+class Quantities:
+    """The work model's view of one (problem, configuration) pair on an arch."""
+
+    items: int              # work items, B·H·⌈S_q/tile_m⌉
+    slots: int              # resident CTAs the configuration keeps: SMs × CTAs per SM
+    steps: np.ndarray       # K/V steps of each item of one head (length ⌈S_q/tile_m⌉)
+    heads: int              # B·H: how many times ``steps`` repeats
+    masked_fraction: float  # computed score elements that the mask discards
+    sharing: int            # query heads per K/V head
+
+    @property
+    def items_per_slot(self) -> float:
+        return self.items / self.slots
+
+    @property
+    def uniform(self) -> bool:
+        return bool(self.steps.min() == self.steps.max())
+
+
+def quantities(problem: Problem, cfg: KernelConfig, num_sms: int) -> Quantities:
+    g = TileGrid(problem, cfg.tiles)
+    return Quantities(g.n_work, slots(cfg, num_sms), g.item_steps(), g.n_bh,
+                      g.masked_fraction(), problem.group_size)
+
+
+def waves_and_steps(q: Quantities) -> tuple[float, float]:
+    """(w, s) with predicted time ``α·w + β·s``: per slot, the items and the K/V steps on the
+    critical path. Equal items: ``⌈items/slots⌉`` waves of the common length; unequal ones:
+    the balanced share ``Σ/slots``, or the longest item where one item outlasts the share."""
+    if q.uniform:
+        w = math.ceil(q.items / q.slots)
+        return float(w), float(w * int(q.steps[0]))
+    share_w, share_s = q.items / q.slots, q.heads * float(q.steps.sum()) / q.slots
+    longest = float(q.steps.max())
+    return (share_w, share_s) if share_s >= longest else (1.0, longest)
+
+
+def predict_us(problem: Problem, cfg: KernelConfig, alpha: float, beta: float,
+               num_sms: int) -> float:
+    w, s = waves_and_steps(quantities(problem, cfg, num_sms))
+    return alpha * w + beta * s
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Fitted constants: ``{key: {label: (α µs, β µs)}}`` for the keys of ``config_key``."""
+
+    constants: dict
+    num_sms: int
+
+    def predictions(self, problem: Problem) -> dict[str, float]:
+        """Predicted µs of each candidate with constants for the problem's (D, causal) key."""
+        consts = self.constants.get(config_key(problem.D, problem.causal), {})
+        return {label: predict_us(problem, BY_LABEL[label], a, b, self.num_sms)
+                for label, (a, b) in consts.items()}
+
+    def choose(self, problem: Problem) -> KernelConfig | None:
+        """The candidate of least predicted time; None where the key has no constants."""
+        pred = self.predictions(problem)
+        if not pred:
+            return None
+        return BY_LABEL[min(pred, key=lambda k: (pred[k], k))]
+
+
+def parse_rule(block: dict | None, where: str = "configs") -> Rule | None:
+    """A configs file's ``rule`` block (``{"num_sms": N, "constants": {key: {label: [α, β]}}}``),
+    or None when the file has none; a label that names no candidate raises ValueError."""
+    if not block:
+        return None
+    consts = {}
+    for key, per in block.get("constants", {}).items():
+        bad = sorted(set(per) - set(BY_LABEL))
+        if bad:
+            raise ValueError(f"{where}: rule.constants.{key}: unknown configuration "
+                             f"{', '.join(bad)}; known: {', '.join(sorted(BY_LABEL))}; re-run "
+                             "python -m experiments.rulefit")
+        consts[key] = {label: (float(a), float(b)) for label, (a, b) in per.items()}
+    return Rule(consts, int(block["num_sms"]))
