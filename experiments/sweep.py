@@ -3,7 +3,7 @@
 ``python -m experiments.rulefit`` fits the rule's constants on and judges it with.
 
     python -m experiments.sweep --arch h100 [--sets models,scan] [--reps 10] [--out DIR]
-                                [--budget-s 520] [--dry-run]
+                                [--budget-s 520] [--shard I/N] [--dry-run]
 
 Problem sets (the ``set`` column of ``trials.csv.gz``):
 
@@ -109,6 +109,17 @@ def write_trials(path: Path, rows: list[dict]) -> None:
         f.write(buf.getvalue().encode())
 
 
+def shard(plan: list, value: str) -> list:
+    """Every N-th entry of ``plan`` from the I-th, for ``--shard I/N``."""
+    try:
+        i, n = (int(x) for x in value.split("/"))
+        if not 0 <= i < n:
+            raise ValueError
+    except ValueError:
+        raise UsageError(f"--shard {value!r}: give I/N with 0 <= I < N, e.g. 0/2") from None
+    return plan[i::n]
+
+
 def _groups(value: str) -> tuple[str, ...]:
     names = tuple(dict.fromkeys(v.strip() for v in value.split(",") if v.strip()))
     bad = [n for n in names if n not in SET_GROUPS]
@@ -128,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget-s", type=float, default=520.0,
                     help="start no new problem after this many seconds")
     ap.add_argument("--out", type=Path, help="run directory (default runs/<arch>/sweep/<stamp>)")
+    ap.add_argument("--shard", default="0/1", help="I/N: every N-th problem from the I-th "
+                    "(0-based), to split a sweep over several device calls")
     ap.add_argument("--dry-run", action="store_true", help="print the plan, measure nothing")
     args = ap.parse_args(argv)
     try:
@@ -139,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.out is not None:
             check_free(args.out)
             check_creatable(args.out)
-        plan = sweep_problems(groups)
+        plan = shard(sweep_problems(groups), args.shard)
         if args.dry_run:
             n = sum(len(candidates_for(arch, p)) for _, _, p in plan)
             print(f"sweep on {arch.name}: {len(plan)} problems ({', '.join(groups)}), {n} "
