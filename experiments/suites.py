@@ -19,13 +19,13 @@ from spec.case import Case
 
 def default_cases(arch: Arch, prob: Problem, panel: str) -> list[Case]:
     """Each family's default ``attention()`` configuration for ``prob`` on ``arch``, linear
-    order. cuTile: the configuration of the problem's shape class
-    (``kernels.config.problem_config``) and its default schedule; CUDA:
+    order. cuTile: the configuration the rule chooses
+    (``kernels.choice.problem_config``) and its default schedule; CUDA:
     ``cuda_baseline.backend.default_tiles`` and ``default_schedule``."""
     from cuda_baseline.backend import default_schedule as cuda_default_schedule
     from cuda_baseline.backend import default_tiles as cuda_default_tiles
     from kernels.backend import default_schedule
-    from kernels.config import problem_config
+    from kernels.choice import problem_config
     cfg = problem_config(arch.name, prob)
     sched = default_schedule(prob, cfg, cfg.tiles, arch)
     tiles = cuda_default_tiles(prob, arch)
@@ -159,8 +159,8 @@ def shapes_problems() -> list[tuple[str, Problem]]:
 def shapes_plan(arch: Arch) -> list[Case]:
     """Issue 14's shape suite (``shapes_problems``, 80 problems): each family's default
     ``attention()`` configuration per problem, linear order, timed beside SDPA's flash and cuDNN
-    backends through the correctness gate. cuTile: the configuration of the problem's shape class
-    (``kernels.config.problem_config``, kernels/configs/<arch>.json) and its default schedule;
+    backends through the correctness gate. cuTile: the configuration the rule chooses
+    (``kernels.choice.problem_config``, kernels/configs/<arch>.json) and its default schedule;
     CUDA: ``cuda_baseline.backend.default_tiles`` and ``default_schedule`` (grid launch for
     full attention, longest-first over one wave of resident CTAs for causal).
 

@@ -161,7 +161,7 @@ def _classes(existing: dict | None) -> dict:
 def document(arch: Arch, device: str, problems: dict[str, tuple[Problem, ...]],
              results: dict[str, list[Trial]], existing: dict | None) -> dict:
     """The JSON ``kernels.config`` reads: the best passing candidate per key, and every trial;
-    the class blocks of ``existing`` are kept."""
+    the class blocks and the rule block (``experiments.rulefit``) of ``existing`` are kept."""
     configs = dict((existing or {}).get("configs", {}))
     measured = dict((existing or {}).get("measured", {}))
     tuned_at = dict((existing or {}).get("problems", {}))
@@ -174,7 +174,8 @@ def document(arch: Arch, device: str, problems: dict[str, tuple[Problem, ...]],
                       "experiments.timing: interleaved, cold L2; ranked by the geometric mean "
                       "over each key's problems)",
             "configs": configs, "measured": measured, "problems": tuned_at,
-            "classes": _classes(existing)}
+            "classes": _classes(existing),
+            **({"rule": existing["rule"]} if existing and "rule" in existing else {})}
 
 
 def document_classes(arch: Arch, device: str, results: dict[str, dict[str, list[Trial]]],

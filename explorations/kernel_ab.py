@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     from experiments.timing import sdpa_peers, time_interleaved
     from kernels import fmha
     from kernels.backend import CutileFamily, default_schedule
-    from kernels.config import problem_config
+    from kernels.choice import problem_config
     from spec import Backend, CtaSchedule, ScanOrder, Variant, get_arch
 
     mods = {"prod": fmha}

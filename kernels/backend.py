@@ -21,7 +21,8 @@ from spec.problem import Problem, TileGrid, Tiles
 from spec.schedules import CtaSchedule, ScheduleKind, section_heads
 from spec.variant import Backend, Variant
 
-from .config import KernelConfig, persistent_ctas, problem_config, registry_config
+from .choice import problem_config
+from .config import KernelConfig, persistent_ctas, registry_config
 
 MAX_TILE = 256
 
@@ -307,7 +308,7 @@ def attention(q, k, v, *, causal: bool = False, order: str | ScanOrder = "linear
     "blockparity" or a ScanOrder. ``schedule``: "grid", "tile<X>", "static<P>", "static<P>h",
     "snake<P>", "lpt<P>", "glpt<G>", a CtaSchedule, or None for the measured default. The
     defaults are those of the arch and the problem's shape class
-    (``kernels.config.problem_config``), read from ``kernels/configs/<arch>.json``; ``tiles``
+    (``kernels.choice.problem_config``), read from ``kernels/configs/<arch>.json``; ``tiles``
     (a Tiles or (TILE_M, TILE_N)) and ``occupancy`` override them. Returns ``out`` (allocated
     like q when not given).
 

@@ -3,10 +3,10 @@ the quantities that decide a split-Q kernel's efficiency, never from the nearest
 
 What decides how long a configuration takes on a problem (``spec.TileGrid``):
 
-- **work items per slot**: ``B·H·⌈S_q/tile_m⌉`` items over ``SMs × CTAs per SM`` slots. Below
-  one the GPU is partly idle; just above a whole number the last wave runs nearly empty (the
-  wave quantisation that makes 64-row tiles at two CTAs per SM win on batches of short
-  sequences and 128-row tiles at one CTA per SM win on long ones);
+- **work items per SM**: ``B·H·⌈S_q/tile_m⌉`` items over the SMs, run ``CTAs per SM`` at a
+  time. Below one the GPU is partly idle; just above a whole number the last wave runs nearly
+  empty (the wave quantisation that decides between 64- and 128-row tiles on batches of short
+  sequences);
 - **K/V steps per item**: ``⌈S_kv/tile_n⌉`` (causal: up to the diagonal). Few steps and the
   per-item work (loading the Q tile, the softmax epilogue, storing O, a CTA's launch) weighs as
   much as the scan; that is where persistent CTAs, which stay resident, pay;
@@ -19,16 +19,15 @@ What decides how long a configuration takes on a problem (``spec.TileGrid``):
 The model: an item of ``s`` steps costs ``α + β·s`` microseconds on a slot of a full GPU (α,
 β per configuration and (D, causal) key, fitted by least squares on the tuning half of the
 shape suite: ``python -m experiments.rulefit``). Items of equal length (non-causal) finish in
-``⌈items/slots⌉`` waves; unequal ones (causal, dealt longest first or in balanced rounds) in
-``max(Σ cost / slots, longest item)``. The rule picks the configuration of least predicted time.
+``⌈items/SMs⌉ / CTAs-per-SM`` waves (``waves_and_steps``); unequal ones (causal, dealt longest
+first or in balanced rounds) in ``max(Σ cost / slots, longest item)``. The rule picks the configuration of least predicted time.
 Because every prediction moves smoothly with the quantities (up to the wave count the hardware
 itself has), the choice changes only where two predictions cross: there are no class borders,
 and a problem between two tuned shapes is predicted, not assigned to either.
 
-What the model leaves out, on purpose: a last wave with fewer CTAs than SMs runs each CTA alone
-and faster than β says (the model is pessimistic for a lone partial wave, for every candidate
-alike); the L2 outgrowing K/V per head at very long S (measured into β at the lengths the
-tuning half has).
+What the model leaves out: the L2 outgrowing K/V per head at very long S, and the pipeline's
+latency at 64-key steps (both measured into β at the lengths the fit data have, so a
+configuration whose per-step cost changes with S is predicted at its average).
 """
 from __future__ import annotations
 
@@ -39,7 +38,7 @@ import numpy as np
 
 from spec.problem import Problem, TileGrid
 
-from .config import KernelConfig, config_key
+from .config import KernelConfig, class_config, config_key, load
 
 CANDIDATES: dict[bool, tuple[KernelConfig, ...]] = {
     False: (KernelConfig(64, 128, 2, None, "grid"),
@@ -68,20 +67,21 @@ def config_label(cfg: KernelConfig) -> str:
 BY_LABEL = {config_label(c): c for cs in CANDIDATES.values() for c in cs}
 
 
-def slots(cfg: KernelConfig, num_sms: int) -> int:
-    return num_sms * (cfg.ctas_per_sm or cfg.occupancy or 1)
-
-
 @dataclass(frozen=True)
 class Quantities:
     """The work model's view of one (problem, configuration) pair on an arch."""
 
     items: int              # work items, B·H·⌈S_q/tile_m⌉
-    slots: int              # resident CTAs the configuration keeps: SMs × CTAs per SM
+    num_sms: int
+    per_sm: int             # resident CTAs per SM the configuration keeps
     steps: np.ndarray       # K/V steps of each item of one head (length ⌈S_q/tile_m⌉)
     heads: int              # B·H: how many times ``steps`` repeats
     masked_fraction: float  # computed score elements that the mask discards
     sharing: int            # query heads per K/V head
+
+    @property
+    def slots(self) -> int:
+        return self.num_sms * self.per_sm
 
     @property
     def items_per_slot(self) -> float:
@@ -94,17 +94,22 @@ class Quantities:
 
 def quantities(problem: Problem, cfg: KernelConfig, num_sms: int) -> Quantities:
     g = TileGrid(problem, cfg.tiles)
-    return Quantities(g.n_work, slots(cfg, num_sms), g.item_steps(), g.n_bh,
-                      g.masked_fraction(), problem.group_size)
+    return Quantities(g.n_work, num_sms, cfg.ctas_per_sm or cfg.occupancy or 1,
+                      g.item_steps(), g.n_bh, g.masked_fraction(), problem.group_size)
 
 
 def waves_and_steps(q: Quantities) -> tuple[float, float]:
-    """(w, s) with predicted time ``α·w + β·s``: per slot, the items and the K/V steps on the
-    critical path. Equal items: ``⌈items/slots⌉`` waves of the common length; unequal ones:
-    the balanced share ``Σ/slots``, or the longest item where one item outlasts the share."""
+    """(w, s) with predicted time ``α·w + β·s``: the items and K/V steps on the critical path,
+    in units of one slot of a full SM.
+
+    Equal items (non-causal): the hardware spreads CTAs over the SMs first, so the busiest SM
+    holds ``⌈items/SMs⌉`` of them and runs ``per_sm`` at a time: ``w = ⌈items/SMs⌉ / per_sm``
+    waves of the common length (an SM holding fewer CTAs than it can runs them faster, each
+    getting more of its throughput). Unequal items (causal, dealt longest first or in balanced
+    rounds): the balanced share ``Σ/slots``, or the longest item where it outlasts the share."""
     if q.uniform:
-        w = math.ceil(q.items / q.slots)
-        return float(w), float(w * int(q.steps[0]))
+        w = math.ceil(q.items / q.num_sms) / q.per_sm
+        return w, w * int(q.steps[0])
     share_w, share_s = q.items / q.slots, q.heads * float(q.steps.sum()) / q.slots
     longest = float(q.steps.max())
     return (share_w, share_s) if share_s >= longest else (1.0, longest)
@@ -151,3 +156,18 @@ def parse_rule(block: dict | None, where: str = "configs") -> Rule | None:
                              "python -m experiments.rulefit")
         consts[key] = {label: (float(a), float(b)) for label, (a, b) in per.items()}
     return Rule(consts, int(block["num_sms"]))
+
+
+def load_rule(arch: str) -> Rule | None:
+    """The rule of ``kernels/configs/<arch>.json`` (or of the arch it shares a die with); parsed
+    per call, which only a new launch key makes (``kernels.backend``'s launch cache)."""
+    return parse_rule(load(arch).rule, f"kernels/configs/{arch}.json")
+
+
+def problem_config(arch: str, problem: Problem) -> KernelConfig:
+    """What ``attention()`` runs ``problem`` with on ``arch``: the rule's choice, where the arch's
+    configs file has constants for the problem's (D, causal) key; else the shape class's
+    configuration (``kernels.config.class_config``)."""
+    rule = load_rule(arch)
+    cfg = rule.choose(problem) if rule is not None else None
+    return cfg if cfg is not None else class_config(arch, problem)

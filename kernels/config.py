@@ -181,6 +181,7 @@ class ArchConfigs:
     base: dict          # key -> KernelConfig
     classes: dict       # class name -> {key -> KernelConfig}
     status: dict        # class name -> status line
+    rule: dict | None = None   # the raw ``rule`` block (kernels.choice reads it)
 
 
 # archs without a measured file of their own that share a die with one that has it (same SMs,
@@ -219,7 +220,7 @@ def parse(data: dict, where: str = "configs") -> ArchConfigs:
     classes = {name: configs(raw.get(name, {}).get("configs", {}), f"classes.{name}")
                for name in sorted(known)}
     status = {name: raw.get(name, {}).get("status", UNMEASURED) for name in sorted(known)}
-    return ArchConfigs(base, classes, status)
+    return ArchConfigs(base, classes, status, data.get("rule"))
 
 
 @lru_cache(maxsize=None)
@@ -252,9 +253,10 @@ def default_config(arch: str, D: int, causal: bool) -> KernelConfig:
     return cfg if cfg is not None else registry_config(arch)
 
 
-def problem_config(arch: str, problem: Problem) -> KernelConfig:
-    """What ``attention()`` runs ``problem`` with on ``arch``: its shape class's measured
-    configuration for (D, causal), else the (D, causal) default (``default_config``)."""
+def class_config(arch: str, problem: Problem) -> KernelConfig:
+    """The configuration of ``problem``'s shape class for (D, causal), else the (D, causal)
+    default (``default_config``): what ``kernels.choice.problem_config`` falls back to for a key
+    the arch's rule has no constants for."""
     cls = shape_class(problem)
     key = config_key(problem.D, problem.causal)
     cfg = load(arch).classes.get(cls.value, {}).get(key)

@@ -13,8 +13,9 @@ from experiments import shapes, tune
 from experiments.studies import get_study
 from experiments.suites import shapes_problems
 from kernels import config
+from kernels.choice import problem_config
 from kernels.config import (KernelConfig, ShapeClass, UNMEASURED, parse, persistent_ctas,
-                            problem_config, representative, representatives, shape_class)
+                            representative, representatives, shape_class)
 from spec import Backend, CtaSchedule, Problem, ScanOrder, get_arch
 from spec.problem import TileGrid, Tiles
 from spec.schedules import ScheduleKind
@@ -369,7 +370,8 @@ def test_tune_classes_checks_first_and_writes_what_attention_reads(
     monkeypatch.setattr(tune, "_device_name", lambda: "fake H100")
     out = tmp_path / "h100.json"
     old = json.loads((config.CONFIG_DIR / "h100.json").read_text())
-    out.write_text(json.dumps({k: v for k, v in old.items() if k != "classes"} | {"schema": 1}))
+    out.write_text(json.dumps({k: v for k, v in old.items() if k not in ("classes", "rule")}
+                              | {"schema": 1}))
     assert tune.main(["--arch", "h100", "--classes", "uneven,gqa", "--out", str(out),
                       "--force", "--reps", "3"]) == 0
     # each key measured once at each of its class's problems, with the LPT candidates

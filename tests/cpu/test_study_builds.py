@@ -85,22 +85,31 @@ def test_default_attention_study_builds_do_not_spill(study):
 
 
 def test_every_config_the_json_can_name_builds_without_spill():
-    """Each shape class × (D, causal): the configuration ``attention()`` picks for the class's
-    representative problem (the class's measured entry, or the (D, causal) default it falls
-    back to) with its default schedule."""
+    """Every configuration ``attention()`` can pick: each shape class × (D, causal) (the class's
+    measured entry, or the (D, causal) default it falls back to, for keys without rule constants)
+    at the class's representative problem, and every configuration the rule has constants for
+    (``kernels.choice``) at the long and the tiny class's representative of its key (a ragged
+    and an even length), each with its default schedule."""
     require_toolchain(_available(), "cuda-tile + tileiras + cuobjdump")
     from kernels.backend import default_schedule
-    from kernels.config import ShapeClass, problem_config, representative
+    from kernels.choice import BY_LABEL, load_rule
+    from kernels.config import ShapeClass, class_config, representative
     from spec import Case, ScanOrder, Variant
     arch = get_arch("h100")
-    cases = []
+    picks = []
     for cls in ShapeClass:
         for D in (64, 128):
             for causal in (False, True):
                 p = representative(cls, D, causal)
-                cfg = problem_config("h100", p)
-                v = Variant(Backend.CUTILE, ScanOrder.linear(),
-                            default_schedule(p, cfg, cfg.tiles, arch), cfg.tiles,
-                            cfg.occupancy)
-                cases.append(Case(p, v, arch.num_sms, cls.value))
+                picks.append((p, class_config("h100", p), cls.value))
+    rule = load_rule("h100")
+    assert rule is not None and rule.constants
+    for key, per in rule.constants.items():
+        D, causal = int(key.split(".")[0][1:]), key.endswith("causal")
+        for label in per:
+            for cls in (ShapeClass.LONG, ShapeClass.TINY):
+                picks.append((representative(cls, D, causal), BY_LABEL[label], f"rule {label}"))
+    cases = [Case(p, Variant(Backend.CUTILE, ScanOrder.linear(),
+                             default_schedule(p, cfg, cfg.tiles, arch), cfg.tiles, cfg.occupancy),
+                  arch.num_sms, panel) for p, cfg, panel in picks]
     assert not _spilling(_distinct_resources(cases))

@@ -36,7 +36,7 @@ PACKED = PROBLEMS[2]    # the strided, graph and compile problem: one [B, S, 3, 
 def _default_variant(family: str, arch: Arch, pr: Problem) -> Variant:
     if family == "cutile":
         from kernels.backend import default_schedule
-        from kernels.config import problem_config
+        from kernels.choice import problem_config
         cfg = problem_config(arch.name, pr)
         return Variant(Backend.CUTILE, ScanOrder.linear(),
                        default_schedule(pr, cfg, cfg.tiles, arch), cfg.tiles)

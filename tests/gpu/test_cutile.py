@@ -115,7 +115,7 @@ def _attention_variant(arch: Arch, pr: Problem, order: str, schedule: str | None
                        level: int = 6) -> Variant:
     """The variant ``kernels.backend.attention`` launches for these arguments."""
     from kernels.backend import default_schedule
-    from kernels.config import problem_config
+    from kernels.choice import problem_config
     cfg = problem_config(arch.name, pr)
     sched = (default_schedule(pr, cfg, cfg.tiles, arch) if schedule is None
              else CtaSchedule.parse(schedule))
