@@ -3,7 +3,8 @@
 ``python -m experiments.rulefit`` fits the rule's constants on and judges it with.
 
     python -m experiments.sweep --arch h100 [--sets models,scan] [--reps 10] [--out DIR]
-                                [--budget-s 520] [--shard I/N] [--dry-run]
+                                [--budget-s 520] [--shard I/N] [--masks full]
+                                [--dry-run]
 
 Problem sets (the ``set`` column of ``trials.csv.gz``):
 
@@ -141,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="run directory (default runs/<arch>/sweep/<stamp>)")
     ap.add_argument("--shard", default="0/1", help="I/N: every N-th problem from the I-th "
                     "(0-based), to split a sweep over several device calls")
+    ap.add_argument("--masks", choices=("both", "full", "causal"), default="both",
+                    help="only the non-causal (full) or the causal problems")
     ap.add_argument("--dry-run", action="store_true", help="print the plan, measure nothing")
     args = ap.parse_args(argv)
     try:
@@ -152,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.out is not None:
             check_free(args.out)
             check_creatable(args.out)
-        plan = shard(sweep_problems(groups), args.shard)
+        plan = [x for x in shard(sweep_problems(groups), args.shard)
+                if args.masks == "both" or x[2].causal == (args.masks == "causal")]
         if args.dry_run:
             n = sum(len(candidates_for(arch, p)) for _, _, p in plan)
             print(f"sweep on {arch.name}: {len(plan)} problems ({', '.join(groups)}), {n} "
