@@ -88,8 +88,9 @@ def test_every_config_the_json_can_name_builds_without_spill():
     """Every configuration ``attention()`` can pick: each shape class × (D, causal) (the class's
     measured entry, or the (D, causal) default it falls back to, for keys without rule constants)
     at the class's representative problem, and every configuration the rule has constants for
-    (``kernels.choice``) at the long and the tiny class's representative of its key (a ragged
-    and an even length), each with its default schedule."""
+    (``kernels.choice``) at the long, the tiny and the uneven class's representative of its key
+    (lengths that are multiples of 16 and one that is not: register allocation differs), each
+    with its default schedule."""
     require_toolchain(_available(), "cuda-tile + tileiras + cuobjdump")
     from kernels.backend import default_schedule
     from kernels.choice import BY_LABEL, load_rule
@@ -107,7 +108,7 @@ def test_every_config_the_json_can_name_builds_without_spill():
     for key, per in rule.constants.items():
         D, causal = int(key.split(".")[0][1:]), key.endswith("causal")
         for label in per:
-            for cls in (ShapeClass.LONG, ShapeClass.TINY):
+            for cls in (ShapeClass.LONG, ShapeClass.TINY, ShapeClass.UNEVEN):
                 picks.append((representative(cls, D, causal), BY_LABEL[label], f"rule {label}"))
     cases = [Case(p, Variant(Backend.CUTILE, ScanOrder.linear(),
                              default_schedule(p, cfg, cfg.tiles, arch), cfg.tiles, cfg.occupancy),
