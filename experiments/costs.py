@@ -189,18 +189,18 @@ def sim_plan_cost(cases: list[Case], arch: Arch, model: str, workers: int, figur
 # Least-squares coefficients of the measured runs' wall time (experiments.costfit.fit_measure on
 # the runs of MEASURE_FIT): seconds per unit of each term of ``measure_cost``.
 MEASURE_COEF = {
-    "start": 3.484,           # the process, the family loads, the first CUDA context
-    "per_case": 0.5632,        # compile (in parallel) and prepare one variant
-    "timed_gpu": 1.47,       # x kernel time of every timed launch (the cold-L2 flush included)
-    "check_gpu": 1.506,       # x one round of kernels and peers: correctness run, fp32 reference
-    "per_session": 12.63,     # one ncu session: python, torch, ncu start, report export
+    "start": 3.251,           # the process, the family loads, the first CUDA context
+    "per_case": 0.5607,        # compile (in parallel) and prepare one variant
+    "timed_gpu": 1.473,       # x kernel time of every timed launch (the cold-L2 flush included)
+    "check_gpu": 1.53,       # x one round of kernels and peers: correctness run, fp32 reference
+    "per_session": 12.67,     # one ncu session: python, torch, ncu start, report export
     "per_session_case": 0,  # one case built in an ncu session's target process
-    "warmup_gpu": 2.254,      # x one round of kernels: the target's warm-up launches
-    "replay_gpu": 0.5823,     # x kernel time of every profiled launch and replay pass
+    "warmup_gpu": 2.257,      # x one round of kernels: the target's warm-up launches
+    "replay_gpu": 0.5738,     # x kernel time of every profiled launch and replay pass
 }
 MEASURE_FIT = ('h100: cuda-tiles-20261123, cuda-tiles-20261125, ladder-20261121, longseq-20261121, '
                'longseq-20261123, longseq-profile-20261121, misscost-20261123, misscost-20261123-r2, '
-               'misscost-20261123-r3, models-20261126, occupancy-20261125, sawtooth-20261121, '
+               'misscost-20261123-r3, models-20261126, models-20261126c, occupancy-20261125, sawtooth-20261121, '
                'sawtooth-20261121-r2, sawtooth-20261121-r3, sawtooth-20261123, scaling-20261121, '
                'shapes-20261125c, shapes-20261126; h200: ladder-20261121, sawtooth-20261121, '
                'sawtooth-20261125, sawtooth-20261125b, scaling-20261121')
@@ -217,10 +217,10 @@ RATES = {
     # (arch, backend, tile_m, tile_n): TFLOP/s per fully occupied GPU, the median over the
     # committed timing rows of that family and tiles at S >= 32768 (experiments.costfit.fit_rates);
     # (arch, backend, None, None): over all its tiles
-    ("h100", "cuda", 128, 64): 305, ("h100", "cuda", 64, 64): 311, ("h100", "cuda", 80, 80): 172,
+    ("h100", "cuda", 128, 64): 304, ("h100", "cuda", 64, 64): 311, ("h100", "cuda", 80, 80): 172,
     ("h100", "cuda", None, None): 177, ("h100", "cutile", 128, 128): 499,
     ("h100", "cutile", 64, 128): 469, ("h100", "cutile", 64, 64): 436,
-    ("h100", "cutile", None, None): 494, ("h100", "sdpa-cudnn", None, None): 468,
+    ("h100", "cutile", None, None): 494, ("h100", "sdpa-cudnn", None, None): 469,
     ("h100", "sdpa-flash", None, None): 308,
     ("h200", "cuda", 128, 64): 304, ("h200", "cuda", 80, 80): 173, ("h200", "cuda", None, None): 289,
     ("h200", "cutile", 128, 128): 483, ("h200", "cutile", 64, 64): 353,

@@ -116,7 +116,21 @@ def regrets(rule: Rule, sets: dict, times: dict) -> dict[str, list[tuple[str, st
     return dict(out)
 
 
-def report(errors: dict, consts: dict, reg: dict) -> list[str]:
+def class_regrets(arch_name: str, sets: dict, times: dict) -> dict[str, list[float]]:
+    """{set: [regret]} of the shape classes' choice (``kernels.config.class_config``, what
+    attention() ran before the rule) where that configuration was measured."""
+    from kernels.config import class_config
+    out = defaultdict(list)
+    label_of = {v: k for k, v in BY_LABEL.items()}
+    for lab, (s, p) in sets.items():
+        t = times.get(lab)
+        chosen = label_of.get(class_config(arch_name, p))
+        if t and chosen in t:
+            out[s].append(t[chosen] / min(t.values()))
+    return dict(out)
+
+
+def report(errors: dict, consts: dict, reg: dict, old: dict | None = None) -> list[str]:
     lines = ["fit (relative error over the tuning half and issue 14's suite):"]
     for key, per in errors.items():
         for label, e in per.items():
@@ -135,6 +149,11 @@ def report(errors: dict, consts: dict, reg: dict) -> list[str]:
         for lab, chosen, r, fastest in sorted(rs, key=lambda x: -x[2]):
             if r > 1.05:
                 lines.append(f"    {lab:40s} chose {chosen:26s} {r:.3f}x the fastest ({fastest})")
+        o = (old or {}).get(s)
+        if o:
+            lines.append(f"    the shape classes' choice on the same set: geomean "
+                         f"{math.exp(sum(map(math.log, o)) / len(o)):.4f}, max {max(o):.3f} "
+                         f"(n={len(o)}: the problems where it was a measured configuration)")
     return lines
 
 
@@ -174,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     consts, errors = fit(sets, times, arch.num_sms)
     rule = Rule(consts, arch.num_sms)
-    for line in report(errors, consts, regrets(rule, sets, times)):
+    for line in report(errors, consts, regrets(rule, sets, times),
+                       class_regrets(arch.name, sets, times)):
         print(line)
     if args.write:
         doc = json.loads(src.read_text())

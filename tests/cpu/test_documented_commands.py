@@ -23,7 +23,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ("README.md", "REPORT.md", "docs/*.md")
-GPU_MODULES = ("experiments.tune", "experiments.latency", "experiments.smmap")
+GPU_MODULES = ("experiments.tune", "experiments.latency", "experiments.smmap", "experiments.sweep")
 RAN: list[str] = []          # read by tests/conftest.py's terminal summary
 
 
