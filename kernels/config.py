@@ -1,8 +1,11 @@
-"""Kernel configurations per arch and shape class: tiles, occupancy hint, worker warps, schedule.
+"""Kernel configurations per arch: tiles, occupancy hint, worker warps, schedule; the configs
+file, the tuned (D, causal) defaults and the shape classes.
 
-Runs never autotune. They read ``kernels/configs/<arch>.json`` (written by ``python -m
-experiments.tune``, values chosen by measurement) and fall back to the arch registry's
-``cutile_tiles`` / ``cutile_occupancy`` (spec/arch.py) for keys the file lacks.
+Runs never autotune. They read ``kernels/configs/<arch>.json``. What ``attention()`` runs is
+chosen by the fitted work model of ``kernels.choice`` (the file's ``rule`` block, written by
+``python -m experiments.rulefit``); the tuned blocks below (written by ``python -m
+experiments.tune``) are its fallback for a (D, causal) key without rule constants, and the arch
+registry's ``cutile_tiles`` / ``cutile_occupancy`` (spec/arch.py) theirs for keys the file lacks.
 
 Why shape classes: a configuration tuned at B=1, H=16, S=16K (the benchmark's shapes) fills the
 GPU with hundreds of long work items. A batch of short sequences, a ragged last tile, grouped K/V
@@ -141,7 +144,7 @@ def representatives(cls: ShapeClass, D: int, causal: bool) -> tuple[Problem, ...
 
     Two ends, because the best tiles move with the size inside a class: at D=128 non-causal,
     64x128 tiles at two CTAs per SM ran 5% faster than 128x128 at S=16K and 13% slower at
-    S=128K (H100, one tuning run: ``measured`` of kernels/configs/h100.json), where K/V per head
+    S=128K (H100, one tuning run: ``measured`` in profiles/h100/tune-trials-20261125), where K/V per head
     (64 MiB) outgrows the L2, so that each K/V tile, now read by twice as many Q tiles, is more
     often read from DRAM (the likely cause, not profiled). ``experiments.tune`` ranks a candidate by the
     geometric mean of its times over these problems."""
