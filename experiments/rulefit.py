@@ -5,7 +5,7 @@ write it into ``kernels/configs/<arch>.json``.
     python -m experiments.rulefit --arch h100                 # fit and report, write nothing
     python -m experiments.rulefit --arch h100 --write [--out F]
 
-Inputs: every registered ``dataset`` run of study ``sweep`` for the arch (``python -m
+Inputs: every registered ``tuning`` run of study ``sweep`` for the arch (``python -m
 analysis.data list``), read through the data door and pinned by hash in the rule block. Per (D,
 causal) key and configuration, α and β of ``predict = α·w + β·s`` (``kernels.choice
 .waves_and_steps``) are the non-negative least-squares fit of the *relative* error over the fit
@@ -51,11 +51,11 @@ class FitError(ValueError):
 
 def sweep_runs(arch: str):
     from analysis.data.registry import find
-    runs = find(role="dataset", arch=arch, study="sweep")
+    runs = find(role="tuning", arch=arch, study="sweep")
     if not runs:
         raise FitError(f"no registered sweep run for {arch}; measure one with python -m "
                        f"experiments.sweep --arch {arch} and register it (python -m analysis.data "
-                       "register DIR --role dataset)")
+                       "register DIR --role tuning)")
     return runs
 
 

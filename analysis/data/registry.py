@@ -18,6 +18,8 @@ divergence-20261125``) is pinned by its container's entry. Roles:
 ``measured``    a container of measured study runs read by calibration and validation (holdouts);
 ``instrument``  a hardware measurement the simulator reads (the SM → L2-partition map, latencies,
                 CTA lags); ``default: true`` marks the one of its kind the params files pin;
+``tuning``      measurements that set a kernel configuration: the configuration rule's candidate
+                sweeps (``experiments.sweep``), read by ``python -m experiments.rulefit``;
 ``validation``  a committed simulator validation (``python -m analysis.calibration validate``);
 ``reference``   published values the models are judged against, never fitted to
                 (``analysis.data.published``);
@@ -39,7 +41,7 @@ from typing import Iterator
 
 ROOT = Path(__file__).resolve().parents[2]
 REGISTRY = "registry.json"
-ROLES = ("dataset", "measured", "instrument", "validation", "reference", "evidence")
+ROLES = ("dataset", "measured", "instrument", "tuning", "validation", "reference", "evidence")
 SCHEMA = 1
 
 _root = [ROOT]
