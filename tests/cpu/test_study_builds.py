@@ -62,37 +62,11 @@ def _distinct_resources(cases) -> dict:
     for case in cases:
         cc = CompileCase.of(case.variant, case.problem)
         hints = compile_hints(case.variant, case.problem, "h100")
-        if hints[0] == 4:
-            # four CTAs per SM: the CPU image's tileiras fails on these builds ("failed to
-            # compile Tile IR program"), the H100's compiles them; their resources are what the
-            # device read off its cubins in the sweep (registers and local bytes per build)
-            out[case.id] = _device_resources(case)
-            continue
         key = (cc.signature().symbol, hints)
         if key not in _BUILDS:
             _BUILDS[key] = resources(cc, "sm_90", *hints)
         out[case.id] = _BUILDS[key]
     return out
-
-
-def _device_resources(case):
-    """The local bytes the H100 read off the cubin of ``case``'s configuration in the sweep runs
-    (every problem it was built for), as a resources-like object: the worst one."""
-    from types import SimpleNamespace
-
-    from analysis.data.registry import find
-    from analysis.data.tables import csv_rows
-    from kernels.choice import config_label
-    from kernels.config import KernelConfig
-    v = case.variant
-    label = config_label(KernelConfig(v.tiles.m, v.tiles.n, 4, None, "persistent"))
-    local = [int(r["verdict"].split(" B local")[0].rsplit(" ", 1)[1])
-             for e in find(role="tuning", arch="h100", study="sweep")
-             for r in csv_rows(e.abspath / "trials.csv.gz", typed=False)
-             if r["config"] == label and r["passed"] == "1"]
-    assert local, f"no device record of {label}"
-    return SimpleNamespace(spills=max(local) > 0, ptx={"LD_LOCAL": 0, "ST_LOCAL": 0},
-                           local_bytes=max(local))
 
 
 def _spilling(found: dict) -> list[str]:
