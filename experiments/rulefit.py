@@ -37,7 +37,7 @@ import numpy as np
 from spec import Problem, get_arch, known_archs
 from spec.arch import UnknownArch
 
-from kernels.choice import BY_LABEL, CANDIDATES, Rule, quantities, waves_and_steps
+from kernels.choice import BY_LABEL, CANDIDATES, Rule, config_label, quantities, waves_and_steps
 from kernels.config import CONFIG_DIR, config_key
 
 FIT_SETS = ("tuning", "shapes")
@@ -88,7 +88,7 @@ def fit(sets: dict, times: dict, num_sms: int) -> tuple[dict, dict]:
         causal = probs[0][1].causal
         consts[key], errors[key] = {}, {}
         for cfg in CANDIDATES[causal]:
-            label = next(k for k, v in BY_LABEL.items() if v == cfg)
+            label = config_label(cfg)
             if label not in fastest:
                 continue
             rows = [(waves_and_steps(quantities(p, cfg, num_sms)), times[lab][label])
@@ -110,7 +110,7 @@ def regrets(rule: Rule, sets: dict, times: dict) -> dict[str, list[tuple[str, st
         cfg = rule.choose(p)
         if not t or cfg is None:
             continue
-        chosen = next(k for k, v in BY_LABEL.items() if v == cfg)
+        chosen = config_label(cfg)
         fastest = min(t, key=t.get)
         out[s].append((lab, chosen, t[chosen] / t[fastest] if chosen in t else math.inf, fastest))
     return dict(out)
@@ -121,10 +121,9 @@ def class_regrets(arch_name: str, sets: dict, times: dict) -> dict[str, list[flo
     attention() ran before the rule) where that configuration was measured."""
     from kernels.config import class_config
     out = defaultdict(list)
-    label_of = {v: k for k, v in BY_LABEL.items()}
     for lab, (s, p) in sets.items():
         t = times.get(lab)
-        chosen = label_of.get(class_config(arch_name, p))
+        chosen = config_label(class_config(arch_name, p))
         if t and chosen in t:
             out[s].append(t[chosen] / min(t.values()))
     return dict(out)

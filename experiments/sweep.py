@@ -74,19 +74,6 @@ def candidates_for(arch, problem: Problem):
             for c in CANDIDATES[problem.causal]]
 
 
-def _precompile_all(arch, plan) -> list[str]:
-    from kernels.backend import default_schedule
-    from kernels.warm import Job, warm
-    jobs = []
-    for _, _, p in plan:
-        for c in candidates_for(arch, p):
-            cfg = c.config()
-            jobs.append(Job(p.B, p.H, p.H_kv, p.S_q, p.S_kv, p.D, p.dtype.value, p.causal,
-                            "linear", default_schedule(p, cfg, cfg.tiles, arch).label,
-                            c.tile_m, c.tile_n, c.occupancy, worker_warps=c.worker_warps))
-    return warm(jobs)
-
-
 def rows_for(set_name: str, family: str, problem: Problem, trials) -> list[dict]:
     p = problem
     out = []
@@ -168,10 +155,7 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(f"the sweep measures on the {arch.name} GPU, and the GPU present is "
                              f"{present.name if present else 'none'}; run it on that machine "
                              "(or pass --dry-run)")
-    except (UsageError, UnknownArch) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except (FileExistsError, ValueError) as e:
+    except (UsageError, UnknownArch, FileExistsError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return _run(present, plan, args, argv if argv is not None else sys.argv[1:])
@@ -181,9 +165,9 @@ def _run(arch, plan, args, argv) -> int:
     import torch
 
     from .rundir import command_line, default_run_dir, reserved_run_dir, write_manifest
-    from .tune import measure_problem
+    from .tune import measure_problem, precompile
     t0 = time.monotonic()
-    errors = _precompile_all(arch, plan)
+    errors = precompile(arch, [(p, candidates_for(arch, p)) for _, _, p in plan])
     compile_s = time.monotonic() - t0
     rows, skipped = [], []
     for i, (set_name, family, p) in enumerate(plan):

@@ -134,12 +134,17 @@ def _precompile(arch: Arch, problem: Problem, cands: list[Candidate]) -> None:
     """Build every candidate in parallel worker processes first (``kernels.warm``), so the
     sequential check below finds the cubins in the JIT's disk cache. A build that fails here
     fails again in the check, which reports it."""
+    precompile(arch, [(problem, cands)])
+
+
+def precompile(arch: Arch, pairs) -> list[str]:
+    """``_precompile`` over many (problem, candidates) pairs in one pool; returns the errors."""
     from kernels.backend import default_schedule
     from kernels.warm import Job, warm
-    p = problem
-    warm([Job(p.B, p.H, p.H_kv, p.S_q, p.S_kv, p.D, p.dtype.value, p.causal, "linear",
-              default_schedule(p, c.config(), c.config().tiles, arch).label, c.tile_m,
-              c.tile_n, c.occupancy, worker_warps=c.worker_warps) for c in cands])
+    return warm([Job(p.B, p.H, p.H_kv, p.S_q, p.S_kv, p.D, p.dtype.value, p.causal, "linear",
+                     default_schedule(p, c.config(), c.config().tiles, arch).label, c.tile_m,
+                     c.tile_n, c.occupancy, worker_warps=c.worker_warps)
+                 for p, cands in pairs for c in cands])
 
 
 def _trial_json(t: Trial) -> dict:

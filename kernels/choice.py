@@ -80,16 +80,10 @@ class Quantities:
     per_sm: int             # resident CTAs per SM the configuration keeps
     steps: np.ndarray       # K/V steps of each item of one head (length ⌈S_q/tile_m⌉)
     heads: int              # B·H: how many times ``steps`` repeats
-    masked_fraction: float  # computed score elements that the mask discards
-    sharing: int            # query heads per K/V head
 
     @property
     def slots(self) -> int:
         return self.num_sms * self.per_sm
-
-    @property
-    def items_per_slot(self) -> float:
-        return self.items / self.slots
 
     @property
     def uniform(self) -> bool:
@@ -99,7 +93,7 @@ class Quantities:
 def quantities(problem: Problem, cfg: KernelConfig, num_sms: int) -> Quantities:
     g = TileGrid(problem, cfg.tiles)
     return Quantities(g.n_work, num_sms, cfg.ctas_per_sm or cfg.occupancy or 1,
-                      g.item_steps(), g.n_bh, g.masked_fraction(), problem.group_size)
+                      g.item_steps(), g.n_bh)
 
 
 def waves_and_steps(q: Quantities) -> tuple[float, float]:
