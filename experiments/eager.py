@@ -285,19 +285,26 @@ def stored_lines(rows) -> list[str]:
     return lines
 
 
-def main(argv: list[str] | None = None) -> int:
+def stored_run_rows(argv: list[str] | None, prog: str, what: str):
+    """The timing rows of the one run directory a re-printing command names (through the data
+    door: a committed run is verified), or None after one line on stderr (the caller exits 2)."""
     from analysis.data import DatasetError, timing_rows
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        print("error: usage: python -m experiments.eager <hostpath run directory>",
-              file=sys.stderr)
-        return 2
-    path = Path(argv[0])
-    try:                                   # through the data door: a committed run is verified
-        rows = timing_rows(path)
+        print(f"error: usage: python -m {prog} <{what}>", file=sys.stderr)
+        return None
+    try:
+        return timing_rows(Path(argv[0]))
     except DatasetError as e:
         print(f"error: {e}", file=sys.stderr)
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    rows = stored_run_rows(argv, "experiments.eager", "hostpath run directory")
+    if rows is None:
         return 2
+    path = Path((sys.argv[1:] if argv is None else argv)[0])
     lines = stored_lines(rows)
     if not lines:
         print(f"error: {path} has no hostpath rows; pass a hostpath run directory",

@@ -40,9 +40,8 @@ from spec import Problem
 
 from spec.records import Metric
 
-from analysis.data import DatasetError, timing_rows
 
-from .eager import EAGER_CALL_MS
+from .eager import EAGER_CALL_MS, stored_run_rows
 
 FAMILIES = ("cutile", "cuda")
 CUDNN, FLASH = "sdpa-cudnn", "sdpa-flash"
@@ -290,17 +289,10 @@ def eager_call_rows(passed, arch, *, run: str, study: str, seed: int, reps: int)
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("error: usage: python -m experiments.shapes <run directory or timing.csv>",
-              file=sys.stderr)
+    rows = stored_run_rows(argv, "experiments.shapes", "run directory or timing.csv")
+    if rows is None:
         return 2
-    path = Path(argv[0])
-    try:                                   # through the data door: a committed run is verified
-        rows = timing_rows(path)
-    except DatasetError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    path = Path((sys.argv[1:] if argv is None else argv)[0])
     if not rows:
         print(f"error: {path} holds no timing.csv; pass a shapes run directory (it holds "
               "timing.csv) or the CSV itself", file=sys.stderr)
