@@ -40,7 +40,6 @@ from spec import Problem
 
 from spec.records import Metric
 
-
 from .eager import EAGER_CALL_MS, stored_run_rows
 
 FAMILIES = ("cutile", "cuda")
