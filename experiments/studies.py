@@ -7,6 +7,7 @@ to the cache as on GB10 (the effect under study depends on that ratio, not on S 
 """
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Callable
 
@@ -39,7 +40,14 @@ class Study:
 
 
 PAPER_S = 131072            # the paper's sequence length on GB10
-CUTILE_STUDY_OCCUPANCY = 2  # the paper's cuTile kernels carry the seed's occupancy=2 hint
+CUTILE_STUDY_OCCUPANCY = 2  # the seed kernel's hint: spill-free on sm_90, two CTAs per SM
+AUTHORS_OCCUPANCY = 1
+"""The occupancy the paper's cuTile builds compile to (SchrodingerZhu/AttnFMHA: Static linear
+``occupancy=1``; Static sawtooth and both Tile-based builds no hint). Without a hint tileiras
+gives the same cubin as with 1 (sm_121 and sm_90 alike: 255 registers, identical shared memory),
+so one CTA per SM: on GB10 the Tile-based launch keeps 48 CTAs resident, not 96. The GB10
+sawtooth study simulates these builds; elsewhere the study keeps occupancy 2 (at 255 registers
+the causal builds spill on sm_90: 680-1888 B of stack)."""
 PAPER_L2 = get_arch("gb10").l2_bytes
 
 
@@ -65,10 +73,11 @@ def sawtooth_plan(arch: Arch) -> list[Case]:
     persistent CTA per SM, q-major) and Tile-based (X=2 consecutive Q tiles per CTA, grid
     launch); causal and non-causal.
     CUDA: B in {1, 2, 4, 8}, H=1, D=64, 80×80 tiles, one persistent CTA per SM, non-causal.
+    On GB10 the cuTile builds are the paper's (``AUTHORS_OCCUPANCY``).
     """
     s = scaled_seq(arch)
     p = arch.num_sms
-    occ = CUTILE_STUDY_OCCUPANCY
+    occ = AUTHORS_OCCUPANCY if arch.name == "gb10" else CUTILE_STUDY_OCCUPANCY
     cases = []
     for causal in (False, True):
         prob = Problem(B=8, H=1, S_q=s, D=64, causal=causal)
@@ -81,6 +90,23 @@ def sawtooth_plan(arch: Arch) -> list[Case]:
         prob = Problem(B=b, H=1, S_q=s, D=64)
         for v in _twins(Backend.CUDA, CtaSchedule.persistent(p), Tiles(80, 80)):
             cases.append(Case(prob, v, p, "cuda-batch"))
+    return cases
+
+
+def hints_plan(arch: Arch) -> list[Case]:
+    """The occupancy hint of the paper's cuTile builds (issue 38): the sawtooth study's
+    non-causal cuTile cases (B=8, 64x64, Static on every SM and Tile-based X=2, linear and
+    sawtooth) at ``AUTHORS_OCCUPANCY`` beside the study's ``CUTILE_STUDY_OCCUPANCY`` twins. At
+    occupancy 1 a Tile-based launch keeps one CTA per SM resident instead of two, so half as many
+    concurrent scans share each K/V tile; the question is what that does to the misses, and to
+    time, against each order. Causal builds are left out: at occupancy 1 they spill on sm_90."""
+    prob = Problem(B=8, H=1, S_q=scaled_seq(arch), D=64)
+    cases = []
+    for occ in (AUTHORS_OCCUPANCY, CUTILE_STUDY_OCCUPANCY):
+        for v in _twins(Backend.CUTILE, CtaSchedule.persistent(arch.num_sms), Tiles(64, 64), occ):
+            cases.append(Case(prob, v, arch.num_sms, f"hints-static-occ{occ}"))
+        for v in _twins(Backend.CUTILE, CtaSchedule.tile_x(2), Tiles(64, 64), occ):
+            cases.append(Case(prob, v, arch.resident_ctas(occ), f"hints-tile2-occ{occ}"))
     return cases
 
 
@@ -274,14 +300,8 @@ def misscost_plan(arch: Arch) -> list[Case]:
     (``experiments.streamer.measure_misscost``) times every case with the streamer off and at
     each ``experiments.streamer.LEVELS`` intensity on the SMs left free, and records the
     streamer's own bandwidth; ncu counters (misses, DRAM bytes) are taken without the streamer
-    (ncu serialises kernels). Attention CTAs: ``experiments.streamer.misscost_ctas``.
-
-    GPU time of one repeat on an H100, from the committed sawtooth run (linear 80x80 at P=132,
-    S=262144: 103 ms): at P=96 about 142 ms full and ~90 ms causal above the L2, 22 / 13 ms
-    below: ~270 ms per (depth, order), ~1.8 s per round of the 24 cases (depth 1 ~1.4x slower).
-    Four streamer levels x (3 warm-up + 5 timed) rounds ~ 60-90 s, the correctness and partition
-    checks ~10 s, ncu on 24 cases a few minutes: about 5-6 minutes, under the 8-minute budget.
-    Three repeats are three invocations (three run directories)."""
+    (ncu serialises kernels). Attention CTAs: ``experiments.streamer.misscost_ctas``. About 5-6
+    minutes on an H100; three repeats are three invocations (three run directories)."""
     p = misscost_ctas(arch)
     below = kv_scaled_seqs(arch, 0.5, 0.5, 1)[0]
     cases = []
@@ -297,24 +317,18 @@ def misscost_plan(arch: Arch) -> list[Case]:
     return cases
 
 
-def _drift_measure(*args, **kw):
-    from .measure import measure_drift     # GPU imports stay out of plan-only commands
-    return measure_drift(*args, **kw)
+def _lazy(module: str, name: str) -> Callable:
+    """A hook imported on its first call: GPU and analysis imports stay out of plan-only
+    commands."""
+    def hook(*args, **kw):
+        return getattr(importlib.import_module(module, __package__), name)(*args, **kw)
+    return hook
 
 
-def _shapes_measure(*args, **kw):
-    from .shapes import measure            # GPU imports stay out of plan-only commands
-    return measure(*args, **kw)
-
-
-def _hostpath_measure(*args, **kw):
-    from .eager import measure_hostpath    # GPU imports stay out of plan-only commands
-    return measure_hostpath(*args, **kw)
-
-
-def _reuse_rows(*args, **kw):
-    from .simulate import reuse_rows       # analysis imports stay out of plan-only commands
-    return reuse_rows(*args, **kw)
+_drift_measure = _lazy(".measure", "measure_drift")
+_shapes_measure = _lazy(".shapes", "measure")
+_hostpath_measure = _lazy(".eager", "measure_hostpath")
+_reuse_rows = _lazy(".simulate", "reuse_rows")
 
 
 STUDIES: dict[str, Study] = {
@@ -368,6 +382,9 @@ STUDIES: dict[str, Study] = {
         Study("reuse", "reuse-distance histograms and LRU miss-ratio curves (simulator only), "
               "linear vs sawtooth vs block-parity, every arch's L2 marked",
               ("reuse",), reuse_plan, measurable=False, simulate=_reuse_rows),
+        Study("hints", "the paper's cuTile occupancy hint (1) beside the study's (2): misses "
+              "and time of the non-causal Static and Tile-based pairs",
+              (), hints_plan),
     )
 }
 

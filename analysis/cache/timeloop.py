@@ -149,7 +149,7 @@ def _access(srrip, j, p, w, prev, nxt, head, tail, pb, age, present, occ, cap, w
 def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub, sampled,
          n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr,
          samp_kv, part_of, stores_miss, rate_jitter, srrip,
-         speed, set_of, n_sets, sets):  # pragma: no cover - compiled
+         speed, set_of, n_sets, sets, dram_svc):  # pragma: no cover - compiled
     numba.literally(srrip)                   # one compiled loop per policy: no branch per lookup
     numba.literally(sets)                    # and per cache shape: one set, no set lookup
     nsub = wsub.size
@@ -203,6 +203,7 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
         n += 1
         nxt_cta += 1
     makespan = 0.0
+    dram_free = 0.0                           # when the DRAM queue has served every fill so far
 
     while n > 0:
         s = heap[0]
@@ -275,9 +276,12 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
                             cnt[2] += w
                             home = h if n_parts > 1 else p
                             if home == p:
+                                rdy = t + miss_t
                                 if a < 3:
                                     cnt[8] += w
-                                rdy = t + miss_t
+                                    if dram_svc > 0:
+                                        dram_free = max(dram_free, t) + w * dram_svc
+                                        rdy = max(rdy, dram_free)
                             else:
                                 cnt[5] += w
                                 jh = home * nsub + sub
@@ -288,9 +292,12 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
                                     rdy = fill[jh] if fill[jh] > t else t + 1.0
                                 else:
                                     cnt[7] += w
+                                    rdy = t + miss_t
                                     if a < 3:
                                         cnt[8] += w
-                                    rdy = t + miss_t
+                                        if dram_svc > 0:
+                                            dram_free = max(dram_free, t) + w * dram_svc
+                                            rdy = max(rdy, dram_free)
                                     if present[jh]:
                                         fill[jh] = rdy
                             if present[j]:
@@ -359,7 +366,7 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
 def _run_policy(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub, sampled,
                 n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr,
                 samp_kv, part_of, stores_miss, rate_jitter, srrip,
-                speed, set_of, n_sets, sets):  # pragma: no cover - compiled
+                speed, set_of, n_sets, sets, dram_svc):  # pragma: no cover - compiled
     """``_run`` with its two policy flags passed as constants, so that each of its four
     specialisations is compiled (and cached on disk) inside this one function. Called from
     Python with the flags as plain booleans, ``_run`` itself would be typed again on every call:
@@ -371,17 +378,17 @@ def _run_policy(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base
             return _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
                         sampled, n_parts, resident, cap, miss_t, jitter, seed, window, n_kv,
                         samp_ptr, samp_kv, part_of, stores_miss, rate_jitter, True, speed,
-                        set_of, n_sets, True)
+                        set_of, n_sets, True, dram_svc)
         return _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
                     sampled, n_parts, resident, cap, miss_t, jitter, seed, window, n_kv,
                     samp_ptr, samp_kv, part_of, stores_miss, rate_jitter, True, speed,
-                    set_of, n_sets, False)
+                    set_of, n_sets, False, dram_svc)
     if sets:
         return _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
                     sampled, n_parts, resident, cap, miss_t, jitter, seed, window, n_kv,
                     samp_ptr, samp_kv, part_of, stores_miss, rate_jitter, False, speed,
-                    set_of, n_sets, True)
+                    set_of, n_sets, True, dram_svc)
     return _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
                 sampled, n_parts, resident, cap, miss_t, jitter, seed, window, n_kv,
                 samp_ptr, samp_kv, part_of, stores_miss, rate_jitter, False, speed,
-                set_of, n_sets, False)
+                set_of, n_sets, False, dram_svc)

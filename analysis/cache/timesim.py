@@ -152,6 +152,7 @@ class TimeParams:
     ways: int = 0                  # 0: fully associative; W: hashed sets of W entries (below)
     speeds: tuple[float, ...] | None = None   # measured step-time factor per slot (see below)
     speeds_source: str = ""        # where ``speeds`` were measured (written into every row)
+    dram_step_sectors: float = 0.0  # sectors DRAM delivers per hit step (0: no bandwidth limit)
 
     def __post_init__(self) -> None:
         if int(self.capacity_bytes) < 0:
@@ -179,6 +180,9 @@ class TimeParams:
         if self.ways and self.replacement != "lru":
             raise ValueError("set-associative sets are modelled for LRU only; use ways=0 "
                              "with replacement='srrip'")
+        if not (self.dram_step_sectors >= 0.0 and math.isfinite(self.dram_step_sectors)):
+            raise ValueError(f"dram_step_sectors must be finite and >= 0 (0: no bandwidth "
+                             f"limit), got {self.dram_step_sectors}")
         if not self.placement:
             raise ValueError("placement must be 'alternate' or an arch name with a measured map")
         if self.speeds is not None:
@@ -198,6 +202,8 @@ class TimeParams:
             s += f" rate_jitter={self.rate_jitter:g}"
         if self.pair_slowdown > 0:
             s += f" pair_slowdown={self.pair_slowdown:g}"
+        if self.dram_step_sectors > 0:
+            s += f" dram_step_sectors={self.dram_step_sectors:.4g}"
         if self.speeds is not None:
             s += f" speeds=measured({self.speeds_source})"
         if self.partitions > 1:
@@ -340,7 +346,9 @@ def simulate(table: WorkTable, resident: int, params: TimeParams,
                          float(params.jitter), int(params.seed), float(params.merge_window),
                          np.int64(n_kv), samp_ptr, samp_kv, part_of, bool(params.stores_miss),
                          float(params.rate_jitter), params.replacement == "srrip", speed,
-                         set_of, np.int64(n_sets), n_sets > 1)
+                         set_of, np.int64(n_sets), n_sets > 1,
+                         1.0 / (params.dram_step_sectors * R) if params.dram_step_sectors > 0
+                         else 0.0)
     c = cnt.astype(np.float64) / R if R < 1 else cnt
     v = [int(round(x)) for x in c]
     return TimeCounts(tex_sectors=v[_TEX], tex_hits=v[_HIT], tex_misses=v[_MISS],

@@ -41,7 +41,7 @@ def test_list_names_the_studies():
 def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path):
     r = cli("sawtooth", "--arch", "gb10", "--dry-run", "--out", str(tmp_path / "x"))
     assert r.returncode == 0, r.stderr
-    assert "16 cases" in r.stdout and "cutile.sawtooth.static48.m64n64d64.occ2" in r.stdout
+    assert "16 cases" in r.stdout and "cutile.sawtooth.static48.m64n64d64.occ1" in r.stdout
     assert "32 MiB = 1.33x the 24 MiB L2" in r.stdout
     assert not (tmp_path / "x").exists()
 
