@@ -149,3 +149,97 @@ def implied_capacity(cases: Sequence[PaperCase], ctas: int = 48, nominal_bytes: 
                     "simulated_capacity_mib": (simulated_bytes or nominal_bytes) / MiB,
                     "model": "wave model, sawtooth, 48 persistent CTAs"})
     return out
+
+
+def hints_builds(runs: Sequence[tuple[str, list[dict], list[dict]]],
+                 predicted: Sequence[dict]) -> list[dict]:
+    """Section P5, the paper's occupancy hint on the report's GPU (the ``hints`` study, issue 38):
+    per build, the misses of the runs (median of the runs' medians, min..max over every launch,
+    as each run's median row states them), the prediction
+    committed before the runs (``source = simulated``: error = predicted vs measured median) and
+    the median kernel time of each run. Stable builds (launches within 15%) test the simulator;
+    at occupancy 1 a Tile-based launch keeps one CTA per SM, the GB10 fact the main command's
+    Tile-based counts rest on."""
+    miss: dict[str, list[tuple[float, float, float]]] = {}
+    ms: dict[str, list[float]] = {}
+    for _, counters, timing in runs:
+        for r in counters:
+            if r["metric"] == Metric.L2_TEX_MISSES and r.get("stat") == "median":
+                miss.setdefault(r["variant"], []).append(
+                    (float(r["value"]), float(r["lo"]), float(r["hi"])))
+        per: dict[str, list[float]] = {}
+        for r in timing:
+            if r["metric"] == Metric.KERNEL_TIME_MS and r.get("source") == "measured":
+                per.setdefault(r["variant"], []).append(float(r["value"]))
+        for v, xs in per.items():
+            ms.setdefault(v, []).append(float(np.median(xs)))
+    pred = {r["variant"]: float(r["value"]) for r in predicted
+            if r["metric"] == Metric.L2_TEX_MISSES}
+    out = []
+    for v in sorted(miss):
+        m = float(np.median([x[0] for x in miss[v]]))
+        lo, hi = min(x[1] for x in miss[v]), max(x[2] for x in miss[v])
+        row = dict(variant=v, runs=len(miss[v]), misses=m, misses_lo=lo, misses_hi=hi,
+                   stable=(hi - lo) / m <= 0.15, predicted=pred.get(v),
+                   predicted_err_pct=100 * (pred[v] / m - 1) if v in pred else None)
+        row.update({f"r{i}_ms": x for i, x in enumerate(ms.get(v, []), 1)})
+        out.append(row)
+    return out
+
+
+def by_occupancy(runs: Sequence[tuple[str, list[dict], list[dict]]], repeats) -> list[dict]:
+    """``repeats`` (section 5c's ``sawtooth_repeats``) once per occupancy hint of the runs'
+    builds, each row tagged with it: configurations are labelled without the hint."""
+    occs = sorted({str(r.get("occupancy")) for _, c, t in runs for r in c + t
+                   if r.get("occupancy") not in (None, "")})
+    out = []
+    for occ in occs:
+        keep = lambda rows, occ=occ: [r for r in rows if str(r.get("occupancy")) == occ]  # noqa: E731
+        out += [dict(occupancy=occ, **r) for r in repeats([(lab, keep(c), keep(t))
+                                                          for lab, c, t in runs])]
+    return out
+
+
+def speedup_needs(cases: Sequence[PaperCase]) -> list[dict]:
+    """Section P6, what the paper's published speedups ask of ``analysis.models.timemodel`` (a
+    reading of its numbers; nothing here sets a parameter). Per linear/sawtooth pair: each
+    build's time (the paper's FLOPs over its TFLOPS), the K/V steps of the busiest CTA (Static:
+    the q-major deal over 48 CTAs; Tile-based: all steps over 48 resident CTAs), the time per
+    step, the DRAM read rate the published misses imply (one L2 partition: a tex miss is a DRAM
+    fill), the wave model's DRAM fraction ``f`` of each order (Static only: misses over the
+    K/V the waves stream; above 1 the CTAs fetch a tile more than once per wave, no convoy), and
+    the exposed stall per step, per unit of ``f``, that would turn the published miss change
+    into the published time change. The model's GB10 inputs (the H100's 349 ns DRAM latency, a
+    double buffer) expose nothing; GB10's 273 GB/s would cost the linear builds 0.1-1%."""
+    from spec import CtaSchedule, Problem, TileGrid, Tiles
+    from analysis.models.timemodel import GB10, critical_steps, wave_kv_bytes
+    by = {c.key: c for c in cases}
+    out = []
+    for lin in cases:
+        saw = by.get(lin.config + ("sawtooth",))
+        if lin.order != "linear" or saw is None:
+            continue
+        p = Problem(B=lin.B, H=1, S_q=lin.S, D=lin.D, causal=lin.causal)
+        tiles = Tiles(lin.tile, lin.tile)
+        flops = 4.0 * lin.B * lin.S * lin.S * lin.D * (0.5 if lin.causal else 1.0)
+        t_lin, t_saw = flops / (lin.tflops * 1e12), flops / (saw.tflops * 1e12)
+        if lin.kind == "tile":
+            g = TileGrid(p, tiles)
+            steps = lin.B * sum(g.kv_tiles_for(q) for q in range(g.n_q)) / GB10.num_sms
+            f_lin = f_saw = None
+        else:
+            sched = CtaSchedule.persistent(GB10.num_sms)
+            steps = critical_steps(p, tiles, sched)
+            wave = wave_kv_bytes(p, tiles, sched)
+            f_lin, f_saw = lin.misses * 32 / wave, saw.misses * 32 / wave
+        stall = (t_lin - t_saw) / steps
+        out.append(dict(
+            case=lin.label,
+            ms_linear=1e3 * t_lin, ms_sawtooth=1e3 * t_saw, steps=int(round(steps)),
+            us_per_step_linear=1e6 * t_lin / steps, us_per_step_sawtooth=1e6 * t_saw / steps,
+            dram_GBps_linear=lin.misses * 32 / t_lin / 1e9,
+            dram_GBps_sawtooth=saw.misses * 32 / t_saw / 1e9,
+            dram_pct_of_peak_linear=100 * lin.misses * 32 / t_lin / GB10.dram_bytes_per_s,
+            f_linear=f_lin, f_sawtooth=f_saw, stall_us_per_step=1e6 * stall,
+            stall_us_per_unit_f=(1e6 * stall / (f_lin - f_saw)) if f_lin is not None else None))
+    return out

@@ -19,7 +19,8 @@ from analysis.models.timemodel import FACTS
 from analysis.calibration import default_params
 from analysis.data.published import PAPER, check_against, read_published
 from analysis.findings.active import hit_vs_active
-from analysis.findings.paper import case_table, implied_capacity, pair_table, summary
+from analysis.findings.paper import (by_occupancy, case_table, hints_builds, implied_capacity,
+                                     pair_table, speedup_needs, summary)
 from analysis.findings.consistency import consistency
 from analysis.findings.divergence import divergence_fits, divergence_points
 from analysis.findings.dram import dram_bound, spill_artifact
@@ -31,6 +32,8 @@ from analysis.findings.sawtooth import peers, sawtooth_repeats, sawtooth_vs_line
 from analysis.findings.traffic import traffic_model_error
 from analysis.findings.validation import simcheck_summaries
 
+HINTS_PREDICTION = "profiles/cpu/prediction-h100-hints-20261126"
+"""The simulated counts of the hints study, committed before its H100 runs (section P5)."""
 SPILL_ARTIFACT = "longseq-forloop-spill-20261121"
 """The registered evidence whose ``profile`` run is the for-loop build that spilled (9b only)."""
 
@@ -101,6 +104,15 @@ def compute(arch: str, *, sim: bool = True, cache_dir: Path | None = None,
                 if cnt[s]}
     by_study.update({f"sawtooth r{i}": R.rows(d)[0] for i, d in enumerate(saw_runs, 1) if i > 1})
     by_study["longseq-profile"] = lp_c
+    hints = [(f"r{i}", *R.rows(d)) for i, d in enumerate(R.repeats("hints"), 1)]
+    pred = read_run(Path(HINTS_PREDICTION)).get("counters.csv", []) if arch == "h100" else []
+    out["sP5_hints"] = ("P5. The paper's occupancy hint (1) beside the study's (2) on the "
+                        f"{arch} (hints study, runs {', '.join(l for l, *_ in hints) or 'none'}): "
+                        "misses over every launch, the prediction committed before the runs, "
+                        "median time per run", hints_builds(hints, pred))
+    out["sP5_hints_repeats"] = ("P5b. The hints study's sawtooth-vs-linear changes per run and "
+                                "occupancy (section 5c's rule)",
+                                by_occupancy(hints, sawtooth_repeats))
     out["s0_consistency"] = ("0. Counter consistency: (hits + misses) / srcunit_tex sectors "
                              f"(sawtooth = its run r1 = {name['sawtooth']}; repeats listed apart)",
                              consistency({s: r for s, r in by_study.items() if r}))
@@ -232,6 +244,11 @@ def paper_sections(arch: str, measured: Dataset | None,
             "the GB10 simulation is given (its parameters: analysis.calibration.default_params)",
             implied_capacity(cases, gb10.num_sms, gb10.l2_bytes,
                              default_params(gb10)[0].capacity_fraction * gb10.l2_bytes)),
+        "sP6_speedup_needs": (
+            "P6. What the paper's published speedups ask of the time model (a reading of its "
+            "times and counts): time per K/V step, the DRAM rate the misses imply, the wave "
+            "model's DRAM fraction f, and the exposed stall per step that the time change needs",
+            speedup_needs(cases)),
     }
 
 

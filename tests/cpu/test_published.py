@@ -174,8 +174,9 @@ def test_f8_f10_draw_the_published_bars_at_the_reference_values(module, backend,
 
 def test_the_committed_gb10_simulation_is_what_the_code_computes_now():
     """Section P and F8-F10 read the committed simulated GB10 run: recompute the two CUDA B=1
-    cases of the main command with today's code and parameters and find the same counts (a
-    change of the model must regenerate profiles/gb10/sawtooth-20261126)."""
+    cases and the cuTile Tile-based linear non-causal case (48 resident CTAs: the authors'
+    builds hold one per SM) of the main command with today's code, plan and parameters and find
+    the same counts (a change of any of them must regenerate the committed GB10 run)."""
     from experiments.simulate import model_params, timed_rows
     from experiments.studies import get_study
     from spec import get_arch
@@ -184,9 +185,11 @@ def test_the_committed_gb10_simulation_is_what_the_code_computes_now():
                  for r in load_rows([select("gb10", "sawtooth", source="simulated")])
                  if r["metric"] == "lts__t_sectors_srcunit_tex_lookup_miss.sum"}
     cases = [c for c in get_study("sawtooth").plan(arch)
-             if c.variant.backend.value == "cuda" and c.problem.B == 1]
-    assert len(cases) == 2
+             if (c.variant.backend.value == "cuda" and c.problem.B == 1)
+             or (c.variant.schedule.kind.name == "TILE_X" and not c.problem.causal
+                 and c.variant.order.label == "linear")]
+    assert len(cases) == 3
     for c in cases:
         rows = timed_rows(c, arch, model_params(arch), run="check", study="sawtooth")
         (miss,) = [r.value for r in rows if r.metric == "lts__t_sectors_srcunit_tex_lookup_miss.sum"]
-        assert miss == committed[(c.variant.id(c.problem), 1, False)]
+        assert miss == committed[(c.variant.id(c.problem), c.problem.B, False)]
