@@ -49,7 +49,7 @@ def _render(name: str, out: Path) -> list[dict]:
 
 
 def test_fixtures_are_small():
-    total = sum(p.stat().st_size for p in FIX.rglob("*.csv"))
+    total = sum(p.stat().st_size for p in FIX.rglob("*.csv*"))
     assert 0 < total < 300_000
 
 
@@ -318,7 +318,7 @@ def test_longseq_bars_peers_and_title():
     from paper_figures import longseq
     from spec import Problem
     from spec.records import read_csv
-    rows = read_csv(FIX / "h100-longseq" / "timing.csv")
+    rows = read_csv(FIX / "h100-longseq" / "timing.csv.gz")
     fig = longseq.plot(longseq.load(load_rows([FIX / "h100-longseq"])), "h100")
     panels = [ax for ax in fig.axes if ax.patches]
     assert len(panels) == 4                                   # D in {64, 128} x causal
@@ -351,7 +351,7 @@ def test_repeats_one_marker_per_run_and_comparison():
             (pc,) = [c for ax in fig.axes for c in ax.collections if c.get_gid() == f"{q}:{run}"]
             assert len(pc.get_offsets()) == len(data["cases"])
     # the original run's CUDA B=1 miss change, recomputed from the fixture
-    rows = read_csv(FIX / "h100-repeats" / REPEATS[0] / "counters.csv")
+    rows = read_csv(FIX / "h100-repeats" / REPEATS[0] / "counters.csv.gz")
     m = {r["order"]: r["value"] for r in rows if r["backend"] == "cuda" and r["B"] == 1}
     want = 100 * (m["sawtooth"] / m["linear"] - 1)
     case = next(c for c in data["cases"] if c["backend"] == "cuda" and c["B"] == 1)
