@@ -25,6 +25,7 @@ launches agree within 15%). The candidates:
   ``dram ... + drift``: both, the queue's pull against the spread's push.
 
     python -m explorations.gb10_mechanism --out DIR      # ~20 min on 2 cores
+    python -m explorations.gb10_mechanism --arch gb10 --candidates occupancy --out DIR   # ~20 s
 
 writes ``gb10.csv`` and ``h100.csv`` (one row per candidate and case) and prints the scores.
 """
@@ -65,7 +66,8 @@ def _sim(case, tp, arch):
     return timesim.simulate_case(case, tp, arch.sector_bytes, auto_sample=True).tex_misses
 
 
-def run_arch(arch_name: str, jobs: int = 2) -> list[dict]:
+def run_arch(arch_name: str, jobs: int = 2, only: set[str] | None = None) -> list[dict]:
+    """The rows of every candidate (or those named in ``only``) on ``arch_name``'s cases."""
     from analysis.data.published import key_of_row, read_published
     from experiments.simulate import model_params, resident_of_build
     from experiments.studies import sawtooth_plan
@@ -88,6 +90,8 @@ def run_arch(arch_name: str, jobs: int = 2) -> list[dict]:
                 plan.append((c, meas[c.id]))
     jobs_list = []
     for name, over, drift in candidates(arch_name):
+        if only is not None and name not in only:
+            continue
         for case, truth in plan:
             case = resident_of_build(case, arch)[0]
             seeds = (0, 1, 2) if drift else (0,)
@@ -96,7 +100,7 @@ def run_arch(arch_name: str, jobs: int = 2) -> list[dict]:
                 if drift:
                     tp = replace(tp, rate_jitter=DRIFT[case.variant.backend.value])
                 jobs_list.append((name, case, truth, tp, seed))
-    if arch_name == "gb10":          # the committed plan: Tile-based at occupancy 2
+    if arch_name == "gb10" and (only is None or "committed" in only):   # Tile-based at occ. 2
         for case, truth in plan:
             c2 = replace(case, variant=replace(case.variant, occupancy=2))
             jobs_list.append(("committed", resident_of_build(c2, arch)[0], truth, tp0, 0))
@@ -152,11 +156,18 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True, help="directory to create")
     ap.add_argument("--arch", default="gb10,h100")
+    ap.add_argument("--candidates", help="comma-separated candidate names (default: all)")
     a = ap.parse_args(argv)
+    only = set(a.candidates.split(",")) if a.candidates else None
+    known = {n for arch in a.arch.split(",") for n, *_ in candidates(arch)} | {"committed"}
+    if only and not only <= known:
+        print(f"unknown candidate(s) {sorted(only - known)}; known: {sorted(known)}",
+              file=sys.stderr)
+        return 2
     if a.out.exists():
         print(f"{a.out} exists; name a new directory", file=sys.stderr)
         return 2
-    rows = [r for arch in a.arch.split(",") for r in run_arch(arch)]
+    rows = [r for arch in a.arch.split(",") for r in run_arch(arch, only=only)]
     a.out.mkdir(parents=True)
     for arch in a.arch.split(","):
         with gzip.open(a.out / f"{arch}.csv.gz", "wt", newline="") as f:

@@ -8,7 +8,7 @@ Which runs are read: per study the one ``analysis.data.select`` picks (a committ
 measured run with default parameters, latest stamp, repeat 1; the rule is in that module's
 docstring, and ``paper_figures`` uses the same one), or the run named with ``--run``. Every section
 title names the run it read. Only section 5c (and the extra rows of section 0) read the repeats
-``-r2``, ``-r3`` of the sawtooth run, each on its own, never pooled. The for-loop spill artifact
+``-r2``, ``-r3`` of the sawtooth run (P5 those of the hints run), each on its own, never pooled. The for-loop spill artifact
 (``longseq-forloop-spill-20261121``) is never selected; section 9b reads it by its explicit path.
 
 One module per section, each a pure function of tidy rows (dicts from ``spec.records.read_csv``):
@@ -25,6 +25,9 @@ One module per section, each a pure function of tidy rows (dicts from ``spec.rec
    (the slow one: ``--no-sim`` skips it).
 8. ``longseq``: the best configuration at long S beside cuDNN and flash.
 9. ``dram``: the DRAM bandwidth bound (9a, 9c) and the spill artifact (9b).
+P. ``paper``: the published GB10 values beside the GB10 simulation and this GPU's measurement
+   (P-P4); the hints study, the authors' occupancy against the study's (P5, P5b: its repeats,
+   each read alone); what the published speedups ask of ``analysis.models.timemodel`` (P6).
 
 ``report`` puts them together (``compute``) and writes them (``markdown``, ``write_report``).
 """

@@ -52,6 +52,20 @@ def test_two_ctas_hand_computed_miss_cost():
     assert timesim.simulate(_two_ctas(), 2, TimeParams(1 << 20)).makespan == 2.0
 
 
+def test_dram_queue_hand_computed():
+    # DRAM streams one tile per hit step: each fill queues behind the fills before it. t=0: CTA0's
+    # Q0, K0, V0 are ready at 1, 2, 3; CTA1's Q1 at 4 (K0, V0 in flight: merged, ready at 2, 3).
+    # t=3: CTA0's K1, V1 at 5, 6; t=4: CTA1 waits on them. Both end at 6, as with a miss cost of 3
+    # above, but here from the queue: the counts are those of the free-bandwidth run.
+    free = timesim.simulate(_two_ctas(), 2, TimeParams(1 << 20))
+    q = timesim.simulate(_two_ctas(), 2, TimeParams(1 << 20, dram_step_sectors=TILE))
+    assert q.makespan == 6.0 and free.makespan == 2.0
+    assert (q.tex_misses, q.inflight_hits, q.dram_fills) == (8 * TILE, 4 * TILE, 6 * TILE)
+    assert (free.tex_misses, free.dram_fills) == (q.tex_misses, q.dram_fills)
+    fast = timesim.simulate(_two_ctas(), 2, TimeParams(1 << 20, dram_step_sectors=100 * TILE))
+    assert fast.makespan == 2.0                # bandwidth to spare: no queueing
+
+
 def test_jitter_spreads_and_miss_cost_reconvoys():
     # 8 CTAs scan one head's 64 K/V tiles (2 MiB) through a 64 KiB cache (4 tiles): only the
     # wavefront shares. Jitter alone spreads the CTAs and the misses grow; a miss cost makes a
@@ -147,7 +161,8 @@ def test_systematic_sample_is_uniform_along_a_scan():
                                  dict(sample_rate=0), dict(merge_window=-1),
                                  dict(rate_jitter=-0.1), dict(placement=""),
                                  dict(replacement="plru"), dict(ways=-1),
-                                 dict(ways=4, replacement="srrip")])
+                                 dict(ways=4, replacement="srrip"), dict(dram_step_sectors=-1),
+                                 dict(dram_step_sectors=float("inf"))])
 def test_bad_params(bad):
     with pytest.raises(ValueError):
         TimeParams(1 << 20, **bad)
