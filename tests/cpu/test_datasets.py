@@ -3,6 +3,7 @@ the reader's one-line errors, and what the figure and findings commands do with 
 existing output directories."""
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 import subprocess
@@ -16,7 +17,8 @@ from analysis.data import catalogue, registry
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures" / "figures"
-GOOD = FIX / "h200-traffic" / "counters.csv"
+GOOD = FIX / "h200-traffic" / "counters.csv.gz"
+GOOD_BYTES = gzip.decompress(GOOD.read_bytes())   # the fixture run's counters, uncompressed
 
 
 def _run_dir(base: Path, name: str, manifest: dict | None = None, counters: bytes | None = None):
@@ -102,10 +104,10 @@ def test_an_unregistered_run_changes_nothing(tmp_path, store):
 
 def test_a_changed_run_is_refused_in_one_line(tmp_path, store):
     base = tmp_path / "profiles" / "h100"
-    d = _run_dir(base, "traffic-20261121", _manifest("traffic", "measure"), GOOD.read_bytes())
+    d = _run_dir(base, "traffic-20261121", _manifest("traffic", "measure"), GOOD_BYTES)
     store()
     assert DS.read_run(d)["counters.csv"]
-    (d / "counters.csv").write_bytes(GOOD.read_bytes().replace(b"\n", b"\n", 1) + b"\n")
+    (d / "counters.csv").write_bytes(GOOD_BYTES.replace(b"\n", b"\n", 1) + b"\n")
     registry._cache.clear()
     with pytest.raises(DS.DatasetError) as e:
         DS.read_run(d)
@@ -166,7 +168,7 @@ def test_committed_before_local_and_latest_local(tmp_path, store):
 
 # -- the reader ------------------------------------------------------------------------------------
 def _bad_inputs() -> dict[str, bytes | None]:
-    good = GOOD.read_bytes()
+    good = GOOD_BYTES
     header, rest = good.split(b"\n", 1)
     cols = header.split(b",")
     drop = cols.index(b"metric")
@@ -225,7 +227,7 @@ def test_figure_module_main_on_bad_counters(tmp_path):
 
 
 def test_named_run_that_no_figure_applies_to_is_an_error(tmp_path):
-    d = _run_dir(tmp_path, "run", _manifest("traffic"), GOOD.read_bytes())
+    d = _run_dir(tmp_path, "run", _manifest("traffic"), GOOD_BYTES)
     r = _cmd("paper_figures.ladder", "--arch", "h200", "--run", str(d), "--out",
              str(tmp_path / "figs"))
     assert r.returncode == 2 and "no figure applies" in r.stderr
@@ -290,10 +292,10 @@ def test_a_gzipped_data_file_reads_as_the_plain_one(tmp_path):
     plain, packed = tmp_path / "plain", tmp_path / "packed"
     plain.mkdir()
     packed.mkdir()
-    (plain / "counters.csv").write_bytes(GOOD.read_bytes())
-    (packed / "counters.csv.gz").write_bytes(gzip.compress(GOOD.read_bytes()))
+    (plain / "counters.csv").write_bytes(GOOD_BYTES)
+    (packed / "counters.csv.gz").write_bytes(gzip.compress(GOOD_BYTES))
     assert DS.read_run(packed) == DS.read_run(plain)
-    (packed / "counters.csv.gz").write_bytes(gzip.compress(GOOD.read_bytes())[:40])
+    (packed / "counters.csv.gz").write_bytes(gzip.compress(GOOD_BYTES)[:40])
     with pytest.raises(DS.DatasetError) as e:
         DS.read_run(packed)
     assert "\n" not in str(e.value) and "counters.csv.gz" in str(e.value)
