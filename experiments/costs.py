@@ -189,23 +189,25 @@ def sim_plan_cost(cases: list[Case], arch: Arch, model: str, workers: int, figur
 # Least-squares coefficients of the measured runs' wall time (experiments.costfit.fit_measure on
 # the runs of MEASURE_FIT): seconds per unit of each term of ``measure_cost``.
 MEASURE_COEF = {
-    "start": 3.251,           # the process, the family loads, the first CUDA context
-    "per_case": 0.5607,        # compile (in parallel) and prepare one variant
-    "timed_gpu": 1.473,       # x kernel time of every timed launch (the cold-L2 flush included)
-    "check_gpu": 1.53,       # x one round of kernels and peers: correctness run, fp32 reference
-    "per_session": 12.67,     # one ncu session: python, torch, ncu start, report export
+    "start": 3.713,           # the process, the family loads, the first CUDA context
+    "per_case": 0.5553,        # compile (in parallel) and prepare one variant
+    "timed_gpu": 1.483,       # x kernel time of every timed launch (the cold-L2 flush included)
+    "check_gpu": 1.456,       # x one round of kernels and peers: correctness run, fp32 reference
+    "per_session": 12.64,     # one ncu session: python, torch, ncu start, report export
     "per_session_case": 0,  # one case built in an ncu session's target process
-    "warmup_gpu": 2.257,      # x one round of kernels: the target's warm-up launches
-    "replay_gpu": 0.5738,     # x kernel time of every profiled launch and replay pass
+    "warmup_gpu": 2.262,      # x one round of kernels: the target's warm-up launches
+    "replay_gpu": 0.5752,     # x kernel time of every profiled launch and replay pass
 }
-MEASURE_FIT = ('h100: cuda-tiles-20261123, cuda-tiles-20261125, ladder-20261121, longseq-20261121, '
-               'longseq-20261123, longseq-profile-20261121, misscost-20261123, misscost-20261123-r2, '
-               'misscost-20261123-r3, models-20261126, models-20261126c, occupancy-20261125, sawtooth-20261121, '
-               'sawtooth-20261121-r2, sawtooth-20261121-r3, sawtooth-20261123, scaling-20261121, '
-               'shapes-20261125c, shapes-20261126; h200: ladder-20261121, sawtooth-20261121, '
-               'sawtooth-20261125, sawtooth-20261125b, scaling-20261121')
+MEASURE_FIT = ('h100: cuda-tiles-20261123, cuda-tiles-20261125, hints-20261126, '
+               'hints-20261126-r2, hints-20261126-r3, ladder-20261121, longseq-20261121, '
+               'longseq-20261123, longseq-profile-20261121, misscost-20261123, '
+               'misscost-20261123-r2, misscost-20261123-r3, models-20261126, models-20261126c, '
+               'occupancy-20261125, sawtooth-20261121, sawtooth-20261121-r2, '
+               'sawtooth-20261121-r3, sawtooth-20261123, scaling-20261121, shapes-20261125c, '
+               'shapes-20261126; h200: ladder-20261121, sawtooth-20261121, sawtooth-20261125, '
+               'sawtooth-20261125b, scaling-20261121')
 """The runs the measure coefficients were fitted on (every registered ``experiments.run`` measure
-run with timed kernels; per run within -64..+77% of its wall time, the runs of the locality
+run with timed kernels; per run within -63..+77% of its wall time, the runs of the locality
 studies over 200 s within 5%, the shape suite with eager call times 18% under: that phase is not
 counted)."""
 
@@ -219,9 +221,9 @@ RATES = {
     # (arch, backend, None, None): over all its tiles
     ("h100", "cuda", 128, 64): 304, ("h100", "cuda", 64, 64): 311, ("h100", "cuda", 80, 80): 172,
     ("h100", "cuda", None, None): 177, ("h100", "cutile", 128, 128): 499,
-    ("h100", "cutile", 64, 128): 469, ("h100", "cutile", 64, 64): 436,
-    ("h100", "cutile", None, None): 494, ("h100", "sdpa-cudnn", None, None): 469,
-    ("h100", "sdpa-flash", None, None): 308,
+    ("h100", "cutile", 64, 128): 469, ("h100", "cutile", 64, 64): 361,
+    ("h100", "cutile", None, None): 464, ("h100", "sdpa-cudnn", None, None): 467,
+    ("h100", "sdpa-flash", None, None): 306,
     ("h200", "cuda", 128, 64): 304, ("h200", "cuda", 80, 80): 173, ("h200", "cuda", None, None): 289,
     ("h200", "cutile", 128, 128): 483, ("h200", "cutile", 64, 64): 353,
     ("h200", "cutile", None, None): 441, ("h200", "sdpa-cudnn", None, None): 462,

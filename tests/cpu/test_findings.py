@@ -327,13 +327,13 @@ def test_new_sections_on_committed_data(tmp_path, capsys):
 
 
 def test_other_arch_without_new_data(capsys):
-    """h200 has no repeats, drift or longseq runs: those sections are named in one line, not
+    """h200 has no repeats, drift, longseq or hints runs: those sections are named in one line, not
     printed as empty tables."""
     assert DS.select("h200", "sawtooth") is not None          # committed: never skipped
     assert main(["--arch", "h200", "--no-sim"]) == 0
     out = capsys.readouterr().out
     assert "5c. Sawtooth vs linear across repeated runs" not in out          # no table of nothing
-    assert "No data for 7 section(s): 5c, 6, 8, 8b, 9a, 9b, 10" in out
+    assert "No data for 9 section(s): P5, P5b, 5c, 6, 8, 8b, 9a, 9b, 10" in out
 
 
 def test_section_7d_reads_the_committed_validations_and_names_the_holdout():
