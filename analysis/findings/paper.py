@@ -224,8 +224,7 @@ def speedup_needs(cases: Sequence[PaperCase]) -> list[dict]:
         flops = 4.0 * lin.B * lin.S * lin.S * lin.D * (0.5 if lin.causal else 1.0)
         t_lin, t_saw = flops / (lin.tflops * 1e12), flops / (saw.tflops * 1e12)
         if lin.kind == "tile":
-            g = TileGrid(p, tiles)
-            steps = lin.B * sum(g.kv_tiles_for(q) for q in range(g.n_q)) / GB10.num_sms
+            steps = lin.B * int(TileGrid(p, tiles).item_steps().sum()) / GB10.num_sms
             f_lin = f_saw = None
         else:
             sched = CtaSchedule.persistent(GB10.num_sms)
