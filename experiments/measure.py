@@ -142,10 +142,14 @@ def gate(fam, case: Case, q, k, v, res: Outcome, *, run: str, study: str, arch: 
 
 
 def check_and_time(cases: list[Case], arch: Arch, *, run: str, study: str, reps: int, seed: int,
-                   timed: bool = True, progress=None) -> Outcome:
+                   timed: bool = True, progress=None, families: dict | None = None) -> Outcome:
+    """Gate and time the cases problem by problem (each problem's inputs, reference and SDPA
+    peers are shared by its cases and nothing else, so a problem's rows are the same whether it
+    is measured alone or in a plan). ``families``: the loaded kernel families by backend, shared
+    between calls that measure a plan piece by piece."""
     import torch
     res = Outcome()
-    families = {}
+    families = {} if families is None else families
     for problem, group in by_problem(cases).items():
         q, k, v = random_inputs(problem, seed)
         ref = reference(q, k, v, problem.causal)
@@ -262,7 +266,7 @@ def measure_drift(cases: list[Case], arch: Arch, *, run: str, study: str, reps: 
 
 def profile(cases: list[Case], arch: Arch, run_dir: Path, *, run: str, study: str,
             groups: tuple[str, ...], repeats: int, sessions: int,
-            seed: int, progress=None) -> tuple[list[Row], list[Row], dict]:
+            seed: int, progress=None, resume: bool = False) -> tuple[list[Row], list[Row], dict]:
     """ncu counters of every case: ``repeats`` profiled launches per case and metric group,
     spread over ``sessions`` ncu sessions per group (``profiles.collect``; each group is meant to
     be one replay pass, and ``profiler__replayer_passes`` proves it per launch).
@@ -272,7 +276,8 @@ def profile(cases: list[Case], arch: Arch, run_dir: Path, *, run: str, study: st
     (``lo``..``hi`` = min..max, ``flags`` = failed repeats, multi-pass groups, failed checks),
     plus the consistency checks, the DRAM fills and the derived miss rows; they go to
     ``counters.csv``. Every row (each launch of each group) goes to ``counters_repeats.csv``.
-    ``progress(text)`` is called as each ncu session starts (``profiles.collect``)."""
+    ``progress(text)`` is called as each ncu session starts (``profiles.collect``). With
+    ``resume``, the sessions whose reports an interrupted run finished are read, not run again."""
     from profiles import collect, counters, metrics, ncu
     tool = ncu.find()
     chosen = metrics.get_groups(tuple(groups))
@@ -281,7 +286,7 @@ def profile(cases: list[Case], arch: Arch, run_dir: Path, *, run: str, study: st
                                 "cases": [case_to_dict(c) for c in cases]}, indent=1))
     col = collect.profile_cases(tool, [sys.executable, "-m", "experiments.target", str(plan)],
                                 [c.id for c in cases], run_dir / "ncu", tuple(groups), repeats,
-                                sessions=sessions, progress=progress)
+                                sessions=sessions, progress=progress, keep_finished=resume)
     every = collect.to_rows(col, cases, run=run, study=study, arch=arch)
     summary = counters.home_summaries(every, chosen)
     summary += derived_miss_rows(summary, cases, arch, run=run, study=study)

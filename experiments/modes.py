@@ -19,6 +19,7 @@ from pathlib import Path
 from spec.case import Case
 
 from . import costs
+from .journal import Journal
 from .options import UsageError, cpus
 from .progress import Reporter
 
@@ -97,11 +98,16 @@ def simulate(args, console, study, arch, cases: list[Case], work: Path, run: str
 
 def measure(args, console, study, arch, cases: list[Case], work: Path, run: str,
             live) -> tuple[list, dict]:
-    """Compile, check and time, then ncu (``experiments.measure``), each phase with its bar."""
+    """Compile, check and time, then ncu (``experiments.measure``), each phase with its bar and
+    each finished piece kept in ``work``'s journal (``experiments.journal``): the builds, each
+    problem's gate and timing (each case alone for a study's own measure hook, which gets the
+    whole plan in one piece), each ncu session. A resumed run (``--resume``) reads the pieces an
+    interrupted attempt finished instead of measuring them again."""
     from spec.records import write_csv
 
     from . import measure as m
 
+    journal = Journal(work)
     reps = args.reps if args.reps is not None else study.reps
     groups = tuple(args.groups.split(","))
     profiled = not args.no_profile and (study.profiled or args.profile)
@@ -110,36 +116,25 @@ def measure(args, console, study, arch, cases: list[Case], work: Path, run: str,
     parts = dict(plan.parts)
     reporter = Reporter(console)
     phases: dict = {}
-    t = time.perf_counter()
-    with reporter.phase("compile", "builds", [parts["start and compile"]]) as ph:
-        ph.start(0, f"{len(cases)} variants in parallel worker processes")
-        errors = m.precompile(cases)
-        ph.done(0)
-    phases["compile"] = round(time.perf_counter() - t, 1)
+    kept: list[str] = []
+    ids = [c.id for c in cases]
+    done = journal.get("compile", ids)
+    if done is None:
+        t = time.perf_counter()
+        with reporter.phase("compile", "builds", [parts["start and compile"]]) as ph:
+            ph.start(0, f"{len(cases)} variants in parallel worker processes")
+            errors = m.precompile(cases)
+            ph.done(0)
+        phases["compile"] = round(time.perf_counter() - t, 1)
+        journal.put("compile", {"cases": ids, "errors": errors, "seconds": phases["compile"]})
+    else:
+        errors, phases["compile"] = done[0]["errors"], done[0]["seconds"]
+        kept.append("compile")
     for err in errors:
         console.print(f"[yellow]precompile[/] {err}")
-    hook = study.measure or m.check_and_time
-    # the hook's order (check_and_time: problem by problem) and each case's share of the phase:
-    # its kernel time and its share of its problem's SDPA peers
-    order = ([c for g in m.by_problem(cases).values() for c in g] if hook is m.check_and_time
-             else list(cases))
-    n_of = {p: len(g) for p, g in m.by_problem(cases).items()}
-    weight = [costs.kernel_seconds(c, arch)
-              + (costs.peer_seconds(c.problem, arch) / n_of[c.problem] if study.timed else 0)
-              for c in order]
-    per_case = [parts["check and time"] * w / sum(weight) for w in weight]
-    t = time.perf_counter()
-    with reporter.phase("check + time", "cases", per_case) as ph:
-        ph.start(0, order[0].id)
-
-        def advance(n: int) -> None:
-            ph.done(n=n)
-            if ph.done_n < ph.n:
-                ph.start(ph.done_n, order[ph.done_n].id)
-
-        outcome = hook(cases, live, run=run, study=study.name, reps=reps, seed=args.seed,
-                       timed=study.timed, progress=advance)
-    phases["check_and_time"] = round(time.perf_counter() - t, 1)
+    outcome, phases["check_and_time"] = _check_and_time(args, console, reporter, study, arch,
+                                                        cases, run, live, reps, parts, journal,
+                                                        kept)
     write_csv(work / study.rows_file, outcome.rows)
     for line in outcome.summary:
         console.print(f"  {line}")
@@ -147,21 +142,103 @@ def measure(args, console, study, arch, cases: list[Case], work: Path, run: str,
         console.print(f"[red]FAILED[/] {case_id}: {why}")
     params = {"source": "measured", "device": m.device_facts(), "seed": args.seed,
               "reps": reps if study.timed else 0, "l2_state": "cold", "failed": outcome.failed,
-              "estimate_seconds": round(plan.seconds, 1), "phase_seconds": phases}
+              "estimate_seconds": round(plan.seconds, 1),
+              "estimate_phase_seconds": _phase_estimates(plan.parts), "phase_seconds": phases}
     rows = list(outcome.rows)
     if not profiled:
         params["profiling"] = "skipped (--no-profile)" if args.no_profile else \
             f"not part of the {study.name} study (pass --profile)"
-        return rows, params
-    if not outcome.passed:
-        return rows, params
-    rows += _profile(args, console, reporter, study, arch, outcome.passed, work, run, live,
-                     groups, params, reps)
+    elif outcome.passed:
+        rows += _profile(args, console, reporter, study, arch, outcome.passed, work, run, live,
+                         groups, params, reps, kept)
+    if args.resume:
+        params["resumed"] = {"kept": kept}
     return rows, params
 
 
+def _phase_estimates(parts) -> dict:
+    """The estimate of each phase, keyed like ``phase_seconds`` (what a run's manifest compares
+    the measured wall times with)."""
+    out: dict = {"compile": 0.0, "check_and_time": 0.0}
+    sessions = {}
+    for name, secs in parts:
+        if name.startswith("ncu "):
+            sessions[name] = round(secs, 1)
+        else:
+            key = "compile" if name == "start and compile" else "check_and_time"
+            out[key] = round(out[key] + secs, 1)
+    if sessions:
+        out["ncu"] = round(sum(sessions.values()), 1)
+        out["ncu_sessions"] = sessions
+    return out
+
+
+def measure_units(study, cases: list[Case]) -> list[list[Case]]:
+    """The pieces the check-and-time phase is measured and kept in: one problem and its cases
+    for the default hook (``check_and_time`` times them beside the problem's peers and nothing
+    else), the whole plan for a study's own hook (which may share work over the plan: a
+    partition check, summary lines over every case)."""
+    from . import measure as m
+    if study.measure is not None:
+        return [list(cases)]
+    return list(m.by_problem(cases).values())
+
+
+def _check_and_time(args, console, reporter, study, arch, cases, run, live, reps, parts,
+                    journal: Journal, kept: list[str]):
+    from . import measure as m
+
+    hook = study.measure or m.check_and_time
+    units = measure_units(study, cases)
+    order = [c for u in units for c in u]
+    # each case's share of the phase: its kernel time and its share of its problem's SDPA peers
+    n_of = {p: len(g) for p, g in m.by_problem(cases).items()}
+    weight = [costs.kernel_seconds(c, arch)
+              + (costs.peer_seconds(c.problem, arch) / n_of[c.problem] if study.timed else 0)
+              for c in order]
+    per_case = [parts["check and time"] * w / sum(weight) for w in weight]
+    res = m.Outcome()
+    seconds = 0.0
+    families: dict = {}
+    extra = {"families": families} if study.measure is None else {}
+    with reporter.phase("check + time", "cases", per_case) as ph:
+
+        def advance(n: int) -> None:
+            ph.done(n=n)
+            if ph.done_n < ph.n:
+                ph.start(ph.done_n, order[ph.done_n].id)
+
+        for k, unit in enumerate(units):
+            key, ids = f"check-{k:04d}", [c.id for c in unit]
+            done = journal.get(key, ids)
+            if done is None:
+                ph.start(ph.done_n, unit[0].id)
+                t = time.perf_counter()
+                part = hook(unit, live, run=run, study=study.name, reps=reps, seed=args.seed,
+                            timed=study.timed, progress=advance, **extra)
+                took = round(time.perf_counter() - t, 3)
+                journal.put(key, {"cases": ids, "passed": [c.id for c in part.passed],
+                                  "failed": part.failed, "summary": part.summary,
+                                  "seconds": took}, part.rows)
+            else:
+                record, rows = done
+                by_id = {c.id: c for c in unit}
+                part = m.Outcome(passed=[by_id[i] for i in record["passed"]],
+                                 failed=record["failed"], rows=rows, summary=record["summary"])
+                took = record["seconds"]
+                kept.append(key)
+                advance(len(unit))
+            seconds += took
+            res.passed += part.passed
+            res.failed |= part.failed
+            res.rows += part.rows
+            res.summary += part.summary
+    return res, round(seconds, 1)
+
+
 def _profile(args, console, reporter, study, arch, passed, work, run, live, groups, params,
-             reps) -> list:
+             reps, kept: list[str]) -> list:
+    from profiles.collect import KEPT
     from profiles.counters import failing_checks, flagged
     from profiles.ingest import IngestError
     from profiles.ncu import NcuError
@@ -182,6 +259,8 @@ def _profile(args, console, reporter, study, arch, passed, work, run, live, grou
             if marks:
                 spent[names[len(marks) - 1]] = round(now - marks[-1], 1)
                 ph.done(len(marks) - 1)
+            if KEPT in text:
+                kept.append(names[len(marks)])
             marks.append(now)
             ph.start(len(marks) - 1, f"{text} of {len(passed)} cases")
 
@@ -189,7 +268,7 @@ def _profile(args, console, reporter, study, arch, passed, work, run, live, grou
             counters, every, settings = m.profile(
                 passed, live, work, run=run, study=study.name, groups=groups,
                 repeats=args.repeats, sessions=args.sessions, seed=args.seed,
-                progress=session_starts)
+                progress=session_starts, resume=bool(args.resume))
         except (NcuError, IngestError) as e:
             console.print(f"[red]profiling failed[/]: {e}")
             params["profiling"] = f"failed: {e}"

@@ -18,9 +18,15 @@ phase with an ETA (``experiments.progress``).
 Results go to a new run directory (``runs/<arch>/<study>/<stamp>-<mode>`` unless ``--out``),
 reserved before the work starts and published only when complete (``experiments.rundir``): tidy
 ``counters.csv`` / the study's timing file, ``manifest.json`` (with the command that re-runs it and
-the seconds each phase took) and ``figures/``. Bad input exits with code 2 and one line naming the
-problem and the fix, before anything is written; so does a full disk; Ctrl-C and SIGTERM leave
-nothing behind.
+the seconds each phase took, beside their estimates) and ``figures/``. Bad input exits with code 2
+and one line naming the problem and the fix, before anything is written; so does a full disk.
+
+Ctrl-C, SIGTERM or a crash during a simulated run leave nothing behind (it is cheap to run
+again). A measured run keeps every finished piece (the builds, each problem's check and timing,
+each ncu session; ``experiments.journal``) in ``<name>-incomplete/``, says so in one line, and
+``python -m experiments.run --resume <that directory>`` finishes it without measuring those
+pieces again and publishes it as ``<name>`` (a sharded run resumes its missing shards the same
+way, ``experiments.shard``).
 """
 from __future__ import annotations
 
@@ -44,8 +50,9 @@ from .options import (CAPACITY_MAX_L2S, UsageError, build_parser,  # noqa: F401 
 from .options import plan as _plan  # noqa: F401 - re-exported
 from .report import figure_lines as _figure_lines
 from .report import fits_notes, model_label, published_misses, summary_table  # noqa: F401
+from .journal import Journal
 from .rundir import (BadRunDir, RunDirExists, command_line, default_run_dir, reserved_run_dir,
-                     write_manifest)
+                     resume_line, write_incomplete, write_manifest)
 from .studies import STUDIES, UnknownStudy
 
 MODULE = "experiments.run"
@@ -78,6 +85,22 @@ def _raise_if_signalled() -> None:
         raise KeyboardInterrupt() if _SIGNALLED[0] == signal.SIGINT else Terminated()
 
 
+_KEPT: list[Path] = []
+"""The incomplete run directory a stopped measured run left (its finished work kept)."""
+
+
+def _worth_keeping(work: Path) -> bool:
+    """Whether a stopped measured run finished anything: a journal entry or a sharded run's
+    shards (finished ones, or the logs of failed ones)."""
+    return bool(Journal(work).keys()) or (work / shard.SHARDS).is_dir()
+
+
+def _kept_line(what: str) -> str:
+    d = _KEPT[0]
+    return (f"{what}: the finished work is kept in {d} (\"complete\": false in its manifest); "
+            f"finish it with: {resume_line(d)}")
+
+
 def _has_cuda_gpu() -> bool:
     return detect() is not None
 
@@ -100,9 +123,7 @@ def _write(args, argv, console, study, arch, cases, capacity, mode, out, work) -
         rows, params = shard.measure_sharded(args, argv, console, study, arch, cases, work,
                                              out.name)
     else:
-        live = detect()
-        modes.check_device(arch, live)
-        rows, params = modes.measure(args, console, study, arch, cases, work, out.name, live)
+        rows, params = modes.measure(args, console, study, arch, cases, work, out.name, detect())
     return rows, params
 
 
@@ -138,21 +159,29 @@ def run(args, argv: list[str]) -> int:
     if mode == "measure" and args.capacity_mib is not None:
         raise UsageError("--capacity-mib sets the simulated L2 and means nothing when measuring; "
                          "add --mode simulate or leave it out")
-    if not shard.requested(args):
+    if mode == "measure" and not shard.requested(args):
+        modes.check_device(arch, detect())
+    if not shard.requested(args) and not args.resume:
         check_limits(args, mode, study, arch, cases, capacity, workers,
                      _gpu_free() if mode == "measure" else None)
     console.print(f"[bold yellow]{why}[/]")
     t0 = time.perf_counter()
+    measured = mode == "measure"
     with reserved_run_dir(args.out, lambda: default_run_dir(arch.name, study.name, mode),
-                          on_debris=lambda line: console.print(f"[yellow]{line}[/]")) \
-            as (out, work):
+                          on_debris=lambda line: console.print(f"[yellow]{line}[/]"),
+                          keep=_worth_keeping if measured else None,
+                          resume=Path(args.resume) if args.resume else None,
+                          on_kept=_KEPT.append) as (out, work):
         try:
+            given = {"seq_override": args.seq, "filter": args.filter,
+                     "cases": [c.id for c in cases]}
+            if measured and not args.resume:
+                write_incomplete(work, command=command_line(MODULE, argv), study=study.name,
+                                 mode=mode, arch=arch, parameters=given)
             rows, params = _write(args, argv, console, study, arch, cases, capacity, mode, out,
                                   work)
             fields = dict(command=command_line(MODULE, argv), study=study.name, mode=mode,
-                          arch=arch, parameters={"seq_override": args.seq,
-                                                 "filter": args.filter,
-                                                 "cases": [c.id for c in cases], **params})
+                          arch=arch, parameters=given | params)
             write_manifest(work, **fields, figures=[])        # the figures read the device
             report = [] if args.no_figures else _render_figures(work, out, arch.name)
             write_manifest(work, **fields, figures=report,
@@ -164,8 +193,6 @@ def run(args, argv: list[str]) -> int:
                                "pass --out on another disk") from None
             raise
         _raise_if_signalled()                            # before the directory is published
-    if args.resume:
-        shard.retire(Path(args.resume))              # its successor is published
     title = (f"SIMULATED L2 ({model_label(params)}, {params['capacity_bytes'] / MiB:g} MiB): "
              "predictions, not measurements"
              if mode == "simulate" else f"MEASURED on {params['device']['gpu']}")
@@ -212,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
 
     _SIGNALLED.clear()
+    _KEPT.clear()
     previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, _on_signal)}
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:   # not ignored (a `&` job)
         previous[signal.SIGINT] = signal.signal(signal.SIGINT, _on_signal)
@@ -225,11 +253,20 @@ def main(argv: list[str] | None = None) -> int:
         print(e, file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("interrupted: no run directory was written", file=sys.stderr)
+        print(_kept_line("interrupted") if _KEPT else "interrupted: no run directory was written",
+              file=sys.stderr)
         return _leave(130)
     except Terminated:
-        print("terminated (SIGTERM): no run directory was written", file=sys.stderr)
+        print(_kept_line("terminated (SIGTERM)") if _KEPT
+              else "terminated (SIGTERM): no run directory was written", file=sys.stderr)
         return _leave(143)
+    except Exception:
+        if _KEPT:                       # the traceback first, then how to finish the run
+            import traceback
+            traceback.print_exc()
+            print(_kept_line("stopped by the error above"), file=sys.stderr)
+            return 1
+        raise
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)

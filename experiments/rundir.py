@@ -19,6 +19,14 @@ exception) removes the partial directory, the lock and the parent directories th
 so nothing is left; only SIGKILL can leave the two hidden entries, which never look like a run
 (readers skip names starting with a dot and directories without ``manifest.json``) and are
 cleaned by the next run in that directory.
+
+A measured run is worth keeping when stopped (minutes of GPU time; ``experiments.journal``): it
+works in the visible ``<parent>/<name>-incomplete/`` instead, whose ``manifest.json`` says
+``"complete": false`` and whose ``INCOMPLETE`` file is one line naming the command that finishes
+it. When it stops with finished work in it (``keep``), that directory stays and only the lock
+goes; ``--resume`` reserves ``<name>`` again, works in the same directory and publishes it by
+renaming it to ``<name>``. Readers refuse or skip a run whose manifest says
+``"complete": false`` (``analysis.data``), so a half-written run is never read as a result.
 """
 from __future__ import annotations
 
@@ -37,6 +45,8 @@ from importlib import metadata
 from pathlib import Path
 
 from spec.records import SCHEMA_VERSION
+
+from .journal import Journal, write_text_atomically
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("numpy", "scipy", "matplotlib", "numba", "rich", "torch", "cupy-cuda13x", "cuda-tile")
@@ -65,6 +75,20 @@ def _lock_path(path: Path) -> Path:
 
 def _partial_path(path: Path) -> Path:
     return path.parent / f".{path.name}.partial"
+
+
+INCOMPLETE = "-incomplete"
+MARKER = "INCOMPLETE"
+"""The file of an incomplete run that says how to finish it."""
+
+
+def incomplete_path(path: Path) -> Path:
+    """Where a measured run works until it is complete: ``<name>-incomplete``."""
+    return path.with_name(f"{path.name}{INCOMPLETE}")
+
+
+def resume_line(work: Path) -> str:
+    return f"python -m experiments.run --resume {shlex.quote(str(work))}"
 
 
 def check_free(path: Path) -> None:
@@ -218,11 +242,17 @@ def _remove_empty(dirs: list[Path]) -> None:
 
 
 @contextlib.contextmanager
-def reserved_run_dir(path: Path | None, default=None, on_debris=None):
+def reserved_run_dir(path: Path | None, default=None, on_debris=None, *, keep=None,
+                     resume: Path | None = None, on_kept=None):
     """Reserve ``path`` (or, when None, a fresh ``default()`` name), then yield
     ``(final_path, work_dir)``; the work directory becomes ``final_path`` when the block
     completes, and everything is removed when it does not (see the module docstring).
-    ``on_debris`` gets one line naming the debris of killed runs removed from the parent."""
+    ``on_debris`` gets one line naming the debris of killed runs removed from the parent.
+
+    ``keep(work_dir) -> bool`` makes it a measured run's reservation: the work directory is
+    ``<name>-incomplete`` (``resume``: an existing incomplete directory to finish), and when the
+    block stops and ``keep`` says it holds finished work (a resumed one always does) it stays,
+    ``on_kept(work_dir)`` is called, and only the lock is removed."""
     if on_debris is not None:
         # the default tree (runs/<arch>/<study>/) is ours: its debris is removed; beside an
         # explicit --out it is only named (a directory we do not own)
@@ -245,22 +275,41 @@ def reserved_run_dir(path: Path | None, default=None, on_debris=None):
             raise RunDirExists(f"could not find a free run directory name like {path}")
     else:
         made = _reserve(path)
-    tmp = _partial_path(path)
-    done = False
+    if keep is None:
+        tmp = _partial_path(path)
+    else:
+        tmp = Path(resume) if resume is not None else incomplete_path(path)
+        if resume is None and (tmp.exists() or tmp.is_symlink()):
+            _lock_path(path).unlink(missing_ok=True)
+            _remove_empty(made)
+            raise RunDirExists(f"{tmp} exists: an interrupted run of that name; finish it with "
+                               f"{resume_line(tmp)}, or remove it")
+    done = kept = False
     try:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
+        if keep is None:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
+        elif resume is None:
+            tmp.mkdir()
         yield path, tmp
         if path.exists():
             raise RunDirExists(f"output directory {path} appeared while this run was written; "
                                "its results are discarded, runs are never overwritten")
+        if keep is not None:
+            Journal(tmp).remove()
+            (tmp / MARKER).unlink(missing_ok=True)
         tmp.rename(path)
         done = True
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if not done and keep is not None and tmp.is_dir() and (resume is not None or keep(tmp)):
+            kept = True
+        if not done and not kept:
+            shutil.rmtree(tmp, ignore_errors=True)
         _lock_path(path).unlink(missing_ok=True)
-        if not done:
+        if not done and not kept:
             _remove_empty(made)
+        if kept and on_kept is not None:
+            on_kept(tmp)
 
 
 def command_line(module: str, argv: list[str]) -> str:
@@ -310,10 +359,8 @@ def _jsonable(obj):
     return obj
 
 
-def write_manifest(run_dir: Path, *, command: str, **fields) -> Path:
-    """``manifest.json``: schema version, creation time, ``command`` (``command_line``), git
-    state, package versions and the caller's fields."""
-    manifest = {
+def _manifest(command: str, fields: dict) -> dict:
+    return {
         "schema_version": SCHEMA_VERSION,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "command": command,
@@ -321,12 +368,32 @@ def write_manifest(run_dir: Path, *, command: str, **fields) -> Path:
         "versions": package_versions(),
         **_jsonable(fields),
     }
+
+
+def write_incomplete(run_dir: Path, *, command: str, **fields) -> Path:
+    """The manifest of a measured run before it is complete (``"complete": false`` among its
+    parameters, ``resume``: the command that finishes it) and its one-line ``INCOMPLETE``
+    file, both written atomically; no README until the run is complete."""
+    fields["parameters"] = dict(fields.get("parameters") or {}, complete=False)
+    manifest = _manifest(command, fields) | {"resume": resume_line(run_dir)}
+    write_text_atomically(run_dir / MARKER, f"interrupted before it was complete; finish it "
+                          f"with: {resume_line(run_dir)}\n")
     path = run_dir / "manifest.json"
-    path.write_text(json.dumps(manifest, indent=2, sort_keys=False) + "\n")
+    write_text_atomically(path, json.dumps(manifest, indent=2) + "\n")
+    return path
+
+
+def write_manifest(run_dir: Path, *, command: str, **fields) -> Path:
+    """``manifest.json``: schema version, creation time, ``command`` (``command_line``), git
+    state, package versions and the caller's fields."""
+    manifest = _manifest(command, fields)
+    path = run_dir / "manifest.json"
+    write_text_atomically(path, json.dumps(manifest, indent=2, sort_keys=False) + "\n")
     readme = run_dir / "README.md"
     if not readme.exists():              # provenance in words: the tree that ran, clean or dirty
         from analysis.data.catalogue import readme_text
-        files = sorted(p.name for p in run_dir.iterdir() if p.is_file()) + ["README.md"]
+        files = sorted(p.name for p in run_dir.iterdir()
+                       if p.is_file() and p.name != MARKER) + ["README.md"]
         readme.write_text(readme_text(f"Run of `{command}`", manifest, sorted(files),
                                       why="Written with the run's manifest by experiments.run"))
     return path

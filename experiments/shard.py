@@ -25,15 +25,16 @@ profiling overlaps; without that, ncu would serialize every profiled launch acro
 The jobs, their executors and the merge are ``experiments.shard_jobs``; this module is the
 command line, the plan and the sharded measure mode.
 
-A run with a failed shard is never published as complete: it is written as
-``<name>-incomplete`` with ``"complete": false`` and the missing cases in its manifest, the
-command exits 1, and ``--resume <that dir>`` measures only the missing cases and publishes the
-complete run under ``<name>``, then removes the incomplete one.
+A run with a failed shard is never published as complete: like every measured run it works in
+``<name>-incomplete`` (``experiments.rundir``), which then stays, with ``"complete": false`` and
+the missing cases in its manifest; the command exits 1, and ``--resume <that dir>`` measures
+only the missing cases in the same directory and publishes the complete run under ``<name>``.
+``--resume`` of a single-GPU run (no ``--gpus`` in its command) finishes it on this GPU
+(``experiments.modes.measure``).
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import re
@@ -46,15 +47,12 @@ from spec import TileGrid
 from spec.case import Case
 from spec.records import Row, write_csv
 
-from .rundir import command_line, reserved_run_dir, write_manifest
+from .rundir import INCOMPLETE, command_line, write_incomplete
 from .shard_jobs import (DEFAULT_TIME_MIN, DONE, EXECUTORS, POLL_S, SHARDS,  # noqa: F401
                          ExecutorOptions, Gpu, Measure, Merged, ShardError, ShardJob,
                          Submitted, finished, host_gpus, make_executor, measure_on_this_gpu,
                          merge, merge_params, pick_count, pick_gpus, run_shard,
                          single_gpu_argv, slurm_parameters, submit, wait, _gpu_names)
-
-INCOMPLETE = "-incomplete"
-
 
 class IncompleteRun(RuntimeError):
     """Shards failed: the run was written as ``<name>-incomplete``; the message says how to
@@ -78,8 +76,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "--arch names)")
     g.add_argument("--cpus-per-task", type=int, help="Slurm CPUs per job (compiles run in "
                    "parallel; default 8)")
-    g.add_argument("--resume", metavar="RUN", help="measure only the missing cases of an "
-                   "incomplete run directory and publish it complete")
+    g.add_argument("--resume", metavar="RUN", help="finish an interrupted or incomplete "
+                   "measured run (its <name>-incomplete directory): measure only what it has not "
+                   "finished and publish it complete")
 
 
 SLURM_ONLY = ("partition", "slurm_account", "slurm_qos", "slurm_constraint", "cpus_per_task")
@@ -88,8 +87,9 @@ RESUME_KEEPS = ("gpus", "executor", "time", *SLURM_ONLY, "resume", "out", "no_fi
 
 
 def requested(args) -> bool:
-    """Whether the command asks for the sharded path."""
-    return args.gpus is not None or args.executor is not None or args.resume is not None
+    """Whether the command asks for the sharded path (a resumed run: whether its own command
+    did, ``resumed``)."""
+    return args.gpus is not None or args.executor is not None
 
 
 def executor_options(args) -> ExecutorOptions:
@@ -115,7 +115,7 @@ def resumed(args, parser: argparse.ArgumentParser) -> tuple[argparse.Namespace, 
         args.resume = str(run)
     m = _manifest(run)
     if (m.get("parameters") or {}).get("complete") is not False:
-        raise ShardError(f"--resume {run}: not an incomplete sharded run (its manifest has no "
+        raise ShardError(f"--resume {run}: not an incomplete run (its manifest has no "
                          "\"complete\": false among its parameters); nothing to resume")
     extra = [k for k, v in vars(args).items()
              if k not in RESUME_KEEPS and v != parser.get_default(k)]
@@ -152,11 +152,6 @@ def _manifest(run: Path) -> dict:
     except (OSError, ValueError) as e:
         raise ShardError(f"--resume {run}: manifest.json is unreadable ({type(e).__name__}); "
                          "start a new run") from None
-
-
-def retire(run: Path) -> None:
-    """Remove the incomplete run once its complete successor is published."""
-    shutil.rmtree(run)
 
 
 # -- sharding --------------------------------------------------------------------------------------
@@ -200,12 +195,14 @@ def shard_plan(cases: list[Case], n: int, *, timed: bool,
 
 def _previous(run: Path, cases: list[Case], work: Path) -> int:
     """Bring the finished shards of the incomplete ``run`` into ``work`` (hard links where the
-    filesystem allows); returns how many attempts it made."""
+    filesystem allows; nothing to bring when the run is finished in place) and drop the
+    unfinished ones; returns how many attempts it made."""
     m = _manifest(run)
     if m.get("parameters", {}).get("cases") != [c.id for c in cases]:
         raise ShardError(f"--resume {run}: the study's plan changed since that run (other cases); "
                          "start a new run")
-    shutil.copytree(run / SHARDS, work / SHARDS, copy_function=_link_or_copy)
+    if run.resolve() != work.resolve() and (run / SHARDS).is_dir():
+        shutil.copytree(run / SHARDS, work / SHARDS, copy_function=_link_or_copy)
     for d in (work / SHARDS).glob("shard-*"):
         if not (d / DONE).exists():
             shutil.rmtree(d)                   # its cases run again; its log stays in logs/
@@ -327,27 +324,20 @@ def _rel(path: Path, work: Path) -> str:
 
 def _publish_incomplete(args, argv, study, arch, cases, work: Path, run: str, merged: Merged,
                         params: dict, subs: list[Submitted]):
-    """Write what finished as ``<name>-incomplete`` (``-incomplete<attempt>`` from the second
-    attempt on, which then replaces the previous one) with rows renamed to it, and raise
-    IncompleteRun; ``experiments.run``'s own reservation of ``<name>`` is then released."""
-    attempt = params["attempts"]
-    target = work.parent / f"{run}{INCOMPLETE}{attempt if attempt > 1 else ''}"
-    with reserved_run_dir(target) as (inc, inc_work):
-        for p in work.iterdir():
-            p.rename(inc_work / p.name)
-        for name, rows in merged.rows.items():
-            write_csv(inc_work / name, [dataclasses.replace(r, run=inc.name) for r in rows])
-        write_manifest(inc_work, command=command_line("experiments.run", argv), study=study.name,
-                       mode="measure", arch=arch,
-                       parameters={"seq_override": args.seq, "filter": args.filter,
-                                   "cases": [c.id for c in cases], **params}, figures=[])
-    if args.resume:
-        retire(Path(args.resume))           # the new incomplete run holds all it had
+    """Write what finished into the run's incomplete directory ``work`` (its rows, a manifest
+    with ``"complete": false`` and the missing cases) and raise IncompleteRun;
+    ``experiments.run`` then keeps the directory (``experiments.rundir``)."""
+    for name, rows in merged.rows.items():
+        write_csv(work / name, rows)
+    write_incomplete(work, command=command_line("experiments.run", argv), study=study.name,
+                     mode="measure", arch=arch,
+                     parameters={"seq_override": args.seq, "filter": args.filter,
+                                 "cases": [c.id for c in cases], **params})
     lines = [f"INCOMPLETE: {len(merged.missing)} of {len(cases)} cases missing: "
              f"{', '.join(merged.missing[:3])}{', ...' if len(merged.missing) > 3 else ''}"]
-    lines += [f"  shard {s.job.index} failed: {s.error}; log {inc / _rel(s.handle.paths.stderr, work)}"
+    lines += [f"  shard {s.job.index} failed: {s.error}; log {work / _rel(s.handle.paths.stderr, work)}"
               for s in subs if s.error]
-    lines += [f"wrote {inc} (\"complete\": false in its manifest); measure the missing cases and "
+    lines += [f"wrote {work} (\"complete\": false in its manifest); measure the missing cases and "
               f"publish the run complete with: python -m experiments.run --resume "
-              f"{shlex.quote(str(inc))} --gpus {args.gpus or 1}"]
+              f"{shlex.quote(str(work))} --gpus {args.gpus or 1}"]
     raise IncompleteRun("\n".join(lines))

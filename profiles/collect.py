@@ -37,6 +37,7 @@ API for the orchestrator::
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -97,8 +98,17 @@ class Collected:
         return out
 
 
+KEPT = "kept from the interrupted run"
+"""How ``progress`` names a session whose report an interrupted run finished."""
+
+
 def report_path(out_dir: Path, group: str, session: int) -> Path:
     return out_dir / f"{group}-s{session}.ncu-rep"
+
+
+def partial_report_path(out_dir: Path, group: str, session: int) -> Path:
+    """Where ncu writes a session's report until the session has finished."""
+    return out_dir / f"{group}-s{session}.partial.ncu-rep"
 
 
 def unavailable_metrics(kernels, metrics: tuple[str, ...]) -> list[str]:
@@ -112,11 +122,18 @@ def profile_cases(tool: ncu_mod.Ncu, target_cmd: list[str], case_ids: list[str],
                   out_dir: Path, groups: tuple[str, ...] = metric_groups.DEFAULT_GROUPS,
                   repeats: int = 3, *, sessions: int = 1, replay_mode: str = "kernel",
                   extra: tuple[str, ...] = (), env: dict | None = None, timeout: int = 3600,
-                  progress: Callable[[str], None] | None = None) -> Collected:
+                  progress: Callable[[str], None] | None = None,
+                  keep_finished: bool = False) -> Collected:
     """Profile every case ``repeats`` times per metric group, in ``sessions`` ncu sessions per
     group (the launches split as evenly as they go; the last argument of ``target_cmd`` is the
-    plan JSON, and each session gets a copy with its ``launches``, see :func:`launches_cmd`). Reports and logs go to ``out_dir``, which must not
-    hold reports of these names already (nothing is overwritten)."""
+    plan JSON, and each session gets a copy with its ``launches``, see :func:`launches_cmd`).
+    Reports and logs go to ``out_dir``, which must not hold reports of these names already
+    (nothing is overwritten), unless ``keep_finished``: then a report already there is a session
+    an interrupted run finished, read back instead of profiled again.
+
+    Each session's report is written as ``<group>-s<i>.partial.ncu-rep`` and renamed to its
+    final name once ncu has finished it, so a final name always holds a whole session: a run
+    stopped in the middle of a session loses that session only."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     if not 1 <= sessions <= repeats:
@@ -128,7 +145,7 @@ def profile_cases(tool: ncu_mod.Ncu, target_cmd: list[str], case_ids: list[str],
     split = [repeats // sessions + (i < repeats % sessions) for i in range(sessions)]
     taken = [str(report_path(out_dir, g.name, i)) for i in range(sessions) for g in chosen
              if report_path(out_dir, g.name, i).exists()]
-    if taken:
+    if taken and not keep_finished:
         raise ncu_mod.NcuError(f"{taken[0]} exists; reports are never overwritten: choose a "
                                "new output folder")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -137,13 +154,19 @@ def profile_cases(tool: ncu_mod.Ncu, target_cmd: list[str], case_ids: list[str],
         first = sum(split[:i])
         for g in chosen:
             report = report_path(out_dir, g.name, i)
+            kept = keep_finished and report.exists()
             if progress is not None:
-                progress(f"ncu {g.name} session {i + 1}/{sessions} ({launches} launches per case)")
-            cmd = launches_cmd(target_cmd, launches, out_dir / f"plan-s{i}.json")
+                progress(f"ncu {g.name} session {i + 1}/{sessions} ({launches} launches per case"
+                         + (f", {KEPT})" if kept else ")"))
             try:
-                ncu_mod.profile(tool, cmd, report, g.collect, nvtx_ranges=list(case_ids),
-                                log=report.with_suffix(".log"), env=env, timeout=timeout,
-                                replay_mode=replay_mode, extra=extra)
+                if not kept:
+                    partial = partial_report_path(out_dir, g.name, i)
+                    partial.unlink(missing_ok=True)          # what a stopped session left
+                    cmd = launches_cmd(target_cmd, launches, out_dir / f"plan-s{i}.json")
+                    ncu_mod.profile(tool, cmd, partial, g.collect, nvtx_ranges=list(case_ids),
+                                    log=report.with_suffix(".log"), env=env, timeout=timeout,
+                                    replay_mode=replay_mode, extra=extra)
+                    os.replace(partial, report)              # the session is whole
                 kernels, reader = read_kernels(
                     report, g.collect, ncu_path=str(tool.path),
                     export_csv=lambda p: ncu_mod.export_raw_csv(tool, p))

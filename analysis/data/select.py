@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Mapping
 
 from analysis.data import registry
-from analysis.data.tables import read_manifest
+from analysis.data.tables import incomplete, read_manifest
 
 ANY = object()
 """A parameter value in ``select(params=...)`` that matches whatever the run used."""
@@ -142,7 +142,8 @@ def discover(arch: str) -> list[Dataset]:
     if local.is_dir():
         for study in sorted(s for s in local.iterdir() if s.is_dir()):
             for p in sorted(study.iterdir()):
-                if p.is_dir() and not p.name.startswith(".") and (p / "manifest.json").exists():
+                if (p.is_dir() and not p.name.startswith(".") and (p / "manifest.json").exists()
+                        and not incomplete(read_manifest(p))):
                     found.append(dataset(p, arch))
     return found
 

@@ -52,6 +52,13 @@ def read_manifest(run_dir: Path) -> dict:
     return m
 
 
+def incomplete(manifest: dict) -> bool:
+    """Whether a manifest is that of a run stopped before it was complete (its finished work
+    is kept for ``--resume``; it is no result)."""
+    params = manifest.get("parameters")
+    return isinstance(params, dict) and params.get("complete") is False
+
+
 def expected_files(manifest: dict) -> tuple[str, ...]:
     """The data files a manifest promises: ``counters.csv`` for a simulated or profiled run,
     ``timing.csv`` for a timed one, ``drift.csv`` for a drift run (none for no manifest)."""
@@ -125,7 +132,11 @@ def read_run(run_dir: Path) -> dict[str, list[dict]]:
     if not d.is_dir():
         raise DatasetError(f"{d}: no such run directory; pass a directory written by "
                            f"python -m experiments.run (or one under profiles/<arch>/)")
-    want = expected_files(read_manifest(d))
+    manifest = read_manifest(d)
+    if incomplete(manifest):
+        raise DatasetError(f"{d}: an interrupted run, not complete (\"complete\": false in its "
+                           f"manifest); finish it with python -m experiments.run --resume {d}")
+    want = expected_files(manifest)
     present = {f: p for f in DATA_FILES if (p := data_path(d, f)) is not None}
     for f in want:
         if f not in present:

@@ -267,7 +267,8 @@ def test_failed_shard_leaves_an_incomplete_run_and_resume_completes_it(fake_host
     assert "cuda.linear.static1.m80n80d64 b1h1s327680d64.fp16.full" in missing
     assert len(missing) == sum(sh["cases"] for sh in failed) < len(p["cases"])
     kept = read_csv(inc / "counters.csv")
-    assert kept and {r["run"] for r in kept} == {inc.name}
+    assert kept and {r["run"] for r in kept} == {out.name}     # the name it is published as
+    assert (inc / "INCOMPLETE").read_text().strip().endswith(f"--resume {inc}")
     assert len(p["placement"]) + len(missing) == len(p["cases"])
 
     monkeypatch.delenv(how)
@@ -333,7 +334,7 @@ def test_resume_refuses_a_complete_run_and_case_options(fake_host, tmp_path, cap
     out = tmp_path / "run"
     assert _run("l1l2", "--arch", "h200", "--gpus", "1", "--out", str(out)) == 0
     assert _run("--resume", str(out)) == 2
-    assert "not an incomplete sharded run" in capsys.readouterr().err
+    assert "not an incomplete run" in capsys.readouterr().err
     assert _run("--resume", str(tmp_path / "nothing")) == 2
     assert "no manifest.json there" in capsys.readouterr().err
 
