@@ -180,7 +180,7 @@ def sim_plan_cost(cases: list[Case], arch: Arch, model: str, workers: int, figur
     peak = SIM_BASE_BYTES + sum(sorted((c.bytes for c in each), reverse=True)[:max(1, workers)])
     parts = [("start", SIM_PROCESS_S), (f"{len(cases)} cases on {workers} thread(s)", compute)]
     if figures:
-        parts.append((f"{figures} figures", FIGURE_S * figures))
+        parts.append((f"up to {figures} figures", FIGURE_S * figures))
     return PlanCost(sum(s for _, s in parts), int(peak), tuple(parts), tuple(each))
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 from spec.arch import MiB
 from spec.case import Case
 
+from paper_figures.catalogue import drawn_with
+
 from . import costs
 from .costs import duration, size
 from .options import UsageError, simulatable
@@ -64,7 +66,7 @@ def simulate_estimate(args, study, arch, cases, capacity, workers: int):
     if model == "timed":
         from .simulate import model_params
         partitions = model_params(arch).time_params(arch).partitions
-    figures = 0 if args.no_figures else len(study.figures)
+    figures = 0 if args.no_figures else len(drawn_with(study.name))
     return model, costs.sim_plan_cost(cases, arch, model, workers, figures, partitions)
 
 

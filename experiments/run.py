@@ -132,7 +132,9 @@ def run(args, argv: list[str]) -> int:
     console = Console(width=None if sys.stdout.isatty() else 150)
     if args.list:
         for s in STUDIES.values():
-            console.print(f"[bold]{s.name}[/]: {s.description} (figures {', '.join(s.figures)})")
+            figs = (f"figures: {', '.join(s.figures)}" if s.figures else
+                    "no figure: its rows are in the run's CSV")
+            console.print(f"[bold]{s.name}[/]: {s.description} ({figs})")
         return 0
     if args.resume:
         args, argv = shard.resumed(args, build_parser())

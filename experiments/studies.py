@@ -15,6 +15,8 @@ from spec import (Arch, Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant
 from spec.case import Case
 from spec.schedules import WorkOrder, section_heads
 
+from paper_figures.catalogue import figures_of
+
 from .suites import bench_plan, hostpath_plan, models_plan, shapes_plan
 from .streamer import measure_misscost, misscost_ctas
 
@@ -28,7 +30,6 @@ class Study:
 
     name: str
     description: str
-    figures: tuple[str, ...]
     plan: Callable[[Arch], list[Case]]
     measurable: bool = True           # False: simulate only (e.g. an analytic study)
     timed: bool = True                # measure mode: CUDA-event timing beside the SDPA peers
@@ -37,6 +38,12 @@ class Study:
     simulate: Callable | None = None  # simulate-mode rows of one case; None: the L2 counters
     measure: Callable | None = None   # measure-mode hook, check_and_time's signature; None: it
     rows_file: str = "timing.csv"     # where the measure-mode rows of the run directory go
+
+    @property
+    def figures(self) -> tuple[str, ...]:
+        """The figures that read this study's rows, as the figure modules declare them
+        (``paper_figures.catalogue``)."""
+        return figures_of(self.name)
 
 
 PAPER_S = 131072            # the paper's sequence length on GB10
@@ -336,55 +343,55 @@ STUDIES: dict[str, Study] = {
     for s in (
         Study("sawtooth", "linear vs sawtooth K/V order: misses, non-compulsory misses, time "
               "(cuTile Static / Tile-based, causal and not; CUDA batch sweep)",
-              ("F7", "F8a", "F9a", "F10a"), sawtooth_plan),
+              sawtooth_plan),
         Study("l1l2", "L1/L2 counters vs persistent CTA count at two sequence lengths (CUDA)",
-              ("F1", "F2", "T1"), l1l2_plan, timed=False),
+              l1l2_plan, timed=False),
         Study("traffic", "L2 sector accesses vs S, causal and not, against the traffic model",
-              ("F3", "F4", "T2"), traffic_plan, timed=False),
+              traffic_plan, timed=False),
         Study("divergence", "L2 misses vs S around the capacity knee, cold-miss line, C_eff fit",
-              ("F5",), divergence_plan, timed=False),
+              divergence_plan, timed=False),
         Study("active-sms", "L2 misses, hits and hit rate vs persistent CTA count",
-              ("F6",), active_sms_plan, timed=False),
+              active_sms_plan, timed=False),
         Study("ladder", "the NVIDIA cuTile tuning ladder: TFLOPS per step beside SDPA",
-              ("ladder",), ladder_plan, profiled=False),
+              ladder_plan, profiled=False),
         Study("scaling", "TFLOPS vs S for the best cuTile and CUDA builds beside SDPA",
-              ("scaling",), scaling_plan, profiled=False, reps=5),
+              scaling_plan, profiled=False, reps=5),
         Study("longseq", "best sawtooth-aware configuration per (D, causal) at S=128K: "
               "order x schedule for both families, timed beside SDPA",
-              ("longseq",), longseq_plan, profiled=False, reps=5),
+              longseq_plan, profiled=False, reps=5),
         Study("bench", "each family's default attention() configuration beside SDPA flash and "
               "cuDNN: S in {4K, 16K, 32K}, D in {64, 128}, causal and not",
-              ("bench",), bench_plan, profiled=False, reps=15),
+              bench_plan, profiled=False, reps=15),
         Study("cuda-tiles", "the CUDA tile sweep (grid launch at every tested tile) with the "
               "persistent linear / sawtooth and LPT builds of the default tile, beside SDPA",
-              ("cuda-tiles",), cuda_tiles_plan, profiled=False, reps=20),
+              cuda_tiles_plan, profiled=False, reps=20),
         Study("shapes", "issue 14's shape suite (benchmark, batched short, GQA, uneven, S_q != "
               "S_kv): each family's default attention() beside SDPA flash and cuDNN; geometric "
               "mean and minimum of the ratio to cuDNN per family",
-              (), shapes_plan, profiled=False, reps=15, measure=_shapes_measure),
+              shapes_plan, profiled=False, reps=15, measure=_shapes_measure),
         Study("models", "issue 35's model families (encoders, ViTs, diffusion U-Nets, LLM "
               "prefill with grouped and multi-query heads, chunks against a longer K/V, long "
               "causal) in a tuning and a validation half: each family's default attention() "
               "beside SDPA flash and cuDNN, kernel time and eager call time",
-              (), models_plan, profiled=False, reps=15, measure=_shapes_measure),
+              models_plan, profiled=False, reps=15, measure=_shapes_measure),
         Study("hostpath", "host time per call of each family's attention() (eager path, "
               "operator, prepared launch) beside SDPA flash and cuDNN over 10,000 calls, and "
               "the eager call time of each (issue 35)",
-              (), hostpath_plan, profiled=False, reps=30, measure=_hostpath_measure),
+              hostpath_plan, profiled=False, reps=30, measure=_hostpath_measure),
         Study("drift", "how far persistent CTAs drift from lock-step: %globaltimer stamps of the "
               "CUDA trace build, spread of step start times over the CTAs",
-              ("drift",), drift_plan, timed=False, profiled=False, measure=_drift_measure,
+              drift_plan, timed=False, profiled=False, measure=_drift_measure,
               rows_file="drift.csv"),
         Study("misscost", "where a miss costs time: linear vs sawtooth over K/V pipeline depth "
               "{1,2,3} x available DRAM bandwidth (a co-running streamer on the SMs the "
               "persistent kernel leaves free) x S below/above the L2 x causal",
-              (), misscost_plan, reps=5, measure=measure_misscost),
+              misscost_plan, reps=5, measure=measure_misscost),
         Study("reuse", "reuse-distance histograms and LRU miss-ratio curves (simulator only), "
               "linear vs sawtooth vs block-parity, every arch's L2 marked",
-              ("reuse",), reuse_plan, measurable=False, simulate=_reuse_rows),
+              reuse_plan, measurable=False, simulate=_reuse_rows),
         Study("hints", "the paper's cuTile occupancy hint (1) beside the study's (2): misses "
               "and time of the non-causal Static and Tile-based pairs",
-              (), hints_plan),
+              hints_plan),
     )
 }
 

@@ -56,7 +56,8 @@ def arch_mismatch(rows: list[dict], arch: str) -> str | None:
 def report_lines(report: list[dict], rows: list[dict], verbose: bool) -> list[str]:
     """A line per figure drawn; a line per figure not drawn although its study has rows; one
     line for the figures of studies the rows do not hold (each with its reason if ``verbose``)."""
-    from .drawing import STUDIES
+    from .catalogue import figure_studies
+    STUDIES = figure_studies()
     present = {r["study"] for r in rows}
     lines, absent = [], []
     for r in report:

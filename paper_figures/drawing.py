@@ -13,20 +13,12 @@ from pathlib import Path
 
 from analysis.data import RUN_DIR, DatasetError, new_directory, read_manifest, run_of
 
+from .catalogue import figure_studies
 from .data import Skip, primary_run, run_name, runs_of
 from .style import CHAR_EM, gpu_name, wrap_to
 
-STUDIES = {"F1": ("l1l2",), "F2": ("l1l2",), "T1": ("l1l2",), "F3": ("traffic",),
-           "F4": ("traffic",), "T2": ("traffic",), "F5": ("divergence",),
-           "F6": ("active-sms", "l1l2"), "F7": (), "F8a": ("sawtooth",), "F8b": ("sawtooth",),
-           "F8c": ("sawtooth",), "F9a": ("sawtooth",), "F9b": ("sawtooth",), "F10a": ("sawtooth",),
-           "F10b": ("sawtooth",), "repeats": ("sawtooth",), "ladder": ("ladder",),
-           "scaling": ("scaling",), "longseq": ("longseq",), "drift": ("drift",),
-           "reuse": ("reuse",), "misscost": ("misscost",), "misscost_regimes": ("misscost",)}
-"""The studies each figure reads (F6 reads the first of its two that has rows); ``repeats`` and
-the two misscost figures draw every run of their study (``ALL_RUNS``), every other figure one
-(``data.one_run``)."""
 ALL_RUNS = ("repeats", "misscost", "misscost_regimes")
+"""The figures that draw every run of their study (the others draw one, ``data.one_run``)."""
 
 
 def write_table(columns: list[str], rows: list[list], stem: Path) -> list[str]:
@@ -47,7 +39,7 @@ def write_table(columns: list[str], rows: list[list], stem: Path) -> list[str]:
 def runs_drawn(rows: list[dict], figure: str) -> list[str]:
     """The runs a figure drew from ``rows``: every loaded run of its study for ``ALL_RUNS``, else
     the primary run of the first of its studies that has rows (names as ``data.run_name``)."""
-    for study in STUDIES[figure]:
+    for study in figure_studies()[figure]:
         runs = runs_of(rows, study)
         if runs:
             return [run_name(r) for r in runs] if figure in ALL_RUNS \
@@ -64,7 +56,7 @@ def simulated_params(rows: list[dict], figure: str, drawn: list[str] | None = No
     ``runs_drawn``, when the caller has them."""
     drawn = set(runs_drawn(rows, figure) if drawn is None else drawn)
     notes = sorted({r["note"] for r in rows if r.get("source") == "simulated" and r.get("note")
-                    and r["study"] in STUDIES[figure] and run_name(run_of(r)) in drawn})
+                    and r["study"] in figure_studies()[figure] and run_name(run_of(r)) in drawn})
     if not notes:
         return ""
     shared = set.intersection(*(set(n.split()) for n in notes))
@@ -85,7 +77,7 @@ def context(rows: list[dict], figure: str, arch: str | None, drawn: list[str]) -
     except Exception:       # noqa: BLE001 - an arch outside the registry: its name alone
         pass
     caps = sorted({float(m.group(1)) for r in rows
-                   if r.get("source") == "simulated" and r["study"] in STUDIES[figure]
+                   if r.get("source") == "simulated" and r["study"] in figure_studies()[figure]
                    and run_name(run_of(r)) in drawn and (m := _CAPACITY.search(r.get("note") or ""))})
     if caps:
         text += "; simulated L2 " + " / ".join(f"{c:g}" for c in caps) + " MiB"
@@ -157,7 +149,7 @@ def finish(fig, rows: list[dict], figure: str, arch: str | None, drawn: list[str
     (a figure of data);
     at its foot, the runs it drew (``shown``: their names as the reader should see them) and the
     parameters of its simulated rows."""
-    if STUDIES.get(figure):              # a figure of data (F7 is a diagram of the orders)
+    if figure_studies().get(figure):              # a figure of data (F7 is a diagram of the orders)
         _stamp_title(fig, context(rows, figure, arch, drawn), arch)
     dirty = _dirty_runs(rows)
     names = shown if shown is not None else drawn

@@ -36,6 +36,7 @@ from .data import Skip, manifest, manifest_command, manifest_device, one_run, se
 from .style import order_style, seq_label, title_suffix  # noqa: E402
 
 FIGURE = "drift"
+STUDIES: tuple[str, ...] = ("drift",)
 MiB = 2 ** 20
 
 

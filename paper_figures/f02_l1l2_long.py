@@ -5,6 +5,7 @@ import sys
 from .l1l2_panels import load_sweep, plot_sweep
 
 FIGURE = "F2"
+STUDIES: tuple[str, ...] = ("l1l2",)
 
 
 def load(rows):

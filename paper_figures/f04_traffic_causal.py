@@ -5,6 +5,7 @@ import sys
 from .traffic_panels import load_mode, plot_mode
 
 FIGURE = "F4"
+STUDIES: tuple[str, ...] = ("traffic",)
 
 
 def load(rows):

@@ -23,6 +23,7 @@ from .data import Skip, select, sources
 from .style import gpu_name, order_style
 
 FIGURE = "F5"
+STUDIES: tuple[str, ...] = ("divergence",)
 
 
 def load(rows: list[dict]) -> dict:

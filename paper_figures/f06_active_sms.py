@@ -21,6 +21,7 @@ from .data import Skip, mean_by, select, sources
 from .style import gpu_name, order_style, seq_label
 
 FIGURE = "F6"
+STUDIES: tuple[str, ...] = ("active-sms", "l1l2")  # the first of the two that has rows
 HITS, MISSES = Metric.L2_TEX_HITS, Metric.L2_TEX_MISSES
 
 

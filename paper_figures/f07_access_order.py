@@ -22,6 +22,7 @@ from spec import CtaSchedule, Problem, ScanOrder, TileGrid, Tiles, visit_order  
 from .style import order_style  # noqa: E402
 
 FIGURE = "F7"
+STUDIES: tuple[str, ...] = ()  # a diagram of the orders: no data
 N_KV, N_Q = 8, 4
 
 

@@ -16,6 +16,7 @@ from .style import gpu_name, seq_label
 from spec.records import Metric
 
 FIGURE = "F8a"
+STUDIES: tuple[str, ...] = ("sawtooth",)
 
 
 def load(rows: list[dict]) -> dict:

@@ -9,6 +9,7 @@ import sys
 from .timing_panels import load_cuda_batch, plot_cuda_batch
 
 FIGURE = "F8c"
+STUDIES: tuple[str, ...] = ("sawtooth",)
 
 
 def load(rows):

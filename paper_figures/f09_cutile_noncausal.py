@@ -8,6 +8,7 @@ import sys
 from .cutile_panels import load_misses, plot_misses
 
 FIGURE = "F9a"
+STUDIES: tuple[str, ...] = ("sawtooth",)
 
 
 def load(rows):

@@ -9,6 +9,7 @@ import sys
 from .timing_panels import load_cutile, plot_cutile
 
 FIGURE = "F9b"
+STUDIES: tuple[str, ...] = ("sawtooth",)
 
 
 def load(rows):

@@ -17,6 +17,7 @@ from .data import Skip, sources, tflops_stats
 from .style import gpu_name, seq_label
 
 FIGURE = "ladder"
+STUDIES: tuple[str, ...] = ("ladder",)
 LEVELS = {1: "basic", 2: "exp2\n+FTZ", 3: "K pre-\ntransposed", 4: "latency\nhints",
           5: "occu-\npancy 2", 6: "approx.\ndivision"}
 PEERS = ("sdpa-flash", "sdpa-cudnn")

@@ -26,6 +26,7 @@ from .data import (Skip, manifest, manifest_command, manifest_device, one_run,  
 from .style import BACKEND_STYLE, gpu_name, seq_label, title_suffix  # noqa: E402
 
 FIGURE = "longseq"
+STUDIES: tuple[str, ...] = ("longseq",)
 KERNELS = ("cutile", "cuda")
 PEERS = ("sdpa-cudnn", "sdpa-flash")
 ORDERS = ("linear", "sawtooth")

@@ -28,6 +28,7 @@ from .data import Skip, manifest, manifest_device, run_name, runs_of  # noqa: E4
 from .style import gpu_name, seq_label  # noqa: E402
 
 FIGURE = "misscost"
+STUDIES: tuple[str, ...] = ("misscost",)
 STAGE_COLOR = {1: "#C44E52", 2: "#4C72B0", 3: "#55A868"}
 
 

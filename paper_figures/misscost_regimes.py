@@ -29,6 +29,7 @@ from . import misscost  # noqa: E402
 from .style import gpu_name, seq_label  # noqa: E402
 
 FIGURE = "misscost_regimes"
+STUDIES: tuple[str, ...] = ("misscost",)
 VERDICT_COLOR = {"sawtooth faster": "#55A868", "sawtooth slower": "#C44E52",
                  "no difference": "#BBBBBB"}
 

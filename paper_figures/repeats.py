@@ -30,6 +30,7 @@ from .data import Skip, manifest, manifest_device, run_name, runs_of  # noqa: E4
 from .style import gpu_name, seq_label, title_suffix  # noqa: E402
 
 FIGURE = "repeats"
+STUDIES: tuple[str, ...] = ("sawtooth",)
 RUN_STYLE = (dict(color="#4C72B0", marker="o"), dict(color="#DD8452", marker="s"),
              dict(color="#55A868", marker="^"), dict(color="#C44E52", marker="D"),
              dict(color="#8172B3", marker="v"))

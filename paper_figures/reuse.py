@@ -22,6 +22,7 @@ from .data import Skip, select, sources
 from .style import gpu_name, line_kwargs, seq_label
 
 FIGURE = "reuse"
+STUDIES: tuple[str, ...] = ("reuse",)
 ARCHS = ("gb10", "h100", "h200", "b200")
 ARCH_COLORS = ("#2F4F4F", "#6A5ACD", "#8B008B", "#B8860B")
 

@@ -10,6 +10,7 @@ from .data import Skip, sources, tflops_stats
 from .style import gpu_name
 
 FIGURE = "scaling"
+STUDIES: tuple[str, ...] = ("scaling",)
 BACKENDS = ("cutile", "cuda", "sdpa-flash", "sdpa-cudnn")
 
 

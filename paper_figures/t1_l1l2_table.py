@@ -13,6 +13,7 @@ from .l1l2_panels import l1l2_rows
 from .style import gpu_name
 
 FIGURE = "T1"
+STUDIES: tuple[str, ...] = ("l1l2",)
 COLUMNS = ["S", "CTAs", "source", "L2 sectors (all)", "L2 sectors from L1TEX", "L1 sectors",
            "L1 hits", "L1 hit %"]
 

@@ -10,6 +10,7 @@ from .style import gpu_name
 from .traffic_panels import errors, load_mode
 
 FIGURE = "T2"
+STUDIES: tuple[str, ...] = ("traffic",)
 COLUMNS = ["mode", "counter", "source", "model", "MAPE %", "max |error| %", "points", "S range"]
 
 
