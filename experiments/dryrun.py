@@ -11,6 +11,7 @@ from spec.arch import MiB
 from spec.case import Case
 
 from paper_figures.catalogue import drawn_with
+from profiles.metrics import DEFAULT_GROUPS
 
 from . import costs
 from .costs import duration, size
@@ -70,15 +71,27 @@ def simulate_estimate(args, study, arch, cases, capacity, workers: int):
     return model, costs.sim_plan_cost(cases, arch, model, workers, figures, partitions)
 
 
-def _measure_estimate(args, study, arch, cases, sessions=None):
+def _measure_estimate(args, study, arch, cases, sessions=None, groups=None):
     reps = args.reps if args.reps is not None else study.reps
     return costs.measure_cost(cases, arch, reps=reps, timed=study.timed,
                               profiled=not args.no_profile and (study.profiled or args.profile),
-                              groups=tuple(args.groups.split(",")), repeats=args.repeats,
-                              sessions=sessions or args.sessions)
+                              groups=groups or tuple(args.groups.split(",")),
+                              repeats=args.repeats, sessions=sessions or args.sessions)
+
+
+def _ncu_parts(est) -> str:
+    """Each ncu session's estimate, by group (sessions of one group summed)."""
+    by: dict[str, float] = {}
+    for name, secs in est.parts:
+        if name.startswith("ncu "):
+            g = name.split()[1]
+            by[g] = by.get(g, 0.0) + secs
+    return ", ".join(f"{g} {duration(s)}" for g, s in by.items())
 
 
 def _measure_lines(args, study, arch, cases) -> list[str]:
+    """The measured run's estimate phase by phase (the manifest of a run records the same
+    phases' wall times beside these estimates), and what the fuller protocols would cost."""
     est = _measure_estimate(args, study, arch, cases)
     parts = dict(est.parts)
     ncu = [s for n, s in est.parts if n.startswith("ncu ")]
@@ -87,12 +100,16 @@ def _measure_lines(args, study, arch, cases) -> list[str]:
             f"start and compile {duration(parts['start and compile'])} + check and time "
             f"{duration(parts['check and time'])}")
     if ncu:
-        groups = args.groups.split(",")
-        line += (f" + ncu {duration(sum(ncu))} ({len(ncu)} sessions: {len(groups)} metric "
-                 f"groups x {args.sessions} session(s), {args.repeats} launches per case and "
-                 "group)")
+        line += (f" + ncu {duration(sum(ncu))} ({_ncu_parts(est)}; {args.sessions} session(s) "
+                 f"per metric group, {args.repeats} launches per case and group)")
     line += f"; peak GPU memory about {size(measure_peak_bytes(cases, arch))}"
     lines = [line]
+    groups = tuple(args.groups.split(","))
+    if ncu and set(DEFAULT_GROUPS) - set(groups):
+        full = _measure_estimate(args, study, arch, cases, groups=DEFAULT_GROUPS)
+        lines.append(f"  with --full-protocol (every metric group: {', '.join(DEFAULT_GROUPS)}; "
+                     f"the study reads {', '.join(groups)}): about {duration(full.seconds)}, "
+                     f"ncu {_ncu_parts(full)}")
     if ncu and args.sessions < args.repeats:
         full = _measure_estimate(args, study, arch, cases, sessions=args.repeats)
         lines.append(f"  with --sessions {args.repeats} (one fresh process per repeat, the "

@@ -88,9 +88,14 @@ def build_parser() -> argparse.ArgumentParser:
                         f"{DEFAULT_TIME_LIMIT_MIN}); --force runs it anyway")
     p.add_argument("--force", action="store_true",
                    help="run even when the estimate exceeds the time limit or the free memory")
-    p.add_argument("--groups", default=",".join(DEFAULT_GROUPS),
-                   help="ncu metric groups, each meant for one replay pass (profiles/metrics.py; "
-                   f"default {','.join(DEFAULT_GROUPS)})")
+    ncu = p.add_mutually_exclusive_group()
+    ncu.add_argument("--groups", help="ncu metric groups, each meant for one replay pass "
+                     "(profiles/metrics.py; default: the groups the study's figures and findings "
+                     "read, see --list)")
+    ncu.add_argument("--full-protocol", action="store_true",
+                     help=f"every ncu metric group of the protocol ({','.join(DEFAULT_GROUPS)}: "
+                     "the consistency checks across groups too) instead of the study's own; "
+                     "--dry-run states what it costs")
     p.add_argument("--repeats", type=int, default=DEFAULT_REPEATS,
                    help="profiled launches per case and metric group (median, min..max; "
                         f"default {DEFAULT_REPEATS})")
@@ -191,8 +196,16 @@ def capacity(args, arch, cases: list[Case]) -> int:
     return int(mib * MiB)
 
 
-def check_profiling(args) -> None:
-    """The ncu options (one line naming the fix)."""
+def study_groups(study) -> tuple[str, ...]:
+    """The ncu metric groups a study collects by default."""
+    return study.groups or DEFAULT_GROUPS
+
+
+def check_profiling(args, study) -> None:
+    """The ncu options (one line naming the fix); ``args.groups`` becomes the groups to collect
+    (``--groups``, every group with ``--full-protocol``, else the study's)."""
+    if args.groups is None:
+        args.groups = ",".join(DEFAULT_GROUPS if args.full_protocol else study_groups(study))
     try:
         get_groups(tuple(args.groups.split(",")))
     except ValueError as e:
@@ -232,6 +245,6 @@ def checked(args):
     arch = get_arch(args.arch)
     cases = plan(args, study, arch)
     cap = capacity(args, arch, cases)
-    check_profiling(args)
+    check_profiling(args, study)
     check_numbers(args)
     return study, arch, cases, cap

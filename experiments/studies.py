@@ -38,6 +38,10 @@ class Study:
     simulate: Callable | None = None  # simulate-mode rows of one case; None: the L2 counters
     measure: Callable | None = None   # measure-mode hook, check_and_time's signature; None: it
     rows_file: str = "timing.csv"     # where the measure-mode rows of the run directory go
+    groups: tuple[str, ...] | None = None
+    """The ncu metric groups a measured run collects by default: those its figures and findings
+    read. None: every group of the protocol (``profiles.metrics.DEFAULT_GROUPS``, also what
+    ``--full-protocol`` asks of any study)."""
 
     @property
     def figures(self) -> tuple[str, ...]:
@@ -46,6 +50,12 @@ class Study:
         return figures_of(self.name)
 
 
+MISSES_AND_L1 = ("dram", "l1")
+"""The main study's ncu groups: its figures and the findings read the L2 misses (and the DRAM
+fills measured in the same pass, group ``dram``) and the L1 sectors of the cuTile builds (group
+``l1``), each one replay pass; the protocol's other groups (the tex, fabric and LRC sectors, the
+hits + misses = sectors check across four passes) triple the ncu time and are
+``--full-protocol``."""
 PAPER_S = 131072            # the paper's sequence length on GB10
 CUTILE_STUDY_OCCUPANCY = 2  # the seed kernel's hint: spill-free on sm_90, two CTAs per SM
 AUTHORS_OCCUPANCY = 1
@@ -343,7 +353,7 @@ STUDIES: dict[str, Study] = {
     for s in (
         Study("sawtooth", "linear vs sawtooth K/V order: misses, non-compulsory misses, time "
               "(cuTile Static / Tile-based, causal and not; CUDA batch sweep)",
-              sawtooth_plan),
+              sawtooth_plan, groups=MISSES_AND_L1),
         Study("l1l2", "L1/L2 counters vs persistent CTA count at two sequence lengths (CUDA)",
               l1l2_plan, timed=False),
         Study("traffic", "L2 sector accesses vs S, causal and not, against the traffic model",
@@ -391,7 +401,7 @@ STUDIES: dict[str, Study] = {
               reuse_plan, measurable=False, simulate=_reuse_rows),
         Study("hints", "the paper's cuTile occupancy hint (1) beside the study's (2): misses "
               "and time of the non-causal Static and Tile-based pairs",
-              hints_plan),
+              hints_plan, groups=("dram",)),
     )
 }
 

@@ -22,7 +22,8 @@ import pytest
 from spec import get_arch
 from spec.records import Metric
 
-ARGS = ["sawtooth", "--arch", "h100", "--mode", "measure", "--no-figures", "--filter", "cuda"]
+ARGS = ["sawtooth", "--arch", "h100", "--mode", "measure", "--no-figures", "--filter", "cuda",
+        "--full-protocol"]                              # five ncu sessions
 
 
 def _value(*key) -> float:

@@ -269,7 +269,7 @@ def test_measure_shows_each_ncu_session_and_records_the_phases(tmp_path, monkeyp
     monkeypatch.setattr(measure, "device_facts", lambda: {"gpu": "fake H100"})
     out = tmp_path / "run"
     assert R.main(["sawtooth", "--arch", "h100", "--mode", "measure", "--no-figures",
-                   "--filter", "cuda", "--out", str(out)]) == 0
+                   "--filter", "cuda", "--full-protocol", "--out", str(out)]) == 0
     text = capsys.readouterr().out
     lines = [x for x in text.splitlines() if x.startswith("ncu: ")]
     assert len(lines) == 5 and lines[-1].startswith("ncu: 5/5 sessions") and "done" in lines[-1]
@@ -279,6 +279,47 @@ def test_measure_shows_each_ncu_session_and_records_the_phases(tmp_path, monkeyp
     m = json.loads((out / "manifest.json").read_text())["parameters"]
     assert set(m["phase_seconds"]) == {"compile", "check_and_time", "ncu", "ncu_sessions"}
     assert len(m["phase_seconds"]["ncu_sessions"]) == 5 and m["estimate_seconds"] > 0
+    est = m["estimate_phase_seconds"]              # each phase's estimate beside its wall time
+    assert set(est) == set(m["phase_seconds"]) and set(est["ncu_sessions"]) == \
+        set(m["phase_seconds"]["ncu_sessions"])
+    assert est["ncu"] == pytest.approx(sum(est["ncu_sessions"].values()), abs=0.2)
+
+
+@pytest.mark.parametrize("study, flags, groups", [
+    ("sawtooth", ["--filter", "cuda"], "dram,l1"),    # what its figures and findings read
+    ("sawtooth", ["--filter", "cuda", "--full-protocol"], "dram,lrc,tex,fabric,l1"),
+    ("sawtooth", ["--filter", "cuda", "--groups", "dram"], "dram"),
+    ("hints", [], "dram"),
+    ("l1l2", ["--filter", r"static1\."], "dram,lrc,tex,fabric,l1"),   # L1 and L2 sectors, hits
+])
+def test_a_study_collects_the_groups_it_reads_unless_asked_for_the_full_protocol(
+        tmp_path, monkeypatch, study, flags, groups):
+    from experiments import measure
+    monkeypatch.setattr(R, "detect", lambda: get_arch("h100"))
+    monkeypatch.setattr(measure, "precompile", lambda cases: [])
+    monkeypatch.setattr(measure, "check_and_time", lambda cases, arch, progress=None, **kw: (
+        progress(len(cases)), measure.Outcome(passed=list(cases)))[1])
+    seen = []
+    monkeypatch.setattr(measure, "profile", lambda cases, arch, run_dir, *, groups, **kw: (
+        seen.append(",".join(groups)), ([], [], {"ncu": "fake"}))[1])
+    monkeypatch.setattr(measure, "device_facts", lambda: {"gpu": "fake H100"})
+    assert R.main([study, "--arch", "h100", "--mode", "measure", "--no-figures", *flags,
+                   "--out", str(tmp_path / "run")]) == 0
+    assert seen == [groups]
+
+
+def test_dry_run_states_the_full_protocols_time_and_each_ncu_session(capsys):
+    assert R.main(["sawtooth", "--arch", "h100", "--dry-run"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    m = re.search(r"measure \(one [^)]*\): about ([\d.]+) min = .* ncu [\d.]+ s \(dram \d+ s, "
+                  r"l1 \d+ s;", text)
+    assert m and float(m.group(1)) <= 8, text           # the default main study, one H100
+    full = re.search(r"with --full-protocol \(every metric group: dram, lrc, tex, fabric, l1; "
+                     r"the study reads dram, l1\): about ([\d.]+) min, ncu dram", text)
+    assert full and float(full.group(1)) > float(m.group(1))
+    with pytest.raises(SystemExit) as e:                # argparse: one line, exit 2
+        R.main(["sawtooth", "--arch", "h100", "--groups", "dram", "--full-protocol", "--dry-run"])
+    assert e.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
 
 
 def test_a_csv_cut_inside_a_quoted_field_is_an_error(tmp_path):
