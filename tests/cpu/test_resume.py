@@ -212,3 +212,19 @@ def test_a_new_run_refuses_the_name_of_an_interrupted_one(fake, tmp_path, capsys
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "an interrupted run of that name" in err and "--resume" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run-incomplete"]
+
+
+def test_a_killed_runs_stale_lock_does_not_block_its_resume(fake, tmp_path, capsys):
+    """SIGKILL runs no cleanup: the lock stays beside the incomplete directory, naming a process
+    that is gone; the resume takes it over."""
+    import socket
+    import subprocess
+    import sys
+    fake.fault = ("ncu", 2, "sigterm")
+    assert _main(*ARGS, "--out", str(tmp_path / "run")) == 143
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    (tmp_path / ".run.lock").write_text(f"{socket.gethostname()} {dead}\n")
+    fake.fault = None
+    assert _main("--resume", str(tmp_path / "run-incomplete")) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
