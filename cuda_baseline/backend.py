@@ -233,7 +233,7 @@ class CudaFamily:
                                ".contiguous() or .clone()")
 
     def _args(self, p: Prepared, q, k, v, out, visits=None, times=None, steps: int = 0,
-              every: int = 1):
+              every: int = 1, scale: float | None = None):
         pr, g = p.problem, TileGrid(p.problem, p.variant.tiles)
         i64, i32 = np.int64, np.int32
         ptr = lambda t: np.uint64(0 if t is None else t.data_ptr())   # noqa: E731
@@ -244,7 +244,7 @@ class CudaFamily:
                 i32(g.n_work), i32(p.variant.schedule.tiles_per_cta),
                 i32(p.variant.schedule.section or 1),
                 i32(order.group if order.kind == OrderKind.SAWTOOTH else 1),
-                np.float32(math.log2(math.e) / math.sqrt(pr.D)),
+                np.float32(math.log2(math.e) * (1 / math.sqrt(pr.D) if scale is None else scale)),
                 ptr(visits), ptr(times), i32(steps), i32(every))
 
     def _launch(self, p: Prepared, kernel, args) -> None:

@@ -21,7 +21,8 @@ from typing import Optional
 
 import torch
 
-from spec.ops import check_metadata, op_spelling
+from spec.family import BadInput
+from spec.ops import check_metadata, op_spelling, resolve_scale
 from spec.problem import Tiles
 
 from . import launch
@@ -40,13 +41,13 @@ def _tiles(tile_m, tile_n):
 @torch.library.custom_op("sawtooth::cuda_attention", mutates_args=())
 def cuda_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, order: str,
                    schedule: Optional[str], tile_m: Optional[int], tile_n: Optional[int],
-                   stages: Optional[int]) -> Tensor:
+                   stages: Optional[int], scale: Optional[float] = None) -> Tensor:
     return launch.attention(q, k, v, causal=causal, order=order, schedule=schedule,
-                            tiles=_tiles(tile_m, tile_n), stages=stages)
+                            tiles=_tiles(tile_m, tile_n), stages=stages, scale=scale)
 
 
 @cuda_attention.register_fake
-def _(q, k, v, causal, order, schedule, tile_m, tile_n, stages):
+def _(q, k, v, causal, order, schedule, tile_m, tile_n, stages, scale):
     check_metadata(q, k, v, causal)
     check_strides(q, k, v)
     return torch.empty_like(q)
@@ -55,26 +56,47 @@ def _(q, k, v, causal, order, schedule, tile_m, tile_n, stages):
 @torch.library.custom_op("sawtooth::cuda_attention_out", mutates_args=("out",))
 def cuda_attention_out(q: Tensor, k: Tensor, v: Tensor, out: Tensor, causal: bool, order: str,
                        schedule: Optional[str], tile_m: Optional[int], tile_n: Optional[int],
-                       stages: Optional[int]) -> None:
+                       stages: Optional[int], scale: Optional[float] = None) -> None:
     launch.attention(q, k, v, causal=causal, order=order, schedule=schedule,
-                     tiles=_tiles(tile_m, tile_n), stages=stages, out=out)
+                     tiles=_tiles(tile_m, tile_n), stages=stages, out=out, scale=scale)
 
 
 @cuda_attention_out.register_fake
-def _(q, k, v, out, causal, order, schedule, tile_m, tile_n, stages):
+def _(q, k, v, out, causal, order, schedule, tile_m, tile_n, stages, scale):
     check_metadata(q, k, v, causal, out)
     check_strides(q, k, v, out)
 
 
+def positive_scale(q, scale: float):
+    """(q', scale') with scale' > 0 and softmax(scale' q' kᵀ) = softmax(scale q kᵀ): the kernels
+    take the running maximum of the raw scores, which ranks them only for a positive scale, so
+    a negative scale negates q and a zero scale zeroes it (uniform weights; as SDPA, q and k
+    then get zero gradient). Autograd differentiates the negation as any torch op."""
+    if scale > 0:
+        return q, scale
+    return (-q, -scale) if scale < 0 else (q * 0, 1.0)
+
+
+def _needs_grad(q, k, v) -> bool:
+    return torch.is_grad_enabled() and any(
+        isinstance(t, Tensor) and t.requires_grad for t in (q, k, v))
+
+
 def attention(q, k, v, *, causal=False, order="linear", schedule=None, tiles=None, stages=None,
-              out=None):
+              out=None, scale=None):
     """``cuda_baseline.launch.attention`` (same arguments, same result) as a PyTorch operator:
-    the eager path directly outside ``torch.compile``, the custom op inside it."""
+    the eager path directly outside ``torch.compile``, the custom op inside it. ``scale``: the
+    softmax scale as SDPA's ``scale=`` (None: 1/sqrt(D))."""
+    if _needs_grad(q, k, v):
+        raise BadInput("q, k or v requires grad, but this build of cuda_baseline.attention has "
+                       "no backward; call it under torch.no_grad() or use SDPA for training")
+    sc = resolve_scale(scale, q.shape[-1] if isinstance(q, Tensor) else 64)
+    q, sc = positive_scale(q, sc)
     if torch.compiler.is_compiling():
         o, s, tm, tn = op_spelling(order, schedule, tiles)
         if out is None:
-            return torch.ops.sawtooth.cuda_attention(q, k, v, causal, o, s, tm, tn, stages)
-        torch.ops.sawtooth.cuda_attention_out(q, k, v, out, causal, o, s, tm, tn, stages)
+            return torch.ops.sawtooth.cuda_attention(q, k, v, causal, o, s, tm, tn, stages, sc)
+        torch.ops.sawtooth.cuda_attention_out(q, k, v, out, causal, o, s, tm, tn, stages, sc)
         return out
     return launch.attention(q, k, v, causal=causal, order=order, schedule=schedule, tiles=tiles,
-                            stages=stages, out=out)
+                            stages=stages, out=out, scale=sc)
