@@ -111,7 +111,8 @@ def attention(q, k, v, *, causal: bool = False, order: str | ScanOrder = "linear
               schedule: str | CtaSchedule | None = None,
               tiles: Tiles | tuple[int, int] | None = None, stages: int | None = None, out=None,
               scale: float | None = None):
-    """``softmax(scale q kᵀ) v`` (``scale`` None: 1/sqrt(D), else a positive float) on [B, H, S, D] fp16/bf16 CUDA tensors with the raw CUDA
+    """``softmax(scale q kᵀ) v`` (``scale`` None: 1/sqrt(D), else a positive float) on
+    [B, H, S, D] fp16/bf16 CUDA tensors with the raw CUDA
     kernel (k, v: [B, H_kv, S_kv, D], H_kv dividing H; ``causal`` top-left aligned as SDPA's
     ``is_causal``). Strides: the last dimension contiguous, the others multiples of 8 elements,
     addresses 16-byte aligned (a [B, S, H, D] tensor transposed to [B, H, S, D] needs no copy).
