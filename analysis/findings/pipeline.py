@@ -11,6 +11,7 @@ makespan times the build's step (``steptime.REFERENCE``).
 """
 from __future__ import annotations
 
+import re
 from typing import Sequence
 
 import numpy as np
@@ -21,15 +22,22 @@ PIPELINE_PREDICTION = "profiles/cpu/prediction-h100-pipeline-20261127"
 PIPELINE_RUN = "profiles/h100/pipeline-20261127"
 
 
+_STEP = re.compile(r"step (\d+(?:\.\d+)?) ns")
+
+
 def pipeline_check(predicted: Sequence[dict], counters: Sequence[dict],
-                   timing: Sequence[dict], step_s: float) -> list[dict]:
-    """One row per case of the measured run: misses and time, predicted and measured, and the
-    depth-2-over-depth-1 ratio of each (causal) order; ``step_s``: the build's step."""
-    pred_miss, pred_span = {}, {}
+                   timing: Sequence[dict]) -> list[dict]:
+    """One row per case of the measured run: misses and time, predicted and measured. The
+    predicted time is the predicted makespan times the step the prediction assumed (its rows'
+    note), so a later change of the model's constants cannot move a committed prediction."""
+    pred_miss, pred_span, step_s = {}, {}, {}
     for r in predicted:
         k = (r["variant"], str(r["causal"]))
         if r["metric"] == Metric.L2_TEX_MISSES:
             pred_miss[k] = float(r["value"])
+            m = _STEP.search(r.get("note") or "")
+            if m:
+                step_s[k] = float(m.group(1)) * 1e-9
         elif r["metric"] == Metric.MAKESPAN_STEPS:
             pred_span[k] = float(r["value"])
     meas: dict[tuple, tuple[float, float, float]] = {}
@@ -47,7 +55,7 @@ def pipeline_check(predicted: Sequence[dict], counters: Sequence[dict],
         m, lo, hi = meas[k]
         p = pred_miss.get(k)
         t = float(np.median(ms[k])) if ms.get(k) else float("nan")
-        tp = pred_span[k] * step_s * 1e3 if k in pred_span else float("nan")
+        tp = pred_span[k] * step_s[k] * 1e3 if k in pred_span and k in step_s else float("nan")
         out.append(dict(variant=k[0], causal=k[1], misses=m, misses_lo=lo, misses_hi=hi,
                         predicted=p, err_pct=100 * (p / m - 1) if p else None,
                         ms=t, predicted_ms=tp, ms_err_pct=100 * (tp / t - 1)))

@@ -50,7 +50,7 @@ REFERENCE: dict[Backend, tuple[int, float, str]] = {
     Backend.CUTILE: (4 * 64 * 64 * 64, 0.534e-6,
                      "H100, cuTile 64x64 D=64 Static linear, non-causal, B=8 S=256K, one CTA "
                      "per SM: 544.5 ms / 1,019,904 steps (profiles/h100/sawtooth-20261123)"),
-    Backend.CUDA: (4 * 80 * 80 * 64, 1.26e-6,
+    Backend.CUDA: (4 * 80 * 80 * 64, 1.186e-6,
                    "H100, CUDA 80x80 D=64 persistent, depth 3, non-causal, S=100K, streamer "
                    "off (analysis.findings.misscost.step_time over profiles/h100/misscost-"
                    "20261123, -r2, -r3)"),
