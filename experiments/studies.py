@@ -66,6 +66,28 @@ so one CTA per SM: on GB10 the Tile-based launch keeps 48 CTAs resident, not 96.
 sawtooth study simulates these builds; elsewhere the study keeps occupancy 2 (at 255 registers
 the causal builds spill on sm_90: 680-1888 B of stack)."""
 PAPER_L2 = get_arch("gb10").l2_bytes
+AUTHORS_TOOLCHAIN = "cuda-tile 1.0.x, tileiras 13.1.80"
+"""The toolchain the paper's cuTile builds were most likely compiled with (the releases before the
+authors' counts; 1.1.0 already rejects their sawtooth sources)."""
+AUTHORS_LOCAL_ACCESSES: dict[tuple[str, str, bool], float] = {
+    ("persistent", "linear", True): 80.0,
+    ("tile", "linear", True): 73.0,
+}
+"""Spilled local loads and stores (LDL + STL) per thread inside the K/V step loop of the paper's
+cuTile builds compiled for sm_121 with ``AUTHORS_TOOLCHAIN`` (../shared/authors-builds.md: the
+causal linear builds spill inside their MMA loops, 456 B of stack; the causal sawtooth and every
+non-causal build do not). Keyed by (schedule, order, causal)."""
+
+
+def build_local_accesses(case: Case, arch: Arch) -> float:
+    """In-loop spilled accesses per thread per step of the build ``case`` stands for on ``arch``:
+    on GB10 the paper's cuTile builds (``AUTHORS_LOCAL_ACCESSES``); elsewhere this project's
+    builds, which the study keeps spill-free (tests/cpu/test_study_builds.py)."""
+    v = case.variant
+    if arch.name != "gb10" or v.backend != Backend.CUTILE:
+        return 0.0
+    sched = "persistent" if v.schedule.is_persistent else "tile"
+    return AUTHORS_LOCAL_ACCESSES.get((sched, v.order.label, case.problem.causal), 0.0)
 
 
 def scaled_seq(arch: Arch, s_paper: int = PAPER_S, quantum: int = 32768) -> int:

@@ -8,6 +8,8 @@ where a shape may be symbolic (dynamic shapes). Nothing here imports torch.
 """
 from __future__ import annotations
 
+import math
+
 from .family import BadInput, problem_from_tensors
 from .orders import ScanOrder
 from .problem import InvalidProblem, Tiles
@@ -25,6 +27,22 @@ def op_spelling(order: str | ScanOrder, schedule: str | CtaSchedule | None,
     return (order if isinstance(order, str) else order.label,
             schedule if schedule is None or isinstance(schedule, str) else schedule.label,
             None if tiles is None else tiles.m, None if tiles is None else tiles.n)
+
+
+def resolve_scale(scale, head_dim: int) -> float:
+    """The softmax scale of an attention call, as SDPA's ``scale=``: None means ``1/sqrt(D)``;
+    any finite real number is taken as given (0 gives uniform weights, a negative one reverses
+    the ranking, both as SDPA does). A bool, a non-number or a non-finite value is a
+    ``BadInput``."""
+    if scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise BadInput(f"scale={scale!r}: pass a float (the softmax scale, as SDPA's scale=) or "
+                       "None for 1/sqrt(head_dim)")
+    if not math.isfinite(scale):
+        raise BadInput(f"scale={scale!r} is not finite; pass a finite float or None for "
+                       "1/sqrt(head_dim)")
+    return float(scale)
 
 
 def check_metadata(q, k, v, causal: bool, out=None) -> None:

@@ -1,0 +1,197 @@
+"""The cuTile backward pass on the host: configuration, buffers and the three launches.
+
+    >>> from kernels import backend, backward
+    >>> lse = backward.stat_buffer(q)                       # fp32 [B, H, S_q]
+    >>> out = backend.attention(q, k, v, causal=True, lse=lse)      # the training forward
+    >>> dq, dk, dv = backward.attention_backward(dout, q, k, v, out, lse, causal=True)
+
+``attention_backward`` runs ``fmha_bwd.bwd_preprocess`` (Δ), ``bwd_dkdv`` and ``bwd_dq`` on torch's
+current stream; nothing is synchronised, so a CUDA graph captures the three launches. The scan
+order and CTA schedule of the two main passes are spec objects (``ScanOrder``, ``CtaSchedule``:
+the grid launch or P persistent CTAs, q-major or head-major), so the locality studies of the
+forward apply to the backward unchanged.
+
+The default configuration (``default_backward``) is a documented simple rule, not yet a fitted
+work model like the forward's (``kernels.choice``): 64-row Q tiles and 128-row K/V tiles in
+dK/dV with 8 worker warps (384 threads; at D=128 the fp32 dK and dV accumulators of a 128-row
+K/V tile fill 128 registers per thread, which spills at 256 threads: ``resources``), the same
+shape in dQ (Q tile 64 rows, K/V 128), the grid launch for both, linear scans. These are the
+spill-free builds of the compile sweep in tests/cpu/test_cutile_backward_compile.py.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from spec.family import BadInput, UnsupportedVariant
+from spec.orders import ScanOrder
+from spec.problem import Problem, Tiles, cdiv
+from spec.schedules import CtaSchedule, ScheduleKind, WorkOrder
+
+PASSES = ("dkdv", "dq")
+BACKWARD_SCHEDULES = (ScheduleKind.GRID, ScheduleKind.PERSISTENT)
+
+
+@dataclass(frozen=True)
+class PassConfig:
+    """One backward pass: tiles (m: Q rows, n: K/V rows), compile hints, scan order, schedule.
+    ``schedule`` None is the grid launch; a persistent schedule's P comes from its label
+    (``static132``) or, with ``ctas_per_sm``, from the build's resident CTAs."""
+
+    tiles: Tiles
+    occupancy: int | None = None
+    worker_warps: int | None = None
+    order: ScanOrder = ScanOrder.linear()
+    schedule: CtaSchedule = CtaSchedule.grid()
+
+    def label(self) -> str:
+        hints = (f"occ{self.occupancy}" if self.occupancy else "") + \
+            (f"ww{self.worker_warps}" if self.worker_warps else "")
+        return (f"{self.order.label}.{self.schedule.label}.m{self.tiles.m}n{self.tiles.n}"
+                + (f".{hints}" if hints else ""))
+
+
+@dataclass(frozen=True)
+class BackwardConfig:
+    dkdv: PassConfig
+    dq: PassConfig
+    preprocess_tile_m: int = 64
+
+    def label(self) -> str:
+        return f"dkdv:{self.dkdv.label()}+dq:{self.dq.label()}"
+
+
+def default_backward(problem: Problem, order: str | ScanOrder = "linear",
+                     schedule: str | CtaSchedule | None = None) -> BackwardConfig:
+    """The default configuration (module docstring); ``order`` and ``schedule`` (spec labels,
+    e.g. "sawtooth" and "static132") replace both passes' scan order and schedule."""
+    order = order if isinstance(order, ScanOrder) else ScanOrder.parse(order)
+    if schedule is None:
+        schedule = CtaSchedule.grid()
+    elif not isinstance(schedule, CtaSchedule):
+        schedule = CtaSchedule.parse(schedule)
+    dkdv = PassConfig(Tiles(64, 128), 1, 8, order, schedule)
+    dq = PassConfig(Tiles(64, 128), 1, 8, order, schedule)
+    return BackwardConfig(dkdv, dq)
+
+
+def check_pass(name: str, cfg: PassConfig) -> None:
+    """One line for what the backward kernels do not build."""
+    if cfg.schedule.kind not in BACKWARD_SCHEDULES:
+        raise UnsupportedVariant(
+            f"backward {name} schedule {cfg.schedule.label!r}: the backward kernels take the "
+            "grid launch ('grid') or P persistent CTAs ('static<P>', 'static<P>h')")
+    for axis, t in (("m", cfg.tiles.m), ("n", cfg.tiles.n)):
+        if t & (t - 1) or not 16 <= t <= 256:
+            raise UnsupportedVariant(f"backward {name} tile {axis}={t}: powers of two 16..256")
+
+
+def stat_buffer(q):
+    """An fp32 [B, H, S_q] buffer for the log-sum-exp or Δ, its row stride padded to 16 bytes
+    (so the kernels' loads of it are TMA copies whatever S_q is)."""
+    import torch
+    B, H, S, _ = q.shape
+    sp = (S + 3) // 4 * 4
+    return torch.empty_strided((B, H, S), (H * sp, sp, 1), dtype=torch.float32, device=q.device)
+
+
+def _grid(cfg: PassConfig, n_items: int) -> int:
+    if cfg.schedule.kind == ScheduleKind.GRID:
+        return n_items
+    return max(1, min(cfg.schedule.num_ctas, n_items))
+
+
+class BackwardLaunch:
+    """The three launches of one backward call key (shapes, strides, dtypes, config)."""
+
+    __slots__ = ("pre", "dkdv", "dq", "raw_stream", "launch", "device", "problem")
+
+    def __init__(self, problem: Problem, cfg: BackwardConfig, scale: float, level: int,
+                 device_index: int):
+        import cuda.tile as ct
+        import torch
+
+        from . import fmha, fmha_bwd
+        for name in PASSES:
+            check_pass(name, getattr(cfg, name))
+        self.problem = problem
+        qk_scale = fmha.qk_scale_for(problem.D, max(level, 2), scale)
+        G = problem.H // problem.H_kv
+        tm = cfg.preprocess_tile_m
+        self.pre = (fmha_bwd.get_kernel("preprocess"),
+                    (cdiv(problem.S_q, tm), problem.B * problem.H, 1),
+                    (problem.H, problem.D, tm))
+        a = cfg.dkdv
+        n_items = problem.B * problem.H_kv * cdiv(problem.S_kv, a.tiles.n)
+        self.dkdv = (fmha_bwd.get_kernel("dkdv", a.occupancy, a.worker_warps),
+                     (_grid(a, n_items), 1, 1),
+                     (qk_scale, scale, problem.H_kv, G, problem.D, a.tiles.m, a.tiles.n,
+                      problem.causal, int(a.order.kind), a.order.group, int(a.schedule.kind),
+                      int(a.schedule.work_order)))
+        d = cfg.dq
+        n_items = problem.B * problem.H * cdiv(problem.S_q, d.tiles.m)
+        self.dq = (fmha_bwd.get_kernel("dq", d.occupancy, d.worker_warps),
+                   (_grid(d, n_items), 1, 1),
+                   (qk_scale, scale, problem.H, G, problem.D, d.tiles.m, d.tiles.n,
+                    problem.causal, problem.S_kv % d.tiles.n == 0, int(d.order.kind),
+                    d.order.group, int(d.schedule.kind), int(d.schedule.work_order)))
+        self.raw_stream = torch._C._cuda_getCurrentRawStream
+        self.launch = ct.launch
+        self.device = device_index
+
+    def __call__(self, dout, q, k, v, out, lse, delta, dq, dk, dv) -> None:
+        s = self.raw_stream(self.device)
+        kern, grid, tail = self.pre
+        self.launch(s, grid, kern, (out, dout, delta) + tail)
+        kern, grid, tail = self.dkdv
+        self.launch(s, grid, kern, (q, k, v, dout, lse, delta, dk, dv) + tail)
+        kern, grid, tail = self.dq
+        self.launch(s, grid, kern, (q, k, v, dout, lse, delta, dq) + tail)
+
+
+_LAUNCHES: dict = {}
+
+
+def _ready(t):
+    """``t`` if the kernels can read it (last dimension contiguous, no broadcast dimension),
+    else a contiguous copy (autograd may hand an expanded gradient, stride 0)."""
+    if t.stride(-1) == 1 and all(s != 0 or n == 1 for s, n in zip(t.stride(), t.shape)):
+        return t
+    return t.contiguous()
+
+
+def attention_backward(dout, q, k, v, out, lse, *, causal: bool, scale: float | None = None,
+                       config: BackwardConfig | None = None, order: str | ScanOrder = "linear",
+                       schedule: str | CtaSchedule | None = None, level: int = 6):
+    """(dq, dk, dv) of ``out = attention(q, k, v, causal, scale)`` for the upstream gradient
+    ``dout``; ``lse`` is what the training forward stored (``stat_buffer``). dk, dv have k's
+    shape (GQA/MQA: the group's query heads summed). ``config`` (else ``default_backward`` with
+    ``order`` / ``schedule``) picks the kernels' tiles, hints, scan orders and schedules."""
+    import torch
+
+    from spec.family import problem_from_tensors
+    from spec.ops import resolve_scale
+    dout = _ready(dout)
+    problem = problem_from_tensors(q, k, v, causal, dout)
+    if tuple(lse.shape) != (problem.B, problem.H, problem.S_q) or lse.dtype != torch.float32:
+        raise BadInput(f"lse {tuple(lse.shape)} {lse.dtype}: the training forward's fp32 "
+                       f"[B, H, S_q] = {(problem.B, problem.H, problem.S_q)} log-sum-exp")
+    sc = resolve_scale(scale, problem.D)
+    if config is None:
+        config = default_backward(problem, order, schedule)
+    key = (q.shape, q.stride(), k.shape, k.stride(), v.stride(), dout.stride(), out.stride(),
+           q.dtype, q.device, causal, sc, config, level)
+    launch = _LAUNCHES.get(key)
+    if launch is None:
+        with torch.cuda.device(q.device):
+            launch = BackwardLaunch(problem, config, sc, level, q.device.index)
+        _LAUNCHES[key] = launch
+    delta = stat_buffer(q)
+    dq = torch.empty_like(q)
+    dk = torch.empty_like(k)
+    dv = torch.empty_like(v)
+    launch(dout, q, k, v, out, lse, delta, dq, dk, dv)
+    return dq, dk, dv
+
+
+__all__ = ["BackwardConfig", "PassConfig", "attention_backward", "default_backward",
+           "stat_buffer", "WorkOrder"]

@@ -1,0 +1,131 @@
+"""The pipeline model: each build's step, latencies and prefetch depth (analysis.models.steptime),
+the event loop's prefetch (analysis.cache.timeloop), a hand-computed two-CTA case, the convoy
+force it adds, and the reference steps read back from the committed runs."""
+import csv
+import gzip
+import statistics
+from dataclasses import replace
+
+import pytest
+
+from analysis.cache import timesim
+from analysis.cache.timesim import TimeParams
+from analysis.models import steptime
+from analysis.models.timemodel import critical_steps
+from spec import Backend, CtaSchedule, Problem, ScanOrder, TileGrid, Tiles, Variant, get_arch
+from spec.case import Case
+from spec.trace import work_table
+
+TILE = 256          # sectors of one 64x64 fp16 tile at D=64
+
+
+def _pipe(prefetch, hit, miss, cap=1 << 20):
+    return TimeParams(cap, compute=1.0, hit_latency=hit, miss_ratio=miss, prefetch=prefetch,
+                      step_source="test")
+
+
+def _two_ctas(n_q=2):
+    return work_table(TileGrid(Problem(1, 1, 64 * n_q, 64), Tiles(64, 64)),
+                      CtaSchedule.persistent(2), ScanOrder.linear())
+
+
+def test_two_ctas_hand_computed_pipeline():
+    # Each CTA has two items of two steps. No prefetch, hit 0.5, fill 2 (step units):
+    # t=0 CTA0 misses Q0, K0, V0 (ready 2), computes 2..3; CTA1 misses Q1 (ready 2) and finds
+    # K0, V0 in flight (ready 2): 2..3. t=3: CTA0 misses K1, V1 (ready 5): 5..6; CTA1 waits on
+    # them too: 5..6. Then the second items (Q2/Q3 misses, K0/V0 hits...).
+    c = timesim.simulate(_two_ctas(4), 2, _pipe(0, 0.5, 2.0))
+    d = timesim.simulate(_two_ctas(4), 2, _pipe(1, 0.5, 2.0))
+    # one step ahead hides the K1/V1 fills of the first item behind its first step
+    assert d.makespan < c.makespan
+    assert (c.tex_sectors, c.tex_misses) == (d.tex_sectors, d.tex_misses)
+    first = timesim.simulate(_two_ctas(2), 2, _pipe(0, 0.5, 2.0))
+    assert first.makespan == 6.0
+
+
+def test_validation_of_the_pipeline_fields():
+    with pytest.raises(ValueError, match="step model"):
+        TimeParams(1 << 20, prefetch=1)
+    with pytest.raises(ValueError, match="hit_latency <= miss_ratio"):
+        TimeParams(1 << 20, compute=1.0, hit_latency=0.5, miss_ratio=0.2, step_source="x")
+    with pytest.raises(ValueError, match="step_source"):
+        TimeParams(1 << 20, compute=1.0, hit_latency=0.1, miss_ratio=0.3)
+    assert "pipeline(prefetch=2" in _pipe(2, 0.1, 0.3).note()
+
+
+def test_exposed_fills_hold_a_causal_convoy_together():
+    """The mechanism the model adds: a causal persistent launch whose K/V does not fit misses
+    far less when fills are exposed (no prefetch) than when a double buffer hides them; a
+    non-causal one (CTAs start their items together) hardly changes."""
+    arch = get_arch("h100")
+    for causal, lo, hi in ((True, 3.0, None), (False, 0.8, 1.25)):
+        g = TileGrid(Problem(1, 1, 24576, 64, causal=causal), Tiles(64, 64))
+        tab = work_table(g, CtaSchedule.persistent(16), ScanOrder.linear())
+        cap = 2 << 20                                   # K+V per head: 6 MiB, 3x the cache
+        exposed = timesim.simulate(tab, 16, _pipe(0, 0.12, 0.3, cap)).tex_misses
+        hidden = timesim.simulate(tab, 16, _pipe(1, 0.12, 0.3, cap)).tex_misses
+        if hi is None:
+            assert hidden > lo * exposed, (causal, exposed, hidden)
+        else:
+            assert lo < hidden / exposed < hi, (causal, exposed, hidden)
+    assert arch.num_sms == 132
+
+
+def _case(backend, tiles, stages=None, resident=132, D=64):
+    v = Variant(backend, ScanOrder.linear(), CtaSchedule.persistent(resident), tiles,
+                stages=stages)
+    return Case(Problem(1, 1, 65536, D), v, resident, "t")
+
+
+def test_step_timing_of_builds():
+    h100, gb10 = get_arch("h100"), get_arch("gb10")
+    c = _case(Backend.CUDA, Tiles(80, 80), stages=1)
+    t = steptime.step_timing(c, h100)
+    assert t.prefetch == 0 and t.step_s == pytest.approx(1.186e-6)
+    assert t.hit_s == pytest.approx(143.4e-9) and t.miss_s == pytest.approx(348.7e-9)
+    assert steptime.step_timing(_case(Backend.CUDA, Tiles(80, 80)), h100).prefetch == 1
+    assert steptime.step_timing(_case(Backend.CUTILE, Tiles(64, 64)), h100).prefetch == 1
+    # twice the tile, twice the step; two CTAs per SM, twice again
+    big = steptime.step_timing(_case(Backend.CUTILE, Tiles(128, 64)), h100).step_s
+    assert big == pytest.approx(2 * 0.534e-6)
+    shared = steptime.step_timing(_case(Backend.CUTILE, Tiles(64, 64), resident=264), h100)
+    assert shared.step_s == pytest.approx(2 * 0.534e-6)
+    # GB10: every range ordered, spills add time, the note says what was assumed
+    g = _case(Backend.CUTILE, Tiles(64, 64), resident=48)
+    lo, mid, hi = (steptime.step_timing(g, gb10, p) for p in ("lo", "mid", "hi"))
+    assert lo.step_s < mid.step_s < hi.step_s and lo.miss_s < mid.miss_s < hi.miss_s
+    spilled = steptime.step_timing(g, gb10, local_accesses=80)
+    assert spilled.step_s > mid.step_s and "spills" in spilled.source
+    assert "assumed range" in mid.source
+    with pytest.raises(ValueError, match="no step speed"):
+        steptime.step_timing(g, get_arch("b200"))
+
+
+def _median_time(path, variant, **match):
+    rows = csv.DictReader(gzip.open(path, "rt"))
+    xs = [float(r["value"]) for r in rows if r["variant"] == variant
+          and r["metric"] == "kernel_time_ms" and r["source"] == "measured"
+          and all(r[k] == v for k, v in match.items())]
+    return statistics.median(xs)
+
+
+def test_reference_steps_are_the_committed_measurements():
+    """steptime.REFERENCE restates two measured steps; recompute them from the committed runs."""
+    ms = _median_time("profiles/h100/sawtooth-20261123/timing.csv.gz",
+                      "cutile.linear.static132.m64n64d64.occ2", causal="False")
+    steps = critical_steps(Problem(8, 1, 262144, 64), Tiles(64, 64), CtaSchedule.parse("static132"))
+    assert steptime.REFERENCE[Backend.CUTILE][1] == pytest.approx(ms * 1e-3 / steps, rel=2e-3)
+    from analysis.findings.misscost import per_run, step_time
+    from analysis.data import read_run
+    runs = [read_run(f"profiles/h100/misscost-20261123{s}") for s in ("", "-r2", "-r3")]
+    t_c = step_time([per_run(r.get("counters.csv", []), r.get("timing.csv", [])) for r in runs])
+    assert steptime.REFERENCE[Backend.CUDA][1] == pytest.approx(t_c, rel=1e-2)
+
+
+def test_pipeline_units_make_the_step_the_time_unit():
+    t = steptime.StepTiming(1e-6, 1e-7, 5e-7, 1, "x")
+    u = t.units()
+    assert u["compute"] == 1.0 and u["hit_latency"] == pytest.approx(0.1)
+    assert u["miss_ratio"] == pytest.approx(0.5) and u["prefetch"] == 1
+    tp = replace(TimeParams(1 << 20), **u)
+    assert tp.compute == 1.0
