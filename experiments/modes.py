@@ -22,6 +22,7 @@ from . import costs
 from .journal import Journal
 from .options import UsageError, cpus
 from .progress import Reporter
+from .studies import hook
 
 
 def sim_model(args, study) -> str:
@@ -52,7 +53,7 @@ def simulate(args, console, study, arch, cases: list[Case], work: Path, run: str
     def one(c: Case) -> tuple[list, float]:
         t0 = time.perf_counter()
         if study.simulate is not None:
-            rows = study.simulate(c, arch, capacity, run=run, study=study.name)
+            rows = hook(study.simulate)(c, arch, capacity, run=run, study=study.name)
         elif params is not None:
             rows = timed_rows(c, arch, params, None if args.capacity_mib is None else capacity,
                               run=run, study=study.name)
@@ -188,7 +189,7 @@ def _check_and_time(args, console, reporter, study, arch, cases, run, live, reps
                     journal: Journal, kept: list[str]):
     from . import measure as m
 
-    hook = study.measure or m.check_and_time
+    measure_unit = hook(study.measure) if study.measure else m.check_and_time
     units = measure_units(study, cases)
     order = [c for u in units for c in u]
     # each case's share of the phase: its kernel time and its share of its problem's SDPA peers
@@ -214,7 +215,7 @@ def _check_and_time(args, console, reporter, study, arch, cases, run, live, reps
             if done is None:
                 ph.start(ph.done_n, unit[0].id)
                 t = time.perf_counter()
-                part = hook(unit, live, run=run, study=study.name, reps=reps, seed=args.seed,
+                part = measure_unit(unit, live, run=run, study=study.name, reps=reps, seed=args.seed,
                             timed=study.timed, progress=advance, **extra)
                 took = round(time.perf_counter() - t, 3)
                 journal.put(key, {"cases": ids, "passed": [c.id for c in part.passed],

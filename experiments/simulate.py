@@ -137,8 +137,8 @@ def pipeline_params(tp: timesim.TimeParams, case: Case, arch: Arch,
     """``tp`` with the pipeline model of ``case``'s build on ``arch``
     (``analysis.models.steptime``): its step, latencies and prefetch depth at ``point`` of the
     arch's assumed ranges, and the in-loop spills of the build the study names
-    (``experiments.studies.build_local_accesses``)."""
-    from .studies import build_local_accesses
+    (``experiments.plans.build_local_accesses``)."""
+    from .plans import build_local_accesses
     timing = steptime.step_timing(case, arch, point,
                                   local_accesses=build_local_accesses(case, arch))
     return replace(tp, **timing.units())

@@ -46,6 +46,8 @@ from spec import Arch, get_arch
 from spec.case import Case
 from spec.records import Metric, Row
 
+from .plans import misscost_ctas
+
 STREAM_KERNEL = "dram_stream"
 STREAM_SOURCE = (Path(__file__).with_name("dram_stream.cu")).read_text()
 """The streamer kernel (``dram_stream.cu`` beside this module), compiled with NVRTC by CuPy."""
@@ -78,13 +80,6 @@ class Partition:
     attention_sms: int
     streamer_sms: int
     note: str = ""
-
-
-def misscost_ctas(arch: Arch) -> int:
-    """Attention CTAs of the miss-cost study: about three quarters of the SMs, a multiple of 8
-    (the SM granularity of a green-context split on Hopper); the other SMs run the DRAM
-    streamer (experiments.streamer). H100: 96 attention SMs, 36 streaming."""
-    return max(8, (3 * arch.num_sms // 4) // 8 * 8)
 
 
 def stream_buffer_bytes(arch: Arch) -> int:

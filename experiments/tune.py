@@ -20,7 +20,7 @@ slowdowns against each problem's fastest), so one size cannot pick tiles that lo
 ``--classes`` tunes shape classes instead (``kernels.config.ShapeClass``: cross, gqa, small,
 uneven, tiny, short; the top-level (D, causal) defaults are the long class): per class, the
 (D, causal) keys that issue 14's shape suite has in that class
-(``experiments.studies.shapes_problems``; ``--only`` narrows them), each at the class's problems
+(``experiments.suites.shapes_problems``; ``--only`` narrows them), each at the class's problems
 (``kernels.config.representatives``: its small and large end), through the same check-then-time
 ranking; the candidates are the key's, plus for causal keys each persistent one again with the
 snake deal and with the longest-first (LPT) order. The winners go to the class's block of the

@@ -144,7 +144,7 @@ def measure(args) -> int:
     from analysis.launch.drift import Completions
     from experiments.correctness import check, poisoned_like, random_inputs, reference
     from experiments.families import family
-    from experiments.studies import sawtooth_plan
+    from experiments.plans import sawtooth_plan
     from experiments.lengths import at_length
     from experiments.timing import time_one
     from spec import detect
@@ -252,7 +252,7 @@ def predict(args) -> int:
     from analysis import calibration as cal
     from analysis.launch.drift import step_factors
     from analysis.cache.timesim import simulate_case
-    from experiments.studies import sawtooth_plan
+    from experiments.plans import sawtooth_plan
     from experiments.lengths import at_length
     from spec import get_arch
 

@@ -51,7 +51,7 @@ from analysis import calibration as cal
 from analysis.cache.timesim import SHARDS_TARGET, TimeParams, counts_to_rows, shards_rate, simulate
 from experiments import rundir
 from experiments.simulate import resident_of_build
-from experiments.studies import sawtooth_plan
+from experiments.plans import sawtooth_plan
 from spec import CtaSchedule, Problem, ScanOrder, TileGrid, Tiles, get_arch
 from spec.records import write_csv
 from spec.trace import work_table

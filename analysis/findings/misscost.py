@@ -2,7 +2,7 @@
 pipeline depth x DRAM streamer level x S x causal, over independent runs, beside the prediction
 of ``analysis.models.timemodel``.
 
-The study (``experiments.studies.misscost_plan``) runs the CUDA twin persistent on 96 of the H100's
+The study (``experiments.plans.misscost_plan``) runs the CUDA twin persistent on 96 of the H100's
 132 SMs and a DRAM streamer on the other 36 (``experiments.streamer``). Each timed launch of a case
 at a streamer level carries ``x`` = the streamer's threads per CTA (0 = off) and the streamer's own
 achieved bandwidth (``streamer_dram_gbps``, one row per launch). The counters (local tex misses,

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from experiments.run import _plan, build_parser
-from experiments.studies import LONG_S, STUDIES, get_study, longseq_plan
+from experiments.plans import LONG_S, longseq_plan
+from experiments.studies import STUDIES, get_study
 from spec import Backend, ScanOrder, Tiles, get_arch, known_archs
 from spec.records import SCHEMA_VERSION, Metric, read_csv
 from spec.schedules import ScheduleKind

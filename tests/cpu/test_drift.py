@@ -13,7 +13,8 @@ import pytest
 
 from analysis.launch import drift as dr
 from experiments.measure import drift_rows
-from experiments.studies import DRIFT_FEW_CTAS, get_study, scaled_seq
+from experiments.plans import DRIFT_FEW_CTAS, scaled_seq
+from experiments.studies import get_study
 from spec import Backend, Case, CtaSchedule, Problem, ScanOrder, TileGrid, Tiles, Variant
 from spec import get_arch, known_archs
 from spec.records import COLUMNS, Metric, read_csv, write_csv

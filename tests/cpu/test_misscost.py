@@ -9,7 +9,8 @@ from dataclasses import replace
 import pytest
 
 from experiments.streamer import LEVELS, STREAM_SOURCE, main, misscost_ctas, plan_lines
-from experiments.studies import MISSCOST_STAGES, get_study, misscost_plan
+from experiments.plans import MISSCOST_STAGES, misscost_plan
+from experiments.studies import get_study
 from experiments.lengths import kv_bytes_per_head
 from spec import get_arch
 from spec.orders import OrderKind
