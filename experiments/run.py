@@ -9,24 +9,24 @@ kernels on the GPU; ``auto`` measures when a CUDA GPU is present and the study c
 simulates otherwise, printing one line that says which and why. A study that is timed only (its
 result is kernel time beside SDPA) has nothing to simulate: it needs a GPU.
 
-Before anything is printed every value of the command line is checked (``experiments.options``),
-and the run's time and peak memory are estimated in closed form (``experiments.costs``): a run
+Before anything is printed every value of the command line is checked (``experiments.runner.options``),
+and the run's time and peak memory are estimated in closed form (``experiments.runner.costs``): a run
 over ``--time-limit`` or the free memory is refused unless ``--force``. ``--dry-run`` prints the
-plan and those estimates for each mode (``experiments.dryrun``). A run shows its progress phase by
-phase with an ETA (``experiments.progress``).
+plan and those estimates for each mode (``experiments.runner.dryrun``). A run shows its progress phase by
+phase with an ETA (``experiments.runner.progress``).
 
 Results go to a new run directory (``runs/<arch>/<study>/<stamp>-<mode>`` unless ``--out``),
-reserved before the work starts and published only when complete (``experiments.rundir``): tidy
+reserved before the work starts and published only when complete (``experiments.rundirs.rundir``): tidy
 ``counters.csv`` / the study's timing file, ``manifest.json`` (with the command that re-runs it and
 the seconds each phase took, beside their estimates) and ``figures/``. Bad input exits with code 2
 and one line naming the problem and the fix, before anything is written; so does a full disk.
 
 Ctrl-C, SIGTERM or a crash during a simulated run leave nothing behind (it is cheap to run
 again). A measured run keeps every finished piece (the builds, each problem's check and timing,
-each ncu session; ``experiments.journal``) in ``<name>-incomplete/``, says so in one line, and
+each ncu session; ``experiments.rundirs.journal``) in ``<name>-incomplete/``, says so in one line, and
 ``python -m experiments.run --resume <that directory>`` finishes it without measuring those
 pieces again and publishes it as ``<name>`` (a sharded run resumes its missing shards the same
-way, ``experiments.shard``).
+way, ``experiments.sharding.shard``).
 """
 from __future__ import annotations
 
@@ -42,18 +42,19 @@ from pathlib import Path
 from spec import InvalidProblem, detect
 from spec.arch import MiB, UnknownArch
 
-from . import modes, shard
-from .costs import tile_accesses  # noqa: F401 - re-exported
-from .dryrun import check_limits, print_plan
-from .options import (CAPACITY_MAX_L2S, UsageError, build_parser,  # noqa: F401 - re-exported
-                      capacity_bounds, checked, resolve_mode)
-from .options import plan as _plan  # noqa: F401 - re-exported
-from .report import figure_lines as _figure_lines
-from .report import fits_notes, model_label, published_misses, summary_table  # noqa: F401
-from .journal import Journal
-from .rundir import (BadRunDir, RunDirExists, command_line, default_run_dir, reserved_run_dir,
-                     resume_line, write_incomplete, write_manifest)
-from .studies import STUDIES, UnknownStudy
+from .registry.studies import STUDIES, UnknownStudy
+from .rundirs.journal import Journal
+from .rundirs.rundir import (BadRunDir, RunDirExists, command_line, default_run_dir,
+                             reserved_run_dir, resume_line, write_incomplete, write_manifest)
+from .runner import modes
+from .runner.costs import tile_accesses  # noqa: F401 - re-exported
+from .runner.dryrun import check_limits, print_plan
+from .runner.options import (CAPACITY_MAX_L2S, UsageError, build_parser,  # noqa: F401 - re-exported
+                             capacity_bounds, checked, resolve_mode)
+from .runner.options import plan as _plan  # noqa: F401 - re-exported
+from .runner.report import figure_lines as _figure_lines
+from .runner.report import fits_notes, model_label, published_misses, summary_table  # noqa: F401
+from .sharding import shard
 
 MODULE = "experiments.run"
 FULL_DISK = (errno.ENOSPC, errno.EDQUOT)

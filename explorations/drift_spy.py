@@ -142,11 +142,11 @@ def measure(args) -> int:
     import torch
 
     from analysis.launch.drift import Completions
-    from experiments.correctness import check, poisoned_like, random_inputs, reference
-    from experiments.families import family
-    from experiments.plans import sawtooth_plan
-    from experiments.lengths import at_length
-    from experiments.timing import time_one
+    from experiments.measurement.correctness import check, poisoned_like, random_inputs, reference
+    from experiments.measurement.families import family
+    from experiments.registry.plans import sawtooth_plan
+    from experiments.registry.lengths import at_length
+    from experiments.measurement.timing import time_one
     from spec import detect
     from spec.problem import TileGrid
 
@@ -252,8 +252,8 @@ def predict(args) -> int:
     from analysis import calibration as cal
     from analysis.launch.drift import step_factors
     from analysis.cache.timesim import simulate_case
-    from experiments.plans import sawtooth_plan
-    from experiments.lengths import at_length
+    from experiments.registry.plans import sawtooth_plan
+    from experiments.registry.lengths import at_length
     from spec import get_arch
 
     arch = get_arch(args.arch)

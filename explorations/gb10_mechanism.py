@@ -1,7 +1,7 @@
 """Candidate mechanisms for the paper's GB10 counts, each run on GB10 and on H100 holdouts (issue 38).
 
 Each candidate changes one thing in the timed simulator (``analysis.cache.timesim``) and is run
-on the paper's 16 GB10 cases (``experiments.plans.sawtooth_plan``, scored against the published
+on the paper's 16 GB10 cases (``experiments.registry.plans.sawtooth_plan``, scored against the published
 counts, which judge and never set a value) and on the cuTile cases of the H100 holdouts i and j
 (S = 294912, 311296; all 32 cases scored against their committed measured medians; the
 summary names the causal cuTile cases, the question of the issue, and the stable ones, whose
@@ -69,8 +69,8 @@ def _sim(case, tp, arch):
 def run_arch(arch_name: str, jobs: int = 2, only: set[str] | None = None) -> list[dict]:
     """The rows of every candidate (or those named in ``only``) on ``arch_name``'s cases."""
     from analysis.data.published import key_of_row, read_published
-    from experiments.simulate import model_params, resident_of_build
-    from experiments.plans import sawtooth_plan
+    from experiments.simulation.simulate import model_params, resident_of_build
+    from experiments.registry.plans import sawtooth_plan
     from spec import Backend, get_arch
     from spec.records import case_fields
 

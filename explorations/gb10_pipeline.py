@@ -7,7 +7,7 @@ picked to reproduce the paper: the step's speed against the H100's (``speed``: S
 tensor-rate ratio), the DRAM fill latency (``latency``: 349 ns .. 1 us), and the cuTile builds'
 prefetch depth (0 or 1: the latency hints are an H100 tuning knob; whether tileiras pipelines
 the loads on sm_121 was not read off the SASS). The paper's causal linear builds spill inside
-their step loop (``experiments.plans.AUTHORS_LOCAL_ACCESSES``); the width of those accesses is
+their step loop (``experiments.registry.plans.AUTHORS_LOCAL_ACCESSES``); the width of those accesses is
 a fourth range (``width``), scanned at the middle of the others.
 
 For each point of the grid it simulates the eight cuTile cases of the main study and scores them
@@ -46,7 +46,7 @@ def grid() -> list[dict]:
 def _case_misses(case, arch, tp0, pt):
     from analysis.cache import timesim
     from analysis.models import steptime
-    from experiments.plans import build_local_accesses
+    from experiments.registry.plans import build_local_accesses
     timing = steptime.step_timing(case, arch, local_accesses=build_local_accesses(case, arch),
                                   **pt)
     tp = replace(tp0, **timing.units())
@@ -55,8 +55,8 @@ def _case_misses(case, arch, tp0, pt):
 
 def run(jobs: int = 2) -> tuple[list[dict], list[dict]]:
     from analysis.data.published import key_of_row, read_published
-    from experiments.simulate import model_params, resident_of_build
-    from experiments.plans import sawtooth_plan
+    from experiments.simulation.simulate import model_params, resident_of_build
+    from experiments.registry.plans import sawtooth_plan
     from spec import Backend, get_arch
     from spec.records import case_fields
 

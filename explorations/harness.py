@@ -2,8 +2,8 @@
 
 For each (D, S) problem (B=1, H=16, fp16, non-causal): fresh seeded inputs, the fp32 reference,
 the production kernel (``prod``: 128×128 tiles, occupancy 1, grid launch) and every candidate run
-once on a NaN-poisoned output and checked (experiments.correctness); those that pass are timed
-interleaved with ``prod`` and SDPA's flash and cuDNN backends, cold L2 (experiments.timing).
+once on a NaN-poisoned output and checked (experiments.measurement.correctness); those that pass are timed
+interleaved with ``prod`` and SDPA's flash and cuDNN backends, cold L2 (experiments.measurement.timing).
 Prints one line per contender and problem, TFLOPS and the ratio to cuDNN.
 """
 from __future__ import annotations
@@ -19,8 +19,8 @@ def compare(problems: list[tuple[int, int]], candidates: dict[str, MakeLauncher]
             reps: int = 15, warmup: int = 3) -> list[str]:
     import torch
 
-    from experiments.correctness import check, poisoned_like, random_inputs, reference
-    from experiments.timing import sdpa_peers, time_interleaved
+    from experiments.measurement.correctness import check, poisoned_like, random_inputs, reference
+    from experiments.measurement.timing import sdpa_peers, time_interleaved
     from kernels.backend import CutileFamily
     from spec import Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant
 

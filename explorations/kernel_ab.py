@@ -44,9 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     import cuda.tile as ct
     import torch
 
-    from experiments.correctness import check, poisoned_like, random_inputs, reference
-    from experiments.suites import shapes_problems
-    from experiments.timing import sdpa_peers, time_interleaved
+    from experiments.measurement.correctness import check, poisoned_like, random_inputs, reference
+    from experiments.registry.suites import shapes_problems
+    from experiments.measurement.timing import sdpa_peers, time_interleaved
     from kernels import fmha
     from kernels.backend import CutileFamily, default_schedule
     from kernels.choice import problem_config

@@ -18,7 +18,7 @@ def main(argv: list[str] | None = None) -> int:
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.profiler import ProfilerActivity, profile
 
-    from experiments.correctness import random_inputs
+    from experiments.measurement.correctness import random_inputs
     from spec import Problem
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -21,7 +21,7 @@ F. SHARDS rate sweep (``RATES``) on the GB10 cuTile causal cases, where B's erro
 E. GB10 predictions of the sawtooth study: the exact run of A at the default parameters, and
    the range over the uncertainty corners (``analysis.calibration.params.default_params``) and jitter
    seeds 0..2 (exact), written to ``gb10_predictions.csv``; every GB10 case with the resident
-   CTAs of its sm_121 build (``experiments.simulate.resident_of_build``), and where that is not
+   CTAs of its sm_121 build (``experiments.simulation.simulate.resident_of_build``), and where that is not
    the study's request, the count at the request beside it.
 G. The exact model's own seed spread on the GB10 cuTile cases (jitter seeds 1..3 against seed 0,
    ``err_pct``): the floor of any approximation that draws the jitter differently from the exact
@@ -49,9 +49,9 @@ from pathlib import Path
 
 from analysis import calibration as cal
 from analysis.cache.timesim import SHARDS_TARGET, TimeParams, counts_to_rows, shards_rate, simulate
-from experiments import rundir
-from experiments.simulate import resident_of_build
-from experiments.plans import sawtooth_plan
+from experiments.rundirs import rundir
+from experiments.simulation.simulate import resident_of_build
+from experiments.registry.plans import sawtooth_plan
 from spec import CtaSchedule, Problem, ScanOrder, TileGrid, Tiles, get_arch
 from spec.records import write_csv
 from spec.trace import work_table

@@ -39,8 +39,8 @@ session shows up as a trend in ``sample`` rather than as a difference between ca
 profiled launch is one row per metric (``group`` = the condition, ``sample`` = session x n +
 launch, note ``session=s launch=l``), plus the median / min..max summary and the consistency
 checks of ``profiles.counters``; ``DIR/counters.csv`` and ``DIR/manifest.json`` are written
-atomically (``experiments.rundir``), and a table (condition, case, median, min..max, spread %)
-is printed last. About 5-6 minutes on an H100; the target is ``experiments.target``, with the
+atomically (``experiments.rundirs.rundir``), and a table (condition, case, median, min..max, spread %)
+is printed last. About 5-6 minutes on an H100; the target is ``experiments.measurement.target``, with the
 plan keys ``launches``, ``reverse``, ``flush_bytes``, ``trace_dir``.
 """
 from __future__ import annotations
@@ -65,10 +65,10 @@ from spec.case import case_to_dict
 from spec.problem import TileGrid
 from spec.records import Metric, Row, Source, case_fields, write_csv
 
-from experiments.lengths import at_length, lengths
-from experiments.studies import UnknownStudy, get_study
+from experiments.registry.lengths import at_length, lengths
+from experiments.registry.studies import UnknownStudy, get_study
 
-TARGET = [sys.executable, "-m", "experiments.target"]
+TARGET = [sys.executable, "-m", "experiments.measurement.target"]
 STUDY = "sawtooth"
 DEFAULT_CASES = (r"^cutile\.(linear|sawtooth)\.static\d+\..* b8h1s\d+d64\.fp16\.full$",
                  r"^cuda\.linear\.static\d+\..* b1h1s\d+d64\.fp16\.full$")
@@ -315,7 +315,7 @@ def parse(argv) -> argparse.Namespace:
                          "placement)")
     ap.add_argument("--trace-every", type=int, default=1,
                     help="the placement condition's trace build stamps every k-th step (default "
-                         "1: every step; the stamps perturb the timing, see experiments.measure."
+                         "1: every step; the stamps perturb the timing, see experiments.measurement.measure."
                          "DRIFT_EVERY)")
     ap.add_argument("--study", default=STUDY,
                     help=f"the study whose plan --cases picks from (default: {STUDY}; e.g. "
@@ -328,9 +328,9 @@ def parse(argv) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    from experiments.measure import device_facts
-    from experiments.rundir import (BadRunDir, RunDirExists, command_line, reserved_run_dir,
-                         write_manifest)
+    from experiments.measurement.measure import device_facts
+    from experiments.rundirs.rundir import (BadRunDir, RunDirExists, command_line, reserved_run_dir,
+                                            write_manifest)
     a = parse(argv)
     try:
         if a.n < 1 or a.sessions < 1 or a.trace_every < 1:

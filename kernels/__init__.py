@@ -18,7 +18,7 @@
 - ``kernels.signatures``: JIT-like export signatures for compile-only checks without a GPU.
 - ``kernels.toolchain``: tileiras / ptxas checks with actionable messages.
 - ``kernels.config``: the measured per-arch defaults, ``kernels/configs/<arch>.json`` (written by
-  ``python -m experiments.tune --arch h100``).
+  ``python -m experiments.tuning.tune --arch h100``).
 - ``kernels.resources`` / ``kernels.warm``: build resources (spills) and parallel precompilation.
 
 Importing this package does not import ``cuda.tile`` or ``torch``; the submodules that need them

@@ -118,7 +118,7 @@ class CutileFamily:
     """cuTile FlashAttention forward family. ``arch=None`` uses the GPU present; a named arch must
     be the GPU present. The tuning-ladder level is the variant's (``Variant.level``, None: 6).
     ``defaults`` replaces the arch's measured configuration as the source of the compile hints
-    (``experiments.tune`` prepares every candidate configuration this way)."""
+    (``experiments.tuning.tune`` prepares every candidate configuration this way)."""
 
     name = "cutile"
 

@@ -18,7 +18,7 @@ What decides how long a configuration takes on a problem (``spec.TileGrid``):
 
 The model: an item of ``s`` steps costs ``α + β·s`` microseconds on a slot of a full GPU (α,
 β per configuration and (D, causal) key, fitted by least squares on the tuning half of the
-shape suite: ``python -m experiments.rulefit``). Items of equal length (non-causal) finish in
+shape suite: ``python -m experiments.tuning.rulefit``). Items of equal length (non-causal) finish in
 ``⌈items/SMs⌉ / CTAs-per-SM`` waves (``waves_and_steps``); unequal ones (causal, dealt longest
 first or in balanced rounds) in ``max(Σ cost / slots, longest item)``. The rule picks the configuration of least predicted time.
 Because every prediction moves smoothly with the quantities (up to the wave count the hardware
@@ -151,7 +151,7 @@ def parse_rule(block: dict | None, where: str = "configs") -> Rule | None:
         if bad:
             raise ValueError(f"{where}: rule.constants.{key}: unknown configuration "
                              f"{', '.join(bad)}; known: {', '.join(sorted(BY_LABEL))}; re-run "
-                             "python -m experiments.rulefit")
+                             "python -m experiments.tuning.rulefit")
         consts[key] = {label: (float(a), float(b)) for label, (a, b) in per.items()}
     return Rule(consts, int(block["num_sms"]))
 

@@ -3,8 +3,8 @@ file, the tuned (D, causal) defaults and the shape classes.
 
 Runs never autotune. They read ``kernels/configs/<arch>.json``. What ``attention()`` runs is
 chosen by the fitted work model of ``kernels.choice`` (the file's ``rule`` block, written by
-``python -m experiments.rulefit``); the tuned blocks below (written by ``python -m
-experiments.tune``) are its fallback for a (D, causal) key without rule constants, and the arch
+``python -m experiments.tuning.rulefit``); the tuned blocks below (written by ``python -m
+experiments.tuning.tune``) are its fallback for a (D, causal) key without rule constants, and the arch
 registry's ``cutile_tiles`` / ``cutile_occupancy`` (spec/arch.py) theirs for keys the file lacks.
 
 Why shape classes: a configuration tuned at B=1, H=16, S=16K (the benchmark's shapes) fills the
@@ -146,7 +146,7 @@ def representatives(cls: ShapeClass, D: int, causal: bool) -> tuple[Problem, ...
     64x128 tiles at two CTAs per SM ran 5% faster than 128x128 at S=16K and 13% slower at
     S=128K (H100, one tuning run: ``measured`` in profiles/h100/tune-trials-20261125), where K/V per head
     (64 MiB) outgrows the L2, so that each K/V tile, now read by twice as many Q tiles, is more
-    often read from DRAM (the likely cause, not profiled). ``experiments.tune`` ranks a candidate by the
+    often read from DRAM (the likely cause, not profiled). ``experiments.tuning.tune`` ranks a candidate by the
     geometric mean of its times over these problems."""
     shapes = {
         ShapeClass.LONG: (dict(B=1, H=16, S_q=16384), dict(B=1, H=16, S_q=131072)),
@@ -202,7 +202,7 @@ def config_path(arch: str) -> Path | None:
 
 def parse(data: dict, where: str = "configs") -> ArchConfigs:
     """Read a schema-1 or schema-2 document; a bad one raises ValueError naming the fix."""
-    fix = "re-run python -m experiments.tune"
+    fix = "re-run python -m experiments.tuning.tune"
     if data.get("schema") not in READABLE_SCHEMAS:
         raise ValueError(f"{where}: schema {data.get('schema')!r}, expected one of "
                          f"{READABLE_SCHEMAS}; {fix}")
@@ -269,7 +269,7 @@ def class_config(arch: str, problem: Problem) -> KernelConfig:
 def persistent_ctas(cfg: KernelConfig, n_work: int, num_sms: int) -> int:
     """P of a persistent default schedule: one wave of resident CTAs, at most one per work item.
 
-    The hook for small problems: ``ctas_per_sm`` (measured per class by ``experiments.tune``)
+    The hook for small problems: ``ctas_per_sm`` (measured per class by ``experiments.tuning.tune``)
     sets the wave; None keeps the occupancy hint's (1 when there is none)."""
     per_sm = cfg.ctas_per_sm or cfg.occupancy or 1
     return max(1, min(num_sms * per_sm, n_work))

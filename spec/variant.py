@@ -31,7 +31,7 @@ class Backend(enum.Enum):
     """The name of the kernel family a variant belongs to: the first field of its id and the
     ``backend`` column of every CSV (the values are committed data). The family itself, the code
     that builds and launches the variant, is a ``spec.family.KernelFamily``
-    (``experiments.families.family(backend)``)."""
+    (``experiments.measurement.families.family(backend)``)."""
 
     CUTILE = "cutile"
     CUDA = "cuda"

@@ -1,4 +1,4 @@
-"""Which L2 partition each resident CTA slot sits on, as measured (``experiments.smmap``).
+"""Which L2 partition each resident CTA slot sits on, as measured (``experiments.instruments.smmap``).
 
 Why it matters. On a two-partition L2 (Hopper) two CTAs that read a tile at the same time share
 one copy when their SMs sit on the same partition, and hold it twice (home copy plus the reader's
@@ -31,7 +31,7 @@ __all__ = ["slot_partitions", "slot_paired_odd", "sm_pair", "measured_map", "mea
 
 
 def _map_file(source: str) -> Path | None:
-    """The ``smmap.csv[.gz]`` that ``source`` names: a run directory of ``experiments.smmap``
+    """The ``smmap.csv[.gz]`` that ``source`` names: a run directory of ``experiments.instruments.smmap``
     (one chip's map: a path containing ``/``), else the registered default ``smmap`` instrument
     of the arch ``source``; None if there is none."""
     if "/" in source:
@@ -65,12 +65,12 @@ def _launches(source: str, column: str) -> dict[int, tuple[int, ...]]:
 
 def measured_map(source: str) -> dict[int, tuple[int, ...]]:
     """{launch CTA count N: partition of CTA 0..N-1}; ``source`` is an arch name (its newest
-    committed map) or an ``experiments.smmap`` run directory (one chip's; see ``_launches``)."""
+    committed map) or an ``experiments.instruments.smmap`` run directory (one chip's; see ``_launches``)."""
     return _launches(source, "group")
 
 
 def measured_maps(arch: str) -> list[str]:
-    """Every distinct map of ``arch`` measured so far: the ``experiments.smmap`` run directories
+    """Every distinct map of ``arch`` measured so far: the ``experiments.instruments.smmap`` run directories
     anywhere in the arch's registered runs, one per distinct partition-per-CTA table (the first
     path in sorted order stands for its duplicates).
 
@@ -105,7 +105,7 @@ def _of_launch(m: dict[int, tuple[int, ...]], resident: int) -> tuple[int, ...]:
 
 def slot_partitions(placement: str, resident: int, partitions: int) -> np.ndarray:
     """Partition of each of ``resident`` slots: ``"alternate"`` (slot % partitions), or an arch
-    name or a chip's ``experiments.smmap`` run directory whose measured map is used: the launch
+    name or a chip's ``experiments.instruments.smmap`` run directory whose measured map is used: the launch
     of exactly ``resident`` CTAs, else the first ``resident`` CTAs of the smallest measured
     launch that is larger, else the largest launch repeated."""
     if partitions == 1:
@@ -116,7 +116,7 @@ def slot_partitions(placement: str, resident: int, partitions: int) -> np.ndarra
     if not m:
         raise ValueError(f"no measured SM placement for {placement!r} (an arch's registered "
                          f"smmap instrument, or a directory holding smmap.csv); run "
-                         f"`python -m experiments.smmap` on that GPU, or use "
+                         f"`python -m experiments.instruments.smmap` on that GPU, or use "
                          f"placement='alternate'")
     return np.asarray(_of_launch(m, resident), dtype=np.int64)
 

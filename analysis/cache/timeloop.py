@@ -403,7 +403,7 @@ def _run_policy(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base
     Python with the flags as plain booleans, ``_run`` itself would be typed again on every call:
     ``numba.literally`` makes the dispatcher type the call with plain booleans first, fail, and
     only then pick the literal specialisation, and that first typing (0.2 s per call) is never
-    cached. ``nogil``: cases simulate on threads side by side (``experiments.modes``)."""
+    cached. ``nogil``: cases simulate on threads side by side (``experiments.runner.modes``)."""
     if srrip:
         if sets:
             return _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,

@@ -71,7 +71,7 @@ address interleave that sends half of every tile's sectors to each side. Which p
 ``s`` sits on is ``placement``: ``"alternate"`` (``s % 2``, the first model), an arch name, whose
 committed measured map is used (``analysis.cache.smmap``: on the H100 a launch's first 8 CTAs share one
 partition, a full launch runs CTAs 0-15 and 64-113 on one side), or one chip's
-``experiments.smmap`` run directory (the map differs between chips of one arch: REPORT.md
+``experiments.instruments.smmap`` run directory (the map differs between chips of one arch: REPORT.md
 section 7d). A request first looks up the SM's local partition (the ``srcunit_tex`` lookup ncu
 counts). A local miss on a half homed on the other side looks that half up in its home
 partition over the fabric (``srcunit_ltcfabric``; a fabric hit

@@ -24,7 +24,7 @@ from analysis.models.timemodel import FACTS, H100
 # --------------------------------------------------------------------------------------------
 DRIFT_RUN = "profiles/h100/drift-20261125e"
 """The drift the simulator's jitter comes from: the drift study stamped every 64th step
-(``experiments.measure.DRIFT_EVERY``). The every-step stamps of the older runs (drift-20261121b,
+(``experiments.measurement.measure.DRIFT_EVERY``). The every-step stamps of the older runs (drift-20261121b,
 -20261125c) perturbed the drift they measured: that build's few-CTA linear launches miss 1.4-5.7x
 the plain build's sectors, the sparse one's within 0-8% (``profiles/h100/tracecost-20261125``)."""
 
@@ -36,7 +36,7 @@ from."""
 
 
 def device_map(root: Path, device: str) -> Path | None:
-    """The newest ``experiments.smmap`` run directory under ``root`` measured on the GPU whose
+    """The newest ``experiments.instruments.smmap`` run directory under ``root`` measured on the GPU whose
     UUID starts with ``device``, else None. Why: where a launch's first CTAs sit relative to the
     two L2 partitions differs between chips (one H100 of the seventh holdout splits them, and its
     2-8 CTA launches miss 1.5x), so one chip's runs are predicted with that chip's map when it

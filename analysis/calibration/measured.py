@@ -103,7 +103,7 @@ def measured_ctas_per_sm(d: Path) -> dict[tuple, int]:
 
 def run_device(d: Path) -> str | None:
     """The UUID of the GPU run directory ``d`` was measured on: its manifest's
-    ``parameters.device.uuid`` (a study run) or ``device.uuid`` (``experiments.smmap``,
+    ``parameters.device.uuid`` (a study run) or ``device.uuid`` (``experiments.instruments.smmap``,
     ``explorations.variance``); None for runs that did not record it."""
     try:
         m = read_manifest(d)

@@ -17,7 +17,7 @@ The others are fixed by measurements or documented facts, never by the miss coun
 random walk and a constant per-CTA speed spread ``N`` CTAs over
 ``E[range of N normals]·sqrt(σ_rate² n² + σ_step² n)`` steps after ``n``); ``partitions`` from the
 arch registry; ``placement`` (which partition each slot's SM is on) from the arch's measured map
-(``analysis.cache.smmap``, ``experiments.smmap``); ``stores_miss=False`` from the H100's counters (a
+(``analysis.cache.smmap``, ``experiments.instruments.smmap``); ``stores_miss=False`` from the H100's counters (a
 store never counts as a lookup miss, ``analysis.cache.timesim``); the request-coalescer window is off for
 miss counts (it removes lookups that would have been hits or waits on a fill in flight, not
 misses).

@@ -19,7 +19,7 @@ divergence-20261125``) is pinned by its container's entry. Roles:
 ``instrument``  a hardware measurement the simulator reads (the SM → L2-partition map, latencies,
                 CTA lags); ``default: true`` marks the one of its kind the params files pin;
 ``tuning``      measurements that set a kernel configuration: the configuration rule's candidate
-                sweeps (``experiments.sweep``), read by ``python -m experiments.rulefit``;
+                sweeps (``experiments.tuning.sweep``), read by ``python -m experiments.tuning.rulefit``;
 ``validation``  a committed simulator validation (``python -m analysis.calibration validate``);
 ``reference``   published values the models are judged against, never fitted to
                 (``analysis.data.published``);

@@ -2,8 +2,8 @@
 pipeline depth x DRAM streamer level x S x causal, over independent runs, beside the prediction
 of ``analysis.models.timemodel``.
 
-The study (``experiments.plans.misscost_plan``) runs the CUDA twin persistent on 96 of the H100's
-132 SMs and a DRAM streamer on the other 36 (``experiments.streamer``). Each timed launch of a case
+The study (``experiments.registry.plans.misscost_plan``) runs the CUDA twin persistent on 96 of the H100's
+132 SMs and a DRAM streamer on the other 36 (``experiments.instruments.streamer``). Each timed launch of a case
 at a streamer level carries ``x`` = the streamer's threads per CTA (0 = off) and the streamer's own
 achieved bandwidth (``streamer_dram_gbps``, one row per launch). The counters (local tex misses,
 DRAM read bytes) are taken without the streamer (ncu serialises kernels), so they are the same for
@@ -34,8 +34,8 @@ from spec.schedules import CtaSchedule
 from spec.variant import Variant
 
 from analysis.data.rows import median, pct_change, problem_tiles, time_verdict
-from analysis.models.timemodel import (MemoryFacts, bandwidth_edge, critical_steps, dram_fraction, predict,
-                         predicted_change, wave_kv_bytes)
+from analysis.models.timemodel import (MemoryFacts, bandwidth_edge, critical_steps, dram_fraction,
+                                       predict, predicted_change, wave_kv_bytes)
 from analysis.findings.sawtooth import WITHIN, repeat_verdict
 
 MIN_AVAILABLE = 0.01

@@ -13,7 +13,7 @@ With three repeats a fourth sample falls outside the range of the first three ha
 even when nothing changed (for any continuous distribution, by symmetry), and a median of three
 often does too: ``outside`` is a flag to look at, not a verdict on its own. What separates "the
 other GPU" from "another session" is where each case ran: ``placement`` reads the device index of
-every case from each run's manifest (``parameters.placement``, written by ``experiments.shard``),
+every case from each run's manifest (``parameters.placement``, written by ``experiments.sharding.shard``),
 so a case that ran on the same GPU in both runs and still lies outside measures session-to-session
 variance, not the sharding.
 

@@ -178,7 +178,7 @@ def step_timing(case: Case, arch: Arch, point: str = "mid", *, local_accesses: f
         notes.append(f"DRAM {miss * 1e9:.0f} ns (measured)")
     else:
         raise ValueError(f"no DRAM latency for {arch.name}: measure it (python -m "
-                         f"experiments.latency) or state a range in DRAM_LATENCY")
+                         f"experiments.instruments.latency) or state a range in DRAM_LATENCY")
     if local_accesses > 0:
         clock = H100_CLOCK_HZ / rng_speed.lo
         w = {"lo": SPILL_BYTES[0], "mid": math.sqrt(SPILL_BYTES[0] * SPILL_BYTES[1]),

@@ -1,5 +1,5 @@
 """The configuration rule (kernels.choice): its work quantities, its model, its fit
-(experiments.rulefit) regenerating the committed constants, and the sweep's command line."""
+(experiments.tuning.rulefit) regenerating the committed constants, and the sweep's command line."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from experiments import rulefit, sweep
+from experiments.tuning import rulefit
+
+from experiments.tuning import sweep
 from kernels import choice
 from kernels.choice import BY_LABEL, CANDIDATES, Rule, load_rule, problem_config, quantities
 from kernels.config import CONFIG_DIR, KernelConfig, class_config

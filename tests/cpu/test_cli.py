@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from experiments.run import _plan, build_parser
-from experiments.plans import LONG_S, longseq_plan
-from experiments.studies import STUDIES, get_study
+from experiments.registry.plans import LONG_S, longseq_plan
+from experiments.registry.studies import STUDIES, get_study
 from spec import Backend, ScanOrder, Tiles, get_arch, known_archs
 from spec.records import SCHEMA_VERSION, Metric, read_csv
 from spec.schedules import ScheduleKind
@@ -104,8 +104,8 @@ def test_small_simulation_writes_rows_manifest_and_figures(tmp_path):
 def test_simulate_mode_runs_the_timed_model_and_lockstep_on_request(tmp_path):
     """The main command simulates with the timed model and the arch's parameters (gb10: the
     defaults, not fitted), and every row's note says so; ``--model lockstep`` is the lock-step
-    LRU of ``experiments.simulate.simulate_case``, count for count."""
-    from experiments.simulate import simulate_case
+    LRU of ``experiments.simulation.simulate.simulate_case``, count for count."""
+    from experiments.simulation.simulate import simulate_case
     runs = {}
     for model in ("timed", "lockstep"):
         out = tmp_path / model
@@ -211,9 +211,9 @@ def test_profile_and_no_profile_are_mutually_exclusive(tmp_path):
 
 @pytest.fixture
 def fake_gpu(monkeypatch):
-    """Measure mode on the CPU: an H100 'present', the GPU steps of experiments.measure replaced
+    """Measure mode on the CPU: an H100 'present', the GPU steps of experiments.measurement.measure replaced
     by recorders (every case passes, ncu returns no rows)."""
-    from experiments import measure
+    from experiments.measurement import measure
     from experiments import run as run_mod
     calls = {"precompile": [], "check_and_time": [], "profile": []}
     monkeypatch.setattr(run_mod, "detect", lambda: get_arch("h100"))
@@ -263,12 +263,12 @@ def test_measure_profiles_as_asked_and_says_why_in_the_manifest(tmp_path, fake_g
                          for kw in calls)
 
 
-# -- experiments.measure.precompile: cases split by family ----------------------------------------
+# -- experiments.measurement.measure.precompile: cases split by family ----------------------------------------
 
 def test_precompile_sends_cutile_cases_to_warm_and_cuda_cases_to_nvrtc(monkeypatch):
     import cuda_baseline.backend as cuda_backend
     import kernels.warm as warm_mod
-    from experiments.measure import precompile
+    from experiments.measurement.measure import precompile
     got = {}
 
     def warm(jobs):
@@ -431,14 +431,14 @@ def test_rows_carry_the_final_run_name_and_the_manifest_command_reruns(tmp_path)
 
 
 def test_default_names_are_unique_within_a_second(tmp_path):
-    from experiments.rundir import default_run_dir
+    from experiments.rundirs.rundir import default_run_dir
     names = {default_run_dir("gb10", "sawtooth", "simulate", root=tmp_path).name
              for _ in range(200)}
     assert len(names) == 200
 
 
 def test_a_reserved_name_is_refused_before_the_work_and_a_default_name_moves_on(tmp_path):
-    from experiments.rundir import RunDirExists, reserved_run_dir
+    from experiments.rundirs.rundir import RunDirExists, reserved_run_dir
     taken = tmp_path / "runs" / "taken"
     with reserved_run_dir(taken) as (path, work):
         assert path == taken and work.name == ".taken.partial" and work.is_dir()
@@ -464,7 +464,7 @@ def test_a_reserved_name_is_refused_before_the_work_and_a_default_name_moves_on(
 
 
 def test_a_failed_run_leaves_nothing_and_a_stale_lock_is_taken_over(tmp_path):
-    from experiments.rundir import reserved_run_dir
+    from experiments.rundirs.rundir import reserved_run_dir
     target = tmp_path / "a" / "b" / "run"
     with pytest.raises(RuntimeError):
         with reserved_run_dir(target) as (_, work):
@@ -633,7 +633,7 @@ def test_bad_profiling_options_are_refused_before_any_work(tmp_path, capsys, fla
 def test_build_residency_falls_back_to_the_request_and_says_why(monkeypatch):
     """Without a cuTile compiler, or when the cubin cannot be built or read, a grid launch keeps
     the study's occupancy request and the note says so; a persistent launch is its P."""
-    from experiments.simulate import resident_of_build
+    from experiments.simulation.simulate import resident_of_build
     from kernels import backend
     from kernels.toolchain import ToolchainError
     gb10 = get_arch("gb10")

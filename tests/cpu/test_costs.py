@@ -1,4 +1,4 @@
-"""The closed-form work and cost model of ``experiments.costs``: exact counts, constants that are
+"""The closed-form work and cost model of ``experiments.runner.costs``: exact counts, constants that are
 what the committed data give, memory estimates that bound what the simulators take, and the
 simulator's kernels compiled once (and read from numba's disk cache after that)."""
 from __future__ import annotations
@@ -14,8 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments import costs, costfit
-from experiments.studies import get_study
+from experiments.runner import costs
+
+from experiments.runner import costfit
+from experiments.registry.studies import get_study
 from spec import Problem, TileGrid, Tiles, build_trace, get_arch
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,9 +104,9 @@ def _rss_growth(arch: str, index: int, S: int, model: str) -> tuple[int, int]:
     array is resident while it lives and returned when freed (not hidden in a reused heap)."""
     code = f"""
 import dataclasses, json, os, threading, time
-from experiments import costs
-from experiments.simulate import model_params, simulate_case, timed_rows
-from experiments.studies import get_study
+from experiments.runner import costs
+from experiments.simulation.simulate import model_params, simulate_case, timed_rows
+from experiments.registry.studies import get_study
 from spec import get_arch
 page = os.sysconf("SC_PAGE_SIZE")
 rss = lambda: int(open("/proc/self/statm").read().split()[1]) * page
@@ -146,8 +148,8 @@ def test_the_timed_kernel_compiles_once_and_loads_from_the_disk_cache():
     (no compile at all)."""
     code = """
 import json
-from experiments.simulate import model_params, timed_rows
-from experiments.studies import get_study
+from experiments.simulation.simulate import model_params, timed_rows
+from experiments.registry.studies import get_study
 from spec import get_arch
 import dataclasses
 from analysis.cache import timeloop

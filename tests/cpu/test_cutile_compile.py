@@ -140,7 +140,7 @@ def test_occupancy_is_taken_at_the_launch_size_from_the_cubin(toolchain):
     1 at the register-limited 512. On GB10 the study simulates the authors' builds (occupancy 1,
     ``AUTHORS_OCCUPANCY``): 255 registers, one CTA per SM, though the causal sawtooth build's
     73868 B of static shared memory alone would not forbid a second on sm_121's 100 KB."""
-    from experiments.plans import sawtooth_plan
+    from experiments.registry.plans import sawtooth_plan
     from kernels.backend import compiled_ctas_per_sm
     from kernels.resources import compile_cubin, required_threads
     from kernels.signatures import CompileCase

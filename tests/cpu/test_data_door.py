@@ -85,7 +85,7 @@ def test_only_the_door_opens_files_under_profiles(monkeypatch):
     from analysis.cache import smmap
     from analysis.data import default_runs, load_rows
     from analysis.findings.report import compute
-    from experiments.simulate import _shards_error_pct as shards_error_pct
+    from experiments.simulation.simulate import _shards_error_pct as shards_error_pct
     from spec import get_arch
     registry._cache.clear()
     bad = _watch(monkeypatch)
@@ -216,7 +216,7 @@ def test_a_generated_run_readme_names_the_tree_that_ran():
 def test_a_new_run_says_in_its_readme_which_tree_ran_it(tmp_path, monkeypatch):
     """Every run directory experiments.run writes carries a README naming the commit and whether
     the tree had uncommitted changes (the manifest's git state, in words)."""
-    from experiments import rundir
+    from experiments.rundirs import rundir
     for dirty, says in ((True, "with uncommitted changes (dirty)"), (False, "(clean)")):
         d = tmp_path / str(dirty)
         d.mkdir()

@@ -3,8 +3,8 @@ of one variant id: matching on the id alone once paired every S with the first S
 from __future__ import annotations
 
 from analysis.models.traffic import cold_misses
-from experiments.measure import derived_miss_rows
-from experiments.studies import get_study
+from experiments.measurement.measure import derived_miss_rows
+from experiments.registry.studies import get_study
 from spec import get_arch
 from spec.records import Metric, Row, case_fields
 

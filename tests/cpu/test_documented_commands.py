@@ -6,7 +6,7 @@ commands ran (tests/conftest.py).
 
 What needs a GPU: ``experiments.run`` in measure mode (``--mode measure``, or the default ``auto``
 for an arch other than GB10, whose study would be measured on its GPU), and the instruments and
-tuner (``experiments.tune``, ``experiments.latency``, ``experiments.smmap``).
+tuner (``experiments.tuning.tune``, ``experiments.instruments.latency``, ``experiments.instruments.smmap``).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ("README.md", "REPORT.md", "docs/*.md")
-GPU_MODULES = ("experiments.tune", "experiments.latency", "experiments.smmap", "experiments.sweep")
+GPU_MODULES = ("experiments.tuning.tune", "experiments.instruments.latency", "experiments.instruments.smmap", "experiments.tuning.sweep")
 RAN: list[str] = []          # read by tests/conftest.py's terminal summary
 
 

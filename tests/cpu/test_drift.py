@@ -1,5 +1,5 @@
 """The drift study on the CPU: the spread arithmetic (analysis.launch.drift) on hand-made traces,
-sampling, the study's plan, and the rows ``experiments.measure.drift_rows`` writes (the columns and
+sampling, the study's plan, and the rows ``experiments.measurement.measure.drift_rows`` writes (the columns and
 metrics of the committed profiles/h100/drift-20261121b/drift.csv)."""
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from analysis.launch import drift as dr
-from experiments.measure import drift_rows
-from experiments.plans import DRIFT_FEW_CTAS, scaled_seq
-from experiments.studies import get_study
+from experiments.measurement.measure import drift_rows
+from experiments.registry.plans import DRIFT_FEW_CTAS, scaled_seq
+from experiments.registry.studies import get_study
 from spec import Backend, Case, CtaSchedule, Problem, ScanOrder, TileGrid, Tiles, Variant
 from spec import get_arch, known_archs
 from spec.records import COLUMNS, Metric, read_csv, write_csv

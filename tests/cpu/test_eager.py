@@ -1,10 +1,10 @@
-"""The host-path benchmark's summary (``experiments.eager``) and the operators' argument spelling
+"""The host-path benchmark's summary (``experiments.speed.eager``) and the operators' argument spelling
 (``spec.ops``), without a GPU."""
 from __future__ import annotations
 
 import pytest
 
-from experiments import eager
+from experiments.speed import eager
 from spec import CtaSchedule, ScanOrder, Tiles
 from spec.family import BadInput
 from spec.ops import op_spelling

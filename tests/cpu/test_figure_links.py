@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.studies import STUDIES, get_study
+from experiments.registry.studies import STUDIES, get_study
 from paper_figures.catalogue import FIGURE_MODULES, figure_studies, figures_of
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from experiments import latency
-from experiments.latency import (CHASE_SOURCE, MiB, estimates, main, parse_size, plan, region,
-                                 successor_offsets, visit_order)
+from experiments.instruments import latency
+from experiments.instruments.latency import (CHASE_SOURCE, MiB, estimates, main, parse_size, plan,
+                                             region, successor_offsets, visit_order)
 from spec import get_arch
 from tests.conftest import nvcc_sm90
 

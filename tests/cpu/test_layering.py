@@ -44,7 +44,7 @@ class Import:
     module: str          # the importing module, e.g. "kernels.backend"
     file: Path
     line: int
-    target: str          # the imported module of ours, resolved, e.g. "experiments.correctness"
+    target: str          # the imported module of ours, resolved, e.g. "experiments.measurement.correctness"
 
 
 def module_name(root: Path, file: Path) -> str:
@@ -286,9 +286,9 @@ def test_checker_passes_a_clean_tree(tmp_path):
 
 
 def test_checker_catches_an_upward_import_with_file_line_and_rule(tmp_path):
-    root = _tree(tmp_path, {"kernels/bench.py": "import os\n\nfrom experiments.timing import t\n"})
+    root = _tree(tmp_path, {"kernels/bench.py": "import os\n\nfrom experiments.measurement.timing import t\n"})
     (msg,) = check(root)
-    assert msg.startswith("kernels/bench.py:3: kernels.bench imports experiments.timing: ")
+    assert msg.startswith("kernels/bench.py:3: kernels.bench imports experiments.measurement.timing: ")
     assert "kernels/ may import only spec/ (and third-party libraries)" in msg
 
 

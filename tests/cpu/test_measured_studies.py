@@ -1,6 +1,6 @@
 """The GPU measurements that used to run beside the registry, checked on the CPU: the plans of the
 bench and cuda-tiles studies, the resource rows every measured case writes, the two kernel
-families' common interface, and experiments.tune's rule that a candidate is checked before it is
+families' common interface, and experiments.tuning.tune's rule that a candidate is checked before it is
 ranked (a wrong-but-fast candidate never wins) and that a config file is never silently replaced."""
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from dataclasses import fields
 import pytest
 
 from cuda_baseline.source import TESTED_TILES
-from experiments import tune
-from experiments.measure import RESOURCES, resource_rows
-from experiments.studies import STUDIES, get_study
-from experiments.suites import BENCH_SEQS
+from experiments.tuning import tune
+from experiments.measurement.measure import RESOURCES, resource_rows
+from experiments.registry.studies import STUDIES, get_study
+from experiments.registry.suites import BENCH_SEQS
 from kernels.config import default_config
 from spec import Backend, Case, CtaSchedule, Problem, ScanOrder, Tiles, Variant, get_arch
 from spec.family import PREPARED_FIELDS, BadInput, Prepared
@@ -142,7 +142,7 @@ def test_document_keeps_other_keys_and_records_every_trial():
     assert doc["problems"]["d64.full"] == ["b1h16s16384d64.fp16.full", "b1h16s131072d64.fp16.full"]
     assert doc["configs"]["d64.full"] == c.config().to_json()
     assert [m["passed"] for m in doc["measured"]["d64.full"]] == [True, True, False]
-    assert doc["schema"] == 2 and "experiments.tune" in doc["source"]
+    assert doc["schema"] == 2 and "experiments.tuning.tune" in doc["source"]
 
 
 def test_config_file_is_never_silently_replaced(tmp_path):

@@ -8,10 +8,10 @@ from dataclasses import replace
 
 import pytest
 
-from experiments.streamer import LEVELS, STREAM_SOURCE, main, misscost_ctas, plan_lines
-from experiments.plans import MISSCOST_STAGES, misscost_plan
-from experiments.studies import get_study
-from experiments.lengths import kv_bytes_per_head
+from experiments.instruments.streamer import LEVELS, STREAM_SOURCE, main, misscost_ctas, plan_lines
+from experiments.registry.plans import MISSCOST_STAGES, misscost_plan
+from experiments.registry.studies import get_study
+from experiments.registry.lengths import kv_bytes_per_head
 from spec import get_arch
 from spec.orders import OrderKind
 from spec.variant import Backend

@@ -177,8 +177,8 @@ def test_the_committed_gb10_simulation_is_what_the_code_computes_now():
     cases and the cuTile Tile-based linear non-causal case (48 resident CTAs: the authors'
     builds hold one per SM) of the main command with today's code, plan and parameters and find
     the same counts (a change of any of them must regenerate the committed GB10 run)."""
-    from experiments.simulate import model_params, timed_rows
-    from experiments.studies import get_study
+    from experiments.simulation.simulate import model_params, timed_rows
+    from experiments.registry.studies import get_study
     from spec import get_arch
     arch = get_arch("gb10")
     committed = {(r["variant"], r["B"], r["causal"]): r["value"]

@@ -3,7 +3,7 @@
 Measure mode on the CPU: an H100 "present", the GPU steps replaced by a fake measurer whose rows
 are a function of the case, the sample and the ncu session only (so an interrupted-and-resumed
 run must equal an uninterrupted one row for row). The fake sits at the lowest level that needs a
-GPU: ``experiments.measure.precompile`` and ``check_and_time``, and for ncu the tool itself
+GPU: ``experiments.measurement.measure.precompile`` and ``check_and_time``, and for ncu the tool itself
 (``profiles.ncu.profile`` writes a report, ``read_kernels`` reads it back), so the journal, the
 atomic session reports of ``profiles.collect`` and the run directory's life are the real code. A
 fault injected into the fake sends the process SIGTERM (the signal path a scheduler takes) or
@@ -46,7 +46,7 @@ class Fake:
             raise RuntimeError("injected crash")
 
     def install(self, monkeypatch):
-        from experiments import measure
+        from experiments.measurement import measure
         from experiments import run as run_mod
         from profiles import collect, ncu
         from profiles.ingest import KernelResult
@@ -195,7 +195,7 @@ def test_a_stopped_run_keeps_its_finished_work_and_resume_finishes_it(fake, refe
 
 def test_a_run_stopped_before_any_work_finished_leaves_nothing(fake, tmp_path, capsys,
                                                                monkeypatch):
-    from experiments import measure
+    from experiments.measurement import measure
     monkeypatch.setattr(measure, "precompile",
                         lambda cases: os.kill(os.getpid(), signal.SIGTERM) or [])
     assert _main(*ARGS, "--out", str(tmp_path / "run")) == 143

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from experiments import run as R
-from experiments.studies import get_study
+from experiments.registry.studies import get_study
 from spec import get_arch
 from tests.conftest import HAS_GPU
 
@@ -70,7 +70,7 @@ def test_a_billion_tokens_is_refused_at_once_and_its_dry_run_answers(tmp_path):
 
 
 def test_a_plan_over_the_free_memory_is_refused_unless_forced(tmp_path, monkeypatch, capsys):
-    from experiments import dryrun
+    from experiments.runner import dryrun
     monkeypatch.setattr(dryrun, "available_memory", lambda: 2**20)
     args = ["sawtooth", "--arch", "gb10", "--seq", "2048", "--filter", "cuda-batch",
             "--no-figures"]
@@ -134,7 +134,7 @@ def test_dry_run_says_what_each_mode_costs_and_what_auto_does():
 def test_dry_run_table_reads_in_80_columns():
     from rich.console import Console
 
-    from experiments.dryrun import plan_table
+    from experiments.runner.dryrun import plan_table
     for study, arch in (("sawtooth", "gb10"), ("longseq", "h100"), ("shapes", "h100")):
         cases = get_study(study).plan(get_arch(arch))
         console = Console(width=80, record=True, color_system=None)
@@ -150,7 +150,7 @@ def test_dry_run_table_reads_in_80_columns():
 def test_progress_reads_in_80_columns():
     from rich.console import Console
 
-    from experiments.progress import Phase, _make_progress
+    from experiments.runner.progress import Phase, _make_progress
     console = Console(width=80, record=True, color_system=None, force_terminal=True)
     progress = _make_progress(console)
     ph = Phase("check + time", "cases", [2.0] * 16)
@@ -165,7 +165,7 @@ def test_progress_reads_in_80_columns():
 
 
 def test_eta_follows_the_finished_units():
-    from experiments.progress import Phase
+    from experiments.runner.progress import Phase
     ph = Phase("ncu", "sessions", [10.0, 10.0, 20.0])
     assert ph.eta() == pytest.approx(40.0, abs=0.5)
     ph.t0 -= 20.0                      # the first 10-second unit took 20 seconds
@@ -205,7 +205,7 @@ def test_a_full_disk_while_figures_are_written_is_one_line(tmp_path, monkeypatch
 
 
 def test_the_debris_of_a_killed_run_is_cleaned_by_the_next(tmp_path):
-    from experiments.rundir import reserved_run_dir
+    from experiments.rundirs.rundir import reserved_run_dir
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True).stdout.strip()
     parent = tmp_path / "runs" / "gb10" / "sawtooth"
@@ -241,7 +241,7 @@ def test_a_killed_default_run_leaves_nothing_after_the_next_one(tmp_path):
     p.send_signal(signal.SIGKILL)
     p.wait(timeout=60)
     assert (out.parent / ".a.lock").exists()
-    from experiments.rundir import reserved_run_dir
+    from experiments.rundirs.rundir import reserved_run_dir
     said = []
     with reserved_run_dir(None, default=lambda: out.parent / "b", on_debris=said.append):
         pass
@@ -251,7 +251,7 @@ def test_a_killed_default_run_leaves_nothing_after_the_next_one(tmp_path):
 def test_measure_shows_each_ncu_session_and_records_the_phases(tmp_path, monkeypatch, capsys):
     """Measure mode on the CPU (an H100 'present', the GPU steps replaced): the ncu phase reports
     every session with an ETA, and the manifest records what each phase took."""
-    from experiments import measure
+    from experiments.measurement import measure
     monkeypatch.setattr(R, "detect", lambda: get_arch("h100"))
     monkeypatch.setattr(measure, "precompile", lambda cases: [])
     monkeypatch.setattr(measure, "check_and_time", lambda cases, arch, progress=None, **kw: (
@@ -294,7 +294,7 @@ def test_measure_shows_each_ncu_session_and_records_the_phases(tmp_path, monkeyp
 ])
 def test_a_study_collects_the_groups_it_reads_unless_asked_for_the_full_protocol(
         tmp_path, monkeypatch, study, flags, groups):
-    from experiments import measure
+    from experiments.measurement import measure
     monkeypatch.setattr(R, "detect", lambda: get_arch("h100"))
     monkeypatch.setattr(measure, "precompile", lambda cases: [])
     monkeypatch.setattr(measure, "check_and_time", lambda cases, arch, progress=None, **kw: (

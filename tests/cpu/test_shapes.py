@@ -1,6 +1,6 @@
 """Issue 14 on the CPU: the shape classes and their per-class defaults (kernels.config), what
 ``attention()`` picks from them (kernels.backend), the shapes study's plan and summary
-(experiments.studies, experiments.shapes) and ``experiments.tune --classes`` with a fake
+(experiments.registry.studies, experiments.speed.shapes) and ``experiments.tuning.tune --classes`` with a fake
 measurement (correctness before ranking, atomic JSON that ``kernels.config`` reads back)."""
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import json
 import pytest
 
 from cuda_baseline.source import SM90_CTAS_PER_SM
-from experiments import shapes, tune
-from experiments.studies import get_study
-from experiments.suites import shapes_problems
+from experiments.speed import shapes
+from experiments.tuning import tune
+from experiments.registry.studies import get_study
+from experiments.registry.suites import shapes_problems
 from kernels import config
 from kernels.choice import problem_config
 from kernels.config import (KernelConfig, ShapeClass, UNMEASURED, parse, persistent_ctas,
@@ -103,7 +104,7 @@ def test_committed_h100_file_is_schema_2_and_a_class_is_unmeasured_iff_it_has_no
 def test_bad_config_documents_name_the_problem(doc, words):
     with pytest.raises(ValueError, match=words) as e:
         parse(doc, "h100.json")
-    assert "experiments.tune" in str(e.value)
+    assert "experiments.tuning.tune" in str(e.value)
 
 
 def _with_file(monkeypatch, tmp_path, doc):
@@ -272,7 +273,7 @@ def test_summary_ratios_geomean_minimum_and_missing():
 def test_summary_reports_the_eager_call_time_beside_the_kernel_time():
     """Eager call time rows (host included) get their own lines, from their own metric: here
     the kernel is as fast as cuDNN's and the eager call half as fast."""
-    from experiments.eager import EAGER_CALL_MS
+    from experiments.speed.eager import EAGER_CALL_MS
     kernel = _rows({(LONG, "sdpa-cudnn"): [1.0], (LONG, "cutile"): [1.0]})
     eager = [dict(r, metric=EAGER_CALL_MS, value=r["value"] * (2 if r["backend"] == "cutile"
                                                                else 1))
@@ -332,7 +333,7 @@ def test_shapes_cli_reads_a_stored_run_and_refuses_bad_paths(tmp_path, capsys):
     assert len(err.splitlines()) == 1 and err.startswith("error: ")
 
 
-# -- experiments.tune --classes with a fake measurement ---------------------------------------
+# -- experiments.tuning.tune --classes with a fake measurement ---------------------------------------
 
 def _fake_measure(wrong_fast: set, calls: list):
     """A measurement: candidates in ``wrong_fast`` fail the check (and would be fastest); the
@@ -437,7 +438,7 @@ def test_tune_classes_refusals_are_one_line_exit_2(tmp_path, capsys, monkeypatch
 
 
 def test_measure_hook_adds_peer_rows_and_prints_the_summary_last(monkeypatch):
-    from experiments import measure as measure_mod
+    from experiments.measurement import measure as measure_mod
     rows = _rows({(LONG, "sdpa-cudnn"): [1.0], (LONG, "cutile"): [2.0]})
     seen = {}
 
@@ -487,9 +488,9 @@ def test_several_problems_rank_by_the_geometric_mean_and_a_failure_anywhere_fail
 
 def test_model_suite_halves_share_no_problem_and_the_tuner_saw_none():
     """Issue 35's suite: both halves hold every family, no problem is in both, and none is a
-    problem ``experiments.tune`` measures (``kernels.config.representatives`` of every class,
+    problem ``experiments.tuning.tune`` measures (``kernels.config.representatives`` of every class,
     head dim and mask): the validation half is unseen by the tuning that set the defaults."""
-    from experiments.suites import MODEL_FAMILIES, model_problems
+    from experiments.registry.suites import MODEL_FAMILIES, model_problems
     from kernels.config import ShapeClass, representatives
     rows = model_problems()
     halves = {h: {p for _, hh, p in rows if hh == h} for h in ("tuning", "validation")}
@@ -505,7 +506,7 @@ def test_model_suite_halves_share_no_problem_and_the_tuner_saw_none():
 
 
 def test_half_lines_read_only_the_models_study_rows():
-    from experiments.suites import model_problems
+    from experiments.registry.suites import model_problems
     _, _, p = next(r for r in model_problems() if r[1] == "validation")
     rows = [dict(r, study="models") for r in _rows({(p, "sdpa-cudnn"): [1.0],
                                                     (p, "cutile"): [2.0]})]

@@ -1,4 +1,4 @@
-"""Sharding a measured study over GPUs (experiments.shard), without a GPU: the jobs run through
+"""Sharding a measured study over GPUs (experiments.sharding.shard), without a GPU: the jobs run through
 submitit's LocalExecutor (real worker processes, pinned with CUDA_VISIBLE_DEVICES) with a fake
 measure function that writes deterministic rows the way the real measure path does (resource and
 counter rows per case, SDPA peer timing per problem)."""
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from experiments import run as cli
-from experiments import shard
-from experiments.studies import get_study
+from experiments.sharding import shard
+from experiments.registry.studies import get_study
 from spec import get_arch
 from spec.records import Row, case_fields, read_csv, write_csv
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.studies import get_study
+from experiments.registry.studies import get_study
 from spec import Backend, get_arch
 from tests.conftest import require_toolchain
 from tests.cpu.test_cutile_compile import _available

@@ -255,7 +255,7 @@ def test_slot_partitions_from_the_measured_map():
     assert p132[:16].tolist() == [0] * 16 and p132[16:64].tolist() == [1] * 48
     assert p132.sum() == 66
     assert slot_partitions("h100", 100, 2).tolist() == p132[:100].tolist()   # next larger launch
-    with pytest.raises(ValueError, match="experiments.smmap"):
+    with pytest.raises(ValueError, match="experiments.instruments.smmap"):
         slot_partitions("b200", 4, 2)
 
 

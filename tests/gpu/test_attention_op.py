@@ -1,7 +1,7 @@
 """GPU tests of the user function of both families as a user calls it (skipped without a GPU):
 ``from kernels import attention`` and ``from cuda_baseline import attention``.
 
-Each against the fp32 reference (experiments/correctness.py: NaN never passes) on an output
+Each against the fp32 reference (experiments/measurement/correctness.py: NaN never passes) on an output
 poisoned with NaN before the kernel writes it: eager calls (a given ``out`` and an allocated one),
 inputs that are transposed views of a [B, S, H, D] tensor (no copy), CUDA-graph capture and
 replay (the output poisoned after capture, the inputs replaced between replays), and
@@ -68,7 +68,7 @@ def _eager_module(family: str):
 
 
 def _inputs(pr: Problem, seed: int):
-    from experiments.correctness import random_inputs
+    from experiments.measurement.correctness import random_inputs
     return random_inputs(pr, seed)
 
 
@@ -86,7 +86,7 @@ def _packed(pr: Problem, seed: int):
 def test_eager_matches_reference(family, pr):
     import torch
 
-    from experiments.correctness import check, poisoned_like
+    from experiments.measurement.correctness import check, poisoned_like
     attention = _api(family)
     q, k, v = _inputs(pr, 1)
     out = poisoned_like(q)
@@ -105,7 +105,7 @@ def test_eager_matches_reference(family, pr):
 def test_repeated_call_takes_the_cached_launch(family, monkeypatch):
     """The second call with the same launch key neither checks nor prepares again; another
     stride is another key."""
-    from experiments.correctness import check, poisoned_like
+    from experiments.measurement.correctness import check, poisoned_like
     attention, mod = _api(family), _eager_module(family)
     pr = PROBLEMS[0]
     q, k, v = _inputs(pr, 4)
@@ -128,7 +128,7 @@ def test_repeated_call_takes_the_cached_launch(family, monkeypatch):
 def test_transposed_views_need_no_copy(family):
     import torch
 
-    from experiments.correctness import check
+    from experiments.measurement.correctness import check
     attention, pr = _api(family), PACKED
     _, (q, k, v) = _packed(pr, 6)
     assert not q.is_contiguous()
@@ -147,7 +147,7 @@ def test_transposed_views_need_no_copy(family):
 def test_cuda_graph_replay(family):
     import torch
 
-    from experiments.correctness import check
+    from experiments.measurement.correctness import check
     attention, pr = _api(family), PACKED
     q, k, v = _inputs(pr, 7)
     side = torch.cuda.Stream()
@@ -173,7 +173,7 @@ def test_cuda_graph_replay(family):
 def test_torch_compile_fullgraph(family):
     import torch
 
-    from experiments.correctness import check, poisoned_like
+    from experiments.measurement.correctness import check, poisoned_like
     attention, pr = _api(family), PACKED
 
     def model(x):                           # x: [B, S, 3, H, D], a fused QKV projection

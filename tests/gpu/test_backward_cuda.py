@@ -67,7 +67,7 @@ def _ids(p: Problem) -> str:
 
 def _inputs(pr: Problem, seed: int):
     import torch
-    from experiments.correctness import random_inputs
+    from experiments.measurement.correctness import random_inputs
     q, k, v = random_inputs(pr, seed)
     gen = torch.Generator(device="cuda").manual_seed(seed + 7)
     dout = torch.randn(q.shape, generator=gen, device="cuda", dtype=q.dtype)

@@ -3,7 +3,7 @@
 Every order × schedule × causal × D against the fp32 SDPA reference at 64×64 tiles, and at every
 other tested tile every order (grid launch) and every schedule (sawtooth order); in bf16 every
 schedule at 64×64 and every order at 128×64; causal with fewer and with more queries than keys
-(top-left aligned) for every case of the matrix (the rule of experiments/correctness.py: NaN
+(top-left aligned) for every case of the matrix (the rule of experiments/measurement/correctness.py: NaN
 never passes, outputs poisoned first, fresh seeded inputs, uneven S and grouped-query heads
 included); schedule-only changes are bitwise identical (and the
 sawtooth equals the linear or reverse scan tile by tile); the trace build visits exactly what
@@ -136,7 +136,7 @@ def _case(problem: Problem):
     """Inputs, fp32 reference and the check closure of a problem (shared across variants)."""
     import torch
 
-    from experiments.correctness import check, random_inputs, reference
+    from experiments.measurement.correctness import check, random_inputs, reference
     if problem not in _CASES:
         seed = zlib.crc32(problem.label.encode())
         q, k, v = random_inputs(problem, seed)
@@ -147,7 +147,7 @@ def _case(problem: Problem):
 
 
 def _run(backend, variant: Variant, problem: Problem):
-    from experiments.correctness import poisoned_like
+    from experiments.measurement.correctness import poisoned_like
     q, k, v, chk, torch = _case(problem)
     out = poisoned_like(q)
     p = backend.prepare(variant, problem)
@@ -230,7 +230,7 @@ def test_persistent_extremes(backend, causal, D):
 @pytest.mark.parametrize("schedule", SCHEDULES)
 @pytest.mark.parametrize("order", ORDERS)
 def test_trace_equals_spec(backend, order, schedule, D, causal):
-    from experiments.correctness import poisoned_like
+    from experiments.measurement.correctness import poisoned_like
     pr = _problem(D, causal)
     var = _variant(order, schedule, FULL_TILES)
     q, k, v, chk, torch = _case(pr)
@@ -269,7 +269,7 @@ def test_stage_depths_are_bitwise_the_double_buffer(backend, order, schedule, ti
 @pytest.mark.parametrize("stages", STAGES)
 @pytest.mark.parametrize("order", ["linear", "sawtooth"])
 def test_stage_trace_equals_spec(backend, order, stages, causal, D):
-    from experiments.correctness import poisoned_like
+    from experiments.measurement.correctness import poisoned_like
     pr = _problem(D, causal)
     var = _variant(order, "static7", Tiles(80, 80), stages)
     q, k, v, chk, torch = _case(pr)
@@ -289,7 +289,7 @@ def test_default_attention_matches_reference(problem):
     import torch
 
     from cuda_baseline import attention
-    from experiments.correctness import poisoned_like
+    from experiments.measurement.correctness import poisoned_like
     q, k, v, chk, _ = _case(problem)
     out = attention(q, k, v, causal=problem.causal, out=poisoned_like(q))
     torch.cuda.synchronize()
@@ -369,7 +369,7 @@ def test_sparse_trace_records_every_kth_step(backend, order, every):
     """``trace(..., every=k)`` records steps 0, k, 2k, ... of each CTA (the drift study's
     low-perturbation stamps): its visits are every k-th column of the spec's visit order, its
     stamps increase along each CTA, and the output is still right."""
-    from experiments.correctness import poisoned_like
+    from experiments.measurement.correctness import poisoned_like
     pr = _problem(64, False)
     var = _variant(order, "static7", Tiles(80, 80), None)
     q, k, v, chk, torch = _case(pr)

@@ -1,7 +1,7 @@
 """GPU tests of the cuTile FlashAttention family (skipped without a GPU).
 
 Every order × schedule × causal × D × dtype against the fp32 SDPA reference (the rule of
-experiments/correctness.py: NaN never passes, outputs poisoned first, fresh seeded inputs, uneven
+experiments/measurement/correctness.py: NaN never passes, outputs poisoned first, fresh seeded inputs, uneven
 S and grouped-query heads included); changing only the CTA schedule is bitwise identical; the trace
 build visits exactly what ``spec.visit_order`` prescribes; bad input gets a clear error. Each shape
 class of kernels.config (S_q != S_kv with causal top-left aligned as SDPA's ``is_causal``, grouped
@@ -94,7 +94,7 @@ def _seed(*parts) -> int:
 def _setup(problem: Problem, seed: int):
     import torch
 
-    from experiments.correctness import poisoned_like, random_inputs
+    from experiments.measurement.correctness import poisoned_like, random_inputs
     torch.cuda.synchronize()
     q, k, v = random_inputs(problem, seed)
     return q, k, v, poisoned_like(q)
@@ -165,7 +165,7 @@ def builds(arch: Arch) -> dict[str, list[tuple[Variant, Problem, bool]]]:
 @pytest.mark.parametrize("schedule", SCHEDULES)
 @pytest.mark.parametrize("order", ORDERS)
 def test_matches_fp32_reference(order, schedule, causal, D, dtype):
-    from experiments.correctness import check
+    from experiments.measurement.correctness import check
     from kernels.backend import CutileFamily
     pr = problem(D, causal, dtype)
     q, k, v, out = _setup(pr, _seed(order, schedule, causal, D, dtype))
@@ -220,7 +220,7 @@ def test_trace_equals_spec(order, schedule, causal):
 def test_attention_function_defaults_and_orders():
     import torch
 
-    from experiments.correctness import check, poisoned_like
+    from experiments.measurement.correctness import check, poisoned_like
     from kernels.backend import attention
     q, k, v, _ = _setup(ATTENTION_PROBLEM, 7)
     for order, sched in ATTENTION_CALLS:
@@ -290,7 +290,7 @@ def test_wrong_arch_is_named():
 def test_tuning_ladder_levels_agree():
     import torch
 
-    from experiments.correctness import check, poisoned_like
+    from experiments.measurement.correctness import check, poisoned_like
     from kernels.backend import attention
     q, k, v, _ = _setup(LADDER_PROBLEM, 11)
     for level in LADDER_LEVELS:
@@ -307,7 +307,7 @@ def test_tuning_ladder_levels_agree():
 def test_backward_causal_with_tall_tiles(order, D, dtype):
     """TILE_M > TILE_N: a backward causal scan starts on tiles fully masked for some rows (the
     NaN trap of cutile-notes.md §0); the finite power-of-two mask keeps every row finite."""
-    from experiments.correctness import check
+    from experiments.measurement.correctness import check
     from kernels.backend import CutileFamily
     pr = tall_problem(D, dtype)
     q, k, v, out = _setup(pr, _seed("tall", order, D, dtype))
@@ -343,7 +343,7 @@ def test_shape_classes_through_attention(pr):
     the correctness gate and of the peers) is checked to be that same top-left mask."""
     import torch
 
-    from experiments.correctness import check, poisoned_like, reference
+    from experiments.measurement.correctness import check, poisoned_like, reference
     from kernels.backend import attention
     from kernels.config import shape_class
     q, k, v, _ = _setup(pr, _seed("shape-class", pr.label))

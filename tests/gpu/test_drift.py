@@ -1,4 +1,4 @@
-"""GPU test of the drift study's measure hook (experiments.measure.measure_drift): a small
+"""GPU test of the drift study's measure hook (experiments.measurement.measure.measure_drift): a small
 persistent launch whose trace build is correct, with per-step spreads that are finite,
 non-negative and sampled as asked, and the build's resource rows."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.mark.parametrize("order", ["linear", "sawtooth"])
 def test_drift_rows_of_a_small_persistent_launch(order):
-    from experiments.measure import DRIFT_EVERY, measure_drift
+    from experiments.measurement.measure import DRIFT_EVERY, measure_drift
     arch = detect()
     # 4 CTAs x 128 work items x 256 steps: 512 stamps each at every DRIFT_EVERY-th step
     problem = Problem(B=1, H=2, S_q=16384, D=64)

@@ -1,4 +1,4 @@
-"""GPU test of the pointer-chase latency benchmark (experiments.latency): a tiny run, one footprint
+"""GPU test of the pointer-chase latency benchmark (experiments.instruments.latency): a tiny run, one footprint
 in the L2 and one 8x the L2, end to end through the CLI: positive finite ns per load, the footprint
 8x the L2 slower than the one in it, and the run directory with its CSV and latency.json."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.gpu
 
 
 def test_tiny_chase_dram_slower_than_l2(tmp_path, capsys):
-    from experiments.latency import main
+    from experiments.instruments.latency import main
     arch = detect()
     big = 8 * arch.l2_bytes
     out = tmp_path / "lat"

@@ -1,0 +1,169 @@
+"""Simulate mode: run a study's cases through the spec traces and an L2 simulator.
+
+Every row it writes says ``source=simulated`` and names what it assumed; nothing here touches a
+GPU. Two models (``--model`` of the main command):
+
+- ``timed`` (the default): ``analysis.cache.timesim``, each resident CTA on its own clock, the arch's
+  L2 partitions, with the arch's committed parameters (``analysis/params/<arch>.json``, fitted on
+  one measured study) or, for an arch without measurements (gb10, b200, b300), the defaults
+  derived from the measured ones (``analysis.calibration.calibration.default_params``). Large cases are
+  sampled (SHARDS size rule) and their rows state the sampling error measured against the exact
+  simulator.
+- ``lockstep``: ``analysis.cache.l2sim``, a fully associative LRU over whole tiles fed by the lock-step
+  wavefront of ``spec.trace`` (the timed model's limit with miss time = hit time and no jitter).
+
+Resident CTAs of a cuTile grid launch are what its build gets: the cubin exported for the arch,
+its resources under the arch's published limits (``kernels.backend.compiled_ctas_per_sm``), not
+the study's occupancy request; without the compile toolchain the request stands and the rows
+say so.
+"""
+from __future__ import annotations
+
+import functools
+import subprocess
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from analysis import calibration
+from analysis.cache import l2sim, reuse, timesim
+from analysis.data import read_manifest
+from analysis.models import steptime
+from spec import Arch, Backend, TileGrid, build_trace, get_arch, known_archs
+from spec.records import UNITS, Metric, Row, Source, case_fields
+
+from spec.case import Case
+
+SHARDS_RUN = "profiles/cpu/simbench-20261125-shards"
+"""The run that measured the sampled simulator against the exact one (22 GB10 and H100 cases);
+its largest miss-count error is stated in every sampled row."""
+
+
+@dataclass(frozen=True)
+class SimResult:
+    case: Case
+    counts: "l2sim.L2Counts"
+    seconds: float
+    accesses: int
+
+
+def simulate_case(case: Case, arch: Arch, capacity_bytes: int) -> SimResult:
+    t0 = time.perf_counter()
+    v = case.variant
+    trace = build_trace(TileGrid(case.problem, v.tiles), v.schedule, v.order, case.resident,
+                        sector_bytes=arch.sector_bytes)
+    counts = l2sim.simulate(trace, capacity_bytes)
+    return SimResult(case, counts, time.perf_counter() - t0, trace.n_accesses)
+
+
+def rows_for(result: SimResult, run: str, study: str, arch: Arch) -> list[Row]:
+    c = result.case
+    return l2sim.counts_to_rows(result.counts, c.problem, run=run, study=study, arch=arch,
+                                variant=c.variant)
+
+
+def reuse_rows(case: Case, arch: Arch, capacity_bytes: int, *, run: str, study: str) -> list[Row]:
+    """The reuse study's rows for one case: the L2 counters at ``capacity_bytes``, the LRU
+    miss-ratio curve (``lru_misses``, x = capacity in bytes, on a log grid plus every registered
+    arch's L2 size) and the sector-weighted log2 histogram of reuse distances
+    (``reuse_distance_sectors``, x = the bin's lower edge in bytes), all from one stack-distance
+    pass over the trace."""
+    v = case.variant
+    trace = build_trace(TileGrid(case.problem, v.tiles), v.schedule, v.order, case.resident,
+                        sector_bytes=arch.sector_bytes)
+    dist = reuse.stack_distances(trace.key, trace.key_sectors)
+    counts = l2sim.simulate(trace, capacity_bytes, distances=dist)
+    rows = l2sim.counts_to_rows(counts, case.problem, run=run, study=study, arch=arch,
+                                variant=v)
+    sb = arch.sector_bytes
+    footprint = int(trace.key_sectors.astype(np.int64).sum()) * sb
+    grid = np.unique(np.concatenate([
+        np.geomspace(256 << 10, 2 * footprint, 64).astype(np.int64),
+        [get_arch(a).l2_bytes for a in known_archs()]]))
+    mrc = reuse.miss_ratio_curve(dist, trace.key, trace.key_sectors)
+    hist = reuse.distance_histogram(dist, trace.key, trace.key_sectors)
+    fields = case_fields(case.problem, v)
+    common = dict(run=run, study=study, arch=arch.name, source=Source.SIMULATED.value, **fields)
+    rows += [Row(metric=Metric.LRU_MISSES, value=float(m), unit=UNITS[Metric.LRU_MISSES], x=float(c),
+                 note="fully associative LRU over tiles", **common)
+             for c, m in zip(grid, np.atleast_1d(mrc.misses(grid // sb)))]
+    rows += [Row(metric=Metric.REUSE_DISTANCE_SECTORS, value=float(n),
+                 unit=UNITS[Metric.REUSE_DISTANCE_SECTORS], x=float(lo * sb),
+                 note=f"log2 bin [{lo * sb}, {hi * sb}) bytes; cold sectors {hist.cold}", **common)
+             for lo, hi, n in zip(hist.lo, hist.hi, hist.count)]
+    return rows
+
+
+def model_params(arch: Arch) -> calibration.ArchParams:
+    """The timed model's parameters for ``arch``: its committed file, else the defaults derived
+    from the measured arches (``calibration.default_params``)."""
+    try:
+        return calibration.read_params(arch.name)
+    except FileNotFoundError:
+        return calibration.default_params(arch)[0]
+
+
+def resident_of_build(case: Case, arch: Arch) -> tuple[Case, str]:
+    """``case`` with the resident CTAs its build gets on ``arch``, and a note saying where they
+    came from. A persistent launch is its P; a cuTile grid launch SMs x the CTAs per SM of its
+    cubin; anything else (CUDA grid launches, no compile toolchain here) keeps the study's
+    occupancy request, and the note says so."""
+    v = case.variant
+    if v.schedule.is_persistent:
+        return case, ""
+    if v.backend != Backend.CUTILE:
+        return case, f"resident CTAs {case.resident}: the occupancy request (not compiled here)"
+    from kernels import backend
+    try:
+        per_sm, note = backend.compiled_ctas_per_sm(v, case.problem, arch)
+    except ImportError as e:
+        return case, (f"resident CTAs {case.resident}: the occupancy request (no cuTile compiler "
+                      f"here: {e}; pip install -e '.[compile]')")
+    except (RuntimeError, OSError, subprocess.CalledProcessError) as e:   # ToolchainError too
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        return case, (f"resident CTAs {case.resident}: the occupancy request (the {arch.sm} cubin "
+                      f"could not be built or read here: {first})")
+    return replace(case, resident=arch.resident_ctas(per_sm)), note
+
+
+@functools.cache
+def _shards_error_pct() -> float:
+    return float(read_manifest(SHARDS_RUN)["max_shards_err_pct"])
+
+
+def pipeline_params(tp: timesim.TimeParams, case: Case, arch: Arch,
+                    point: str = "mid") -> timesim.TimeParams:
+    """``tp`` with the pipeline model of ``case``'s build on ``arch``
+    (``analysis.models.steptime``): its step, latencies and prefetch depth at ``point`` of the
+    arch's assumed ranges, and the in-loop spills of the build the study names
+    (``experiments.registry.plans.build_local_accesses``)."""
+    from ..registry.plans import build_local_accesses
+    timing = steptime.step_timing(case, arch, point,
+                                  local_accesses=build_local_accesses(case, arch))
+    return replace(tp, **timing.units())
+
+
+def timed_rows(case: Case, arch: Arch, params: calibration.ArchParams,
+               capacity_bytes: int | None = None, *, run: str, study: str,
+               seed: int = 0, point: str | None = "mid") -> list[Row]:
+    """The timed simulator's rows for one case (its build's resident CTAs, the arch's
+    parameters, the build's pipeline timing at ``point`` of the arch's ranges (None: the step
+    model, every step one unit), at ``capacity_bytes`` when given instead of the parameters'
+    effective capacity, SHARDS at the size rule); each row's note names the parameters, where
+    they came from, the residency and any sampling error."""
+    case, where = resident_of_build(case, arch)
+    tp = params.time_params(arch, seed=seed)
+    if point is not None:
+        tp = pipeline_params(tp, case, arch, point)
+    if capacity_bytes is not None:
+        tp = replace(tp, capacity_bytes=int(capacity_bytes))
+    counts = timesim.simulate_case(case, tp, arch.sector_bytes, auto_sample=True)
+    notes = [params.note()]
+    if counts.params.sample_rate < 1:
+        notes.append(f"miss counts within {_shards_error_pct():.2f}% of the exact simulator at "
+                     f"the size rule ({SHARDS_RUN.rsplit('/', 1)[-1]})")
+    if where:
+        notes.append(where)
+    return timesim.counts_to_rows(counts, case, run=run, study=study, arch=arch,
+                                  sector_bytes=arch.sector_bytes, note="; ".join(notes))

@@ -1,0 +1,3 @@
+"""The studies of speed as a user sees it: eager call time and host time per call (``eager``), the
+shape and model suites' summaries (``shapes``), the training benchmark (``backward_bench``).
+"""

@@ -1,0 +1,197 @@
+"""``python -m experiments.tuning.sweep --arch h100``: every configuration the rule chooses among
+(``kernels.choice.CANDIDATES``), checked and timed on every problem of the shape suites, the data
+``python -m experiments.tuning.rulefit`` fits the rule's constants on and judges it with.
+
+    python -m experiments.tuning.sweep --arch h100 [--sets models,scan] [--reps 10] [--out DIR]
+                                [--budget-s 520] [--shard I/N] [--masks full]
+                                [--dry-run]
+
+Problem sets (the ``set`` column of ``trials.csv.gz``):
+
+- ``tuning`` / ``validation``: the two halves of issue 35's model families
+  (``experiments.registry.suites.model_problems``); the fit sees the tuning half only;
+- ``shapes``: issue 14's shape suite up to S=32K (``experiments.registry.suites.shapes_problems``: the
+  benchmark's shapes, batched short prefill, grouped heads, uneven lengths, a short query block
+  against a long K/V), the problems the old shape classes were tuned on; the fit sees them;
+- ``scan``: a vision-transformer batch (B=32, H=12, D=64, bf16) at lengths across the old class
+  borders (tiny / uneven / short): 197, 256, 257, 512, 577, 1024. Not fitted: it shows whether
+  the chosen configuration's time moves smoothly where the classes jumped.
+
+Per problem, each candidate goes through the tuner's path (``experiments.tuning.tune.measure_problem``):
+prepared by ``kernels.CutileFamily`` with the candidate as its defaults, run on a NaN-poisoned
+output and checked against the fp32 reference, then the passing ones timed interleaved with a cold
+L2 (kernel time, the GPU spin hides the host). A candidate that fails or spills has no time.
+Builds compile first, all problems at once, in parallel worker processes.
+
+``--budget-s``: no new problem starts after that many seconds (the device's per-command limit);
+the manifest names the problems left out. The run directory appears only when the sweep ends.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import gzip
+import io
+import sys
+import time
+from pathlib import Path
+
+from spec import Problem, get_arch, known_archs
+from spec.arch import UnknownArch
+
+from kernels.choice import CANDIDATES, config_label
+
+from ..runner.options import UsageError
+
+SETS = ("tuning", "validation", "shapes", "scan")
+SET_GROUPS = {"models": ("tuning", "validation"), "shapes": ("shapes",), "scan": ("scan",)}
+SCAN_LENGTHS = (197, 256, 257, 512, 577, 1024)
+SHAPES_MAX_S = 32768
+COLUMNS = ("set", "family", "problem", "B", "H", "H_kv", "S_q", "S_kv", "D", "dtype", "causal",
+           "config", "passed", "us", "spread", "verdict")
+
+
+def sweep_problems(groups: tuple[str, ...]) -> list[tuple[str, str, Problem]]:
+    """(set, family, problem) of the named groups (``SET_GROUPS``), in that order."""
+    from ..registry.suites import model_problems, shapes_problems
+    out = []
+    for g in groups:
+        if g == "models":
+            out += [(half, fam, p) for fam, half, p in model_problems()]
+        elif g == "shapes":
+            out += [("shapes", panel.removeprefix("shapes-"), p)
+                    for panel, p in shapes_problems() if p.S_q <= SHAPES_MAX_S]
+        elif g == "scan":
+            out += [("scan", "vit-scan", Problem(32, 12, s, 64, dtype="bf16"))
+                    for s in SCAN_LENGTHS]
+    return out
+
+
+def candidates_for(arch, problem: Problem):
+    """The rule's candidates for the problem's mask, as the tuner's ``Candidate``."""
+    from .candidates import Candidate
+    return [Candidate(c.tile_m, c.tile_n, c.occupancy, c.worker_warps, c.schedule)
+            for c in CANDIDATES[problem.causal]]
+
+
+def rows_for(set_name: str, family: str, problem: Problem, trials) -> list[dict]:
+    p = problem
+    out = []
+    for t in trials:
+        c = t.candidate
+        out.append(dict(set=set_name, family=family, problem=p.label, B=p.B, H=p.H, H_kv=p.H_kv,
+                        S_q=p.S_q, S_kv=p.S_kv, D=p.D, dtype=p.dtype.value, causal=int(p.causal),
+                        config=config_label(c.config()), passed=int(t.passed),
+                        us="" if t.us is None else f"{t.us:.3f}",
+                        spread="" if t.spread is None else f"{t.spread:.4f}",
+                        verdict=t.verdict.replace("\n", " ")[:300]))
+    return out
+
+
+def write_trials(path: Path, rows: list[dict]) -> None:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    with gzip.GzipFile(path, "wb", mtime=0) as f:
+        f.write(buf.getvalue().encode())
+
+
+def shard(plan: list, value: str) -> list:
+    """Every N-th entry of ``plan`` from the I-th, for ``--shard I/N``."""
+    try:
+        i, n = (int(x) for x in value.split("/"))
+        if not 0 <= i < n:
+            raise ValueError
+    except ValueError:
+        raise UsageError(f"--shard {value!r}: give I/N with 0 <= I < N, e.g. 0/2") from None
+    return plan[i::n]
+
+
+def _groups(value: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(v.strip() for v in value.split(",") if v.strip()))
+    bad = [n for n in names if n not in SET_GROUPS]
+    if bad or not names:
+        raise UsageError(f"--sets {value!r}: name some of {', '.join(SET_GROUPS)} "
+                         "(comma separated)")
+    return names
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m experiments.tuning.sweep",
+                                 description=__doc__.splitlines()[0])
+    ap.add_argument("--arch", required=True, help=f"one of {', '.join(known_archs())}")
+    ap.add_argument("--sets", default="models,scan,shapes",
+                    help=f"comma list of {', '.join(SET_GROUPS)} (default: all, in that order)")
+    ap.add_argument("--reps", type=int, default=10, help="timed repetitions per candidate")
+    ap.add_argument("--budget-s", type=float, default=520.0,
+                    help="start no new problem after this many seconds")
+    ap.add_argument("--out", type=Path, help="run directory (default runs/<arch>/sweep/<stamp>)")
+    ap.add_argument("--shard", default="0/1", help="I/N: every N-th problem from the I-th "
+                    "(0-based), to split a sweep over several device calls")
+    ap.add_argument("--masks", choices=("both", "full", "causal"), default="both",
+                    help="only the non-causal (full) or the causal problems")
+    ap.add_argument("--dry-run", action="store_true", help="print the plan, measure nothing")
+    args = ap.parse_args(argv)
+    try:
+        arch = get_arch(args.arch)
+        groups = _groups(args.sets)
+        if args.reps < 1 or args.budget_s <= 0:
+            raise UsageError("--reps must be at least 1 and --budget-s positive")
+        from ..rundirs.rundir import check_creatable, check_free
+        if args.out is not None:
+            check_free(args.out)
+            check_creatable(args.out)
+        plan = [x for x in shard(sweep_problems(groups), args.shard)
+                if args.masks == "both" or x[2].causal == (args.masks == "causal")]
+        if args.dry_run:
+            n = sum(len(candidates_for(arch, p)) for _, _, p in plan)
+            print(f"sweep on {arch.name}: {len(plan)} problems ({', '.join(groups)}), {n} "
+                  f"(problem, configuration) pairs, {args.reps} timed repetitions each")
+            return 0
+        import spec
+        present = spec.detect()
+        if present is None or present.name != arch.name:
+            raise UsageError(f"the sweep measures on the {arch.name} GPU, and the GPU present is "
+                             f"{present.name if present else 'none'}; run it on that machine "
+                             "(or pass --dry-run)")
+    except (UsageError, UnknownArch, FileExistsError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return _run(present, plan, args, argv if argv is not None else sys.argv[1:])
+
+
+def _run(arch, plan, args, argv) -> int:
+    import torch
+
+    from ..rundirs.rundir import command_line, default_run_dir, reserved_run_dir, write_manifest
+    from .tune import measure_problem, precompile
+    t0 = time.monotonic()
+    errors = precompile(arch, [(p, candidates_for(arch, p)) for _, _, p in plan])
+    compile_s = time.monotonic() - t0
+    rows, skipped = [], []
+    for i, (set_name, family, p) in enumerate(plan):
+        if time.monotonic() - t0 > args.budget_s:
+            skipped = [q.label for _, _, q in plan[i:]]
+            break
+        trials = measure_problem(arch, p, candidates_for(arch, p), reps=args.reps)
+        rows += rows_for(set_name, family, p, trials)
+        best = next((t for t in trials if t.passed), None)
+        print(f"[{time.monotonic() - t0:5.0f} s] {set_name:10s} {p.label:40s} best "
+              f"{config_label(best.candidate.config()) if best else 'none'} "
+              f"{best.us if best else float('nan'):9.1f} us", flush=True)
+    with reserved_run_dir(args.out, lambda: default_run_dir(arch.name, "sweep", "measure")) \
+            as (final, work):
+        write_trials(work / "trials.csv.gz", rows)
+        write_manifest(work, command=command_line("experiments.tuning.sweep", argv), arch=arch.name,
+                       device=torch.cuda.get_device_name(), reps=args.reps, l2="cold",
+                       metric="kernel time, median us", sets=sorted({r["set"] for r in rows}),
+                       problems=len({r["problem"] for r in rows}), skipped=skipped,
+                       build_errors=errors, compile_s=round(compile_s, 1),
+                       wall_s=round(time.monotonic() - t0, 1))
+    print(f"wrote {final} ({len(rows)} trials; {len(skipped)} problems left out by --budget-s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
