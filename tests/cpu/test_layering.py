@@ -7,7 +7,8 @@
 
 Inside ``analysis/`` the subpackages form a stack of their own (``ANALYSIS_ORDER``, bottom first):
 the data door, the closed-form models, the cache simulators, the launch diagnostics, the
-calibration, the findings report; a subpackage imports only those below it.
+calibration, the findings report; a subpackage imports only those below it. ``experiments/`` is
+built the same way (``EXPERIMENTS_ORDER``), with its CLI entry ``experiments.run`` on top.
 
 Every ``.py`` file of these packages is parsed with ``ast`` (nothing is imported), so imports inside
 functions ("lazy" imports), under ``if TYPE_CHECKING`` and ``importlib.import_module("...")`` with a
@@ -37,6 +38,15 @@ ALLOWED: dict[str, frozenset[str]] = {
 
 ANALYSIS_ORDER = ("data", "models", "cache", "launch", "calibration", "findings")
 """analysis/ subpackages, bottom first: each may import only itself and those before it."""
+
+EXPERIMENTS_ORDER = ("registry", "rundirs", "measurement", "simulation", "instruments", "speed",
+                     "sharding", "runner", "tuning")
+"""experiments/ subpackages, bottom first: the study registry (plain data: it names the hooks of
+the layers above, never imports them), run directories, the two modes' engines (measurement on
+the GPU, simulation on the CPU), the instruments and the user-speed studies built on measurement,
+sharding, the runner of ``python -m experiments.run``, tuning. Above them only the CLI entry
+``experiments.run``, which nothing of the package imports."""
+EXPERIMENTS_TOP = ("run", "__main__")
 
 
 @dataclass(frozen=True)
@@ -208,25 +218,36 @@ def check(root: Path, allowed=ALLOWED) -> list[str]:
             + [_cycle_message(c, imports, root) for c in import_cycles(imports, root)])
 
 
-def analysis_violations(imports: list[Import], root: Path) -> list[str]:
-    """Imports that go up or sideways between the subpackages of ``analysis/``."""
+def subpackage_violations(imports: list[Import], root: Path, package: str,
+                          order: tuple[str, ...], top: tuple[str, ...] = ()) -> list[str]:
+    """Imports that go up or sideways between the subpackages of ``package`` (``order``, bottom
+    first); ``top`` names the modules allowed beside them (entry points: they may import any
+    subpackage, and no module of the package may import them)."""
     out = []
     for imp in imports:
         a, b = imp.module.split("."), imp.target.split(".")
-        if a[0] != "analysis" or b[0] != "analysis" or len(b) < 2:
+        if a[0] != package or b[0] != package or len(b) < 2:
             continue
+        where = f"{imp.file.relative_to(root)}:{imp.line}: {imp.module} imports {imp.target}"
         mine = a[1] if len(a) > 1 else None
         theirs = b[1]
-        if mine not in ANALYSIS_ORDER or theirs not in ANALYSIS_ORDER:
-            out.append(f"{imp.file.relative_to(root)}:{imp.line}: {imp.module} imports "
-                       f"{imp.target}: every module of analysis/ lives in one of "
-                       f"{', '.join(ANALYSIS_ORDER)}")
+        if theirs in top:
+            out.append(f"{where}: {package}.{theirs} is an entry point; nothing imports it")
             continue
-        if ANALYSIS_ORDER.index(theirs) > ANALYSIS_ORDER.index(mine):
-            may = ", ".join(ANALYSIS_ORDER[:ANALYSIS_ORDER.index(mine) + 1])
-            out.append(f"{imp.file.relative_to(root)}:{imp.line}: {imp.module} imports "
-                       f"{imp.target}: analysis.{mine} may import only analysis.{{{may}}}")
+        if mine in top:
+            continue
+        if mine not in order or theirs not in order:
+            out.append(f"{where}: every module of {package}/ lives in one of {', '.join(order)}")
+            continue
+        if order.index(theirs) > order.index(mine):
+            may = ", ".join(order[:order.index(mine) + 1])
+            out.append(f"{where}: {package}.{mine} may import only {package}.{{{may}}}")
     return out
+
+
+def analysis_violations(imports: list[Import], root: Path) -> list[str]:
+    """Imports that go up or sideways between the subpackages of ``analysis/``."""
+    return subpackage_violations(imports, root, "analysis", ANALYSIS_ORDER)
 
 
 # -- the repository -------------------------------------------------------------------------------
@@ -248,6 +269,38 @@ def test_analysis_subpackages_form_a_stack():
     assert not top, f"modules outside the subpackages: {[f.name for f in top]}"
     problems = analysis_violations(imports, ROOT)
     assert not problems, "\n".join(problems)
+
+
+def test_experiments_subpackages_form_a_stack():
+    imports = [i for f in source_files(ROOT, ["experiments"])
+               for i in imports_of(ROOT, f, {"experiments"})]
+    top = sorted(f.stem for f in (ROOT / "experiments").glob("*.py")
+                 if f.stem not in ("__init__", *EXPERIMENTS_TOP))
+    assert not top, f"modules outside the subpackages of experiments/: {top}"
+    subs = {d.name for d in (ROOT / "experiments").iterdir() if (d / "__init__.py").is_file()}
+    assert subs == set(EXPERIMENTS_ORDER), "every subpackage of experiments/ has its floor"
+    problems = subpackage_violations(imports, ROOT, "experiments", EXPERIMENTS_ORDER,
+                                     EXPERIMENTS_TOP)
+    assert not problems, "\n".join(problems)
+
+
+def test_the_experiments_rule_catches_an_upward_import_and_an_import_of_the_entry(tmp_path):
+    root = _tree(tmp_path, {"experiments/__init__.py": "", "experiments/run.py": "",
+                            "experiments/registry/__init__.py": "",
+                            "experiments/registry/studies.py":
+                                "from ..measurement.measure import gate\n",
+                            "experiments/measurement/__init__.py": "",
+                            "experiments/measurement/measure.py": "from experiments import run\n"})
+    imports = [i for f in source_files(root, ["experiments"])
+               for i in imports_of(root, f, {"experiments"})]
+    msgs = sorted(subpackage_violations(imports, root, "experiments", EXPERIMENTS_ORDER,
+                                        EXPERIMENTS_TOP))
+    assert len(msgs) == 2
+    assert msgs[0].startswith("experiments/measurement/measure.py:1: ") and \
+        "experiments.run is an entry point" in msgs[0]
+    assert msgs[1].startswith("experiments/registry/studies.py:1: experiments.registry.studies "
+                              "imports experiments.measurement.measure: experiments.registry "
+                              "may import only experiments.{registry}")
 
 
 def test_the_analysis_rule_catches_an_upward_import(tmp_path):
