@@ -69,9 +69,22 @@ def default_backward(problem: Problem, order: str | ScanOrder = "linear",
         schedule = CtaSchedule.grid()
     elif not isinstance(schedule, CtaSchedule):
         schedule = CtaSchedule.parse(schedule)
-    dkdv = PassConfig(Tiles(64, 128), 1, 8, order, schedule)
-    dq = PassConfig(Tiles(64, 128), 1, 8, order, schedule)
-    return BackwardConfig(dkdv, dq)
+    dkdv, dq = _DEFAULTS.get((problem.D, problem.causal), (BASE, BASE))
+    return BackwardConfig(PassConfig(dkdv.tiles, dkdv.occupancy, dkdv.worker_warps, order,
+                                     schedule),
+                          PassConfig(dq.tiles, dq.occupancy, dq.worker_warps, order, schedule))
+
+
+BASE = PassConfig(Tiles(64, 128), 1, 8)
+"""The base pass configuration (module docstring)."""
+
+_DEFAULTS: dict = {}
+
+
+def set_default(D: int, causal: bool, dkdv: PassConfig, dq: PassConfig) -> None:
+    """Replace the default tiles and hints of both passes for (D, causal) in this process
+    (what a tuning run measures with; their order and schedule are ignored)."""
+    _DEFAULTS[D, causal] = (dkdv, dq)
 
 
 def check_pass(name: str, cfg: PassConfig) -> None:
@@ -148,7 +161,24 @@ class BackwardLaunch:
         self.launch(s, grid, kern, (q, k, v, dout, lse, delta, dq) + tail)
 
 
+    def passes(self, dout, q, k, v, out, lse, delta, dq, dk, dv) -> dict:
+        """Each kernel's launch alone (name -> callable), for timing a pass by itself."""
+        def one(name, args):
+            kern, grid, tail = getattr(self, name)
+            return lambda: self.launch(self.raw_stream(self.device), grid, kern, args + tail)
+        return {"preprocess": one("pre", (out, dout, delta)),
+                "dkdv": one("dkdv", (q, k, v, dout, lse, delta, dk, dv)),
+                "dq": one("dq", (q, k, v, dout, lse, delta, dq))}
+
+
 _LAUNCHES: dict = {}
+
+
+def launch_for(problem: Problem, config: BackwardConfig, scale: float | None = None,
+               level: int = 6, device_index: int = 0) -> BackwardLaunch:
+    """A new ``BackwardLaunch`` (uncached) of ``config`` on ``problem``."""
+    from spec.ops import resolve_scale
+    return BackwardLaunch(problem, config, resolve_scale(scale, problem.D), level, device_index)
 
 
 def _ready(t):
@@ -161,11 +191,13 @@ def _ready(t):
 
 def attention_backward(dout, q, k, v, out, lse, *, causal: bool, scale: float | None = None,
                        config: BackwardConfig | None = None, order: str | ScanOrder = "linear",
-                       schedule: str | CtaSchedule | None = None, level: int = 6):
+                       schedule: str | CtaSchedule | None = None, level: int = 6,
+                       grads=None):
     """(dq, dk, dv) of ``out = attention(q, k, v, causal, scale)`` for the upstream gradient
     ``dout``; ``lse`` is what the training forward stored (``stat_buffer``). dk, dv have k's
     shape (GQA/MQA: the group's query heads summed). ``config`` (else ``default_backward`` with
-    ``order`` / ``schedule``) picks the kernels' tiles, hints, scan orders and schedules."""
+    ``order`` / ``schedule``) picks the kernels' tiles, hints, scan orders and schedules.
+    ``grads``: (dq, dk, dv) buffers to write (the tests poison them), else new ones."""
     import torch
 
     from spec.family import problem_from_tensors
@@ -186,9 +218,8 @@ def attention_backward(dout, q, k, v, out, lse, *, causal: bool, scale: float | 
             launch = BackwardLaunch(problem, config, sc, level, q.device.index)
         _LAUNCHES[key] = launch
     delta = stat_buffer(q)
-    dq = torch.empty_like(q)
-    dk = torch.empty_like(k)
-    dv = torch.empty_like(v)
+    dq, dk, dv = grads if grads is not None else (torch.empty_like(q), torch.empty_like(k),
+                                                    torch.empty_like(v))
     launch(dout, q, k, v, out, lse, delta, dq, dk, dv)
     return dq, dk, dv
 

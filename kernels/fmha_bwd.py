@@ -48,7 +48,7 @@ from .fmha import (SCHED_GRID, WORK_HEAD_MAJOR, ZERO, ConstBool, ConstInt,
 # Δ = rowsum(dO ∘ O)
 # ------------------------------------------------------------------------------------------------
 @ct.kernel
-def bwd_preprocess(O, dO, Delta, H: ConstInt, TILE_D: ConstInt, TILE_M: ConstInt):
+def bwd_preprocess(O, dO, Delta, H: int, TILE_D: ConstInt, TILE_M: ConstInt):
     """Grid (⌈S_q/TILE_M⌉, B·H). O, dO [B, H, S_q, D]; Delta fp32 [B, H, S_q]."""
     m = ct.bid(0)
     bh = ct.bid(1)
@@ -92,7 +92,7 @@ def _dkdv_step(Q, dO, LSE, Delta, k, v, dk, dv, b, h, m, qk_scale, offs_n,
 
 
 def dkdv_tile_impl(Q, K, V, dO, LSE, Delta, dK, dV, qk_scale, sm_scale, b, kvh, n_tile, r,
-                   GROUP_SIZE: ConstInt, TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
+                   GROUP_SIZE, TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
                    CAUSAL: ConstBool):
     """dK, dV of K/V tile ``n_tile`` of K/V head (b, kvh): the Q tiles of the group's heads
     scanned forward (r=0) or backward (r=1; heads in reverse too)."""
@@ -144,7 +144,7 @@ def dkdv_tile_impl(Q, K, V, dO, LSE, Delta, dK, dV, qk_scale, sm_scale, b, kvh, 
 
 @ct.kernel
 def bwd_dkdv(Q, K, V, dO, LSE, Delta, dK, dV, qk_scale: float, sm_scale: float,
-             H_KV: ConstInt, GROUP_SIZE: ConstInt, TILE_D: ConstInt, TILE_M: ConstInt,
+             H_KV: int, GROUP_SIZE: int, TILE_D: ConstInt, TILE_M: ConstInt,
              TILE_N: ConstInt, CAUSAL: ConstBool, ORDER: ConstInt, GROUP: ConstInt,
              SCHED: ConstInt, WORK: ConstInt):
     """Q, dO [B, H, S_q, D]; K, V, dK, dV [B, H_kv, S_kv, D]; LSE, Delta fp32 [B, H, S_q].
@@ -251,8 +251,8 @@ def dq_tile_impl(Q, K, V, dO, LSE, Delta, dQ, qk_scale, sm_scale, b, h, kvh, q_t
 
 
 @ct.kernel
-def bwd_dq(Q, K, V, dO, LSE, Delta, dQ, qk_scale: float, sm_scale: float, H: ConstInt,
-           GROUP_SIZE: ConstInt, TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
+def bwd_dq(Q, K, V, dO, LSE, Delta, dQ, qk_scale: float, sm_scale: float, H: int,
+           GROUP_SIZE: int, TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
            CAUSAL: ConstBool, EVEN_K: ConstBool, ORDER: ConstInt, GROUP: ConstInt,
            SCHED: ConstInt, WORK: ConstInt):
     """Q, dO, dQ [B, H, S_q, D]; K, V [B, H_kv, S_kv, D]; LSE, Delta fp32 [B, H, S_q]. Work
