@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from spec import (Arch, Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant, get_arch)
+from analysis.models.steptime import Spills
 from spec.case import Case
 from spec.schedules import WorkOrder, section_heads
 
@@ -52,25 +53,41 @@ PAPER_L2 = get_arch("gb10").l2_bytes
 AUTHORS_TOOLCHAIN = "cuda-tile 1.0.x, tileiras 13.1.80"
 """The toolchain the paper's cuTile builds were most likely compiled with (the releases before the
 authors' counts; 1.1.0 already rejects their sawtooth sources)."""
-AUTHORS_LOCAL_ACCESSES: dict[tuple[str, str, bool], float] = {
-    ("persistent", "linear", True): 80.0,
-    ("tile", "linear", True): 73.0,
+AUTHORS_SPILLS: dict[tuple[str, str, bool], Spills] = {
+    ("persistent", "linear", True): Spills(80.0, 456, 0),
+    ("tile", "linear", True): Spills(73.0, 456, 0),
 }
-"""Spilled local loads and stores (LDL + STL) per thread inside the K/V step loop of the paper's
-cuTile builds compiled for sm_121 with ``AUTHORS_TOOLCHAIN`` (../shared/authors-builds.md: the
-causal linear builds spill inside their MMA loops, 456 B of stack; the causal sawtooth and every
-non-causal build do not). Keyed by (schedule, order, causal)."""
+"""What the paper's cuTile builds spill, compiled for sm_121 with ``AUTHORS_TOOLCHAIN``
+(../shared/authors-builds.md: the causal linear builds spill inside their MMA loops, 456 B of
+stack; the causal sawtooth and every non-causal build do not), keyed by (schedule, order,
+causal): in-loop local accesses per thread per step, stack bytes per thread, shared memory."""
+
+SM90_SPILLS: dict[tuple[str, str, bool, int], Spills] = {
+    ("persistent", "linear", True, 1): Spills(168.0, 680, 140560, 4.1),
+    ("persistent", "sawtooth", True, 1): Spills(329.0, 1888, 189808, 4.6),
+}
+"""What this project's causal cuTile 64x64 D=64 builds spill on sm_90 at occupancy 1 (cuda-tile
+1.7, 255 registers; at occupancy 2 none do): in-loop LDL + STL per thread per step (nvdisasm of
+the cubin; the mean over the K/V scan loops, the diagonal step's loop aside: linear 84 + 84;
+sawtooth forward 176 + 176 and reversed 153 + 153), stack bytes per thread, shared memory per
+CTA (cuobjdump) and the mean access width (mostly 32-bit, some 64-bit accesses). Keyed by (schedule, order, causal, occupancy); tests/cpu/test_study_builds.py
+compiles them again."""
 
 
-def build_local_accesses(case: Case, arch: Arch) -> float:
-    """In-loop spilled accesses per thread per step of the build ``case`` stands for on ``arch``:
-    on GB10 the paper's cuTile builds (``AUTHORS_LOCAL_ACCESSES``); elsewhere this project's
-    builds, which the study keeps spill-free (tests/cpu/test_study_builds.py)."""
+def build_spills(case: Case, arch: Arch) -> Spills:
+    """What the build ``case`` stands for on ``arch`` spills: on GB10 the paper's cuTile builds
+    (``AUTHORS_SPILLS``); on sm_90 this project's builds (``SM90_SPILLS``: the occupancy-1 causal
+    builds; the study's others are spill-free, tests/cpu/test_study_builds.py)."""
     v = case.variant
-    if arch.name != "gb10" or v.backend != Backend.CUTILE:
-        return 0.0
+    if v.backend != Backend.CUTILE:
+        return Spills()
     sched = "persistent" if v.schedule.is_persistent else "tile"
-    return AUTHORS_LOCAL_ACCESSES.get((sched, v.order.label, case.problem.causal), 0.0)
+    if arch.name == "gb10":
+        return AUTHORS_SPILLS.get((sched, v.order.label, case.problem.causal), Spills())
+    if arch.sm == "sm_90":
+        return SM90_SPILLS.get((sched, v.order.label, case.problem.causal, v.occupancy or 1),
+                               Spills())
+    return Spills()
 
 
 def scaled_seq(arch: Arch, s_paper: int = PAPER_S, quantum: int = 32768) -> int:
@@ -112,6 +129,21 @@ def sawtooth_plan(arch: Arch) -> list[Case]:
         prob = Problem(B=b, H=1, S_q=s, D=64)
         for v in _twins(Backend.CUDA, CtaSchedule.persistent(p), Tiles(80, 80)):
             cases.append(Case(prob, v, p, "cuda-batch"))
+    return cases
+
+
+def spills_plan(arch: Arch) -> list[Case]:
+    """A build that spills beside its twin that does not, same access stream: the causal cuTile
+    Static pairs (B=8, 64x64, D=64, one persistent CTA per SM, the sawtooth study's length) at
+    occupancy 1, where sm_90 builds spill inside the step loop (``SM90_SPILLS``), and at
+    occupancy 2, where they do not. What the spills do to each CTA's step, to the misses of a
+    causal launch (whose CTAs bunch or drift by their speed) and to the sawtooth-vs-linear time
+    comparison: the H100 test of the paper's GB10 builds, whose causal linear twins spill."""
+    prob = Problem(B=8, H=1, S_q=scaled_seq(arch), D=64, causal=True)
+    cases = []
+    for occ in (AUTHORS_OCCUPANCY, CUTILE_STUDY_OCCUPANCY):
+        for v in _twins(Backend.CUTILE, CtaSchedule.persistent(arch.num_sms), Tiles(64, 64), occ):
+            cases.append(Case(prob, v, arch.num_sms, f"spills-static-occ{occ}"))
     return cases
 
 
@@ -404,6 +436,9 @@ STUDIES: dict[str, Study] = {
         Study("reuse", "reuse-distance histograms and LRU miss-ratio curves (simulator only), "
               "linear vs sawtooth vs block-parity, every arch's L2 marked",
               ("reuse",), reuse_plan, measurable=False, simulate=_reuse_rows),
+        Study("spills", "a spilling build beside its spill-free twin (causal cuTile Static at "
+              "occupancy 1 and 2): misses, time and the sawtooth-vs-linear comparison",
+              (), spills_plan),
         Study("hints", "the paper's cuTile occupancy hint (1) beside the study's (2): misses "
               "and time of the non-causal Static and Tile-based pairs",
               (), hints_plan),

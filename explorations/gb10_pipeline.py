@@ -7,7 +7,7 @@ picked to reproduce the paper: the step's speed against the H100's (``speed``: S
 tensor-rate ratio), the DRAM fill latency (``latency``: 349 ns .. 1 us), and the cuTile builds'
 prefetch depth (0 or 1: the latency hints are an H100 tuning knob; whether tileiras pipelines
 the loads on sm_121 was not read off the SASS). The paper's causal linear builds spill inside
-their step loop (``experiments.studies.AUTHORS_LOCAL_ACCESSES``); the width of those accesses is
+their step loop (``experiments.studies.AUTHORS_SPILLS``); the width of those accesses is
 a fourth range (``width``), scanned at the middle of the others.
 
 For each point of the grid it simulates the eight cuTile cases of the main study and scores them
@@ -46,11 +46,12 @@ def grid() -> list[dict]:
 def _case_misses(case, arch, tp0, pt):
     from analysis.cache import timesim
     from analysis.models import steptime
-    from experiments.studies import build_local_accesses
-    timing = steptime.step_timing(case, arch, local_accesses=build_local_accesses(case, arch),
-                                  **pt)
-    tp = replace(tp0, **timing.units())
-    return timesim.simulate_case(case, tp, arch.sector_bytes, auto_sample=True).tex_misses
+    from experiments.studies import build_spills
+    timing = steptime.step_timing(case, arch, spills=build_spills(case, arch), **pt)
+    tp = replace(tp0, capacity_bytes=max(0, tp0.capacity_bytes - timing.stack_l2_bytes),
+                 **timing.units())
+    counts = timesim.simulate_case(case, tp, arch.sector_bytes, auto_sample=True)
+    return counts.tex_misses, counts.makespan * timing.step_s
 
 
 def run(jobs: int = 2) -> tuple[list[dict], list[dict]]:
@@ -75,12 +76,12 @@ def run(jobs: int = 2) -> tuple[list[dict], list[dict]]:
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         got = list(pool.map(lambda j: _case_misses(j[0], arch, tp0, j[1]), jobs_list))
     rows = []
-    for (c, pt), m in zip(jobs_list, got):
+    for (c, pt), (m, secs) in zip(jobs_list, got):
         pub = truth[key(c)]
         rows.append(dict(speed=pt["speed"], latency=pt["latency"], width=pt["width"],
                          prefetch="build" if pt["prefetch"] is None else pt["prefetch"],
                          variant=c.variant.id(c.problem), B=c.problem.B, causal=c.problem.causal,
-                         simulated=m, published=pub, ratio=m / pub))
+                         simulated=m, published=pub, ratio=m / pub, time_s=secs))
     cuda_rows = [r for r in rows if r["prefetch"] == "build"]
     cuda_within = sum(abs(r["ratio"] - 1) <= 0.10 for r in cuda_rows)
     summary = []

@@ -108,6 +108,10 @@ DRAM_LATENCY: dict[str, LatencyRange] = {
                          "controllers, under load (an assumption)"),
 }
 
+L1_BYTES: dict[str, int] = {"h100": 256 << 10, "h200": 256 << 10, "gb10": 128 << 10}
+"""Combined L1 / shared memory per SM (NVIDIA's Hopper tuning guide; GB10: consumer Blackwell,
+128 KB per SM, Chips and Cheese). What a build's shared memory leaves of it caches its stack."""
+
 SPILL_BYTES = (4, 16)
 """Bytes per thread of one spilled local access (LDL/STL .32 to .128): the range of a build's
 local traffic per step when the count is known but not the width."""
@@ -116,14 +120,33 @@ L1_BYTES_PER_CLOCK = 128
 
 
 @dataclass(frozen=True)
+class Spills:
+    """What a build's compiled code spills: local loads and stores per thread inside its K/V step
+    loop (``nvdisasm`` of the cubin), its stack frame per thread and its shared memory per CTA."""
+
+    local_accesses: float = 0.0
+    stack_bytes: int = 0
+    smem_bytes: int = 0
+    access_bytes: float | None = None   # mean width of one local access; None: SPILL_BYTES
+
+    def l2_bytes(self, threads: int, ctas_per_sm: int, l1_bytes: int) -> int:
+        """Bytes of stack per SM that do not fit the L1 its CTAs' shared memory leaves, and so
+        live in L2 beside K and V (re-touched every step: the most recently used lines)."""
+        left = max(0, l1_bytes - ctas_per_sm * self.smem_bytes)
+        return max(0, ctas_per_sm * self.stack_bytes * threads - left)
+
+
+@dataclass(frozen=True)
 class StepTiming:
-    """One build's step on one arch: compute seconds, hit and fill latencies, prefetch depth."""
+    """One build's step on one arch: compute seconds, hit and fill latencies, prefetch depth,
+    and the L2 its spilled stacks occupy over the whole launch."""
 
     step_s: float
     hit_s: float
     miss_s: float
     prefetch: int
     source: str
+    stack_l2_bytes: int = 0
 
     def units(self) -> dict:
         """The ``TimeParams`` fields of the pipeline model (time unit: one step of compute)."""
@@ -144,7 +167,7 @@ def spill_s(local_accesses: float, threads: int, clock_hz: float, width: int) ->
     return local_accesses * threads * width / L1_BYTES_PER_CLOCK / clock_hz
 
 
-def step_timing(case: Case, arch: Arch, point: str = "mid", *, local_accesses: float = 0.0,
+def step_timing(case: Case, arch: Arch, point: str = "mid", *, spills: Spills = Spills(),
                 threads: int = 256, speed: str | None = None, latency: str | None = None,
                 width: str | None = None, prefetch: int | None = None) -> StepTiming:
     """The timing of ``case``'s build on ``arch`` at the ``point`` (``lo``, ``mid``, ``hi``) of
@@ -167,7 +190,7 @@ def step_timing(case: Case, arch: Arch, point: str = "mid", *, local_accesses: f
     step = t_ref * (4 * t.m * t.n * case.problem.D / flops_ref) * scale * per_sm
     mem = arch.memory
     hit = mem.l2_hit_s if mem and mem.l2_hit_s else 143.4e-9
-    notes = [f"step {step * 1e9:.0f} ns: {where}, x{scale:.3g} ({arch.name} speed {speed}), "
+    notes = [f"compute {step * 1e9:.0f} ns: {where}, x{scale:.3g} ({arch.name} speed {speed}), "
              f"x{per_sm} CTAs per SM"]
     rng = DRAM_LATENCY.get(arch.name)
     if rng is not None:
@@ -179,14 +202,21 @@ def step_timing(case: Case, arch: Arch, point: str = "mid", *, local_accesses: f
     else:
         raise ValueError(f"no DRAM latency for {arch.name}: measure it (python -m "
                          f"experiments.latency) or state a range in DRAM_LATENCY")
-    if local_accesses > 0:
+    stack_l2 = 0
+    if spills.local_accesses > 0:
         clock = H100_CLOCK_HZ / rng_speed.lo
-        w = {"lo": SPILL_BYTES[0], "mid": math.sqrt(SPILL_BYTES[0] * SPILL_BYTES[1]),
-             "hi": SPILL_BYTES[1]}[width]
-        extra = spill_s(local_accesses, threads, clock, w)
+        w = spills.access_bytes or {"lo": SPILL_BYTES[0],
+                                     "mid": math.sqrt(SPILL_BYTES[0] * SPILL_BYTES[1]),
+                                     "hi": SPILL_BYTES[1]}[width]
+        extra = spill_s(spills.local_accesses, threads, clock, w)
         step += extra
-        notes.append(f"+{extra * 1e9:.0f} ns of spills ({local_accesses:g} local accesses "
-                     f"per thread per step, {w:g} B)")
+        notes.append(f"+{extra * 1e9:.0f} ns of spills ({spills.local_accesses:g} local "
+                     f"accesses per thread per step, {w:g} B)")
+    if spills.stack_bytes > 0:
+        sms = min(arch.num_sms, case.resident)
+        stack_l2 = sms * spills.l2_bytes(threads, per_sm, L1_BYTES.get(arch.name, 0))
+        notes.append(f"stacks {spills.stack_bytes} B/thread: {stack_l2 / 2**20:.1f} MiB in L2")
     d = prefetch_of(case) if prefetch is None else int(prefetch)
     notes.append(f"prefetch {d}")
-    return StepTiming(step, hit, miss, d, "; ".join(notes))
+    return StepTiming(step, hit, miss, d, f"step {step * 1e9:.0f} ns = " + "; ".join(notes),
+                      stack_l2)

@@ -94,8 +94,10 @@ def test_step_timing_of_builds():
     g = _case(Backend.CUTILE, Tiles(64, 64), resident=48)
     lo, mid, hi = (steptime.step_timing(g, gb10, p) for p in ("lo", "mid", "hi"))
     assert lo.step_s < mid.step_s < hi.step_s and lo.miss_s < mid.miss_s < hi.miss_s
-    spilled = steptime.step_timing(g, gb10, local_accesses=80)
+    spilled = steptime.step_timing(g, gb10, spills=steptime.Spills(80, 456, 64 << 10))
     assert spilled.step_s > mid.step_s and "spills" in spilled.source
+    # 456 B x 256 threads = 114 KiB of stack per CTA; 64 KiB of the 128 KiB L1 is left for it
+    assert spilled.stack_l2_bytes == 48 * (456 * 256 - (64 << 10))
     assert "assumed range" in mid.source
     with pytest.raises(ValueError, match="no step speed"):
         steptime.step_timing(g, get_arch("b200"))
