@@ -22,8 +22,8 @@ Three phases, one process, one GPU:
    ``flash`` and ``cudnn`` (SDPA backends, ``enable_gqa`` for grouped heads). Each cuTile row
    records the largest gradient difference from flash's relative to flash's largest gradient (a
    sanity column; the correctness bar is tests/gpu/test_backward_cutile.py).
-3. **order** (both halves): the dK/dV kernel alone (``dkdv_ms``) with persistent CTAs (one per
-   SM, each owning several K/V tiles) and a linear vs a sawtooth scan of the Q tiles, alternated
+3. **order** (both halves): the dK/dV kernel alone (``dkdv_ms``) with persistent CTAs (one wave:
+   SMs × the build's CTAs per SM, each owning several K/V tiles) and a linear vs a sawtooth scan of the Q tiles, alternated
    A/B per repeat (the dQ pass stays on the grid launch: its persistent causal builds spill,
    tests/cpu/test_cutile_backward_compile.py).
 
@@ -231,8 +231,9 @@ def order_ab(problems, repeats: int, dev: str):
     rows = []
     for fam, half, pr in problems:
         fns = {}
+        p_ctas = sms * (default_backward(pr).dkdv.occupancy or 1)     # one wave of CTAs
         for order in ("linear", "sawtooth"):
-            launch, args = _kernel_setup(pr, default_backward(pr, order, f"static{sms}"))
+            launch, args = _kernel_setup(pr, default_backward(pr, order, f"static{p_ctas}"))
             fns[order] = launch.passes(*args)["dkdv"]
         n = _calls_for(fns["linear"])
         samples = {o: [] for o in fns}
@@ -240,7 +241,7 @@ def order_ab(problems, repeats: int, dev: str):
             for o, fn in fns.items():
                 samples[o].append(_events_ms(fn, n, 1))
         for o, s in samples.items():
-            rows.append((fam, half, pr.label, f"{o}.static{sms}", statistics.median(s), dev))
+            rows.append((fam, half, pr.label, f"{o}.static{p_ctas}", statistics.median(s), dev))
         print("order", pr.label, " ".join(f"{r[3]}={r[4]:.3f}" for r in rows
                                           if r[2] == pr.label), flush=True)
     return rows
@@ -344,8 +345,9 @@ def main(argv: list[str] | None = None) -> int:
     jobs += [(pr, None) for _, _, pr in problems]
     if "order" in args.phases:
         sms = torch.cuda.get_device_properties(0).multi_processor_count
-        jobs += [(pr, backward.default_backward(pr, o, f"static{sms}")) for _, _, pr in problems
-                 for o in ("linear", "sawtooth")]
+        jobs += [(pr, backward.default_backward(
+            pr, o, f"static{sms * (backward.default_backward(pr).dkdv.occupancy or 1)}"))
+            for _, _, pr in problems for o in ("linear", "sawtooth")]
     errs = warm_training(jobs)
     print(f"warm: {len(jobs)} jobs in {time.perf_counter() - t0:.0f} s, {len(errs)} failed",
           flush=True)

@@ -142,7 +142,7 @@ def test_gradients_match_reference(pr):
         assert torch.equal(a, b), f"{name}: the direct call differs from the autograd one"
 
 
-@pytest.mark.parametrize("scale", [0.3, -0.05, 1.0])
+@pytest.mark.parametrize("scale", [0.3, 0.05, 1.0])
 def test_scale_matches_sdpa(scale):
     pr = Problem(B=1, H=4, H_kv=2, S_q=300, D=64, dtype="bf16", causal=True)
     q, k, v, dout = _inputs(pr, seed=11)
@@ -229,8 +229,10 @@ def test_refusals_are_one_line():
     with torch.no_grad():           # no grad needed: out= and level 1 run
         attention(qg, k, v, out=torch.empty_like(q))
         attention(qg, k, v, level=1)
-    with pytest.raises(BadInput, match="scale"):
-        attention(q, k, v, scale=float("nan"))
+    for bad in (float("nan"), 0.0, -0.05, "0.1"):
+        with pytest.raises(BadInput, match="scale") as e:
+            attention(q, k, v, scale=bad)
+        assert "\n" not in str(e.value)
 
 
 # ------------------------------------------------------------------------------------------------
