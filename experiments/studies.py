@@ -63,14 +63,14 @@ stack; the causal sawtooth and every non-causal build do not), keyed by (schedul
 causal): in-loop local accesses per thread per step, stack bytes per thread, shared memory."""
 
 SM90_SPILLS: dict[tuple[str, str, bool, int], Spills] = {
-    ("persistent", "linear", True, 1): Spills(168.0, 680, 140560, 4.1),
-    ("persistent", "sawtooth", True, 1): Spills(329.0, 1888, 189808, 4.6),
+    ("persistent", "linear", True, 1): Spills(168.0, 680, 140560),
+    ("persistent", "sawtooth", True, 1): Spills(329.0, 1888, 189808),
 }
 """What this project's causal cuTile 64x64 D=64 builds spill on sm_90 at occupancy 1 (cuda-tile
 1.7, 255 registers; at occupancy 2 none do): in-loop LDL + STL per thread per step (nvdisasm of
 the cubin; the mean over the K/V scan loops, the diagonal step's loop aside: linear 84 + 84;
-sawtooth forward 176 + 176 and reversed 153 + 153), stack bytes per thread, shared memory per
-CTA (cuobjdump) and the mean access width (mostly 32-bit, some 64-bit accesses). Keyed by (schedule, order, causal, occupancy); tests/cpu/test_study_builds.py
+sawtooth forward 176 + 176 and reversed 153 + 153), stack bytes per thread and shared memory per
+CTA (cuobjdump). Keyed by (schedule, order, causal, occupancy); tests/cpu/test_study_builds.py
 compiles them again."""
 
 

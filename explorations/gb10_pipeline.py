@@ -7,8 +7,8 @@ picked to reproduce the paper: the step's speed against the H100's (``speed``: S
 tensor-rate ratio), the DRAM fill latency (``latency``: 349 ns .. 1 us), and the cuTile builds'
 prefetch depth (0 or 1: the latency hints are an H100 tuning knob; whether tileiras pipelines
 the loads on sm_121 was not read off the SASS). The paper's causal linear builds spill inside
-their step loop (``experiments.studies.AUTHORS_SPILLS``); the width of those accesses is
-a fourth range (``width``), scanned at the middle of the others.
+their step loop (``experiments.studies.AUTHORS_SPILLS``): their steps are longer by the spill
+cost measured on the H100 and their stacks take L2 from K and V.
 
 For each point of the grid it simulates the eight cuTile cases of the main study and scores them
 against the published counts (``analysis.data.published``: judged, never fitted); the CUDA
@@ -34,13 +34,9 @@ POINTS = ("lo", "mid", "hi")
 
 
 def grid() -> list[dict]:
-    """The scanned points: speed x latency x prefetch at the middle spill width, then the two
-    other widths at the middle of everything else."""
-    pts = [dict(speed=s, latency=l, width="mid", prefetch=d)
-           for s, l, d in itertools.product(POINTS, POINTS, (0, 1))]
-    pts += [dict(speed="mid", latency="mid", width=w, prefetch=d)
-            for w in ("lo", "hi") for d in (0, 1)]
-    return pts
+    """The scanned points: speed x latency x prefetch."""
+    return [dict(speed=s, latency=l, prefetch=d)
+            for s, l, d in itertools.product(POINTS, POINTS, (0, 1))]
 
 
 def _case_misses(case, arch, tp0, pt):
@@ -71,14 +67,14 @@ def run(jobs: int = 2) -> tuple[list[dict], list[dict]]:
 
     cutile = [c for c in cases if c.variant.backend == Backend.CUTILE]
     cuda = [c for c in cases if c.variant.backend == Backend.CUDA]
-    mid = dict(speed="mid", latency="mid", width="mid", prefetch=None)
+    mid = dict(speed="mid", latency="mid", prefetch=None)
     jobs_list = [(c, pt) for pt in grid() for c in cutile] + [(c, mid) for c in cuda]
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         got = list(pool.map(lambda j: _case_misses(j[0], arch, tp0, j[1]), jobs_list))
     rows = []
     for (c, pt), (m, secs) in zip(jobs_list, got):
         pub = truth[key(c)]
-        rows.append(dict(speed=pt["speed"], latency=pt["latency"], width=pt["width"],
+        rows.append(dict(speed=pt["speed"], latency=pt["latency"],
                          prefetch="build" if pt["prefetch"] is None else pt["prefetch"],
                          variant=c.variant.id(c.problem), B=c.problem.B, causal=c.problem.causal,
                          simulated=m, published=pub, ratio=m / pub, time_s=secs))
@@ -87,7 +83,7 @@ def run(jobs: int = 2) -> tuple[list[dict], list[dict]]:
     summary = []
     for pt in grid():
         sel = [r for r in rows if r["prefetch"] == pt["prefetch"] and r["speed"] == pt["speed"]
-               and r["latency"] == pt["latency"] and r["width"] == pt["width"]]
+               and r["latency"] == pt["latency"]]
         causal = [r for r in sel if r["causal"]]
         summary.append(dict(**pt, within_10pct=sum(abs(r["ratio"] - 1) <= 0.10 for r in sel)
                             + cuda_within,
@@ -116,10 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True)
     _write(out / "grid.csv", rows)
     _write(out / "summary.csv", summary)
-    print("speed latency width prefetch | within 10% (of 16) | causal within 1.5x (of 4) | "
+    print("speed latency prefetch | within 10% (of 16) | causal within 1.5x (of 4) | "
           "causal sim/published: Static lin, saw, Tile lin, saw")
     for s in summary:
-        print(f"{s['speed']:>5} {s['latency']:>7} {s['width']:>5} {s['prefetch']:>8} | "
+        print(f"{s['speed']:>5} {s['latency']:>7} {s['prefetch']:>8} | "
               f"{s['within_10pct']:>2} | {s['causal_within_1p5x']} | {s['causal_ratios']}")
     return 0
 

@@ -27,8 +27,9 @@ the step: hit and miss latencies enter as fractions of it (``units``).
   seconds per step of one CTA alone on its SM), scaled by the step's FLOPs (tile M x N x D) and
   by the resident CTAs per SM (CTAs sharing an SM share its issue slots); on another arch,
   scaled by a stated speed ratio range (``SpeedRange``: between the ratio of SM clocks, if the
-  step is issue-bound, and the ratio of dense fp16 tensor rates per SM, if it is MMA-bound); plus
-  the local-memory traffic of a build that spills inside its step loop (``spill_s``).
+  step is issue-bound, and the ratio of dense fp16 tensor rates per SM, if it is MMA-bound); plus,
+  for a build that spills inside its step loop, its in-loop local accesses at the cost one
+  measured on the H100 (``SPILL_S_PER_ACCESS``), and its stacks' share of the L2 (``Spills``).
 
 Nothing here is fitted to a count: the simulator's misses follow from these inputs.
 """
@@ -112,11 +113,12 @@ L1_BYTES: dict[str, int] = {"h100": 256 << 10, "h200": 256 << 10, "gb10": 128 <<
 """Combined L1 / shared memory per SM (NVIDIA's Hopper tuning guide; GB10: consumer Blackwell,
 128 KB per SM, Chips and Cheese). What a build's shared memory leaves of it caches its stack."""
 
-SPILL_BYTES = (4, 16)
-"""Bytes per thread of one spilled local access (LDL/STL .32 to .128): the range of a build's
-local traffic per step when the count is known but not the width."""
-L1_BYTES_PER_CLOCK = 128
-"""Local-memory bytes an SM's L1 serves per clock (spilled stacks that stay in L1)."""
+SPILL_S_PER_ACCESS = 142.7e-9 / 168
+"""Seconds one in-loop spilled access (LDL or STL, per thread, 256 threads) adds to a step,
+measured on the H100: the causal cuTile Static linear build at occupancy 1 (168 per step, its
+680 B stacks held in L2) runs 325.7 ms against its spill-free twin's 251.3 ms, 143 ns more per
+step (findings P8b, profiles/h100/spills-20261127). Measured where the stacks fit in L2; a stack
+larger than the L2 costs far more (the sawtooth twin, 1888 B: 6.5x), which this does not model."""
 
 
 @dataclass(frozen=True)
@@ -127,7 +129,6 @@ class Spills:
     local_accesses: float = 0.0
     stack_bytes: int = 0
     smem_bytes: int = 0
-    access_bytes: float | None = None   # mean width of one local access; None: SPILL_BYTES
 
     def l2_bytes(self, threads: int, ctas_per_sm: int, l1_bytes: int) -> int:
         """Bytes of stack per SM that do not fit the L1 its CTAs' shared memory leaves, and so
@@ -161,22 +162,16 @@ def prefetch_of(case: Case) -> int:
     return v.pipeline_stages - 1 if v.backend == Backend.CUDA else CUTILE_PREFETCH
 
 
-def spill_s(local_accesses: float, threads: int, clock_hz: float, width: int) -> float:
-    """Seconds per step an SM spends serving a build's in-loop spilled accesses from L1:
-    ``local_accesses`` per thread per step of ``width`` bytes each."""
-    return local_accesses * threads * width / L1_BYTES_PER_CLOCK / clock_hz
-
-
 def step_timing(case: Case, arch: Arch, point: str = "mid", *, spills: Spills = Spills(),
                 threads: int = 256, speed: str | None = None, latency: str | None = None,
-                width: str | None = None, prefetch: int | None = None) -> StepTiming:
+                prefetch: int | None = None) -> StepTiming:
     """The timing of ``case``'s build on ``arch`` at the ``point`` (``lo``, ``mid``, ``hi``) of
     every range the arch needs, or at ``speed``, ``latency`` and ``width`` separately (the step's
     speed ratio, the DRAM latency, the spilled access width); ``local_accesses``: spilled loads
     and stores per thread per step of the build's compiled loop (0: no spill); ``prefetch``
     overrides the build's depth (a sensitivity scan)."""
-    speed, latency, width = (x or point for x in (speed, latency, width))
-    for name, x in (("speed", speed), ("latency", latency), ("width", width)):
+    speed, latency = (x or point for x in (speed, latency))
+    for name, x in (("speed", speed), ("latency", latency)):
         if x not in ("lo", "mid", "hi"):
             raise ValueError(f"{name} point must be lo, mid or hi, got {x!r}")
     v = case.variant
@@ -204,14 +199,10 @@ def step_timing(case: Case, arch: Arch, point: str = "mid", *, spills: Spills = 
                          f"experiments.latency) or state a range in DRAM_LATENCY")
     stack_l2 = 0
     if spills.local_accesses > 0:
-        clock = H100_CLOCK_HZ / rng_speed.lo
-        w = spills.access_bytes or {"lo": SPILL_BYTES[0],
-                                     "mid": math.sqrt(SPILL_BYTES[0] * SPILL_BYTES[1]),
-                                     "hi": SPILL_BYTES[1]}[width]
-        extra = spill_s(spills.local_accesses, threads, clock, w)
+        extra = spills.local_accesses * SPILL_S_PER_ACCESS * scale * per_sm
         step += extra
         notes.append(f"+{extra * 1e9:.0f} ns of spills ({spills.local_accesses:g} local "
-                     f"accesses per thread per step, {w:g} B)")
+                     f"accesses per thread per step, measured cost on the H100)")
     if spills.stack_bytes > 0:
         sms = min(arch.num_sms, case.resident)
         stack_l2 = sms * spills.l2_bytes(threads, per_sm, L1_BYTES.get(arch.name, 0))

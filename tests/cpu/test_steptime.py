@@ -95,6 +95,7 @@ def test_step_timing_of_builds():
     lo, mid, hi = (steptime.step_timing(g, gb10, p) for p in ("lo", "mid", "hi"))
     assert lo.step_s < mid.step_s < hi.step_s and lo.miss_s < mid.miss_s < hi.miss_s
     spilled = steptime.step_timing(g, gb10, spills=steptime.Spills(80, 456, 64 << 10))
+    assert spilled.step_s - mid.step_s == pytest.approx(80 * steptime.SPILL_S_PER_ACCESS * steptime.SPEED['gb10'].mid)
     assert spilled.step_s > mid.step_s and "spills" in spilled.source
     # 456 B x 256 threads = 114 KiB of stack per CTA; 64 KiB of the 128 KiB L1 is left for it
     assert spilled.stack_l2_bytes == 48 * (456 * 256 - (64 << 10))
@@ -131,3 +132,17 @@ def test_pipeline_units_make_the_step_the_time_unit():
     assert u["miss_ratio"] == pytest.approx(0.5) and u["prefetch"] == 1
     tp = replace(TimeParams(1 << 20), **u)
     assert tp.compute == 1.0
+
+
+def test_spill_cost_is_the_committed_measurement():
+    """steptime.SPILL_S_PER_ACCESS restates the spills run: the occupancy-1 linear build's added
+    time per step over its spill-free twin, per in-loop local access (experiments.studies)."""
+    from experiments.studies import SM90_SPILLS
+    path = "profiles/h100/spills-20261127/timing.csv.gz"
+    spilled = _median_time(path, "cutile.linear.static132.m64n64d64.occ1")
+    free = _median_time(path, "cutile.linear.static132.m64n64d64.occ2")
+    steps = critical_steps(Problem(8, 1, 262144, 64, causal=True), Tiles(64, 64),
+                           CtaSchedule.parse("static132"))
+    n = SM90_SPILLS[("persistent", "linear", True, 1)].local_accesses
+    assert steptime.SPILL_S_PER_ACCESS == pytest.approx((spilled - free) * 1e-3 / steps / n,
+                                                        rel=5e-3)
