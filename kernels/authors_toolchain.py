@@ -3,6 +3,7 @@
     python -m kernels.authors_toolchain --out DIR           # compile, disassemble, write the CSV
     python -m kernels.authors_toolchain --dry-run           # the plan; checks nothing is missing
     python -m kernels.authors_toolchain --sass LISTING      # loops of one ``nvdisasm -c`` listing
+    python -m kernels.authors_toolchain --table CSV         # the per-build table of a builds.csv
 
 A build's speed per K/V step decides how far its concurrent CTAs drift apart, so how often a K/V
 tile is still in L2 when the next CTA asks for it. The step cost is the code of the K/V loops: its
@@ -53,6 +54,7 @@ STUDY_OCCUPANCY = 1            # the authors' builds: one CTA per SM (experiment
 FIELDS = ("build", "source", "causal", "order", "schedule", "toolchain", "target", "status",
           "regs", "stack", "shared", "threads", "ctas_per_sm", "loop", "role", "depth",
           "loop_start", "loop_end", "loop_len", "mma", "ldl", "stl", "ldg", "ldgsts", "utmaldg",
+          "fsel", "mufu", "mask_code", "bulk",
           "kernel_instructions", "kernel_mma", "kernel_ldl", "kernel_stl", "note")
 
 
@@ -196,6 +198,27 @@ def loop_role(lp: sass_loops.Loop, loops: list[sass_loops.Loop]) -> str:
     return "wait"
 
 
+MASK_FSEL = 16
+"""FSELs that mark a step loop as holding the causal mask's code: the mask selects -inf per
+score element, 32 or 64 FSEL per thread for a 64x64 tile in every build here; loops without the
+mask have none."""
+
+
+def mask_code(lp: sass_loops.Loop) -> bool:
+    return lp.mma > 0 and lp.count("FSEL") >= MASK_FSEL
+
+
+def bulk_loops(loops: list[sass_loops.Loop]) -> list[sass_loops.Loop]:
+    """The step loops that run the bulk of a work item's K/V steps. A causal kernel either
+    splits its scan into an unmasked loop and a loop for the masked (diagonal) tiles, the
+    compiler's loop split or the project's explicit loops: then the bulk is the loops without
+    mask code; or it keeps the mask under a per-step branch (the authors' sawtooth kernels):
+    then every step loop holds mask code and every one is bulk."""
+    steps = [lp for lp in loops if lp.innermost_mma]
+    plain = [lp for lp in steps if not mask_code(lp)]
+    return plain or steps
+
+
 def rows_for(build: Build, toolchain: str, target: str, res: dict | None,
              loops: list, func, status: str, note: str = "") -> list[dict]:
     base = {"build": build.id, "source": build.source, "causal": int(build.causal),
@@ -207,13 +230,16 @@ def rows_for(build: Build, toolchain: str, target: str, res: dict | None,
     base.update(res, kernel_instructions=len(func.instructions),
                 kernel_mma=sum(n for op, n in k.items() if op in sass_loops.MMA_OPS),
                 kernel_ldl=k.get("LDL", 0), kernel_stl=k.get("STL", 0))
+    bulk = bulk_loops(loops)
     out = []
     for i, lp in enumerate(loops):
         out.append(dict(base, loop=i, role=loop_role(lp, loops), depth=lp.depth,
                         loop_start=f"{lp.start:#x}", loop_end=f"{lp.end:#x}",
                         loop_len=lp.instructions, mma=lp.mma, ldl=lp.count("LDL"),
                         stl=lp.count("STL"), ldg=lp.count("LDG"), ldgsts=lp.count("LDGSTS"),
-                        utmaldg=lp.count("UTMALDG")))
+                        utmaldg=lp.count("UTMALDG"), fsel=lp.count("FSEL"),
+                        mufu=lp.count("MUFU"), mask_code=int(mask_code(lp)),
+                        bulk=int(lp in bulk)))
     return out
 
 
@@ -299,6 +325,41 @@ def summary(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def step_table(csv_path: Path) -> str:
+    """The per-build table of a committed ``builds.csv`` (markdown): per build, toolchain and
+    target the registers, stack and CTAs per SM; then the bulk K/V step loops (``bulk``) and the
+    other step loops (the masked diagonal tiles), each as MMAs, LDL+STL and body length per
+    iteration, loops separated by ``/``."""
+    with open(csv_path) as f:
+        rows = list(csv.DictReader(f))
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault((r["build"], r["toolchain"], r["target"]), []).append(r)
+
+    def cell(rs, key):
+        return " / ".join(key(r) for r in rs) or "-"
+
+    out = ["| build | cuda-tile / tileiras | target | regs | stack B | CTAs/SM | bulk step: MMA "
+           "| bulk step: LDL+STL | bulk step: instructions | diagonal step: LDL+STL "
+           "| diagonal step: instructions |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (b, tc, t), rs in groups.items():
+        r0 = rs[0]
+        if r0["status"] != "ok":
+            continue
+        steps = [r for r in rs if r["role"] == "step-mma"]
+        bulk = [r for r in steps if r["bulk"] == "1"]
+        diag = [r for r in steps if r["bulk"] != "1"]
+        out.append(f"| {b} | {tc.replace('cuda-tile ', '').replace(' / tileiras ', ' / ')} "
+                   f"| {t} | {r0['regs']} | {r0['stack']} | {r0['ctas_per_sm']} "
+                   f"| {cell(bulk, lambda r: r['mma'])} "
+                   f"| {cell(bulk, lambda r: r['ldl'] + '+' + r['stl'])} "
+                   f"| {cell(bulk, lambda r: r['loop_len'])} "
+                   f"| {cell(diag, lambda r: r['ldl'] + '+' + r['stl'])} "
+                   f"| {cell(diag, lambda r: r['loop_len'])} |")
+    return "\n".join(out)
+
+
 def sass_report(path: Path) -> str:
     func = sass_loops.kernel(path.read_text())
     loops = func.loops()
@@ -324,6 +385,8 @@ def main(argv=None) -> int:
     ap.add_argument("--targets", default="sm_121,sm_90")
     ap.add_argument("--dry-run", action="store_true", help="print the plan, compile nothing")
     ap.add_argument("--sass", type=Path, help="print the loops of one `nvdisasm -c` listing")
+    ap.add_argument("--table", type=Path, metavar="CSV",
+                    help="print the per-build table (markdown) of a builds.csv")
     ap.add_argument("--setup", type=Path, metavar="VENV",
                     help="print the commands that create the old toolchain's venv")
     a = ap.parse_args(argv)
@@ -331,6 +394,11 @@ def main(argv=None) -> int:
     try:
         if a.setup:
             print("\n".join(setup_commands(a.setup)))
+            return 0
+        if a.table:
+            if not a.table.is_file():
+                raise SetupError(f"{a.table}: no such file; pass a builds.csv this command wrote")
+            print(step_table(a.table))
             return 0
         if a.sass:
             if not a.sass.is_file():
