@@ -44,10 +44,17 @@ from spec.family import published_limits
 from . import authors_sources, sass_loops
 from .compile_worker import Build
 from .cpu_driver import build_stub
+from .toolchain_venv import (
+    OLD_VENV,
+    SetupError,
+    check_venv,
+    find_tool,
+    setup_commands,
+    tileiras_targets,
+    venv_tool,
+    venv_versions,
+)
 
-OLD_VENV = Path(__file__).resolve().parents[1] / ".venv-ct10"
-OLD_PINS = ("cuda-tile==1.0.1", "nvidia-cuda-tileiras==13.1.80", "nvidia-cuda-nvcc==13.1.80",
-            "nvidia-nvvm==13.1.80", "nvidia-cuda-nvdisasm", "nvidia-cuda-cuobjdump", "numpy")
 TARGETS = {"sm_121": "gb10", "sm_90": "h100"}
 GB10_S = 131072                # the paper's sequence length
 STUDY_OCCUPANCY = 1            # the authors' builds: one CTA per SM (experiments.studies)
@@ -56,15 +63,6 @@ FIELDS = ("build", "source", "causal", "order", "schedule", "toolchain", "target
           "loop_start", "loop_end", "loop_len", "mma", "ldl", "stl", "ldg", "ldgsts", "utmaldg",
           "fsel", "mufu", "mask_code", "bulk",
           "kernel_instructions", "kernel_mma", "kernel_ldl", "kernel_stl", "note")
-
-
-class SetupError(RuntimeError):
-    """A toolchain or input is missing; the message names the fix."""
-
-
-def setup_commands(venv: Path) -> list[str]:
-    return [f"python3 -m venv {venv}", f"{venv}/bin/pip install " + " ".join(repr(p) if "=" in p
-                                                                         else p for p in OLD_PINS)]
 
 
 def study_builds() -> list[Build]:
@@ -92,51 +90,6 @@ def study_builds() -> list[Build]:
     return out
 
 
-def _tool(venv: Path, name: str) -> Path | None:
-    for p in sorted(venv.glob(f"lib/python3*/site-packages/nvidia/cu13/bin/{name}")):
-        return p
-    return None
-
-
-def _site(venv: Path) -> Path:
-    return next(venv.glob("lib/python3*/site-packages"))
-
-
-def _versions(venv: Path) -> dict:
-    out = {}
-    for dist in ("cuda_tile", "nvidia_cuda_tileiras", "nvidia_cuda_nvcc", "nvidia_nvvm",
-                 "nvidia_cuda_nvdisasm", "nvidia_cuda_cuobjdump"):
-        found = sorted(_site(venv).glob(f"{dist}-*.dist-info"))
-        if found:
-            out[dist.replace("_", "-")] = found[-1].name[len(dist) + 1:-len(".dist-info")]
-    return out
-
-
-def check_venv(venv: Path, old: bool) -> dict:
-    """The versions of a toolchain venv; SetupError naming the fix when it is not usable."""
-    how = (f"create it with: {' && '.join(setup_commands(venv))}" if old
-           else "pip install 'cuda-tile[tileiras]' into it")
-    if not (venv / "bin" / "python").exists() or _tool(venv, "tileiras") is None:
-        raise SetupError(f"no cuda-tile toolchain venv at {venv} (python + tileiras); {how}")
-    v = _versions(venv)
-    if "cuda-tile" not in v:
-        raise SetupError(f"{venv} has no cuda-tile; {how}")
-    # tileiras of 13.1 looks for libnvvm under nvvm/lib64 of its own tree, where the nvidia-nvvm
-    # 13.1 wheel does not put it (it ships lib/libnvvm.so.4): a link makes the tree complete
-    cu13 = _tool(venv, "tileiras").parent.parent
-    link = cu13 / "nvvm" / "lib64" / "libnvvm.so"
-    if not link.exists() and (cu13 / "lib" / "libnvvm.so.4").exists():
-        link.parent.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(Path("../../lib/libnvvm.so.4"))
-    return v
-
-
-def tileiras_targets(venv: Path) -> set[str]:
-    out = subprocess.run([str(_tool(venv, "tileiras")), "--help"], check=False,
-                         capture_output=True, text=True).stdout
-    return {t for t in TARGETS if f"={t} " in out or f"={t}\n" in out}
-
-
 def compile_all(venv: Path, builds: list[Build], targets: list[str], workdir: Path,
                 stub_dir: Path, repo: Path) -> dict:
     """Compile every build for every target with the venv's cuda-tile; {(build, target): result}."""
@@ -151,7 +104,7 @@ def compile_all(venv: Path, builds: list[Build], targets: list[str], workdir: Pa
     env.pop("CUDA_HOME", None)
     env.pop("CUDA_PATH", None)
     env["LD_LIBRARY_PATH"] = f"{stub_dir}:" + env.get("LD_LIBRARY_PATH", "")
-    env["PATH"] = f"{_tool(venv, 'tileiras').parent}:{env.get('PATH', '')}"
+    env["PATH"] = f"{venv_tool(venv, 'tileiras').parent}:{env.get('PATH', '')}"
     env["PYTHONPATH"] = str(repo)
     env["CUDA_TILE_TEMP_DIR"] = str(workdir)
     proc = subprocess.run([str(venv / "bin" / "python"), "-m", "kernels.compile_worker", str(jf)],
@@ -164,15 +117,17 @@ def compile_all(venv: Path, builds: list[Build], targets: list[str], workdir: Pa
     return dict(zip(keys, lines))
 
 
-def analyse(cubin: bytes, target: str, tools_venv: Path) -> tuple[dict, list[sass_loops.Loop],
-                                                                  sass_loops.Function]:
+def analyse(cubin: bytes, target: str, tools_venvs: tuple[Path, ...] = ()
+            ) -> tuple[dict, list[sass_loops.Loop], sass_loops.Function]:
+    """Resources (cuobjdump), CTAs per SM under the target's published limits, and the loops of
+    the SASS (nvdisasm) of one cubin."""
     from .resources import _RES, required_threads
     with tempfile.TemporaryDirectory() as d:
         p = Path(d) / "k.cubin"
         p.write_bytes(cubin)
-        res = subprocess.run([str(_tool(tools_venv, "cuobjdump")), "--dump-resource-usage",
+        res = subprocess.run([str(find_tool("cuobjdump", tools_venvs)), "--dump-resource-usage",
                               str(p)], capture_output=True, text=True, check=True).stdout
-        sass = subprocess.run([str(_tool(tools_venv, "nvdisasm")), "-c", str(p)],
+        sass = subprocess.run([str(find_tool("nvdisasm", tools_venvs)), "-c", str(p)],
                               capture_output=True, text=True, check=True).stdout
     regs, stack, shared, _ = (int(g) for g in _RES.search(res).groups())
     threads = required_threads(cubin)
@@ -247,7 +202,8 @@ def run(out: Path, old_venv: Path, new_venv: Path, authors: Path | None, targets
         repo: Path, command: str = "") -> int:
     if out.exists() and any(out.iterdir()):
         raise SetupError(f"{out} exists and is not empty; pass a new --out directory")
-    versions = {"old": check_venv(old_venv, True), "new": check_venv(new_venv, False)}
+    versions = {"old": check_venv(old_venv, True, fix=True),
+                "new": check_venv(new_venv, False, fix=True)}
     builds = study_builds()
     scratch = repo / ".scratch" / "authors-toolchain"      # ignored by git; kept between runs
     scratch.mkdir(parents=True, exist_ok=True)
@@ -263,7 +219,7 @@ def run(out: Path, old_venv: Path, new_venv: Path, authors: Path | None, targets
         for side, venv in (("old", old_venv), ("new", new_venv)):
             v = versions[side]
             tc = f"cuda-tile {v['cuda-tile']} / tileiras {v.get('nvidia-cuda-tileiras', '?')}"
-            ok_targets = tileiras_targets(venv)
+            ok_targets = tileiras_targets(venv, TARGETS)
             work = Path(d) / side
             work.mkdir()
             todo = [t for t in targets if t in ok_targets]
@@ -280,7 +236,7 @@ def run(out: Path, old_venv: Path, new_venv: Path, authors: Path | None, targets
                         continue
                     data = Path(r["out"]).read_bytes()
                     cubins[f"{b.id}|{tc}|{t}"] = hashlib.sha256(data).hexdigest()
-                    res, loops, func = analyse(data, t, old_venv)
+                    res, loops, func = analyse(data, t, (old_venv,))
                     rows += rows_for(b, tc, t, res, loops, func, "ok")
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "builds.csv", "w", newline="") as f:
@@ -295,7 +251,7 @@ def run(out: Path, old_venv: Path, new_venv: Path, authors: Path | None, targets
     manifest = {"command": command or f"python -m kernels.authors_toolchain --out {out}",
                 "created": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                 "git": git, "mode": "compile (no GPU)", "toolchains": versions,
-                "disassembler": _versions(old_venv).get("nvidia-cuda-nvdisasm"),
+                "disassembler": venv_versions(old_venv).get("nvidia-cuda-nvdisasm"),
                 "authors_repository": "SchrodingerZhu/AttnFMHA" if authors else None,
                 "authors_commit": authors_commit, "targets": targets,
                 "cubin_sha256": cubins}
@@ -416,6 +372,14 @@ def main(argv=None) -> int:
                   f"({a.old_venv}, {a.new_venv}) x targets {', '.join(targets)}")
             for b in builds:
                 print(f"  {b.id}  occupancy {b.occupancy}")
+            for side, venv in (("old", a.old_venv), ("new", a.new_venv)):
+                try:
+                    v = check_venv(venv, side == "old")
+                    print(f"{side} toolchain {venv}: cuda-tile {v['cuda-tile']}, tileiras "
+                          f"{v.get('nvidia-cuda-tileiras')}, targets "
+                          f"{', '.join(sorted(tileiras_targets(venv, TARGETS)))}")
+                except SetupError as e:
+                    print(f"{side} toolchain missing: {e}")
             return 0
         if a.out is None:
             raise SetupError("pass --out DIR (a new directory) or --dry-run")

@@ -197,3 +197,41 @@ def test_the_document_shows_the_committed_table():
     doc = (ROOT / "docs/authors-toolchain.md").read_text()
     table = step_table(RUN / "builds.csv")
     assert table in doc
+
+
+@pytest.mark.compile
+def test_the_worker_compiles_what_the_project_compiles(tmp_path):
+    """End to end with the project's toolchain (the interpreter's venv): the compile worker's
+    export of a study build is byte-identical to ``kernels.resources.compile_cubin``'s, and, where
+    nvdisasm is installed, its SASS has one bulk K/V step loop of 64 HMMA without spills (what
+    the committed dataset says of that build)."""
+    import hashlib
+    import importlib.util
+
+    from kernels.authors_toolchain import analyse, bulk_loops, compile_all
+    from kernels.cpu_driver import build_stub
+    from kernels.toolchain_venv import SetupError
+    from kernels.resources import compile_cubin, find_cuobjdump
+    from kernels.signatures import CompileCase
+    from spec import Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant
+    from tests.conftest import require_toolchain
+    require_toolchain(importlib.util.find_spec("cuda.tile") is not None
+                      and find_cuobjdump() is not None, "cuda-tile + tileiras + cuobjdump")
+    build = [b for b in study_builds()
+             if b.id == "cutile.linear.static48.m64n64d64.occ1.causal"]
+    res = compile_all(Path(sys.prefix), build, ["sm_121"], tmp_path, build_stub(tmp_path / "s"),
+                      ROOT)
+    r = res[build[0].id, "sm_121"]
+    assert r["ok"], r
+    got = Path(r["out"]).read_bytes()
+    v = Variant(Backend.CUTILE, ScanOrder.linear(), CtaSchedule.persistent(48), Tiles(64, 64), 1)
+    want = compile_cubin(CompileCase.of(v, Problem(B=8, H=1, S_q=131072, D=64, causal=True)),
+                         "sm_121", 1)
+    assert hashlib.sha256(got).digest() == hashlib.sha256(want).digest()
+    try:
+        info, loops, _ = analyse(got, "sm_121", (ROOT / ".venv-ct10",))
+    except SetupError:
+        pytest.skip("no nvdisasm for the SASS half")
+    bulk = bulk_loops(loops)
+    assert info["stack"] == 0 and info["ctas_per_sm"] == 1
+    assert [(lp.mma, lp.count("LDL"), lp.count("STL")) for lp in bulk] == [(64, 0, 0)]
