@@ -62,7 +62,7 @@ def candidates():
 def _problems(halves, only):
     from experiments.suites import model_problems
     return [(f, h, p) for f, h, p in model_problems()
-            if h in halves and (only is None or only in p.label)]
+            if h in halves and (only is None or any(o in p.label for o in only.split(",")))]
 
 
 def _events_ms(fn, n: int, repeats: int) -> float:
@@ -316,7 +316,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--phases", nargs="+", default=["tune", "speed", "order"],
                     choices=["tune", "speed", "order"])
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--only", help="only problems whose label contains this")
+    ap.add_argument("--only", help="only problems whose label contains one of these "
+                    "comma-separated strings")
     ap.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
     args = ap.parse_args(argv)
     problems = _problems(args.halves, args.only)

@@ -129,6 +129,20 @@ def stat_buffer(q):
     return torch.empty_strided((B, H, S), (H * sp, sp, 1), dtype=torch.float32, device=q.device)
 
 
+def group_split(n_items: int, group: int, target: int) -> int:
+    """Over how many work items the dK/dV pass deals each K/V head's query heads: the smallest
+    divisor s of the group size with ``n_items · s >= target`` (two waves of resident CTAs), the
+    whole group when none reaches it, 1 when the items already fill the target. MQA with one
+    batch (B·H_kv = 1) at S_kv = 4097, 64-row K/V tiles: 65 items, target 528 -> s = 16 of 32
+    query heads, 2 heads per item."""
+    if n_items >= target:
+        return 1
+    for s in range(2, group + 1):
+        if group % s == 0 and n_items * s >= target:
+            return s
+    return group
+
+
 def _grid(cfg: PassConfig, n_items: int) -> int:
     if cfg.schedule.kind == ScheduleKind.GRID:
         return n_items
@@ -138,7 +152,8 @@ def _grid(cfg: PassConfig, n_items: int) -> int:
 class BackwardLaunch:
     """The three launches of one backward call key (shapes, strides, dtypes, config)."""
 
-    __slots__ = ("pre", "dkdv", "dq", "raw_stream", "launch", "device", "problem")
+    __slots__ = ("pre", "dkdv", "dq", "raw_stream", "launch", "device", "problem", "split",
+                 "partial_shape")
 
     def __init__(self, problem: Problem, cfg: BackwardConfig, scale: float, level: int,
                  device_index: int):
@@ -157,9 +172,13 @@ class BackwardLaunch:
                     (problem.H, problem.D, tm))
         a = cfg.dkdv
         n_items = problem.B * problem.H_kv * cdiv(problem.S_kv, a.tiles.n)
+        sms = torch.cuda.get_device_properties(device_index).multi_processor_count
+        self.split = group_split(n_items, G, 2 * sms * (a.occupancy or 1))
+        self.partial_shape = (problem.B, problem.H_kv * self.split, problem.S_kv, problem.D)
         self.dkdv = (fmha_bwd.get_kernel("dkdv", a.occupancy, a.worker_warps),
-                     (_grid(a, n_items), 1, 1),
-                     (qk_scale, scale, problem.H_kv, G, problem.D, a.tiles.m, a.tiles.n,
+                     (_grid(a, n_items * self.split), 1, 1),
+                     (qk_scale, scale, problem.H_kv * self.split, self.split, problem.D,
+                      a.tiles.m, a.tiles.n,
                       problem.causal, int(a.order.kind), a.order.group, int(a.schedule.kind),
                       int(a.schedule.work_order)))
         d = cfg.dq
@@ -178,10 +197,26 @@ class BackwardLaunch:
         kern, grid, tail = self.pre
         self.launch(s, grid, kern, (out, dout, delta) + tail)
         kern, grid, tail = self.dkdv
-        self.launch(s, grid, kern, (q, k, v, dout, lse, delta, dk, dv) + tail)
+        if self.split == 1:
+            self.launch(s, grid, kern, (q, k, v, dout, lse, delta, dk, dv) + tail)
+        else:
+            pk, pv = self.partials(q)
+            self.launch(s, grid, kern, (q, k, v, dout, lse, delta, pk, pv) + tail)
+            self.reduce(pk, dk)
+            self.reduce(pv, dv)
         kern, grid, tail = self.dq
         self.launch(s, grid, kern, (q, k, v, dout, lse, delta, dq) + tail)
 
+    def partials(self, q):
+        """The fp32 partial dK, dV buffers of a split launch."""
+        import torch
+        return (torch.empty(self.partial_shape, dtype=torch.float32, device=q.device),
+                torch.empty(self.partial_shape, dtype=torch.float32, device=q.device))
+
+    def reduce(self, partial, grad) -> None:
+        """grad = the partials summed over the split, in a fixed order (deterministic)."""
+        B, _, S, D = self.partial_shape
+        grad.copy_(partial.view(B, -1, self.split, S, D).sum(2))
 
     def passes(self, dout, q, k, v, out, lse, delta, dq, dk, dv) -> dict:
         """Each kernel's launch alone (name -> callable), for timing a pass by itself."""
@@ -189,7 +224,8 @@ class BackwardLaunch:
             kern, grid, tail = getattr(self, name)
             return lambda: self.launch(self.raw_stream(self.device), grid, kern, args + tail)
         return {"preprocess": one("pre", (out, dout, delta)),
-                "dkdv": one("dkdv", (q, k, v, dout, lse, delta, dk, dv)),
+                "dkdv": one("dkdv", (q, k, v, dout, lse, delta)
+                            + ((dk, dv) if self.split == 1 else self.partials(q))),
                 "dq": one("dq", (q, k, v, dout, lse, delta, dq))}
 
 

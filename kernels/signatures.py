@@ -133,6 +133,7 @@ class BackwardCase:
     group: int = 1
     sched: int = 0
     work: int = 0
+    split: int = 1                # dK/dV: query heads of a group dealt over this many items
 
     def constants(self) -> tuple:
         """The kernel's constant arguments, in kernel order (``kernels.fmha_bwd``)."""
@@ -156,7 +157,9 @@ class BackwardCase:
         if self.kernel == "preprocess":
             params = [q, q, stat, i32]
         elif self.kernel == "dkdv":
-            params = [q, kv, kv, q, stat, stat, kv, kv, f32, f32, i32, i32]
+            grad = kv if self.split == 1 else jit_like_array(
+                (self.B, self.H_kv * self.split, self.S_kv, self.D), ct.float32)
+            params = [q, kv, kv, q, stat, stat, grad, grad, f32, f32, i32, i32]
         else:
             params = [q, kv, kv, q, stat, stat, q, f32, f32, i32, i32]
         params += list(self.constants())

@@ -110,3 +110,16 @@ def test_training_forward_builds(toolchain):  # noqa: F811
             r = read_resources(Path(path).read_bytes())
         print(f"fmha_fwd_lse D={D} causal={causal}: {r}")
         assert r.ptx["TMA_STORE"] >= 2 and not r.spills, r
+
+
+@pytest.mark.parametrize("D", [64, 128])
+def test_split_dkdv_builds_do_not_spill(toolchain, D):  # noqa: F811
+    """The dK/dV build that writes fp32 partial sums (grouped heads dealt over several items,
+    ``kernels.backward.group_split``) compiles and does not spill with the default tiles."""
+    from kernels.backward import default_backward
+    from kernels.resources import read_resources
+    from spec import Problem
+    pc = default_backward(Problem(1, 32, 4096, D, H_kv=1, causal=True)).dkdv
+    case = _case("dkdv", D, True, pc, H=32, H_kv=1, split=16)
+    r = read_resources(_cubin(case, pc.occupancy, pc.worker_warps))
+    assert r.stack <= 8 and r.ptx["LD_LOCAL"] == 0 and r.ptx["TMA_STORE"] >= 2, r
