@@ -27,7 +27,10 @@ Three phases, one process, one GPU:
    A/B per repeat (the dQ pass stays on the grid launch: its persistent causal builds spill,
    tests/cpu/test_cutile_backward_compile.py).
 
-Outputs under ``--out``: ``speed.csv``, ``tune.csv``, ``choice.csv``, ``order.csv`` and
+4. **split** (grouped-head problems): the whole backward with the default group split of the
+   dK/dV pass (``kernels.backward.group_split``) vs none, alternated A/B.
+
+Outputs under ``--out``: ``speed.csv``, ``tune.csv``, ``choice.csv``, ``order.csv``, ``split.csv`` and
 ``manifest.json`` (device, versions, commit). The summary prints flash/cutile and cudnn/cutile
 geometric means per half (> 1: cuTile faster) and the lowest cudnn/cutile ratio.
 """
@@ -41,12 +44,14 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 SPEED_FIELDS = ("family", "half", "problem", "launcher", "fwd_bwd_ms", "bwd_ms", "n_calls",
                 "grad_rel_diff", "device")
 TUNE_FIELDS = ("family", "half", "problem", "pass", "config", "kernel_ms", "device")
 ORDER_FIELDS = ("family", "half", "problem", "variant", "dkdv_ms", "device")
+SPLIT_FIELDS = ("family", "half", "problem", "variant", "bwd_kernels_ms", "device")
 
 
 def candidates():
@@ -247,6 +252,30 @@ def order_ab(problems, repeats: int, dev: str):
     return rows
 
 
+def split_ab(problems, repeats: int, dev: str):
+    """Grouped-head problems: the whole backward (three kernels and the partial sums' reduction)
+    with the default group split vs none (split 1), alternated A/B."""
+    from kernels.backward import default_backward
+    rows = []
+    for fam, half, pr in problems:
+        if pr.H == pr.H_kv:
+            continue
+        fns = {}
+        for name, split in (("split-rule", None), ("split1", 1)):
+            launch, args = _kernel_setup(pr, replace(default_backward(pr), split=split))
+            fns[name] = lambda launch=launch, args=args: launch(*args)
+        n = _calls_for(fns["split1"])
+        samples = {o: [] for o in fns}
+        for _ in range(repeats):
+            for o, fn in fns.items():
+                samples[o].append(_events_ms(fn, n, 1))
+        for o, s_ in samples.items():
+            rows.append((fam, half, pr.label, o, statistics.median(s_), dev))
+        print("split", pr.label, " ".join(f"{r[3]}={r[4]:.3f}" for r in rows
+                                          if r[2] == pr.label), flush=True)
+    return rows
+
+
 def _geo(xs):
     xs = [x for x in xs if x == x and x > 0]
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else math.nan
@@ -313,8 +342,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="output directory (must not exist)")
     ap.add_argument("--halves", nargs="+", default=["tuning", "validation"],
                     choices=["tuning", "validation"])
-    ap.add_argument("--phases", nargs="+", default=["tune", "speed", "order"],
-                    choices=["tune", "speed", "order"])
+    ap.add_argument("--phases", nargs="+", default=["tune", "speed", "order", "split"],
+                    choices=["tune", "speed", "order", "split"])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--only", help="only problems whose label contains one of these "
                     "comma-separated strings")
@@ -344,6 +373,9 @@ def main(argv: list[str] | None = None) -> int:
     jobs = [(pr, backward.BackwardConfig(pc, pc)) for _, _, pr in tuning
             for pc in candidates().values()] if "tune" in args.phases else []
     jobs += [(pr, None) for _, _, pr in problems]
+    if "split" in args.phases:
+        jobs += [(pr, replace(backward.default_backward(pr), split=1)) for _, _, pr in problems
+                 if pr.H != pr.H_kv]
     if "order" in args.phases:
         sms = torch.cuda.get_device_properties(0).multi_processor_count
         jobs += [(pr, backward.default_backward(
@@ -366,10 +398,12 @@ def main(argv: list[str] | None = None) -> int:
         speed_rows = speed(problems, args.repeats, dev)
     if "order" in args.phases:
         order_rows = order_ab(problems, args.repeats, dev)
+    split_rows = split_ab(problems, args.repeats, dev) if "split" in args.phases else []
     args.out.mkdir(parents=True)
     _write(args.out / "speed.csv", SPEED_FIELDS, speed_rows)
     _write(args.out / "tune.csv", TUNE_FIELDS, tune_rows)
     _write(args.out / "order.csv", ORDER_FIELDS, order_rows)
+    _write(args.out / "split.csv", SPLIT_FIELDS, split_rows)
     _write(args.out / "choice.csv", ("D", "causal", "dkdv", "dq"),
            [(D, c, d["dkdv"], d["dq"]) for (D, c), d in sorted(chosen.items())])
     (args.out / "manifest.json").write_text(json.dumps(_manifest(args, dev), indent=1))

@@ -60,6 +60,7 @@ class BackwardConfig:
     dkdv: PassConfig
     dq: PassConfig
     preprocess_tile_m: int = 64
+    split: int | None = None       # dK/dV group split; None: ``group_split``'s rule
 
     def label(self) -> str:
         return f"dkdv:{self.dkdv.label()}+dq:{self.dq.label()}"
@@ -173,7 +174,10 @@ class BackwardLaunch:
         a = cfg.dkdv
         n_items = problem.B * problem.H_kv * cdiv(problem.S_kv, a.tiles.n)
         sms = torch.cuda.get_device_properties(device_index).multi_processor_count
-        self.split = group_split(n_items, G, 2 * sms * (a.occupancy or 1))
+        self.split = cfg.split or group_split(n_items, G, 2 * sms * (a.occupancy or 1))
+        if G % self.split:
+            raise UnsupportedVariant(f"backward split {self.split} does not divide the "
+                                     f"{G} query heads per K/V head")
         self.partial_shape = (problem.B, problem.H_kv * self.split, problem.S_kv, problem.D)
         self.dkdv = (fmha_bwd.get_kernel("dkdv", a.occupancy, a.worker_warps),
                      (_grid(a, n_items * self.split), 1, 1),
