@@ -137,9 +137,9 @@ def pipeline_params(tp: timesim.TimeParams, case: Case, arch: Arch,
     """``tp`` with the pipeline model of ``case``'s build on ``arch``
     (``analysis.models.steptime``): its step, latencies and prefetch depth at ``point`` of the
     arch's assumed ranges, and the in-loop spills of the build the study names
-    (``experiments.studies.build_spills``): their time per step and the L2 their stacks hold."""
-    from .studies import build_spills
-    timing = steptime.step_timing(case, arch, point, spills=build_spills(case, arch))
+    (``experiments.studies.build_costs``): their time per step and the L2 their stacks hold."""
+    from .studies import build_costs
+    timing = steptime.step_timing(case, arch, point, spills=build_costs(case, arch))
     return replace(tp, capacity_bytes=max(0, tp.capacity_bytes - timing.stack_l2_bytes),
                    **timing.units())
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from spec import (Arch, Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant, get_arch)
-from analysis.models.steptime import Spills
+from analysis.models.steptime import BuildCosts
 from spec.case import Case
 from spec.schedules import WorkOrder, section_heads
 
@@ -53,41 +53,49 @@ PAPER_L2 = get_arch("gb10").l2_bytes
 AUTHORS_TOOLCHAIN = "cuda-tile 1.0.x, tileiras 13.1.80"
 """The toolchain the paper's cuTile builds were most likely compiled with (the releases before the
 authors' counts; 1.1.0 already rejects their sawtooth sources)."""
-AUTHORS_SPILLS: dict[tuple[str, str, bool], Spills] = {
-    ("persistent", "linear", True): Spills(80.0, 456, 0),
-    ("tile", "linear", True): Spills(73.0, 456, 0),
+AUTHORS_BUILDS: dict[tuple[str, str], str] = {
+    ("persistent", "linear"): "authors.AttentionFMHAFullyStatic",
+    ("persistent", "sawtooth"): "authors.AttentionFMHAFullyStaticAlt",
+    ("tile", "linear"): "authors.AttentionFMHATile",
+    ("tile", "sawtooth"): "authors.AttentionFMHATileAlt",
 }
-"""What the paper's cuTile builds spill, compiled for sm_121 with ``AUTHORS_TOOLCHAIN``
-(../shared/authors-builds.md: the causal linear builds spill inside their MMA loops, 456 B of
-stack; the causal sawtooth and every non-causal build do not), keyed by (schedule, order,
-causal): in-loop local accesses per thread per step, stack bytes per thread, shared memory."""
+"""The paper's cuTile kernel that each GB10 case of the sawtooth study stands for (SchrodingerZhu/
+AttnFMHA), by (schedule, order); ``.causal`` / ``.noncausal`` name its two builds."""
+AUTHORS_CUDA_TILE = "1.0.1"
+"""The cuda-tile release of ``AUTHORS_TOOLCHAIN`` whose cubins the GB10 study reads."""
 
-SM90_SPILLS: dict[tuple[str, str, bool, int], Spills] = {
-    ("persistent", "linear", True, 1): Spills(168.0, 680, 140560),
-    ("persistent", "sawtooth", True, 1): Spills(329.0, 1888, 189808),
+SM90_BUILDS: dict[tuple[str, str, bool, int], BuildCosts] = {
+    ("persistent", "linear", True, 1): BuildCosts(8.0, 680, 140560),
+    ("persistent", "sawtooth", True, 1): BuildCosts(200.0, 1888, 189808),
 }
-"""What this project's causal cuTile 64x64 D=64 builds spill on sm_90 at occupancy 1 (cuda-tile
-1.7, 255 registers; at occupancy 2 none do): in-loop LDL + STL per thread per step (nvdisasm of
-the cubin; the mean over the K/V scan loops, the diagonal step's loop aside: linear 84 + 84;
-sawtooth forward 176 + 176 and reversed 153 + 153), stack bytes per thread and shared memory per
-CTA (cuobjdump). Keyed by (schedule, order, causal, occupancy); tests/cpu/test_study_builds.py
-compiles them again."""
+"""What this project's causal cuTile 64x64 D=64 builds do per step on sm_90 at occupancy 1
+(cuda-tile 1.7, 255 registers; at occupancy 2 none spills): LDL + STL per thread in the bulk step
+loop (linear 4 + 4, sawtooth 100 + 100; the diagonal tile's loop, once per item, aside), stack
+bytes per thread and shared memory per CTA. Keyed by (schedule, order, causal, occupancy); the
+builds-toolchains run (``analysis.data.steps``) holds them, and test_steptime checks the two
+agree."""
 
 
-def build_spills(case: Case, arch: Arch) -> Spills:
-    """What the build ``case`` stands for on ``arch`` spills: on GB10 the paper's cuTile builds
-    (``AUTHORS_SPILLS``); on sm_90 this project's builds (``SM90_SPILLS``: the occupancy-1 causal
-    builds; the study's others are spill-free, tests/cpu/test_study_builds.py)."""
+def build_costs(case: Case, arch: Arch) -> BuildCosts:
+    """What the build ``case`` stands for on ``arch`` does per step, as read off its cubin: on
+    GB10 the paper's cuTile builds compiled with ``AUTHORS_TOOLCHAIN`` (the registered
+    builds-toolchains run), on sm_90 this project's spilling builds (``SM90_BUILDS``); nothing
+    known (the family's defaults) otherwise."""
     v = case.variant
     if v.backend != Backend.CUTILE:
-        return Spills()
+        return BuildCosts()
     sched = "persistent" if v.schedule.is_persistent else "tile"
     if arch.name == "gb10":
-        return AUTHORS_SPILLS.get((sched, v.order.label, case.problem.causal), Spills())
+        from analysis.data.steps import step_costs
+        name = AUTHORS_BUILDS[(sched, v.order.label)]
+        name += ".causal" if case.problem.causal else ".noncausal"
+        b = step_costs()[(name, AUTHORS_CUDA_TILE, arch.sm)]
+        return BuildCosts(b.bulk_spill_per_step, b.stack, b.shared,
+                          f"build {name}, cuda-tile {b.cuda_tile} / tileiras {b.tileiras}")
     if arch.sm == "sm_90":
-        return SM90_SPILLS.get((sched, v.order.label, case.problem.causal, v.occupancy or 1),
-                               Spills())
-    return Spills()
+        return SM90_BUILDS.get((sched, v.order.label, case.problem.causal, v.occupancy or 1),
+                               BuildCosts())
+    return BuildCosts()
 
 
 def scaled_seq(arch: Arch, s_paper: int = PAPER_S, quantum: int = 32768) -> int:
@@ -135,7 +143,7 @@ def sawtooth_plan(arch: Arch) -> list[Case]:
 def spills_plan(arch: Arch) -> list[Case]:
     """A build that spills beside its twin that does not, same access stream: the causal cuTile
     Static pairs (B=8, 64x64, D=64, one persistent CTA per SM, the sawtooth study's length) at
-    occupancy 1, where sm_90 builds spill inside the step loop (``SM90_SPILLS``), and at
+    occupancy 1, where sm_90 builds spill inside the step loop (``SM90_BUILDS``), and at
     occupancy 2, where they do not. What the spills do to each CTA's step, to the misses of a
     causal launch (whose CTAs bunch or drift by their speed) and to the sawtooth-vs-linear time
     comparison: the H100 test of the paper's GB10 builds, whose causal linear twins spill."""

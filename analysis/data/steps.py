@@ -50,6 +50,7 @@ class BuildSteps:
     regs: int
     stack: int
     ctas_per_sm: int
+    shared: int         # bytes of shared memory per CTA (its K/V buffers among them)
     loops: tuple[StepLoop, ...]   # the step-mma loops, in address order
 
     @property
@@ -98,5 +99,6 @@ def step_costs(run: str | None = None) -> dict[tuple[str, str, str], BuildSteps]
                       for r in rs if r["role"] == "step-mma")
         out[key] = BuildSteps(r0["build"], r0["source"], r0["causal"] == "1", r0["order"],
                               r0["schedule"], key[1], r0["_ti"], key[2], int(r0["regs"]),
-                              int(r0["stack"]), int(r0["ctas_per_sm"]), loops)
+                              int(r0["stack"]), int(r0["ctas_per_sm"]), int(r0["shared"]),
+                              loops)
     return out
