@@ -11,6 +11,7 @@ door (registered and verified by hash).
     costs = step_costs()                      # the newest registered builds-toolchains run
     c = costs["authors.AttentionFMHAFullyStatic.causal", "1.0.1", "sm_121"]
     c.bulk_spill_per_step                     # LDL + STL per bulk K/V step: 50
+    costs[authors_build("static", "linear", True), "1.0.1", "sm_121"]     # the same build
 """
 from __future__ import annotations
 
@@ -68,6 +69,23 @@ class BuildSteps:
     def bulk_length(self) -> float:
         b = self.bulk
         return sum(lp.length for lp in b) / len(b) if b else 0.0
+
+
+_AUTHORS_FILES = {("static", "linear"): "AttentionFMHAFullyStatic",
+                  ("static", "sawtooth"): "AttentionFMHAFullyStaticAlt",
+                  ("tile2", "linear"): "AttentionFMHATile",
+                  ("tile2", "sawtooth"): "AttentionFMHATileAlt"}
+
+
+def authors_build(schedule: str, order: str, causal: bool) -> str:
+    """The id of the paper's published build with this schedule (static | tile2), scan order
+    (linear | sawtooth) and mask: the build the authors ran for that GB10 count."""
+    try:
+        name = _AUTHORS_FILES[schedule, order]
+    except KeyError:
+        raise DatasetError(f"no published build for schedule {schedule!r}, order {order!r}; "
+                           f"the paper has {sorted(_AUTHORS_FILES)}") from None
+    return f"authors.{name}.{'causal' if causal else 'noncausal'}"
 
 
 def latest_run() -> str:
