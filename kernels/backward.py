@@ -130,13 +130,21 @@ def stat_buffer(q):
     return torch.empty_strided((B, H, S), (H * sp, sp, 1), dtype=torch.float32, device=q.device)
 
 
-def group_split(n_items: int, group: int, target: int) -> int:
-    """Over how many work items the dK/dV pass deals each K/V head's query heads: the smallest
-    divisor s of the group size with ``n_items · s >= target`` (two waves of resident CTAs), the
-    whole group when none reaches it, 1 when the items already fill the target. MQA with one
-    batch (B·H_kv = 1) at S_kv = 4097, 64-row K/V tiles: 65 items, target 528 -> s = 16 of 32
-    query heads, 2 heads per item."""
-    if n_items >= target:
+def group_split(n_items: int, group: int, target: int, fill: int) -> int:
+    """Over how many work items the dK/dV pass deals each K/V head's query heads. None (1) when
+    the items already give every SM one (``n_items >= fill``, the SM count); otherwise the
+    smallest divisor s of the group size with ``n_items · s >= target`` (two waves of resident
+    CTAs), the whole group when none reaches it. MQA with one batch (B·H_kv = 1) at
+    S_kv = 4097, 64-row K/V tiles: 65 items < 132 SMs, target 528 -> s = 16 of 32 query heads,
+    2 heads per item.
+
+    Measured on an H100 (profiles/h100/cutile-backward-20261127b, split.csv, the backward's
+    kernels and the reduction): that MQA problem 3.16 -> 1.01 ms, B=4 H=16 MQA at S=1000 0.43 ->
+    0.22 ms; on grouped problems that already fill the SMs (8 K/V heads, 200-752 items) the
+    split changed the kernels' time by -6..+0% but the forward+backward call of one of them
+    (H=32/8, S=1537) took 0.58 ms against 0.31 ms without it in the run before, unexplained, so
+    the rule leaves those unsplit as they were measured."""
+    if n_items >= fill:
         return 1
     for s in range(2, group + 1):
         if group % s == 0 and n_items * s >= target:
@@ -174,7 +182,7 @@ class BackwardLaunch:
         a = cfg.dkdv
         n_items = problem.B * problem.H_kv * cdiv(problem.S_kv, a.tiles.n)
         sms = torch.cuda.get_device_properties(device_index).multi_processor_count
-        self.split = cfg.split or group_split(n_items, G, 2 * sms * (a.occupancy or 1))
+        self.split = cfg.split or group_split(n_items, G, 2 * sms * (a.occupancy or 1), sms)
         if G % self.split:
             raise UnsupportedVariant(f"backward split {self.split} does not divide the "
                                      f"{G} query heads per K/V head")

@@ -55,12 +55,13 @@ def test_unsupported_backward_schedule_is_one_line(sched):
     assert "\n" not in str(e.value)
 
 
-def test_group_split_fills_two_waves_with_a_divisor_of_the_group():
+def test_group_split_only_where_the_items_leave_sms_idle():
     from kernels.backward import group_split
-    assert group_split(600, 8, 528) == 1            # enough items: no split
-    assert group_split(65, 32, 528) == 16           # MQA, one batch: 16 of 32 heads' items
-    assert group_split(200, 4, 528) == 4            # not reachable: the whole group
-    assert group_split(10, 1, 528) == 1             # no grouped heads: nothing to split
+    assert group_split(600, 8, 528, 132) == 1       # enough items: no split
+    assert group_split(200, 4, 528, 132) == 1       # every SM has an item: no split
+    assert group_split(65, 32, 528, 132) == 16      # MQA, one batch: 16 of 32 heads' items
+    assert group_split(64, 16, 528, 132) == 16      # B=4 MQA at S=1000: the whole group
+    assert group_split(10, 1, 528, 132) == 1        # no grouped heads: nothing to split
     for n, g in ((65, 32), (100, 6), (7, 12)):
-        s = group_split(n, g, 528)
+        s = group_split(n, g, 528, 132)
         assert g % s == 0 and (n * s >= 528 or s == g)

@@ -7,7 +7,8 @@
   error at the input precision plus a small absolute term, NaN never passes. The same gradients
   from ``kernels.backward.attention_backward`` written into NaN-poisoned buffers: bitwise equal.
 - Changing the backward's CTA schedule alone gives bitwise-identical gradients; changing its scan
-  order (sawtooth, reverse) changes rounding only.
+  order (sawtooth, reverse) or summing a K/V head's query heads on chip instead of as fp32
+  partial sums (the group split) changes rounding only.
 - ``torch.library.opcheck`` of both operators; a differentiable output; ``out=`` and a level
   without a backward refuse grad in one line.
 - Training (tests/gpu/training.py): a small LM's parameter gradients after one step equal the SDPA
@@ -40,6 +41,7 @@ MATRIX = [
     Problem(B=1, H=2, S_q=300, S_kv=150, D=64, dtype="fp16", causal=True),      # S_q > S_kv
     Problem(B=3, H=2, S_q=17, D=64, dtype="bf16", causal=True),                 # one partial tile
     Problem(B=1, H=4, H_kv=2, S_q=1000, S_kv=1000, D=128, dtype="bf16", causal=True),
+    Problem(B=4, H=16, H_kv=4, S_q=2048, D=64, dtype="fp16", causal=True),   # GQA, no split
 ]
 
 
@@ -54,6 +56,8 @@ def _precompiled():
     from kernels.backward import default_backward
     from kernels.warm import warm_training
     jobs = [(p, None) for p in MATRIX]
+    from dataclasses import replace
+    jobs.append((MATRIX[4], replace(default_backward(MATRIX[4]), split=1)))
     for p in (MATRIX[4], MATRIX[6]):
         jobs += [(p, default_backward(p, o, s)) for o, s in (
             ("linear", "static7"), ("linear", "static5h"), ("sawtooth", "static7"),
@@ -182,6 +186,12 @@ def test_backward_schedule_is_bitwise_and_order_rounds_only(pr):
                                           order=order, schedule=sched)
         for name, g, r, p in zip(("dq", "dk", "dv"), got, ref, peer):
             _check(f"{order}/{sched} {name}", g, r, p)
+    if pr.H != pr.H_kv:     # the group's sum on chip (split 1) instead of fp32 partial sums
+        from dataclasses import replace
+        got = backward.attention_backward(dout, q, k, v, out, lse, causal=pr.causal,
+                                          config=replace(backward.default_backward(pr), split=1))
+        for name, g, r, p in zip(("dq", "dk", "dv"), got, ref, peer):
+            _check(f"split1 {name}", g, r, p)
 
 
 def test_unsupported_backward_schedule_is_one_line():
