@@ -17,6 +17,7 @@ cases do not depend on these assumptions (their builds' own depth and a step two
 than any fill) and are scored once at the middle point.
 
     python -m explorations.gb10_pipeline --out DIR        # ~5 min on 2 cores
+    python -m explorations.gb10_pipeline --speed mid --latency mid --out DIR   # one point
 
 writes ``grid.csv`` (one row per point and case), ``summary.csv`` (per point: cases within 10%
 of 16, causal counts within 1.5x of 4) and ``pairs.csv`` (per point and cuTile pair: the
@@ -36,9 +37,10 @@ from pathlib import Path
 POINTS = ("lo", "mid", "hi")
 
 
-def grid() -> list[dict]:
+def grid(speeds=POINTS, latencies=POINTS) -> list[dict]:
     """The scanned points: speed x latency (each build's prefetch depth is its own)."""
-    return [dict(speed=s, latency=l, prefetch=None) for s, l in itertools.product(POINTS, POINTS)]
+    return [dict(speed=s, latency=l, prefetch=None)
+            for s, l in itertools.product(speeds, latencies)]
 
 
 def _case_misses(case, arch, tp0, pt):
@@ -53,7 +55,8 @@ def _case_misses(case, arch, tp0, pt):
     return counts.tex_misses, counts.makespan * timing.step_s, timing.step_s
 
 
-def run(jobs: int = 2) -> tuple[list[dict], list[dict]]:
+def run(jobs: int = 2, speeds=POINTS, latencies=POINTS) -> tuple[list[dict], list[dict],
+                                                                   list[dict]]:
     from analysis.data.published import key_of_row, read_published
     from experiments.simulate import model_params, resident_of_build
     from experiments.studies import sawtooth_plan
@@ -72,7 +75,8 @@ def run(jobs: int = 2) -> tuple[list[dict], list[dict]]:
     cutile = [c for c in cases if c.variant.backend == Backend.CUTILE]
     cuda = [c for c in cases if c.variant.backend == Backend.CUDA]
     mid = dict(speed="mid", latency="mid", prefetch=None, cuda=True)
-    jobs_list = [(c, pt) for pt in grid() for c in cutile] + [(c, mid) for c in cuda]
+    points = grid(speeds, latencies)
+    jobs_list = [(c, pt) for pt in points for c in cutile] + [(c, mid) for c in cuda]
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         got = list(pool.map(lambda j: _case_misses(j[0], arch, tp0, j[1]), jobs_list))
     rows = []
@@ -88,7 +92,7 @@ def run(jobs: int = 2) -> tuple[list[dict], list[dict]]:
     cuda_rows = [r for r in rows if r["family"] == "cuda"]
     cuda_within = sum(abs(r["ratio"] - 1) <= 0.10 for r in cuda_rows)
     summary = []
-    for pt in grid():
+    for pt in points:
         sel = [r for r in rows if r["family"] == "cutile" and r["speed"] == pt["speed"]
                and r["latency"] == pt["latency"]]
         causal = [r for r in sel if r["causal"]]
@@ -130,12 +134,22 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="directory to create (must not exist)")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--speed", default="lo,mid,hi",
+                    help="points of the step-speed range to run, comma-separated (lo, mid, hi)")
+    ap.add_argument("--latency", default="lo,mid,hi",
+                    help="points of the DRAM-latency range to run, comma-separated")
     args = ap.parse_args(argv)
+    speeds, latencies = (tuple(x.strip() for x in a.split(",")) for a in (args.speed,
+                                                                          args.latency))
+    bad = [x for x in speeds + latencies if x not in POINTS]
+    if bad:
+        print(f"error: unknown point {bad[0]!r}; use lo, mid or hi", file=sys.stderr)
+        return 2
     out = Path(args.out)
     if out.exists():
         print(f"error: {out} already exists; choose a new --out directory", file=sys.stderr)
         return 2
-    rows, summary, pair_rows = run(args.jobs)
+    rows, summary, pair_rows = run(args.jobs, speeds, latencies)
     out.mkdir(parents=True)
     _write(out / "grid.csv", rows)
     _write(out / "summary.csv", summary)
