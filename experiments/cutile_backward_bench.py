@@ -307,6 +307,39 @@ def summary(speed_rows, order_rows) -> list[str]:
     return lines
 
 
+def summarize(specs: list[str]) -> int:
+    """The summary of stored runs (``--summarize``); one line names each problem's source."""
+    by: dict = {}
+    dirs = []
+    for spec in specs:
+        d, _, only = spec.partition("::")
+        d = Path(d)
+        dirs.append(d)
+        f = d / "speed.csv"
+        if not f.exists():
+            print(f"{f}: no such file (pass run directories of this benchmark)", file=sys.stderr)
+            return 2
+        rows: dict = {}
+        for r in csv.DictReader(open(f)):
+            if only and not any(o in r["problem"] for o in only.split(",")):
+                continue
+            rows.setdefault((r["half"], r["problem"]), []).append(
+                [r["family"], r["half"], r["problem"], r["launcher"], float(r["fwd_bwd_ms"]),
+                 float(r["bwd_ms"]), int(r["n_calls"]), float(r["grad_rel_diff"]), r["device"]])
+        for key, rs in rows.items():
+            by[key] = (d, rs)
+        print(f"{d}: {len(rows)} problems ({', '.join(sorted({r[8] for v in rows.values() for r in v}))})")
+    sources: dict = {}
+    for (_, label), (d, _) in by.items():
+        sources.setdefault(d, []).append(label)
+    if len(dirs) > 1:
+        for d in dirs[1:]:
+            print(f"from {d}: {' '.join(sorted(sources.get(d, [])))}")
+    for line in summary([r for _, rs in by.values() for r in rs], []):
+        print(line)
+    return 0
+
+
 def _write(path: Path, fields, rows) -> None:
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
@@ -348,7 +381,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", help="only problems whose label contains one of these "
                     "comma-separated strings")
     ap.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
+    ap.add_argument("--summarize", nargs="+", metavar="DIR[::A,B]",
+                    help="print the summary of committed runs, no GPU: each DIR's speed.csv "
+                    "(with ::A,B only its problems whose label contains A or B), a later DIR's "
+                    "rows replacing an earlier one's for the same problem")
     args = ap.parse_args(argv)
+    if args.summarize:
+        return summarize(args.summarize)
     problems = _problems(args.halves, args.only)
     tuning = [p for p in problems if p[1] == "tuning"]
     if args.dry_run:
