@@ -30,7 +30,7 @@ struct BwdParams {
     const unsigned short* k;
     const unsigned short* v;
     const unsigned short* dout;
-    const float* lse;        // [B*H, lse_stride]: log2-domain log-sum-exp of the scaled scores
+    const float* lse;        // [B*H, lse_stride = S_q]: log2-domain log-sum-exp of the scaled scores
     const float* delta;      // [B*H, lse_stride]: rowsum(dO ∘ O)
     float* dq_acc;           // [B, H, S_q, D] fp32, zeroed before the launch
     void* dk;                // [B, H_kv, S_kv, D] 16-bit, or fp32 partials [B, H_kv*n_chunks, S_kv, D]
@@ -60,8 +60,8 @@ struct BwdShape {
     static constexpr int DB = D / 8;          // 8-column blocks of dK, dV
     // Query parts per step (each QP queries): 2 at D = 128, where the dK and dV accumulators
     // leave no room for scores and dP of all TILE_M queries at once.
-    static constexpr int QPARTS = D == 128 ? 2 : 1;
-    static constexpr int QP = TILE_M / QPARTS;
+    static constexpr int QP = D == 128 ? 32 : 64;
+    static constexpr int QPARTS = TILE_M / QP;
     static constexpr int PK = TILE_N / 16;    // k-steps of dS K
     // dQ = dS K: QSL 16-row query slices; warps split them, then D.
     static constexpr int QSL = TILE_M / 16;
@@ -104,13 +104,11 @@ __device__ __forceinline__ void red_add_v2(float* addr, float a, float b) {
 #endif
 }
 
-// rows_valid floats of a row of LSE or Δ as 16-byte cp.async pieces (zero past the end).
-template <int TILE_M>
-__device__ __forceinline__ void load_row_async(unsigned dst, const float* g, int rows_valid,
-                                               int piece) {
-    const int left = rows_valid - 4 * piece;
-    const int bytes = left >= 4 ? 16 : (left > 0 ? 4 * left : 0);
-    cp_async_16(dst + 16 * piece, bytes > 0 ? g + 4 * piece : g, bytes);
+// One float of LSE or Δ by a 4-byte cp.async (.ca: the only kind that copies 4 bytes); zero past
+// the end of the rows. The rows are [B*H, S_q] with no padding, so not 16-byte aligned.
+__device__ __forceinline__ void cp_async_4(unsigned dst, const float* src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(valid ? 4 : 0));
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -150,11 +148,16 @@ __device__ __forceinline__ void dkdv_tile(const BwdParams& p, unsigned char* sme
                                                p.do_ss, p.S_q - q0);
         const long long row = static_cast<long long>(b * p.H + h) * p.lse_stride + q0;
         const int tid = threadIdx.x;
-        if (tid < TILE_M / 4)
-            load_row_async<TILE_M>(base + 2 * S::Q_BYTES, p.lse + row, p.S_q - q0, tid);
-        else if (tid < TILE_M / 2)
-            load_row_async<TILE_M>(base + 2 * S::Q_BYTES + S::ROW_BYTES, p.delta + row,
-                                   p.S_q - q0, tid - TILE_M / 4);
+        static_assert(2 * TILE_M <= S::THREADS, "one thread per LSE and per Δ value");
+        if (tid < TILE_M) {
+            const bool ok = q0 + tid < p.S_q;
+            cp_async_4(base + 2 * S::Q_BYTES + 4 * tid, p.lse + row + (ok ? tid : 0), ok);
+        } else if (tid < 2 * TILE_M) {
+            const int i = tid - TILE_M;
+            const bool ok = q0 + i < p.S_q;
+            cp_async_4(base + 2 * S::Q_BYTES + S::ROW_BYTES + 4 * i,
+                       p.delta + row + (ok ? i : 0), ok);
+        }
     };
 
     __syncthreads();   // the previous work item is done with every shared-memory buffer

@@ -71,20 +71,22 @@ def _(q, k, v, out, causal, order, schedule, tile_m, tile_n, stages, scale):
 
 def _lse_shape(q):
     B, H, S, _ = q.shape
-    return (B, H, (S + 7) // 8 * 8)
+    return (B, H, S)
 
 
 @torch.library.custom_op("sawtooth::cuda_attention_train", mutates_args=())
 def cuda_attention_train(q: Tensor, k: Tensor, v: Tensor, causal: bool, order: str,
                          schedule: Optional[str], tile_m: Optional[int], tile_n: Optional[int],
-                         scale: float, backward_schedule: Optional[str]
-                         ) -> tuple[Tensor, Tensor]:
-    """The training forward: (out, lse), lse [B, H, S_q rounded up to 8] fp32 in log2 units."""
+                         scale: float, backward_schedule: Optional[str],
+                         backward_tile_m: Optional[int] = None,
+                         backward_tile_n: Optional[int] = None) -> tuple[Tensor, Tensor]:
+    """The training forward: (out, lse), lse [B, H, S_q] fp32 in log2 units."""
     return training.forward(q, k, v, causal, order, schedule, _tiles(tile_m, tile_n), scale)
 
 
 @cuda_attention_train.register_fake
-def _(q, k, v, causal, order, schedule, tile_m, tile_n, scale, backward_schedule):
+def _(q, k, v, causal, order, schedule, tile_m, tile_n, scale, backward_schedule,
+      backward_tile_m=None, backward_tile_n=None):
     check_metadata(q, k, v, causal)
     check_strides(q, k, v)
     return torch.empty_like(q), q.new_empty(_lse_shape(q), dtype=torch.float32)
@@ -93,29 +95,32 @@ def _(q, k, v, causal, order, schedule, tile_m, tile_n, scale, backward_schedule
 @torch.library.custom_op("sawtooth::cuda_attention_backward", mutates_args=())
 def cuda_attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor,
                             lse: Tensor, causal: bool, order: str,
-                            backward_schedule: Optional[str], scale: float
+                            backward_schedule: Optional[str], scale: float,
+                            backward_tile_m: Optional[int] = None,
+                            backward_tile_n: Optional[int] = None
                             ) -> tuple[Tensor, Tensor, Tensor]:
-    return training.backward(dout, q, k, v, out, lse, causal, order, backward_schedule, scale)
+    return training.backward(dout, q, k, v, out, lse, causal, order, backward_schedule, scale,
+                             _tiles(backward_tile_m, backward_tile_n))
 
 
 @cuda_attention_backward.register_fake
-def _(dout, q, k, v, out, lse, causal, order, backward_schedule, scale):
+def _(dout, q, k, v, out, lse, causal, order, backward_schedule, scale, backward_tile_m=None,
+      backward_tile_n=None):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _train_setup(ctx, inputs, output):
-    q, k, v, causal, order, _, _, _, scale, bwd = inputs
+    q, k, v, causal, order, _, _, _, scale, bwd, btm, btn = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse)
-    ctx.args = (causal, order, bwd, scale)
+    ctx.args = (causal, order, bwd, scale, btm, btn)
 
 
 def _train_backward(ctx, dout, dlse):
     q, k, v, out, lse = ctx.saved_tensors
-    causal, order, bwd, scale = ctx.args
     dq, dk, dv = torch.ops.sawtooth.cuda_attention_backward(
-        _grad_layout(dout), q, k, v, out, lse, causal, order, bwd, scale)
-    return dq, dk, dv, None, None, None, None, None, None, None
+        _grad_layout(dout), q, k, v, out, lse, *ctx.args)
+    return dq, dk, dv, None, None, None, None, None, None, None, None, None
 
 
 def _grad_layout(dout):
@@ -152,14 +157,25 @@ def _infer_backward(ctx, dout):
 cuda_attention.register_autograd(_infer_backward, setup_context=_infer_setup)
 
 
-def positive_scale(q, scale: float):
-    """(q', scale') with scale' > 0 and softmax(scale' q' kᵀ) = softmax(scale q kᵀ): the kernels
-    take the running maximum of the raw scores, which ranks them only for a positive scale, so
-    a negative scale negates q and a zero scale zeroes it (uniform weights; as SDPA, q and k
-    then get zero gradient). Autograd differentiates the negation as any torch op."""
-    if scale > 0:
-        return q, scale
-    return (-q, -scale) if scale < 0 else (q * 0, 1.0)
+class _Train(torch.autograd.Function):
+    """The eager form of ``cuda_attention_train`` and its registered backward: the same two
+    launches (``training.forward`` / ``training.backward``) without the operator dispatch, whose
+    host cost (tens of microseconds per call) small problems would pay twice per step."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, order, schedule, tiles, scale, bwd, btiles):
+        out, lse = training.forward(q, k, v, causal, order, schedule, tiles, scale)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.args = (causal, order, bwd, scale, btiles)
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, k, v, out, lse = ctx.saved_tensors
+        causal, order, bwd, scale, btiles = ctx.args
+        dq, dk, dv = training.backward(dout, q, k, v, out, lse, causal, order, bwd, scale,
+                                       btiles)
+        return dq, dk, dv, None, None, None, None, None, None, None
 
 
 def _needs_grad(q, k, v) -> bool:
@@ -168,16 +184,17 @@ def _needs_grad(q, k, v) -> bool:
 
 
 def attention(q, k, v, *, causal=False, order="linear", schedule=None, tiles=None, stages=None,
-              out=None, scale=None, backward_schedule=None):
+              out=None, scale=None, backward_schedule=None, backward_tiles=None):
     """``cuda_baseline.launch.attention`` (same arguments, same result) as a PyTorch operator:
     the eager path directly outside ``torch.compile``, the custom op inside it. ``scale``: the
     softmax scale as SDPA's ``scale=`` (None: 1/sqrt(D)). With grad enabled and an input that
     requires grad, the training op (``sawtooth::cuda_attention_train``, the forward that keeps
     the log-sum-exp, with its registered backward): ``order`` is then also the Q scan of the
-    dK/dV kernel and ``backward_schedule`` its CTA schedule (None or "grid": one K/V tile per
-    CTA; "static<P>": P persistent CTAs)."""
+    dK/dV kernel, ``backward_schedule`` its CTA schedule (None or "grid": one K/V tile per
+    CTA; "static<P>": P persistent CTAs) and ``backward_tiles`` its (TILE_M query rows per step,
+    TILE_N keys per CTA), default ``training.default_backward_tiles``. Eager calls take
+    ``autograd.Function`` (the same launches, no operator dispatch)."""
     sc = resolve_scale(scale, q.shape[-1] if isinstance(q, Tensor) else 64)
-    q, sc = positive_scale(q, sc)
     if _needs_grad(q, k, v):
         if out is not None:
             raise BadInput("out= cannot be used when q, k or v requires grad (autograd needs the "
@@ -187,7 +204,11 @@ def attention(q, k, v, *, causal=False, order="linear", schedule=None, tiles=Non
         o, s, tm, tn = op_spelling(order, schedule, tiles)
         bs = backward_schedule if backward_schedule is None or isinstance(
             backward_schedule, str) else backward_schedule.label
-        return torch.ops.sawtooth.cuda_attention_train(q, k, v, causal, o, s, tm, tn, sc, bs)[0]
+        _, _, btm, btn = op_spelling(order, None, backward_tiles)
+        if torch.compiler.is_compiling():
+            return torch.ops.sawtooth.cuda_attention_train(q, k, v, causal, o, s, tm, tn, sc, bs,
+                                                           btm, btn)[0]
+        return _Train.apply(q, k, v, causal, o, s, _tiles(tm, tn), sc, bs, _tiles(btm, btn))
     if torch.compiler.is_compiling():
         o, s, tm, tn = op_spelling(order, schedule, tiles)
         if out is None:

@@ -1,8 +1,8 @@
 """The CUDA twin's training path: the forward that also writes the log-sum-exp, and the backward
 (flash_bwd.cu), each one cache lookup and a few driver launches per repeated call.
 
-``forward(q, k, v, ...)`` returns ``(out, lse)``: ``lse`` is [B, H, S_pad] fp32 (S_pad: S_q
-rounded up to 8, 16-byte rows), the log-sum-exp of the scaled scores in log2 units.
+``forward(q, k, v, ...)`` returns ``(out, lse)``: ``lse`` is [B, H, S_q] fp32, the log-sum-exp
+of the scaled scores in log2 units.
 ``backward(dout, q, k, v, out, lse, ...)`` returns ``(dq, dk, dv)`` in q's type, contiguous:
 
     Δ = rowsum(dO ∘ O)                                  flash_bwd_delta
@@ -46,8 +46,8 @@ i32, i64 = np.int32, np.int64
 
 
 def lse_stride(S_q: int) -> int:
-    """Row length of the LSE and Δ buffers: S_q rounded up to 8 floats (16-byte rows)."""
-    return (S_q + 7) // 8 * 8
+    """Row length of the LSE and Δ buffers ([B, H, S_q] fp32, unpadded)."""
+    return S_q
 
 
 class Block:
@@ -167,8 +167,13 @@ class BwdPlan:
     ctas: int
 
 
+def default_backward_tiles(problem: Problem) -> Tiles:
+    """(TILE_M, TILE_N) of the backward when not given: ``BWD_TILES``."""
+    return BWD_TILES
+
+
 def plan(problem: Problem, order: ScanOrder, schedule: CtaSchedule | None,
-         num_sms: int) -> BwdPlan:
+         num_sms: int, tiles: Tiles | None = None) -> BwdPlan:
     """The backward's build and grid for ``problem``: ``schedule`` None or grid (one K/V tile per
     CTA) or static<P> (P persistent CTAs; the Q scan of their successive items alternates under
     the sawtooth order)."""
@@ -180,25 +185,33 @@ def plan(problem: Problem, order: ScanOrder, schedule: CtaSchedule | None,
         raise UnsupportedVariant(f"backward schedule {schedule.label!r}: the backward runs the "
                                  "grid launch or static<P>; pass backward_schedule='grid' or "
                                  "'static<P>'")
-    inst = BwdInstance(order.kind, kind, BWD_TILES, problem.D, problem.causal, problem.dtype)
-    hpc = heads_per_cta(problem, BWD_TILES, num_sms)
+    tiles = default_backward_tiles(problem) if tiles is None else tiles
+    try:
+        inst = BwdInstance(order.kind, kind, tiles, problem.D, problem.causal, problem.dtype)
+    except ValueError as e:
+        raise UnsupportedVariant(str(e)) from None
+    if 2 * tiles.m > inst.threads:
+        raise UnsupportedVariant(f"backward tiles {tiles.m}x{tiles.n}: TILE_N must be at least "
+                                 "TILE_M (one thread per LSE and per Δ value of a Q tile)")
+    hpc = heads_per_cta(problem, tiles, num_sms)
     chunks = problem.H // problem.H_kv // hpc
-    n_work = problem.B * problem.H_kv * chunks * cdiv(problem.S_kv, BWD_TILES.n)
+    n_work = problem.B * problem.H_kv * chunks * cdiv(problem.S_kv, tiles.n)
     ctas = n_work if kind == ScheduleKind.GRID else min(schedule.num_ctas, n_work)
     return BwdPlan(problem, inst, hpc, chunks, n_work, ctas)
 
 
-def _bwd_blocks(q, k, v, dout, out, causal, order, schedule, scale):
+def _bwd_blocks(q, k, v, dout, out, causal, order, schedule, scale, tiles):
     import torch
     problem = problem_from_tensors(q, k, v, causal, out)
     check_strides(q, k, v, out)
-    check_strides(dout)
+
     order = order if isinstance(order, ScanOrder) else ScanOrder.parse(order)
     if schedule is not None and not isinstance(schedule, CtaSchedule):
         schedule = CtaSchedule.parse(schedule)
     dev = q.device.index
     lim = device_limits(dev)
-    pl = plan(problem, order, schedule, lim.num_sms)
+    pl = plan(problem, order, schedule, lim.num_sms,
+              None if tiles is None else tiles if isinstance(tiles, Tiles) else Tiles(*tiles))
     inst, pr = pl.instance, problem
     if inst.smem_bytes > lim.smem_per_block_optin:
         raise UnsupportedVariant(f"{inst.name} needs {inst.smem_bytes} B of shared memory, over "
@@ -210,38 +223,43 @@ def _bwd_blocks(q, k, v, dout, out, causal, order, schedule, scale):
     ls = lse_stride(pr.S_q)
     rows = pr.B * pr.H * pr.S_q
     tpr = pr.D // 8
-    delta = Block(kd.ptr, cdiv(rows * tpr, 256), 256, 0,
+    delta = Block(kd.kernel.ptr, cdiv(rows * tpr, 256), 256, 0,
                   (np.uint64(0),) * 3 + tuple(i64(s) for t in (out, dout) for s in t.stride()[:3])
                   + (i32(pr.H), i32(pr.S_q), i32(ls), i64(rows)), 3, dev)
     g = 1 if order.kind != OrderKind.SAWTOOTH else order.group
+    bt = inst.tiles
     sl2 = math.log2(math.e) * scale
-    dkdv = Block(kk.ptr, pl.ctas, inst.threads, inst.smem_bytes,
-                 (np.uint64(0),) * 9 + tuple(i64(s) for t in (q, k, v, dout) for s in t.stride()[:3])
-                 + tuple(i32(x) for x in (pr.H, pr.H_kv, pr.S_q, pr.S_kv, cdiv(pr.S_q, BWD_TILES.m),
-                                          cdiv(pr.S_kv, BWD_TILES.n), pl.n_work, pl.heads_per_cta,
+    strides = tuple(i64(s) for t in (q, k, v, dout) for s in t.stride()[:3])
+    dkdv = Block(kk.kernel.ptr, pl.ctas, inst.threads, inst.smem_bytes,
+                 (np.uint64(0),) * 9 + strides
+                 + tuple(i32(x) for x in (pr.H, pr.H_kv, pr.S_q, pr.S_kv, cdiv(pr.S_q, bt.m),
+                                          cdiv(pr.S_kv, bt.n), pl.n_work, pl.heads_per_cta,
                                           pl.n_chunks, g, ls))
                  + (np.float32(sl2), np.float32(scale)), 9, dev)
     n = pr.B * pr.H * pr.S_q * pr.D
-    dq = Block(kq.ptr, cdiv(n // 8, 256), 256, 0,
+    dq = Block(kq.kernel.ptr, cdiv(n // 8, 256), 256, 0,
                (np.uint64(0),) * 2 + (np.float32(scale), i64(n)), 2, dev)
     return pl, delta, dkdv, dq
 
 
 def backward(dout, q, k, v, out, lse, causal: bool = False, order="linear", schedule=None,
-             scale: float | None = None):
+             scale: float | None = None, tiles=None):
     """(dq, dk, dv) of ``attention(q, k, v)`` for the output gradient ``dout``; ``out`` and
     ``lse`` are ``forward``'s. ``order`` and ``schedule`` choose the dK/dV kernel's Q scan and
-    CTA schedule (None: the grid launch)."""
+    CTA schedule (None: the grid launch), ``tiles`` its (TILE_M, TILE_N) (None:
+    ``default_backward_tiles``)."""
     import torch
     D = q.shape[-1]
     scale = 1 / math.sqrt(D) if scale is None else scale
     if dout.stride(-1) != 1 or any(s % 8 for s in dout.stride()[:3]) or dout.data_ptr() % 16:
         dout = dout.contiguous() if not dout.is_contiguous() else dout.clone()
     key = ("bwd", q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), v.stride(),
-           out.stride(), dout.shape, dout.stride(), dout.dtype, causal, order, schedule, scale)
+           out.stride(), dout.shape, dout.stride(), dout.dtype, causal, order, schedule, scale,
+           tiles)
     hit = _CACHE.get(key)
     if hit is None:
-        hit = _CACHE[key] = _bwd_blocks(q, k, v, dout, out, causal, order, schedule, scale)
+        hit = _CACHE[key] = _bwd_blocks(q, k, v, dout, out, causal, order, schedule, scale,
+                                        tiles)
     pl, delta, dkdv, dqk = hit
     pr = pl.problem
     _aligned(q, k, v, dout, out)
@@ -278,28 +296,38 @@ def _compile_bwd(names: list[str], device: int) -> None:
                        name_expressions=names).compile()
 
 
+def training_builds(problems, orders=("linear",), schedules=(ScheduleKind.GRID,),
+                    backward_tiles=(None,), arch=None) -> tuple[set, list[str]]:
+    """(training-forward ``Instance`` set, backward kernel names) of ``problems``: each family
+    default forward (``default_tiles`` / ``default_schedule`` on ``arch``) in every order, and
+    the backward builds of every order x schedule x tiles (None: the default tiles)."""
+    from .backend import instance_for
+    fwd, bwd = set(), set()
+    for pr in problems:
+        ft = default_tiles(pr, arch)
+        fs = default_schedule(pr, ft, arch)
+        for o in orders:
+            so = o if isinstance(o, ScanOrder) else ScanOrder.parse(o)
+            fwd.add(instance_for(Variant(Backend.CUDA, so, fs, ft), pr, lse=True))
+            for s in schedules:
+                for bt in backward_tiles:
+                    bt = default_backward_tiles(pr) if bt is None else Tiles(*bt)
+                    i = BwdInstance(so.kind, s, bt, pr.D, pr.causal, pr.dtype)
+                    bwd |= {i.name, delta_name(pr.D, pr.dtype), dq_name(pr.D, pr.dtype)}
+    return fwd, sorted(bwd)
+
+
 def warm(problems, orders=("linear",), schedules=(ScheduleKind.GRID,), device: int = 0,
-         jobs: int | None = None) -> None:
-    """Compile, in parallel processes, the training forward (each family default for the
-    problem, every order) and the backward builds (every order x schedule) the problems need,
-    into CuPy's disk cache; later launches only load them."""
+         jobs: int | None = None, backward_tiles=(None,)) -> None:
+    """Compile ``training_builds`` in parallel processes into CuPy's disk cache; later launches
+    only load them."""
     import multiprocessing
     import os
     from concurrent.futures import ProcessPoolExecutor
 
-    from .backend import instance_for, precompile
-    arch = arch_registry.detect()
-    fwd, bwd = set(), set()
-    for pr in problems:
-        tiles = default_tiles(pr, arch)
-        sched = default_schedule(pr, tiles, arch)
-        for o in orders:
-            so = o if isinstance(o, ScanOrder) else ScanOrder.parse(o)
-            fwd.add(instance_for(Variant(Backend.CUDA, so, sched, tiles), pr, lse=True))
-            for s in schedules:
-                i = BwdInstance(so.kind, s, BWD_TILES, pr.D, pr.causal, pr.dtype)
-                bwd |= {i.name, delta_name(pr.D, pr.dtype), dq_name(pr.D, pr.dtype)}
-    names = sorted(bwd)
+    from .backend import precompile
+    fwd, names = training_builds(problems, orders, schedules, backward_tiles,
+                                 arch_registry.detect())
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(names)))
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as ex:

@@ -48,7 +48,7 @@ from .fmha import (SCHED_GRID, WORK_HEAD_MAJOR, ZERO, ConstBool, ConstInt,
 # Δ = rowsum(dO ∘ O)
 # ------------------------------------------------------------------------------------------------
 @ct.kernel
-def bwd_preprocess(O, dO, Delta, H: ConstInt, TILE_D: ConstInt, TILE_M: ConstInt):
+def bwd_preprocess(O, dO, Delta, H: int, TILE_D: ConstInt, TILE_M: ConstInt):
     """Grid (⌈S_q/TILE_M⌉, B·H). O, dO [B, H, S_q, D]; Delta fp32 [B, H, S_q]."""
     m = ct.bid(0)
     bh = ct.bid(1)
@@ -91,11 +91,15 @@ def _dkdv_step(Q, dO, LSE, Delta, k, v, dk, dv, b, h, m, qk_scale, offs_n,
     return dk, dv
 
 
-def dkdv_tile_impl(Q, K, V, dO, LSE, Delta, dK, dV, qk_scale, sm_scale, b, kvh, n_tile, r,
-                   GROUP_SIZE: ConstInt, TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
+def dkdv_tile_impl(Q, K, V, dO, LSE, Delta, dK, dV, qk_scale, sm_scale, b, slot, n_tile, r,
+                   SPLIT, HEADS, TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
                    CAUSAL: ConstBool):
-    """dK, dV of K/V tile ``n_tile`` of K/V head (b, kvh): the Q tiles of the group's heads
-    scanned forward (r=0) or backward (r=1; heads in reverse too)."""
+    """dK, dV of K/V tile ``n_tile`` of output slot (b, slot): K/V head ``slot // SPLIT`` and
+    its query heads ``slot·HEADS .. slot·HEADS + HEADS − 1``, whose Q tiles are scanned forward
+    (r=0) or backward (r=1; heads in reverse too). Without a split (SPLIT=1, HEADS = the group
+    size) the slot is the K/V head and dK, dV are the gradients; with one, dK, dV are fp32
+    partial sums [B, H_kv·SPLIT, S_kv, D] that the host adds over the split."""
+    kvh = slot // SPLIT
     n_q = ct.cdiv(Q.shape[2], TILE_M)
     k = ct.reshape(ct.load(K, index=(b, kvh, n_tile, 0), shape=(1, 1, TILE_N, TILE_D),
                            padding_mode=ZERO), (TILE_N, TILE_D))               # [TILE_N, D]
@@ -115,8 +119,8 @@ def dkdv_tile_impl(Q, K, V, dO, LSE, Delta, dK, dV, qk_scale, sm_scale, b, kvh, 
         m_full = 0
         n_masked = 0
         n_free = n_q
-    for g in range(0, GROUP_SIZE):
-        h = kvh * GROUP_SIZE + g + r * (GROUP_SIZE - 1 - 2 * g)
+    for g in range(0, HEADS):
+        h = slot * HEADS + g + r * (HEADS - 1 - 2 * g)
         if CAUSAL:
             # forward scan: the diagonal (masked) tiles first, ascending
             for i in range(0, (1 - r) * n_masked):
@@ -136,29 +140,36 @@ def dkdv_tile_impl(Q, K, V, dO, LSE, Delta, dK, dV, qk_scale, sm_scale, b, kvh, 
                 dk, dv = _dkdv_step(Q, dO, LSE, Delta, k, v, dk, dv, b, h, m,
                                     qk_scale, offs_n, TILE_D, TILE_M, TILE_N, False)
     dk = dk * sm_scale
-    ct.store(dK, index=(b, kvh, n_tile, 0),
+    ct.store(dK, index=(b, slot, n_tile, 0),
              tile=ct.reshape(dk, (1, 1, TILE_N, TILE_D)).astype(dK.dtype))
-    ct.store(dV, index=(b, kvh, n_tile, 0),
+    ct.store(dV, index=(b, slot, n_tile, 0),
              tile=ct.reshape(dv, (1, 1, TILE_N, TILE_D)).astype(dV.dtype))
 
 
 @ct.kernel
 def bwd_dkdv(Q, K, V, dO, LSE, Delta, dK, dV, qk_scale: float, sm_scale: float,
-             H_KV: ConstInt, GROUP_SIZE: ConstInt, TILE_D: ConstInt, TILE_M: ConstInt,
+             N_SLOTS: int, SPLIT: int, TILE_D: ConstInt, TILE_M: ConstInt,
              TILE_N: ConstInt, CAUSAL: ConstBool, ORDER: ConstInt, GROUP: ConstInt,
              SCHED: ConstInt, WORK: ConstInt):
-    """Q, dO [B, H, S_q, D]; K, V, dK, dV [B, H_kv, S_kv, D]; LSE, Delta fp32 [B, H, S_q].
-    Work items (b, kvh, K/V tile): GRID (one per CTA, K/V tiles of a head fastest) or
-    PERSISTENT (round ``it`` takes items it·P .. it·P + P − 1; q-major: K/V tiles fastest,
-    head-major: heads fastest)."""
+    """Q, dO [B, H, S_q, D]; K, V [B, H_kv, S_kv, D]; dK, dV [B, N_SLOTS, S_kv, D] with
+    N_SLOTS = H_kv·SPLIT (``dkdv_tile_impl``); LSE, Delta fp32 [B, H, S_q]. Work items
+    (b, slot, K/V tile): GRID (one per CTA, K/V tiles of a slot fastest) or PERSISTENT (round
+    ``it`` takes items it·P .. it·P + P − 1; q-major: K/V tiles fastest, head-major: slots
+    fastest).
+
+    The split: with few K/V heads (MQA: one) the items number B·H_kv·⌈S_kv/TILE_N⌉, fewer than
+    the GPU holds, and each scans every query head of its group. SPLIT > 1 deals a group's query
+    heads over SPLIT items, each writing a partial sum; the host adds them in a fixed order
+    (deterministic, no atomics)."""
     cta = ct.bid(0)
     n_kv = ct.cdiv(K.shape[2], TILE_N)
-    n_bh = K.shape[0] * H_KV
+    n_bh = K.shape[0] * N_SLOTS
+    heads = Q.shape[1] // N_SLOTS                  # query heads per item
     if SCHED == SCHED_GRID:
         bh = cta // n_kv
-        dkdv_tile_impl(Q, K, V, dO, LSE, Delta, dK, dV, qk_scale, sm_scale, bh // H_KV,
-                       bh % H_KV, cta % n_kv, reversed_for(ORDER, GROUP, 0, cta),
-                       GROUP_SIZE, TILE_D, TILE_M, TILE_N, CAUSAL)
+        dkdv_tile_impl(Q, K, V, dO, LSE, Delta, dK, dV, qk_scale, sm_scale, bh // N_SLOTS,
+                       bh % N_SLOTS, cta % n_kv, reversed_for(ORDER, GROUP, 0, cta),
+                       SPLIT, heads, TILE_D, TILE_M, TILE_N, CAUSAL)
     else:
         total = n_kv * n_bh
         n_ctas = ct.num_blocks(0)
@@ -173,8 +184,9 @@ def bwd_dkdv(Q, K, V, dO, LSE, Delta, dK, dV, qk_scale: float, sm_scale: float,
                 n_tile = w % n_kv
             if w < total:
                 dkdv_tile_impl(Q, K, V, dO, LSE, Delta, dK, dV, qk_scale, sm_scale,
-                               bh // H_KV, bh % H_KV, n_tile, reversed_for(ORDER, GROUP, it, cta),
-                               GROUP_SIZE, TILE_D, TILE_M, TILE_N, CAUSAL)
+                               bh // N_SLOTS, bh % N_SLOTS, n_tile,
+                               reversed_for(ORDER, GROUP, it, cta), SPLIT, heads, TILE_D,
+                               TILE_M, TILE_N, CAUSAL)
             it = it + 1
 
 
@@ -251,8 +263,8 @@ def dq_tile_impl(Q, K, V, dO, LSE, Delta, dQ, qk_scale, sm_scale, b, h, kvh, q_t
 
 
 @ct.kernel
-def bwd_dq(Q, K, V, dO, LSE, Delta, dQ, qk_scale: float, sm_scale: float, H: ConstInt,
-           GROUP_SIZE: ConstInt, TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
+def bwd_dq(Q, K, V, dO, LSE, Delta, dQ, qk_scale: float, sm_scale: float, H: int,
+           GROUP_SIZE: int, TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
            CAUSAL: ConstBool, EVEN_K: ConstBool, ORDER: ConstInt, GROUP: ConstInt,
            SCHED: ConstInt, WORK: ConstInt):
     """Q, dO, dQ [B, H, S_q, D]; K, V [B, H_kv, S_kv, D]; LSE, Delta fp32 [B, H, S_q]. Work

@@ -144,6 +144,9 @@ def attention(q, k, v, *, causal=False, order="linear", schedule=None, tiles=Non
             raise UnsupportedVariant(f"level={level} has no backward (the log-sum-exp the "
                                      "backward reads needs level >= 2): use level >= 2, or "
                                      "call it under torch.no_grad()")
+        if not torch.compiler.is_compiling():
+            return _EagerAttention.apply(q, k, v, causal, order, schedule, tiles, occupancy,
+                                         arch, level, scale)
         o, s, tm, tn = op_spelling(order, schedule, tiles)
         return torch.ops.sawtooth.cutile_attention(q, k, v, causal, o, s, tm, tn, occupancy,
                                                    arch, level, _scale_arg(scale), True)[0]
@@ -159,6 +162,29 @@ def attention(q, k, v, *, causal=False, order="linear", schedule=None, tiles=Non
     return backend.attention(q, k, v, causal=causal, order=order, schedule=schedule,
                              tiles=tiles, occupancy=occupancy, arch=arch, level=level, out=out,
                              scale=scale)
+
+
+class _EagerAttention(torch.autograd.Function):
+    """The differentiable eager call: the same forward (with the log-sum-exp) and backward as
+    the operator's registered autograd, without the dispatcher's per-call cost (the operator is
+    what ``torch.compile`` traces; opcheck tests its registration)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, order, schedule, tiles, occupancy, arch, level, scale):
+        lse = backward.stat_buffer(q)
+        out = backend.attention(q, k, v, causal=causal, order=order, schedule=schedule,
+                                tiles=tiles, occupancy=occupancy, arch=arch, level=level,
+                                scale=scale, lse=lse)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.causal, ctx.scale = causal, scale
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = backward.attention_backward(dout, q, k, v, out, lse, causal=ctx.causal,
+                                                 scale=ctx.scale)
+        return dq, dk, dv, None, None, None, None, None, None, None, None
 
 
 def _scale_arg(scale):

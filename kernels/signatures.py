@@ -133,17 +133,16 @@ class BackwardCase:
     group: int = 1
     sched: int = 0
     work: int = 0
+    split: int = 1                # dK/dV: query heads of a group dealt over this many items
 
     def constants(self) -> tuple:
         """The kernel's constant arguments, in kernel order (``kernels.fmha_bwd``)."""
         if self.kernel == "preprocess":
-            return (int(self.H), int(self.D), int(self.tile_m))
+            return (int(self.D), int(self.tile_m))
         tail = (bool(self.causal),)
         if self.kernel == "dq":
             tail += (self.S_kv % self.tile_n == 0,)
-        heads = self.H_kv if self.kernel == "dkdv" else self.H
-        return ((int(heads), int(self.H // self.H_kv), int(self.D), int(self.tile_m),
-                 int(self.tile_n)) + tail
+        return ((int(self.D), int(self.tile_m), int(self.tile_n)) + tail
                 + (int(self.order), int(self.group), int(self.sched), int(self.work)))
 
     def signature(self) -> KernelSignature:
@@ -154,13 +153,15 @@ class BackwardCase:
         stat = jit_like_array((self.B, self.H, self.S_q), ct.float32,
                               strides=(self.H * sp, sp, 1))
         q, kv = jit_like_array(qshape, dt), jit_like_array(kvshape, dt)
-        f32 = ScalarConstraint(ct.float32)
+        f32, i32 = ScalarConstraint(ct.float32), ScalarConstraint(ct.int32)
         if self.kernel == "preprocess":
-            params = [q, q, stat]
+            params = [q, q, stat, i32]
         elif self.kernel == "dkdv":
-            params = [q, kv, kv, q, stat, stat, kv, kv, f32, f32]
+            grad = kv if self.split == 1 else jit_like_array(
+                (self.B, self.H_kv * self.split, self.S_kv, self.D), ct.float32)
+            params = [q, kv, kv, q, stat, stat, grad, grad, f32, f32, i32, i32]
         else:
-            params = [q, kv, kv, q, stat, stat, q, f32, f32]
+            params = [q, kv, kv, q, stat, stat, q, f32, f32, i32, i32]
         params += list(self.constants())
         cc = (CallingConvention.cutile_python_v2() if _needs_v2(params)
               else CallingConvention.cutile_python_v1())

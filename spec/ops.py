@@ -31,17 +31,19 @@ def op_spelling(order: str | ScanOrder, schedule: str | CtaSchedule | None,
 
 def resolve_scale(scale, head_dim: int) -> float:
     """The softmax scale of an attention call, as SDPA's ``scale=``: None means ``1/sqrt(D)``;
-    any finite real number is taken as given (0 gives uniform weights, a negative one reverses
-    the ranking, both as SDPA does). A bool, a non-number or a non-finite value is a
-    ``BadInput``."""
+    a finite positive number is taken as given. A bool, a non-number, a non-finite value or a
+    scale <= 0 is a ``BadInput``: the kernels fold the scale into the running row maximum
+    (``max(s)·scale`` is the maximum of ``s·scale`` only for scale > 0) and mask before scaling,
+    so a scale <= 0 would give a silently wrong result (SDPA's own flash backend returns NaN for
+    a negative scale with ``is_causal``)."""
     if scale is None:
         return 1.0 / math.sqrt(head_dim)
     if isinstance(scale, bool) or not isinstance(scale, (int, float)):
         raise BadInput(f"scale={scale!r}: pass a float (the softmax scale, as SDPA's scale=) or "
                        "None for 1/sqrt(head_dim)")
-    if not math.isfinite(scale):
-        raise BadInput(f"scale={scale!r} is not finite; pass a finite float or None for "
-                       "1/sqrt(head_dim)")
+    if not math.isfinite(scale) or scale <= 0:
+        raise BadInput(f"scale={scale!r}: the softmax scale must be a finite number > 0 (or "
+                       "None for 1/sqrt(head_dim))")
     return float(scale)
 
 

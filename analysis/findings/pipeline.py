@@ -20,6 +20,10 @@ from spec.records import Metric
 
 PIPELINE_PREDICTION = "profiles/cpu/prediction-h100-pipeline-20261127"
 PIPELINE_RUN = "profiles/h100/pipeline-20261127"
+SPILLS_PREDICTION = "profiles/cpu/prediction-h100-spills-20261127"
+SPILLS_RUN = "profiles/h100/spills-20261127"
+"""The second test (section P8): a build that spills inside its step loop beside its twin that
+does not (the spills study, causal cuTile Static, occupancy 1 and 2)."""
 
 
 _STEP = re.compile(r"step (\d+(?:\.\d+)?) ns")
@@ -47,8 +51,9 @@ def pipeline_check(predicted: Sequence[dict], counters: Sequence[dict],
                                                      float(r["hi"]))
     ms: dict[tuple, list[float]] = {}
     for r in timing:
+        note = r.get("note") or ""
         if (r["metric"] == Metric.KERNEL_TIME_MS and r.get("source") == "measured"
-                and "stream=off" in (r.get("note") or "")):
+                and ("stream=" not in note or "stream=off" in note)):
             ms.setdefault((r["variant"], str(r["causal"])), []).append(float(r["value"]))
     out = []
     for k in sorted(meas):
@@ -59,6 +64,18 @@ def pipeline_check(predicted: Sequence[dict], counters: Sequence[dict],
         out.append(dict(variant=k[0], causal=k[1], misses=m, misses_lo=lo, misses_hi=hi,
                         predicted=p, err_pct=100 * (p / m - 1) if p else None,
                         ms=t, predicted_ms=tp, ms_err_pct=100 * (tp / t - 1)))
+    return out
+
+
+def spill_cost(rows: Sequence[dict]) -> list[dict]:
+    """What a spill costs per step, measured: the time a spilling build adds over its spill-free
+    twin (``occ1`` over ``occ2`` of the same order)."""
+    ms = {r["variant"]: r["ms"] for r in rows}
+    out = []
+    for v, t in ms.items():
+        if ".occ1" in v and v.replace(".occ1", ".occ2") in ms:
+            t2 = ms[v.replace(".occ1", ".occ2")]
+            out.append(dict(variant=v, ms=t, twin_ms=t2, added_pct=100 * (t / t2 - 1)))
     return out
 
 

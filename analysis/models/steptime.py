@@ -18,17 +18,19 @@ A build's timing (``StepTiming``): the compute of one step (``step_s``), the loa
 latency of an L2 hit and of a DRAM fill, and the prefetch depth. The simulator's time unit is
 the step: hit and miss latencies enter as fractions of it (``units``).
 
-- **Prefetch depth** from the build: the CUDA twin's ``stages`` template parameter minus one;
-  a cuTile build's K/V loads carry latency hints (K 2, V 4) that ask the compiler to issue TMA
-  loads ahead of use: one step ahead is assumed (``CUTILE_PREFETCH``; not read off the SASS).
+- **Prefetch depth** from the build: the CUDA twin's ``stages`` template parameter minus one; a
+  cuTile build whose cubin was read (``BuildCosts``): the K/V pairs its shared memory holds
+  beside the Q tile, minus one (its K and V arrive by TMA from a producer loop of their own);
+  otherwise one step ahead (``CUTILE_PREFETCH``).
 - **Latencies**: the arch registry's (``spec.arch.Memory``): measured by pointer chase on the
   H100 (unloaded); for an arch without a measurement, a stated range (``LatencyRange``).
 - **Step compute**: measured on the H100 for a reference build of each family (``REFERENCE``,
   seconds per step of one CTA alone on its SM), scaled by the step's FLOPs (tile M x N x D) and
   by the resident CTAs per SM (CTAs sharing an SM share its issue slots); on another arch,
   scaled by a stated speed ratio range (``SpeedRange``: between the ratio of SM clocks, if the
-  step is issue-bound, and the ratio of dense fp16 tensor rates per SM, if it is MMA-bound); plus
-  the local-memory traffic of a build that spills inside its step loop (``spill_s``).
+  step is issue-bound, and the ratio of dense fp16 tensor rates per SM, if it is MMA-bound); plus,
+  for a build that spills inside its step loop, its in-loop local accesses at the cost one
+  measured on the H100 (``SPILL_S_PER_ACCESS``), and its stacks' share of the L2 (``BuildCosts``).
 
 Nothing here is fitted to a count: the simulator's misses follow from these inputs.
 """
@@ -108,22 +110,58 @@ DRAM_LATENCY: dict[str, LatencyRange] = {
                          "controllers, under load (an assumption)"),
 }
 
-SPILL_BYTES = (4, 16)
-"""Bytes per thread of one spilled local access (LDL/STL .32 to .128): the range of a build's
-local traffic per step when the count is known but not the width."""
-L1_BYTES_PER_CLOCK = 128
-"""Local-memory bytes an SM's L1 serves per clock (spilled stacks that stay in L1)."""
+L1_BYTES: dict[str, int] = {"h100": 256 << 10, "h200": 256 << 10, "gb10": 128 << 10}
+"""Combined L1 / shared memory per SM (NVIDIA's Hopper tuning guide; GB10: consumer Blackwell,
+128 KB per SM, Chips and Cheese). What a build's shared memory leaves of it caches its stack."""
+
+SPILL_S_PER_ACCESS = 142.7e-9 / 8
+"""Seconds one spilled access in the bulk K/V step loop (LDL or STL, per thread, 256 threads)
+adds to a step, measured on the H100: the causal cuTile Static linear build at occupancy 1 (8 per
+bulk step, 4 LDL + 4 STL; its 680 B stacks held in L2) runs 325.7 ms against its spill-free
+twin's 251.3 ms, 143 ns more per step (findings P8b, profiles/h100/spills-20261127). An upper
+bound: the two builds differ in more than their spills (255 against 128 registers, deeper K/V
+buffers). Measured where the stacks fit in L2; a stack larger than the L2 costs far more (the
+sawtooth twin, 1888 B: 6.5x), which this does not model."""
+
+
+@dataclass(frozen=True)
+class BuildCosts:
+    """What a build's compiled code does per K/V step, read off its cubin: local loads and stores
+    per thread in its bulk step loop (``nvdisasm``: spilled registers), its stack frame per thread
+    and its shared memory per CTA (``cuobjdump``), which holds its K/V buffers (``prefetch``)."""
+
+    local_accesses: float = 0.0
+    stack_bytes: int = 0
+    smem_bytes: int = 0
+    source: str = ""
+
+    def prefetch(self, tile_bytes: int) -> int | None:
+        """Steps ahead its K/V loads are issued: the shared memory beside one Q tile holds
+        ``2·s`` tiles of ``tile_bytes`` (``s`` K/V pairs in flight), so loads run ``s − 1``
+        steps ahead; None when the shared memory is not known."""
+        if self.smem_bytes <= 0:
+            return None
+        pairs = (self.smem_bytes - tile_bytes) // (2 * tile_bytes)
+        return max(0, int(pairs) - 1)
+
+    def l2_bytes(self, threads: int, ctas_per_sm: int, l1_bytes: int) -> int:
+        """Bytes of stack per SM that do not fit the L1 its CTAs' shared memory leaves, and so
+        live in L2 beside K and V (re-touched every step: the most recently used lines)."""
+        left = max(0, l1_bytes - ctas_per_sm * self.smem_bytes)
+        return max(0, ctas_per_sm * self.stack_bytes * threads - left)
 
 
 @dataclass(frozen=True)
 class StepTiming:
-    """One build's step on one arch: compute seconds, hit and fill latencies, prefetch depth."""
+    """One build's step on one arch: compute seconds, hit and fill latencies, prefetch depth,
+    and the L2 its spilled stacks occupy over the whole launch."""
 
     step_s: float
     hit_s: float
     miss_s: float
     prefetch: int
     source: str
+    stack_l2_bytes: int = 0
 
     def units(self) -> dict:
         """The ``TimeParams`` fields of the pipeline model (time unit: one step of compute)."""
@@ -138,22 +176,16 @@ def prefetch_of(case: Case) -> int:
     return v.pipeline_stages - 1 if v.backend == Backend.CUDA else CUTILE_PREFETCH
 
 
-def spill_s(local_accesses: float, threads: int, clock_hz: float, width: int) -> float:
-    """Seconds per step an SM spends serving a build's in-loop spilled accesses from L1:
-    ``local_accesses`` per thread per step of ``width`` bytes each."""
-    return local_accesses * threads * width / L1_BYTES_PER_CLOCK / clock_hz
-
-
-def step_timing(case: Case, arch: Arch, point: str = "mid", *, local_accesses: float = 0.0,
+def step_timing(case: Case, arch: Arch, point: str = "mid", *, spills: BuildCosts = BuildCosts(),
                 threads: int = 256, speed: str | None = None, latency: str | None = None,
-                width: str | None = None, prefetch: int | None = None) -> StepTiming:
+                prefetch: int | None = None) -> StepTiming:
     """The timing of ``case``'s build on ``arch`` at the ``point`` (``lo``, ``mid``, ``hi``) of
     every range the arch needs, or at ``speed``, ``latency`` and ``width`` separately (the step's
     speed ratio, the DRAM latency, the spilled access width); ``local_accesses``: spilled loads
     and stores per thread per step of the build's compiled loop (0: no spill); ``prefetch``
     overrides the build's depth (a sensitivity scan)."""
-    speed, latency, width = (x or point for x in (speed, latency, width))
-    for name, x in (("speed", speed), ("latency", latency), ("width", width)):
+    speed, latency = (x or point for x in (speed, latency))
+    for name, x in (("speed", speed), ("latency", latency)):
         if x not in ("lo", "mid", "hi"):
             raise ValueError(f"{name} point must be lo, mid or hi, got {x!r}")
     v = case.variant
@@ -167,7 +199,7 @@ def step_timing(case: Case, arch: Arch, point: str = "mid", *, local_accesses: f
     step = t_ref * (4 * t.m * t.n * case.problem.D / flops_ref) * scale * per_sm
     mem = arch.memory
     hit = mem.l2_hit_s if mem and mem.l2_hit_s else 143.4e-9
-    notes = [f"step {step * 1e9:.0f} ns: {where}, x{scale:.3g} ({arch.name} speed {speed}), "
+    notes = [f"compute {step * 1e9:.0f} ns: {where}, x{scale:.3g} ({arch.name} speed {speed}), "
              f"x{per_sm} CTAs per SM"]
     rng = DRAM_LATENCY.get(arch.name)
     if rng is not None:
@@ -179,14 +211,23 @@ def step_timing(case: Case, arch: Arch, point: str = "mid", *, local_accesses: f
     else:
         raise ValueError(f"no DRAM latency for {arch.name}: measure it (python -m "
                          f"experiments.instruments.latency) or state a range in DRAM_LATENCY")
-    if local_accesses > 0:
-        clock = H100_CLOCK_HZ / rng_speed.lo
-        w = {"lo": SPILL_BYTES[0], "mid": math.sqrt(SPILL_BYTES[0] * SPILL_BYTES[1]),
-             "hi": SPILL_BYTES[1]}[width]
-        extra = spill_s(local_accesses, threads, clock, w)
+    stack_l2 = 0
+    if spills.local_accesses > 0:
+        extra = spills.local_accesses * SPILL_S_PER_ACCESS * scale * per_sm
         step += extra
-        notes.append(f"+{extra * 1e9:.0f} ns of spills ({local_accesses:g} local accesses "
-                     f"per thread per step, {w:g} B)")
-    d = prefetch_of(case) if prefetch is None else int(prefetch)
-    notes.append(f"prefetch {d}")
-    return StepTiming(step, hit, miss, d, "; ".join(notes))
+        notes.append(f"+{extra * 1e9:.0f} ns of spills ({spills.local_accesses:g} local "
+                     f"accesses per thread per step, measured cost on the H100)")
+    if spills.stack_bytes > 0 and spills.local_accesses > 0:
+        sms = min(arch.num_sms, case.resident)
+        stack_l2 = sms * spills.l2_bytes(threads, per_sm, L1_BYTES.get(arch.name, 0))
+        notes.append(f"stacks {spills.stack_bytes} B/thread: {stack_l2 / 2**20:.1f} MiB in L2")
+    tile_bytes = t.n * case.problem.D * case.problem.dtype.nbytes
+    built = spills.prefetch(tile_bytes)
+    d = int(prefetch) if prefetch is not None else (built if built is not None
+                                                    else prefetch_of(case))
+    notes.append(f"prefetch {d}" + (f" ({spills.smem_bytes} B of shared memory)"
+                                    if prefetch is None and built is not None else ""))
+    if spills.source:
+        notes.append(spills.source)
+    return StepTiming(step, hit, miss, d, f"step {step * 1e9:.0f} ns = " + "; ".join(notes),
+                      stack_l2)

@@ -9,6 +9,7 @@ to the cache as on GB10 (the effect under study depends on that ratio, not on S 
 from __future__ import annotations
 
 from spec import (Arch, Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant, get_arch)
+from analysis.models.steptime import BuildCosts
 from spec.case import Case
 from spec.schedules import WorkOrder, section_heads
 
@@ -33,25 +34,49 @@ PAPER_L2 = get_arch("gb10").l2_bytes
 AUTHORS_TOOLCHAIN = "cuda-tile 1.0.x, tileiras 13.1.80"
 """The toolchain the paper's cuTile builds were most likely compiled with (the releases before the
 authors' counts; 1.1.0 already rejects their sawtooth sources)."""
-AUTHORS_LOCAL_ACCESSES: dict[tuple[str, str, bool], float] = {
-    ("persistent", "linear", True): 80.0,
-    ("tile", "linear", True): 73.0,
+AUTHORS_BUILDS: dict[tuple[str, str], str] = {
+    ("persistent", "linear"): "authors.AttentionFMHAFullyStatic",
+    ("persistent", "sawtooth"): "authors.AttentionFMHAFullyStaticAlt",
+    ("tile", "linear"): "authors.AttentionFMHATile",
+    ("tile", "sawtooth"): "authors.AttentionFMHATileAlt",
 }
-"""Spilled local loads and stores (LDL + STL) per thread inside the K/V step loop of the paper's
-cuTile builds compiled for sm_121 with ``AUTHORS_TOOLCHAIN`` (../shared/authors-builds.md: the
-causal linear builds spill inside their MMA loops, 456 B of stack; the causal sawtooth and every
-non-causal build do not). Keyed by (schedule, order, causal)."""
+"""The paper's cuTile kernel that each GB10 case of the sawtooth study stands for (SchrodingerZhu/
+AttnFMHA), by (schedule, order); ``.causal`` / ``.noncausal`` name its two builds."""
+AUTHORS_CUDA_TILE = "1.0.1"
+"""The cuda-tile release of ``AUTHORS_TOOLCHAIN`` whose cubins the GB10 study reads."""
+
+SM90_BUILDS: dict[tuple[str, str, bool, int], BuildCosts] = {
+    ("persistent", "linear", True, 1): BuildCosts(8.0, 680, 140560),
+    ("persistent", "sawtooth", True, 1): BuildCosts(200.0, 1888, 189808),
+}
+"""What this project's causal cuTile 64x64 D=64 builds do per step on sm_90 at occupancy 1
+(cuda-tile 1.7, 255 registers; at occupancy 2 none spills): LDL + STL per thread in the bulk step
+loop (linear 4 + 4, sawtooth 100 + 100; the diagonal tile's loop, once per item, aside), stack
+bytes per thread and shared memory per CTA. Keyed by (schedule, order, causal, occupancy); the
+builds-toolchains run (``analysis.data.steps``) holds them, and test_steptime checks the two
+agree."""
 
 
-def build_local_accesses(case: Case, arch: Arch) -> float:
-    """In-loop spilled accesses per thread per step of the build ``case`` stands for on ``arch``:
-    on GB10 the paper's cuTile builds (``AUTHORS_LOCAL_ACCESSES``); elsewhere this project's
-    builds, which the study keeps spill-free (tests/cpu/test_study_builds.py)."""
+def build_costs(case: Case, arch: Arch) -> BuildCosts:
+    """What the build ``case`` stands for on ``arch`` does per step, as read off its cubin: on
+    GB10 the paper's cuTile builds compiled with ``AUTHORS_TOOLCHAIN`` (the registered
+    builds-toolchains run), on sm_90 this project's spilling builds (``SM90_BUILDS``); nothing
+    known (the family's defaults) otherwise."""
     v = case.variant
-    if arch.name != "gb10" or v.backend != Backend.CUTILE:
-        return 0.0
+    if v.backend != Backend.CUTILE:
+        return BuildCosts()
     sched = "persistent" if v.schedule.is_persistent else "tile"
-    return AUTHORS_LOCAL_ACCESSES.get((sched, v.order.label, case.problem.causal), 0.0)
+    if arch.name == "gb10":
+        from analysis.data.steps import step_costs
+        name = AUTHORS_BUILDS[(sched, v.order.label)]
+        name += ".causal" if case.problem.causal else ".noncausal"
+        b = step_costs()[(name, AUTHORS_CUDA_TILE, arch.sm)]
+        return BuildCosts(b.bulk_spill_per_step, b.stack, b.shared,
+                          f"build {name}, cuda-tile {b.cuda_tile} / tileiras {b.tileiras}")
+    if arch.sm == "sm_90":
+        return SM90_BUILDS.get((sched, v.order.label, case.problem.causal, v.occupancy or 1),
+                               BuildCosts())
+    return BuildCosts()
 
 
 def scaled_seq(arch: Arch, s_paper: int = PAPER_S, quantum: int = 32768) -> int:
@@ -93,6 +118,21 @@ def sawtooth_plan(arch: Arch) -> list[Case]:
         prob = Problem(B=b, H=1, S_q=s, D=64)
         for v in _twins(Backend.CUDA, CtaSchedule.persistent(p), Tiles(80, 80)):
             cases.append(Case(prob, v, p, "cuda-batch"))
+    return cases
+
+
+def spills_plan(arch: Arch) -> list[Case]:
+    """A build that spills beside its twin that does not, same access stream: the causal cuTile
+    Static pairs (B=8, 64x64, D=64, one persistent CTA per SM, the sawtooth study's length) at
+    occupancy 1, where sm_90 builds spill inside the step loop (``SM90_BUILDS``), and at
+    occupancy 2, where they do not. What the spills do to each CTA's step, to the misses of a
+    causal launch (whose CTAs bunch or drift by their speed) and to the sawtooth-vs-linear time
+    comparison: the H100 test of the paper's GB10 builds, whose causal linear twins spill."""
+    prob = Problem(B=8, H=1, S_q=scaled_seq(arch), D=64, causal=True)
+    cases = []
+    for occ in (AUTHORS_OCCUPANCY, CUTILE_STUDY_OCCUPANCY):
+        for v in _twins(Backend.CUTILE, CtaSchedule.persistent(arch.num_sms), Tiles(64, 64), occ):
+            cases.append(Case(prob, v, arch.num_sms, f"spills-static-occ{occ}"))
     return cases
 
 

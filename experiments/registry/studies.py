@@ -20,7 +20,7 @@ from paper_figures.catalogue import figures_of
 
 from .plans import (active_sms_plan, cuda_tiles_plan, divergence_plan, drift_plan, hints_plan,
                     l1l2_plan, ladder_plan, longseq_plan, misscost_plan, reuse_plan, sawtooth_plan,
-                    scaling_plan, traffic_plan)
+                    scaling_plan, spills_plan, traffic_plan)
 from .suites import bench_plan, hostpath_plan, models_plan, shapes_plan
 
 
@@ -117,6 +117,9 @@ STUDIES: dict[str, Study] = {
         Study("reuse", "reuse-distance histograms and LRU miss-ratio curves (simulator only), "
               "linear vs sawtooth vs block-parity, every arch's L2 marked",
               reuse_plan, measurable=False, simulate="experiments.simulation.simulate:reuse_rows"),
+        Study("spills", "a spilling build beside its spill-free twin (causal cuTile Static at "
+              "occupancy 1 and 2): misses, time and the sawtooth-vs-linear comparison",
+              spills_plan),
         Study("hints", "the paper's cuTile occupancy hint (1) beside the study's (2): misses "
               "and time of the non-causal Static and Tile-based pairs",
               hints_plan, groups=("dram",)),

@@ -137,11 +137,11 @@ def pipeline_params(tp: timesim.TimeParams, case: Case, arch: Arch,
     """``tp`` with the pipeline model of ``case``'s build on ``arch``
     (``analysis.models.steptime``): its step, latencies and prefetch depth at ``point`` of the
     arch's assumed ranges, and the in-loop spills of the build the study names
-    (``experiments.registry.plans.build_local_accesses``)."""
-    from ..registry.plans import build_local_accesses
-    timing = steptime.step_timing(case, arch, point,
-                                  local_accesses=build_local_accesses(case, arch))
-    return replace(tp, **timing.units())
+    (``experiments.registry.plans.build_costs``): their time per step and the L2 their stacks hold."""
+    from ..registry.plans import build_costs
+    timing = steptime.step_timing(case, arch, point, spills=build_costs(case, arch))
+    return replace(tp, capacity_bytes=max(0, tp.capacity_bytes - timing.stack_l2_bytes),
+                   **timing.units())
 
 
 def timed_rows(case: Case, arch: Arch, params: calibration.ArchParams,

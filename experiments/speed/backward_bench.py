@@ -29,7 +29,7 @@ FIELDS = ("family", "half", "problem", "launcher", "fwd_bwd_ms", "bwd_ms", "n_ca
           "grad_rel_diff", "device")
 
 
-def _launchers(pr):
+def _launchers(pr, variants=()):
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -42,9 +42,33 @@ def _launchers(pr):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=pr.causal,
                                                       enable_gqa=gqa)
         return run
-    return {"cuda": lambda q, k, v: attention(q, k, v, causal=pr.causal),
-            "flash": peer(SDPBackend.FLASH_ATTENTION),
-            "cudnn": peer(SDPBackend.CUDNN_ATTENTION)}
+    out = {"cuda": lambda q, k, v: attention(q, k, v, causal=pr.causal),
+           "flash": peer(SDPBackend.FLASH_ATTENTION),
+           "cudnn": peer(SDPBackend.CUDNN_ATTENTION)}
+    for name, kw in variants:
+        out[f"cuda-{name}"] = (lambda kw: lambda q, k, v: attention(q, k, v, causal=pr.causal,
+                                                                    **kw))(kw)
+    return out
+
+
+def parse_variants(text: str | None) -> list[tuple[str, dict]]:
+    """``--variants``: comma-separated backward configurations of the CUDA twin timed beside
+    the default, each ``<TILE_M>x<TILE_N>`` and optionally ``/<order>/<schedule>`` (e.g.
+    ``64x64``, ``64x128/sawtooth/static132``)."""
+    out = []
+    for item in filter(None, (text or "").split(",")):
+        parts = item.split("/")
+        try:
+            tm, tn = (int(x) for x in parts[0].split("x"))
+        except ValueError:
+            raise ValueError(f"--variants item {item!r}: <TILE_M>x<TILE_N>[/order[/schedule]]")
+        kw: dict = {"backward_tiles": (tm, tn)}
+        if len(parts) > 1:
+            kw["order"] = parts[1]
+        if len(parts) > 2:
+            kw["backward_schedule"] = parts[2]
+        out.append((item.replace("/", "-"), kw))
+    return out
 
 
 def _time_loop(fn, n: int) -> float:
@@ -85,15 +109,21 @@ def _measure(attn, q, k, v, dout, repeats: int):
     return fb, statistics.median(times), n, grads
 
 
-def run(half: str, repeats: int, only: str | None):
+def run(half: str, repeats: int, only: str | None, variants=()):
     import torch
 
     from experiments.measurement.correctness import random_inputs
     from experiments.registry.suites import model_problems
     from cuda_baseline.training import warm
     dev = torch.cuda.get_device_name()
-    warm([pr for _, h, pr in model_problems() if h == half and (not only or only in pr.label)],
-         ("linear",))
+    probs = [pr for _, h, pr in model_problems() if h == half and (not only or only in pr.label)]
+    warm(probs, ("linear",))
+    for _, kw in variants:
+        from spec.schedules import CtaSchedule
+        sched = kw.get("backward_schedule")
+        warm(probs, (kw.get("order", "linear"),),
+             (CtaSchedule.parse(sched).kind if sched else CtaSchedule.grid().kind,),
+             backward_tiles=(kw["backward_tiles"],))
     rows = []
     for fam, h, pr in model_problems():
         if h != half or (only and only not in pr.label):
@@ -102,7 +132,7 @@ def run(half: str, repeats: int, only: str | None):
         gen = torch.Generator(device="cuda").manual_seed(1)
         dout = torch.randn(q.shape, generator=gen, device="cuda", dtype=q.dtype)
         flash_grads = cuda_grads = None
-        for name, attn in _launchers(pr).items():
+        for name, attn in _launchers(pr, variants).items():
             try:
                 fb, bw, n, grads = _measure(attn, q, k, v, dout, repeats)
             except RuntimeError as e:   # a peer that refuses the problem
@@ -135,15 +165,18 @@ def summary(rows) -> list[str]:
     for r in rows:
         by.setdefault(r[2], {})[r[3]] = r
     lines = []
+    mine = sorted({r[3] for r in rows if r[3].startswith("cuda")})
     for measure, col in (("fwd+bwd", 4), ("bwd", 5)):
         for peer in ("flash", "cudnn"):
-            ratios = [by[p][peer][col] / by[p]["cuda"][col] for p in by
-                      if peer in by[p] and "cuda" in by[p]
-                      and by[p][peer][col] == by[p][peer][col] and by[p]["cuda"][col] > 0]
-            if ratios:
-                gm = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
-                lines.append(f"{measure}: {peer} / cuda geo-mean {gm:.3f} over {len(ratios)} "
-                             f"problems (min {min(ratios):.3f}, max {max(ratios):.3f})")
+            for me in mine:
+                ratios = [by[p][peer][col] / by[p][me][col] for p in by
+                          if peer in by[p] and me in by[p]
+                          and by[p][peer][col] == by[p][peer][col] and by[p][me][col] > 0]
+                if ratios:
+                    gm = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+                    lines.append(f"{measure}: {peer} / {me} geo-mean {gm:.3f} over "
+                                 f"{len(ratios)} problems (min {min(ratios):.3f}, "
+                                 f"max {max(ratios):.3f})")
     return lines
 
 
@@ -153,6 +186,8 @@ def main(argv=None) -> int:
     ap.add_argument("--half", choices=("tuning", "validation"), default="validation")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--only", help="problems whose label contains this")
+    ap.add_argument("--variants", help="backward configurations timed beside the default "
+                    "(parse_variants): e.g. 64x64,64x128/sawtooth/static132")
     ap.add_argument("--out", help="CSV to write (refused if it exists)")
     ap.add_argument("--dry-run", action="store_true", help="list the problems and exit")
     a = ap.parse_args(argv)
@@ -162,13 +197,18 @@ def main(argv=None) -> int:
     if a.repeats < 1:
         print(f"--repeats {a.repeats}: at least 1", file=sys.stderr)
         return 2
+    try:
+        variants = parse_variants(a.variants)
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 2
     if a.dry_run:
         from experiments.registry.suites import model_problems
         for fam, h, pr in model_problems():
             if h == a.half and (not a.only or a.only in pr.label):
                 print(fam, pr.label)
         return 0
-    rows = run(a.half, a.repeats, a.only)
+    rows = run(a.half, a.repeats, a.only, variants)
     if a.out:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         with open(a.out, "w", newline="") as f:

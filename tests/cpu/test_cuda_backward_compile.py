@@ -1,8 +1,9 @@
 """CPU checks of the CUDA twin's backward: instantiation names and the host-side plan (work items,
 heads per CTA, the refusals), and (with nvcc, forced in CI) every backward build and the training
 forward (``flash_fwd_lse``) compile for sm_90; the linear and sawtooth grid builds (the default is
-linear grid) and the training forward spill nothing, the others at most 128 B, and the training forward holds as many CTAs per SM as the inference build
-it extends (the log-sum-exp costs the inference path nothing: it is another entry point)."""
+linear grid) and the training forward spill nothing, the others at most 128 B, and the training
+forward holds as many CTAs per SM as the inference build it extends (the log-sum-exp costs the
+inference path nothing: it is another entry point)."""
 from __future__ import annotations
 
 import pytest

@@ -94,8 +94,11 @@ def test_step_timing_of_builds():
     g = _case(Backend.CUTILE, Tiles(64, 64), resident=48)
     lo, mid, hi = (steptime.step_timing(g, gb10, p) for p in ("lo", "mid", "hi"))
     assert lo.step_s < mid.step_s < hi.step_s and lo.miss_s < mid.miss_s < hi.miss_s
-    spilled = steptime.step_timing(g, gb10, local_accesses=80)
+    spilled = steptime.step_timing(g, gb10, spills=steptime.BuildCosts(80, 456, 64 << 10))
+    assert spilled.step_s - mid.step_s == pytest.approx(80 * steptime.SPILL_S_PER_ACCESS * steptime.SPEED['gb10'].mid)
     assert spilled.step_s > mid.step_s and "spills" in spilled.source
+    # 456 B x 256 threads = 114 KiB of stack per CTA; 64 KiB of the 128 KiB L1 is left for it
+    assert spilled.stack_l2_bytes == 48 * (456 * 256 - (64 << 10))
     assert "assumed range" in mid.source
     with pytest.raises(ValueError, match="no step speed"):
         steptime.step_timing(g, get_arch("b200"))
@@ -129,3 +132,46 @@ def test_pipeline_units_make_the_step_the_time_unit():
     assert u["miss_ratio"] == pytest.approx(0.5) and u["prefetch"] == 1
     tp = replace(TimeParams(1 << 20), **u)
     assert tp.compute == 1.0
+
+
+def test_spill_cost_is_the_committed_measurement():
+    """steptime.SPILL_S_PER_ACCESS restates the spills run: the occupancy-1 linear build's added
+    time per step over its spill-free twin, per in-loop local access (experiments.registry.studies)."""
+    from experiments.registry.plans import SM90_BUILDS
+    path = "profiles/h100/spills-20261127/timing.csv.gz"
+    spilled = _median_time(path, "cutile.linear.static132.m64n64d64.occ1")
+    free = _median_time(path, "cutile.linear.static132.m64n64d64.occ2")
+    steps = critical_steps(Problem(8, 1, 262144, 64, causal=True), Tiles(64, 64),
+                           CtaSchedule.parse("static132"))
+    n = SM90_BUILDS[("persistent", "linear", True, 1)].local_accesses
+    assert steptime.SPILL_S_PER_ACCESS == pytest.approx((spilled - free) * 1e-3 / steps / n,
+                                                        rel=5e-3)
+
+
+def test_sm90_builds_are_the_compiled_builds():
+    """experiments.registry.plans.SM90_BUILDS restates the sm_90 rows of the builds-toolchains run."""
+    from analysis.data.steps import step_costs
+    from experiments.registry.plans import SM90_BUILDS
+    costs = step_costs()
+    for order in ("linear", "sawtooth"):
+        b = costs[(f"cutile.{order}.static48.m64n64d64.occ1.causal", "1.7.0", "sm_90")]
+        mine = SM90_BUILDS[("persistent", order, True, 1)]
+        assert (mine.local_accesses, mine.stack_bytes) == (b.bulk_spill_per_step, b.stack)
+        assert abs(mine.smem_bytes - b.shared) <= 1024
+
+
+def test_the_authors_builds_prefetch_as_their_shared_memory_allows():
+    """The paper's causal linear builds hold three K/V pairs (58,496 B of shared memory: loads two
+    steps ahead); their sawtooth builds and every non-causal build one (33,920 B: none ahead)."""
+    from experiments.registry.plans import build_costs, sawtooth_plan
+    gb10 = get_arch("gb10")
+    seen = {}
+    for c in sawtooth_plan(gb10):
+        if c.variant.backend != Backend.CUTILE:
+            continue
+        b = build_costs(c, gb10)
+        seen[(c.variant.schedule.is_persistent, c.variant.order.label, c.problem.causal)] = (
+            b.prefetch(64 * 64 * 2), b.local_accesses)
+    assert seen[(True, "linear", True)] == (2, 50.0)
+    assert seen[(False, "linear", True)] == (2, 43.0)
+    assert {v for k, v in seen.items() if k[1] == "sawtooth" or not k[2]} == {(0, 0.0)}
