@@ -1,3 +1,4 @@
-"""The studies of speed as a user sees it: eager call time and host time per call (``eager``), the
-shape and model suites' summaries (``shapes``), the training benchmark (``backward_bench``).
+"""The studies of speed as a user sees it: eager call time and host time per call (``eager``),
+the shape and model suites' summaries (``shapes``), the training benchmarks (``backward_bench``:
+the CUDA twin; ``cutile_backward_bench``: the cuTile family).
 """

@@ -3,8 +3,8 @@ backward alone, beside PyTorch SDPA's flash and cuDNN backends in the same proce
 model-shape suites' problems (``experiments.registry.suites.model_problems``), plus the backward's own
 configuration choice and its scan-order variant.
 
-    python -m experiments.cutile_backward_bench --out profiles/h100/cutile-backward-<date>
-    python -m experiments.cutile_backward_bench --dry-run
+    python -m experiments.speed.cutile_backward_bench --out profiles/h100/cutile-backward-<date>
+    python -m experiments.speed.cutile_backward_bench --dry-run
 
 Three phases, one process, one GPU:
 
@@ -370,7 +370,7 @@ def _manifest(args, dev) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m experiments.cutile_backward_bench",
+    ap = argparse.ArgumentParser(prog="python -m experiments.speed.cutile_backward_bench",
                                  description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, help="output directory (must not exist)")
     ap.add_argument("--halves", nargs="+", default=["tuning", "validation"],
