@@ -39,6 +39,7 @@ from functools import lru_cache
 from typing import Optional
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from spec.family import BadInput, UnsupportedVariant
 from spec.ops import check_metadata, op_spelling, resolve_scale
@@ -190,6 +191,7 @@ class _EagerAttention(torch.autograd.Function):
         return out
 
     @staticmethod
+    @once_differentiable        # no double backward: one line from autograd if asked
     def backward(ctx, dout):
         q, k, v, out, lse = ctx.saved_tensors
         dq, dk, dv = backward.attention_backward(dout, q, k, v, out, lse, causal=ctx.causal,
