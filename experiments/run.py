@@ -33,6 +33,7 @@ import threading
 import time
 from pathlib import Path
 
+from analysis.data import DatasetError
 from spec import InvalidProblem, detect
 from spec.arch import MiB, UnknownArch
 
@@ -218,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run(args, argv)
     except (UsageError, UnknownArch, UnknownStudy, InvalidProblem, RunDirExists, BadRunDir,
-            shard.ShardError, DiskFull) as e:
+            shard.ShardError, DiskFull, DatasetError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except shard.IncompleteRun as e:
