@@ -34,7 +34,8 @@ def load_misses(rows: list[dict], causal: bool) -> dict:
     series, errors = miss_bars(rows, lambda r: r["schedule"], schedules)
     return {"groups": [_schedule_name(s) for s in schedules], "series": series,
             "errors": errors, "S": rows[0]["S_q"], "B": rows[0]["B"], "run": run,
-            "paper": paper_panel("cutile", causal, [schedule_kind(s) for s in schedules])}
+            "paper": paper_panel("cutile", causal, [schedule_kind(s) for s in schedules],
+                                 rows=rows)}
 
 
 def plot_misses(data: dict, figure: str, causal: bool, arch: str | None):

@@ -665,3 +665,46 @@ def test_a_signal_whose_raise_is_lost_still_stops_the_run():
             R._raise_if_signalled()
         R._SIGNALLED.clear()
     R._raise_if_signalled()                        # nothing recorded: nothing raised
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_leaves_no_compiler_scratch_files(tmp_path, sig):
+    """cuda.tile's scratch directory (its ``probe*.cubin`` bytecode-version probes) is removed
+    when the run is interrupted, even through the ``os._exit`` of an interrupted simulation."""
+    scratch, out = tmp_path / "tmp", tmp_path / "runs" / "r"
+    scratch.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_TILE_TEMP_DIR"} | {
+        "TMPDIR": str(scratch)}
+    p = subprocess.Popen([sys.executable, "-m", "experiments.run", "sawtooth", "--arch", "gb10",
+                          "--out", str(out), "--no-figures"], cwd=ROOT, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    seen = []
+    for line in p.stdout:                               # wait until cases are simulated
+        seen.append(line)
+        if line.startswith("simulate: ") and "/16 cases" in line and not line.startswith(
+                "simulate: 0/"):
+            break
+    assert any(scratch.iterdir()), seen                 # cuda.tile made its scratch there
+    p.send_signal(sig)
+    stdout, stderr = p.communicate(timeout=120)
+    assert "no run directory was written" in stderr, (seen, stdout, stderr)
+    assert list(scratch.rglob("*")) == []
+
+
+def test_the_compiler_scratch_directory_is_the_commands_own(monkeypatch):
+    """``scratch_dir`` points cuda.tile at a directory it removes on leaving, and leaves a
+    directory the user chose alone."""
+    from kernels.toolchain import SCRATCH_ENV, scratch_dir
+    monkeypatch.delenv(SCRATCH_ENV, raising=False)
+    import tempfile
+    before = tempfile.gettempdir()
+    with scratch_dir() as d:
+        assert os.environ[SCRATCH_ENV] == str(d / "cutile") and d.is_dir()
+        assert Path(tempfile.mkdtemp()).parent == d            # every temporary file inside
+        (d / "probe.cubin").write_bytes(b"x")
+    assert not d.exists() and SCRATCH_ENV not in os.environ
+    assert tempfile.gettempdir() == before
+    monkeypatch.setenv(SCRATCH_ENV, "/somewhere/mine")
+    with scratch_dir() as d:
+        assert d is None and os.environ[SCRATCH_ENV] == "/somewhere/mine"

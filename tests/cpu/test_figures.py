@@ -413,3 +413,21 @@ def test_a_figure_names_the_parameters_of_its_simulated_rows():
     assert simulated_params(rows, "F8a") == ("timesim capacity=24.00MiB partitions=1 SHARDS "
                                              "params gb10")
     assert simulated_params([r for r in rows if r["source"] == "measured"], "F8a") == ""
+
+
+def test_the_default_output_directory_is_numbered_when_taken(tmp_path):
+    """``python -m paper_figures --arch h100`` runs twice: the second takes ``default-2`` (an
+    earlier output is kept, never overwritten); an empty directory left behind is reused."""
+    from paper_figures.cli import default_out
+    first = default_out("h100", None, root=tmp_path)
+    assert first == tmp_path / "paper_figures" / "out" / "h100" / "default"
+    first.mkdir(parents=True)
+    assert default_out("h100", None, root=tmp_path) == first          # empty: reused
+    (first / "F1.png").write_bytes(b"png")
+    second = default_out("h100", None, root=tmp_path)
+    assert second.name == "default-2"
+    second.mkdir()
+    (second / "F1.png").write_bytes(b"png")
+    assert default_out("h100", None, root=tmp_path).name == "default-3"
+    run = tmp_path / "runs" / "20261127-simulate"
+    assert default_out("gb10", [run], root=tmp_path).name == "20261127-simulate"

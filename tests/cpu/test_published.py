@@ -193,3 +193,60 @@ def test_the_committed_gb10_simulation_is_what_the_code_computes_now():
         rows = timed_rows(c, arch, model_params(arch), run="check", study="sawtooth")
         (miss,) = [r.value for r in rows if r.metric == "lts__t_sectors_srcunit_tex_lookup_miss.sum"]
         assert miss == committed[(c.variant.id(c.problem), c.problem.B, False)]
+
+
+@pytest.mark.parametrize("module", ["f08_cuda_batch", "f09_cutile_noncausal", "f10_cutile_causal"])
+def test_the_paper_panel_draws_the_users_own_gb10_run(module):
+    """A simulated GB10 run of the paper's problem (here the committed run with every count
+    halved, as another capacity would give) is drawn in the paper panel in place of the committed
+    run, and the panel names it."""
+    import importlib
+
+    import matplotlib.pyplot as plt
+    mod = importlib.import_module(f"paper_figures.{module}")
+    rows = [dict(r, run="my-run", value=r["value"] / 2)
+            for r in load_rows([select("gb10", "sawtooth", source="simulated")])]
+    data = mod.load(rows)
+    fig = mod.plot(data, "gb10")
+    mine = {key_of_row(r): r["value"] / 1e6 for r in rows
+            if r["metric"] == "lts__t_sectors_srcunit_tex_lookup_miss.sum"}
+    drawn = [p.get_height() for ax in fig.axes for p in ax.patches
+             if (p.get_gid() or "").startswith("simulated:")]
+    paper = data["paper"]
+    assert paper["sim_run"] == "my-run" and drawn
+    want = [v for o in ("linear", "sawtooth") for v in paper["simulated"][o]]
+    assert sorted(drawn) == pytest.approx(sorted(want))
+    assert set(round(v, 6) for v in want) <= set(round(v, 6) for v in mine.values())
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("module", ["f08_cuda_batch", "f09_cutile_noncausal", "f10_cutile_causal"])
+def test_the_paper_panel_error_labels_say_so_and_overlap_nothing(module):
+    """Every label of the paper panel reads as an error against the paper and its box overlaps
+    no bar but its own and no other label (drawn at the figure's own size)."""
+    import importlib
+
+    import matplotlib.pyplot as plt
+    mod = importlib.import_module(f"paper_figures.{module}")
+    fig = mod.plot(mod.load(load_rows([select("gb10", "sawtooth", source="simulated")])), "gb10")
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        labels = [t for t in ax.texts if t.get_gid() == "sim-error"]
+        if not labels:
+            continue
+        bars = [p for p in ax.patches if (p.get_gid() or "").split(":")[0]
+                in ("published", "simulated")]
+        boxes = [t.get_window_extent(r) for t in labels]
+        for t, box in zip(labels, boxes):
+            assert t.get_text().endswith("% vs paper"), t.get_text()
+            x = t.xy[0]
+            for p in bars:
+                if abs(p.get_x() + p.get_width() / 2 - x) < 1e-9:
+                    continue                                 # its own bar
+                assert not box.overlaps(p.get_window_extent(r)), (t.get_text(), p.get_gid())
+        for i in range(len(boxes)):
+            for j in range(i + 1, len(boxes)):
+                assert not boxes[i].overlaps(boxes[j]), (labels[i].get_text(),
+                                                         labels[j].get_text())
+    plt.close(fig)
