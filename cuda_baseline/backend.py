@@ -158,7 +158,7 @@ def _stream(device_index: int):
 
 class CudaFamily:
     """The raw CUDA family (see the module docstring). ``arch=None`` uses the GPU present; a
-    named arch must be the GPU present (the same rule as ``kernels.CutileFamily``)."""
+    named arch must be the GPU present (the same rule as ``kernels.backend.CutileFamily``)."""
 
     name = "cuda"
 

@@ -5,7 +5,7 @@
 - ``fit_rates``: TFLOP/s per fully occupied GPU of each (arch, family, tiles), the median over
   the committed timing rows at S >= 32768 of every measured run (and per family over all tiles);
 - ``fit_timed_sim``: seconds per simulated step and per cache entry of the timed simulator, least
-  squares over the per-case seconds of the committed ``experiments.simbench`` runs (``SIMBENCH``);
+  squares over the per-case seconds of the committed simulator benchmark runs (``SIMBENCH``);
 - ``fit_lockstep``: seconds per trace access of the lock-step simulator, from the per-case
   seconds of a committed run (``LOCKSTEP_RUN``);
 - ``fit_measure``: the coefficients of ``costs.measure_cost``, non-negative least squares over the

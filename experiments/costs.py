@@ -18,7 +18,7 @@ refits them; ``tests/cpu/test_costs.py`` checks that the constants below are wha
   within -32..+54% of the measured seconds). With SHARDS sampling at rate R an item simulates
   its first and last steps and the steps whose K or V tile is in the sample (about 2R - R^2
   of them).
-- lock-step model and the reuse study (``analysis.l2sim``, ``analysis.cache.reuse``):
+- lock-step model and the reuse study (``analysis.cache.l2sim``, ``analysis.cache.reuse``):
   ``LOCKSTEP_S_PER_ACCESS`` per trace access (the trace build and the stack-distance pass), least
   squares over the per-case seconds of ``profiles/cpu/lockstep-gb10-20261126`` (the GB10 study
   with ``--model lockstep --jobs 1``: 30-67 ns per access, per case within -38..+37%).

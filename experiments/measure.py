@@ -237,7 +237,7 @@ def measure_drift(cases: list[Case], arch: Arch, *, run: str, study: str, reps: 
                   points: int = DRIFT_POINTS) -> Outcome:
     """The drift study's measure hook (check_and_time's signature; ``reps`` and ``timed`` are
     unused): the trace build of every case, its output through the correctness gate, then its
-    ``drift_rows`` (the rows of profiles/h100/drift-20261121b/drift.csv) and resource rows.
+    ``drift_rows`` (the rows of a committed drift run's ``drift.csv.gz``) and resource rows.
 
     Why: the wavefront argument assumes CTAs running together advance in lock-step, so one CTA's
     miss is the others' hit; a spread of ``k`` steps puts shared K/V tiles ``k`` tiles apart."""

@@ -1,7 +1,7 @@
 """The shapes and models studies' summary: how fast each family's default ``attention()`` is
 against SDPA's cuDNN and flash backends over issue 14's shape suite
-(``experiments.studies.shapes_problems``) and issue 35's model families
-(``experiments.studies.model_problems``, reported per half: ``half_lines``).
+(``experiments.suites.shapes_problems``) and issue 35's model families
+(``experiments.suites.model_problems``, reported per half: ``half_lines``).
 
     python -m experiments.shapes runs/h100/shapes/<run>        # re-print a stored run's summary
 
@@ -196,7 +196,7 @@ HALF_BAR = ("issue 35 bar, validation half: cutile eager geomean >= 1.0x cuDNN a
 
 
 def half_lines(rows) -> list[str]:
-    """The models study's summary per half (``experiments.studies.model_problems``): each
+    """The models study's summary per half (``experiments.suites.model_problems``): each
     family's ratios to cuDNN and flash in kernel time and eager call time over the half's
     problems, and issue 35's bar beside the validation half; nothing when no row's problem is
     in a half (rows of other studies are not read)."""

@@ -6,7 +6,7 @@ GPU. Two models (``--model`` of the main command):
 - ``timed`` (the default): ``analysis.cache.timesim``, each resident CTA on its own clock, the arch's
   L2 partitions, with the arch's committed parameters (``analysis/params/<arch>.json``, fitted on
   one measured study) or, for an arch without measurements (gb10, b200, b300), the defaults
-  derived from the measured ones (``analysis.calibration.calibration.default_params``). Large cases are
+  derived from the measured ones (``analysis.calibration.params.default_params``). Large cases are
   sampled (SHARDS size rule) and their rows state the sampling error measured against the exact
   simulator.
 - ``lockstep``: ``analysis.cache.l2sim``, a fully associative LRU over whole tiles fed by the lock-step

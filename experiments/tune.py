@@ -8,7 +8,7 @@ write the arch's defaults, ``kernels/configs/<arch>.json``.
 For each (D, causal) at B=1, H=16, fp16 and the long class's two sequence lengths (16K and 128K,
 ``kernels.config.representatives``; ``--seq S`` tunes at S alone), every candidate configuration
 (tiles × occupancy hint × worker warps × default schedule) goes through the project's one path:
-prepared by ``kernels.CutileFamily`` with the candidate as its defaults, run once on a NaN-poisoned
+prepared by ``kernels.backend.CutileFamily`` with the candidate as its defaults, run once on a NaN-poisoned
 output and checked against the fp32 reference (``experiments.correctness``); only the candidates
 that pass are timed, interleaved and with a cold L2 (``experiments.timing``), and ranked by median
 time. A wrong-but-fast candidate never wins: it is never timed. The candidates of sm_90 are those
@@ -20,7 +20,7 @@ slowdowns against each problem's fastest), so one size cannot pick tiles that lo
 ``--classes`` tunes shape classes instead (``kernels.config.ShapeClass``: cross, gqa, small,
 uneven, tiny, short; the top-level (D, causal) defaults are the long class): per class, the
 (D, causal) keys that issue 14's shape suite has in that class
-(``experiments.studies.shapes_problems``; ``--only`` narrows them), each at the class's problems
+(``experiments.suites.shapes_problems``; ``--only`` narrows them), each at the class's problems
 (``kernels.config.representatives``: its small and large end), through the same check-then-time
 ranking; the candidates are the key's, plus for causal keys each persistent one again with the
 snake deal and with the longest-first (LPT) order. The winners go to the class's block of the

@@ -17,8 +17,8 @@ idle for its whole run, so what fills them (64-row tiles, two CTAs per SM) matte
 a ragged tail or a short scan costs. A problem whose work items scan at most 512 keys is ``tiny``:
 each CTA runs 1-4 K/V steps, so launching it, loading its Q tile and storing its output weigh as
 much as its loop, and persistent CTAs that stay resident save the launches (H100: q-major
-persistent 1.02-1.04x the grid launch at S=512, 0.97x at S=1024, B 16/32, H=16, D=128,
-``profiles/h100/kernel-ab-20261125b``). ``shape_class`` sorts a problem
+persistent 1.02-1.04x the grid launch at S=512, 0.97x at S=1024, B 16/32, H=16, D=128: the
+short-variant measurements of docs/history.md). ``shape_class`` sorts a problem
 into one of a few explicit classes (first match wins):
 
 ==========  ==========================================  ==================================

@@ -108,7 +108,7 @@ def miss_ratio_from_timing(drift_csv: Path, facts: timemodel.MemoryFacts = timem
     landed when step ``s+1`` starts, so a load has ``(stages − 1)·t_c`` of compute to hide behind.
     ``analysis.models.timemodel`` states this as ``period = t_c + max(0, L − (stages − 1)·t_c)``, and
     ``r = period(L_dram) / period(L_hit)``. Here ``t_c`` is the shortest measured median step of
-    the drift study (``analysis.calibration.simcheck.DRIFT_RUN``: 1.29-1.40 µs, the same 80×80 D=64 build
+    the drift study (``analysis.calibration.fitting.DRIFT_RUN``: 1.29-1.40 µs, the same 80×80 D=64 build
     with 2-132 CTAs; the shortest gives the largest r), ``L_hit`` and ``L_dram`` the pointer-chase
     latencies (``profiles/h100/latency-20261123``: 143 ns, 349 ns). At depth 2 the DRAM fill (0.35
     µs) is 0.28 of the step it hides behind, so **r = 1 exactly**: a CTA whose load misses is not
