@@ -94,7 +94,7 @@ def sawtooth_plan(arch: Arch) -> list[Case]:
 
 
 def hints_plan(arch: Arch) -> list[Case]:
-    """The occupancy hint of the paper's cuTile builds (issue 38): the sawtooth study's
+    """The occupancy hint of the paper's cuTile builds: the sawtooth study's
     non-causal cuTile cases (B=8, 64x64, Static on every SM and Tile-based X=2, linear and
     sawtooth) at ``AUTHORS_OCCUPANCY`` beside the study's ``CUTILE_STUDY_OCCUPANCY`` twins. At
     occupancy 1 a Tile-based launch keeps one CTA per SM resident instead of two, so half as many
@@ -245,7 +245,7 @@ def cuda_tiles_plan(arch: Arch) -> list[Case]:
     the persistent linear and sawtooth builds in q-major (the paper's Static) and head-major work
     order, the longest-first (LPT) launch, with P = one wave of resident CTAs
     (``SM90_CTAS_PER_SM`` on sm_90, one per SM elsewhere; the ``ctas_per_sm`` rows say what the
-    build got), and the sectioned longest-first grid: issue 14's persistent-vs-grid comparison."""
+    build got), and the sectioned longest-first grid: the shape suite's persistent-vs-grid comparison."""
     from cuda_baseline.source import SM90_CTAS_PER_SM, TESTED_TILES
     cases = []
     for D in (64, 128):
@@ -293,7 +293,7 @@ MISSCOST_STAGES = (1, None, 3)
 
 
 def misscost_plan(arch: Arch) -> list[Case]:
-    """Where does a miss cost time (issue 15): linear vs sawtooth, CUDA 80x80 D=64, B=H=1, one
+    """Where does a miss cost time: linear vs sawtooth, CUDA 80x80 D=64, B=H=1, one
     persistent CTA on each of ``misscost_ctas`` SMs, over K/V pipeline depth {1, 2, 3} x S
     (K+V per head 0.5x the L2, and the sawtooth study's S, 1.28x the L2 on an H100) x causal.
     The available-bandwidth axis is not a case field: the measure hook
@@ -358,18 +358,18 @@ STUDIES: dict[str, Study] = {
         Study("cuda-tiles", "the CUDA tile sweep (grid launch at every tested tile) with the "
               "persistent linear / sawtooth and LPT builds of the default tile, beside SDPA",
               ("cuda-tiles",), cuda_tiles_plan, profiled=False, reps=20),
-        Study("shapes", "issue 14's shape suite (benchmark, batched short, GQA, uneven, S_q != "
+        Study("shapes", "the shape suite (benchmark, batched short, GQA, uneven, S_q != "
               "S_kv): each family's default attention() beside SDPA flash and cuDNN; geometric "
               "mean and minimum of the ratio to cuDNN per family",
               (), shapes_plan, profiled=False, reps=15, measure=_shapes_measure),
-        Study("models", "issue 35's model families (encoders, ViTs, diffusion U-Nets, LLM "
+        Study("models", "the model families (encoders, ViTs, diffusion U-Nets, LLM "
               "prefill with grouped and multi-query heads, chunks against a longer K/V, long "
               "causal) in a tuning and a validation half: each family's default attention() "
               "beside SDPA flash and cuDNN, kernel time and eager call time",
               (), models_plan, profiled=False, reps=15, measure=_shapes_measure),
         Study("hostpath", "host time per call of each family's attention() (eager path, "
               "operator, prepared launch) beside SDPA flash and cuDNN over 10,000 calls, and "
-              "the eager call time of each (issue 35)",
+              "the eager call time of each (the host-path study)",
               (), hostpath_plan, profiled=False, reps=30, measure=_hostpath_measure),
         Study("drift", "how far persistent CTAs drift from lock-step: %globaltimer stamps of the "
               "CUDA trace build, spread of step start times over the CTAs",

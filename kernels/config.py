@@ -140,7 +140,7 @@ def shape_class(problem: Problem) -> ShapeClass:
 
 def representatives(cls: ShapeClass, D: int, causal: bool) -> tuple[Problem, ...]:
     """The problems a class is tuned at for a (D, causal) key: its small and its large end in
-    issue 14's suite, at that D and mask (fp16 except GQA, which the suite runs in bf16).
+    the shape suite, at that D and mask (fp16 except GQA, which the suite runs in bf16).
 
     Two ends, because the best tiles move with the size inside a class: at D=128 non-causal,
     64x128 tiles at two CTAs per SM ran 5% faster than 128x128 at S=16K and 13% slower at

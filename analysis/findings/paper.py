@@ -153,7 +153,7 @@ def implied_capacity(cases: Sequence[PaperCase], ctas: int = 48, nominal_bytes: 
 
 def hints_builds(runs: Sequence[tuple[str, list[dict], list[dict]]],
                  predicted: Sequence[dict]) -> list[dict]:
-    """Section P5, the paper's occupancy hint on the report's GPU (the ``hints`` study, issue 38):
+    """Section P5, the paper's occupancy hint on the report's GPU (the ``hints`` study):
     per build, the misses of the runs (median of the runs' medians, min..max over every launch,
     as each run's median row states them), the prediction
     committed before the runs (``source = simulated``: error = predicted vs measured median) and

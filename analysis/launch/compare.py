@@ -1,7 +1,7 @@
 """Two runs of one study, case by case: does run B reproduce run A within A's repeat spread?
 
 The question behind every "the same measurement, somewhere else" claim: a study sharded over two
-GPUs against the one-GPU run (issue 16), a rerun on another day, another driver. For every case
+GPUs against the one-GPU run, a rerun on another day, another driver. For every case
 and counter both runs measured with repeats (the ``median`` rows of ``profiles.counters``, with
 ``lo``/``hi`` = min..max of the repeats), B's median is classed against A:
 

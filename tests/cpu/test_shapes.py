@@ -1,4 +1,4 @@
-"""Issue 14 on the CPU: the shape classes and their per-class defaults (kernels.config), what
+"""The shape suite on the CPU: the shape classes and their per-class defaults (kernels.config), what
 ``attention()`` picks from them (kernels.backend), the shapes study's plan and summary
 (experiments.studies, experiments.shapes) and ``experiments.tune --classes`` with a fake
 measurement (correctness before ranking, atomic JSON that ``kernels.config`` reads back)."""
@@ -486,7 +486,7 @@ def test_several_problems_rank_by_the_geometric_mean_and_a_failure_anywhere_fail
 
 
 def test_model_suite_halves_share_no_problem_and_the_tuner_saw_none():
-    """Issue 35's suite: both halves hold every family, no problem is in both, and none is a
+    """The model families: both halves hold every family, no problem is in both, and none is a
     problem ``experiments.tune`` measures (``kernels.config.representatives`` of every class,
     head dim and mask): the validation half is unseen by the tuning that set the defaults."""
     from experiments.suites import MODEL_FAMILIES, model_problems

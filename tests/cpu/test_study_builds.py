@@ -9,7 +9,7 @@ a cache effect. Two traps this has caught:
   (176 B of stack) and their sawtooth twins did not, which made sawtooth look 1.56× faster on the
   H100 (kernels/fmha.py docstring).
 
-The shapes study (issue 14's suite: GQA, uneven S, S_q != S_kv, bf16, batched short) and every
+The shapes study (the shape suite: GQA, uneven S, S_q != S_kv, bf16, batched short) and every
 configuration kernels/configs/h100.json can name (each shape class × (D, causal) key, at the
 class's representative problem, with its default schedule) are checked the same way, each
 distinct build (JIT-like signature symbol and hints) compiled once."""
@@ -76,8 +76,8 @@ def _spilling(found: dict) -> list[str]:
 
 @pytest.mark.parametrize("study", ["shapes", "models", "hostpath"])
 def test_default_attention_study_builds_do_not_spill(study):
-    """Every cuTile build the studies of ``attention()``'s defaults launch (issue 14's shapes,
-    issue 35's model families and host-path problems) is spill-free on sm_90."""
+    """Every cuTile build the studies of ``attention()``'s defaults launch (the shape suite,
+    the model families and host-path problems) is spill-free on sm_90."""
     require_toolchain(_available(), "cuda-tile + tileiras + cuobjdump")
     cases = [c for c in get_study(study).plan(get_arch("h100"))
              if c.variant.backend == Backend.CUTILE]
