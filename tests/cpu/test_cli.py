@@ -21,8 +21,8 @@ from spec import Backend, ScanOrder, Tiles, get_arch, known_archs
 from spec.records import SCHEMA_VERSION, Metric, read_csv
 from spec.schedules import ScheduleKind
 from tests.conftest import HAS_GPU
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def cli(*args, cwd=ROOT):

@@ -2,14 +2,13 @@
 bad input."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
 from analysis.launch.compare import classify, compare, main, placement, summary
 from spec.records import Metric
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 SHARD = ROOT / "profiles/h200/sharding-20261123b"
 
 

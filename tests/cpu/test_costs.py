@@ -9,7 +9,6 @@ import os
 import random
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,8 +16,8 @@ import pytest
 from experiments import costs, costfit
 from experiments.studies import get_study
 from spec import Problem, TileGrid, Tiles, build_trace, get_arch
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_floor_sum_matches_the_loop():

@@ -18,8 +18,9 @@ from spec import Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant, get_a
 from spec.case import Case
 from spec.records import Metric
 from tests.cpu.test_ingest import fixture_cases   # the four cases of the committed raw export
+from tests.conftest import ROOT
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = ROOT / "tests" / "fixtures"
 RAW_CSV = FIXTURES / "ncu_raw_h100.csv"
 H100 = get_arch("h100")
 
@@ -612,7 +613,7 @@ def test_schema_3_round_trip_and_schema_2_files_read_with_defaults(tmp_path):
         for k in ("value", "lo", "hi"):
             x, y = getattr(r, k), d[k]
             assert (x is None and y is None) or (math.isnan(x) and math.isnan(y)) or x == y
-    old = read_csv(data_path(Path(__file__).resolve().parents[2] / "profiles/h100/sawtooth-20261121",
+    old = read_csv(data_path(ROOT / "profiles/h100/sawtooth-20261121",
                              "counters.csv"))
     assert old and all(d["group"] == d["stat"] == d["flags"] == "" and d["lo"] is None
                        and d["hi"] is None for d in old)
@@ -640,7 +641,7 @@ def test_isolated_reader_matches_the_in_process_reader():
     mod = report.load_module()
     if mod is None:
         pytest.skip("ncu_report (pip package ncu-report) not installed")
-    rep = Path(__file__).parents[1] / "fixtures" / "ncu_small_h100.ncu-rep"
+    rep = ROOT / "tests" / "fixtures" / "ncu_small_h100.ncu-rep"
     wanted = (Metric.L2_TEX_MISSES, Metric.DRAM_READ_BYTES)
     extras = Path(mod.__file__).parent.parent          # any dir: the module is importable anyway
     assert report.read_isolated(rep, wanted, extras) == report.read_report(rep, wanted, mod)

@@ -18,8 +18,8 @@ import pytest
 
 from analysis import calibration as cal
 from analysis.data import DatasetError, catalogue, registry
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 PROFILES = (ROOT / "profiles").resolve()
 DOOR = (ROOT / "analysis" / "data").resolve()
 

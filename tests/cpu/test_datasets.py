@@ -14,8 +14,8 @@ import pytest
 
 from analysis import data as DS
 from analysis.data import catalogue, registry
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures" / "figures"
 GOOD = FIX / "h200-traffic" / "counters.csv.gz"
 GOOD_BYTES = gzip.decompress(GOOD.read_bytes())   # the fixture run's counters, uncompressed

@@ -29,8 +29,8 @@ import pytest
 
 from spec.records import read_dicts
 from tests.conftest import require_toolchain
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 README, REPORT = ROOT / "README.md", ROOT / "REPORT.md"
 EXTENDING = ROOT / "docs" / "extending.md"
 

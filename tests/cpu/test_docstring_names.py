@@ -17,8 +17,8 @@ import ast
 import functools
 import re
 from pathlib import Path
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("spec", "kernels", "cuda_baseline", "profiles", "analysis", "paper_figures",
             "experiments", "explorations", "tests")
 SKIP_DIRS = {"build", "dist", ".ci-venv", ".venv", "__pycache__", ".git"}

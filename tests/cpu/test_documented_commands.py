@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 DOCS = ("README.md", "REPORT.md", "docs/*.md")
 GPU_MODULES = ("experiments.tune", "experiments.latency", "experiments.smmap", "experiments.sweep")
 RAN: list[str] = []          # read by tests/conftest.py's terminal summary

@@ -6,7 +6,6 @@ from __future__ import annotations
 import gzip
 
 import dataclasses
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,8 +17,8 @@ from spec import Backend, Case, CtaSchedule, Problem, ScanOrder, TileGrid, Tiles
 from spec import get_arch, known_archs
 from spec.records import COLUMNS, Metric, read_csv, write_csv
 from spec.schedules import ScheduleKind
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 EPOCH_NS = 1_763_700_000_123_456_789     # %globaltimer reads ns since the epoch (late 2025)
 
 

@@ -20,8 +20,8 @@ from paper_figures import FIGURES, Skip, load_rows  # noqa: E402
 from paper_figures.cli import run_cli  # noqa: E402
 from paper_figures.drawing import finish, runs_drawn  # noqa: E402
 from spec import get_arch  # noqa: E402
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures" / "figures"
 SOURCES = {   # runs -> the arch they are drawn for
     "h200-l1l2": "h200", "h200-traffic": "h200", "h200-divergence": "h200",

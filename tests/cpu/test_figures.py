@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from paper_figures import FIGURES, load_rows, render
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures" / "figures"
 
 # fixture run -> (arch it is drawn for, the figures it must produce)

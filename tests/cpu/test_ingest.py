@@ -4,7 +4,6 @@ trimmed to its first four kernels."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 
@@ -12,8 +11,9 @@ from spec.case import Case
 from profiles import metrics, ncu
 from profiles.ingest import IngestError, innermost_range, parse_raw_csv, to_rows
 from spec import Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant
+from tests.conftest import ROOT
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "ncu_raw_h100.csv"
+FIXTURE = ROOT / "tests" / "fixtures" / "ncu_raw_h100.csv"
 
 
 def fixture_cases():

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 IGNORE = shutil.ignore_patterns(".git", ".ci-venv", ".venv", "build", "dist", "*.egg-info",

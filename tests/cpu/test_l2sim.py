@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 from collections import OrderedDict
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,9 +20,9 @@ from analysis.models.wave import wave_misses
 from spec import (Backend, CtaSchedule, Problem, ScanOrder, TileGrid, Tiles, Variant, WorkOrder,
                   build_trace, get_arch)
 from spec.records import COLUMNS, Metric, Source
+from tests.conftest import ROOT
 
 MiB = 1 << 20
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def brute_lru(trace, capacity_bytes: int) -> tuple[int, int, int]:

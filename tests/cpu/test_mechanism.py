@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import gzip
-from pathlib import Path
 
 import pytest
 
@@ -15,8 +14,8 @@ from analysis.findings.paper import by_occupancy, hints_builds, speedup_needs
 from analysis.findings.sawtooth import sawtooth_repeats
 from explorations import gb10_mechanism as mech
 from spec.records import Metric
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "profiles/cpu/mechanism-gb10-20261126"
 
 

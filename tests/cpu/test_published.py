@@ -15,8 +15,8 @@ from analysis.data import DatasetError, catalogue, load_rows, registry, select
 from analysis.data.published import PAPER, check_against, key_of_row, read_published
 from analysis.findings.paper import case_table, implied_capacity, pair_table, summary
 from analysis.models.traffic import MiB
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared" / "paper-gb10-published.csv"
 
 

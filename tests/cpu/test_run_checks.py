@@ -12,7 +12,6 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -20,8 +19,8 @@ from experiments import run as R
 from experiments.studies import get_study
 from spec import get_arch
 from tests.conftest import HAS_GPU
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def cli(*args, timeout=600):

@@ -9,7 +9,6 @@ import os
 import signal
 import zlib
 from collections import Counter
-from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -19,8 +18,8 @@ from experiments import shard
 from experiments.studies import get_study
 from spec import get_arch
 from spec.records import Row, case_fields, read_csv, write_csv
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 H200 = [shard.Gpu(0, "NVIDIA H200", "GPU-aaaa", "h200"), shard.Gpu(1, "NVIDIA H200", "GPU-bbbb", "h200"),
         shard.Gpu(2, "NVIDIA H200", "GPU-cccc", "h200")]
 FAIL = "FAKE_SHARD_FAIL"       # case-id substring: the shard holding it raises (or is killed)
