@@ -69,7 +69,7 @@ def sawtooth_plan(arch: Arch) -> list[Case]:
     """The paper's main study (F8, F9, F10): linear vs sawtooth.
 
     cuTile: B=8, H=1, D=64, 64×64 tiles, fp16, occupancy hint 2 (the seed kernel's; on sm_90 it
-    is also what keeps these builds spill-free, see tests/cpu/test_study_builds.py); Static (one
+    is also what keeps these builds spill-free, see tests/cpu/kernels/test_study_builds.py); Static (one
     persistent CTA per SM, q-major) and Tile-based (X=2 consecutive Q tiles per CTA, grid
     launch); causal and non-causal.
     CUDA: B in {1, 2, 4, 8}, H=1, D=64, 80×80 tiles, one persistent CTA per SM, non-causal.

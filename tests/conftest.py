@@ -63,8 +63,8 @@ def nvcc_sm90(source: str, ptx: bool = False) -> tuple[int, str]:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    """How many documented commands ran (tests/cpu/test_documented_commands.py)."""
-    mod = sys.modules.get("tests.cpu.test_documented_commands")
+    """How many documented commands ran (tests/cpu/repository/test_documented_commands.py)."""
+    mod = sys.modules.get("tests.cpu.repository.test_documented_commands")
     if mod is not None and getattr(mod, "RAN", None):
         total = len(mod.COMMANDS)
         terminalreporter.write_line(f"documented commands: {len(mod.RAN)} of {total} ran "

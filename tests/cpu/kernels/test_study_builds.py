@@ -20,7 +20,7 @@ import pytest
 from experiments.studies import get_study
 from spec import Backend, get_arch
 from tests.conftest import require_toolchain
-from tests.cpu.test_cutile_compile import _available
+from tests.cpu.kernels.test_cutile_compile import _available
 
 pytestmark = pytest.mark.compile
 

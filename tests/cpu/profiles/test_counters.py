@@ -17,7 +17,7 @@ from profiles.ingest import IngestError, KernelResult, parse_raw_csv
 from spec import Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant, get_arch
 from spec.case import Case
 from spec.records import Metric
-from tests.cpu.test_ingest import fixture_cases   # the four cases of the committed raw export
+from tests.cpu.profiles.test_ingest import fixture_cases   # the four cases of the committed raw export
 from tests.conftest import ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures"

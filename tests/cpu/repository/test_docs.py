@@ -225,14 +225,14 @@ def test_extending_patch_makes_a_new_order_that_passes_the_spec_and_model_tests(
     r = _run(patched, "-c", "from spec import ScanOrder; o = ScanOrder.parse('staggered'); "
              "print(o.label, int(o.kind))")
     assert r.returncode == 0 and r.stdout.split() == ["staggered", "4"], r.stderr
-    r = _run(patched, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/cpu/test_spec.py",
-             "tests/cpu/test_models.py",
-             "tests/cpu/test_cuda_compile.py::test_cpp_enums_equal_python_enums")
+    r = _run(patched, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/cpu/spec/test_spec.py",
+             "tests/cpu/analysis/models/test_models.py",
+             "tests/cpu/cuda_baseline/test_cuda_compile.py::test_cpp_enums_equal_python_enums")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     assert " failed" not in r.stdout and " passed" in r.stdout
     # the order is in the property tests and has its own hand-checked test
     r = _run(patched, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only",
-             "tests/cpu/test_spec.py", "-k", "staggered")
+             "tests/cpu/spec/test_spec.py", "-k", "staggered")
     assert r.returncode == 0 and "test_staggered_is_the_sawtooth" in r.stdout
     assert "test_labels_round_trip[staggered]" in r.stdout, r.stdout[-2000:]
 
@@ -248,11 +248,11 @@ def test_extending_simulator_block_runs_and_prints_what_the_page_shows(patched):
 @pytest.mark.compile
 def test_extending_order_compiles_in_both_families_without_spills(patched):
     from cuda_baseline.source import nvcc_path
-    from tests.cpu.test_cutile_compile import _available
+    from tests.cpu.kernels.test_cutile_compile import _available
     require_toolchain(_available(), "cuda-tile + tileiras + cuobjdump")
     require_toolchain(nvcc_path() is not None, "nvcc (CUDA 13.0)")
     r = _run(patched, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-             "tests/cpu/test_cutile_compile.py", "-k", "sm_90-staggered-static-full")
+             "tests/cpu/kernels/test_cutile_compile.py", "-k", "sm_90-staggered-static-full")
     assert r.returncode == 0 and "1 passed" in r.stdout, r.stdout[-3000:]
     r = _run(patched, "-c", """
 from cuda_baseline.source import Instance, compile_nvcc
