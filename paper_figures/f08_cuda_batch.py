@@ -2,7 +2,7 @@
 CTA per SM, non-causal). F8b/F8c (GFLOPS, time) need measured timing rows.
 
 Data: one run of the sawtooth study (``python -m experiments.run sawtooth --arch <arch>``); when
-several are loaded (profiles/h100/sawtooth-20261121 and its repeats -r2, -r3) it draws the original
+several are loaded (a run and its repeats ``<run>-r2``, ``-r3``) it draws the original
 only (``data.one_run``: repeats ``<base>-r<k>`` are passed over) and says so in the title; the
 run-to-run spread is the ``repeats`` figure."""
 from __future__ import annotations
