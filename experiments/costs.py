@@ -8,7 +8,8 @@ problem, the tiles and the schedule (``kv_pairs`` sums the causal triangle with 
 has two accesses per pair (K and V) and two per work item (Q load, O store): ``tile_accesses``.
 
 **Simulate time.** Per-unit costs, each fitted on committed timings (``experiments.costfit``
-refits them; ``tests/cpu/experiments/test_costs.py`` checks that the constants below are what the fit gives):
+refits them; ``tests/cpu/experiments/test_costs.py`` checks that the constants below are what the
+fit gives):
 
 - timed model (``analysis.cache.timesim``): ``TIMED_S_PER_STEP`` per simulated step plus
   ``TIMED_S_PER_ENTRY`` per cache entry (tile ids x partitions^2: the per-partition lists are

@@ -69,8 +69,8 @@ def sawtooth_plan(arch: Arch) -> list[Case]:
     """The paper's main study (F8, F9, F10): linear vs sawtooth.
 
     cuTile: B=8, H=1, D=64, 64×64 tiles, fp16, occupancy hint 2 (the seed kernel's; on sm_90 it
-    is also what keeps these builds spill-free, see tests/cpu/kernels/test_study_builds.py); Static (one
-    persistent CTA per SM, q-major) and Tile-based (X=2 consecutive Q tiles per CTA, grid
+    is also what keeps these builds spill-free, see tests/cpu/kernels/test_study_builds.py); Static
+    (one persistent CTA per SM, q-major) and Tile-based (X=2 consecutive Q tiles per CTA, grid
     launch); causal and non-causal.
     CUDA: B in {1, 2, 4, 8}, H=1, D=64, 80×80 tiles, one persistent CTA per SM, non-causal.
     On GB10 the cuTile builds are the paper's (``AUTHORS_OCCUPANCY``).
@@ -245,7 +245,8 @@ def cuda_tiles_plan(arch: Arch) -> list[Case]:
     the persistent linear and sawtooth builds in q-major (the paper's Static) and head-major work
     order, the longest-first (LPT) launch, with P = one wave of resident CTAs
     (``SM90_CTAS_PER_SM`` on sm_90, one per SM elsewhere; the ``ctas_per_sm`` rows say what the
-    build got), and the sectioned longest-first grid: the shape suite's persistent-vs-grid comparison."""
+    build got), and the sectioned longest-first grid: the shape suite's persistent-vs-grid
+    comparison."""
     from cuda_baseline.source import SM90_CTAS_PER_SM, TESTED_TILES
     cases = []
     for D in (64, 128):

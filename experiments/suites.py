@@ -1,5 +1,5 @@
-"""The plans of the model, shape and host-path studies and the one rule they share (``default_cases``): each family's
-default ``attention()`` configuration for a problem.
+"""The plans of the model, shape and host-path studies and the one rule they share
+(``default_cases``): each family's default ``attention()`` configuration for a problem.
 
 - ``models``: the model families (``MODEL_FAMILIES``: encoders, vision transformers,
   diffusion U-Nets, LLM prefill with grouped and multi-query heads, chunks of queries against a

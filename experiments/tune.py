@@ -8,12 +8,12 @@ write the arch's defaults, ``kernels/configs/<arch>.json``.
 For each (D, causal) at B=1, H=16, fp16 and the long class's two sequence lengths (16K and 128K,
 ``kernels.config.representatives``; ``--seq S`` tunes at S alone), every candidate configuration
 (tiles × occupancy hint × worker warps × default schedule) goes through the project's one path:
-prepared by ``kernels.backend.CutileFamily`` with the candidate as its defaults, run once on a NaN-poisoned
-output and checked against the fp32 reference (``experiments.correctness``); only the candidates
-that pass are timed, interleaved and with a cold L2 (``experiments.timing``), and ranked by median
-time. A wrong-but-fast candidate never wins: it is never timed. The candidates of sm_90 are those
-whose builds are spill-free there (a spilling build reads local memory through L2). Where a key is
-tuned at several problems, a candidate must pass on each, and the winner has the smallest
+prepared by ``kernels.backend.CutileFamily`` with the candidate as its defaults, run once on a
+NaN-poisoned output and checked against the fp32 reference (``experiments.correctness``); only the
+candidates that pass are timed, interleaved and with a cold L2 (``experiments.timing``), and ranked
+by median time. A wrong-but-fast candidate never wins: it is never timed. The candidates of sm_90
+are those whose builds are spill-free there (a spilling build reads local memory through L2). Where
+a key is tuned at several problems, a candidate must pass on each, and the winner has the smallest
 geometric mean of its median times over them (the same ranking as the geometric mean of its
 slowdowns against each problem's fastest), so one size cannot pick tiles that lose at another.
 

@@ -3,8 +3,8 @@ the helpers here cut the loaded rows down to what one figure draws.
 
 Every row read by ``analysis.data.load_rows`` carries the run directory it came from
 (``run_dir``). Several runs of one study may be loaded at once (a committed run
-and its repeats ``<run>-r2``, ``<run>-r3``, or runs named with ``--run``): a figure of one study draws
-exactly one of them (``one_run``) unless it is about the repeats themselves (``runs_of``).
+and its repeats ``<run>-r2``, ``<run>-r3``, or runs named with ``--run``): a figure of one study
+draws exactly one of them (``one_run``) unless it is about the repeats themselves (``runs_of``).
 """
 from __future__ import annotations
 

@@ -26,7 +26,8 @@ def load(rows: list[dict]) -> dict:
     batches = sorted({r["B"] for r in rows})
     series, errors = miss_bars(rows, lambda r: r["B"], batches)
     return {"groups": [f"B={b}" for b in batches], "series": series, "errors": errors,
-            "S": rows[0]["S_q"], "run": run, "paper": paper_panel("cuda", False, batches, rows=rows)}
+            "S": rows[0]["S_q"], "run": run,
+            "paper": paper_panel("cuda", False, batches, rows=rows)}
 
 
 def plot(data: dict, arch: str | None = None):

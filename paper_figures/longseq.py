@@ -2,12 +2,12 @@
 (B=1, H=16), one panel per (D, causal), with the SDPA cuDNN and flash peers of the same run.
 
 Data: ``timing.csv`` of ``python -m experiments.run longseq --arch h100`` (the registered
-longseq dataset the selector picks, ``analysis.data.select``; its manifest names the command, the GPU and 5 cold-L2 samples per
-variant), measured. Bars: the median TFLOP/s of the samples (FLOPs from ``spec.Problem.flops``
-over each sample's kernel time), error bars the slowest..fastest sample; peers: horizontal lines
-at their median. One run of the study only (``data.one_run``): the registered ncu session of
-the longseq study (dataset ``longseq-profile``, a cuTile D=128 subset) is a separate run and is not mixed
-in.
+longseq dataset the selector picks, ``analysis.data.select``; its manifest names the command, the
+GPU and 5 cold-L2 samples per variant), measured. Bars: the median TFLOP/s of the samples (FLOPs
+from ``spec.Problem.flops`` over each sample's kernel time), error bars the slowest..fastest sample;
+peers: horizontal lines at their median. One run of the study only (``data.one_run``): the
+registered ncu session of the longseq study (dataset ``longseq-profile``, a cuTile D=128 subset) is
+a separate run and is not mixed in.
 """
 from __future__ import annotations
 

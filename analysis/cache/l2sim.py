@@ -13,8 +13,8 @@ the first (and only) write of an O tile is a cold miss, which is what the paper'
 What it does not model: set associativity and the hash of addresses to L2 slices, Hopper's two L2
 partitions (a line can live in both), prefetch and write-back traffic, other kernels' data, and the
 small timing skew between CTAs. All of these make the real L2 behave like a smaller LRU: that is
-what the *effective capacity* ``C_eff`` (fitted by ``analysis.models.wave.fit_c_eff``) stands for, and
-why the capacity is a parameter here rather than always ``arch.l2_bytes``.
+what the *effective capacity* ``C_eff`` (fitted by ``analysis.models.wave.fit_c_eff``) stands for,
+and why the capacity is a parameter here rather than always ``arch.l2_bytes``.
 
 Worked example (GB10, B=8, H=1, S=128K, D=64, fp16, 64×64 tiles, 48 persistent CTAs): the K+V of a
 head is 2·131072·64·2 B = 32 MiB > 24 MiB of L2. A linear scan re-reads the whole head per wave of

@@ -40,7 +40,8 @@ The model, one step of one slot at its time ``t`` (times in units of a hit step)
 
 With ``miss_ratio = 1``, ``jitter = 0``, one partition and no merge window every step lasts exactly
 1 and the event order is ``build_trace``'s lock-step order: the counts equal
-``analysis.cache.l2sim.simulate(build_trace(...))`` bit for bit (``tests/cpu/analysis/cache/test_timesim.py``).
+``analysis.cache.l2sim.simulate(build_trace(...))`` bit for bit
+(``tests/cpu/analysis/cache/test_timesim.py``).
 
 The cache is an exact LRU over whole tiles weighted by their sectors (the same cache as
 ``analysis.cache.l2sim``: a tile is resident iff the sectors used since its last use, plus its own, fit).

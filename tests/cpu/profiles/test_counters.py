@@ -17,7 +17,8 @@ from profiles.ingest import IngestError, KernelResult, parse_raw_csv
 from spec import Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant, get_arch
 from spec.case import Case
 from spec.records import Metric
-from tests.cpu.profiles.test_ingest import fixture_cases   # the four cases of the committed raw export
+# the four cases of the committed raw export
+from tests.cpu.profiles.test_ingest import fixture_cases
 from tests.conftest import ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -226,12 +227,6 @@ echo "==PROF== Disconnected"
 """)
     exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
     return ncu.Ncu(exe, (2025, 3, 1))
-
-
-@pytest.fixture
-def csv_reader(monkeypatch):
-    """Force the CSV fallback (the fake ncu writes no real report)."""
-    monkeypatch.setattr(report, "load_module", lambda ncu_path=None, extras=True: None)
 
 
 def test_collector_runs_one_session_per_group_and_repeat_and_records_failures(tmp_path,

@@ -1,6 +1,6 @@
-"""The GB10 mechanism study's evidence holds together: the committed candidate scores are what the committed rows
-give, the candidate that is the committed model reproduces the main command's GB10 run, and the
-findings P5 / P6 arithmetic does what its docstrings say."""
+"""The GB10 mechanism study's evidence holds together: the committed candidate scores are what the
+committed rows give, the candidate that is the committed model reproduces the main command's GB10
+run, and the findings P5 / P6 arithmetic does what its docstrings say."""
 from __future__ import annotations
 
 import csv
