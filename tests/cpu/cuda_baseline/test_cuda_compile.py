@@ -205,6 +205,7 @@ def test_every_instantiation_compiles_for_sm90():
     assert table == SM90_CTAS_PER_SM, f"SM90_CTAS_PER_SM is stale; ptxas says {table}"
 
 
+@pytest.mark.slow
 @pytest.mark.compile
 def test_stage_builds_compile_with_identical_pair_resources():
     """Every pipeline depth other than the default (``stage_instances``: the miss-cost study's

@@ -131,6 +131,7 @@ print(json.dumps([peak[0] - base, costs.sim_case_cost(sized({S}), arch, {model!r
     return tuple(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch, index, S, model", [("h100", 0, 1048576, "timed"),
                                                    ("gb10", 15, 1048576, "timed"),
                                                    ("gb10", 15, 262144, "lockstep")])

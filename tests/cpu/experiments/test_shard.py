@@ -244,7 +244,7 @@ def test_merged_run_equals_the_single_process_run(fake_host, tmp_path, study, gp
             assert by_problem.setdefault(c.problem, p["placement"][c.id]) == p["placement"][c.id]
 
 
-@pytest.mark.parametrize("how", [FAIL, KILL])
+@pytest.mark.parametrize("how", [FAIL, pytest.param(KILL, marks=pytest.mark.slow)])
 def test_failed_shard_leaves_an_incomplete_run_and_resume_completes_it(fake_host, tmp_path,
                                                                       monkeypatch, capsys, how):
     out = tmp_path / "run"

@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import require_toolchain
 
-pytestmark = pytest.mark.compile
+pytestmark = [pytest.mark.compile, pytest.mark.slow]
 
 
 def _available() -> bool:

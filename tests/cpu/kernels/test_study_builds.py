@@ -22,7 +22,7 @@ from spec import Backend, get_arch
 from tests.conftest import require_toolchain
 from tests.cpu.kernels.test_cutile_compile import _available
 
-pytestmark = pytest.mark.compile
+pytestmark = [pytest.mark.compile, pytest.mark.slow]
 
 STUDIES = ("sawtooth", "longseq", "bench")   # shapes, models, hostpath: test_default_attention_...
 CASES = [(s, c) for s in STUDIES for c in get_study(s).plan(get_arch("h100"))

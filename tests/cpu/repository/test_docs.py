@@ -221,6 +221,7 @@ def _run(dst: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProce
                           text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_extending_patch_makes_a_new_order_that_passes_the_spec_and_model_tests(patched):
     r = _run(patched, "-c", "from spec import ScanOrder; o = ScanOrder.parse('staggered'); "
              "print(o.label, int(o.kind))")
@@ -237,6 +238,7 @@ def test_extending_patch_makes_a_new_order_that_passes_the_spec_and_model_tests(
     assert "test_labels_round_trip[staggered]" in r.stdout, r.stdout[-2000:]
 
 
+@pytest.mark.slow
 def test_extending_simulator_block_runs_and_prints_what_the_page_shows(patched):
     (patched / "simulate_staggered.py").write_text(fenced_after("scan-order simulator"))
     r = _run(patched, "simulate_staggered.py")
@@ -245,6 +247,7 @@ def test_extending_simulator_block_runs_and_prints_what_the_page_shows(patched):
     assert r.stdout.strip() == shown.strip()
 
 
+@pytest.mark.slow
 @pytest.mark.compile
 def test_extending_order_compiles_in_both_families_without_spills(patched):
     from cuda_baseline.source import nvcc_path
