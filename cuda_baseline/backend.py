@@ -30,7 +30,7 @@ from spec.family import BadInput, UnsupportedVariant, device_limits, problem_fro
 from spec.orders import OrderKind, ScanOrder
 from spec.problem import Problem, TileGrid, Tiles, cdiv
 from spec.schedules import CtaSchedule, ScheduleKind, WorkOrder
-from spec.variant import Backend, Variant
+from spec.variant import DEFAULT_STAGES, Backend, Variant
 
 from .source import (MAX_TILE, SM90_CTAS_PER_SM, CompileError, Instance, compile_options,
                      smem_bytes, source_text)
@@ -40,13 +40,15 @@ __all__ = ["CudaFamily", "Prepared", "check_strides", "default_schedule", "defau
            "check_variant", "CompileError"]
 
 
-def instance_for(variant: Variant, problem: Problem, trace: bool = False) -> Instance:
-    """The template instantiation that runs ``variant`` on ``problem``."""
+def instance_for(variant: Variant, problem: Problem, trace: bool = False,
+                 lse: bool = False) -> Instance:
+    """The template instantiation that runs ``variant`` on ``problem`` (``lse``: the training
+    build, which also writes the log-sum-exp of each query row)."""
     s = variant.schedule
     work = (s.work_order if s.kind in (ScheduleKind.PERSISTENT, ScheduleKind.SNAKE)
             else WorkOrder.Q_MAJOR)
     return Instance(variant.order.kind, s.kind, work, variant.tiles, problem.D, problem.causal,
-                    problem.dtype, trace, variant.pipeline_stages)
+                    problem.dtype, trace, variant.pipeline_stages, lse)
 
 
 def check_variant(variant: Variant, problem: Problem, smem_limit: int | None = None) -> None:
@@ -165,7 +167,7 @@ class CudaFamily:
     def __init__(self, arch: str | None = None):
         self.requested_arch = arch
 
-    def prepare(self, variant: Variant, problem: Problem) -> Prepared:
+    def prepare(self, variant: Variant, problem: Problem, lse: bool = False) -> Prepared:
         import torch
         if not torch.cuda.is_available():
             raise UnsupportedVariant("CudaFamily needs a CUDA GPU (torch.cuda.is_available() is "
@@ -184,7 +186,10 @@ class CudaFamily:
             raise UnsupportedVariant(f"{lim.name} is sm_{''.join(map(str, lim.compute_capability))}"
                                      "; the kernel needs sm_80 or newer (mma.sync bf16, cp.async)")
         check_variant(variant, problem, lim.smem_per_block_optin)
-        inst = instance_for(variant, problem)
+        if lse and variant.pipeline_stages != DEFAULT_STAGES:
+            raise UnsupportedVariant(f"stages={variant.pipeline_stages} has no training build "
+                                     "(the log-sum-exp); leave stages None to train")
+        inst = instance_for(variant, problem, lse=lse)
         kernel = self._kernel(inst, dev)
         regs, local = int(kernel.num_regs), int(kernel.local_size_bytes)
         per_sm = lim.ctas_per_sm(inst.threads, regs, inst.smem_bytes)
@@ -233,7 +238,7 @@ class CudaFamily:
                                ".contiguous() or .clone()")
 
     def _args(self, p: Prepared, q, k, v, out, visits=None, times=None, steps: int = 0,
-              every: int = 1):
+              every: int = 1, scale: float | None = None):
         pr, g = p.problem, TileGrid(p.problem, p.variant.tiles)
         i64, i32 = np.int64, np.int32
         ptr = lambda t: np.uint64(0 if t is None else t.data_ptr())   # noqa: E731
@@ -244,7 +249,7 @@ class CudaFamily:
                 i32(g.n_work), i32(p.variant.schedule.tiles_per_cta),
                 i32(p.variant.schedule.section or 1),
                 i32(order.group if order.kind == OrderKind.SAWTOOTH else 1),
-                np.float32(math.log2(math.e) / math.sqrt(pr.D)),
+                np.float32(math.log2(math.e) * (1 / math.sqrt(pr.D) if scale is None else scale)),
                 ptr(visits), ptr(times), i32(steps), i32(every))
 
     def _launch(self, p: Prepared, kernel, args) -> None:

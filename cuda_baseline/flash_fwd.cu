@@ -54,3 +54,26 @@ flash_fwd_staged(const unsigned short* q, const unsigned short* k, const unsigne
                       trace_every};
     flash_fwd_impl<ORDER, SCHEDULE, WORK, TILE_M, TILE_N, D, CAUSAL, DT, TRACE, STAGES>(p);
 }
+
+// The training forward: the default build that also writes, per query row, the log-sum-exp the
+// backward (flash_bwd.cu) recomputes P from. A separate entry point, so an inference call pays
+// nothing for it; no trace build.
+template <OrderKind ORDER, ScheduleKind SCHEDULE, WorkOrder WORK, int TILE_M, int TILE_N, int D,
+          bool CAUSAL, DType DT>
+__global__ void
+__launch_bounds__(FwdShape<TILE_M, TILE_N, D>::THREADS, FwdShape<TILE_M, TILE_N, D>::MIN_CTAS)
+flash_fwd_lse(const unsigned short* q, const unsigned short* k, const unsigned short* v,
+              unsigned short* o, float* lse,
+              long long q_sb, long long q_sh, long long q_ss, long long k_sb, long long k_sh,
+              long long k_ss, long long v_sb, long long v_sh, long long v_ss, long long o_sb,
+              long long o_sh, long long o_ss,
+              int H, int H_kv, int S_q, int S_kv, int n_q, int n_kv, int n_work,
+              int tiles_per_cta, int section, int sawtooth_group, float scale_log2,
+              int lse_stride) {
+    const FwdParams p{q, k, v, o, q_sb, q_sh, q_ss, k_sb, k_sh, k_ss, v_sb, v_sh, v_ss,
+                      o_sb, o_sh, o_ss, H, H_kv, S_q, S_kv, n_q, n_kv, n_work, tiles_per_cta,
+                      section, sawtooth_group, scale_log2, nullptr, nullptr, 0, 1, lse,
+                      lse_stride};
+    flash_fwd_impl<ORDER, SCHEDULE, WORK, TILE_M, TILE_N, D, CAUSAL, DT, false, DEFAULT_STAGES,
+                   true>(p);
+}

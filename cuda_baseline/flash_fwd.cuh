@@ -66,6 +66,10 @@ struct FwdParams {
     unsigned long long* trace_ns;
     int trace_steps;
     int trace_every;
+    // Training builds (LSE = true) only: per query row the log-sum-exp of the scaled scores in
+    // log2 units, lse[(b H + h) lse_stride + row] (the backward's P = exp2(s scale log2e - lse)).
+    float* lse = nullptr;
+    int lse_stride = 0;
 };
 
 // ------------------------------------------------------------------------------------------------
@@ -201,6 +205,12 @@ __device__ __forceinline__ unsigned sm_id() {   // the SM this thread runs on
     return r;
 }
 
+__device__ __forceinline__ float fast_log2(float x) {
+    float r;
+    asm("lg2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
+    return r;
+}
+
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 
 // ------------------------------------------------------------------------------------------------
@@ -267,7 +277,8 @@ __device__ __forceinline__ bool reversed_for(int iter, int cta, int sawtooth_gro
 // (the one tile s+STAGES-1 goes to) is free, and step s issues that tile before computing.
 // Every step commits a group, empty near the end of the scan, so the count stays uniform.
 // STAGES = 1 has no lookahead: step s waits for the barrier, issues tile s, waits for all of it.
-template <int TILE_M, int TILE_N, int D, bool CAUSAL, DType DT, bool TRACE, int STAGES>
+template <int TILE_M, int TILE_N, int D, bool CAUSAL, DType DT, bool TRACE, int STAGES,
+          bool LSE = false>
 __device__ __forceinline__ void attend_q_tile(const FwdParams& p, unsigned char* smem, int bh,
                                               int q_tile, bool backward, int& step) {
     using S = FwdShape<TILE_M, TILE_N, D>;
@@ -515,6 +526,12 @@ __device__ __forceinline__ void attend_q_tile(const FwdParams& p, unsigned char*
             l += __shfl_xor_sync(0xffffffffu, l, 2);
             const float inv = l > 0.f ? 1.f / l : 0.f;
             const int row = warp * S::WARP_M + mi * 16 + g + 8 * r;
+            if constexpr (LSE) {   // +inf for a row with no visible key: its P is 0
+                if (t == 0 && row < q_rows)
+                    p.lse[static_cast<long long>(bh) * p.lse_stride + q0 + row] =
+                        l > 0.f ? fmaf(m_run[mi][r], p.scale_log2, fast_log2(l))
+                                : __int_as_float(0x7f800000);
+            }
             if (row < q_rows) {
 #pragma unroll
                 for (int db = 0; db < DB; ++db)
@@ -527,7 +544,7 @@ __device__ __forceinline__ void attend_q_tile(const FwdParams& p, unsigned char*
 // ------------------------------------------------------------------------------------------------
 // CTA schedule: which work items (bh, q_tile) this CTA processes, in which order (spec/schedules.py).
 template <OrderKind ORDER, ScheduleKind SCHEDULE, WorkOrder WORK, int TILE_M, int TILE_N, int D,
-          bool CAUSAL, DType DT, bool TRACE, int STAGES>
+          bool CAUSAL, DType DT, bool TRACE, int STAGES, bool LSE = false>
 __device__ __forceinline__ void flash_fwd_impl(const FwdParams& p) {
     extern __shared__ __align__(128) unsigned char smem[];   // 128-B aligned: the swizzle's banks
     const int cta = blockIdx.x;
@@ -542,14 +559,14 @@ __device__ __forceinline__ void flash_fwd_impl(const FwdParams& p) {
     }
     if constexpr (SCHEDULE == ScheduleKind::GRID) {
         // One Q tile per CTA, Q tile fastest: CTA c = q + n_q * bh.
-        attend_q_tile<TILE_M, TILE_N, D, CAUSAL, DT, TRACE, STAGES>(
+        attend_q_tile<TILE_M, TILE_N, D, CAUSAL, DT, TRACE, STAGES, LSE>(
             p, smem, cta / p.n_q, cta % p.n_q, reversed_for<ORDER>(0, cta, p.sawtooth_group), step);
     } else if constexpr (SCHEDULE == ScheduleKind::SECTIONED_LONGEST_FIRST) {
         // One Q tile per CTA, longest first within sections of G heads, heads fastest.
         const int n_bh = p.n_work / p.n_q, G = p.section;
         const int sec = cta / (G * p.n_q), within = cta % (G * p.n_q);
         const int heads = min(G, n_bh - sec * G);            // the last section may be short
-        attend_q_tile<TILE_M, TILE_N, D, CAUSAL, DT, TRACE, STAGES>(
+        attend_q_tile<TILE_M, TILE_N, D, CAUSAL, DT, TRACE, STAGES, LSE>(
             p, smem, sec * G + within % heads, p.n_q - 1 - within / heads,
             reversed_for<ORDER>(0, cta, p.sawtooth_group), step);
     } else if constexpr (SCHEDULE == ScheduleKind::TILE_X) {
@@ -557,7 +574,7 @@ __device__ __forceinline__ void flash_fwd_impl(const FwdParams& p) {
         const int n_groups = (p.n_q + p.tiles_per_cta - 1) / p.tiles_per_cta;
         const int bh = cta / n_groups, first = (cta % n_groups) * p.tiles_per_cta;
         for (int k = 0; k < p.tiles_per_cta && first + k < p.n_q; ++k)
-            attend_q_tile<TILE_M, TILE_N, D, CAUSAL, DT, TRACE, STAGES>(
+            attend_q_tile<TILE_M, TILE_N, D, CAUSAL, DT, TRACE, STAGES, LSE>(
                 p, smem, bh, first + k, reversed_for<ORDER>(k, cta, p.sawtooth_group), step);
     } else {
         // Persistent: exactly P = gridDim.x CTAs; in round `iter` they take work items
@@ -584,7 +601,7 @@ __device__ __forceinline__ void flash_fwd_impl(const FwdParams& p) {
                 if constexpr (WORK == WorkOrder::HEAD_MAJOR) { bh = w % n_bh; q = w / n_bh; }
                 else { bh = w / p.n_q; q = w % p.n_q; }
             }
-            attend_q_tile<TILE_M, TILE_N, D, CAUSAL, DT, TRACE, STAGES>(
+            attend_q_tile<TILE_M, TILE_N, D, CAUSAL, DT, TRACE, STAGES, LSE>(
                 p, smem, bh, q, reversed_for<ORDER>(iter, cta, p.sawtooth_group), step);
         }
     }

@@ -21,6 +21,7 @@ import threading
 
 from spec import arch as arch_registry
 from spec.family import BadInput, problem_from_tensors
+from spec.ops import resolve_scale
 from spec.orders import ScanOrder
 from spec.problem import Tiles
 from spec.schedules import CtaSchedule
@@ -84,9 +85,10 @@ class Launch:
                                self.raw_stream(self.device), self.params.ctypes.data, 0)
 
 
-def _new_launch(q, k, v, out, causal, order, schedule, tiles, stages) -> Launch:
+def _new_launch(q, k, v, out, causal, order, schedule, tiles, stages, scale) -> Launch:
     import torch
     problem = problem_from_tensors(q, k, v, causal, out)
+    scale = resolve_scale(scale, problem.D)
     order = order if isinstance(order, ScanOrder) else ScanOrder.parse(order)
     tiles = default_tiles(problem, arch_registry.detect()) if tiles is None else (
         tiles if isinstance(tiles, Tiles) else Tiles(*tiles))
@@ -99,13 +101,15 @@ def _new_launch(q, k, v, out, causal, order, schedule, tiles, stages) -> Launch:
         prepared = _FAMILY.prepare(variant, problem)
     o = torch.empty_like(q) if out is None else out    # out's strides follow q's when allocated
     _FAMILY._check_tensors(prepared, q, k, v, o)       # strides: multiples of 8 elements
-    return Launch(prepared, _FAMILY._args(prepared, q, k, v, o))
+    return Launch(prepared, _FAMILY._args(prepared, q, k, v, o, scale=scale))
 
 
 def attention(q, k, v, *, causal: bool = False, order: str | ScanOrder = "linear",
               schedule: str | CtaSchedule | None = None,
-              tiles: Tiles | tuple[int, int] | None = None, stages: int | None = None, out=None):
-    """``softmax(q kᵀ / sqrt(D)) v`` on [B, H, S, D] fp16/bf16 CUDA tensors with the raw CUDA
+              tiles: Tiles | tuple[int, int] | None = None, stages: int | None = None, out=None,
+              scale: float | None = None):
+    """``softmax(scale q kᵀ) v`` (``scale`` None: 1/sqrt(D), else a positive float) on
+    [B, H, S, D] fp16/bf16 CUDA tensors with the raw CUDA
     kernel (k, v: [B, H_kv, S_kv, D], H_kv dividing H; ``causal`` top-left aligned as SDPA's
     ``is_causal``). Strides: the last dimension contiguous, the others multiples of 8 elements,
     addresses 16-byte aligned (a [B, S, H, D] tensor transposed to [B, H, S, D] needs no copy).
@@ -114,7 +118,7 @@ def attention(q, k, v, *, causal: bool = False, order: str | ScanOrder = "linear
     (TILE_M, TILE_N), default ``default_tiles``; ``stages``: K/V pipeline depth 1..3, default 2
     (double buffer). Returns ``out`` (allocated like q when not given). The eager path
     (module docstring); ``cuda_baseline.attention`` wraps it in a ``torch.library`` custom op."""
-    launch = launch_for(q, k, v, causal, order, schedule, tiles, stages, out)
+    launch = launch_for(q, k, v, causal, order, schedule, tiles, stages, out, scale)
     if out is None:
         out = launch.empty_like(q)
     launch(q, k, v, out)
@@ -122,19 +126,19 @@ def attention(q, k, v, *, causal: bool = False, order: str | ScanOrder = "linear
 
 
 def launch_for(q, k, v, causal=False, order="linear", schedule=None, tiles=None, stages=None,
-               out=None) -> Launch:
+               out=None, scale=None) -> Launch:
     """The cached ``Launch`` of an ``attention()`` call with these arguments (prepared on the
     first call with its launch key); ``launch(q, k, v, out)`` runs it."""
     try:
         key = (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
                v.shape, v.stride(), v.dtype, v.device, causal, order, schedule, tiles, stages,
-               None if out is None else (out.shape, out.stride(), out.dtype, out.device))
+               None if out is None else (out.shape, out.stride(), out.dtype, out.device), scale)
         launch = _LAUNCHES.get(key)
     except (AttributeError, TypeError):   # not tensors, or an unhashable argument
         problem_from_tensors(q, k, v, causal, out)      # names the tensor that is not one
         raise BadInput(f"tiles={tiles!r}, order={order!r}, schedule={schedule!r}: pass a Tiles "
                        "or a (TILE_M, TILE_N) tuple, and strings or spec objects") from None
     if launch is None:
-        launch = _new_launch(q, k, v, out, causal, order, schedule, tiles, stages)
+        launch = _new_launch(q, k, v, out, causal, order, schedule, tiles, stages, scale)
         _LAUNCHES[key] = launch
     return launch

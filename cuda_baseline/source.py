@@ -64,10 +64,21 @@ class Instance:
     dtype: DType
     trace: bool = False
     stages: int = DEFAULT_STAGES   # K/V pipeline depth (spec.Variant.pipeline_stages)
+    lse: bool = False              # the training build: also writes the log-sum-exp per row
+
+    def __post_init__(self):
+        if self.lse and (self.trace or self.stages != DEFAULT_STAGES):
+            raise ValueError("the training build (lse=True) has the default pipeline depth and "
+                             "no trace build")
 
     @property
     def name(self) -> str:
         b = lambda x: "true" if x else "false"   # noqa: E731
+        if self.lse:
+            return (f"flash_fwd_lse<OrderKind::{self.order.name}, "
+                    f"ScheduleKind::{self.schedule.name}, WorkOrder::{self.work.name}, "
+                    f"{self.tiles.m}, {self.tiles.n}, {self.D}, {b(self.causal)}, "
+                    f"DType::{self.dtype.name}>")
         args = (f"OrderKind::{self.order.name}, ScheduleKind::{self.schedule.name}, "
                 f"WorkOrder::{self.work.name}, {self.tiles.m}, {self.tiles.n}, {self.D}, "
                 f"{b(self.causal)}, DType::{self.dtype.name}, {b(self.trace)}")
@@ -205,9 +216,9 @@ def translation_unit(instances: list[Instance]) -> str:
 _MANGLE = re.compile(r"Compiling entry function '(\S+)'")
 _SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _REGS = re.compile(r"Used (\d+) registers")
-_DEMANGLE = re.compile(r"_Z(?:9flash_fwd|16flash_fwd_staged)IL9OrderKind(\d)EL12ScheduleKind(\d)"
-                       r"EL9WorkOrder(\d)ELi(\d+)ELi(\d+)ELi(\d+)ELb(\d)EL5DType(\d)ELb(\d)"
-                       r"(?:ELi(\d+))?E")
+_DEMANGLE = re.compile(r"_Z(9flash_fwd|16flash_fwd_staged|13flash_fwd_lse)IL9OrderKind(\d)"
+                       r"EL12ScheduleKind(\d)EL9WorkOrder(\d)ELi(\d+)ELi(\d+)ELi(\d+)ELb(\d)"
+                       r"EL5DType(\d)E(?:Lb(\d)E(?:Li(\d+)E)?)?E")
 
 
 def parse_ptxas(log: str) -> dict[str, Resources]:
@@ -219,9 +230,10 @@ def parse_ptxas(log: str) -> dict[str, Resources]:
         if m := _MANGLE.search(line):
             d = _DEMANGLE.search(m.group(1))
             cur = None if d is None else Instance(
-                OrderKind(int(d[1])), ScheduleKind(int(d[2])), WorkOrder(int(d[3])),
-                Tiles(int(d[4]), int(d[5])), int(d[6]), d[7] == "1", dtypes[int(d[8])],
-                d[9] == "1", int(d[10]) if d[10] else DEFAULT_STAGES).name
+                OrderKind(int(d[2])), ScheduleKind(int(d[3])), WorkOrder(int(d[4])),
+                Tiles(int(d[5]), int(d[6])), int(d[7]), d[8] == "1", dtypes[int(d[9])],
+                d[10] == "1", int(d[11]) if d[11] else DEFAULT_STAGES,
+                lse=d[1] == "13flash_fwd_lse").name
         elif (m := _SPILL.search(line)) and cur:
             spill = (int(m[1]), int(m[2]), int(m[3]))
         elif (m := _REGS.search(line)) and cur and spill:

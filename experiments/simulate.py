@@ -27,13 +27,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from analysis import calibration
-
-from analysis.cache import l2sim
-
-from analysis.cache import reuse
-
-from analysis.cache import timesim
+from analysis.cache import l2sim, reuse, timesim
 from analysis.data import read_manifest
+from analysis.models import steptime
 from spec import Arch, Backend, TileGrid, build_trace, get_arch, known_archs
 from spec.records import UNITS, Metric, Row, Source, case_fields
 
@@ -136,15 +132,30 @@ def _shards_error_pct() -> float:
     return float(read_manifest(SHARDS_RUN)["max_shards_err_pct"])
 
 
+def pipeline_params(tp: timesim.TimeParams, case: Case, arch: Arch,
+                    point: str = "mid") -> timesim.TimeParams:
+    """``tp`` with the pipeline model of ``case``'s build on ``arch``
+    (``analysis.models.steptime``): its step, latencies and prefetch depth at ``point`` of the
+    arch's assumed ranges, and the in-loop spills of the build the study names
+    (``experiments.studies.build_costs``): their time per step and the L2 their stacks hold."""
+    from .studies import build_costs
+    timing = steptime.step_timing(case, arch, point, spills=build_costs(case, arch))
+    return replace(tp, capacity_bytes=max(0, tp.capacity_bytes - timing.stack_l2_bytes),
+                   **timing.units())
+
+
 def timed_rows(case: Case, arch: Arch, params: calibration.ArchParams,
                capacity_bytes: int | None = None, *, run: str, study: str,
-               seed: int = 0) -> list[Row]:
+               seed: int = 0, point: str | None = "mid") -> list[Row]:
     """The timed simulator's rows for one case (its build's resident CTAs, the arch's
-    parameters, at ``capacity_bytes`` when given instead of the parameters' effective capacity,
-    SHARDS at the size rule); each row's note names the parameters, where they came from, the
-    residency and any sampling error."""
+    parameters, the build's pipeline timing at ``point`` of the arch's ranges (None: the step
+    model, every step one unit), at ``capacity_bytes`` when given instead of the parameters'
+    effective capacity, SHARDS at the size rule); each row's note names the parameters, where
+    they came from, the residency and any sampling error."""
     case, where = resident_of_build(case, arch)
     tp = params.time_params(arch, seed=seed)
+    if point is not None:
+        tp = pipeline_params(tp, case, arch, point)
     if capacity_bytes is not None:
         tp = replace(tp, capacity_bytes=int(capacity_bytes))
     counts = timesim.simulate_case(case, tp, arch.sector_bytes, auto_sample=True)

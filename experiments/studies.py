@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from spec import (Arch, Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant, get_arch)
+from analysis.models.steptime import BuildCosts
 from spec.case import Case
 from spec.schedules import WorkOrder, section_heads
 
@@ -49,6 +50,52 @@ so one CTA per SM: on GB10 the Tile-based launch keeps 48 CTAs resident, not 96.
 sawtooth study simulates these builds; elsewhere the study keeps occupancy 2 (at 255 registers
 the causal builds spill on sm_90: 680-1888 B of stack)."""
 PAPER_L2 = get_arch("gb10").l2_bytes
+AUTHORS_TOOLCHAIN = "cuda-tile 1.0.x, tileiras 13.1.80"
+"""The toolchain the paper's cuTile builds were most likely compiled with (the releases before the
+authors' counts; 1.1.0 already rejects their sawtooth sources)."""
+AUTHORS_BUILDS: dict[tuple[str, str], str] = {
+    ("persistent", "linear"): "authors.AttentionFMHAFullyStatic",
+    ("persistent", "sawtooth"): "authors.AttentionFMHAFullyStaticAlt",
+    ("tile", "linear"): "authors.AttentionFMHATile",
+    ("tile", "sawtooth"): "authors.AttentionFMHATileAlt",
+}
+"""The paper's cuTile kernel that each GB10 case of the sawtooth study stands for (SchrodingerZhu/
+AttnFMHA), by (schedule, order); ``.causal`` / ``.noncausal`` name its two builds."""
+AUTHORS_CUDA_TILE = "1.0.1"
+"""The cuda-tile release of ``AUTHORS_TOOLCHAIN`` whose cubins the GB10 study reads."""
+
+SM90_BUILDS: dict[tuple[str, str, bool, int], BuildCosts] = {
+    ("persistent", "linear", True, 1): BuildCosts(8.0, 680, 140560),
+    ("persistent", "sawtooth", True, 1): BuildCosts(200.0, 1888, 189808),
+}
+"""What this project's causal cuTile 64x64 D=64 builds do per step on sm_90 at occupancy 1
+(cuda-tile 1.7, 255 registers; at occupancy 2 none spills): LDL + STL per thread in the bulk step
+loop (linear 4 + 4, sawtooth 100 + 100; the diagonal tile's loop, once per item, aside), stack
+bytes per thread and shared memory per CTA. Keyed by (schedule, order, causal, occupancy); the
+builds-toolchains run (``analysis.data.steps``) holds them, and test_steptime checks the two
+agree."""
+
+
+def build_costs(case: Case, arch: Arch) -> BuildCosts:
+    """What the build ``case`` stands for on ``arch`` does per step, as read off its cubin: on
+    GB10 the paper's cuTile builds compiled with ``AUTHORS_TOOLCHAIN`` (the registered
+    builds-toolchains run), on sm_90 this project's spilling builds (``SM90_BUILDS``); nothing
+    known (the family's defaults) otherwise."""
+    v = case.variant
+    if v.backend != Backend.CUTILE:
+        return BuildCosts()
+    sched = "persistent" if v.schedule.is_persistent else "tile"
+    if arch.name == "gb10":
+        from analysis.data.steps import step_costs
+        name = AUTHORS_BUILDS[(sched, v.order.label)]
+        name += ".causal" if case.problem.causal else ".noncausal"
+        b = step_costs()[(name, AUTHORS_CUDA_TILE, arch.sm)]
+        return BuildCosts(b.bulk_spill_per_step, b.stack, b.shared,
+                          f"build {name}, cuda-tile {b.cuda_tile} / tileiras {b.tileiras}")
+    if arch.sm == "sm_90":
+        return SM90_BUILDS.get((sched, v.order.label, case.problem.causal, v.occupancy or 1),
+                               BuildCosts())
+    return BuildCosts()
 
 
 def scaled_seq(arch: Arch, s_paper: int = PAPER_S, quantum: int = 32768) -> int:
@@ -90,6 +137,21 @@ def sawtooth_plan(arch: Arch) -> list[Case]:
         prob = Problem(B=b, H=1, S_q=s, D=64)
         for v in _twins(Backend.CUDA, CtaSchedule.persistent(p), Tiles(80, 80)):
             cases.append(Case(prob, v, p, "cuda-batch"))
+    return cases
+
+
+def spills_plan(arch: Arch) -> list[Case]:
+    """A build that spills beside its twin that does not, same access stream: the causal cuTile
+    Static pairs (B=8, 64x64, D=64, one persistent CTA per SM, the sawtooth study's length) at
+    occupancy 1, where sm_90 builds spill inside the step loop (``SM90_BUILDS``), and at
+    occupancy 2, where they do not. What the spills do to each CTA's step, to the misses of a
+    causal launch (whose CTAs bunch or drift by their speed) and to the sawtooth-vs-linear time
+    comparison: the H100 test of the paper's GB10 builds, whose causal linear twins spill."""
+    prob = Problem(B=8, H=1, S_q=scaled_seq(arch), D=64, causal=True)
+    cases = []
+    for occ in (AUTHORS_OCCUPANCY, CUTILE_STUDY_OCCUPANCY):
+        for v in _twins(Backend.CUTILE, CtaSchedule.persistent(arch.num_sms), Tiles(64, 64), occ):
+            cases.append(Case(prob, v, arch.num_sms, f"spills-static-occ{occ}"))
     return cases
 
 
@@ -383,6 +445,9 @@ STUDIES: dict[str, Study] = {
         Study("reuse", "reuse-distance histograms and LRU miss-ratio curves (simulator only), "
               "linear vs sawtooth vs block-parity, every arch's L2 marked",
               ("reuse",), reuse_plan, measurable=False, simulate=_reuse_rows),
+        Study("spills", "a spilling build beside its spill-free twin (causal cuTile Static at "
+              "occupancy 1 and 2): misses, time and the sawtooth-vs-linear comparison",
+              (), spills_plan),
         Study("hints", "the paper's cuTile occupancy hint (1) beside the study's (2): misses "
               "and time of the non-causal Static and Tile-based pairs",
               (), hints_plan),

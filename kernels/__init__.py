@@ -20,6 +20,10 @@
 - ``kernels.config``: the measured per-arch defaults, ``kernels/configs/<arch>.json`` (written by
   ``python -m experiments.tune --arch h100``).
 - ``kernels.resources`` / ``kernels.warm``: build resources (spills) and parallel precompilation.
+- ``kernels.authors_toolchain``: what each build does per K/V step (``kernels.sass_loops``: MMAs,
+  spills, loads per SASS loop), compiled with the paper authors' cuda-tile 1.0.x and the
+  project's (``kernels.compile_worker`` in each toolchain's venv, ``kernels.toolchain_venv``,
+  ``kernels.cpu_driver``: a libcuda stand-in for machines without a driver).
 
 Importing this package does not import ``cuda.tile`` or ``torch``; the submodules that need them
 import them lazily or at their own import (``kernels.attention`` is a lazy attribute: the first

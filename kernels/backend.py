@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from spec import arch as arch_registry
 from spec import family
 from spec.family import BadInput, UnsupportedVariant, problem_from_tensors
+from spec.ops import resolve_scale
 from spec.orders import OrderKind, ScanOrder
 from spec.problem import Problem, TileGrid, Tiles
 from spec.schedules import CtaSchedule, ScheduleKind, section_heads
@@ -243,30 +244,40 @@ class Launch:
 
     ``ct.launch`` takes the raw stream handle of torch's current stream on the tensors' device
     (``torch._C._cuda_getCurrentRawStream``: about 0.3 us, where ``torch.cuda.current_stream()``
-    builds a Python stream object each call)."""
+    builds a Python stream object each call).
+
+    ``scale`` is the softmax scale (None: 1/sqrt(D)); with ``save_lse`` the launch is the
+    training build (``fmha.fmha_fwd_lse``, same constants) and a call passes the fp32 LSE
+    buffer it fills."""
 
     __slots__ = ("prepared", "grid", "kernel", "tail", "device", "empty_like", "raw_stream",
-                 "launch")
+                 "launch", "save_lse")
 
-    def __init__(self, prepared: Prepared, device_index: int):
+    def __init__(self, prepared: Prepared, device_index: int, scale: float | None = None,
+                 save_lse: bool = False):
         import cuda.tile as ct
         import torch
 
         from . import fmha
         self.prepared = prepared
         self.grid = (prepared.n_ctas, 1, 1)
-        self.kernel = fmha.get_kernel(prepared.occupancy, prepared.worker_warps)
-        self.tail = (_dummy_trace(torch.device("cuda", device_index)), prepared.qk_scale) \
-            + prepared.consts + (False,)
+        self.save_lse = save_lse
+        self.kernel = fmha.get_kernel(prepared.occupancy, prepared.worker_warps, save_lse)
+        qk_scale = fmha.qk_scale_for(prepared.problem.D, prepared.level, scale)
+        if save_lse:
+            self.tail = (qk_scale,) + prepared.consts
+        else:
+            self.tail = (_dummy_trace(torch.device("cuda", device_index)), qk_scale) \
+                + prepared.consts + (False,)
         self.device = device_index
         self.empty_like = torch.empty_like
         self.raw_stream = torch._C._cuda_getCurrentRawStream
         self.launch = ct.launch
 
-    def __call__(self, q, k, v, out) -> None:
+    def __call__(self, q, k, v, out, lse=None) -> None:
+        args = (q, k, v, out) if lse is None else (q, k, v, out, lse)
         try:
-            self.launch(self.raw_stream(self.device), self.grid, self.kernel,
-                        (q, k, v, out) + self.tail)
+            self.launch(self.raw_stream(self.device), self.grid, self.kernel, args + self.tail)
         except Exception as e:  # noqa: BLE001 - only toolchain failures are rewrapped
             from .toolchain import explain_compile_error
             err = explain_compile_error(e)
@@ -275,10 +286,15 @@ class Launch:
             raise err from e
 
 
-def _new_launch(q, k, v, out, causal, order, schedule, tiles, occupancy, arch, level) -> Launch:
+def _new_launch(q, k, v, out, causal, order, schedule, tiles, occupancy, arch, level,
+                scale=None, save_lse=False) -> Launch:
     """Check the tensors (``spec.family.problem_from_tensors``), resolve the configuration
     (the arch's measured defaults for the problem's shape class unless given) and prepare it."""
     problem = problem_from_tensors(q, k, v, causal, out)
+    scale = resolve_scale(scale, problem.D) if scale is not None else None
+    if save_lse and level < 2:
+        raise UnsupportedVariant(f"level={level}: the training forward (log-sum-exp for the "
+                                 "backward pass) needs tuning-ladder level 2 or above (exp2)")
     fam = _FAMILIES.get(arch) or _FAMILIES.setdefault(arch, CutileFamily(arch))
     present = _check_arch(arch)
     cfg = problem_config(present.name, problem)
@@ -292,14 +308,15 @@ def _new_launch(q, k, v, out, causal, order, schedule, tiles, occupancy, arch, l
                       None if level == 6 else level)
     import torch
     with torch.cuda.device(q.device):
-        return Launch(fam.prepare(variant, problem), q.device.index)
+        return Launch(fam.prepare(variant, problem), q.device.index, scale, save_lse)
 
 
 def attention(q, k, v, *, causal: bool = False, order: str | ScanOrder = "linear",
               schedule: str | CtaSchedule | None = None,
               tiles: Tiles | tuple[int, int] | None = None, occupancy: int | None = None,
-              arch: str | None = None, level: int = 6, out=None):
-    """Attention forward ``softmax(q kᵀ / sqrt(D)) v`` with the cuTile kernel family.
+              arch: str | None = None, level: int = 6, out=None, scale: float | None = None,
+              lse=None):
+    """Attention forward ``softmax(q kᵀ · scale) v`` with the cuTile kernel family.
 
     q: [B, H, S_q, D]; k, v: [B, H_kv, S_kv, D] (H_kv divides H); fp16 or bf16 on one CUDA GPU;
     D in (64, 128); any strides with the last dimension contiguous (a [B, S, H, D] tensor
@@ -309,37 +326,45 @@ def attention(q, k, v, *, causal: bool = False, order: str | ScanOrder = "linear
     "snake<P>", "lpt<P>", "glpt<G>", a CtaSchedule, or None for the measured default. The
     defaults are those of the arch and the problem's shape class
     (``kernels.choice.problem_config``), read from ``kernels/configs/<arch>.json``; ``tiles``
-    (a Tiles or (TILE_M, TILE_N)) and ``occupancy`` override them. Returns ``out`` (allocated
-    like q when not given).
+    (a Tiles or (TILE_M, TILE_N)) and ``occupancy`` override them. ``scale`` is SDPA's
+    ``scale=`` (None: 1/sqrt(D)). ``lse``, an fp32 [B, H, S_q] tensor (last dimension
+    contiguous), selects the training build, which also stores each row's log-sum-exp there
+    (``kernels.fmha``; the backward pass reads it). Returns ``out`` (allocated like q when not
+    given). This function does not differentiate: ``kernels.attention`` does.
 
     The host path: the first call with a given launch key (shapes, strides, dtypes and devices
     of the tensors, and every argument) checks the tensors, resolves the configuration and
     compiles or loads the build; a repeated call builds the key, looks it up and launches. This
     is the eager path; ``kernels.attention`` wraps it in a ``torch.library`` custom op for
     ``torch.compile``."""
-    launch = launch_for(q, k, v, causal, order, schedule, tiles, occupancy, arch, level, out)
+    launch = launch_for(q, k, v, causal, order, schedule, tiles, occupancy, arch, level, out,
+                        scale, lse is not None)
     if out is None:
         out = launch.empty_like(q)
-    launch(q, k, v, out)
+    launch(q, k, v, out, lse)
     return out
 
 
 def launch_for(q, k, v, causal=False, order="linear", schedule=None, tiles=None,
-               occupancy=None, arch=None, level=6, out=None) -> Launch:
+               occupancy=None, arch=None, level=6, out=None, scale=None,
+               save_lse=False) -> Launch:
     """The cached ``Launch`` of an ``attention()`` call with these arguments (prepared on the
     first call with its launch key); ``launch(q, k, v, out)`` runs it."""
     try:
         key = (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
                v.shape, v.stride(), v.dtype, v.device, causal, order, schedule, tiles,
                occupancy, arch, level,
-               None if out is None else (out.shape, out.stride(), out.dtype, out.device))
+               None if out is None else (out.shape, out.stride(), out.dtype, out.device),
+               scale, save_lse)
         launch = _LAUNCHES.get(key)
     except (AttributeError, TypeError):   # not tensors, or an unhashable argument
         problem_from_tensors(q, k, v, causal, out)      # names the tensor that is not one
+        resolve_scale(scale, q.shape[-1])               # names a scale that is not a number
         raise BadInput(f"tiles={tiles!r}, order={order!r}, schedule={schedule!r}: pass a Tiles "
                        "or a (TILE_M, TILE_N) tuple, and strings or spec objects") from None
     if launch is None:
-        launch = _new_launch(q, k, v, out, causal, order, schedule, tiles, occupancy, arch, level)
+        launch = _new_launch(q, k, v, out, causal, order, schedule, tiles, occupancy, arch, level,
+                             scale, save_lse)
         _LAUNCHES[key] = launch
     return launch
 

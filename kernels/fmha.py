@@ -81,9 +81,10 @@ INV_LN2 = 1.0 / math.log(2.0)
 ZERO = PaddingMode.ZERO    # out-of-bounds rows of partial tiles read as 0 (never NaN garbage)
 
 
-def qk_scale_for(head_dim: int, level: int) -> float:
-    """The scalar the kernel multiplies Q·Kᵀ by: 1/sqrt(D), folded by 1/ln 2 from level 2 on."""
-    s = 1.0 / math.sqrt(head_dim)
+def qk_scale_for(head_dim: int, level: int, scale: float | None = None) -> float:
+    """The scalar the kernel multiplies Q·Kᵀ by: the softmax scale (``scale``, None: 1/sqrt(D)),
+    folded by 1/ln 2 from level 2 on (the kernel's exponentials are ``exp2``)."""
+    s = 1.0 / math.sqrt(head_dim) if scale is None else scale
     return s * INV_LN2 if level >= 2 else s
 
 
@@ -160,11 +161,17 @@ def _kv_step(q, K, V, b, kvh, j, m_i, l_i, acc, qk_scale, offs_m, k_len,
     return m_ij, l_i, acc
 
 
-def attention_tile_impl(Q, K, V, Out, Trace, qk_scale, b, h, kvh, q_tile, r, cta, step0,
+def attention_tile_impl(Q, K, V, Out, Trace, LSE, qk_scale, b, h, kvh, q_tile, r, cta, step0,
                         TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
                         CAUSAL: ConstBool, EVEN_K: ConstBool, LEVEL: ConstInt,
-                        TRACE: ConstBool):
+                        TRACE: ConstBool, SAVE_LSE: ConstBool):
     """The kernel body: one Q tile of head (b, h), K/V scanned forward (r=0) or backward (r=1).
+
+    With ``SAVE_LSE`` (the training build, ``fmha_fwd_lse``) it also stores each row's
+    log-sum-exp in the kernel's log2 units, ``m + log2(l)`` with ``m`` the row maximum of
+    ``qk · qk_scale``, into ``LSE[b, h, row]`` (fp32): the backward pass recomputes the
+    probabilities as ``exp2(qk · qk_scale − LSE)`` without a second softmax. Without it the
+    branch is folded away and the build is the inference one.
 
     Returns the number of K/V steps taken (``Tc``), which the schedules add to the CTA's step
     counter of the trace build."""
@@ -226,17 +233,20 @@ def attention_tile_impl(Q, K, V, Out, Trace, qk_scale, b, h, kvh, q_tile, r, cta
         acc = acc / l_i
     out = ct.reshape(acc, (1, 1, TILE_M, TILE_D)).astype(Out.dtype)
     ct.store(Out, index=(b, h, q_tile, 0), tile=out)
+    if SAVE_LSE:
+        lse = m_i + ct.log2(l_i)                                              # [TILE_M, 1]
+        ct.store(LSE, index=(b, h, q_tile), tile=ct.reshape(lse, (1, 1, TILE_M)))
     return Tc
 
 
 # ------------------------------------------------------------------------------------------------
 # the entry: CTA -> work mapping
 # ------------------------------------------------------------------------------------------------
-def fmha_fwd_impl(Q, K, V, Out, Trace, qk_scale, H, QUERY_GROUP_SIZE,
+def fmha_fwd_impl(Q, K, V, Out, Trace, LSE, qk_scale, H, QUERY_GROUP_SIZE,
                   TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
                   CAUSAL: ConstBool, EVEN_K: ConstBool, ORDER: ConstInt, GROUP: ConstInt,
                   SCHED: ConstInt, WORK: ConstInt, TILES_PER_CTA: ConstInt, SECTION: ConstInt,
-                  LEVEL: ConstInt, TRACE: ConstBool):
+                  LEVEL: ConstInt, TRACE: ConstBool, SAVE_LSE: ConstBool):
     """Maps this CTA to its work items (spec ``CtaSchedule.work_items``) and runs the body."""
     cta = ct.bid(0)
     n_q = ct.cdiv(Q.shape[2], TILE_M)
@@ -254,10 +264,10 @@ def fmha_fwd_impl(Q, K, V, Out, Trace, qk_scale, H, QUERY_GROUP_SIZE,
             bh = sec * SECTION + within % heads
             q_tile = n_q - 1 - within // heads
         head = bh % H
-        attention_tile_impl(Q, K, V, Out, Trace, qk_scale, bh // H, head,
+        attention_tile_impl(Q, K, V, Out, Trace, LSE, qk_scale, bh // H, head,
                             head // QUERY_GROUP_SIZE, q_tile,
                             reversed_for(ORDER, GROUP, 0, cta), cta, 0,
-                            TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, LEVEL, TRACE)
+                            TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, LEVEL, TRACE, SAVE_LSE)
     elif SCHED == SCHED_TILE_X:
         # X consecutive Q tiles of one head per CTA; cta = group + n_groups * bh
         n_groups = ct.cdiv(n_q, TILES_PER_CTA)
@@ -268,10 +278,11 @@ def fmha_fwd_impl(Q, K, V, Out, Trace, qk_scale, H, QUERY_GROUP_SIZE,
         step = 0
         k = 0
         while k < n_here:        # a while, not a for (module docstring)
-            tc = attention_tile_impl(Q, K, V, Out, Trace, qk_scale, bh // H, head,
+            tc = attention_tile_impl(Q, K, V, Out, Trace, LSE, qk_scale, bh // H, head,
                                      head // QUERY_GROUP_SIZE, q0 + k,
                                      reversed_for(ORDER, GROUP, k, cta), cta, step,
-                                     TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, LEVEL, TRACE)
+                                     TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, LEVEL, TRACE,
+                                     SAVE_LSE)
             step = step + tc
             k = k + 1
     else:
@@ -298,10 +309,11 @@ def fmha_fwd_impl(Q, K, V, Out, Trace, qk_scale, H, QUERY_GROUP_SIZE,
                 q_tile = w % n_q
             if w < total:
                 head = bh % H
-                tc = attention_tile_impl(Q, K, V, Out, Trace, qk_scale, bh // H, head,
+                tc = attention_tile_impl(Q, K, V, Out, Trace, LSE, qk_scale, bh // H, head,
                                          head // QUERY_GROUP_SIZE, q_tile,
                                          reversed_for(ORDER, GROUP, it, cta), cta, step,
-                                         TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, LEVEL, TRACE)
+                                         TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, LEVEL, TRACE,
+                                     SAVE_LSE)
                 step = step + tc
             it = it + 1
 
@@ -314,17 +326,32 @@ def fmha_fwd(Q, K, V, Out, Trace, qk_scale: float, H: ConstInt, QUERY_GROUP_SIZE
              LEVEL: ConstInt, TRACE: ConstBool):
     """Q [B,H,S_q,D], K/V [B,H_kv,S_kv,D], Out like Q; Trace int32 [n_ctas, max_steps, 4] (read
     only when TRACE)."""
-    fmha_fwd_impl(Q, K, V, Out, Trace, qk_scale, H, QUERY_GROUP_SIZE, TILE_D, TILE_M, TILE_N,
+    fmha_fwd_impl(Q, K, V, Out, Trace, Trace, qk_scale, H, QUERY_GROUP_SIZE, TILE_D, TILE_M,
+                  TILE_N, CAUSAL, EVEN_K, ORDER, GROUP, SCHED, WORK, TILES_PER_CTA, SECTION,
+                  LEVEL, TRACE, False)
+
+
+@ct.kernel
+def fmha_fwd_lse(Q, K, V, Out, LSE, qk_scale: float, H: ConstInt, QUERY_GROUP_SIZE: ConstInt,
+                 TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
+                 CAUSAL: ConstBool, EVEN_K: ConstBool, ORDER: ConstInt, GROUP: ConstInt,
+                 SCHED: ConstInt, WORK: ConstInt, TILES_PER_CTA: ConstInt, SECTION: ConstInt,
+                 LEVEL: ConstInt):
+    """The training forward: ``fmha_fwd`` (same constants, without the trace flag) that also
+    stores the log-sum-exp, LSE fp32 [B, H, S_q] (last dimension contiguous)."""
+    fmha_fwd_impl(Q, K, V, Out, LSE, LSE, qk_scale, H, QUERY_GROUP_SIZE, TILE_D, TILE_M, TILE_N,
                   CAUSAL, EVEN_K, ORDER, GROUP, SCHED, WORK, TILES_PER_CTA, SECTION, LEVEL,
-                  TRACE)
+                  False, True)
 
 
 # ------------------------------------------------------------------------------------------------
 # hints: occupancy / worker warps (tuning-ladder level 5) per kernel object, created once
 # ------------------------------------------------------------------------------------------------
 @lru_cache(maxsize=None)
-def get_kernel(occupancy: int | None = None, worker_warps: int | None = None):
-    """The ``fmha_fwd`` kernel with these hints (``replace_hints`` makes a new JIT cache: cached).
+def get_kernel(occupancy: int | None = None, worker_warps: int | None = None,
+               save_lse: bool = False):
+    """The ``fmha_fwd`` kernel (``fmha_fwd_lse`` with ``save_lse``) with these hints
+    (``replace_hints`` makes a new JIT cache: cached).
 
     ``None`` leaves a hint at the compiler's default."""
     hints = {}
@@ -332,7 +359,8 @@ def get_kernel(occupancy: int | None = None, worker_warps: int | None = None):
         hints["occupancy"] = occupancy
     if worker_warps is not None:
         hints["num_worker_warps"] = worker_warps
-    return fmha_fwd.replace_hints(**hints) if hints else fmha_fwd
+    kern = fmha_fwd_lse if save_lse else fmha_fwd
+    return kern.replace_hints(**hints) if hints else kern
 
 
 def constants(*, D: int, tile_m: int, tile_n: int, H: int, group_size: int, causal: bool,

@@ -30,10 +30,11 @@ from typing import Optional
 
 import torch
 
-from spec.ops import check_metadata, op_spelling
+from spec.family import BadInput, UnsupportedVariant
+from spec.ops import check_metadata, op_spelling, resolve_scale
 from spec.problem import Tiles
 
-from . import backend
+from . import backend, backward
 
 Tensor = torch.Tensor
 # The operators' annotations are evaluated (no ``from __future__ import annotations``): torch
@@ -45,47 +46,150 @@ def _tiles(tile_m, tile_n):
     return None if tile_m is None else Tiles(tile_m, tile_n)
 
 
+def _needs_grad(q, k, v) -> bool:
+    return torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+
+
 @torch.library.custom_op("sawtooth::cutile_attention", mutates_args=())
 def cutile_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, order: str,
                      schedule: Optional[str], tile_m: Optional[int], tile_n: Optional[int],
-                     occupancy: Optional[int], arch: Optional[str], level: int) -> Tensor:
-    return backend.attention(q, k, v, causal=causal, order=order, schedule=schedule,
-                             tiles=_tiles(tile_m, tile_n), occupancy=occupancy, arch=arch,
-                             level=level)
+                     occupancy: Optional[int], arch: Optional[str], level: int,
+                     scale: Optional[float], save_lse: bool) -> tuple[Tensor, Tensor]:
+    lse = backward.stat_buffer(q) if save_lse else q.new_empty((0,), dtype=torch.float32)
+    out = backend.attention(q, k, v, causal=causal, order=order, schedule=schedule,
+                            tiles=_tiles(tile_m, tile_n), occupancy=occupancy, arch=arch,
+                            level=level, scale=scale, lse=lse if save_lse else None)
+    return out, lse
 
 
 @cutile_attention.register_fake
-def _(q, k, v, causal, order, schedule, tile_m, tile_n, occupancy, arch, level):
+def _(q, k, v, causal, order, schedule, tile_m, tile_n, occupancy, arch, level, scale,
+      save_lse):
     check_metadata(q, k, v, causal)
-    return torch.empty_like(q)
+    if not save_lse:
+        return torch.empty_like(q), q.new_empty((0,), dtype=torch.float32)
+    B, H, S, _ = q.shape
+    sp = (S + 3) // 4 * 4
+    return torch.empty_like(q), torch.empty_strided((B, H, S), (H * sp, sp, 1),
+                                                    dtype=torch.float32, device=q.device)
+
+
+@torch.library.custom_op("sawtooth::cutile_attention_backward", mutates_args=())
+def cutile_attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor,
+                              lse: Tensor, causal: bool, scale: Optional[float],
+                              bwd_order: str, bwd_schedule: Optional[str]
+                              ) -> tuple[Tensor, Tensor, Tensor]:
+    return backward.attention_backward(dout, q, k, v, out, lse, causal=causal, scale=scale,
+                                       order=bwd_order, schedule=bwd_schedule)
+
+
+@cutile_attention_backward.register_fake
+def _(dout, q, k, v, out, lse, causal, scale, bwd_order, bwd_schedule):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, causal, order, schedule, tm, tn, occupancy, arch, level, scale, save_lse = inputs
+    out, lse = output
+    ctx.mark_non_differentiable(lse)
+    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.causal, ctx.scale, ctx.save_lse = causal, scale, save_lse
+
+
+def _backward(ctx, dout, _dlse):
+    if not ctx.save_lse:
+        raise RuntimeError("kernels.attention: this output was computed without the "
+                           "log-sum-exp (no input required grad when it ran); call it again "
+                           "with grad enabled to differentiate it")
+    q, k, v, out, lse = ctx.saved_tensors
+    dq, dk, dv = torch.ops.sawtooth.cutile_attention_backward(
+        dout, q, k, v, out, lse, ctx.causal, ctx.scale, "linear", None)
+    return dq, dk, dv, None, None, None, None, None, None, None, None, None, None
+
+
+torch.library.register_autograd("sawtooth::cutile_attention", _backward,
+                                setup_context=_setup_context)
 
 
 @torch.library.custom_op("sawtooth::cutile_attention_out", mutates_args=("out",))
 def cutile_attention_out(q: Tensor, k: Tensor, v: Tensor, out: Tensor, causal: bool, order: str,
                          schedule: Optional[str], tile_m: Optional[int],
                          tile_n: Optional[int], occupancy: Optional[int], arch: Optional[str],
-                         level: int) -> None:
+                         level: int, scale: Optional[float]) -> None:
     backend.attention(q, k, v, causal=causal, order=order, schedule=schedule,
                       tiles=_tiles(tile_m, tile_n), occupancy=occupancy, arch=arch, level=level,
-                      out=out)
+                      out=out, scale=scale)
 
 
 @cutile_attention_out.register_fake
-def _(q, k, v, out, causal, order, schedule, tile_m, tile_n, occupancy, arch, level):
+def _(q, k, v, out, causal, order, schedule, tile_m, tile_n, occupancy, arch, level, scale):
     check_metadata(q, k, v, causal, out)
 
 
 def attention(q, k, v, *, causal=False, order="linear", schedule=None, tiles=None,
-              occupancy=None, arch=None, level=6, out=None):
+              occupancy=None, arch=None, level=6, out=None, scale=None):
     """``kernels.backend.attention`` (same arguments, same result) as a PyTorch operator: the
-    eager path directly outside ``torch.compile``, the custom op inside it (module docstring)."""
+    eager path directly outside ``torch.compile`` when no gradient is needed, the custom op
+    (differentiable: ``sawtooth::cutile_attention_backward``) inside it or when one is.
+
+    ``scale`` is SDPA's ``scale=`` (None: 1/sqrt(D)). With grad enabled and any of q, k, v
+    requiring grad the forward also stores the log-sum-exp and the output is differentiable;
+    ``out=`` cannot be (one-line error then)."""
+    if _needs_grad(q, k, v):
+        if out is not None:
+            raise BadInput("attention(out=...) cannot be differentiated and q, k or v requires "
+                           "grad: drop out= (the result is then differentiable) or call it "
+                           "under torch.no_grad()")
+        if level < 2:
+            raise UnsupportedVariant(f"level={level} has no backward (the log-sum-exp the "
+                                     "backward reads needs level >= 2): use level >= 2, or "
+                                     "call it under torch.no_grad()")
+        if not torch.compiler.is_compiling():
+            return _EagerAttention.apply(q, k, v, causal, order, schedule, tiles, occupancy,
+                                         arch, level, scale)
+        o, s, tm, tn = op_spelling(order, schedule, tiles)
+        return torch.ops.sawtooth.cutile_attention(q, k, v, causal, o, s, tm, tn, occupancy,
+                                                   arch, level, _scale_arg(scale), True)[0]
     if torch.compiler.is_compiling():
         o, s, tm, tn = op_spelling(order, schedule, tiles)
         if out is None:
             return torch.ops.sawtooth.cutile_attention(q, k, v, causal, o, s, tm, tn, occupancy,
-                                                       arch, level)
+                                                       arch, level, _scale_arg(scale),
+                                                       False)[0]
         torch.ops.sawtooth.cutile_attention_out(q, k, v, out, causal, o, s, tm, tn, occupancy,
-                                                arch, level)
+                                                arch, level, _scale_arg(scale))
         return out
     return backend.attention(q, k, v, causal=causal, order=order, schedule=schedule,
-                             tiles=tiles, occupancy=occupancy, arch=arch, level=level, out=out)
+                             tiles=tiles, occupancy=occupancy, arch=arch, level=level, out=out,
+                             scale=scale)
+
+
+class _EagerAttention(torch.autograd.Function):
+    """The differentiable eager call: the same forward (with the log-sum-exp) and backward as
+    the operator's registered autograd, without the dispatcher's per-call cost (the operator is
+    what ``torch.compile`` traces; opcheck tests its registration)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, order, schedule, tiles, occupancy, arch, level, scale):
+        lse = backward.stat_buffer(q)
+        out = backend.attention(q, k, v, causal=causal, order=order, schedule=schedule,
+                                tiles=tiles, occupancy=occupancy, arch=arch, level=level,
+                                scale=scale, lse=lse)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.causal, ctx.scale = causal, scale
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = backward.attention_backward(dout, q, k, v, out, lse, causal=ctx.causal,
+                                                 scale=ctx.scale)
+        return dq, dk, dv, None, None, None, None, None, None, None, None
+
+
+def _scale_arg(scale):
+    """The operator's ``scale`` argument (a float or None), checked like the eager path's."""
+    if scale is None:
+        return None
+    resolve_scale(scale, 64)           # the one-line BadInput for a bad value
+    return float(scale)

@@ -110,3 +110,59 @@ class CompileCase:
         cc = (CallingConvention.cutile_python_v2() if _needs_v2(params)
               else CallingConvention.cutile_python_v1())
         return KernelSignature(params, cc).with_mangled_symbol("fmha_fwd")
+
+
+@dataclass(frozen=True)
+class BackwardCase:
+    """One backward build to compile (``kernels.fmha_bwd``): which kernel, the shapes, and its
+    constant codes. ``lse_stride`` is the row stride of the fp32 LSE / Δ buffers
+    (``kernels.backward.stat_buffer`` pads it to a multiple of 4 elements, 16 bytes)."""
+
+    kernel: str = "dkdv"          # "preprocess" | "dkdv" | "dq"
+    B: int = 1
+    H: int = 16
+    H_kv: int = 16
+    S_q: int = 4096
+    S_kv: int = 4096
+    D: int = 64
+    dtype: str = "fp16"
+    causal: bool = False
+    tile_m: int = 64
+    tile_n: int = 64
+    order: int = 0
+    group: int = 1
+    sched: int = 0
+    work: int = 0
+    split: int = 1                # dK/dV: query heads of a group dealt over this many items
+
+    def constants(self) -> tuple:
+        """The kernel's constant arguments, in kernel order (``kernels.fmha_bwd``)."""
+        if self.kernel == "preprocess":
+            return (int(self.D), int(self.tile_m))
+        tail = (bool(self.causal),)
+        if self.kernel == "dq":
+            tail += (self.S_kv % self.tile_n == 0,)
+        return ((int(self.D), int(self.tile_m), int(self.tile_n)) + tail
+                + (int(self.order), int(self.group), int(self.sched), int(self.work)))
+
+    def signature(self) -> KernelSignature:
+        dt = {"fp16": ct.float16, "bf16": ct.bfloat16}[self.dtype]
+        qshape = (self.B, self.H, self.S_q, self.D)
+        kvshape = (self.B, self.H_kv, self.S_kv, self.D)
+        sp = -(-self.S_q // 4) * 4
+        stat = jit_like_array((self.B, self.H, self.S_q), ct.float32,
+                              strides=(self.H * sp, sp, 1))
+        q, kv = jit_like_array(qshape, dt), jit_like_array(kvshape, dt)
+        f32, i32 = ScalarConstraint(ct.float32), ScalarConstraint(ct.int32)
+        if self.kernel == "preprocess":
+            params = [q, q, stat, i32]
+        elif self.kernel == "dkdv":
+            grad = kv if self.split == 1 else jit_like_array(
+                (self.B, self.H_kv * self.split, self.S_kv, self.D), ct.float32)
+            params = [q, kv, kv, q, stat, stat, grad, grad, f32, f32, i32, i32]
+        else:
+            params = [q, kv, kv, q, stat, stat, q, f32, f32, i32, i32]
+        params += list(self.constants())
+        cc = (CallingConvention.cutile_python_v2() if _needs_v2(params)
+              else CallingConvention.cutile_python_v1())
+        return KernelSignature(params, cc).with_mangled_symbol("bwd_" + self.kernel)

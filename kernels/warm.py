@@ -91,3 +91,56 @@ def warm(jobs, workers: int | None = None) -> list[str]:
     ctx = mp.get_context("spawn")
     with ProcessPoolExecutor(workers, mp_context=ctx) as ex:
         return [e for errs in ex.map(_run, chunks) for e in errs]
+
+
+def _run_training(jobs: list) -> list[str]:
+    """Each (Problem, BackwardConfig or None) job: the training forward and the backward once on
+    a small problem with the same JIT facts (``_small``), which compiles their builds."""
+    from dataclasses import replace
+
+    import torch
+
+    from spec import detect
+    from spec.orders import ScanOrder
+    from spec.variant import Backend, Variant
+
+    from . import backend, backward
+    from .choice import problem_config
+    errors = []
+    for pr, cfg in jobs:
+        try:
+            p = replace(pr, S_q=_small(pr.S_q), S_kv=_small(pr.S_kv))
+            dt = {"fp16": torch.float16, "bf16": torch.bfloat16}[p.dtype.value]
+            q = torch.randn(p.B, p.H, p.S_q, p.D, device="cuda", dtype=dt)
+            k = torch.randn(p.B, p.H_kv, p.S_kv, p.D, device="cuda", dtype=dt)
+            v = torch.randn_like(k)
+            # the forward configuration of the real problem, on the small one
+            arch = detect()
+            fcfg = problem_config(arch.name, pr)
+            var = Variant(Backend.CUTILE, ScanOrder.linear(),
+                          backend.default_schedule(pr, fcfg, fcfg.tiles, arch), fcfg.tiles,
+                          fcfg.occupancy)
+            launch = backend.Launch(backend.CutileFamily(defaults=fcfg).prepare(var, p), 0,
+                                    None, True)
+            lse = backward.stat_buffer(q)
+            out = torch.empty_like(q)
+            launch(q, k, v, out, lse)
+            backward.attention_backward(torch.randn_like(q), q, k, v, out, lse, causal=p.causal,
+                                        config=cfg)
+            torch.cuda.synchronize()
+        except Exception as e:  # noqa: BLE001 - reported, the real run will raise properly
+            errors.append(f"{pr.label} {cfg}: {type(e).__name__}: {str(e)[:300]}")
+    return errors
+
+
+def warm_training(jobs, workers: int | None = None) -> list[str]:
+    """``warm`` for the training path: (Problem, BackwardConfig or None: the default) jobs."""
+    import multiprocessing as mp
+    jobs = list(dict.fromkeys(jobs))
+    if not jobs:
+        return []
+    workers = workers or min(12, max(1, (os.cpu_count() or 2) - 2), len(jobs))
+    chunks = [jobs[i::workers] for i in range(workers)]
+    ctx = mp.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=ctx) as ex:
+        return [e for errs in ex.map(_run_training, chunks) for e in errs]

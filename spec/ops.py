@@ -8,6 +8,8 @@ where a shape may be symbolic (dynamic shapes). Nothing here imports torch.
 """
 from __future__ import annotations
 
+import math
+
 from .family import BadInput, problem_from_tensors
 from .orders import ScanOrder
 from .problem import InvalidProblem, Tiles
@@ -25,6 +27,24 @@ def op_spelling(order: str | ScanOrder, schedule: str | CtaSchedule | None,
     return (order if isinstance(order, str) else order.label,
             schedule if schedule is None or isinstance(schedule, str) else schedule.label,
             None if tiles is None else tiles.m, None if tiles is None else tiles.n)
+
+
+def resolve_scale(scale, head_dim: int) -> float:
+    """The softmax scale of an attention call, as SDPA's ``scale=``: None means ``1/sqrt(D)``;
+    a finite positive number is taken as given. A bool, a non-number, a non-finite value or a
+    scale <= 0 is a ``BadInput``: the kernels fold the scale into the running row maximum
+    (``max(s)·scale`` is the maximum of ``s·scale`` only for scale > 0) and mask before scaling,
+    so a scale <= 0 would give a silently wrong result (SDPA's own flash backend returns NaN for
+    a negative scale with ``is_causal``)."""
+    if scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise BadInput(f"scale={scale!r}: pass a float (the softmax scale, as SDPA's scale=) or "
+                       "None for 1/sqrt(head_dim)")
+    if not math.isfinite(scale) or scale <= 0:
+        raise BadInput(f"scale={scale!r}: the softmax scale must be a finite number > 0 (or "
+                       "None for 1/sqrt(head_dim))")
+    return float(scale)
 
 
 def check_metadata(q, k, v, causal: bool, out=None) -> None:

@@ -149,7 +149,8 @@ def _access(srrip, j, p, w, prev, nxt, head, tail, pb, age, present, occ, cap, w
 def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub, sampled,
          n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr,
          samp_kv, part_of, stores_miss, rate_jitter, srrip,
-         speed, set_of, n_sets, sets, dram_svc):  # pragma: no cover - compiled
+         speed, set_of, n_sets, sets, dram_svc, depth, compute,
+         hit_t):  # pragma: no cover - compiled
     numba.literally(srrip)                   # one compiled loop per policy: no branch per lookup
     numba.literally(sets)                    # and per cache shape: one set, no set lookup
     nsub = wsub.size
@@ -184,6 +185,10 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
     s_step = np.zeros(r, np.int64)
     time = np.zeros(r, np.float64)
     est = np.ones(r, np.float64)              # running mean load time (sampled mode)
+    ring_n = depth + 1                        # each slot's steps issued and not yet computed
+    ring = np.zeros((r, ring_n), np.float64)  # their data-ready times, by step % ring_n
+    refill = np.zeros(r, np.bool_)            # the next event re-issues a prologue (after a skip)
+    skip_m = np.zeros(r, np.float64)          # the per-step cost of the last skip
     heap = np.zeros(r, np.int64)
     rate = speed[:r].copy()                   # each slot's (SM's) constant speed factor
     if rate_jitter > 0:
@@ -211,33 +216,51 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
         i = s_item[s]
         st = s_step[s]
         L = length[i]
-        kv = L - 1 - st if reverse[i] else st
-        ready = t + 1.0
-        for a in range(4):
-            if a == 0:
-                if st != 0:
+        # the steps whose loads this event issues: at an item's first step (or after a skip) the
+        # prologue, steps st..st+depth; later the one step ``depth`` ahead of the one starting
+        if st == 0 or refill[s]:
+            k_lo = st
+        else:
+            k_lo = st + depth
+        k_hi = min(st + depth, L - 1)
+        n_jobs = 3 * (k_hi - k_lo + 1) if k_hi >= k_lo else 0
+        for jb in range(n_jobs + 1):
+            if jb < n_jobs:
+                k = k_lo + jb // 3
+                a = jb % 3
+                if a == 0 and k != 0:
                     continue
+                # a step issued late (after a skip) was due ``st + depth - k`` steps ago
+                t_iss = t - (st + depth - k) * skip_m[s] if refill[s] else t
+                if a == 0 or (a == 1 and k != 0):
+                    ring[s, k % ring_n] = t_iss + hit_t      # a step lasts at least a hit
+            else:
+                if st != L - 1:
+                    continue
+                k = st
+                a = 3
+                t_iss = t
+            kv = L - 1 - k if reverse[i] else k
+            if a == 0:
                 key = q_key[i]
             elif a == 1:
                 key = k_base + kv_row[i] + kv
             elif a == 2:
                 key = v_base + kv_row[i] + kv
             else:
-                if st != L - 1:
-                    continue
                 key = o_key[i]
             p = part_of[s]
             for h in range(n_parts):
                 sub = key * n_parts + h
                 sj = set_of[sub] if sets else 0          # the half-tile's set (0: one set)
                 if not sampled[sub]:
-                    rdy = t + max(est[s], 1.0)   # the mean sampled load, at least a hit
+                    rdy = t_iss + max(est[s], hit_t)   # the mean sampled load, at least a hit
                 elif a == 3 and not stores_miss:
                     # a store writes whole sectors: a lookup that never misses (no fill, no DRAM
                     # read); it allocates the line locally and, homed across, at its home
                     w = wsub[sub]
                     j = p * nsub + sub
-                    rdy = t + 1.0
+                    rdy = t + hit_t
                     cnt[0] += w
                     cnt[1] += w
                     if not _access(srrip, j, p * n_sets + sj, w, prev, nxt, head,
@@ -258,7 +281,7 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
                     j = p * nsub + sub
                     if window > 0 and t - lrc_t[j] < window:
                         cnt[4] += w                                   # coalesced before L2
-                        rdy = max(lrc_ready[j], t + 1.0)
+                        rdy = max(lrc_ready[j], t_iss + hit_t)
                     else:
                         cnt[0] += w
                         if not seen[sub]:
@@ -267,20 +290,20 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
                         if _access(srrip, j, p * n_sets + sj, w, prev, nxt, head,
                                    tail, pb, age, present, occ, cap, wsub, p * nsub):
                             cnt[1] += w
-                            if fill[j] > t:
+                            if fill[j] > t_iss:
                                 cnt[3] += w
                                 rdy = fill[j]
                             else:
-                                rdy = t + 1.0
+                                rdy = t_iss + hit_t
                         else:
                             cnt[2] += w
                             home = h if n_parts > 1 else p
                             if home == p:
-                                rdy = t + miss_t
+                                rdy = t_iss + miss_t
                                 if a < 3:
                                     cnt[8] += w
                                     if dram_svc > 0:
-                                        dram_free = max(dram_free, t) + w * dram_svc
+                                        dram_free = max(dram_free, t_iss) + w * dram_svc
                                         rdy = max(rdy, dram_free)
                             else:
                                 cnt[5] += w
@@ -289,14 +312,14 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
                                            nxt, head, tail, pb, age, present, occ, cap, wsub,
                                            home * nsub):
                                     cnt[6] += w
-                                    rdy = fill[jh] if fill[jh] > t else t + 1.0
+                                    rdy = fill[jh] if fill[jh] > t_iss else t_iss + hit_t
                                 else:
                                     cnt[7] += w
-                                    rdy = t + miss_t
+                                    rdy = t_iss + miss_t
                                     if a < 3:
                                         cnt[8] += w
                                         if dram_svc > 0:
-                                            dram_free = max(dram_free, t) + w * dram_svc
+                                            dram_free = max(dram_free, t_iss) + w * dram_svc
                                             rdy = max(rdy, dram_free)
                                     if present[jh]:
                                         fill[jh] = rdy
@@ -306,10 +329,14 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
                             lrc_t[j] = t
                             lrc_ready[j] = rdy
                     if sub_rate and a < 3:
-                        est[s] += (rdy - t - est[s]) * (1.0 / 64.0)
-                if a < 3 and rdy > ready:             # the O store does not stall the CTA
-                    ready = rdy
-        dur = (ready - t) * rate[s]
+                        est[s] += (rdy - t_iss - est[s]) * (1.0 / 64.0)
+                if a < 3 and rdy > ring[s, k % ring_n]:   # the O store does not stall the CTA
+                    ring[s, k % ring_n] = rdy
+        refill[s] = False
+        ready = ring[s, st % ring_n]
+        if ready < t:
+            ready = t
+        dur = (ready + compute - t) * rate[s]
         if jitter > 0:
             dur *= math.exp(jitter * np.random.standard_normal() - 0.5 * jitter * jitter)
         t_end = t + dur
@@ -332,12 +359,15 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
                 # each skipped step lasts the mean load time (at least a hit step) times the
                 # slot's speed factor; their jitter factors (mean 1, sd ~jitter) sum to about
                 # skip + sqrt(skip) * jitter * z
-                m = max(est[s], 1.0) * rate[s]
+                m = (compute + max(0.0, max(est[s], hit_t) - depth * compute)) * rate[s]
                 extra = skip * m
                 if jitter > 0:
                     extra += math.sqrt(skip) * jitter * m * np.random.standard_normal()
                 t_end += max(extra, 0.0)
                 st = target
+                if depth > 0:                    # the skipped steps' prefetches: issue late
+                    refill[s] = True
+                    skip_m[s] = m
         if t_end > makespan:
             makespan = t_end
         time[s] = t_end
@@ -366,7 +396,8 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
 def _run_policy(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub, sampled,
                 n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr,
                 samp_kv, part_of, stores_miss, rate_jitter, srrip,
-                speed, set_of, n_sets, sets, dram_svc):  # pragma: no cover - compiled
+                speed, set_of, n_sets, sets, dram_svc, depth, compute,
+                hit_t):  # pragma: no cover - compiled
     """``_run`` with its two policy flags passed as constants, so that each of its four
     specialisations is compiled (and cached on disk) inside this one function. Called from
     Python with the flags as plain booleans, ``_run`` itself would be typed again on every call:
@@ -378,17 +409,17 @@ def _run_policy(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base
             return _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
                         sampled, n_parts, resident, cap, miss_t, jitter, seed, window, n_kv,
                         samp_ptr, samp_kv, part_of, stores_miss, rate_jitter, True, speed,
-                        set_of, n_sets, True, dram_svc)
+                        set_of, n_sets, True, dram_svc, depth, compute, hit_t)
         return _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
                     sampled, n_parts, resident, cap, miss_t, jitter, seed, window, n_kv,
                     samp_ptr, samp_kv, part_of, stores_miss, rate_jitter, True, speed,
-                    set_of, n_sets, False, dram_svc)
+                    set_of, n_sets, False, dram_svc, depth, compute, hit_t)
     if sets:
         return _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
                     sampled, n_parts, resident, cap, miss_t, jitter, seed, window, n_kv,
                     samp_ptr, samp_kv, part_of, stores_miss, rate_jitter, False, speed,
-                    set_of, n_sets, True, dram_svc)
+                    set_of, n_sets, True, dram_svc, depth, compute, hit_t)
     return _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
                 sampled, n_parts, resident, cap, miss_t, jitter, seed, window, n_kv,
                 samp_ptr, samp_kv, part_of, stores_miss, rate_jitter, False, speed,
-                set_of, n_sets, False, dram_svc)
+                set_of, n_sets, False, dram_svc, depth, compute, hit_t)

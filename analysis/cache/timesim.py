@@ -153,14 +153,34 @@ class TimeParams:
     ways: int = 0                  # 0: fully associative; W: hashed sets of W entries (below)
     speeds: tuple[float, ...] | None = None   # measured step-time factor per slot (see below)
     speeds_source: str = ""        # where ``speeds`` were measured (written into every row)
-    dram_step_sectors: float = 0.0  # sectors DRAM delivers per hit step (0: no bandwidth limit)
+    dram_step_sectors: float = 0.0  # sectors DRAM delivers per time unit (0: no bandwidth limit)
+    compute: float = 0.0           # a step's compute (0: the step model; 1: the pipeline model)
+    hit_latency: float = 1.0       # an L2 hit's latency in time units (the step model: 1)
+    prefetch: int = 0              # steps whose loads are issued ahead (the K/V pipeline depth - 1)
+    step_source: str = ""          # where the pipeline model's step and latencies come from
 
     def __post_init__(self) -> None:
         if int(self.capacity_bytes) < 0:
             raise ValueError(f"capacity_bytes must be >= 0, got {self.capacity_bytes}")
-        if not self.miss_ratio >= 1.0:
-            raise ValueError(f"miss_ratio is miss time / hit time and must be >= 1, "
-                             f"got {self.miss_ratio}")
+        if self.compute == 0.0:
+            if not self.miss_ratio >= 1.0:
+                raise ValueError(f"miss_ratio is miss time / hit time and must be >= 1, "
+                                 f"got {self.miss_ratio}")
+            if self.hit_latency != 1.0 or self.prefetch != 0:
+                raise ValueError("the step model (compute=0) has hit_latency=1 and prefetch=0; "
+                                 "set compute=1 for the pipeline model")
+        else:
+            if not (math.isfinite(self.compute) and self.compute > 0):
+                raise ValueError(f"compute must be finite and >= 0, got {self.compute}")
+            if not 0.0 < self.hit_latency <= self.miss_ratio:
+                raise ValueError(f"the pipeline model needs 0 < hit_latency <= miss_ratio (both "
+                                 f"in steps of compute), got {self.hit_latency}, "
+                                 f"{self.miss_ratio}")
+            if int(self.prefetch) < 0:
+                raise ValueError(f"prefetch must be >= 0 steps, got {self.prefetch}")
+            if not self.step_source:
+                raise ValueError("the pipeline model needs step_source (where the step and "
+                                 "latencies come from)")
         if not self.jitter >= 0.0:
             raise ValueError(f"jitter must be >= 0, got {self.jitter}")
         if not self.rate_jitter >= 0.0:
@@ -199,6 +219,9 @@ class TimeParams:
         s = (f"timesim capacity={self.capacity_bytes / MiB:.2f}MiB partitions={self.partitions} "
              f"miss_ratio={self.miss_ratio:g} jitter={self.jitter:g} seed={self.seed} "
              f"merge_window={self.merge_window:g}")
+        if self.compute > 0:
+            s += (f" pipeline(prefetch={self.prefetch} hit={self.hit_latency:.4g} "
+                  f"miss={self.miss_ratio:.4g} steps; {self.step_source})")
         if self.rate_jitter > 0:
             s += f" rate_jitter={self.rate_jitter:g}"
         if self.pair_slowdown > 0:
@@ -349,7 +372,8 @@ def simulate(table: WorkTable, resident: int, params: TimeParams,
                          float(params.rate_jitter), params.replacement == "srrip", speed,
                          set_of, np.int64(n_sets), n_sets > 1,
                          1.0 / (params.dram_step_sectors * R) if params.dram_step_sectors > 0
-                         else 0.0)
+                         else 0.0, int(params.prefetch), float(params.compute),
+                         float(params.hit_latency))
     c = cnt.astype(np.float64) / R if R < 1 else cnt
     v = [int(round(x)) for x in c]
     return TimeCounts(tex_sectors=v[_TEX], tex_hits=v[_HIT], tex_misses=v[_MISS],

@@ -28,6 +28,9 @@ from analysis.findings.drift import drift_table
 from analysis.findings.l1 import l1_passthrough
 from analysis.findings.longseq import longseq_best
 from analysis.findings.misscost import misscost_table
+from analysis.findings.pipeline import (PIPELINE_PREDICTION, PIPELINE_RUN, SPILLS_PREDICTION,
+                                        SPILLS_RUN, pipeline_check, spill_cost)
+from analysis.findings.pipeline import summary as pipeline_summary
 from analysis.findings.sawtooth import peers, sawtooth_repeats, sawtooth_vs_linear
 from analysis.findings.traffic import traffic_model_error
 from analysis.findings.validation import simcheck_summaries
@@ -113,6 +116,31 @@ def compute(arch: str, *, sim: bool = True, cache_dir: Path | None = None,
     out["sP5_hints_repeats"] = ("P5b. The hints study's sawtooth-vs-linear changes per run and "
                                 "occupancy (section 5c's rule)",
                                 by_occupancy(hints, sawtooth_repeats))
+    if arch == "h100":
+        run = read_run(PIPELINE_RUN)
+        rows = pipeline_check(read_run(PIPELINE_PREDICTION).get("counters.csv", []),
+                              run.get("counters.csv", []), run.get("timing.csv", []))
+    else:
+        rows = []
+    out["sP7_pipeline"] = ("P7. The pipeline model against the H100 run it predicted (CUDA "
+                           f"80x80, 96 CTAs, S=327680, K/V pipeline depth 1-3; "
+                           f"{PIPELINE_PREDICTION} committed before {PIPELINE_RUN}): misses "
+                           "(median, min..max of 3 launches) and time, predicted vs measured",
+                           rows)
+    out["sP7_pipeline_summary"] = ("P7b. Its scores: relative RMS error of misses and times, "
+                                   "cases within 25%", pipeline_summary(rows) if rows else [])
+    if arch == "h100":
+        run = read_run(SPILLS_RUN)
+        rows = pipeline_check(read_run(SPILLS_PREDICTION).get("counters.csv", []),
+                              run.get("counters.csv", []), run.get("timing.csv", []))
+    else:
+        rows = []
+    out["sP8_spills"] = ("P8. A build that spills in its step loop beside its spill-free twin "
+                         f"(causal cuTile Static 64x64, 132 CTAs, S=262144, occupancy 1 and 2; "
+                         f"{SPILLS_PREDICTION} committed before {SPILLS_RUN}): misses and time, "
+                         "predicted vs measured", rows)
+    out["sP8_spill_cost"] = ("P8b. The time a spill adds: each occupancy-1 build against its "
+                             "spill-free occupancy-2 twin (measured)", spill_cost(rows))
     out["s0_consistency"] = ("0. Counter consistency: (hits + misses) / srcunit_tex sectors "
                              f"(sawtooth = its run r1 = {name['sawtooth']}; repeats listed apart)",
                              consistency({s: r for s, r in by_study.items() if r}))

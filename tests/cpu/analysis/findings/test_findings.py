@@ -333,7 +333,7 @@ def test_other_arch_without_new_data(capsys):
     assert main(["--arch", "h200", "--no-sim"]) == 0
     out = capsys.readouterr().out
     assert "5c. Sawtooth vs linear across repeated runs" not in out          # no table of nothing
-    assert "No data for 9 section(s): P5, P5b, 5c, 6, 8, 8b, 9a, 9b, 10" in out
+    assert "No data for 13 section(s): P5, P5b, P7, P7b, P8, P8b, 5c, 6, 8, 8b, 9a, 9b, 10" in out
 
 
 def test_section_7d_reads_the_committed_validations_and_names_the_holdout():

@@ -1,0 +1,161 @@
+"""The backward kernels' instantiations (flash_bwd.cu), their compile options and an nvcc check
+of their resources; nothing here imports torch or CuPy.
+
+``BwdInstance`` names one ``flash_bwd_dkdv`` build: the scan order of the Q loop (spec
+``OrderKind``: linear, sawtooth, reverse, block parity, read through ``reversed_for`` exactly as
+the forward's K/V scan), the CTA schedule (``GRID``: one K/V tile per CTA; ``PERSISTENT``: P
+CTAs, grid-stride over K/V tiles, where the sawtooth alternates), the tiles (TILE_M query rows
+per step, TILE_N keys per CTA), D, the causal mask and the element type. The preprocess
+(``flash_bwd_delta``) and the dQ conversion (``flash_bwd_dq``) depend on D and the type only.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from spec.orders import OrderKind
+from spec.problem import DType, Tiles
+from spec.schedules import ScheduleKind
+
+from .source import BASE_OPTIONS, HEADER, CompileError, Resources, nvcc_path
+
+HERE = Path(__file__).resolve().parent
+BWD_HEADER = HERE / "flash_bwd.cuh"
+BWD_ENTRY = HERE / "flash_bwd.cu"
+
+BWD_TILES = Tiles(64, 128)
+"""(TILE_M query rows per step, TILE_N keys per CTA) of the backward: 8 warps, each owning 16
+keys; at D = 128 the dK and dV accumulators alone take 128 registers per thread."""
+BWD_SCHEDULES = (ScheduleKind.GRID, ScheduleKind.PERSISTENT)
+
+
+@dataclass(frozen=True)
+class BwdInstance:
+    """One template instantiation of ``flash_bwd_dkdv``."""
+
+    order: OrderKind
+    schedule: ScheduleKind
+    tiles: Tiles
+    D: int
+    causal: bool
+    dtype: DType
+
+    def __post_init__(self):
+        if self.schedule not in BWD_SCHEDULES:
+            raise ValueError(f"backward schedule {self.schedule.name}: the backward is built "
+                             "for the grid launch and the persistent (static<P>) schedule")
+        if self.tiles.m % 64 or self.tiles.n % 16 or self.D not in (64, 128):
+            raise ValueError(f"backward tiles {self.tiles.m}x{self.tiles.n} at D={self.D}: "
+                             "TILE_M a multiple of 64, TILE_N of 16, D 64 or 128")
+
+    @property
+    def name(self) -> str:
+        c = "true" if self.causal else "false"
+        return (f"flash_bwd_dkdv<OrderKind::{self.order.name}, ScheduleKind::"
+                f"{self.schedule.name}, {self.tiles.m}, {self.tiles.n}, {self.D}, {c}, "
+                f"DType::{self.dtype.name}>")
+
+    @property
+    def threads(self) -> int:
+        return 2 * self.tiles.n        # one warp per 16 keys
+
+    @property
+    def smem_bytes(self) -> int:
+        return bwd_smem_bytes(self.tiles, self.D)
+
+
+def bwd_smem_bytes(tiles: Tiles, D: int) -> int:
+    """K and V tiles, two stages of Q, dO, LSE and Δ, and dSᵀ (BwdShape::SMEM_BYTES)."""
+    return 2 * tiles.n * D * 2 + 2 * (2 * tiles.m * D * 2 + 2 * tiles.m * 4) + tiles.n * tiles.m * 2
+
+
+def delta_name(D: int, dtype: DType) -> str:
+    return f"flash_bwd_delta<{D}, DType::{dtype.name}>"
+
+
+def dq_name(D: int, dtype: DType) -> str:
+    return f"flash_bwd_dq<{D}, DType::{dtype.name}>"
+
+
+def bwd_source_text() -> str:
+    return BWD_ENTRY.read_text()
+
+
+def bwd_compile_options() -> tuple[str, ...]:
+    """As the forward's: the headers' hash is an option, so CuPy's cache (keyed on the .cu text)
+    is invalidated when only a header changes."""
+    h = hashlib.sha256(b"".join(f.read_bytes() for f in (HEADER, BWD_HEADER, BWD_ENTRY)))
+    return BASE_OPTIONS + (f"-I{HERE}", f"-DFLASH_BWD_SOURCE={h.hexdigest()[:16]}")
+
+
+def ci_bwd_instances() -> list[BwdInstance]:
+    """Every order x schedule x D x mask x dtype at the default tiles (64 builds)."""
+    return [BwdInstance(o, s, BWD_TILES, d, c, dt) for o in OrderKind for s in BWD_SCHEDULES
+            for d in (64, 128) for c in (False, True) for dt in DType]
+
+
+_ENTRY_FN = re.compile(r"Compiling entry function '(\S+)'")
+_SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_REGS = re.compile(r"Used (\d+) registers")
+_DKDV = re.compile(r"_Z14flash_bwd_dkdvIL9OrderKind(\d)EL12ScheduleKind(\d)ELi(\d+)ELi(\d+)"
+                   r"ELi(\d+)ELb(\d)EL5DType(\d)EE")
+_SMALL = re.compile(r"_Z(15flash_bwd_delta|12flash_bwd_dq)ILi(\d+)EL5DType(\d)EE")
+
+
+def _demangle(sym: str) -> str | None:
+    dtypes = list(DType)
+    if d := _DKDV.search(sym):
+        return BwdInstance(OrderKind(int(d[1])), ScheduleKind(int(d[2])),
+                           Tiles(int(d[3]), int(d[4])), int(d[5]), d[6] == "1",
+                           dtypes[int(d[7])]).name
+    if d := _SMALL.search(sym):
+        fn = delta_name if d[1].endswith("delta") else dq_name
+        return fn(int(d[2]), dtypes[int(d[3])])
+    return None
+
+
+def parse_bwd_ptxas(log: str) -> dict[str, Resources]:
+    """Resources per backward instantiation name from ``-Xptxas -v`` output."""
+    out: dict[str, Resources] = {}
+    cur, spill = None, None
+    for line in log.splitlines():
+        if m := _ENTRY_FN.search(line):
+            cur, spill = _demangle(m.group(1)), None
+        elif (m := _SPILL.search(line)) and cur:
+            spill = (int(m[1]), int(m[2]), int(m[3]))
+        elif (m := _REGS.search(line)) and cur and spill:
+            out[cur] = Resources(int(m[1]), spill[1], spill[2], spill[0])
+            cur, spill = None, None
+    return out
+
+
+def compile_bwd_nvcc(names: list[str], arch: str = "sm_90") -> dict[str, Resources]:
+    """Compile the named backward kernels to one cubin with nvcc; their resources by name."""
+    nvcc = nvcc_path()
+    if nvcc is None:
+        raise CompileError("nvcc not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)")
+    with tempfile.TemporaryDirectory(prefix="flash_bwd_") as tmp:
+        cu, cubin = Path(tmp) / "unit.cu", Path(tmp) / "unit.cubin"
+        cu.write_text("\n".join(['#include "flash_bwd.cu"', "static void* const k[] = {",
+                                 *[f"    (void*)&{n}," for n in names], "};", ""]))
+        cmd = [nvcc, f"-arch={arch}", "-cubin", "-Xptxas", "-v", "-ftz=true",
+               *bwd_compile_options(), "-o", str(cubin), str(cu)]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode:
+            raise CompileError(f"nvcc failed ({' '.join(cmd)}):\n{r.stdout}{r.stderr}")
+        return parse_bwd_ptxas(r.stdout + r.stderr)
+
+
+def bwd_names(insts: list[BwdInstance]) -> list[str]:
+    """The dK/dV kernels and the preprocess / conversion kernels they need."""
+    small = {f(i.D, i.dtype) for i in insts for f in (delta_name, dq_name)}
+    return [i.name for i in insts] + sorted(small)
+
+
+__all__ = ["BWD_TILES", "BwdInstance", "bwd_compile_options", "bwd_names", "bwd_smem_bytes",
+           "bwd_source_text", "ci_bwd_instances", "compile_bwd_nvcc", "delta_name", "dq_name",
+           "parse_bwd_ptxas"]

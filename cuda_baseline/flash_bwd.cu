@@ -1,0 +1,41 @@
+// Kernel entry points of the raw CUDA FlashAttention backward (flash_bwd.cuh), instantiated by
+// name through cupy.RawModule(name_expressions=...) as flash_fwd.cu is:
+//   flash_bwd_dkdv<OrderKind::SAWTOOTH, ScheduleKind::PERSISTENT, 64, 128, 64, true, DType::BF16>
+//   flash_bwd_delta<64, DType::BF16>, flash_bwd_dq<64, DType::BF16>
+// The scan order of the Q loop and the CTA schedule are template parameters named like the spec's
+// enums, as in the forward.
+#include "flash_bwd.cuh"
+
+template <OrderKind ORDER, ScheduleKind SCHEDULE, int TILE_M, int TILE_N, int D, bool CAUSAL,
+          DType DT>
+__global__ void __launch_bounds__(BwdShape<TILE_M, TILE_N, D>::THREADS, 1)
+flash_bwd_dkdv(const unsigned short* q, const unsigned short* k, const unsigned short* v,
+               const unsigned short* dout, const float* lse, const float* delta, float* dq_acc,
+               void* dk, void* dv,
+               long long q_sb, long long q_sh, long long q_ss, long long k_sb, long long k_sh,
+               long long k_ss, long long v_sb, long long v_sh, long long v_ss, long long do_sb,
+               long long do_sh, long long do_ss,
+               int H, int H_kv, int S_q, int S_kv, int n_q, int n_kv, int n_work,
+               int heads_per_cta, int n_chunks, int sawtooth_group, int lse_stride,
+               float scale_log2, float scale) {
+    const BwdParams p{q, k, v, dout, lse, delta, dq_acc, dk, dv, q_sb, q_sh, q_ss, k_sb, k_sh,
+                      k_ss, v_sb, v_sh, v_ss, do_sb, do_sh, do_ss, H, H_kv, S_q, S_kv, n_q, n_kv,
+                      n_work, heads_per_cta, n_chunks, sawtooth_group, lse_stride, scale_log2,
+                      scale};
+    flash_bwd_dkdv_impl<ORDER, SCHEDULE, TILE_M, TILE_N, D, CAUSAL, DT>(p);
+}
+
+template <int D, DType DT>
+__global__ void flash_bwd_delta(const unsigned short* o, const unsigned short* dout,
+                                float* delta, long long o_sb, long long o_sh, long long o_ss,
+                                long long do_sb, long long do_sh, long long do_ss, int H,
+                                int S_q, int lse_stride, long long n_rows) {
+    flash_bwd_delta_impl<D, DT>(o, dout, delta, o_sb, o_sh, o_ss, do_sb, do_sh, do_ss, H, S_q,
+                                lse_stride, n_rows);
+}
+
+template <int D, DType DT>
+__global__ void flash_bwd_dq(const float* dq_acc, unsigned short* dq, float scale,
+                             long long n_elems) {
+    flash_bwd_dq_impl<D, DT>(dq_acc, dq, scale, n_elems);
+}

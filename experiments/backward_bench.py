@@ -1,0 +1,224 @@
+"""Training-speed benchmark of the CUDA twin: forward + backward per call (host included) and the
+backward alone, beside PyTorch SDPA's flash and cuDNN backends in the same process, on the
+model-shape suites' problems (``experiments.suites.model_problems``).
+
+    python -m experiments.backward_bench --half validation --out runs/bwd.csv
+    python -m experiments.backward_bench --half validation --dry-run
+
+Per problem and launcher: q, k, v that require grad and a random output gradient; "fwd+bwd" is
+the wall time per call of ``out = attn(q, k, v); torch.autograd.grad(out, (q, k, v), dout)`` in a
+loop of n calls with one synchronisation at the end (the host's work is included wherever it is
+not hidden behind the GPU's), "bwd" the time per call of the gradient alone on a retained graph
+(CUDA events). Median of ``--repeats`` loops, L2 warm (the calls follow each other as in
+training). Grouped heads go to SDPA with ``enable_gqa=True``. Each CUDA row also records the
+largest difference of its gradients from flash's, relative to flash's largest gradient (a sanity
+column; the correctness bar is tests/gpu/test_backward_cuda.py). The summary prints the geometric
+mean of flash / cuda and cudnn / cuda (speed-ups of the CUDA twin; > 1: faster).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+FIELDS = ("family", "half", "problem", "launcher", "fwd_bwd_ms", "bwd_ms", "n_calls",
+          "grad_rel_diff", "device")
+
+
+def _launchers(pr, variants=()):
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from cuda_baseline import attention
+    gqa = pr.H != pr.H_kv
+
+    def peer(backend):
+        def run(q, k, v):
+            with sdpa_kernel([backend]):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=pr.causal,
+                                                      enable_gqa=gqa)
+        return run
+    out = {"cuda": lambda q, k, v: attention(q, k, v, causal=pr.causal),
+           "flash": peer(SDPBackend.FLASH_ATTENTION),
+           "cudnn": peer(SDPBackend.CUDNN_ATTENTION)}
+    for name, kw in variants:
+        out[f"cuda-{name}"] = (lambda kw: lambda q, k, v: attention(q, k, v, causal=pr.causal,
+                                                                    **kw))(kw)
+    return out
+
+
+def parse_variants(text: str | None) -> list[tuple[str, dict]]:
+    """``--variants``: comma-separated backward configurations of the CUDA twin timed beside
+    the default, each ``<TILE_M>x<TILE_N>`` and optionally ``/<order>/<schedule>`` (e.g.
+    ``64x64``, ``64x128/sawtooth/static132``)."""
+    out = []
+    for item in filter(None, (text or "").split(",")):
+        parts = item.split("/")
+        try:
+            tm, tn = (int(x) for x in parts[0].split("x"))
+        except ValueError:
+            raise ValueError(f"--variants item {item!r}: <TILE_M>x<TILE_N>[/order[/schedule]]")
+        kw: dict = {"backward_tiles": (tm, tn)}
+        if len(parts) > 1:
+            kw["order"] = parts[1]
+        if len(parts) > 2:
+            kw["backward_schedule"] = parts[2]
+        out.append((item.replace("/", "-"), kw))
+    return out
+
+
+def _time_loop(fn, n: int) -> float:
+    import torch
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) * 1e3 / n
+
+
+def _measure(attn, q, k, v, dout, repeats: int):
+    import torch
+
+    def step():
+        out = attn(q, k, v)
+        return torch.autograd.grad(out, (q, k, v), dout)
+    grads = step()
+    torch.cuda.synchronize()
+    t1 = _time_loop(step, 1)
+    n = max(3, min(200, int(200 / max(t1, 1e-3))))
+    fb = statistics.median(_time_loop(step, n) for _ in range(repeats))
+    out = attn(q, k, v)
+
+    def back():
+        torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+    back()
+    ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
+    times = []
+    for _ in range(repeats):
+        ev[0].record()
+        for _ in range(n):
+            back()
+        ev[1].record()
+        torch.cuda.synchronize()
+        times.append(ev[0].elapsed_time(ev[1]) / n)
+    return fb, statistics.median(times), n, grads
+
+
+def run(half: str, repeats: int, only: str | None, variants=()):
+    import torch
+
+    from experiments.correctness import random_inputs
+    from experiments.suites import model_problems
+    from cuda_baseline.training import warm
+    dev = torch.cuda.get_device_name()
+    probs = [pr for _, h, pr in model_problems() if h == half and (not only or only in pr.label)]
+    warm(probs, ("linear",))
+    for _, kw in variants:
+        from spec.schedules import CtaSchedule
+        sched = kw.get("backward_schedule")
+        warm(probs, (kw.get("order", "linear"),),
+             (CtaSchedule.parse(sched).kind if sched else CtaSchedule.grid().kind,),
+             backward_tiles=(kw["backward_tiles"],))
+    rows = []
+    for fam, h, pr in model_problems():
+        if h != half or (only and only not in pr.label):
+            continue
+        q, k, v = (t.requires_grad_(True) for t in random_inputs(pr, 0))
+        gen = torch.Generator(device="cuda").manual_seed(1)
+        dout = torch.randn(q.shape, generator=gen, device="cuda", dtype=q.dtype)
+        flash_grads = cuda_grads = None
+        for name, attn in _launchers(pr, variants).items():
+            try:
+                fb, bw, n, grads = _measure(attn, q, k, v, dout, repeats)
+            except RuntimeError as e:   # a peer that refuses the problem
+                print(f"{pr.label} {name}: {str(e).splitlines()[0][:120]}", file=sys.stderr)
+                rows.append((fam, h, pr.label, name, math.nan, math.nan, 0, math.nan, dev))
+                continue
+            rel = math.nan
+            if name == "flash":
+                flash_grads = grads
+            if name == "cuda":
+                cuda_grads = grads
+            rows.append([fam, h, pr.label, name, fb, bw, n, rel, dev])
+            del grads
+        if flash_grads is not None and cuda_grads is not None:
+            scale = max(float(g.abs().max()) for g in flash_grads)
+            diff = max(float((a.float() - b.float()).abs().max())
+                       for a, b in zip(cuda_grads, flash_grads))
+            for r in rows:
+                if r[2] == pr.label and r[3] == "cuda":
+                    r[7] = diff / scale
+        del q, k, v, dout, flash_grads, cuda_grads
+        torch.cuda.empty_cache()
+        print(" ".join(f"{r[3]} {r[4]:.3f}/{r[5]:.3f}" for r in rows if r[2] == pr.label),
+              pr.label, flush=True)
+    return rows
+
+
+def summary(rows) -> list[str]:
+    by = {}
+    for r in rows:
+        by.setdefault(r[2], {})[r[3]] = r
+    lines = []
+    mine = sorted({r[3] for r in rows if r[3].startswith("cuda")})
+    for measure, col in (("fwd+bwd", 4), ("bwd", 5)):
+        for peer in ("flash", "cudnn"):
+            for me in mine:
+                ratios = [by[p][peer][col] / by[p][me][col] for p in by
+                          if peer in by[p] and me in by[p]
+                          and by[p][peer][col] == by[p][peer][col] and by[p][me][col] > 0]
+                if ratios:
+                    gm = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+                    lines.append(f"{measure}: {peer} / {me} geo-mean {gm:.3f} over "
+                                 f"{len(ratios)} problems (min {min(ratios):.3f}, "
+                                 f"max {max(ratios):.3f})")
+    return lines
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m experiments.backward_bench",
+                                 description=__doc__.split("\n\n")[0])
+    ap.add_argument("--half", choices=("tuning", "validation"), default="validation")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--only", help="problems whose label contains this")
+    ap.add_argument("--variants", help="backward configurations timed beside the default "
+                    "(parse_variants): e.g. 64x64,64x128/sawtooth/static132")
+    ap.add_argument("--out", help="CSV to write (refused if it exists)")
+    ap.add_argument("--dry-run", action="store_true", help="list the problems and exit")
+    a = ap.parse_args(argv)
+    if a.out and Path(a.out).exists():
+        print(f"{a.out} exists; choose a new file", file=sys.stderr)
+        return 2
+    if a.repeats < 1:
+        print(f"--repeats {a.repeats}: at least 1", file=sys.stderr)
+        return 2
+    try:
+        variants = parse_variants(a.variants)
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 2
+    if a.dry_run:
+        from experiments.suites import model_problems
+        for fam, h, pr in model_problems():
+            if h == a.half and (not a.only or a.only in pr.label):
+                print(fam, pr.label)
+        return 0
+    rows = run(a.half, a.repeats, a.only, variants)
+    if a.out:
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        with open(a.out, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(FIELDS)
+            w.writerows(rows)
+    for line in summary(rows):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

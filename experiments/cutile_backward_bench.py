@@ -1,0 +1,455 @@
+"""Training-speed benchmark of the cuTile family: forward + backward per call (host included) and the
+backward alone, beside PyTorch SDPA's flash and cuDNN backends in the same process, on the
+model-shape suites' problems (``experiments.suites.model_problems``), plus the backward's own
+configuration choice and its scan-order variant.
+
+    python -m experiments.cutile_backward_bench --out profiles/h100/cutile-backward-<date>
+    python -m experiments.cutile_backward_bench --dry-run
+
+Three phases, one process, one GPU:
+
+1. **tune** (tuning half only): each backward pass (dK/dV, dQ) of each candidate configuration
+   (``CANDIDATES``: tiles and hints, grid launch, linear scans), kernel time per call (CUDA events,
+   L2 warm, median of repeats). Per (D, causal) key the configuration of least geometric-mean time
+   over that key's tuning problems becomes the default of the next phases
+   (``kernels.backward.set_default``) and is written to ``choice.csv``. The validation half is
+   never looked at here.
+2. **speed** (both halves): per problem, q, k, v that require grad and a random output gradient.
+   ``fwd_bwd_ms``: wall time per call of ``out = attn(q, k, v); torch.autograd.grad(out, (q, k, v),
+   dout)`` in a loop of n calls with one synchronisation at the end (the host's work included
+   where the GPU does not hide it); ``bwd_ms``: the gradient alone on a retained graph (CUDA
+   events, n calls). Median of ``--repeats`` loops. Launchers: ``cutile`` (``kernels.attention``),
+   ``flash`` and ``cudnn`` (SDPA backends, ``enable_gqa`` for grouped heads). Each cuTile row
+   records the largest gradient difference from flash's relative to flash's largest gradient (a
+   sanity column; the correctness bar is tests/gpu/test_backward_cutile.py).
+3. **order** (both halves): the dK/dV kernel alone (``dkdv_ms``) with persistent CTAs (one wave:
+   SMs × the build's CTAs per SM, each owning several K/V tiles) and a linear vs a sawtooth scan of the Q tiles, alternated
+   A/B per repeat (the dQ pass stays on the grid launch: its persistent causal builds spill,
+   tests/cpu/test_cutile_backward_compile.py).
+
+4. **split** (grouped-head problems): the whole backward with the default group split of the
+   dK/dV pass (``kernels.backward.group_split``) vs none, alternated A/B.
+
+Outputs under ``--out``: ``speed.csv``, ``tune.csv``, ``choice.csv``, ``order.csv``, ``split.csv`` and
+``manifest.json`` (device, versions, commit). The summary prints flash/cutile and cudnn/cutile
+geometric means per half (> 1: cuTile faster) and the lowest cudnn/cutile ratio.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+SPEED_FIELDS = ("family", "half", "problem", "launcher", "fwd_bwd_ms", "bwd_ms", "n_calls",
+                "grad_rel_diff", "device")
+TUNE_FIELDS = ("family", "half", "problem", "pass", "config", "kernel_ms", "device")
+ORDER_FIELDS = ("family", "half", "problem", "variant", "dkdv_ms", "device")
+SPLIT_FIELDS = ("family", "half", "problem", "variant", "bwd_kernels_ms", "device")
+
+
+def candidates():
+    from kernels.backward import PassConfig
+    from spec.problem import Tiles
+    return {"m64n128ww8": PassConfig(Tiles(64, 128), 1, 8),
+            "m64n64occ1": PassConfig(Tiles(64, 64), 1, None),
+            "m64n64occ2": PassConfig(Tiles(64, 64), 2, None),
+            "m128n64ww8": PassConfig(Tiles(128, 64), 1, 8),
+            "m128n128ww8": PassConfig(Tiles(128, 128), 1, 8)}
+
+
+def _problems(halves, only):
+    from experiments.suites import model_problems
+    return [(f, h, p) for f, h, p in model_problems()
+            if h in halves and (only is None or any(o in p.label for o in only.split(",")))]
+
+
+def _events_ms(fn, n: int, repeats: int) -> float:
+    import torch
+    ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
+    times = []
+    for _ in range(repeats):
+        ev[0].record()
+        for _ in range(n):
+            fn()
+        ev[1].record()
+        torch.cuda.synchronize()
+        times.append(ev[0].elapsed_time(ev[1]) / n)
+    return statistics.median(times)
+
+
+def _calls_for(fn) -> int:
+    """Calls per timed loop: about 100 ms of work, 3..200."""
+    import torch
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    ms = (time.perf_counter() - t0) * 1e3
+    return max(3, min(200, int(100 / max(ms, 1e-3))))
+
+
+def _inputs(pr, grad: bool):
+    import torch
+
+    from experiments.correctness import random_inputs
+    q, k, v = random_inputs(pr, 0)
+    if grad:
+        q, k, v = (t.requires_grad_(True) for t in (q, k, v))
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    return q, k, v, torch.randn(q.shape, generator=gen, device="cuda", dtype=q.dtype)
+
+
+def _kernel_setup(pr, cfg):
+    """The backward's buffers and per-pass launchers of ``cfg`` on ``pr``."""
+    import torch
+
+    from kernels import backend, backward
+    q, k, v, dout = _inputs(pr, grad=False)
+    lse = backward.stat_buffer(q)
+    out = backend.attention(q, k, v, causal=pr.causal, lse=lse)
+    launch = backward.launch_for(pr, cfg, device_index=torch.cuda.current_device())
+    bufs = (backward.stat_buffer(q), torch.empty_like(q), torch.empty_like(k),
+            torch.empty_like(v))
+    return launch, (dout, q, k, v, out, lse) + bufs
+
+
+def tune(problems, repeats: int, dev: str):
+    from kernels.backward import BackwardConfig
+    cands = candidates()
+    rows = []
+    for fam, half, pr in problems:
+        for name, pc in cands.items():
+            launch, args = _kernel_setup(pr, BackwardConfig(pc, pc))
+            passes = launch.passes(*args)
+            for p in ("dkdv", "dq"):
+                try:
+                    n = _calls_for(passes[p])
+                    rows.append((fam, half, pr.label, p, name, _events_ms(passes[p], n, repeats),
+                                 dev))
+                except Exception as e:  # noqa: BLE001 - a build that fails is reported
+                    print(f"tune {pr.label} {p} {name}: {type(e).__name__}: {str(e)[:200]}",
+                          file=sys.stderr)
+        print("tune", pr.label, " ".join(f"{r[3]}:{r[4]}={r[5]:.3f}" for r in rows
+                                         if r[2] == pr.label), flush=True)
+    return rows
+
+
+def choose(rows, problems):
+    """(D, causal) -> {pass: config name} of least geometric-mean kernel time (tuning rows)."""
+    key_of = {pr.label: (pr.D, pr.causal) for _, _, pr in problems}
+    logs: dict = {}
+    for fam, half, label, p, name, ms, _ in rows:
+        logs.setdefault((key_of[label], p, name), []).append(math.log(ms))
+    best: dict = {}
+    for (key, p, name), v in logs.items():
+        n_probs = max(len(x) for (k2, p2, _), x in logs.items() if k2 == key and p2 == p)
+        if len(v) < n_probs:        # a configuration that failed somewhere is not chosen
+            continue
+        g = sum(v) / len(v)
+        if key not in best or p not in best[key] or g < best[key][p][1]:
+            best.setdefault(key, {})[p] = (name, g)
+    return {k: {p: n for p, (n, _) in d.items()} for k, d in best.items()}
+
+
+def _launchers(pr):
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from kernels import attention
+    gqa = pr.H != pr.H_kv
+
+    def peer(backend):
+        def run(q, k, v):
+            with sdpa_kernel([backend]):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=pr.causal,
+                                                      enable_gqa=gqa)
+        return run
+    return {"cutile": lambda q, k, v: attention(q, k, v, causal=pr.causal),
+            "flash": peer(SDPBackend.FLASH_ATTENTION),
+            "cudnn": peer(SDPBackend.CUDNN_ATTENTION)}
+
+
+def _wall_ms(fn, n: int, repeats: int) -> float:
+    import torch
+    times = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1e3 / n)
+    return statistics.median(times)
+
+
+def speed(problems, repeats: int, dev: str):
+    import torch
+    rows = []
+    for fam, half, pr in problems:
+        q, k, v, dout = _inputs(pr, grad=True)
+        grads = {}
+        for name, attn in _launchers(pr).items():
+            def step(attn=attn):
+                out = attn(q, k, v)
+                return torch.autograd.grad(out, (q, k, v), dout)
+            try:
+                grads[name] = step()
+                n = _calls_for(step)
+                fb = _wall_ms(step, n, repeats)
+                out = attn(q, k, v)
+                bw = _events_ms(lambda out=out: torch.autograd.grad(out, (q, k, v), dout,
+                                                                    retain_graph=True),
+                                n, repeats)
+                del out
+            except RuntimeError as e:   # a peer that refuses the problem
+                print(f"{pr.label} {name}: {str(e).splitlines()[0][:160]}", file=sys.stderr)
+                rows.append([fam, half, pr.label, name, math.nan, math.nan, 0, math.nan, dev])
+                continue
+            rows.append([fam, half, pr.label, name, fb, bw, n, math.nan, dev])
+        if "flash" in grads and "cutile" in grads:
+            scale = max(float(g.abs().max()) for g in grads["flash"])
+            diff = max(float((a.float() - b.float()).abs().max())
+                       for a, b in zip(grads["cutile"], grads["flash"]))
+            for r in rows:
+                if r[2] == pr.label and r[3] == "cutile":
+                    r[7] = diff / scale
+        del q, k, v, dout, grads
+        torch.cuda.empty_cache()
+        print(pr.label, " ".join(f"{r[3]} {r[4]:.3f}/{r[5]:.3f}" for r in rows
+                                 if r[2] == pr.label), flush=True)
+    return rows
+
+
+def order_ab(problems, repeats: int, dev: str):
+    import torch
+
+    from kernels.backward import default_backward
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    rows = []
+    for fam, half, pr in problems:
+        fns = {}
+        p_ctas = sms * (default_backward(pr).dkdv.occupancy or 1)     # one wave of CTAs
+        for order in ("linear", "sawtooth"):
+            launch, args = _kernel_setup(pr, default_backward(pr, order, f"static{p_ctas}"))
+            fns[order] = launch.passes(*args)["dkdv"]
+        n = _calls_for(fns["linear"])
+        samples = {o: [] for o in fns}
+        for _ in range(repeats):
+            for o, fn in fns.items():
+                samples[o].append(_events_ms(fn, n, 1))
+        for o, s in samples.items():
+            rows.append((fam, half, pr.label, f"{o}.static{p_ctas}", statistics.median(s), dev))
+        print("order", pr.label, " ".join(f"{r[3]}={r[4]:.3f}" for r in rows
+                                          if r[2] == pr.label), flush=True)
+    return rows
+
+
+def split_ab(problems, repeats: int, dev: str):
+    """Grouped-head problems: the whole backward (three kernels and the partial sums' reduction)
+    with the default group split vs none (split 1), alternated A/B."""
+    from kernels.backward import default_backward
+    rows = []
+    for fam, half, pr in problems:
+        if pr.H == pr.H_kv:
+            continue
+        fns = {}
+        for name, split in (("split-rule", None), ("split1", 1)):
+            launch, args = _kernel_setup(pr, replace(default_backward(pr), split=split))
+            fns[name] = lambda launch=launch, args=args: launch(*args)
+        n = _calls_for(fns["split1"])
+        samples = {o: [] for o in fns}
+        for _ in range(repeats):
+            for o, fn in fns.items():
+                samples[o].append(_events_ms(fn, n, 1))
+        for o, s_ in samples.items():
+            rows.append((fam, half, pr.label, o, statistics.median(s_), dev))
+        print("split", pr.label, " ".join(f"{r[3]}={r[4]:.3f}" for r in rows
+                                          if r[2] == pr.label), flush=True)
+    return rows
+
+
+def _geo(xs):
+    xs = [x for x in xs if x == x and x > 0]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else math.nan
+
+
+def summary(speed_rows, order_rows) -> list[str]:
+    by: dict = {}
+    for r in speed_rows:
+        by.setdefault((r[1], r[2]), {})[r[3]] = r
+    lines = []
+    for half in ("tuning", "validation"):
+        for measure, col in (("fwd+bwd", 4), ("bwd", 5)):
+            for peer in ("flash", "cudnn"):
+                ratios = [d[peer][col] / d["cutile"][col] for (h, _), d in by.items()
+                          if h == half and peer in d and "cutile" in d
+                          and d[peer][col] == d[peer][col] and d["cutile"][col] > 0]
+                if ratios:
+                    lines.append(f"{half:10s} {measure:7s} {peer}/cutile geo-mean "
+                                 f"{_geo(ratios):.3f}  min {min(ratios):.3f}  "
+                                 f"({len(ratios)} problems)")
+    ob: dict = {}
+    for r in order_rows:
+        ob.setdefault((r[1], r[2]), {})[r[3].split(".")[0]] = r[4]
+    for half in ("tuning", "validation"):
+        rs = [d["linear"] / d["sawtooth"] for (h, _), d in ob.items() if h == half and len(d) == 2]
+        if rs:
+            lines.append(f"{half:10s} dK/dV kernel linear/sawtooth geo-mean {_geo(rs):.3f} "
+                         f"(min {min(rs):.3f}, max {max(rs):.3f})")
+    return lines
+
+
+def summarize(specs: list[str]) -> int:
+    """The summary of stored runs (``--summarize``); one line names each problem's source."""
+    by: dict = {}
+    dirs = []
+    for spec in specs:
+        d, _, only = spec.partition("::")
+        d = Path(d)
+        dirs.append(d)
+        f = d / "speed.csv"
+        if not f.exists():
+            print(f"{f}: no such file (pass run directories of this benchmark)", file=sys.stderr)
+            return 2
+        rows: dict = {}
+        for r in csv.DictReader(open(f)):
+            if only and not any(o in r["problem"] for o in only.split(",")):
+                continue
+            rows.setdefault((r["half"], r["problem"]), []).append(
+                [r["family"], r["half"], r["problem"], r["launcher"], float(r["fwd_bwd_ms"]),
+                 float(r["bwd_ms"]), int(r["n_calls"]), float(r["grad_rel_diff"]), r["device"]])
+        for key, rs in rows.items():
+            by[key] = (d, rs)
+        print(f"{d}: {len(rows)} problems ({', '.join(sorted({r[8] for v in rows.values() for r in v}))})")
+    sources: dict = {}
+    for (_, label), (d, _) in by.items():
+        sources.setdefault(d, []).append(label)
+    if len(dirs) > 1:
+        for d in dirs[1:]:
+            print(f"from {d}: {' '.join(sorted(sources.get(d, [])))}")
+    for line in summary([r for _, rs in by.values() for r in rs], []):
+        print(line)
+    return 0
+
+
+def _write(path: Path, fields, rows) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(fields)
+        w.writerows(rows)
+
+
+def _manifest(args, dev) -> dict:
+    import torch
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                                check=False).stdout.strip() or None
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "kernels", "experiments"],
+                                    capture_output=True, text=True, check=False).stdout.strip())
+    except OSError:
+        commit, dirty = None, None
+    try:
+        import cuda.tile as ct
+        ctv = getattr(ct, "__version__", None)
+    except ImportError:
+        ctv = None
+    props = torch.cuda.get_device_properties(0)
+    return {"schema": 1, "study": "cutile-backward-bench", "device": dev,
+            "sm_count": props.multi_processor_count, "l2_bytes": props.L2_cache_size,
+            "torch": torch.__version__, "cuda_runtime": torch.version.cuda, "cuda_tile": ctv,
+            "commit": commit, "dirty": dirty, "repeats": args.repeats, "seed": 0,
+            "halves": args.halves, "command": " ".join(sys.argv)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m experiments.cutile_backward_bench",
+                                 description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, help="output directory (must not exist)")
+    ap.add_argument("--halves", nargs="+", default=["tuning", "validation"],
+                    choices=["tuning", "validation"])
+    ap.add_argument("--phases", nargs="+", default=["tune", "speed", "order", "split"],
+                    choices=["tune", "speed", "order", "split"])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--only", help="only problems whose label contains one of these "
+                    "comma-separated strings")
+    ap.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
+    ap.add_argument("--summarize", nargs="+", metavar="DIR[::A,B]",
+                    help="print the summary of committed runs, no GPU: each DIR's speed.csv "
+                    "(with ::A,B only its problems whose label contains A or B), a later DIR's "
+                    "rows replacing an earlier one's for the same problem")
+    args = ap.parse_args(argv)
+    if args.summarize:
+        return summarize(args.summarize)
+    problems = _problems(args.halves, args.only)
+    tuning = [p for p in problems if p[1] == "tuning"]
+    if args.dry_run:
+        for fam, half, pr in problems:
+            print(f"{half:10s} {fam:8s} {pr.label}")
+        print(f"{len(problems)} problems; phases {' '.join(args.phases)}; tune on "
+              f"{len(tuning)} tuning problems x {len(candidates())} configurations x 2 passes")
+        return 0
+    if args.out is None:
+        print("--out DIR is required (or --dry-run)", file=sys.stderr)
+        return 2
+    if args.out.exists():
+        print(f"{args.out} exists; pass a new directory (results are never overwritten)",
+              file=sys.stderr)
+        return 2
+    import torch
+
+    from kernels import backward
+    from kernels.warm import warm_training
+    dev = torch.cuda.get_device_name()
+    t0 = time.perf_counter()
+    jobs = [(pr, backward.BackwardConfig(pc, pc)) for _, _, pr in tuning
+            for pc in candidates().values()] if "tune" in args.phases else []
+    jobs += [(pr, None) for _, _, pr in problems]
+    if "split" in args.phases:
+        jobs += [(pr, replace(backward.default_backward(pr), split=1)) for _, _, pr in problems
+                 if pr.H != pr.H_kv]
+    if "order" in args.phases:
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        jobs += [(pr, backward.default_backward(
+            pr, o, f"static{sms * (backward.default_backward(pr).dkdv.occupancy or 1)}"))
+            for _, _, pr in problems for o in ("linear", "sawtooth")]
+    errs = warm_training(jobs)
+    print(f"warm: {len(jobs)} jobs in {time.perf_counter() - t0:.0f} s, {len(errs)} failed",
+          flush=True)
+    for e in errs[:10]:
+        print("  ", e, file=sys.stderr)
+    tune_rows, speed_rows, order_rows, chosen = [], [], [], {}
+    if "tune" in args.phases and tuning:
+        tune_rows = tune(tuning, args.repeats, dev)
+        chosen = choose(tune_rows, tuning)
+        cands = candidates()
+        for (D, causal), d in chosen.items():
+            backward.set_default(D, causal, cands[d["dkdv"]], cands[d["dq"]])
+            print(f"chosen d{D} {'causal' if causal else 'full'}: dkdv {d['dkdv']} dq {d['dq']}")
+    if "speed" in args.phases:
+        speed_rows = speed(problems, args.repeats, dev)
+    if "order" in args.phases:
+        order_rows = order_ab(problems, args.repeats, dev)
+    split_rows = split_ab(problems, args.repeats, dev) if "split" in args.phases else []
+    args.out.mkdir(parents=True)
+    _write(args.out / "speed.csv", SPEED_FIELDS, speed_rows)
+    _write(args.out / "tune.csv", TUNE_FIELDS, tune_rows)
+    _write(args.out / "order.csv", ORDER_FIELDS, order_rows)
+    _write(args.out / "split.csv", SPLIT_FIELDS, split_rows)
+    _write(args.out / "choice.csv", ("D", "causal", "dkdv", "dq"),
+           [(D, c, d["dkdv"], d["dq"]) for (D, c), d in sorted(chosen.items())])
+    (args.out / "manifest.json").write_text(json.dumps(_manifest(args, dev), indent=1))
+    for line in summary(speed_rows, order_rows):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,319 @@
+"""The cuTile backward pass on the host: configuration, buffers and the three launches.
+
+    >>> from kernels import backend, backward
+    >>> lse = backward.stat_buffer(q)                       # fp32 [B, H, S_q]
+    >>> out = backend.attention(q, k, v, causal=True, lse=lse)      # the training forward
+    >>> dq, dk, dv = backward.attention_backward(dout, q, k, v, out, lse, causal=True)
+
+``attention_backward`` runs ``fmha_bwd.bwd_preprocess`` (Δ), ``bwd_dkdv`` and ``bwd_dq`` on torch's
+current stream; nothing is synchronised, so a CUDA graph captures the three launches. The scan
+order and CTA schedule of the two main passes are spec objects (``ScanOrder``, ``CtaSchedule``:
+the grid launch or P persistent CTAs, q-major or head-major), so the locality studies of the
+forward apply to the backward unchanged.
+
+The default configuration (``default_backward``) is a measured table, not yet a fitted work model
+like the forward's (``kernels.choice``): per (D, causal) key, each pass's tiles and hints chosen
+on the model suite's tuning half (``kernels/configs/h100-backward.json``, written from
+``python -m experiments.cutile_backward_bench --phases tune``; any sm_90 GPU reads the H100's),
+the grid launch and linear scans. A key the table lacks takes ``BASE``: 64-row Q tiles and
+128-row K/V tiles with 8 worker warps in both passes (384 threads; with 256 threads the fp32 dK
+and dV accumulators of a 128-row K/V tile at D=128 spill). tests/cpu/test_cutile_backward_compile.py
+checks that every default build is spill-free.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from spec.family import BadInput, UnsupportedVariant
+from spec.orders import ScanOrder
+from spec.problem import Problem, Tiles, cdiv
+from spec.schedules import CtaSchedule, ScheduleKind, WorkOrder
+
+PASSES = ("dkdv", "dq")
+BACKWARD_SCHEDULES = (ScheduleKind.GRID, ScheduleKind.PERSISTENT)
+
+
+@dataclass(frozen=True)
+class PassConfig:
+    """One backward pass: tiles (m: Q rows, n: K/V rows), compile hints, scan order, schedule.
+    ``schedule`` None is the grid launch; a persistent schedule's P comes from its label
+    (``static132``) or, with ``ctas_per_sm``, from the build's resident CTAs."""
+
+    tiles: Tiles
+    occupancy: int | None = None
+    worker_warps: int | None = None
+    order: ScanOrder = ScanOrder.linear()
+    schedule: CtaSchedule = CtaSchedule.grid()
+
+    def label(self) -> str:
+        hints = (f"occ{self.occupancy}" if self.occupancy else "") + \
+            (f"ww{self.worker_warps}" if self.worker_warps else "")
+        return (f"{self.order.label}.{self.schedule.label}.m{self.tiles.m}n{self.tiles.n}"
+                + (f".{hints}" if hints else ""))
+
+
+@dataclass(frozen=True)
+class BackwardConfig:
+    dkdv: PassConfig
+    dq: PassConfig
+    preprocess_tile_m: int = 64
+    split: int | None = None       # dK/dV group split; None: ``group_split``'s rule
+
+    def label(self) -> str:
+        return f"dkdv:{self.dkdv.label()}+dq:{self.dq.label()}"
+
+
+def default_backward(problem: Problem, order: str | ScanOrder = "linear",
+                     schedule: str | CtaSchedule | None = None) -> BackwardConfig:
+    """The default configuration (module docstring); ``order`` and ``schedule`` (spec labels,
+    e.g. "sawtooth" and "static132") replace both passes' scan order and schedule."""
+    order = order if isinstance(order, ScanOrder) else ScanOrder.parse(order)
+    if schedule is None:
+        schedule = CtaSchedule.grid()
+    elif not isinstance(schedule, CtaSchedule):
+        schedule = CtaSchedule.parse(schedule)
+    key = (problem.D, problem.causal)
+    dkdv, dq = _DEFAULTS.get(key) or _table().get(key) or (BASE, BASE)
+    return BackwardConfig(PassConfig(dkdv.tiles, dkdv.occupancy, dkdv.worker_warps, order,
+                                     schedule),
+                          PassConfig(dq.tiles, dq.occupancy, dq.worker_warps, order, schedule))
+
+
+BASE = PassConfig(Tiles(64, 128), 1, 8)
+"""The base pass configuration (module docstring)."""
+
+_DEFAULTS: dict = {}
+CONFIG = Path(__file__).resolve().parent / "configs" / "h100-backward.json"
+
+
+@lru_cache(maxsize=1)
+def _table() -> dict:
+    """(D, causal) -> (dK/dV PassConfig, dQ PassConfig) of the measured table (module
+    docstring); empty when the file is absent (a non-editable install without package data)."""
+    if not CONFIG.exists():
+        return {}
+    out = {}
+    for key, d in json.loads(CONFIG.read_text())["configs"].items():
+        D, mode = key.split(".")
+        out[int(D[1:]), mode == "causal"] = tuple(
+            PassConfig(Tiles(c["tile_m"], c["tile_n"]), c["occupancy"], c["worker_warps"])
+            for c in (d["dkdv"], d["dq"]))
+    return out
+
+
+def set_default(D: int, causal: bool, dkdv: PassConfig, dq: PassConfig) -> None:
+    """Replace the default tiles and hints of both passes for (D, causal) in this process
+    (what a tuning run measures with; their order and schedule are ignored)."""
+    _DEFAULTS[D, causal] = (dkdv, dq)
+
+
+def check_pass(name: str, cfg: PassConfig) -> None:
+    """One line for what the backward kernels do not build."""
+    if cfg.schedule.kind not in BACKWARD_SCHEDULES:
+        raise UnsupportedVariant(
+            f"backward {name} schedule {cfg.schedule.label!r}: the backward kernels take the "
+            "grid launch ('grid') or P persistent CTAs ('static<P>', 'static<P>h')")
+    for axis, t in (("m", cfg.tiles.m), ("n", cfg.tiles.n)):
+        if t & (t - 1) or not 16 <= t <= 256:
+            raise UnsupportedVariant(f"backward {name} tile {axis}={t}: powers of two 16..256")
+
+
+def stat_buffer(q):
+    """An fp32 [B, H, S_q] buffer for the log-sum-exp or Δ, its row stride padded to 16 bytes
+    (so the kernels' loads of it are TMA copies whatever S_q is)."""
+    import torch
+    B, H, S, _ = q.shape
+    sp = (S + 3) // 4 * 4
+    return torch.empty_strided((B, H, S), (H * sp, sp, 1), dtype=torch.float32, device=q.device)
+
+
+def group_split(n_items: int, group: int, target: int, fill: int) -> int:
+    """Over how many work items the dK/dV pass deals each K/V head's query heads. None (1) when
+    the items already give every SM one (``n_items >= fill``, the SM count); otherwise the
+    smallest divisor s of the group size with ``n_items · s >= target`` (two waves of resident
+    CTAs), the whole group when none reaches it. MQA with one batch (B·H_kv = 1) at
+    S_kv = 4097, 64-row K/V tiles: 65 items < 132 SMs, target 528 -> s = 16 of 32 query heads,
+    2 heads per item.
+
+    Measured on an H100 (profiles/h100/cutile-backward-20261127b, split.csv, the backward's
+    kernels and the reduction): that MQA problem 3.16 -> 1.01 ms, B=4 H=16 MQA at S=1000 0.43 ->
+    0.22 ms; on grouped problems that already fill the SMs (8 K/V heads, 200-752 items) the
+    split changed the kernels' time by -6..+0% but the forward+backward call of one of them
+    (H=32/8, S=1537) took 0.58 ms against 0.31 ms without it in the run before, unexplained, so
+    the rule leaves those unsplit as they were measured."""
+    if n_items >= fill:
+        return 1
+    for s in range(2, group + 1):
+        if group % s == 0 and n_items * s >= target:
+            return s
+    return group
+
+
+def _grid(cfg: PassConfig, n_items: int) -> int:
+    if cfg.schedule.kind == ScheduleKind.GRID:
+        return n_items
+    return max(1, min(cfg.schedule.num_ctas, n_items))
+
+
+class BackwardLaunch:
+    """The three launches of one backward call key (shapes, strides, dtypes, config)."""
+
+    __slots__ = ("pre", "dkdv", "dq", "raw_stream", "launch", "device", "problem", "split",
+                 "partial_shape")
+
+    def __init__(self, problem: Problem, cfg: BackwardConfig, scale: float, level: int,
+                 device_index: int):
+        import cuda.tile as ct
+        import torch
+
+        from . import fmha, fmha_bwd
+        for name in PASSES:
+            check_pass(name, getattr(cfg, name))
+        self.problem = problem
+        qk_scale = fmha.qk_scale_for(problem.D, max(level, 2), scale)
+        G = problem.H // problem.H_kv
+        tm = cfg.preprocess_tile_m
+        self.pre = (fmha_bwd.get_kernel("preprocess"),
+                    (cdiv(problem.S_q, tm), problem.B * problem.H, 1),
+                    (problem.H, problem.D, tm))
+        a = cfg.dkdv
+        n_items = problem.B * problem.H_kv * cdiv(problem.S_kv, a.tiles.n)
+        sms = torch.cuda.get_device_properties(device_index).multi_processor_count
+        self.split = cfg.split or group_split(n_items, G, 2 * sms * (a.occupancy or 1), sms)
+        if G % self.split:
+            raise UnsupportedVariant(f"backward split {self.split} does not divide the "
+                                     f"{G} query heads per K/V head")
+        self.partial_shape = (problem.B, problem.H_kv * self.split, problem.S_kv, problem.D)
+        self.dkdv = (fmha_bwd.get_kernel("dkdv", a.occupancy, a.worker_warps),
+                     (_grid(a, n_items * self.split), 1, 1),
+                     (qk_scale, scale, problem.H_kv * self.split, self.split, problem.D,
+                      a.tiles.m, a.tiles.n,
+                      problem.causal, int(a.order.kind), a.order.group, int(a.schedule.kind),
+                      int(a.schedule.work_order)))
+        d = cfg.dq
+        n_items = problem.B * problem.H * cdiv(problem.S_q, d.tiles.m)
+        self.dq = (fmha_bwd.get_kernel("dq", d.occupancy, d.worker_warps),
+                   (_grid(d, n_items), 1, 1),
+                   (qk_scale, scale, problem.H, G, problem.D, d.tiles.m, d.tiles.n,
+                    problem.causal, problem.S_kv % d.tiles.n == 0, int(d.order.kind),
+                    d.order.group, int(d.schedule.kind), int(d.schedule.work_order)))
+        self.raw_stream = torch._C._cuda_getCurrentRawStream
+        self.launch = ct.launch
+        self.device = device_index
+
+    def __call__(self, dout, q, k, v, out, lse, delta, dq, dk, dv) -> None:
+        s = self.raw_stream(self.device)
+        kern, grid, tail = self.pre
+        self.launch(s, grid, kern, (out, dout, delta) + tail)
+        kern, grid, tail = self.dkdv
+        if self.split == 1:
+            self.launch(s, grid, kern, (q, k, v, dout, lse, delta, dk, dv) + tail)
+        else:
+            pk, pv = self.partials(q)
+            self.launch(s, grid, kern, (q, k, v, dout, lse, delta, pk, pv) + tail)
+            self.reduce(pk, dk)
+            self.reduce(pv, dv)
+        kern, grid, tail = self.dq
+        self.launch(s, grid, kern, (q, k, v, dout, lse, delta, dq) + tail)
+
+    def partials(self, q):
+        """The fp32 partial dK, dV buffers of a split launch."""
+        import torch
+        return (torch.empty(self.partial_shape, dtype=torch.float32, device=q.device),
+                torch.empty(self.partial_shape, dtype=torch.float32, device=q.device))
+
+    def reduce(self, partial, grad) -> None:
+        """grad = the partials summed over the split, in a fixed order (deterministic)."""
+        B, _, S, D = self.partial_shape
+        grad.copy_(partial.view(B, -1, self.split, S, D).sum(2))
+
+    def passes(self, dout, q, k, v, out, lse, delta, dq, dk, dv) -> dict:
+        """Each kernel's launch alone (name -> callable), for timing a pass by itself."""
+        def one(name, args):
+            kern, grid, tail = getattr(self, name)
+            return lambda: self.launch(self.raw_stream(self.device), grid, kern, args + tail)
+        return {"preprocess": one("pre", (out, dout, delta)),
+                "dkdv": one("dkdv", (q, k, v, dout, lse, delta)
+                            + ((dk, dv) if self.split == 1 else self.partials(q))),
+                "dq": one("dq", (q, k, v, dout, lse, delta, dq))}
+
+
+_LAUNCHES: dict = {}
+
+
+def launch_for(problem: Problem, config: BackwardConfig, scale: float | None = None,
+               level: int = 6, device_index: int = 0) -> BackwardLaunch:
+    """A new ``BackwardLaunch`` (uncached) of ``config`` on ``problem``."""
+    from spec.ops import resolve_scale
+    return BackwardLaunch(problem, config, resolve_scale(scale, problem.D), level, device_index)
+
+
+def _ready(t):
+    """``t`` if the kernels can read it (last dimension contiguous, no broadcast dimension),
+    else a contiguous copy (autograd may hand an expanded gradient, stride 0)."""
+    if t.stride(-1) == 1 and all(s != 0 or n == 1 for s, n in zip(t.stride(), t.shape)):
+        return t
+    return t.contiguous()
+
+
+def attention_backward(dout, q, k, v, out, lse, *, causal: bool, scale: float | None = None,
+                       config: BackwardConfig | None = None, order: str | ScanOrder = "linear",
+                       schedule: str | CtaSchedule | None = None, level: int = 6,
+                       grads=None):
+    """(dq, dk, dv) of ``out = attention(q, k, v, causal, scale)`` for the upstream gradient
+    ``dout``; ``lse`` is what the training forward stored (``stat_buffer``). dk, dv have k's
+    shape (GQA/MQA: the group's query heads summed). ``config`` (else ``default_backward`` with
+    ``order`` / ``schedule``) picks the kernels' tiles, hints, scan orders and schedules.
+    ``grads``: (dq, dk, dv) buffers to write (the tests poison them), else new ones.
+
+    A repeated call with the same key (shapes, strides, dtypes, device and arguments) looks the
+    prepared launches up and launches; the first one checks the tensors and resolves the
+    configuration."""
+    import torch
+    dout = _ready(dout)
+    try:
+        key = (q.shape, q.stride(), k.shape, k.stride(), v.stride(), dout.stride(), out.stride(),
+               lse.shape, lse.stride(), lse.dtype, q.dtype, k.dtype, v.dtype, dout.dtype,
+               out.dtype, q.device, causal, scale, config, order, schedule, level)
+        launch = _LAUNCHES.get(key)
+    except TypeError:
+        key, launch = None, None
+    if launch is None:
+        launch = _new_backward(dout, q, k, v, out, lse, causal, scale, config, order, schedule,
+                               level)
+        if key is not None:
+            _LAUNCHES[key] = launch
+    delta = stat_buffer(q)
+    dq, dk, dv = grads if grads is not None else (torch.empty_like(q), torch.empty_like(k),
+                                                    torch.empty_like(v))
+    launch(dout, q, k, v, out, lse, delta, dq, dk, dv)
+    return dq, dk, dv
+
+
+def _new_backward(dout, q, k, v, out, lse, causal, scale, config, order, schedule, level):
+    import torch
+
+    from spec.family import problem_from_tensors
+    from spec.ops import resolve_scale
+    problem = problem_from_tensors(q, k, v, causal, dout)
+    problem_from_tensors(q, k, v, causal, out)
+    if tuple(lse.shape) != (problem.B, problem.H, problem.S_q) or lse.dtype != torch.float32 \
+            or lse.stride(-1) != 1:
+        raise BadInput(f"lse {tuple(lse.shape)} {lse.dtype}: the training forward's fp32 "
+                       f"[B, H, S_q] = {(problem.B, problem.H, problem.S_q)} log-sum-exp "
+                       "(kernels.backward.stat_buffer)")
+    if level < 2:
+        raise UnsupportedVariant(f"level={level}: the backward reads a log-sum-exp in exp2 units, "
+                                 "which the forward stores from level 2 on")
+    sc = resolve_scale(scale, problem.D)
+    if config is None:
+        config = default_backward(problem, order, schedule)
+    with torch.cuda.device(q.device):
+        return BackwardLaunch(problem, config, sc, level, q.device.index)
+
+
+__all__ = ["BackwardConfig", "PassConfig", "attention_backward", "default_backward",
+           "stat_buffer", "WorkOrder"]
