@@ -25,7 +25,7 @@ Three phases, one process, one GPU:
 3. **order** (both halves): the dK/dV kernel alone (``dkdv_ms``) with persistent CTAs (one wave:
    SMs × the build's CTAs per SM, each owning several K/V tiles) and a linear vs a sawtooth scan of the Q tiles, alternated
    A/B per repeat (the dQ pass stays on the grid launch: its persistent causal builds spill,
-   tests/cpu/test_cutile_backward_compile.py).
+   tests/cpu/kernels/test_cutile_backward_compile.py).
 
 4. **split** (grouped-head problems): the whole backward with the default group split of the
    dK/dV pass (``kernels.backward.group_split``) vs none, alternated A/B.

@@ -80,6 +80,7 @@ def test_parse_backward_ptxas():
     assert r["flash_bwd_dq<128, DType::BF16>"].registers == 17
 
 
+@pytest.mark.slow
 @pytest.mark.compile
 def test_backward_builds_compile_and_grid_builds_do_not_spill():
     require_toolchain(nvcc_path() is not None, "nvcc (CUDA 13.0)")
@@ -96,6 +97,7 @@ def test_backward_builds_compile_and_grid_builds_do_not_spill():
         assert r.spill_store_bytes + r.spill_load_bytes <= 128, (n, r)
 
 
+@pytest.mark.slow
 @pytest.mark.compile
 def test_training_forward_compiles_without_spills_at_the_inference_occupancy():
     require_toolchain(nvcc_path() is not None, "nvcc (CUDA 13.0)")

@@ -19,8 +19,8 @@ import pytest
 
 from kernels import sass_loops
 from kernels.authors_toolchain import loop_role, main, study_builds
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests/cpu/fixtures/sass-step-loop-sm121.txt"
 RUN = ROOT / "profiles/cpu/builds-toolchains-20261127"
 OLD = "cuda-tile 1.0.1 / tileiras 13.1.80"

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.cpu.test_cutile_compile import toolchain  # noqa: F401 - the fixture
+from tests.cpu.kernels.test_cutile_compile import toolchain  # noqa: F401 - the fixture
 
-pytestmark = pytest.mark.compile
+pytestmark = [pytest.mark.compile, pytest.mark.slow]
 
 
 def _cubin(case, occupancy=None, worker_warps=None) -> bytes:
