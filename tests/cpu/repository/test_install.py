@@ -76,12 +76,11 @@ def test_main_command_and_its_next_hint_run_from_another_directory(installed):
     assert not (site / "runs").exists()                      # nothing written into the install
     hint = next(line for line in r.stdout.splitlines() if line.startswith("next: "))
     cmd = hint.removeprefix("next: python ").split()
-    outs = []
     for _ in range(2):                                       # the hint works twice
         again = _py(installed, *cmd)
         assert again.returncode == 0, again.stderr[-2000:]
-        outs.append(again.stdout.strip().splitlines()[-1])
-    assert outs[0] != outs[1] and str(work) in outs[1]
+    drawn = sorted(d.name for d in (work / "paper_figures" / "out" / "gb10").iterdir())
+    assert drawn == [runs[0].name, f"{runs[0].name}-2"], drawn    # a new directory each time
     assert not (site / "paper_figures" / "out").exists()
 
 
