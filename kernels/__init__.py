@@ -15,6 +15,9 @@
   ``spec.OrderKind`` / ``spec.ScheduleKind`` / ``spec.WorkOrder``.
 - ``kernels.backend``: ``CutileFamily`` (the ``spec.family.KernelFamily`` protocol) and the
   user-facing ``attention(q, k, v, causal=..., order=..., schedule=...)``.
+- ``kernels.fmha_bwd`` / ``kernels.backward``: the backward kernels (Δ, dK/dV scanning Q tiles,
+  dQ scanning K/V tiles; spec orders and grid/persistent schedules) and their host side; the
+  forward's training build that stores the log-sum-exp is ``kernels.fmha.fmha_fwd_lse``.
 - ``kernels.signatures``: JIT-like export signatures for compile-only checks without a GPU.
 - ``kernels.toolchain``: tileiras / ptxas checks with actionable messages.
 - ``kernels.config``: the measured per-arch defaults, ``kernels/configs/<arch>.json`` (written by

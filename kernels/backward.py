@@ -14,7 +14,8 @@ forward apply to the backward unchanged.
 The default configuration (``default_backward``) is a measured table, not yet a fitted work model
 like the forward's (``kernels.choice``): per (D, causal) key, each pass's tiles and hints chosen
 on the model suite's tuning half (``kernels/configs/h100-backward.json``, written from
-``python -m experiments.cutile_backward_bench --phases tune``; any sm_90 GPU reads the H100's),
+``python -m experiments.cutile_backward_bench --phases tune``; only the H100 was measured and
+every GPU reads its table),
 the grid launch and linear scans. A key the table lacks takes ``BASE``: 64-row Q tiles and
 128-row K/V tiles with 8 worker warps in both passes (384 threads; with 256 threads the fp32 dK
 and dV accumulators of a 128-row K/V tile at D=128 spill). tests/cpu/kernels/test_cutile_backward_compile.py

@@ -313,7 +313,7 @@ def fmha_fwd_impl(Q, K, V, Out, Trace, LSE, qk_scale, H, QUERY_GROUP_SIZE,
                                          head // QUERY_GROUP_SIZE, q_tile,
                                          reversed_for(ORDER, GROUP, it, cta), cta, step,
                                          TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, LEVEL, TRACE,
-                                     SAVE_LSE)
+                                         SAVE_LSE)
                 step = step + tc
             it = it + 1
 

@@ -21,6 +21,16 @@ capture records the launch either way (it is one kernel on torch's current strea
 H100 (profiles/h100/hostpath-20261126): 13.8-14.3 us of host time per eager call, 31 us through the
 dispatcher, SDPA 18-21 us.
 
+Training. ``sawtooth::cutile_attention`` returns (out, lse) and takes ``save_lse``: with it the
+forward is the training build (``kernels.fmha.fmha_fwd_lse``), which also stores the
+log-sum-exp; its autograd is registered (``torch.library.register_autograd``) and calls
+``sawtooth::cutile_attention_backward`` (``kernels.backward``: Δ, dK/dV, dQ kernels).
+``attention()`` asks for it when grad is enabled and q, k or v requires grad: under
+``torch.compile`` through the operator, eagerly through ``_EagerAttention`` (an
+``autograd.Function`` with the same forward and backward, without the dispatcher's cost).
+``out=`` and a tuning-ladder level below 2 have no backward and say so in one line when a
+gradient is required; ``scale`` is SDPA's ``scale=`` (> 0; None: 1/sqrt(D)).
+
 Under ``torch.compile`` a bad tensor is refused while tracing, before anything runs, by the
 fake implementation's ``BadInput``; dynamo may re-raise it wrapped in its own error type, whose
 message carries the ``BadInput`` line (tests/gpu/test_attention_op.py checks one or the other).
@@ -29,6 +39,7 @@ from functools import lru_cache
 from typing import Optional
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from spec.family import BadInput, UnsupportedVariant
 from spec.ops import check_metadata, op_spelling, resolve_scale
@@ -180,6 +191,7 @@ class _EagerAttention(torch.autograd.Function):
         return out
 
     @staticmethod
+    @once_differentiable        # no double backward: one line from autograd if asked
     def backward(ctx, dout):
         q, k, v, out, lse = ctx.saved_tensors
         dq, dk, dv = backward.attention_backward(dout, q, k, v, out, lse, causal=ctx.causal,

@@ -183,6 +183,27 @@ def resources(case, arch: str, occupancy=None, worker_warps=None) -> Resources:
     return read_resources(compile_cubin(case, arch, occupancy, worker_warps))
 
 
+def compile_backward_cubin(case, arch: str, occupancy=None, worker_warps=None) -> bytes:
+    """The cubin of a backward build (``kernels.signatures.BackwardCase``) for ``arch``."""
+    from cuda.tile.compilation import export_kernel
+
+    from . import fmha_bwd
+    from .toolchain import explain_compile_error
+    kern = fmha_bwd.get_kernel(case.kernel, occupancy, worker_warps)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "k.cubin")
+        try:
+            export_kernel(kern, [case.signature()], path, gpu_code=arch, output_format="cubin")
+        except Exception as e:  # noqa: BLE001 - rewrapped with a fix hint when it is the toolchain
+            raise explain_compile_error(e) from e
+        return Path(path).read_bytes()
+
+
+def backward_resources(case, arch: str, occupancy=None, worker_warps=None) -> Resources:
+    """Registers, stack and instruction counts of a backward build (the spill check)."""
+    return read_resources(compile_backward_cubin(case, arch, occupancy, worker_warps))
+
+
 @dataclass(frozen=True)
 class LoadedBuild:
     """A cuTile build as the driver sees it on the GPU present: the facts ``CutileFamily.prepare``

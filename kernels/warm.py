@@ -120,8 +120,8 @@ def _run_training(jobs: list) -> list[str]:
             var = Variant(Backend.CUTILE, ScanOrder.linear(),
                           backend.default_schedule(pr, fcfg, fcfg.tiles, arch), fcfg.tiles,
                           fcfg.occupancy)
-            launch = backend.Launch(backend.CutileFamily(defaults=fcfg).prepare(var, p), 0,
-                                    None, True)
+            launch = backend.Launch(backend.CutileFamily(defaults=fcfg).prepare(var, p),
+                                    torch.cuda.current_device(), None, True)
             lse = backward.stat_buffer(q)
             out = torch.empty_like(q)
             launch(q, k, v, out, lse)

@@ -21,6 +21,14 @@ The model, one step of one slot at its time ``t`` (times in units of a hit step)
   fill hides behind a step of compute, and the measured step and latencies give 1
   (``analysis.calibration.fixed.miss_ratio_from_timing``). A CTA that misses then runs no slower than
   one that hits, and the clocks carry no force that pulls CTAs back together;
+- **the pipeline model** (``compute = 1``, the default of ``experiments.simulate``; the build's
+  timing from ``analysis.models.steptime``): the time unit is one step of the build's compute;
+  a hit is ready ``hit_latency`` after it is issued, a fill ``miss_ratio`` after; the loads of
+  step ``n`` are issued when step ``n - prefetch`` begins (an item's first ``prefetch + 1``
+  steps at its start), and a step begins when its loads are ready and the previous step is done,
+  and lasts one unit. A fill longer than ``prefetch`` steps stalls the CTA that missed: the force
+  that keeps a convoy together. The step model below is its limit (``compute = 0``,
+  ``hit_latency = 1``, ``prefetch = 0``);
 - the step lasts until its loads are ready (at least 1; the O store does not stall), times the
   slot's constant speed factor and a per-step log-normal factor ``exp(jitter·z − jitter²/2)``.
   The constant factor is ``1 + pair_slowdown`` for the slower slot of a busy SM pair (the odd SM

@@ -22,14 +22,8 @@ pytestmark = [pytest.mark.compile, pytest.mark.slow]
 
 
 def _cubin(case, occupancy=None, worker_warps=None) -> bytes:
-    from cuda.tile.compilation import export_kernel
-
-    from kernels import fmha_bwd
-    kern = fmha_bwd.get_kernel(case.kernel, occupancy, worker_warps)
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "k.cubin")
-        export_kernel(kern, [case.signature()], path, gpu_code="sm_90", output_format="cubin")
-        return Path(path).read_bytes()
+    from kernels.resources import compile_backward_cubin
+    return compile_backward_cubin(case, "sm_90", occupancy, worker_warps)
 
 
 def _case(kernel, D, causal, pc, S=4096, **kw):
