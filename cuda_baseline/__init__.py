@@ -19,7 +19,7 @@ launching do.
 from spec.install import require_gpu_extra
 
 from .backend import CompileError, CudaFamily, Prepared, check_variant, instance_for
-from .source import Instance, Resources, TESTED_TILES
+from .source import TESTED_TILES, Instance, Resources
 
 __all__ = ["CompileError", "CudaFamily", "Prepared", "attention", "check_variant",
            "instance_for", "Instance", "Resources", "TESTED_TILES"]

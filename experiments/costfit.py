@@ -134,8 +134,8 @@ def fit_timed_sim() -> tuple[float, float, list[tuple[str, float, float]]]:
 def fit_lockstep() -> tuple[float, list[tuple[str, float, float]]]:
     """Seconds per trace access of the lock-step simulator: least squares through the origin over
     the per-case seconds of ``LOCKSTEP_RUN``."""
-    from experiments.studies import get_study
     from analysis.data import read_manifest
+    from experiments.studies import get_study
     m = read_manifest(LOCKSTEP_RUN)
     arch = get_arch(m["arch"]["name"])
     plan = _by_id(get_study(m["study"]).plan(arch))

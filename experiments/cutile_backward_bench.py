@@ -221,7 +221,7 @@ def speed(problems, repeats: int, dev: str):
             for r in rows:
                 if r[2] == pr.label and r[3] == "cutile":
                     r[7] = diff / scale
-        del q, k, v, dout, grads
+        q = k = v = dout = grads = None      # free them (the closures above read them)
         torch.cuda.empty_cache()
         print(pr.label, " ".join(f"{r[3]} {r[4]:.3f}/{r[5]:.3f}" for r in rows
                                  if r[2] == pr.label), flush=True)

@@ -12,9 +12,9 @@ from spec.case import Case
 
 from . import costs
 from .costs import duration, size
+from .lengths import describe_scale
 from .options import UsageError, simulatable
 from .report import _count, fit_table, heading, panels, shape_columns
-from .lengths import describe_scale
 
 
 def available_memory() -> int | None:

@@ -36,7 +36,7 @@ from typing import Callable
 
 from spec import Problem
 from spec.case import Case
-from spec.records import Metric, Row, Source, UNITS, case_fields
+from spec.records import UNITS, Metric, Row, Source, case_fields
 
 EAGER_CALL_MS = Metric.EAGER_CALL_MS
 """Metric: CUDA events around one eager call on an idle GPU (host included), L2 warm."""

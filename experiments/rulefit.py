@@ -34,11 +34,10 @@ from pathlib import Path
 
 import numpy as np
 
-from spec import Problem, get_arch, known_archs
-from spec.arch import UnknownArch
-
 from kernels.choice import BY_LABEL, CANDIDATES, Rule, config_label, quantities, waves_and_steps
 from kernels.config import CONFIG_DIR, config_key
+from spec import Problem, get_arch, known_archs
+from spec.arch import UnknownArch
 
 FIT_SETS = ("tuning", "shapes")
 JUDGED_SETS = ("validation", "scan")
@@ -175,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     from analysis.data.registry import DatasetError
 
-    from .tune import dumps, write_atomic
+    from .tune import write_atomic
     try:
         arch = get_arch(args.arch)
         src = CONFIG_DIR / f"{arch.name}.json"

@@ -43,13 +43,25 @@ from spec.arch import MiB, UnknownArch
 from . import modes, shard
 from .costs import tile_accesses  # noqa: F401 - re-exported
 from .dryrun import check_limits, print_plan
-from .options import (CAPACITY_MAX_L2S, UsageError, build_parser,  # noqa: F401 - re-exported
-                      capacity_bounds, checked, resolve_mode)
+from .options import (  # noqa: F401 - re-exported
+    CAPACITY_MAX_L2S,
+    UsageError,
+    build_parser,
+    capacity_bounds,
+    checked,
+    resolve_mode,
+)
 from .options import plan as _plan  # noqa: F401 - re-exported
 from .report import figure_lines as _figure_lines
 from .report import fits_notes, model_label, published_misses, summary_table  # noqa: F401
-from .rundir import (BadRunDir, RunDirExists, command_line, default_run_dir, reserved_run_dir,
-                     write_manifest)
+from .rundir import (
+    BadRunDir,
+    RunDirExists,
+    command_line,
+    default_run_dir,
+    reserved_run_dir,
+    write_manifest,
+)
 from .studies import STUDIES, UnknownStudy
 
 MODULE = "experiments.run"

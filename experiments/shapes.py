@@ -37,7 +37,6 @@ from pathlib import Path
 
 from kernels.config import shape_class
 from spec import Problem
-
 from spec.records import Metric
 
 from .eager import EAGER_CALL_MS, stored_run_rows

@@ -47,11 +47,34 @@ from spec.case import Case
 from spec.records import Row, write_csv
 
 from .rundir import command_line, reserved_run_dir, write_manifest
-from .shard_jobs import (DEFAULT_TIME_MIN, DONE, EXECUTORS, POLL_S, SHARDS,  # noqa: F401
-                         ExecutorOptions, Gpu, Measure, Merged, ShardError, ShardJob,
-                         Submitted, finished, host_gpus, make_executor, measure_on_this_gpu,
-                         merge, merge_params, pick_count, pick_gpus, run_shard,
-                         single_gpu_argv, slurm_parameters, submit, wait, _gpu_names)
+from .shard_jobs import (  # noqa: F401
+    DEFAULT_TIME_MIN,
+    DONE,
+    EXECUTORS,
+    POLL_S,
+    SHARDS,
+    ExecutorOptions,
+    Gpu,
+    Measure,
+    Merged,
+    ShardError,
+    ShardJob,
+    Submitted,
+    _gpu_names,
+    finished,
+    host_gpus,
+    make_executor,
+    measure_on_this_gpu,
+    merge,
+    merge_params,
+    pick_count,
+    pick_gpus,
+    run_shard,
+    single_gpu_argv,
+    slurm_parameters,
+    submit,
+    wait,
+)
 
 INCOMPLETE = "-incomplete"
 

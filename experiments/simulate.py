@@ -31,9 +31,8 @@ from analysis.cache import l2sim, reuse, timesim
 from analysis.data import read_manifest
 from analysis.models import steptime
 from spec import Arch, Backend, TileGrid, build_trace, get_arch, known_archs
-from spec.records import UNITS, Metric, Row, Source, case_fields
-
 from spec.case import Case
+from spec.records import UNITS, Metric, Row, Source, case_fields
 
 SHARDS_RUN = "profiles/cpu/simbench-20261125-shards"
 """The run that measured the sampled simulator against the exact one (22 GB10 and H100 cases);

@@ -11,13 +11,13 @@ import importlib
 from dataclasses import dataclass
 from typing import Callable
 
-from spec import (Arch, Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant, get_arch)
 from analysis.models.steptime import BuildCosts
+from spec import Arch, Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant, get_arch
 from spec.case import Case
 from spec.schedules import WorkOrder, section_heads
 
-from .suites import bench_plan, hostpath_plan, models_plan, shapes_plan
 from .streamer import measure_misscost, misscost_ctas
+from .suites import bench_plan, hostpath_plan, models_plan, shapes_plan
 
 
 @dataclass(frozen=True)

@@ -144,8 +144,8 @@ def measure(args) -> int:
     from analysis.launch.drift import Completions
     from experiments.correctness import check, poisoned_like, random_inputs, reference
     from experiments.families import family
-    from experiments.studies import sawtooth_plan
     from experiments.lengths import at_length
+    from experiments.studies import sawtooth_plan
     from experiments.timing import time_one
     from spec import detect
     from spec.problem import TileGrid
@@ -250,10 +250,10 @@ def predict(args) -> int:
     from dataclasses import replace
 
     from analysis import calibration as cal
-    from analysis.launch.drift import step_factors
     from analysis.cache.timesim import simulate_case
-    from experiments.studies import sawtooth_plan
+    from analysis.launch.drift import step_factors
     from experiments.lengths import at_length
+    from experiments.studies import sawtooth_plan
     from spec import get_arch
 
     arch = get_arch(args.arch)

@@ -71,7 +71,7 @@ def run_arch(arch_name: str, jobs: int = 2, only: set[str] | None = None) -> lis
     from analysis.data.published import key_of_row, read_published
     from experiments.simulate import model_params, resident_of_build
     from experiments.studies import sawtooth_plan
-    from spec import Backend, get_arch
+    from spec import get_arch
     from spec.records import case_fields
 
     arch = get_arch(arch_name)

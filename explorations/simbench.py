@@ -56,6 +56,7 @@ from spec import CtaSchedule, Problem, ScanOrder, TileGrid, Tiles, get_arch
 from spec.records import write_csv
 from spec.trace import work_table
 
+
 @dataclass(frozen=True)
 class BenchRow:
     section: str

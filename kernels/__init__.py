@@ -34,7 +34,7 @@ access imports ``kernels.op``, which imports torch and registers the operators).
 """
 from spec.install import require_gpu_extra
 
-from .config import KernelConfig, LEVELS, default_config, load_arch_configs  # noqa: F401
+from .config import LEVELS, KernelConfig, default_config, load_arch_configs  # noqa: F401
 
 
 def __getattr__(name: str):

@@ -17,13 +17,34 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import (drift, f01_l1l2_short, f02_l1l2_long, f03_traffic_noncausal, f04_traffic_causal,
-               f05_divergence, f06_active_sms, f07_access_order, f08_cuda_batch,
-               f08b_cuda_tflops, f08c_cuda_time, f09_cutile_noncausal, f09b_cutile_tflops,
-               f10_cutile_causal, f10b_cutile_causal_tflops, ladder, longseq, misscost,
-               misscost_regimes, repeats, reuse, scaling, t1_l1l2_table, t2_model_error)
 from analysis.data import DatasetError, default_runs, load_rows
 
+from . import (
+    drift,
+    f01_l1l2_short,
+    f02_l1l2_long,
+    f03_traffic_noncausal,
+    f04_traffic_causal,
+    f05_divergence,
+    f06_active_sms,
+    f07_access_order,
+    f08_cuda_batch,
+    f08b_cuda_tflops,
+    f08c_cuda_time,
+    f09_cutile_noncausal,
+    f09b_cutile_tflops,
+    f10_cutile_causal,
+    f10b_cutile_causal_tflops,
+    ladder,
+    longseq,
+    misscost,
+    misscost_regimes,
+    repeats,
+    reuse,
+    scaling,
+    t1_l1l2_table,
+    t2_model_error,
+)
 from .data import Skip
 from .drawing import STUDIES, runs_drawn, summary, write_table
 from .drawing import render as _draw

@@ -23,9 +23,8 @@ import sys
 from pathlib import Path
 
 from spec import get_arch, known_archs
-from spec.install import output_root
 from spec.arch import UnknownArch
-
+from spec.install import output_root
 
 
 def default_out(arch: str, runs: list[Path] | None, root: Path | None = None) -> Path:

@@ -5,11 +5,10 @@ several loaded runs (the original and its repeats -r2, -r3) only the original is
 (``data.one_run``), and the title says so; the ``repeats`` figure shows every run."""
 from __future__ import annotations
 
+from analysis.data.published import schedule_kind
 from spec.records import Metric
 
 from .bars import MISS_LABEL, grouped_bars, miss_bars
-from analysis.data.published import schedule_kind
-
 from .data import Skip, one_run, select
 from .published import paper_panel, with_paper
 from .style import gpu_name, seq_label

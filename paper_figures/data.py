@@ -15,7 +15,6 @@ from analysis.data import RUN_DIR, DatasetError, read_manifest, run_of
 from analysis.data.rows import median
 
 
-
 class Skip(Exception):
     """A figure cannot be drawn from the data at hand; the message says what is missing."""
 

@@ -12,9 +12,9 @@ import sys
 
 import numpy as np
 
+from analysis.data.rows import persistent_ctas
 from analysis.findings.divergence import ceff_fits
 from analysis.models.traffic import MiB, Shape, cold_misses
-from analysis.data.rows import persistent_ctas
 from spec import get_arch
 from spec.records import Metric
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import sys
 
+from spec.records import Metric
+
 from .bars import MISS_LABEL, grouped_bars, miss_bars
 from .data import Skip, one_run, select
 from .published import paper_panel, with_paper
 from .style import gpu_name, seq_label
-from spec.records import Metric
 
 FIGURE = "F8a"
 

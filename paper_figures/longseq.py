@@ -11,9 +11,8 @@ a separate run and is not mixed in.
 """
 from __future__ import annotations
 
-import sys
-
 import math
+import sys
 
 import matplotlib
 
@@ -21,8 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from .bars import grouped_bars  # noqa: E402
-from .data import (Skip, manifest, manifest_command, manifest_device, one_run,  # noqa: E402
-                   tflops_stats)
+from .data import Skip, manifest, manifest_command, manifest_device, one_run, tflops_stats  # noqa: E402
 from .style import BACKEND_STYLE, gpu_name, seq_label, title_suffix  # noqa: E402
 
 FIGURE = "longseq"

@@ -11,10 +11,9 @@ kernel time over the run's samples. The single-run figures (F8-F10) draw the ori
 """
 from __future__ import annotations
 
-import sys
-
 import math
 import re
+import sys
 
 import matplotlib
 
@@ -22,9 +21,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from spec.records import Metric  # noqa: E402
-
 from analysis.data.rows import median  # noqa: E402
+from spec.records import Metric  # noqa: E402
 
 from .data import Skip, manifest, manifest_device, run_name, runs_of  # noqa: E402
 from .style import gpu_name, seq_label, title_suffix  # noqa: E402

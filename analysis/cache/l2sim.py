@@ -33,10 +33,9 @@ from typing import Sequence
 import numba
 import numpy as np
 
-from spec.arch import MiB, Arch
-from spec.records import UNITS, Metric, Row, Source, case_fields
-
 from analysis.cache.reuse import _key_and_weights, stack_distances
+from spec.arch import Arch, MiB
+from spec.records import UNITS, Metric, Row, Source, case_fields
 
 __all__ = ["L2Counts", "simulate", "simulate_capacities", "counts_to_rows", "hits_at"]
 

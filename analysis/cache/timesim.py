@@ -126,15 +126,25 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from spec.arch import MiB, Arch
+from analysis.cache.smmap import slot_paired_odd, slot_partitions
+from analysis.cache.timeloop import (
+    _COLD,
+    _DRAM,
+    _FAB,
+    _FHIT,
+    _FMISS,
+    _HIT,
+    _INFL,
+    _MERGED,
+    _MISS,
+    _TEX,
+    _run_policy,
+)
+from spec.arch import Arch, MiB
 from spec.case import Case
 from spec.problem import TileGrid
 from spec.records import UNITS, Metric, Row, Source, case_fields
 from spec.trace import WorkTable, work_table
-
-from analysis.cache.smmap import slot_paired_odd, slot_partitions
-from analysis.cache.timeloop import (_COLD, _DRAM, _FAB, _FHIT, _FMISS, _HIT, _INFL, _MERGED,
-                                     _MISS, _TEX, _run_policy)
 
 __all__ = ["TimeParams", "TimeCounts", "simulate", "simulate_case", "counts_to_rows",
            "shards_rate", "SHARDS_TARGET", "REPLACEMENTS"]

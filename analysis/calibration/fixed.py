@@ -8,13 +8,12 @@ from pathlib import Path
 
 import numpy as np
 
-from spec.records import Metric
-from spec.schedules import CtaSchedule
-from spec.variant import DEFAULT_STAGES
-
 from analysis.cache.smmap import sm_pair
 from analysis.data import csv_rows
 from analysis.models import timemodel
+from spec.records import Metric
+from spec.schedules import CtaSchedule
+from spec.variant import DEFAULT_STAGES
 
 
 # --------------------------------------------------------------------------------------------

@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from spec.records import Metric
-
-from analysis.models.traffic import MiB, cold_misses
-
-from analysis.models.wave import CEffFit, fit_c_eff_rows
 from analysis.data.rows import as_case, persistent_ctas, pivot, problem_tiles
+from analysis.models.traffic import MiB, cold_misses
+from analysis.models.wave import CEffFit, fit_c_eff_rows
+from spec.records import Metric
 
 L2_FABRIC = "lts__t_sectors_srcunit_ltcfabric.sum"
 L2_FABRIC_MISSES = "lts__t_sectors_srcunit_ltcfabric_lookup_miss.sum"

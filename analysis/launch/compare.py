@@ -26,14 +26,9 @@ import sys
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from spec.records import Metric
-
-from analysis.data import DatasetError
-
-from analysis.data import read_manifest
-
-from analysis.data import read_run
+from analysis.data import DatasetError, read_manifest, read_run
 from analysis.data.rows import pct_change, problem_tiles
+from spec.records import Metric
 
 DEFAULT_METRICS = (Metric.L2_TEX_MISSES, Metric.DRAM_READ_BYTES)
 """The counters compared by default: local tex misses and DRAM read bytes (one ncu pass)."""

@@ -8,10 +8,23 @@ from __future__ import annotations
 
 import pytest
 
-from cuda_baseline.bwd_source import (BWD_TILES, BwdInstance, bwd_names, bwd_smem_bytes,
-                                      ci_bwd_instances, compile_bwd_nvcc, parse_bwd_ptxas)
-from cuda_baseline.source import (SM90_CTAS_PER_SM, TESTED_TILES, Instance, compile_nvcc,
-                                  nvcc_path, parse_ptxas)
+from cuda_baseline.bwd_source import (
+    BWD_TILES,
+    BwdInstance,
+    bwd_names,
+    bwd_smem_bytes,
+    ci_bwd_instances,
+    compile_bwd_nvcc,
+    parse_bwd_ptxas,
+)
+from cuda_baseline.source import (
+    SM90_CTAS_PER_SM,
+    TESTED_TILES,
+    Instance,
+    compile_nvcc,
+    nvcc_path,
+    parse_ptxas,
+)
 from spec import get_arch
 from spec.family import UnsupportedVariant, published_limits
 from spec.orders import OrderKind, ScanOrder

@@ -14,9 +14,22 @@ from pathlib import Path
 import pytest
 
 from cuda_baseline.backend import check_variant, instance_for
-from cuda_baseline.source import (HEADER, SM90_CTAS_PER_SM, TESTED_TILES, TILE_EDGES,
-                                  CompileError, Instance, ci_instances, compile_nvcc, compile_options, mrep, nvcc_path,
-                                  parse_ptxas, smem_bytes, stage_instances)
+from cuda_baseline.source import (
+    HEADER,
+    SM90_CTAS_PER_SM,
+    TESTED_TILES,
+    TILE_EDGES,
+    CompileError,
+    Instance,
+    ci_instances,
+    compile_nvcc,
+    compile_options,
+    mrep,
+    nvcc_path,
+    parse_ptxas,
+    smem_bytes,
+    stage_instances,
+)
 from spec import get_arch
 from spec.family import UnsupportedVariant, published_limits
 from spec.orders import OrderKind, ScanOrder

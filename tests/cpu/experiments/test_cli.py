@@ -20,9 +20,7 @@ from experiments.studies import LONG_S, STUDIES, get_study, longseq_plan
 from spec import Backend, ScanOrder, Tiles, get_arch, known_archs
 from spec.records import SCHEMA_VERSION, Metric, read_csv
 from spec.schedules import ScheduleKind
-from tests.conftest import HAS_GPU
-from tests.conftest import ROOT
-
+from tests.conftest import HAS_GPU, ROOT
 
 
 def cli(*args, cwd=ROOT):

@@ -13,11 +13,10 @@ import sys
 import numpy as np
 import pytest
 
-from experiments import costs, costfit
+from experiments import costfit, costs
 from experiments.studies import get_study
 from spec import Problem, TileGrid, Tiles, build_trace, get_arch
 from tests.conftest import ROOT
-
 
 
 def test_floor_sum_matches_the_loop():

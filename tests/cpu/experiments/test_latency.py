@@ -3,13 +3,21 @@ kept, seeded), the plateau estimates on hand-made curves, the dry-run plan, ever
 (exit 2, one line, nothing written) and, with nvcc, the kernel compiling for sm_90 unspilled."""
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
 from experiments import latency
-from experiments.latency import (CHASE_SOURCE, MiB, estimates, main, parse_size, plan, region,
-                                 successor_offsets, visit_order)
+from experiments.latency import (
+    CHASE_SOURCE,
+    MiB,
+    estimates,
+    main,
+    parse_size,
+    plan,
+    region,
+    successor_offsets,
+    visit_order,
+)
 from spec import get_arch
 from tests.conftest import nvcc_sm90
 

@@ -85,8 +85,10 @@ def test_resource_rows_name_the_build_in_the_committed_metric_names():
 
 
 def test_both_families_prepare_the_same_fields_first():
-    from cuda_baseline.backend import CudaFamily, Prepared as CudaPrepared
-    from kernels.backend import CutileFamily, Prepared as CutilePrepared
+    from cuda_baseline.backend import CudaFamily
+    from cuda_baseline.backend import Prepared as CudaPrepared
+    from kernels.backend import CutileFamily
+    from kernels.backend import Prepared as CutilePrepared
     for prepared in (CutilePrepared, CudaPrepared):
         names = [f.name for f in fields(prepared)]
         assert tuple(names[:len(PREPARED_FIELDS)]) == PREPARED_FIELDS

@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import pytest
 
+from experiments.lengths import kv_bytes_per_head
 from experiments.streamer import LEVELS, STREAM_SOURCE, main, misscost_ctas, plan_lines
 from experiments.studies import MISSCOST_STAGES, get_study, misscost_plan
-from experiments.lengths import kv_bytes_per_head
 from spec import get_arch
 from spec.orders import OrderKind
 from spec.variant import Backend

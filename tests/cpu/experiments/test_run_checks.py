@@ -18,9 +18,7 @@ import pytest
 from experiments import run as R
 from experiments.studies import get_study
 from spec import get_arch
-from tests.conftest import HAS_GPU
-from tests.conftest import ROOT
-
+from tests.conftest import HAS_GPU, ROOT
 
 
 def cli(*args, timeout=600):
@@ -282,8 +280,7 @@ def test_measure_shows_each_ncu_session_and_records_the_phases(tmp_path, monkeyp
 
 def test_a_csv_cut_inside_a_quoted_field_is_an_error(tmp_path):
     from analysis.data import DatasetError, read_table
-    from spec.records import TruncatedCSV, read_csv
-    from spec.records import Row, write_csv
+    from spec.records import Row, TruncatedCSV, read_csv, write_csv
     whole = tmp_path / "whole.csv"
     write_csv(whole, [Row(run="r", study="s", arch="h100", metric="m", value=float(i), unit="",
                           source="measured", note=f"median of {i}, spread ±1%", variant="v",

@@ -115,7 +115,7 @@ def _run(*args: str) -> int:
 # -- pure parts ------------------------------------------------------------------------------------
 
 def test_lpt_balances_a_skewed_list_where_round_robin_does_not():
-    from spec import Problem, Variant, Backend, ScanOrder, CtaSchedule, Tiles
+    from spec import Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant
     from spec.case import Case
     v = Variant(Backend.CUDA, ScanOrder.linear(), CtaSchedule.persistent(132), Tiles(80, 80))
     cost = {}

@@ -210,9 +210,9 @@ def test_the_worker_compiles_what_the_project_compiles(tmp_path):
 
     from kernels.authors_toolchain import analyse, bulk_loops, compile_all
     from kernels.cpu_driver import build_stub
-    from kernels.toolchain_venv import SetupError
     from kernels.resources import compile_cubin, find_cuobjdump
     from kernels.signatures import CompileCase
+    from kernels.toolchain_venv import SetupError
     from spec import Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant
     from tests.conftest import require_toolchain
     require_toolchain(importlib.util.find_spec("cuda.tile") is not None

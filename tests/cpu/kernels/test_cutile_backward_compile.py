@@ -80,14 +80,18 @@ def test_sawtooth_and_persistent_dkdv_cost_nothing(toolchain, D, causal):  # noq
 def test_training_forward_builds(toolchain):  # noqa: F811
     """The forward with the log-sum-exp store (``fmha_fwd_lse``) builds with the inference
     forward's constants and stores LSE with TMA."""
-    from cuda.tile.compilation import (CallingConvention, KernelSignature, ScalarConstraint,
-                                       export_kernel)
+    import cuda.tile as ct
+    from cuda.tile.compilation import (
+        CallingConvention,
+        KernelSignature,
+        ScalarConstraint,
+        export_kernel,
+    )
 
     from kernels import fmha
     from kernels.config import default_config
     from kernels.resources import read_resources
     from kernels.signatures import CompileCase, jit_like_array
-    import cuda.tile as ct
     for D, causal in ((64, False), (128, True)):
         cfg = default_config("h100", D, causal)
         case = CompileCase(D=D, causal=causal, tile_m=cfg.tile_m, tile_n=cfg.tile_n, S_q=1000,

@@ -14,8 +14,16 @@ from experiments.studies import get_study
 from experiments.suites import shapes_problems
 from kernels import config
 from kernels.choice import problem_config
-from kernels.config import (KernelConfig, ShapeClass, UNMEASURED, parse, persistent_ctas,
-                            representative, representatives, shape_class)
+from kernels.config import (
+    UNMEASURED,
+    KernelConfig,
+    ShapeClass,
+    parse,
+    persistent_ctas,
+    representative,
+    representatives,
+    shape_class,
+)
 from spec import Backend, CtaSchedule, Problem, ScanOrder, get_arch
 from spec.problem import TileGrid, Tiles
 from spec.schedules import ScheduleKind
@@ -316,8 +324,9 @@ def test_summary_without_any_family_says_so():
 
 
 def test_shapes_cli_reads_a_stored_run_and_refuses_bad_paths(tmp_path, capsys):
-    from spec.records import COLUMNS
     import csv
+
+    from spec.records import COLUMNS
     path = tmp_path / "timing.csv"
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS)

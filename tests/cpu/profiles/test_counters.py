@@ -17,9 +17,10 @@ from profiles.ingest import IngestError, KernelResult, parse_raw_csv
 from spec import Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant, get_arch
 from spec.case import Case
 from spec.records import Metric
+from tests.conftest import ROOT
+
 # the four cases of the committed raw export
 from tests.cpu.profiles.test_ingest import fixture_cases
-from tests.conftest import ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures"
 RAW_CSV = FIXTURES / "ncu_raw_h100.csv"

@@ -7,10 +7,10 @@ import math
 
 import pytest
 
-from spec.case import Case
 from profiles import metrics, ncu
 from profiles.ingest import IngestError, innermost_range, parse_raw_csv, to_rows
 from spec import Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant
+from spec.case import Case
 from tests.conftest import ROOT
 
 FIXTURE = ROOT / "tests" / "fixtures" / "ncu_raw_h100.csv"

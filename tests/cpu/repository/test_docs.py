@@ -28,8 +28,7 @@ from pathlib import Path
 import pytest
 
 from spec.records import read_dicts
-from tests.conftest import require_toolchain
-from tests.conftest import ROOT
+from tests.conftest import ROOT, require_toolchain
 
 README, REPORT = ROOT / "README.md", ROOT / "REPORT.md"
 EXTENDING = ROOT / "docs" / "extending.md"

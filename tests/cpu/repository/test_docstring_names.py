@@ -17,6 +17,7 @@ import ast
 import functools
 import re
 from pathlib import Path
+
 from tests.conftest import ROOT
 
 PACKAGES = ("spec", "kernels", "cuda_baseline", "profiles", "analysis", "paper_figures",

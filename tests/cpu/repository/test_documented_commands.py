@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from tests.conftest import ROOT
 
 DOCS = ("README.md", "REPORT.md", "docs/*.md")

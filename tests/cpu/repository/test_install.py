@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow

@@ -19,8 +19,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 from pathlib import Path
-from tests.conftest import ROOT
 
+from tests.conftest import ROOT
 
 # package -> the packages of ours it may import (itself always included)
 ALLOWED: dict[str, frozenset[str]] = {

@@ -6,8 +6,22 @@ import itertools
 import numpy as np
 import pytest
 
-from spec import (CtaSchedule, InvalidProblem, OrderKind, Problem, ScanOrder, Tensor, TileGrid,
-                  Tiles, WorkOrder, build_trace, dispatch, get_arch, known_archs, visit_order)
+from spec import (
+    CtaSchedule,
+    InvalidProblem,
+    OrderKind,
+    Problem,
+    ScanOrder,
+    Tensor,
+    TileGrid,
+    Tiles,
+    WorkOrder,
+    build_trace,
+    dispatch,
+    get_arch,
+    known_archs,
+    visit_order,
+)
 from spec.arch import UnknownArch
 from spec.schedules import ScheduleKind, section_heads
 
@@ -256,8 +270,9 @@ def test_case_round_trips_through_json_with_every_knob():
     """The profiling target rebuilds cases from JSON: a knob lost there would profile another
     build under the case's id."""
     import json
-    from spec.case import Case, case_from_dict, case_to_dict
+
     from spec import Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant
+    from spec.case import Case, case_from_dict, case_to_dict
     for v in (Variant(Backend.CUDA, ScanOrder.sawtooth(), CtaSchedule.persistent(96),
                       Tiles(80, 80), stages=1),
               Variant(Backend.CUTILE, ScanOrder.linear(), CtaSchedule.tile_x(2), Tiles(64, 64),

@@ -11,14 +11,21 @@ import numpy as np
 import pytest
 
 from analysis.cache.l2sim import L2Counts, counts_to_rows, simulate, simulate_capacities
-
 from analysis.cache.reuse import stack_distances
-
 from analysis.models.traffic import Shape, cold_misses
-
 from analysis.models.wave import wave_misses
-from spec import (Backend, CtaSchedule, Problem, ScanOrder, TileGrid, Tiles, Variant, WorkOrder,
-                  build_trace, get_arch)
+from spec import (
+    Backend,
+    CtaSchedule,
+    Problem,
+    ScanOrder,
+    TileGrid,
+    Tiles,
+    Variant,
+    WorkOrder,
+    build_trace,
+    get_arch,
+)
 from spec.records import COLUMNS, Metric, Source
 from tests.conftest import ROOT
 

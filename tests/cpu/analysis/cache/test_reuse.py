@@ -5,8 +5,13 @@ import numpy as np
 import pytest
 
 from analysis.cache.l2sim import hits_at
-from analysis.cache.reuse import (distance_histogram, exact_histogram, miss_ratio_curve,
-                            stack_distances, trace_stack_distances)
+from analysis.cache.reuse import (
+    distance_histogram,
+    exact_histogram,
+    miss_ratio_curve,
+    stack_distances,
+    trace_stack_distances,
+)
 from spec import CtaSchedule, Problem, ScanOrder, Tensor, TileGrid, Tiles, build_trace
 
 

@@ -3,9 +3,7 @@ the merge window."""
 import numpy as np
 import pytest
 
-from analysis.cache import l2sim
-
-from analysis.cache import timeloop, timesim
+from analysis.cache import l2sim, timeloop, timesim
 from analysis.cache.timesim import TimeParams
 from spec import CtaSchedule, Problem, ScanOrder, TileGrid, Tiles
 from spec.trace import build_trace, work_table

@@ -8,12 +8,12 @@ import pytest
 
 from analysis import calibration as cal
 from analysis.cache.merge import merged_sector_accesses
-from analysis.models.traffic import sector_accesses
 from analysis.cache.timesim import TimeParams
+from analysis.models.traffic import sector_accesses
 from spec import Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant, get_arch
-from spec.schedules import ScheduleKind
 from spec.case import Case
 from spec.records import read_csv
+from spec.schedules import ScheduleKind
 
 CASE = Case(Problem(1, 1, 2048, 64), Variant(Backend.CUDA, ScanOrder.linear(),
                                                 CtaSchedule.persistent(8), Tiles(64, 64)), 8, "t")
@@ -70,8 +70,8 @@ def test_merge_term_lowers_sectors_below_the_loads():
 def test_jitter_from_drift_separates_speed_and_random_walk(tmp_path: Path):
     # Synthetic drift of 132 CTAs: spread = range(132) * sqrt(sr^2 x^2 + ss^2 x) steps, with
     # sr = 0.001 and ss = 0.02; both come back.
-    from spec.records import Metric, Row, case_fields, write_csv
     from spec import Variant
+    from spec.records import Metric, Row, case_fields, write_csv
     var = Variant(Backend.CUDA, ScanOrder.linear(), CtaSchedule.persistent(132), Tiles(80, 80))
     prob = Problem(1, 1, 262144, 64)
     rng = cal.expected_normal_range(132)

@@ -6,10 +6,9 @@ import numpy as np
 import pytest
 
 from analysis import calibration as cal
-from analysis.calibration.fitting import device_map
-from analysis.calibration.simcheck import (ErrorRow, STABLE_SPREAD, sawtooth_signs,
-                                           summarize)
 from analysis.cache.smmap import slot_partitions
+from analysis.calibration.fitting import device_map
+from analysis.calibration.simcheck import STABLE_SPREAD, ErrorRow, sawtooth_signs, summarize
 from spec import Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant
 from spec.case import Case
 

@@ -8,11 +8,20 @@ import pytest
 
 from analysis import data as DS
 from analysis.data import rows as R
-from analysis.findings import (active, consistency, dram, drift, l1, longseq,
-                               sawtooth, simulator, traffic)
+from analysis.findings import (
+    active,
+    consistency,
+    dram,
+    drift,
+    l1,
+    longseq,
+    sawtooth,
+    simulator,
+    traffic,
+)
 from analysis.findings.__main__ import main
-from spec import get_arch
 from analysis.models.traffic import sector_accesses
+from spec import get_arch
 from spec.records import Metric
 
 

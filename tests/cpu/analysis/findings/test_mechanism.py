@@ -8,7 +8,6 @@ import gzip
 
 import pytest
 
-from analysis.data import load_rows, select
 from analysis.data.published import key_of_row, read_published
 from analysis.findings.paper import by_occupancy, hints_builds, speedup_needs
 from analysis.findings.sawtooth import sawtooth_repeats

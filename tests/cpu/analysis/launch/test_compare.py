@@ -2,7 +2,6 @@
 bad input."""
 from __future__ import annotations
 
-
 import pytest
 
 from analysis.launch.compare import classify, compare, main, placement, summary

@@ -3,9 +3,8 @@ sampling, the study's plan, and the rows ``experiments.measure.drift_rows`` writ
 metrics of the committed profiles/h100/drift-20261121b/drift.csv.gz)."""
 from __future__ import annotations
 
-import gzip
-
 import dataclasses
+import gzip
 
 import numpy as np
 import pytest
@@ -13,8 +12,18 @@ import pytest
 from analysis.launch import drift as dr
 from experiments.measure import drift_rows
 from experiments.studies import DRIFT_FEW_CTAS, get_study, scaled_seq
-from spec import Backend, Case, CtaSchedule, Problem, ScanOrder, TileGrid, Tiles, Variant
-from spec import get_arch, known_archs
+from spec import (
+    Backend,
+    Case,
+    CtaSchedule,
+    Problem,
+    ScanOrder,
+    TileGrid,
+    Tiles,
+    Variant,
+    get_arch,
+    known_archs,
+)
 from spec.records import COLUMNS, Metric, read_csv, write_csv
 from spec.schedules import ScheduleKind
 from tests.conftest import ROOT

@@ -48,9 +48,19 @@ def test_unpack_trace_refuses_buffers_of_another_shape():
 
 # -- analysis.launch.placement ------------------------------------------------------------------------
 
-from analysis.launch.drift import drift                                       # noqa: E402
-from analysis.launch.placement import (STATISTICS, UNITS, Placement, compact, correlations,  # noqa: E402
-                                from_arrays, placement, spearman, step_spread_ns, to_arrays)
+from analysis.launch.drift import drift  # noqa: E402
+from analysis.launch.placement import (  # noqa: E402
+    STATISTICS,
+    UNITS,
+    Placement,
+    compact,
+    correlations,
+    from_arrays,
+    placement,
+    spearman,
+    step_spread_ns,
+    to_arrays,
+)
 
 BASE = 1_800_000_000_000_000_000   # an epoch-size %globaltimer stamp (float64 resolves 256 ns)
 
@@ -174,11 +184,11 @@ def test_arrays_round_trip_through_npz(tmp_path):
 
 # -- explorations.variance: the placement condition (CPU parts, fake ncu) ------------------------
 
-from experiments import target                                                  # noqa: E402
-from explorations import variance                                               # noqa: E402
-from profiles.counters import Observation                                       # noqa: E402
-from spec import get_arch                                                       # noqa: E402
-from spec.records import Metric, read_csv                                       # noqa: E402
+from experiments import target  # noqa: E402
+from explorations import variance  # noqa: E402
+from profiles.counters import Observation  # noqa: E402
+from spec import get_arch  # noqa: E402
+from spec.records import Metric, read_csv  # noqa: E402
 from tests.cpu.profiles.test_counters import fake_ncu, fixture_cases  # noqa: E402
 
 H100 = get_arch("h100")
@@ -290,7 +300,7 @@ def test_placement_takes_cuda_cases_only_and_cutile_traces_are_refused(tmp_path)
     assert not (tmp_path / "v").exists()
 
 
-from analysis.launch.placement import LaunchTrace, lags                                # noqa: E402
+from analysis.launch.placement import LaunchTrace, lags  # noqa: E402
 
 
 def test_lags_at_the_last_step_every_cta_ran():

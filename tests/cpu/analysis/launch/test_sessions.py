@@ -3,14 +3,12 @@ noise, groups launches into sessions by the manifest's launches per session, and
 cannot test with one line and exit 2."""
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
 from analysis.launch.sessions import launches_by_session, main, session_effect
 from spec.records import Metric
 from tests.conftest import ROOT
-
 
 
 def _rows(values_by_case, per_session=1):

@@ -5,14 +5,29 @@ import numpy as np
 import pytest
 
 from analysis.cache.l2sim import counts_to_rows, simulate
-
-from analysis.models.traffic import (Shape, cold_misses, cold_misses_closed_form, kv_sectors, mape,
-                                     noncompulsory, paper_sector_accesses, sector_accesses,
-                                     sector_accesses_closed_form)
-
+from analysis.models.traffic import (
+    Shape,
+    cold_misses,
+    cold_misses_closed_form,
+    kv_sectors,
+    mape,
+    noncompulsory,
+    paper_sector_accesses,
+    sector_accesses,
+    sector_accesses_closed_form,
+)
 from analysis.models.wave import fit_c_eff, fit_c_eff_rows, wave_misses, wave_misses_paper
-from spec import (Backend, CtaSchedule, Problem, ScanOrder, TileGrid, Tiles, Variant, WorkOrder,
-                  build_trace)
+from spec import (
+    Backend,
+    CtaSchedule,
+    Problem,
+    ScanOrder,
+    TileGrid,
+    Tiles,
+    Variant,
+    WorkOrder,
+    build_trace,
+)
 
 MiB = 1 << 20
 

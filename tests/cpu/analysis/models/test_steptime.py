@@ -118,8 +118,8 @@ def test_reference_steps_are_the_committed_measurements():
                       "cutile.linear.static132.m64n64d64.occ2", causal="False")
     steps = critical_steps(Problem(8, 1, 262144, 64), Tiles(64, 64), CtaSchedule.parse("static132"))
     assert steptime.REFERENCE[Backend.CUTILE][1] == pytest.approx(ms * 1e-3 / steps, rel=2e-3)
-    from analysis.findings.misscost import per_run, step_time
     from analysis.data import read_run
+    from analysis.findings.misscost import per_run, step_time
     runs = [read_run(f"profiles/h100/misscost-20261123{s}") for s in ("", "-r2", "-r3")]
     t_c = step_time([per_run(r.get("counters.csv", []), r.get("timing.csv", [])) for r in runs])
     assert steptime.REFERENCE[Backend.CUDA][1] == pytest.approx(t_c, rel=1e-2)

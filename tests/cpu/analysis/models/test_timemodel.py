@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.models.timemodel import (GB10, H100, MemoryFacts, bandwidth_edge, critical_steps,
-                                dram_fraction, load_latency, predict, predicted_change,
-                                wave_kv_bytes)
+from analysis.models.timemodel import (
+    GB10,
+    H100,
+    MemoryFacts,
+    bandwidth_edge,
+    critical_steps,
+    dram_fraction,
+    load_latency,
+    predict,
+    predicted_change,
+    wave_kv_bytes,
+)
 from spec import CtaSchedule, Problem, Tiles
 
 # round numbers: hit 100 ns, DRAM 500 ns, 1 TB/s, 10 SMs
