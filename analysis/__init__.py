@@ -1,5 +1,6 @@
 """Pure analysis functions on the study's rows and traces (CPU only: numpy, scipy, numba; no GPU
-imports), in subpackages by job. Imports go down this list, never up (``tests/cpu/test_layering.py``):
+imports), in subpackages by job. Imports go down this list, never up
+(``tests/cpu/repository/test_layering.py``):
 
 ``analysis.data``
     The one door to the committed data: the registry of runs under ``profiles/`` pinned by content

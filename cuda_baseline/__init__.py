@@ -16,8 +16,10 @@ spec.family.KernelFamily. Importing this package needs neither a GPU, CuPy nor t
 is a lazy attribute: the first access imports torch and registers the operators); compiling and
 launching do.
 """
+from spec.install import require_gpu_extra
+
 from .backend import CompileError, CudaFamily, Prepared, check_variant, instance_for
-from .source import Instance, Resources, TESTED_TILES
+from .source import TESTED_TILES, Instance, Resources
 
 __all__ = ["CompileError", "CudaFamily", "Prepared", "attention", "check_variant",
            "instance_for", "Instance", "Resources", "TESTED_TILES"]
@@ -25,6 +27,7 @@ __all__ = ["CompileError", "CudaFamily", "Prepared", "attention", "check_variant
 
 def __getattr__(name: str):
     if name == "attention":
+        require_gpu_extra(f"{__name__}.attention")
         from .op import attention
         globals()["attention"] = attention       # later accesses skip this hook
         return attention

@@ -27,13 +27,20 @@ import numpy as np
 from spec import arch as arch_registry
 from spec import family
 from spec.family import BadInput, UnsupportedVariant, device_limits, problem_from_tensors
-from spec.orders import OrderKind, ScanOrder
+from spec.orders import OrderKind
 from spec.problem import Problem, TileGrid, Tiles, cdiv
 from spec.schedules import CtaSchedule, ScheduleKind, WorkOrder
 from spec.variant import DEFAULT_STAGES, Backend, Variant
 
-from .source import (MAX_TILE, SM90_CTAS_PER_SM, CompileError, Instance, compile_options,
-                     smem_bytes, source_text)
+from .source import (
+    MAX_TILE,
+    SM90_CTAS_PER_SM,
+    CompileError,
+    Instance,
+    compile_options,
+    smem_bytes,
+    source_text,
+)
 
 __all__ = ["CudaFamily", "Prepared", "check_strides", "default_schedule", "default_tiles",
            "instance_for",
@@ -160,7 +167,7 @@ def _stream(device_index: int):
 
 class CudaFamily:
     """The raw CUDA family (see the module docstring). ``arch=None`` uses the GPU present; a
-    named arch must be the GPU present (the same rule as ``kernels.CutileFamily``)."""
+    named arch must be the GPU present (the same rule as ``kernels.backend.CutileFamily``)."""
 
     name = "cuda"
 

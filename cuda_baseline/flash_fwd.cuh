@@ -24,7 +24,7 @@
 
 // ------------------------------------------------------------------------------------------------
 // Vocabulary shared with the Python side: enumerator names and values equal spec.OrderKind,
-// spec.ScheduleKind, spec.WorkOrder and spec.DType (tests/cpu/test_cuda_compile.py parses this
+// spec.ScheduleKind, spec.WorkOrder and spec.DType (tests/cpu/cuda_baseline/test_cuda_compile.py parses this
 // header and checks it).
 enum class OrderKind : int { LINEAR = 0, SAWTOOTH = 1, REVERSE = 2, BLOCK_PARITY = 3 };
 enum class ScheduleKind : int {

@@ -8,7 +8,7 @@ the four tensor addresses depends only on the key. A repeated call builds the ke
 checks the four addresses' 16-byte alignment (the kernel's row copies), writes them into the
 parameter block and calls ``cuLaunchKernel`` on torch's current stream. CuPy's
 ``RawKernel.__call__`` converts ~30 arguments and enters device and stream contexts on every call
-(100+ us per call for the whole old path, issue 35); the driver call with a prepared block does
+(100+ us per call for the whole old path); the driver call with a prepared block does
 none of that. The driver copies the parameters at launch, so reusing the block is safe, also
 under CUDA-graph capture; a lock keeps two threads from writing it at once.
 

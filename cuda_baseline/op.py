@@ -24,7 +24,6 @@ import torch
 from spec.family import BadInput
 from spec.ops import check_metadata, op_spelling, resolve_scale
 from spec.problem import Tiles
-
 from spec.variant import DEFAULT_STAGES
 
 from . import launch, training

@@ -35,8 +35,14 @@ from spec.schedules import CtaSchedule, ScheduleKind
 from spec.variant import Backend, Variant
 
 from .backend import CudaFamily, check_strides, default_schedule, default_tiles
-from .bwd_source import (BWD_TILES, BwdInstance, bwd_compile_options, bwd_source_text,
-                         delta_name, dq_name)
+from .bwd_source import (
+    BWD_TILES,
+    BwdInstance,
+    bwd_compile_options,
+    bwd_source_text,
+    delta_name,
+    dq_name,
+)
 from .source import CompileError
 
 _FAMILY = CudaFamily()

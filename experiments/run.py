@@ -33,24 +33,42 @@ from __future__ import annotations
 import errno
 import os
 import shlex
+import shutil
 import signal
 import sys
 import threading
 import time
 from pathlib import Path
 
+from analysis.data import DatasetError
+from analysis.data.published import PAPER
+from kernels.toolchain import scratch_dir
 from spec import InvalidProblem, detect
 from spec.arch import MiB, UnknownArch
 
 from .registry.studies import STUDIES, UnknownStudy
 from .rundirs.journal import Journal
-from .rundirs.rundir import (BadRunDir, RunDirExists, command_line, default_run_dir,
-                             reserved_run_dir, resume_line, write_incomplete, write_manifest)
+from .rundirs.rundir import (
+    BadRunDir,
+    RunDirExists,
+    command_line,
+    default_run_dir,
+    reserved_run_dir,
+    resume_line,
+    write_incomplete,
+    write_manifest,
+)
 from .runner import modes
 from .runner.costs import tile_accesses  # noqa: F401 - re-exported
 from .runner.dryrun import check_limits, print_plan
-from .runner.options import (CAPACITY_MAX_L2S, UsageError, build_parser,  # noqa: F401 - re-exported
-                             capacity_bounds, checked, resolve_mode)
+from .runner.options import (  # noqa: F401 - re-exported
+    CAPACITY_MAX_L2S,
+    UsageError,
+    build_parser,
+    capacity_bounds,
+    checked,
+    resolve_mode,
+)
 from .runner.options import plan as _plan  # noqa: F401 - re-exported
 from .runner.report import figure_lines as _figure_lines
 from .runner.report import fits_notes, model_label, published_misses, summary_table  # noqa: F401
@@ -205,9 +223,11 @@ def run(args, argv: list[str]) -> int:
     files = sorted(p.name for p in out.iterdir() if p.is_file())
     console.print("counts in sectors (k, M, G = 10^3, 10^6, 10^9); Δ: change against the linear "
                   "twin" + (f"; left out at this width: {', '.join(left_out)}" if left_out else "")
-                  + f"; every value is in {', '.join(f for f in files if f.endswith('.csv'))}"
-                  + ("; published: the paper's GB10 counts (profiles/gb10/paper-2601.16032), "
-                     "never fitted" if published else ""))
+                  + f"; every {mode}d value is in "
+                  + ', '.join(f for f in files if f.endswith('.csv'))
+                  + (f"; published: the paper's GB10 counts, never fitted, in {PAPER}/"
+                     "published.csv (not in the run directory); vs published: the "
+                     f"{mode}d count's error against them" if published else ""))
     if mode == "simulate":
         for line in fits_notes(cases, capacity):
             console.print(f"[yellow]{line}[/]")
@@ -227,10 +247,17 @@ def _gpu_free() -> int | None:
         return None
 
 
+_SCRATCH: list[Path] = []
+"""cuda.tile's scratch directory of this command (``kernels.toolchain.scratch_dir``)."""
+
+
 def _leave(code: int) -> int:
     """After an interrupt: exit at once even when a simulator thread is still inside a compiled
-    kernel (it cannot be stopped, and its result is no longer wanted; the cleanup has run)."""
+    kernel (it cannot be stopped, and its result is no longer wanted; the cleanup has run, and
+    the scratch directory, whose context manager ``os._exit`` skips, is removed here)."""
     if any(t.name.startswith("simulate") and t.is_alive() for t in threading.enumerate()):
+        for path in _SCRATCH:
+            shutil.rmtree(path, ignore_errors=True)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
@@ -247,9 +274,11 @@ def main(argv: list[str] | None = None) -> int:
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:   # not ignored (a `&` job)
         previous[signal.SIGINT] = signal.signal(signal.SIGINT, _on_signal)
     try:
-        return run(args, argv)
+        with scratch_dir() as scratch:
+            _SCRATCH[:] = [scratch] if scratch else []
+            return run(args, argv)
     except (UsageError, UnknownArch, UnknownStudy, InvalidProblem, RunDirExists, BadRunDir,
-            shard.ShardError, DiskFull) as e:
+            shard.ShardError, DiskFull, DatasetError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except shard.IncompleteRun as e:

@@ -144,9 +144,9 @@ def measure(args) -> int:
     from analysis.launch.drift import Completions
     from experiments.measurement.correctness import check, poisoned_like, random_inputs, reference
     from experiments.measurement.families import family
-    from experiments.registry.plans import sawtooth_plan
-    from experiments.registry.lengths import at_length
     from experiments.measurement.timing import time_one
+    from experiments.registry.lengths import at_length
+    from experiments.registry.plans import sawtooth_plan
     from spec import detect
     from spec.problem import TileGrid
 
@@ -250,10 +250,10 @@ def predict(args) -> int:
     from dataclasses import replace
 
     from analysis import calibration as cal
-    from analysis.launch.drift import step_factors
     from analysis.cache.timesim import simulate_case
-    from experiments.registry.plans import sawtooth_plan
+    from analysis.launch.drift import step_factors
     from experiments.registry.lengths import at_length
+    from experiments.registry.plans import sawtooth_plan
     from spec import get_arch
 
     arch = get_arch(args.arch)

@@ -1,4 +1,4 @@
-"""Candidate mechanisms for the paper's GB10 counts, each run on GB10 and on H100 holdouts (issue 38).
+"""Candidate mechanisms for the paper's GB10 counts, each run on GB10 and on H100 holdouts.
 
 Each candidate changes one thing in the timed simulator (``analysis.cache.timesim``) and is run
 on the paper's 16 GB10 cases (``experiments.registry.plans.sawtooth_plan``, scored against the published
@@ -7,7 +7,7 @@ counts, which judge and never set a value) and on the cuTile cases of the H100 h
 summary names the causal cuTile cases, the question of the issue, and the stable ones, whose
 launches agree within 15%). The candidates:
 
-- ``committed``: the model as committed before issue 38 (GB10 Tile-based builds at occupancy 2,
+- ``committed``: the model before the GB10 mechanism study (GB10 Tile-based builds at occupancy 2,
   96 resident CTAs).
 - ``occupancy``: the paper's builds as the authors compiled them (``AUTHORS_OCCUPANCY``: one
   CTA per SM on sm_121, 48 resident Tile-based CTAs); every later candidate includes it.
@@ -69,9 +69,9 @@ def _sim(case, tp, arch):
 def run_arch(arch_name: str, jobs: int = 2, only: set[str] | None = None) -> list[dict]:
     """The rows of every candidate (or those named in ``only``) on ``arch_name``'s cases."""
     from analysis.data.published import key_of_row, read_published
-    from experiments.simulation.simulate import model_params, resident_of_build
     from experiments.registry.plans import sawtooth_plan
-    from spec import Backend, get_arch
+    from experiments.simulation.simulate import model_params, resident_of_build
+    from spec import get_arch
     from spec.records import case_fields
 
     arch = get_arch(arch_name)

@@ -58,8 +58,8 @@ def _case_misses(case, arch, tp0, pt):
 def run(jobs: int = 2, speeds=POINTS, latencies=POINTS) -> tuple[list[dict], list[dict],
                                                                    list[dict]]:
     from analysis.data.published import key_of_row, read_published
-    from experiments.simulation.simulate import model_params, resident_of_build
     from experiments.registry.plans import sawtooth_plan
+    from experiments.simulation.simulate import model_params, resident_of_build
     from spec import Backend, get_arch
     from spec.records import case_fields
 

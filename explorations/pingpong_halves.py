@@ -10,8 +10,8 @@ import cuda.tile as ct
 import torch
 from cuda.tile import PaddingMode, RoundingMode
 
-from kernels import fmha
 from explorations.harness import compare
+from kernels import fmha
 
 CI = ct.Constant[int]
 ZERO = PaddingMode.ZERO

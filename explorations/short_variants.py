@@ -19,7 +19,7 @@ kernel and both SDPA peers:
 - ``ncta2``: the kernel compiled with ``num_ctas=2`` (a two-CTA cluster, FA3's choice for D=128
   non-causal; cutile-notes.md says ``ct.bid`` then counts cluster-wide blocks).
 
-Measured on the H100 (``profiles/h100/kernel-ab-20261125b``): none helps (``nocheck``
+Measured on the H100 (the short-variant run of docs/history.md): none helps (``nocheck``
 0.997-1.004x the production kernel, ``stdstore`` 0.983-0.992x, ``ncta2`` correct but 37-59x
 slower, ``lptsec`` 0.56-0.95x); what did was the persistent launch and, causal, its snake deal
 (``spec.schedules``), with the time lost between short CTAs shown by ncu (README there).

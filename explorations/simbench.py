@@ -49,12 +49,13 @@ from pathlib import Path
 
 from analysis import calibration as cal
 from analysis.cache.timesim import SHARDS_TARGET, TimeParams, counts_to_rows, shards_rate, simulate
+from experiments.registry.plans import sawtooth_plan
 from experiments.rundirs import rundir
 from experiments.simulation.simulate import resident_of_build
-from experiments.registry.plans import sawtooth_plan
 from spec import CtaSchedule, Problem, ScanOrder, TileGrid, Tiles, get_arch
 from spec.records import write_csv
 from spec.trace import work_table
+
 
 @dataclass(frozen=True)
 class BenchRow:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from analysis import calibration as cal
 from analysis.calibration.simcheck import predict
-from spec.arch import get as get_arch
 from analysis.data import csv_rows, stored
+from spec.arch import get as get_arch
 
 
 def main(argv=None) -> int:

@@ -54,9 +54,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from analysis.launch import placement as placement_mod
+from experiments.registry.lengths import at_length, lengths
+from experiments.registry.studies import UnknownStudy, get_study
 from profiles import metrics as metric_sets
 from profiles import ncu as ncu_mod
-from profiles.counters import Observation, rows as observation_rows
+from profiles.counters import Observation
+from profiles.counters import rows as observation_rows
 from profiles.ingest import IngestError
 from profiles.metrics import Group
 from profiles.report import read_kernels
@@ -64,9 +67,6 @@ from spec import UnknownArch, get_arch
 from spec.case import case_to_dict
 from spec.problem import TileGrid
 from spec.records import Metric, Row, Source, case_fields, write_csv
-
-from experiments.registry.lengths import at_length, lengths
-from experiments.registry.studies import UnknownStudy, get_study
 
 TARGET = [sys.executable, "-m", "experiments.measurement.target"]
 STUDY = "sawtooth"
@@ -329,8 +329,13 @@ def parse(argv) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     from experiments.measurement.measure import device_facts
-    from experiments.rundirs.rundir import (BadRunDir, RunDirExists, command_line, reserved_run_dir,
-                                            write_manifest)
+    from experiments.rundirs.rundir import (
+        BadRunDir,
+        RunDirExists,
+        command_line,
+        reserved_run_dir,
+        write_manifest,
+    )
     a = parse(argv)
     try:
         if a.n < 1 or a.sessions < 1 or a.trace_every < 1:

@@ -32,11 +32,14 @@ Importing this package does not import ``cuda.tile`` or ``torch``; the submodule
 import them lazily or at their own import (``kernels.attention`` is a lazy attribute: the first
 access imports ``kernels.op``, which imports torch and registers the operators).
 """
-from .config import KernelConfig, LEVELS, default_config, load_arch_configs  # noqa: F401
+from spec.install import require_gpu_extra
+
+from .config import LEVELS, KernelConfig, default_config, load_arch_configs  # noqa: F401
 
 
 def __getattr__(name: str):
     if name == "attention":
+        require_gpu_extra(f"{__name__}.attention")
         from .op import attention
         globals()["attention"] = attention       # later accesses skip this hook
         return attention

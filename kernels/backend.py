@@ -190,6 +190,7 @@ class CutileFamily:
             raise BadInput(f"every={every}: the cuTile trace build records every step's visit "
                            "and no timing; sparse stamps are the CUDA trace build's")
         import torch
+
         from spec.trace import visit_order
         g = TileGrid(prepared.problem, prepared.variant.tiles)
         steps = visit_order(g, prepared.variant.schedule, prepared.variant.order).table().shape[1]

@@ -18,7 +18,7 @@ on the model suite's tuning half (``kernels/configs/h100-backward.json``, writte
 every GPU reads its table),
 the grid launch and linear scans. A key the table lacks takes ``BASE``: 64-row Q tiles and
 128-row K/V tiles with 8 worker warps in both passes (384 threads; with 256 threads the fp32 dK
-and dV accumulators of a 128-row K/V tile at D=128 spill). tests/cpu/test_cutile_backward_compile.py
+and dV accumulators of a 128-row K/V tile at D=128 spill). tests/cpu/kernels/test_cutile_backward_compile.py
 checks that every default build is spill-free.
 """
 from __future__ import annotations

@@ -59,7 +59,7 @@ held by persistent CTAs (short scans: twice the items, half the steps), and 64x6
 CTAs per SM held by persistent CTAs (D=64: 56 KB of shared memory each), where one CTA's
 epilogue and Q load can hide behind three others' scans; its grid twin spills 48 B at lengths
 that are not multiples of 16 (profiles/h100/sweep-20261126d), so it is not a candidate. All spill-free on sm_90
-(tests/cpu/test_resources.py covers each at D 64 and 128)."""
+(the sweep records each build's spills)."""
 
 
 def config_label(cfg: KernelConfig) -> str:

@@ -17,8 +17,8 @@ idle for its whole run, so what fills them (64-row tiles, two CTAs per SM) matte
 a ragged tail or a short scan costs. A problem whose work items scan at most 512 keys is ``tiny``:
 each CTA runs 1-4 K/V steps, so launching it, loading its Q tile and storing its output weigh as
 much as its loop, and persistent CTAs that stay resident save the launches (H100: q-major
-persistent 1.02-1.04x the grid launch at S=512, 0.97x at S=1024, B 16/32, H=16, D=128,
-``profiles/h100/kernel-ab-20261125b``). ``shape_class`` sorts a problem
+persistent 1.02-1.04x the grid launch at S=512, 0.97x at S=1024, B 16/32, H=16, D=128: the
+short-variant measurements of docs/history.md). ``shape_class`` sorts a problem
 into one of a few explicit classes (first match wins):
 
 ==========  ==========================================  ==================================
@@ -140,7 +140,7 @@ def shape_class(problem: Problem) -> ShapeClass:
 
 def representatives(cls: ShapeClass, D: int, causal: bool) -> tuple[Problem, ...]:
     """The problems a class is tuned at for a (D, causal) key: its small and its large end in
-    issue 14's suite, at that D and mask (fp16 except GQA, which the suite runs in bf16).
+    the shape suite, at that D and mask (fp16 except GQA, which the suite runs in bf16).
 
     Two ends, because the best tiles move with the size inside a class: at D=128 non-causal,
     64x128 tiles at two CTAs per SM ran 5% faster than 128x128 at S=16K and 13% slower at

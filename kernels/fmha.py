@@ -36,7 +36,7 @@ while the sawtooth twin, whose scan direction changes per item, stays at 16 HGMM
 spills go through L2: on the H100 at S=128K the spilling linear build had 46× the L2 misses of its
 sawtooth twin and took 1.7× as long, an effect of code generation, not of the K/V order
 (profiles/h100/longseq-forloop-spill-20261121). With ``while`` both twins compile to the same
-pipeline; tests/cpu/test_study_builds.py checks every build a locality study compares.
+pipeline; tests/cpu/kernels/test_study_builds.py checks every build a locality study compares.
 
 The NVIDIA tuning ladder (``LEVEL``), each step on top of the previous one:
 1 basic (exp, scale multiplied, K loaded row-major then transposed, no hints, exact division),

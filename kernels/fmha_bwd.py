@@ -37,11 +37,11 @@ and ``inf · 0`` is NaN.
 """
 from __future__ import annotations
 
-import cuda.tile as ct
 from functools import lru_cache
 
-from .fmha import (SCHED_GRID, WORK_HEAD_MAJOR, ZERO, ConstBool, ConstInt,
-                   reversed_for)
+import cuda.tile as ct
+
+from .fmha import SCHED_GRID, WORK_HEAD_MAJOR, ZERO, ConstBool, ConstInt, reversed_for
 
 
 # ------------------------------------------------------------------------------------------------

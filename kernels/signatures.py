@@ -11,8 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import cuda.tile as ct
-from cuda.tile.compilation import (ArrayConstraint, CallingConvention, KernelSignature,
-                                   ScalarConstraint)
+from cuda.tile.compilation import (
+    ArrayConstraint,
+    CallingConvention,
+    KernelSignature,
+    ScalarConstraint,
+)
 
 from . import fmha
 

@@ -12,7 +12,11 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
 
 FIX = ("Fix: install the matching toolchain wheels (`pip install 'cuda-tile[tileiras]'`, which "
        "brings nvidia-cuda-tileiras, nvidia-cuda-nvcc and nvidia-nvvm of one version), or `unset "
@@ -104,3 +108,37 @@ def explain_compile_error(exc: BaseException) -> BaseException:
                               f"program\"), which usually means a toolchain mismatch: {detail}. "
                               + FIX + f"\nOriginal error: {text}")
     return exc
+
+
+SCRATCH_ENV = "CUDA_TILE_TEMP_DIR"
+
+
+@contextmanager
+def scratch_dir() -> Iterator[Path | None]:
+    """Every temporary file of the block in one directory it owns and removes, however it ends:
+    cuda.tile's scratch (its bytecode-version probes ``probe*.bytecode`` / ``probe*.cubin``, its
+    compile inputs), the cubins ``kernels.resources`` exports and what the compilers it runs
+    write. Without it cuda.tile makes a ``tempfile.mkdtemp()`` at import and removes it only from
+    an ``atexit`` hook, and an export's ``TemporaryDirectory`` is removed only when its block
+    ends: an interrupted command that leaves through ``os._exit`` (a simulator thread still
+    inside a compiled kernel) runs neither, and the caller removes this one directory instead.
+    Enter it before ``cuda.tile`` is imported (it reads ``$CUDA_TILE_TEMP_DIR`` once). Yields
+    None and changes nothing when the user set that variable."""
+    if os.environ.get(SCRATCH_ENV):
+        yield None
+        return
+    path = Path(tempfile.mkdtemp(prefix="sawtooth-"))
+    saved = {k: os.environ.get(k) for k in (SCRATCH_ENV, "TMPDIR")}
+    saved_tempdir = tempfile.tempdir
+    os.environ[SCRATCH_ENV] = str(path / "cutile")
+    os.environ["TMPDIR"] = tempfile.tempdir = str(path)
+    try:
+        yield path
+    finally:
+        tempfile.tempdir = saved_tempdir
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        shutil.rmtree(path, ignore_errors=True)

@@ -9,7 +9,6 @@ import numpy as np  # noqa: E402
 
 from .style import SIMULATED_HATCH, order_style, series_label, title_suffix  # noqa: E402
 
-
 MISS_LABEL = "L2 misses (M sectors)\nmedian; bars: min..max of the repeats"
 
 

@@ -24,13 +24,20 @@ from pathlib import Path
 
 from spec import get_arch, known_archs
 from spec.arch import UnknownArch
+from spec.install import output_root
 
-ROOT = Path(__file__).resolve().parents[1]
 
-
-def default_out(arch: str, runs: list[Path] | None) -> Path:
+def default_out(arch: str, runs: list[Path] | None, root: Path | None = None) -> Path:
+    """``paper_figures/out/<arch>/<runs>`` under the checkout (installed: the working directory),
+    numbered ``-2``, ``-3``, ... when taken: the documented commands run twice, and an earlier
+    output is never overwritten (``--out`` names one exactly, and refuses one that exists)."""
     tag = "default" if not runs else Path(runs[0]).name if len(runs) == 1 else f"runs-{len(runs)}"
-    return ROOT / "paper_figures" / "out" / arch / tag
+    base = (root or output_root()) / "paper_figures" / "out" / arch
+    out, n = base / tag, 1
+    while out.exists() and (not out.is_dir() or any(out.iterdir())):
+        n += 1
+        out = base / f"{tag}-{n}"
+    return out
 
 
 def run_dir(path: Path) -> Path:
@@ -88,7 +95,8 @@ def run_cli(argv, modules, prog: str = "python -m paper_figures", description: s
     ap.add_argument("--source", choices=("measured", "simulated"),
                     help="without --run: select only runs of this source")
     ap.add_argument("--out", type=Path,
-                    help="new output directory (default paper_figures/out/<arch>/<runs>)")
+                    help="new output directory (default paper_figures/out/<arch>/<runs>, numbered "
+                         "-2, -3, ... when taken)")
     ap.add_argument("--verbose", "-v", action="store_true",
                     help="a line for every figure not drawn, with the reason")
     a = ap.parse_args(argv)

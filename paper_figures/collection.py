@@ -8,7 +8,8 @@ from pathlib import Path
 from analysis.data import load_rows
 
 from .catalogue import FIGURE_MODULES, figure_studies
-from .drawing import render as _draw, summary
+from .drawing import render as _draw
+from .drawing import summary
 
 FIGURES = tuple(importlib.import_module(f".{m}", __package__) for m in FIGURE_MODULES)
 STUDIES = figure_studies()

@@ -5,11 +5,10 @@ several loaded runs (the original and its repeats -r2, -r3) only the original is
 (``data.one_run``), and the title says so; the ``repeats`` figure shows every run."""
 from __future__ import annotations
 
+from analysis.data.published import schedule_kind
 from spec.records import Metric
 
 from .bars import MISS_LABEL, grouped_bars, miss_bars
-from analysis.data.published import schedule_kind
-
 from .data import Skip, one_run, select
 from .published import paper_panel, with_paper
 from .style import gpu_name, seq_label
@@ -34,7 +33,8 @@ def load_misses(rows: list[dict], causal: bool) -> dict:
     series, errors = miss_bars(rows, lambda r: r["schedule"], schedules)
     return {"groups": [_schedule_name(s) for s in schedules], "series": series,
             "errors": errors, "S": rows[0]["S_q"], "B": rows[0]["B"], "run": run,
-            "paper": paper_panel("cutile", causal, [schedule_kind(s) for s in schedules])}
+            "paper": paper_panel("cutile", causal, [schedule_kind(s) for s in schedules],
+                                 rows=rows)}
 
 
 def plot_misses(data: dict, figure: str, causal: bool, arch: str | None):

@@ -2,9 +2,9 @@
 the helpers here cut the loaded rows down to what one figure draws.
 
 Every row read by ``analysis.data.load_rows`` carries the run directory it came from
-(``run_dir``). Several runs of one study may be loaded at once (``profiles/h100/sawtooth-20261121``
-and its repeats ``...-r2``, ``...-r3``, or runs named with ``--run``): a figure of one study draws
-exactly one of them (``one_run``) unless it is about the repeats themselves (``runs_of``).
+(``run_dir``). Several runs of one study may be loaded at once (a committed run
+and its repeats ``<run>-r2``, ``<run>-r3``, or runs named with ``--run``): a figure of one study
+draws exactly one of them (``one_run``) unless it is about the repeats themselves (``runs_of``).
 """
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from analysis.data import RUN_DIR, DatasetError, read_manifest, run_of
 from analysis.data.rows import median
 
 
-
 class Skip(Exception):
     """A figure cannot be drawn from the data at hand; the message says what is missing."""
 
@@ -23,7 +22,7 @@ class Skip(Exception):
 
 
 def run_name(run: str) -> str:
-    """'profiles/h100/sawtooth-20261121' -> 'sawtooth-20261121'."""
+    """A run's name: its directory's name (``profiles/<arch>/<name>`` -> ``<name>``)."""
     return Path(run).name
 
 

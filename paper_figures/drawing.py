@@ -128,19 +128,23 @@ def _footer(fig, lines: list[str]) -> None:
 
 
 @functools.lru_cache(maxsize=None)
-def _dirty(run_dir: str) -> bool:
-    """Whether a run's manifest records a tree with uncommitted changes (read once per run)."""
+def _dirty(run_dir: str) -> str | None:
+    """The commit of a run whose manifest records a tree with uncommitted changes (short, or
+    "unknown"), None for a clean or unknown tree (read once per run)."""
     try:
         g = read_manifest(Path(run_dir)).get("git") or {}
     except DatasetError:
-        return False
-    return isinstance(g, dict) and bool(g.get("dirty"))
+        return None
+    if not (isinstance(g, dict) and g.get("dirty")):
+        return None
+    return str(g.get("commit") or "unknown")[:7]
 
 
-def _dirty_runs(rows: list[dict]) -> set[str]:
-    """The runs (by name) whose manifest records a tree with uncommitted changes."""
+def _dirty_runs(rows: list[dict]) -> dict[str, str]:
+    """The runs (by name) whose manifest records a tree with uncommitted changes, with the
+    commit they were made from."""
     dirs = {run_name(run_of(r)): run_of(r) for r in rows if r.get(RUN_DIR)}
-    return {name for name, d in dirs.items() if _dirty(d)}
+    return {name: c for name, d in dirs.items() if (c := _dirty(d))}
 
 
 def finish(fig, rows: list[dict], figure: str, arch: str | None, drawn: list[str],
@@ -153,7 +157,7 @@ def finish(fig, rows: list[dict], figure: str, arch: str | None, drawn: list[str
         _stamp_title(fig, context(rows, figure, arch, drawn), arch)
     dirty = _dirty_runs(rows)
     names = shown if shown is not None else drawn
-    names = [f"{n} (tree with uncommitted changes)" if d in dirty else n
+    names = [f"{n} (commit {dirty[d]} + uncommitted edits)" if d in dirty else n
              for n, d in zip(names, drawn)]
     lines = [f"data: {', '.join(names)}"] if drawn else []
     sim = simulated_params(rows, figure, drawn)

@@ -1,7 +1,7 @@
 """drift: how far the persistent CTAs of the CUDA kernel drift apart from lock-step, measured.
 
-Data: ``drift.csv`` of the drift measurement on the H100 (committed as
-profiles/h100/drift-20261121b, re-measured with exact int64 timestamps; the manifest names the
+Data: ``drift.csv`` of the drift measurement on the H100 (the registered
+drift dataset the selector picks, measured with exact int64 timestamps; the manifest names the
 command and the GPU): the trace build of the
 CUDA kernel (persistent, one CTA per SM, 80×80 tiles, D=64, the sawtooth study's S) stamps
 ``%globaltimer`` at the start of every K/V step of every CTA; ``cta_start_spread_ns`` is, for a

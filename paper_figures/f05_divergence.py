@@ -1,6 +1,6 @@
 """F5: L2 misses vs S around the capacity knee (divergence study), linear and sawtooth, with the
 exact cold-miss line (16S per head for fp16, D = 64) and the wave model at the least-squares
-effective capacity C_eff (``analysis.models.traffic.fit_c_eff_rows``), one fit per order.
+effective capacity C_eff (``analysis.models.wave.fit_c_eff_rows``), one fit per order.
 
 Where K+V of a head fits in the L2 only cold misses remain; past it the linear order re-reads
 K/V once per wavefront and the sawtooth order only the part beyond C_eff. The S at which K+V per
@@ -12,9 +12,9 @@ import sys
 
 import numpy as np
 
+from analysis.data.rows import persistent_ctas
 from analysis.findings.divergence import ceff_fits
 from analysis.models.traffic import MiB, Shape, cold_misses
-from analysis.data.rows import persistent_ctas
 from spec import get_arch
 from spec.records import Metric
 

@@ -7,9 +7,8 @@ and starts on the tiles it just touched.
 """
 from __future__ import annotations
 
-import sys
-
 import argparse
+import sys
 from pathlib import Path
 
 import matplotlib

@@ -2,18 +2,19 @@
 CTA per SM, non-causal). F8b/F8c (GFLOPS, time) need measured timing rows.
 
 Data: one run of the sawtooth study (``python -m experiments.run sawtooth --arch <arch>``); when
-several are loaded (profiles/h100/sawtooth-20261121 and its repeats -r2, -r3) it draws the original
+several are loaded (a run and its repeats ``<run>-r2``, ``-r3``) it draws the original
 only (``data.one_run``: repeats ``<base>-r<k>`` are passed over) and says so in the title; the
 run-to-run spread is the ``repeats`` figure."""
 from __future__ import annotations
 
 import sys
 
+from spec.records import Metric
+
 from .bars import MISS_LABEL, grouped_bars, miss_bars
 from .data import Skip, one_run, select
 from .published import paper_panel, with_paper
 from .style import gpu_name, seq_label
-from spec.records import Metric
 
 FIGURE = "F8a"
 STUDIES: tuple[str, ...] = ("sawtooth",)
@@ -27,7 +28,8 @@ def load(rows: list[dict]) -> dict:
     batches = sorted({r["B"] for r in rows})
     series, errors = miss_bars(rows, lambda r: r["B"], batches)
     return {"groups": [f"B={b}" for b in batches], "series": series, "errors": errors,
-            "S": rows[0]["S_q"], "run": run, "paper": paper_panel("cuda", False, batches)}
+            "S": rows[0]["S_q"], "run": run,
+            "paper": paper_panel("cuda", False, batches, rows=rows)}
 
 
 def plot(data: dict, arch: str | None = None):

@@ -1,7 +1,7 @@
 """F9a: cuTile non-causal L2 misses, Static and Tile-based, linear vs sawtooth.
 
 One run of the sawtooth study only (``python -m experiments.run sawtooth --arch <arch>``):
-with several loaded (profiles/h100/sawtooth-20261121 and its repeats -r2, -r3) it draws the
+with several loaded (a run and its repeats ``<run>-r2``, ``-r3``) it draws the
 original (``data.one_run``) and the title says so; ``repeats`` shows every run."""
 import sys
 

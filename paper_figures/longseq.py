@@ -1,19 +1,18 @@
 """longseq: TFLOP/s of cuTile and CUDA, linear vs sawtooth, per CTA schedule, at a long sequence
 (B=1, H=16), one panel per (D, causal), with the SDPA cuDNN and flash peers of the same run.
 
-Data: ``timing.csv`` of ``python -m experiments.run longseq --arch h100`` (committed as
-profiles/h100/longseq-20261121; its manifest names the command, the GPU and 5 cold-L2 samples per
-variant), measured. Bars: the median TFLOP/s of the samples (FLOPs from ``spec.Problem.flops``
-over each sample's kernel time), error bars the slowest..fastest sample; peers: horizontal lines
-at their median. One run of the study only (``data.one_run``): the ncu session of
-profiles/h100/longseq-profile-20261121 (a cuTile D=128 subset) is a separate run and is not mixed
-in.
+Data: ``timing.csv`` of ``python -m experiments.run longseq --arch h100`` (the registered
+longseq dataset the selector picks, ``analysis.data.select``; its manifest names the command, the
+GPU and 5 cold-L2 samples per variant), measured. Bars: the median TFLOP/s of the samples (FLOPs
+from ``spec.Problem.flops`` over each sample's kernel time), error bars the slowest..fastest sample;
+peers: horizontal lines at their median. One run of the study only (``data.one_run``): the
+registered ncu session of the longseq study (dataset ``longseq-profile``, a cuTile D=128 subset) is
+a separate run and is not mixed in.
 """
 from __future__ import annotations
 
-import sys
-
 import math
+import sys
 
 import matplotlib
 
@@ -21,8 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from .bars import grouped_bars  # noqa: E402
-from .data import (Skip, manifest, manifest_command, manifest_device, one_run,  # noqa: E402
-                   tflops_stats)
+from .data import Skip, manifest, manifest_command, manifest_device, one_run, tflops_stats  # noqa: E402
 from .style import BACKEND_STYLE, gpu_name, seq_label, title_suffix  # noqa: E402
 
 FIGURE = "longseq"

@@ -3,14 +3,14 @@ bandwidth a co-running streamer takes, one line per K/V pipeline depth, one pane
 with the time model's prediction dashed.
 
 Data: every run of the misscost study that is loaded, never pooled: on the H100 the three committed
-runs of ``python -m experiments.run misscost --arch h100`` (profiles/h100/misscost-20261123, -r2,
--r3; CUDA 80x80 D=64, B=H=1, persistent on 96 SMs, the streamer on the other 36; 5 cold-L2 samples
-per case, order and streamer level), measured. The table is ``analysis.findings.misscost``
-(section 10 of the findings): markers at the mean change over the runs, bars the run-to-run
-min..max, x the median of the streamer's own achieved bandwidth; filled markers where the verdict
-rule of section 5c finds a difference, hollow where it does not. Dashed: ``analysis.models.timemodel``'s
-prediction from the measured DRAM bytes, the step count, ``t_c`` and the documented (partly
-assumed) latencies: a model line, not a measurement.
+runs of ``python -m experiments.run misscost --arch h100`` (a run and its repeats ``<run>-r2``,
+``-r3``, registered as datasets; CUDA 80x80 D=64, B=H=1, persistent on 96 SMs, the streamer on the
+other 36; 5 cold-L2 samples per case, order and streamer level), measured. The table is
+``analysis.findings.misscost`` (section 10 of the findings): markers at the mean change over the
+runs, bars the run-to-run min..max, x the median of the streamer's own achieved bandwidth; filled
+markers where the verdict rule of section 5c finds a difference, hollow where it does not. Dashed:
+``analysis.models.timemodel``'s prediction from the measured DRAM bytes, the step count, ``t_c`` and
+the documented (partly assumed) latencies: a model line, not a measurement.
 """
 from __future__ import annotations
 

@@ -3,18 +3,17 @@ marker per independent run of the study, so that the run-to-run spread can be se
 
 Data: every run of the sawtooth study that is loaded, each drawn on its own and never pooled; for
 the H100 the three committed runs of ``python -m experiments.run sawtooth --arch h100``
-(profiles/h100/sawtooth-20261121, -r2 and -r3; 10 cold-L2 timing samples per variant each),
-measured. For each comparison (a configuration run with both the linear and the sawtooth order in
-the same run: cuTile Static / Tile-based × causal / non-causal, CUDA at each B): left, the change
-of ``lts__t_sectors_srcunit_tex_lookup_miss.sum``; right, the change of the median kernel time
-over the run's samples. The single-run figures (F8-F10) draw the original run only.
+(a run and its repeats ``<run>-r2``, ``-r3``, registered as datasets; 10 cold-L2 timing samples per
+variant each), measured. For each comparison (a configuration run with both the linear and the
+sawtooth order in the same run: cuTile Static / Tile-based × causal / non-causal, CUDA at each B):
+left, the change of ``lts__t_sectors_srcunit_tex_lookup_miss.sum``; right, the change of the median
+kernel time over the run's samples. The single-run figures (F8-F10) draw the original run only.
 """
 from __future__ import annotations
 
-import sys
-
 import math
 import re
+import sys
 
 import matplotlib
 
@@ -22,9 +21,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from spec.records import Metric  # noqa: E402
-
 from analysis.data.rows import median  # noqa: E402
+from spec.records import Metric  # noqa: E402
 
 from .data import Skip, manifest, manifest_device, run_name, runs_of  # noqa: E402
 from .style import gpu_name, seq_label, title_suffix  # noqa: E402

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import math
 
-from .bars import grouped_bars
-from .cutile_panels import _schedule_name
 from analysis.data.published import schedule_kind
 
+from .bars import grouped_bars
+from .cutile_panels import _schedule_name
 from .data import Skip, one_run, sources, tflops_stats
 from .published import paper_panel, with_paper
 from .style import gpu_name, seq_label

@@ -44,7 +44,8 @@ from typing import Callable
 
 from . import metrics as metric_groups
 from . import ncu as ncu_mod
-from .counters import Observation, rows as observation_rows
+from .counters import Observation
+from .counters import rows as observation_rows
 from .ingest import IngestError, KernelResult
 from .metrics import Group
 from .report import read_kernels

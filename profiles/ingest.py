@@ -17,8 +17,6 @@ from dataclasses import dataclass
 
 from spec.records import UNITS, Row, Source, case_fields
 
-
-
 NVTX_COLUMN_PREFIX = "thread Domain:Push/Pop_Range"
 
 

@@ -1,11 +1,12 @@
 """The study's vocabulary: problems, tilings, scan orders, CTA schedules, architectures, variants
 and the access traces they imply. CPU-only (numpy); the single source of truth the kernel families,
 the simulator and the figures all read."""
+from .arch import Arch, UnknownArch, detect
+from .arch import get as get_arch
+from .arch import known as known_archs
 from .case import Case, case_from_dict, case_to_dict
-from .arch import Arch, UnknownArch, detect, get as get_arch, known as known_archs
 from .orders import OrderKind, ScanOrder
-from .problem import (SUPPORTED_HEAD_DIMS, DType, InvalidProblem, Problem, TileGrid, Tiles,
-                      cdiv)
+from .problem import SUPPORTED_HEAD_DIMS, DType, InvalidProblem, Problem, TileGrid, Tiles, cdiv
 from .schedules import CtaSchedule, ScheduleKind, WorkItems, WorkOrder
 from .trace import Tensor, Trace, Visits, build_trace, dispatch, visit_order
 from .variant import Backend, Variant

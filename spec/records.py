@@ -8,9 +8,9 @@ axis as the measured one.
 from __future__ import annotations
 
 import csv
-import io
-import gzip
 import enum
+import gzip
+import io
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Iterable

@@ -34,7 +34,7 @@ like ``1 - 1/N_active``. Between wavefronts the reuse distance is a whole pass o
   at S=16K, 128-row tiles (n_q = 128) and P = 132, CTA c's Q tiles are ``(c + 4r) mod 128`` and its
   load is up to 1.57x the mean (the CUDA persistent causal build ran at 0.68x its grid build, 214
   against 314 TFLOPS); LPT with the snake deal keeps the busiest CTA within 1.12x of the least
-  possible (``load_balance``) on every shape of issue 14's suite, where static reaches 2.2x. The
+  possible (``load_balance``) on every shape of the shape suite, where static reaches 2.2x. The
   price for locality: concurrent CTAs work on different heads' K/V, so a wavefront shares a tile
   among about ``P / (B·H)`` CTAs.
 - ``SECTIONED_LONGEST_FIRST``: the grid launch (one work item per CTA, dispatched by the hardware

@@ -16,7 +16,6 @@ from .orders import ScanOrder
 from .problem import Problem, Tiles
 from .schedules import CtaSchedule
 
-
 DEFAULT_STAGES = 2
 """K/V pipeline depth of every build unless a variant says otherwise: a double buffer (tile s+1
 loads while tile s is computed). ``Variant.stages`` None means this depth."""

@@ -25,11 +25,27 @@ def _has_gpu() -> bool:
 HAS_GPU = _has_gpu()
 
 
+def _named_files_only(config) -> bool:
+    """Whether every path on the command line names a test file or a test (not a directory)."""
+    args = [a.split("::")[0] for a in config.args]
+    return bool(args) and all(Path(a).suffix == ".py" for a in args)
+
+
 def pytest_collection_modifyitems(config, items):
+    """GPU tests skip without a GPU. ``slow`` tests (compile matrices, installs, regenerations,
+    documented commands) are left out of a run over directories (``python -m pytest -q tests``,
+    the README's command) unless ``-m`` selects by marker (``-m slow``: .ci/run's second step);
+    a run that names test files or tests runs what it names."""
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
     for item in items:
         if "gpu" in item.keywords and not HAS_GPU:
             item.add_marker(skip_gpu)
+    if config.option.markexpr or _named_files_only(config):
+        return
+    slow = [i for i in items if "slow" in i.keywords]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [i for i in items if "slow" not in i.keywords]
 
 
 def require_toolchain(available: bool, what: str) -> None:
@@ -63,8 +79,8 @@ def nvcc_sm90(source: str, ptx: bool = False) -> tuple[int, str]:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    """How many documented commands ran (tests/cpu/test_documented_commands.py)."""
-    mod = sys.modules.get("tests.cpu.test_documented_commands")
+    """How many documented commands ran (tests/cpu/repository/test_documented_commands.py)."""
+    mod = sys.modules.get("tests.cpu.repository.test_documented_commands")
     if mod is not None and getattr(mod, "RAN", None):
         total = len(mod.COMMANDS)
         terminalreporter.write_line(f"documented commands: {len(mod.RAN)} of {total} ran "

@@ -13,15 +13,15 @@ the first (and only) write of an O tile is a cold miss, which is what the paper'
 What it does not model: set associativity and the hash of addresses to L2 slices, Hopper's two L2
 partitions (a line can live in both), prefetch and write-back traffic, other kernels' data, and the
 small timing skew between CTAs. All of these make the real L2 behave like a smaller LRU: that is
-what the *effective capacity* ``C_eff`` (fitted by ``analysis.models.traffic.fit_c_eff``) stands for, and
-why the capacity is a parameter here rather than always ``arch.l2_bytes``.
+what the *effective capacity* ``C_eff`` (fitted by ``analysis.models.wave.fit_c_eff``) stands for,
+and why the capacity is a parameter here rather than always ``arch.l2_bytes``.
 
 Worked example (GB10, B=8, H=1, S=128K, D=64, fp16, 64×64 tiles, 48 persistent CTAs): the K+V of a
 head is 2·131072·64·2 B = 32 MiB > 24 MiB of L2. A linear scan re-reads the whole head per wave of
 48 Q tiles and misses on every K/V access after the first wave; the sawtooth scan starts each wave
 on the tiles the previous wave left in the cache and misses only about ``32 − 24 = 8`` MiB of them.
 Simulated at 24 MiB: 355.5 M non-compulsory sectors linear, 101.0 M sawtooth (−72%), on 16.8 M
-cold ones. ``analysis.models.traffic.wave_misses`` gives the linear count exactly (339 head passes of
+cold ones. ``analysis.models.wave.wave_misses`` gives the linear count exactly (339 head passes of
 1 048 576 sectors) and the sawtooth one to 0.01% with ``C_eff = 24 MiB − 2·48`` Q/O tiles (the O
 stores of one wave and the Q loads of the next sit between two scans of the K/V).
 """
@@ -33,10 +33,9 @@ from typing import Sequence
 import numba
 import numpy as np
 
-from spec.arch import MiB, Arch
-from spec.records import UNITS, Metric, Row, Source, case_fields
-
 from analysis.cache.reuse import _key_and_weights, stack_distances
+from spec.arch import Arch, MiB
+from spec.records import UNITS, Metric, Row, Source, case_fields
 
 __all__ = ["L2Counts", "simulate", "simulate_capacities", "counts_to_rows", "hits_at"]
 

@@ -17,11 +17,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from analysis.cache.timesim import TimeParams, simulate_case
+from analysis.models.traffic import sector_accesses
 from spec.case import Case
 from spec.problem import TileGrid
-
-from analysis.models.traffic import sector_accesses
-from analysis.cache.timesim import TimeParams, simulate_case
 
 __all__ = ["DEFAULT_WINDOW", "merged_share", "merged_sector_accesses"]
 

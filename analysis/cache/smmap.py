@@ -20,11 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.data import csv_rows
-
-from analysis.data import registry
-
-from analysis.data import stored
+from analysis.data import csv_rows, registry, stored
 
 __all__ = ["slot_partitions", "slot_paired_odd", "sm_pair", "measured_map", "measured_maps",
            "measured_sms"]

@@ -48,7 +48,8 @@ The model, one step of one slot at its time ``t`` (times in units of a hit step)
 
 With ``miss_ratio = 1``, ``jitter = 0``, one partition and no merge window every step lasts exactly
 1 and the event order is ``build_trace``'s lock-step order: the counts equal
-``analysis.cache.l2sim.simulate(build_trace(...))`` bit for bit (``tests/cpu/test_timesim.py``).
+``analysis.cache.l2sim.simulate(build_trace(...))`` bit for bit
+(``tests/cpu/analysis/cache/test_timesim.py``).
 
 The cache is an exact LRU over whole tiles weighted by their sectors (the same cache as
 ``analysis.cache.l2sim``: a tile is resident iff the sectors used since its last use, plus its own, fit).
@@ -125,15 +126,25 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from spec.arch import MiB, Arch
+from analysis.cache.smmap import slot_paired_odd, slot_partitions
+from analysis.cache.timeloop import (
+    _COLD,
+    _DRAM,
+    _FAB,
+    _FHIT,
+    _FMISS,
+    _HIT,
+    _INFL,
+    _MERGED,
+    _MISS,
+    _TEX,
+    _run_policy,
+)
+from spec.arch import Arch, MiB
 from spec.case import Case
 from spec.problem import TileGrid
 from spec.records import UNITS, Metric, Row, Source, case_fields
 from spec.trace import WorkTable, work_table
-
-from analysis.cache.smmap import slot_paired_odd, slot_partitions
-from analysis.cache.timeloop import (_COLD, _DRAM, _FAB, _FHIT, _FMISS, _HIT, _INFL, _MERGED,
-                                     _MISS, _TEX, _run_policy)
 
 __all__ = ["TimeParams", "TimeCounts", "simulate", "simulate_case", "counts_to_rows",
            "shards_rate", "SHARDS_TARGET", "REPLACEMENTS"]

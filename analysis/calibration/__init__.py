@@ -11,14 +11,39 @@ other measurements, judged on every other study.
 The package re-exports the names other packages use, so ``from analysis import calibration as
 cal`` then ``cal.read_params("h100")``.
 """
-from analysis.calibration.fixed import (expected_normal_range, jitter_from_drift,
-                                        miss_ratio_from_timing, pair_slowdown_from_lags)
-from analysis.calibration.measured import (MISSES, MeasuredCase, case_key, case_of_row,
-                                           load_measured, measured_ctas_per_sm, one_pass,
-                                           run_device, study_dirs)
-from analysis.calibration.params import (FITTABLE, MAX_FREE, NEAR_BEST, PARAMS_DIR, SIM_FIELDS,
-                                         ArchParams, check_inputs, default_params, derived_params, fit,
-                                         read_params, rel_rms, time_params, write_params)
+from analysis.calibration.fixed import (
+                                        expected_normal_range,
+                                        jitter_from_drift,
+                                        miss_ratio_from_timing,
+                                        pair_slowdown_from_lags,
+)
+from analysis.calibration.measured import (
+                                        MISSES,
+                                        MeasuredCase,
+                                        case_key,
+                                        case_of_row,
+                                        load_measured,
+                                        measured_ctas_per_sm,
+                                        one_pass,
+                                        run_device,
+                                        study_dirs,
+)
+from analysis.calibration.params import (
+                                        FITTABLE,
+                                        MAX_FREE,
+                                        NEAR_BEST,
+                                        PARAMS_DIR,
+                                        SIM_FIELDS,
+                                        ArchParams,
+                                        check_inputs,
+                                        default_params,
+                                        derived_params,
+                                        fit,
+                                        read_params,
+                                        rel_rms,
+                                        time_params,
+                                        write_params,
+)
 
 __all__ = ["expected_normal_range", "jitter_from_drift", "miss_ratio_from_timing",
            "pair_slowdown_from_lags", "MISSES", "MeasuredCase", "case_key", "case_of_row",

@@ -21,18 +21,26 @@ from pathlib import Path
 
 import numpy as np
 
-from spec.arch import get as get_arch
-from spec.records import Metric
-
 from analysis.cache import smmap
 from analysis.cache.timesim import REPLACEMENTS
 from analysis.calibration import measured as cm
 from analysis.calibration import params as cp
 from analysis.calibration.fitting import cmd_fit, device_map
-from analysis.calibration.simcheck import (STABLE_SPREAD, STUDIES, _params, parse_set,
-                                           sawtooth_signs, scan, sector_rows, summarize,
-                                           validate, write_rows)
+from analysis.calibration.simcheck import (
+    STABLE_SPREAD,
+    STUDIES,
+    _params,
+    parse_set,
+    sawtooth_signs,
+    scan,
+    sector_rows,
+    summarize,
+    validate,
+    write_rows,
+)
 from analysis.data import DatasetError, registry
+from spec.arch import get as get_arch
+from spec.records import Metric
 
 
 def main(argv=None) -> int:

@@ -10,8 +10,6 @@ from pathlib import Path
 
 import numpy as np
 
-from spec.arch import Arch
-
 from analysis.cache.smmap import measured_map
 from analysis.calibration import fixed as cf
 from analysis.calibration import measured as cm
@@ -19,7 +17,7 @@ from analysis.calibration import params as cp
 from analysis.calibration.simcheck import FIT_GRID, predict
 from analysis.data import open_path, registry, stored
 from analysis.models.timemodel import FACTS, H100
-
+from spec.arch import Arch
 
 # --------------------------------------------------------------------------------------------
 DRIFT_RUN = "profiles/h100/drift-20261125e"

@@ -8,13 +8,12 @@ from pathlib import Path
 
 import numpy as np
 
-from spec.records import Metric
-from spec.schedules import CtaSchedule
-from spec.variant import DEFAULT_STAGES
-
 from analysis.cache.smmap import sm_pair
 from analysis.data import csv_rows
 from analysis.models import timemodel
+from spec.records import Metric
+from spec.schedules import CtaSchedule
+from spec.variant import DEFAULT_STAGES
 
 
 # --------------------------------------------------------------------------------------------
@@ -108,14 +107,14 @@ def miss_ratio_from_timing(drift_csv: Path, facts: timemodel.MemoryFacts = timem
     landed when step ``s+1`` starts, so a load has ``(stages − 1)·t_c`` of compute to hide behind.
     ``analysis.models.timemodel`` states this as ``period = t_c + max(0, L − (stages − 1)·t_c)``, and
     ``r = period(L_dram) / period(L_hit)``. Here ``t_c`` is the shortest measured median step of
-    the drift study (``analysis.calibration.simcheck.DRIFT_RUN``: 1.29-1.40 µs, the same 80×80 D=64 build
-    with 2-132 CTAs; the shortest gives the largest r), ``L_hit`` and ``L_dram`` the pointer-chase
-    latencies (``profiles/h100/latency-20261123``: 143 ns, 349 ns). At depth 2 the DRAM fill (0.35
-    µs) is 0.28 of the step it hides behind, so **r = 1 exactly**: a CTA whose load misses is not
-    slower than one that hits, and nothing in the timing pulls a trailing CTA back behind the
-    leader that pays the misses. The misscost study agrees (REPORT.md §10): at depths 2 and 3 the
-    time change does not follow the miss change (−74% .. +38% misses, +1.4 .. +4.0% time in all
-    32 configurations), while at depth 1 (``r = (t_c + L_dram) / (t_c + L_hit)``, 1.15 here)
+    the drift study (``analysis.calibration.fitting.DRIFT_RUN``: 1.29-1.40 µs, the same 80×80 D=64
+    build with 2-132 CTAs; the shortest gives the largest r), ``L_hit`` and ``L_dram`` the
+    pointer-chase latencies (``profiles/h100/latency-20261123``: 143 ns, 349 ns). At depth 2 the
+    DRAM fill (0.35 µs) is 0.28 of the step it hides behind, so **r = 1 exactly**: a CTA whose load
+    misses is not slower than one that hits, and nothing in the timing pulls a trailing CTA back
+    behind the leader that pays the misses. The misscost study agrees (REPORT.md §10): at depths 2
+    and 3 the time change does not follow the miss change (−74% .. +38% misses, +1.4 .. +4.0% time
+    in all 32 configurations), while at depth 1 (``r = (t_c + L_dram) / (t_c + L_hit)``, 1.15 here)
     removing misses saves 5-12%. r would exceed 1 only if the loaded DRAM latency exceeded
     ``t_c``, 3.6× the unloaded value. Timing and latency data only: no miss count enters."""
     steps = [r["value"] for r in csv_rows(drift_csv) if r["metric"] == Metric.STEP_NS]

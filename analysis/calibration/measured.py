@@ -10,6 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
+from analysis.data import DatasetError, csv_rows, read_manifest, registry, stored
 from spec.arch import Arch
 from spec.case import Case
 from spec.orders import ScanOrder
@@ -17,8 +18,6 @@ from spec.problem import Problem, Tiles
 from spec.records import Metric, case_key
 from spec.schedules import CtaSchedule
 from spec.variant import Backend, Variant
-
-from analysis.data import DatasetError, csv_rows, read_manifest, registry, stored
 
 MISSES = Metric.L2_TEX_MISSES
 

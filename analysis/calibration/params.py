@@ -36,12 +36,11 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from spec.arch import Arch
-from spec.case import Case
-
 from analysis.cache.timesim import TimeParams
 from analysis.calibration.measured import MeasuredCase
 from analysis.data import DatasetError, registry
+from spec.arch import Arch
+from spec.case import Case
 
 MAX_FREE = 2
 FITTABLE = ("capacity_fraction", "miss_ratio")

@@ -25,12 +25,11 @@ from typing import Sequence
 
 import numpy as np
 
-from spec.arch import Arch
-from spec.case import Case
-
 from analysis.cache.timesim import TimeCounts, TimeParams, simulate_case
 from analysis.calibration import measured as cm
 from analysis.calibration import params as cp
+from spec.arch import Arch
+from spec.case import Case
 
 __all__ = ["ErrorRow", "SignRow", "ScanRow", "predict", "validate", "summarize",
            "sawtooth_signs", "scan", "parse_set", "STABLE_SPREAD", "STUDIES"]

@@ -19,10 +19,9 @@ import math
 from dataclasses import dataclass
 from typing import Iterable
 
-from spec.records import Metric
-
 from analysis.data.registry import DatasetError
 from analysis.data.tables import read_file, resolve
+from spec.records import Metric
 
 PAPER = "profiles/gb10/paper-2601.16032"
 FILE = "published.csv"

@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+from spec.install import CHECKOUT_HINT, checkout
+
 ROOT = Path(__file__).resolve().parents[2]
 REGISTRY = "registry.json"
 ROLES = ("dataset", "measured", "instrument", "tuning", "validation", "reference", "evidence")
@@ -146,6 +148,8 @@ def verify(e: Entry) -> Entry:
     if key in _cache:
         return e
     if not e.abspath.exists():
+        if checkout() is None:
+            raise DatasetError(f"profiles/{e.path}: not in the installed package; {CHECKOUT_HINT}")
         raise DatasetError(f"profiles/{e.path}: registered but missing; {e.remedy()}")
     got = content_hash(e.abspath)
     if got != e.sha256:

@@ -15,10 +15,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from spec.records import TruncatedCSV, data_path, read_csv, read_dicts
-
 from analysis.data import registry
 from analysis.data.registry import DatasetError
+from spec.records import TruncatedCSV, data_path, read_csv, read_dicts
 
 DATA_FILES = ("counters.csv", "timing.csv", "drift.csv")
 """The tidy files a run directory may hold (``spec.records`` schema)."""

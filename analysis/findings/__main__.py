@@ -7,14 +7,11 @@ import sys
 import time
 from pathlib import Path
 
-from spec import get_arch
-from spec.arch import UnknownArch
-
-from analysis.data import DatasetError
-
-from analysis.data import discover
+from analysis.data import DatasetError, discover
 from analysis.data.registry import root
 from analysis.findings.report import compute, markdown, write_report
+from spec import get_arch
+from spec.arch import UnknownArch
 
 
 def default_cache() -> Path:

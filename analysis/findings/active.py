@@ -3,9 +3,8 @@ per sector and wavefront and hit N - 1 times, so the L2 hit rate should follow `
 (active-sms study; the l1l2 study where there is none)."""
 from __future__ import annotations
 
-from spec.records import Metric
-
 from analysis.data.rows import as_case, hit_rate, persistent_ctas, pivot
+from spec.records import Metric
 
 
 def hit_vs_active(rows: list[dict], study: str = "") -> list[dict]:

@@ -3,9 +3,8 @@ passes; per study, how far ``hits + misses`` is from the ``srcunit_tex`` sectors
 counters themselves, before any model is compared with them)."""
 from __future__ import annotations
 
-from spec.records import Metric
-
 from analysis.data.rows import median, pivot
+from spec.records import Metric
 
 
 def consistency(by_study: dict[str, list[dict]]) -> list[dict]:

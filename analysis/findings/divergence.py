@@ -1,18 +1,16 @@
 """Section 3, divergence: L2 misses over the cold-miss line per S and order where K+V per head
 crosses the L2, the wave model's effective capacity ``C_eff`` fitted per order
-(``analysis.models.traffic.fit_c_eff_rows``) with its interval and residuals against the nominal L2, and
-the cross-partition (``lts__t_sectors_srcunit_ltcfabric*``) share of L2 sectors and misses.
+(``analysis.models.wave.fit_c_eff_rows``) with its interval and residuals against the nominal L2,
+and the cross-partition (``lts__t_sectors_srcunit_ltcfabric*``) share of L2 sectors and misses.
 ``ceff_fits`` is also what figure F5 draws."""
 from __future__ import annotations
 
 import numpy as np
 
-from spec.records import Metric
-
-from analysis.models.traffic import MiB, cold_misses
-
-from analysis.models.wave import CEffFit, fit_c_eff_rows
 from analysis.data.rows import as_case, persistent_ctas, pivot, problem_tiles
+from analysis.models.traffic import MiB, cold_misses
+from analysis.models.wave import CEffFit, fit_c_eff_rows
+from spec.records import Metric
 
 L2_FABRIC = "lts__t_sectors_srcunit_ltcfabric.sum"
 L2_FABRIC_MISSES = "lts__t_sectors_srcunit_ltcfabric_lookup_miss.sum"

@@ -3,12 +3,17 @@ longseq cases; 9c: the sawtooth-study kernels), the bandwidth bound on what read
 could save, and (9b) the for-loop spill artifact against the fixed build."""
 from __future__ import annotations
 
+from analysis.data.rows import (
+    as_case,
+    config_label,
+    flops,
+    median,
+    pct_change,
+    pivot,
+    times_by_case,
+    twin_key,
+)
 from spec.records import Metric
-
-from analysis.data.rows import (as_case, config_label, flops, median, pct_change, pivot, times_by_case,
-                    twin_key)
-
-
 
 
 def dram_bound(counter_rows: list[dict], timing_rows: list[dict],

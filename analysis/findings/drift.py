@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from analysis.data.rows import as_case, case_key, persistent_ctas, problem_tiles
+from analysis.models.traffic import MiB
 from spec import TileGrid
 from spec.records import Metric
-
-from analysis.models.traffic import MiB
-from analysis.data.rows import as_case, case_key, persistent_ctas, problem_tiles
 
 
 def _order(k: tuple) -> tuple:

@@ -3,9 +3,8 @@ kernel (l1l2 study), and the L1 sectors of the cuTile kernels (sawtooth study), 
 bypass L1: the L2 sees every load, so the wavefront argument is about the L2 alone."""
 from __future__ import annotations
 
-from spec.records import Metric
-
 from analysis.data.rows import as_case, persistent_ctas, pivot
+from spec.records import Metric
 
 
 def l1_passthrough(l1l2_rows: list[dict], sawtooth_rows: list[dict] = ()) -> list[dict]:

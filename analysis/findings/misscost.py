@@ -29,14 +29,20 @@ from typing import Sequence
 
 import numpy as np
 
+from analysis.data.rows import median, pct_change, problem_tiles, time_verdict
+from analysis.findings.sawtooth import WITHIN, repeat_verdict
+from analysis.models.timemodel import (
+    MemoryFacts,
+    bandwidth_edge,
+    critical_steps,
+    dram_fraction,
+    predict,
+    predicted_change,
+    wave_kv_bytes,
+)
 from spec.records import Metric
 from spec.schedules import CtaSchedule
 from spec.variant import Variant
-
-from analysis.data.rows import median, pct_change, problem_tiles, time_verdict
-from analysis.models.timemodel import (MemoryFacts, bandwidth_edge, critical_steps, dram_fraction,
-                                       predict, predicted_change, wave_kv_bytes)
-from analysis.findings.sawtooth import WITHIN, repeat_verdict
 
 MIN_AVAILABLE = 0.01
 """Floor of the bandwidth left to the attention kernel, as a fraction of the DRAM peak."""

@@ -15,13 +15,12 @@ from typing import Sequence
 
 import numpy as np
 
-from spec.records import Metric
-
 from analysis.data.published import PaperCase, key_of_row
 from analysis.data.rows import pct_change
 from analysis.findings.sawtooth import range_verdict
 from analysis.models.traffic import MiB, Shape
 from analysis.models.wave import fit_c_eff
+from spec.records import Metric
 
 WITHIN_PCT = 10.0
 """A simulated count within this % of the published one reproduces it."""
@@ -153,7 +152,7 @@ def implied_capacity(cases: Sequence[PaperCase], ctas: int = 48, nominal_bytes: 
 
 def hints_builds(runs: Sequence[tuple[str, list[dict], list[dict]]],
                  predicted: Sequence[dict]) -> list[dict]:
-    """Section P5, the paper's occupancy hint on the report's GPU (the ``hints`` study, issue 38):
+    """Section P5, the paper's occupancy hint on the report's GPU (the ``hints`` study):
     per build, the misses of the runs (median of the runs' medians, min..max over every launch,
     as each run's median row states them), the prediction
     committed before the runs (``source = simulated``: error = predicted vs measured median) and
@@ -211,8 +210,8 @@ def speedup_needs(cases: Sequence[PaperCase]) -> list[dict]:
     the exposed stall per step, per unit of ``f``, that would turn the published miss change
     into the published time change. The model's GB10 inputs (the H100's 349 ns DRAM latency, a
     double buffer) expose nothing; GB10's 273 GB/s would cost the linear builds 0.1-1%."""
-    from spec import CtaSchedule, Problem, TileGrid, Tiles
     from analysis.models.timemodel import GB10, critical_steps, wave_kv_bytes
+    from spec import CtaSchedule, Problem, TileGrid, Tiles
     by = {c.key: c for c in cases}
     out = []
     for lin in cases:

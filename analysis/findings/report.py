@@ -10,17 +10,21 @@ from typing import Sequence
 
 import numpy as np
 
-from spec import get_arch
-from spec.records import Metric
-
-from analysis.data import (ANY, Dataset, DatasetError, dataset, new_directory, read_run, registry,
-                    repeated_runs, repeats_of, select)
-from analysis.models.timemodel import FACTS
 from analysis.calibration import default_params
+from analysis.data import (
+    ANY,
+    Dataset,
+    DatasetError,
+    dataset,
+    new_directory,
+    read_run,
+    registry,
+    repeated_runs,
+    repeats_of,
+    select,
+)
 from analysis.data.published import PAPER, check_against, read_published
 from analysis.findings.active import hit_vs_active
-from analysis.findings.paper import (by_occupancy, case_table, hints_builds, implied_capacity,
-                                     pair_table, speedup_needs, summary)
 from analysis.findings.consistency import consistency
 from analysis.findings.divergence import divergence_fits, divergence_points
 from analysis.findings.dram import dram_bound, spill_artifact
@@ -28,12 +32,30 @@ from analysis.findings.drift import drift_table
 from analysis.findings.l1 import l1_passthrough
 from analysis.findings.longseq import longseq_best
 from analysis.findings.misscost import misscost_table
-from analysis.findings.pipeline import (PIPELINE_PREDICTION, PIPELINE_RUN, SPILLS_PREDICTION,
-                                        SPILLS_RUN, pipeline_check, spill_cost)
+from analysis.findings.paper import (
+    by_occupancy,
+    case_table,
+    hints_builds,
+    implied_capacity,
+    pair_table,
+    speedup_needs,
+    summary,
+)
+from analysis.findings.pipeline import (
+    PIPELINE_PREDICTION,
+    PIPELINE_RUN,
+    SPILLS_PREDICTION,
+    SPILLS_RUN,
+    pipeline_check,
+    spill_cost,
+)
 from analysis.findings.pipeline import summary as pipeline_summary
 from analysis.findings.sawtooth import peers, sawtooth_repeats, sawtooth_vs_linear
 from analysis.findings.traffic import traffic_model_error
 from analysis.findings.validation import simcheck_summaries
+from analysis.models.timemodel import FACTS
+from spec import get_arch
+from spec.records import Metric
 
 HINTS_PREDICTION = "profiles/cpu/prediction-h100-hints-20261126"
 """The simulated counts of the hints study, committed before its H100 runs (section P5)."""
@@ -178,8 +200,12 @@ def compute(arch: str, *, sim: bool = True, cache_dir: Path | None = None,
                        f"({name['drift'] if chosen['drift'] else 'no drift run'}; sampled steps)",
                        drift_table(R.tables(chosen["drift"]).get("drift.csv", []), a.l2_bytes))
     if sim:
-        from analysis.findings.simulator import (measured_cases, run_cases, sim_order_changes,
-                                                 simulator_vs_measured)
+        from analysis.findings.simulator import (
+            measured_cases,
+            run_cases,
+            sim_order_changes,
+            simulator_vs_measured,
+        )
         log("section 7: simulating the measured sawtooth and divergence cases ...")
         sims = []
         for study in ("sawtooth", "divergence"):

@@ -10,10 +10,18 @@ from typing import Sequence
 
 import numpy as np
 
+from analysis.data.rows import (
+    CASE_KEYS,
+    as_case,
+    case_key,
+    config_label,
+    flops,
+    median,
+    pct_change,
+    pivot,
+    time_verdict,
+)
 from spec.records import Metric
-
-from analysis.data.rows import (CASE_KEYS, as_case, case_key, config_label, flops, median, pct_change, pivot,
-                    time_verdict)
 
 
 def miss_ranges(counter_rows: list[dict]) -> dict[tuple, tuple[float, float]]:

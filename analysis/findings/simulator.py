@@ -30,14 +30,13 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from spec import Arch, Backend, Case, TileGrid, build_trace, case_from_dict
-from spec.records import Metric
-
 from analysis.cache import reuse
 from analysis.calibration.measured import case_key, case_of_row, measured_ctas_per_sm
 from analysis.data import DatasetError, read_manifest
-from analysis.models.traffic import MiB, cold_misses
 from analysis.data.rows import as_case, pct_change, pivot
+from analysis.models.traffic import MiB, cold_misses
+from spec import Arch, Backend, Case, TileGrid, build_trace, case_from_dict
+from spec.records import Metric
 
 
 # --------------------------------------------------------------------------------------------

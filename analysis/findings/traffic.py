@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from spec.records import Metric
-
-from analysis.models.traffic import model_error, sector_accesses
 from analysis.data.rows import as_case, pivot, problem_tiles
+from analysis.models.traffic import model_error, sector_accesses
+from spec.records import Metric
 
 
 def traffic_model_error(traffic_rows: list[dict]) -> list[dict]:

@@ -9,11 +9,7 @@ frozen) is the clean out-of-sample figure; the others were seen while the model 
 Every number is simulated against measured."""
 from __future__ import annotations
 
-from analysis.data import csv_rows
-
-from analysis.data import registry
-
-from analysis.data import stored
+from analysis.data import csv_rows, registry, stored
 
 
 def simcheck_summaries(arch: str) -> list[dict]:

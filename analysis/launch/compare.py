@@ -1,7 +1,7 @@
 """Two runs of one study, case by case: does run B reproduce run A within A's repeat spread?
 
 The question behind every "the same measurement, somewhere else" claim: a study sharded over two
-GPUs against the one-GPU run (issue 16), a rerun on another day, another driver. For every case
+GPUs against the one-GPU run, a rerun on another day, another driver. For every case
 and counter both runs measured with repeats (the ``median`` rows of ``profiles.counters``, with
 ``lo``/``hi`` = min..max of the repeats), B's median is classed against A:
 
@@ -26,14 +26,9 @@ import sys
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from spec.records import Metric
-
-from analysis.data import DatasetError
-
-from analysis.data import read_manifest
-
-from analysis.data import read_run
+from analysis.data import DatasetError, read_manifest, read_run
 from analysis.data.rows import pct_change, problem_tiles
+from spec.records import Metric
 
 DEFAULT_METRICS = (Metric.L2_TEX_MISSES, Metric.DRAM_READ_BYTES)
 """The counters compared by default: local tex misses and DRAM read bytes (one ncu pass)."""

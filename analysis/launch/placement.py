@@ -38,8 +38,8 @@ from typing import Sequence
 import numpy as np
 from scipy import stats as sps
 
-from analysis.launch.drift import drift, sample_steps
 from analysis.cache.smmap import sm_pair
+from analysis.launch.drift import drift, sample_steps
 
 
 @dataclass(frozen=True)

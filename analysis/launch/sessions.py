@@ -27,16 +27,10 @@ from typing import Iterable, Sequence
 import numpy as np
 from scipy.stats import friedmanchisquare
 
+from analysis.data import DatasetError, csv_rows, read_manifest, stored
+from analysis.data.rows import case_key
 from spec.records import Metric
 
-from analysis.data import DatasetError
-
-from analysis.data import csv_rows
-
-from analysis.data import read_manifest
-
-from analysis.data import stored
-from analysis.data.rows import case_key
 
 def launches_by_session(repeat_rows: Iterable[dict], metric: str,
                         launches_per_session: int = 1) -> dict[tuple, dict[int, list[float]]]:

@@ -55,7 +55,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spec.arch import Arch, get as get_arch, known as known_archs
+from spec.arch import Arch
+from spec.arch import get as get_arch
+from spec.arch import known as known_archs
 from spec.problem import Problem, TileGrid, Tiles
 from spec.schedules import CtaSchedule
 

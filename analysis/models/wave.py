@@ -76,10 +76,9 @@ from typing import Iterable, Sequence
 import numpy as np
 from scipy import optimize
 
+from analysis.models.traffic import MiB, Shape, _cdiv, _shape, cold_misses, kv_sectors, mape
 from spec.orders import OrderKind, ScanOrder
 from spec.records import Metric
-
-from analysis.models.traffic import MiB, Shape, _cdiv, _shape, cold_misses, kv_sectors, mape
 
 __all__ = ["wave_misses", "wave_misses_paper", "CEffFit", "fit_c_eff", "fit_c_eff_rows"]
 

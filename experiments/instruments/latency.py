@@ -46,8 +46,14 @@ import numpy as np
 
 from spec import detect, get_arch
 
-from ..rundirs.rundir import (RunDirExists, check_creatable, check_free, command_line,
-                              reserved_run_dir, write_manifest)
+from ..rundirs.rundir import (
+    RunDirExists,
+    check_creatable,
+    check_free,
+    command_line,
+    reserved_run_dir,
+    write_manifest,
+)
 
 MiB = 2**20
 TLB_SAFE_BYTES = 512 * MiB

@@ -37,9 +37,15 @@ import numpy as np
 
 from spec import detect, get_arch
 
+from ..rundirs.rundir import (
+    RunDirExists,
+    check_creatable,
+    check_free,
+    command_line,
+    reserved_run_dir,
+    write_manifest,
+)
 from .latency import successor_offsets, visit_order
-from ..rundirs.rundir import (RunDirExists, check_creatable, check_free, command_line,
-                              reserved_run_dir, write_manifest)
 
 SOURCE = r"""
 extern "C" __global__ void where(unsigned int* smid_out, long long spin_ns) {

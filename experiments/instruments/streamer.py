@@ -150,6 +150,7 @@ class Streamer:
     def __init__(self, arch: Arch, n_ctas: int, side_stream, device_index: int = 0):
         import cupy
         import torch
+
         from spec.family import device_limits
         self.n_ctas, self.side, self.dev = n_ctas, side_stream, device_index
         self.smem = device_limits(device_index).smem_per_block_optin

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.models.traffic import cold_misses
 from analysis.launch.drift import drift, sample_steps, step_time_by_gap
+from analysis.models.traffic import cold_misses
 from spec import Arch, Backend, TileGrid
 from spec.case import Case, case_to_dict
 from spec.records import UNITS, Metric, Row, Source, case_fields
@@ -90,7 +90,8 @@ def precompile(cases: list[Case]) -> list[str]:
     families keep compiled kernels in a disk cache, so the timed process then only loads them).
     Returns error strings; a variant that fails here fails again, with its full message, in
     ``check_and_time``."""
-    from cuda_baseline.backend import instance_for, precompile as cuda_precompile
+    from cuda_baseline.backend import instance_for
+    from cuda_baseline.backend import precompile as cuda_precompile
     from kernels.warm import Job, warm
     jobs = [Job(B=c.problem.B, H=c.problem.H, H_kv=c.problem.H_kv, S_q=c.problem.S_q,
                 S_kv=c.problem.S_kv, D=c.problem.D, dtype=c.problem.dtype.value,
@@ -241,12 +242,14 @@ def measure_drift(cases: list[Case], arch: Arch, *, run: str, study: str, reps: 
                   points: int = DRIFT_POINTS) -> Outcome:
     """The drift study's measure hook (check_and_time's signature; ``reps`` and ``timed`` are
     unused): the trace build of every case, its output through the correctness gate, then its
-    ``drift_rows`` (the rows of profiles/h100/drift-20261121b/drift.csv) and resource rows.
+    ``drift_rows`` (the rows of a committed drift run's ``drift.csv.gz``) and resource rows.
 
     Why: the wavefront argument assumes CTAs running together advance in lock-step, so one CTA's
     miss is the others' hit; a spread of ``k`` steps puts shared K/V tiles ``k`` tiles apart."""
     import torch
-    from cuda_baseline.backend import instance_for, precompile as cuda_precompile
+
+    from cuda_baseline.backend import instance_for
+    from cuda_baseline.backend import precompile as cuda_precompile
     if any(c.variant.backend != Backend.CUDA for c in cases):
         raise ValueError("the drift measurement reads %globaltimer stamps, which only the CUDA "
                          "family's trace build records")
@@ -323,6 +326,7 @@ def device_facts() -> dict:
     so which L2 partition) a launch of a few CTAs lands on is a property of the chip (its
     floor-swept SMs), not of the model (REPORT.md section 7d)."""
     import subprocess
+
     import torch
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     try:

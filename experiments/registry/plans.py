@@ -8,8 +8,8 @@ to the cache as on GB10 (the effect under study depends on that ratio, not on S 
 """
 from __future__ import annotations
 
-from spec import (Arch, Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant, get_arch)
 from analysis.models.steptime import BuildCosts
+from spec import Arch, Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant, get_arch
 from spec.case import Case
 from spec.schedules import WorkOrder, section_heads
 
@@ -97,8 +97,8 @@ def sawtooth_plan(arch: Arch) -> list[Case]:
     """The paper's main study (F8, F9, F10): linear vs sawtooth.
 
     cuTile: B=8, H=1, D=64, 64×64 tiles, fp16, occupancy hint 2 (the seed kernel's; on sm_90 it
-    is also what keeps these builds spill-free, see tests/cpu/test_study_builds.py); Static (one
-    persistent CTA per SM, q-major) and Tile-based (X=2 consecutive Q tiles per CTA, grid
+    is also what keeps these builds spill-free, see tests/cpu/kernels/test_study_builds.py); Static
+    (one persistent CTA per SM, q-major) and Tile-based (X=2 consecutive Q tiles per CTA, grid
     launch); causal and non-causal.
     CUDA: B in {1, 2, 4, 8}, H=1, D=64, 80×80 tiles, one persistent CTA per SM, non-causal.
     On GB10 the cuTile builds are the paper's (``AUTHORS_OCCUPANCY``).
@@ -137,7 +137,7 @@ def spills_plan(arch: Arch) -> list[Case]:
 
 
 def hints_plan(arch: Arch) -> list[Case]:
-    """The occupancy hint of the paper's cuTile builds (issue 38): the sawtooth study's
+    """The occupancy hint of the paper's cuTile builds: the sawtooth study's
     non-causal cuTile cases (B=8, 64x64, Static on every SM and Tile-based X=2, linear and
     sawtooth) at ``AUTHORS_OCCUPANCY`` beside the study's ``CUTILE_STUDY_OCCUPANCY`` twins. At
     occupancy 1 a Tile-based launch keeps one CTA per SM resident instead of two, so half as many
@@ -288,7 +288,8 @@ def cuda_tiles_plan(arch: Arch) -> list[Case]:
     the persistent linear and sawtooth builds in q-major (the paper's Static) and head-major work
     order, the longest-first (LPT) launch, with P = one wave of resident CTAs
     (``SM90_CTAS_PER_SM`` on sm_90, one per SM elsewhere; the ``ctas_per_sm`` rows say what the
-    build got), and the sectioned longest-first grid: issue 14's persistent-vs-grid comparison."""
+    build got), and the sectioned longest-first grid: the shape suite's persistent-vs-grid
+    comparison."""
     from cuda_baseline.source import SM90_CTAS_PER_SM, TESTED_TILES
     cases = []
     for D in (64, 128):
@@ -336,7 +337,7 @@ MISSCOST_STAGES = (1, None, 3)
 
 
 def misscost_plan(arch: Arch) -> list[Case]:
-    """Where does a miss cost time (issue 15): linear vs sawtooth, CUDA 80x80 D=64, B=H=1, one
+    """Where does a miss cost time: linear vs sawtooth, CUDA 80x80 D=64, B=H=1, one
     persistent CTA on each of ``misscost_ctas`` SMs, over K/V pipeline depth {1, 2, 3} x S
     (K+V per head 0.5x the L2, and the sawtooth study's S, 1.28x the L2 on an H100) x causal.
     The available-bandwidth axis is not a case field: the measure hook

@@ -13,14 +13,26 @@ import importlib
 from dataclasses import dataclass
 from typing import Callable
 
+from paper_figures.catalogue import figures_of
 from spec import Arch
 from spec.case import Case
 
-from paper_figures.catalogue import figures_of
-
-from .plans import (active_sms_plan, cuda_tiles_plan, divergence_plan, drift_plan, hints_plan,
-                    l1l2_plan, ladder_plan, longseq_plan, misscost_plan, reuse_plan, sawtooth_plan,
-                    scaling_plan, spills_plan, traffic_plan)
+from .plans import (
+    active_sms_plan,
+    cuda_tiles_plan,
+    divergence_plan,
+    drift_plan,
+    hints_plan,
+    l1l2_plan,
+    ladder_plan,
+    longseq_plan,
+    misscost_plan,
+    reuse_plan,
+    sawtooth_plan,
+    scaling_plan,
+    spills_plan,
+    traffic_plan,
+)
 from .suites import bench_plan, hostpath_plan, models_plan, shapes_plan
 
 

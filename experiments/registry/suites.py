@@ -1,12 +1,12 @@
-"""The plans of issue 35's studies and the one rule they share (``default_cases``): each family's
-default ``attention()`` configuration for a problem.
+"""The plans of the model, shape and host-path studies and the one rule they share
+(``default_cases``): each family's default ``attention()`` configuration for a problem.
 
-- ``models``: issue 35's model families (``MODEL_FAMILIES``: encoders, vision transformers,
+- ``models``: the model families (``MODEL_FAMILIES``: encoders, vision transformers,
   diffusion U-Nets, LLM prefill with grouped and multi-query heads, chunks of queries against a
   longer K/V, very long causal sequences), each at several sizes, split into a tuning and a
   validation half with no problem in common (``model_problems``);
 - ``hostpath``: the host-path benchmark's problems (``HOSTPATH_PROBLEMS``);
-- ``shapes``: issue 14's shape suite (``shapes_problems``).
+- ``shapes``: the shape suite (``shapes_problems``).
 
 The registry entries are in ``experiments.registry.studies``; the measure hooks in ``experiments.speed.shapes``
 (models) and ``experiments.speed.eager`` (hostpath).
@@ -85,7 +85,7 @@ def model_problems() -> list[tuple[str, str, Problem]]:
 
 
 def models_plan(arch: Arch) -> list[Case]:
-    """Issue 35's shape coverage: every ``model_problems`` problem (panel
+    """The model shapes' coverage: every ``model_problems`` problem (panel
     ``models-<family>-<half>``) with each family's default ``attention()`` (``default_cases``),
     timed beside SDPA flash and cuDNN (kernel time, l2 cold) through the correctness gate, the
     peers' own gate where they may read the call differently, and the eager call time of each
@@ -107,7 +107,7 @@ and an LLM prefill with grouped K/V heads at a length that is not a multiple of 
 
 
 def hostpath_plan(arch: Arch) -> list[Case]:
-    """Issue 35's host-path benchmark: per problem of ``HOSTPATH_PROBLEMS``, each family's
+    """The host-path benchmark: per problem of ``HOSTPATH_PROBLEMS``, each family's
     default ``attention()`` (``default_cases``); the measure hook
     (``experiments.speed.eager.measure_hostpath``) times the host per call over 10,000 calls of
     ``attention()``, of its operator through the dispatcher and of the prepared launch, beside
@@ -127,7 +127,7 @@ SHAPES_CROSS = dict(S_q=1024, S_kv=16384)
 
 
 def shapes_problems() -> list[tuple[str, Problem]]:
-    """The shape suite of issue 14 as (panel, problem), fp16 unless named:
+    """The shape suite as (panel, problem), fp16 unless named:
 
     - ``shapes-bench``: the benchmark's shapes, B=1, H=16, S in {4K, 16K, 32K, 128K}, D in
       {64, 128}, causal and not;
@@ -157,7 +157,7 @@ def shapes_problems() -> list[tuple[str, Problem]]:
 
 
 def shapes_plan(arch: Arch) -> list[Case]:
-    """Issue 14's shape suite (``shapes_problems``, 80 problems): each family's default
+    """The shape suite (``shapes_problems``, 80 problems): each family's default
     ``attention()`` configuration per problem, linear order, timed beside SDPA's flash and cuDNN
     backends through the correctness gate. cuTile: the configuration the rule chooses
     (``kernels.choice.problem_config``, kernels/configs/<arch>.json) and its default schedule;

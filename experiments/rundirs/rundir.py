@@ -44,6 +44,7 @@ from dataclasses import asdict, is_dataclass
 from importlib import metadata
 from pathlib import Path
 
+from spec.install import checkout, output_root
 from spec.records import SCHEMA_VERSION
 
 from .journal import Journal, write_text_atomically
@@ -65,8 +66,10 @@ def stamp() -> str:
     return _dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
 
 
-def default_run_dir(arch: str, study: str, mode: str, root: Path = ROOT) -> Path:
-    return root / "runs" / arch / study / f"{stamp()}-{mode}"
+def default_run_dir(arch: str, study: str, mode: str, root: Path | None = None) -> Path:
+    """``runs/<arch>/<study>/<stamp>-<mode>`` under the checkout (or, installed, the working
+    directory: ``spec.install.output_root``)."""
+    return (root or output_root()) / "runs" / arch / study / f"{stamp()}-{mode}"
 
 
 def _lock_path(path: Path) -> Path:
@@ -320,13 +323,16 @@ def command_line(module: str, argv: list[str]) -> str:
 def git_state() -> dict:
     """Commit and dirty flag of the tree. A copy without git history (e.g. a working tree shipped
     to a GPU machine) can name its commit in $SAWTOOTH_GIT_COMMIT; otherwise it is recorded as
-    unknown (None), never guessed."""
+    unknown (None), never guessed; so is an installed package's (it is no checkout)."""
     def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
+        return subprocess.run(["git", *args], cwd=tree, capture_output=True, text=True,
                               timeout=10).stdout.strip()
     if os.environ.get("SAWTOOTH_GIT_COMMIT"):
         return {"commit": os.environ["SAWTOOTH_GIT_COMMIT"], "dirty": None,
                 "source": "SAWTOOTH_GIT_COMMIT"}
+    tree = checkout()
+    if tree is None:
+        return {"commit": None, "dirty": None, "source": "installed package"}
     try:
         commit = git("rev-parse", "--verify", "-q", "HEAD^{commit}")
         dirty = bool(git("status", "--porcelain", "--untracked-files=no")) if commit else None

@@ -5,14 +5,14 @@
 - ``fit_rates``: TFLOP/s per fully occupied GPU of each (arch, family, tiles), the median over
   the committed timing rows at S >= 32768 of every measured run (and per family over all tiles);
 - ``fit_timed_sim``: seconds per simulated step and per cache entry of the timed simulator, least
-  squares over the per-case seconds of the committed ``experiments.simbench`` runs (``SIMBENCH``);
+  squares over the per-case seconds of the committed simulator benchmark runs (``SIMBENCH``);
 - ``fit_lockstep``: seconds per trace access of the lock-step simulator, from the per-case
   seconds of a committed run (``LOCKSTEP_RUN``);
 - ``fit_measure``: the coefficients of ``costs.measure_cost``, non-negative least squares over the
   wall time of every committed measured run of ``experiments.run`` whose kernels were timed (the
   kernel time of a round is then the sum of the run's own median times, not the rate model).
 
-``tests/cpu/test_costs.py`` runs the fits and checks the constants in ``experiments.runner.costs``.
+``tests/cpu/experiments/test_costs.py`` runs the fits and checks the constants in ``experiments.runner.costs``.
 """
 from __future__ import annotations
 
@@ -109,8 +109,8 @@ def fit_timed_sim() -> tuple[float, float, list[tuple[str, float, float]]]:
     """(seconds per step, seconds per cache entry, [(case, measured, fitted)])."""
     from scipy.optimize import nnls
 
-    from experiments.simulation.simulate import model_params
     from experiments.registry.studies import get_study
+    from experiments.simulation.simulate import model_params
     plans: dict[str, dict] = {}
     X, y, names = [], [], []
     for r in _simbench_rows():
@@ -133,8 +133,8 @@ def fit_timed_sim() -> tuple[float, float, list[tuple[str, float, float]]]:
 def fit_lockstep() -> tuple[float, list[tuple[str, float, float]]]:
     """Seconds per trace access of the lock-step simulator: least squares through the origin over
     the per-case seconds of ``LOCKSTEP_RUN``."""
-    from experiments.registry.studies import get_study
     from analysis.data import read_manifest
+    from experiments.registry.studies import get_study
     m = read_manifest(LOCKSTEP_RUN)
     arch = get_arch(m["arch"]["name"])
     plan = _by_id(get_study(m["study"]).plan(arch))

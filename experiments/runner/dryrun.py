@@ -7,17 +7,16 @@ starts, with one line naming the estimate and ``--force``.
 """
 from __future__ import annotations
 
+from paper_figures.catalogue import drawn_with
+from profiles.metrics import DEFAULT_GROUPS
 from spec.arch import MiB
 from spec.case import Case
 
-from paper_figures.catalogue import drawn_with
-from profiles.metrics import DEFAULT_GROUPS
-
+from ..registry.lengths import describe_scale
 from . import costs
 from .costs import duration, size
 from .options import UsageError, simulatable
 from .report import _count, fit_table, heading, panels, shape_columns
-from ..registry.lengths import describe_scale
 
 
 def available_memory() -> int | None:

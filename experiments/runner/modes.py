@@ -18,11 +18,11 @@ from pathlib import Path
 
 from spec.case import Case
 
-from . import costs
+from ..registry.studies import hook
 from ..rundirs.journal import Journal
+from . import costs
 from .options import UsageError, cpus
 from .progress import Reporter
-from ..registry.studies import hook
 
 
 def sim_model(args, study) -> str:

@@ -13,15 +13,14 @@ import os
 import re
 from pathlib import Path
 
+from profiles.metrics import DEFAULT_GROUPS, get_groups
 from spec import detect, get_arch, known_archs
 from spec.arch import MiB
 from spec.case import Case
 
-from profiles.metrics import DEFAULT_GROUPS, get_groups
-
-from ..sharding import shard
-from ..registry.studies import STUDIES, get_study
 from ..registry.lengths import at_length, lengths
+from ..registry.studies import STUDIES, get_study
+from ..sharding import shard
 
 # --capacity-mib bounds: at least one K and one V tile of the plan's largest tiles (the simulator
 # caches whole tiles), at most this many times the largest registered L2 (beyond that every

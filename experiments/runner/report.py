@@ -121,7 +121,8 @@ def summary_table(cases: list[Case], rows: list, title: str, width: int,
     each): misses, non-compulsory misses, time, TFLOPS and the change against the case's linear
     twin (same panel, problem, schedule and tiles); with ``published`` (``published_misses``),
     the paper's count of the case at the paper's S and D and the error against it."""
-    from spec.records import PROBLEM_COLUMNS as shape, Metric, case_fields
+    from spec.records import PROBLEM_COLUMNS as shape
+    from spec.records import Metric, case_fields
 
     values: dict = {}
     for r in rows:

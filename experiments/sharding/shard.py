@@ -48,11 +48,35 @@ from spec.case import Case
 from spec.records import Row, write_csv
 
 from ..rundirs.rundir import INCOMPLETE, command_line, write_incomplete
-from .shard_jobs import (DEFAULT_TIME_MIN, DONE, EXECUTORS, POLL_S, SHARDS,  # noqa: F401
-                         ExecutorOptions, Gpu, Measure, Merged, ShardError, ShardJob,
-                         Submitted, finished, host_gpus, make_executor, measure_on_this_gpu,
-                         merge, merge_params, pick_count, pick_gpus, run_shard,
-                         single_gpu_argv, slurm_parameters, submit, wait, _gpu_names)
+from .shard_jobs import (  # noqa: F401
+    DEFAULT_TIME_MIN,
+    DONE,
+    EXECUTORS,
+    POLL_S,
+    SHARDS,
+    ExecutorOptions,
+    Gpu,
+    Measure,
+    Merged,
+    ShardError,
+    ShardJob,
+    Submitted,
+    _gpu_names,
+    finished,
+    host_gpus,
+    make_executor,
+    measure_on_this_gpu,
+    merge,
+    merge_params,
+    pick_count,
+    pick_gpus,
+    run_shard,
+    single_gpu_argv,
+    slurm_parameters,
+    submit,
+    wait,
+)
+
 
 class IncompleteRun(RuntimeError):
     """Shards failed: the run was written as ``<name>-incomplete``; the message says how to

@@ -189,7 +189,7 @@ def measure_on_this_gpu(job: ShardJob, work: Path) -> dict:
         p.rename(work / p.name)
     out.rmdir()
     params = json.loads((work / "manifest.json").read_text())["parameters"]
-    import torch                         # after the run: no second context during it
+    import torch  # after the run: no second context during it
     params["device"] = dict(params["device"],
                             uuid=str(getattr(torch.cuda.get_device_properties(0), "uuid", "")))
     return params

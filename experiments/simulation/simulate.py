@@ -6,7 +6,7 @@ GPU. Two models (``--model`` of the main command):
 - ``timed`` (the default): ``analysis.cache.timesim``, each resident CTA on its own clock, the arch's
   L2 partitions, with the arch's committed parameters (``analysis/params/<arch>.json``, fitted on
   one measured study) or, for an arch without measurements (gb10, b200, b300), the defaults
-  derived from the measured ones (``analysis.calibration.calibration.default_params``). Large cases are
+  derived from the measured ones (``analysis.calibration.params.default_params``). Large cases are
   sampled (SHARDS size rule) and their rows state the sampling error measured against the exact
   simulator.
 - ``lockstep``: ``analysis.cache.l2sim``, a fully associative LRU over whole tiles fed by the lock-step
@@ -31,9 +31,8 @@ from analysis.cache import l2sim, reuse, timesim
 from analysis.data import read_manifest
 from analysis.models import steptime
 from spec import Arch, Backend, TileGrid, build_trace, get_arch, known_archs
-from spec.records import UNITS, Metric, Row, Source, case_fields
-
 from spec.case import Case
+from spec.records import UNITS, Metric, Row, Source, case_fields
 
 SHARDS_RUN = "profiles/cpu/simbench-20261125-shards"
 """The run that measured the sampled simulator against the exact one (22 GB10 and H100 cases);

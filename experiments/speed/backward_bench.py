@@ -112,9 +112,9 @@ def _measure(attn, q, k, v, dout, repeats: int):
 def run(half: str, repeats: int, only: str | None, variants=()):
     import torch
 
+    from cuda_baseline.training import warm
     from experiments.measurement.correctness import random_inputs
     from experiments.registry.suites import model_problems
-    from cuda_baseline.training import warm
     dev = torch.cuda.get_device_name()
     probs = [pr for _, h, pr in model_problems() if h == half and (not only or only in pr.label)]
     warm(probs, ("linear",))

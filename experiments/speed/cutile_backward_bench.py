@@ -25,7 +25,7 @@ Three phases, one process, one GPU:
 3. **order** (both halves): the dK/dV kernel alone (``dkdv_ms``) with persistent CTAs (one wave:
    SMs × the build's CTAs per SM, each owning several K/V tiles) and a linear vs a sawtooth scan of the Q tiles, alternated
    A/B per repeat (the dQ pass stays on the grid launch: its persistent causal builds spill,
-   tests/cpu/test_cutile_backward_compile.py).
+   tests/cpu/kernels/test_cutile_backward_compile.py).
 
 4. **split** (grouped-head problems): the whole backward with the default group split of the
    dK/dV pass (``kernels.backward.group_split``) vs none, alternated A/B.
@@ -221,7 +221,7 @@ def speed(problems, repeats: int, dev: str):
             for r in rows:
                 if r[2] == pr.label and r[3] == "cutile":
                     r[7] = diff / scale
-        del q, k, v, dout, grads
+        q = k = v = dout = grads = None      # free them (the closures above read them)
         torch.cuda.empty_cache()
         print(pr.label, " ".join(f"{r[3]} {r[4]:.3f}/{r[5]:.3f}" for r in rows
                                  if r[2] == pr.label), flush=True)

@@ -36,12 +36,12 @@ from typing import Callable
 
 from spec import Problem
 from spec.case import Case
-from spec.records import Metric, Row, Source, UNITS, case_fields
+from spec.records import UNITS, Metric, Row, Source, case_fields
 
 EAGER_CALL_MS = Metric.EAGER_CALL_MS
 """Metric: CUDA events around one eager call on an idle GPU (host included), L2 warm."""
 HOST_US_BAR = 20.0
-"""Issue 35's bar: at most 20 us of host time per call for both families."""
+"""The host-time bar: at most 20 us of host time per call for both families."""
 PER_BLOCK = 100
 BLOCKS = 100           # 10,000 calls per caller
 
@@ -228,7 +228,7 @@ def measure_hostpath(cases: list[Case], arch, *, run: str, study: str, reps: int
 
 def hostpath_lines(pr: Problem | None, host: dict, eager: dict) -> list[str]:
     """The summary of one problem: median host us per call and median eager call time per
-    caller, and issue 35's bar for the two ``attention()`` callers."""
+    caller, and the host-time bar for the two ``attention()`` callers."""
     label = "<problem>" if pr is None else pr.label
     lines = [f"{label}: host us per call (median of {len(next(iter(host.values())))} blocks "
              f"of {PER_BLOCK}), eager call time (median, l2 warm)"]

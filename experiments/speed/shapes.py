@@ -37,16 +37,15 @@ from pathlib import Path
 
 from kernels.config import shape_class
 from spec import Problem
-
 from spec.records import Metric
 
 from .eager import EAGER_CALL_MS, stored_run_rows
 
 FAMILIES = ("cutile", "cuda")
 CUDNN, FLASH = "sdpa-cudnn", "sdpa-flash"
-BARS = {"cutile": "issue 14 bar: geomean >= 0.95x cuDNN, min >= 0.85x cuDNN, every shape >= 1.1x "
+BARS = {"cutile": "bar: geomean >= 0.95x cuDNN, min >= 0.85x cuDNN, every shape >= 1.1x "
                   "flash",
-        "cuda": "issue 14 bar: geomean >= 1.0x flash"}
+        "cuda": "bar: geomean >= 1.0x flash"}
 
 
 PEER_BACKENDS = (("sdpa-flash", "FLASH_ATTENTION"), ("sdpa-cudnn", "CUDNN_ATTENTION"))
@@ -191,14 +190,14 @@ def host_launch_ms(rows) -> dict[str, float]:
     return {who: statistics.median(v) for who, v in sorted(per.items())}
 
 
-HALF_BAR = ("issue 35 bar, validation half: cutile eager geomean >= 1.0x cuDNN and no problem "
+HALF_BAR = ("bar, validation half: cutile eager geomean >= 1.0x cuDNN and no problem "
             "below 0.85x, kernel geomean >= 1.0x cuDNN; cuda eager geomean >= 1.0x flash")
 
 
 def half_lines(rows) -> list[str]:
     """The models study's summary per half (``experiments.registry.suites.model_problems``): each
     family's ratios to cuDNN and flash in kernel time and eager call time over the half's
-    problems, and issue 35's bar beside the validation half; nothing when no row's problem is
+    problems, and the host-time bar beside the validation half; nothing when no row's problem is
     in a half (rows of other studies are not read)."""
     from ..registry.suites import model_problems
     rows = [r for r in _dicts(rows) if r.get("study") == "models"]

@@ -7,9 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from spec import Arch
-
 from kernels.config import KernelConfig
+from spec import Arch
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ Inputs: every registered ``tuning`` run of study ``sweep`` for the arch (``pytho
 analysis.data list``), read through the data door and pinned by hash in the rule block. Per (D,
 causal) key and configuration, α and β of ``predict = α·w + β·s`` (``kernels.choice
 .waves_and_steps``) are the non-negative least-squares fit of the *relative* error over the fit
-sets (``tuning``: the tuning half of the model families; ``shapes``: issue 14's suite), so a
+sets (``tuning``: the tuning half of the model families; ``shapes``: the shape suite), so a
 50 µs problem weighs as much as a 50 ms one. A configuration that is the fastest on none of a
 key's fit problems is dropped from that key (it would only be chosen by a prediction error).
 
@@ -34,11 +34,10 @@ from pathlib import Path
 
 import numpy as np
 
-from spec import Problem, get_arch, known_archs
-from spec.arch import UnknownArch
-
 from kernels.choice import BY_LABEL, CANDIDATES, Rule, config_label, quantities, waves_and_steps
 from kernels.config import CONFIG_DIR, config_key
+from spec import Problem, get_arch, known_archs
+from spec.arch import UnknownArch
 
 FIT_SETS = ("tuning", "shapes")
 JUDGED_SETS = ("validation", "scan")
@@ -130,7 +129,7 @@ def class_regrets(arch_name: str, sets: dict, times: dict) -> dict[str, list[flo
 
 
 def report(errors: dict, consts: dict, reg: dict, old: dict | None = None) -> list[str]:
-    lines = ["fit (relative error over the tuning half and issue 14's suite):"]
+    lines = ["fit (relative error over the tuning half and the shape suite):"]
     for key, per in errors.items():
         for label, e in per.items():
             a, b = consts[key][label]
@@ -175,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     from analysis.data.registry import DatasetError
 
-    from .tune import dumps, write_atomic
+    from .tune import write_atomic
     try:
         arch = get_arch(args.arch)
         src = CONFIG_DIR / f"{arch.name}.json"

@@ -36,10 +36,9 @@ import sys
 import time
 from pathlib import Path
 
+from kernels.choice import CANDIDATES, config_label
 from spec import Problem, get_arch, known_archs
 from spec.arch import UnknownArch
-
-from kernels.choice import CANDIDATES, config_label
 
 from ..runner.options import UsageError
 

@@ -40,14 +40,29 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from kernels.config import (
+    CONFIG_DIR,
+    SCHEMA,
+    UNMEASURED,
+    ShapeClass,
+    config_key,
+    representatives,
+    shape_class,
+)
 from spec import Arch, Backend, Problem, ScanOrder, Variant, get_arch, known_archs
 from spec.arch import UnknownArch
 
-from kernels.config import (CONFIG_DIR, SCHEMA, UNMEASURED, ShapeClass,
-                            config_key, representatives, shape_class)
-
-from .candidates import (KEYS, Candidate, Trial, TuneError, by_speed, best, candidates,
-                         class_candidates, rank)
+from .candidates import (
+    KEYS,
+    Candidate,
+    Trial,
+    TuneError,
+    best,
+    by_speed,
+    candidates,
+    class_candidates,
+    rank,
+)
 
 
 def long_problems(D: int, causal: bool, seq: int | None) -> tuple[Problem, ...]:

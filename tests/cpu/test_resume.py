@@ -46,8 +46,8 @@ class Fake:
             raise RuntimeError("injected crash")
 
     def install(self, monkeypatch):
-        from experiments.measurement import measure
         from experiments import run as run_mod
+        from experiments.measurement import measure
         from profiles import collect, ncu
         from profiles.ingest import KernelResult
         monkeypatch.setattr(run_mod, "detect", lambda: get_arch("h100"))

@@ -69,6 +69,7 @@ def _ids(p: Problem) -> str:
 
 def _inputs(pr: Problem, seed: int):
     import torch
+
     from experiments.measurement.correctness import random_inputs
     q, k, v = random_inputs(pr, seed)
     gen = torch.Generator(device="cuda").manual_seed(seed + 7)
@@ -153,6 +154,7 @@ def test_gradients_match_the_fp32_reference(pr, order, bwd):
 
 def test_scale_at_most_zero_is_refused_in_one_line():
     import torch
+
     from cuda_baseline import attention
     q, k, v, _ = _inputs(Problem(B=1, H=2, S_q=64, D=64), 2)
     for scale in (-0.5, 0.0, float("nan")):
@@ -186,6 +188,7 @@ def test_scale_matches_sdpa(scale):
 
 def test_no_silent_detached_output():
     import torch
+
     from cuda_baseline import attention
     pr = Problem(B=1, H=2, S_q=100, D=64)
     q, k, v, _ = _inputs(pr, 5)

@@ -1,0 +1,49 @@
+"""How the code was installed: from a checkout of the repository or as a package, with or
+without the GPU extra.
+
+The documented install is editable (``pip install -e .`` in a checkout): the packages sit beside
+``pyproject.toml`` and ``profiles/`` holds every committed dataset. A plain ``pip install .``
+copies the packages into ``site-packages`` with only the package data: the kernel
+configurations, the simulator parameters, ``profiles/registry.json`` and the few small registered
+runs the main command and the dry-run read. Two things follow, defined here once:
+
+- outputs (run directories, figures) go under the checkout when there is one, and under the
+  working directory otherwise (never into ``site-packages``);
+- a command that needs a committed dataset the package does not carry says so in one line
+  (``CHECKOUT_HINT``) instead of asking to restore a file that was never installed.
+"""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+"""The directory that holds ``spec/``, ``analysis/``, ``profiles/``, ... (a checkout's root, or
+``site-packages``)."""
+
+CHECKOUT_HINT = ("the committed datasets come with a checkout of the repository, not with an "
+                 "installed package: clone it and run the command from its root "
+                 "(python -m pip install -e .)")
+
+
+def checkout() -> Path | None:
+    """The repository root when the code runs from a checkout, else None (an installed package)."""
+    return PACKAGE_ROOT if (PACKAGE_ROOT / "pyproject.toml").is_file() else None
+
+
+def output_root() -> Path:
+    """Where default output directories go: the checkout, or the working directory."""
+    return checkout() or Path.cwd()
+
+
+GPU_EXTRA = ("install the GPU extra: python -m pip install 'sawtooth-locality[gpu]' "
+             "(in a checkout: python -m pip install -e '.[gpu]')")
+
+
+def require_gpu_extra(what: str, modules: tuple[str, ...] = ("torch",)) -> None:
+    """Raise ``ModuleNotFoundError`` with one line naming the extra when a module ``what`` imports
+    is absent (``what``: e.g. ``kernels.attention``), instead of a bare "No module named"."""
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ModuleNotFoundError(f"{what} needs {', '.join(missing)}, which is not installed; "
+                                  f"{GPU_EXTRA}", name=missing[0])

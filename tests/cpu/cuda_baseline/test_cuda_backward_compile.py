@@ -1,0 +1,130 @@
+"""CPU checks of the CUDA twin's backward: instantiation names and the host-side plan (work items,
+heads per CTA, the refusals), and (with nvcc, forced in CI) every backward build and the training
+forward (``flash_fwd_lse``) compile for sm_90; the linear and sawtooth grid builds (the default is
+linear grid) and the training forward spill nothing, the others at most 128 B, and the training
+forward holds as many CTAs per SM as the inference build it extends (the log-sum-exp costs the
+inference path nothing: it is another entry point)."""
+from __future__ import annotations
+
+import pytest
+
+from cuda_baseline.bwd_source import (
+    BWD_TILES,
+    BwdInstance,
+    bwd_names,
+    bwd_smem_bytes,
+    ci_bwd_instances,
+    compile_bwd_nvcc,
+    parse_bwd_ptxas,
+)
+from cuda_baseline.source import (
+    SM90_CTAS_PER_SM,
+    TESTED_TILES,
+    Instance,
+    compile_nvcc,
+    nvcc_path,
+    parse_ptxas,
+)
+from spec import get_arch
+from spec.family import UnsupportedVariant, published_limits
+from spec.orders import OrderKind, ScanOrder
+from spec.problem import DType, Problem, Tiles
+from spec.schedules import CtaSchedule, ScheduleKind, WorkOrder
+from tests.conftest import require_toolchain
+
+
+def test_backward_instance_names_use_the_enum_names():
+    i = BwdInstance(OrderKind.SAWTOOTH, ScheduleKind.PERSISTENT, Tiles(64, 128), 128, True,
+                    DType.BF16)
+    assert i.name == ("flash_bwd_dkdv<OrderKind::SAWTOOTH, ScheduleKind::PERSISTENT, 64, 128, "
+                      "128, true, DType::BF16>")
+    assert i.threads == 256
+    assert bwd_names([i])[1:] == ["flash_bwd_delta<128, DType::BF16>",
+                                  "flash_bwd_dq<128, DType::BF16>"]
+    with pytest.raises(ValueError, match="grid launch and the persistent"):
+        BwdInstance(OrderKind.LINEAR, ScheduleKind.SNAKE, BWD_TILES, 64, False, DType.FP16)
+    with pytest.raises(ValueError, match="TILE_M a multiple of 64"):
+        BwdInstance(OrderKind.LINEAR, ScheduleKind.GRID, Tiles(32, 128), 64, False, DType.FP16)
+    # every build fits an H100's 227 KB per block
+    assert bwd_smem_bytes(BWD_TILES, 128) <= 232448
+
+
+def test_training_forward_name():
+    i = Instance(OrderKind.LINEAR, ScheduleKind.GRID, WorkOrder.Q_MAJOR, Tiles(128, 64), 64,
+                 True, DType.FP16, lse=True)
+    assert i.name == ("flash_fwd_lse<OrderKind::LINEAR, ScheduleKind::GRID, WorkOrder::Q_MAJOR, "
+                      "128, 64, 64, true, DType::FP16>")
+    with pytest.raises(ValueError, match="default pipeline depth"):
+        Instance(OrderKind.LINEAR, ScheduleKind.GRID, WorkOrder.Q_MAJOR, Tiles(128, 64), 64,
+                 True, DType.FP16, stages=1, lse=True)
+
+
+def test_plan_heads_per_cta_and_refusals():
+    from cuda_baseline.training import heads_per_cta, plan
+    # a long GQA problem keeps the whole group in one work item (no fp32 partials)
+    big = Problem(B=1, H=32, H_kv=8, S_q=65536, D=128, dtype="bf16", causal=True)
+    assert heads_per_cta(big, BWD_TILES, 132) == 4
+    # multi-query at 4K: 33 K/V tiles, too few items: the group is split
+    mqa = Problem(B=1, H=32, H_kv=1, S_q=4097, D=128, dtype="bf16", causal=True)
+    hpc = heads_per_cta(mqa, BWD_TILES, 132)
+    assert 32 % hpc == 0 and (32 // hpc) * 33 >= 264 and hpc > 1
+    p = plan(mqa, ScanOrder.sawtooth(), CtaSchedule.persistent(132), 132)
+    assert p.instance.schedule == ScheduleKind.PERSISTENT and p.ctas == 132
+    assert p.n_work == p.n_chunks * 33 and p.n_chunks * p.heads_per_cta == 32
+    g = plan(mqa, ScanOrder.linear(), None, 132)
+    assert g.ctas == g.n_work and g.instance.schedule == ScheduleKind.GRID
+    with pytest.raises(UnsupportedVariant, match="backward schedule"):
+        plan(mqa, ScanOrder.linear(), CtaSchedule.longest_first(132), 132)
+
+
+def test_parse_backward_ptxas():
+    log = ("ptxas info    : Compiling entry function '_Z14flash_bwd_dkdvIL9OrderKind1EL12Schedule"
+           "Kind2ELi64ELi128ELi64ELb1EL5DType0EEvPKtS4_S4_S4_PKfS6_PfPvS8_xxxxxxxxxxxxiiiiiiiiiii"
+           "ff' for 'sm_90'\n"
+           "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+           "ptxas info    : Used 209 registers, used 1 barriers\n"
+           "ptxas info    : Compiling entry function '_Z12flash_bwd_dqILi128EL5DType1EEvPKfPtfx' "
+           "for 'sm_90'\n"
+           "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+           "ptxas info    : Used 17 registers, used 0 barriers\n")
+    r = parse_bwd_ptxas(log)
+    i = BwdInstance(OrderKind.SAWTOOTH, ScheduleKind.PERSISTENT, BWD_TILES, 64, True, DType.FP16)
+    assert r[i.name].registers == 209 and not r[i.name].spills
+    assert r["flash_bwd_dq<128, DType::BF16>"].registers == 17
+
+
+@pytest.mark.slow
+@pytest.mark.compile
+def test_backward_builds_compile_and_grid_builds_do_not_spill():
+    require_toolchain(nvcc_path() is not None, "nvcc (CUDA 13.0)")
+    insts = ci_bwd_instances()
+    res = compile_bwd_nvcc(bwd_names(insts))
+    assert set(res) == set(bwd_names(insts))
+    # the grid builds of the linear and sawtooth scans (attention()'s default is linear grid)
+    spilling = [i.name for i in insts if i.schedule == ScheduleKind.GRID
+                and i.order in (OrderKind.LINEAR, OrderKind.SAWTOOTH) and res[i.name].spills]
+    assert not spilling, spilling
+    # at D = 128 the dK, dV accumulators take 128 of 255 registers: the reverse-scan ablation
+    # and the persistent builds spill a little there (measured: at most 60 B per thread)
+    for n, r in res.items():
+        assert r.spill_store_bytes + r.spill_load_bytes <= 128, (n, r)
+
+
+@pytest.mark.slow
+@pytest.mark.compile
+def test_training_forward_compiles_without_spills_at_the_inference_occupancy():
+    require_toolchain(nvcc_path() is not None, "nvcc (CUDA 13.0)")
+    lim = published_limits(get_arch("h100"))
+    pairs = [(Instance(o, s, w, t, d, c, dt), Instance(o, s, w, t, d, c, dt, lse=True))
+             for o in (OrderKind.LINEAR, OrderKind.SAWTOOTH)
+             for s, w in ((ScheduleKind.GRID, WorkOrder.Q_MAJOR),
+                          (ScheduleKind.LONGEST_FIRST, WorkOrder.Q_MAJOR))
+             for t in TESTED_TILES for d in (64, 128) for c in (False, True)
+             for dt in (DType.FP16, DType.BF16)]
+    res = compile_nvcc([i for p in pairs for i in p])
+    for plain, lse in pairs:
+        r = res[lse.name]
+        assert not r.spills, lse.name
+        per_sm = lim.ctas_per_sm(lse.threads, r.registers, lse.smem_bytes)
+        assert per_sm == SM90_CTAS_PER_SM[(plain.tiles, plain.D)], (lse.name, r.registers)
+    assert parse_ptxas("") == {}

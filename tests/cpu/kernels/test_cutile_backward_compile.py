@@ -1,0 +1,123 @@
+"""Compile-only checks of the cuTile training builds (no GPU): the forward that stores the
+log-sum-exp and the three backward kernels build for sm_90 through ``export_kernel`` with JIT-like
+signatures (``kernels.signatures.BackwardCase``), and the default backward configurations
+(``kernels.backward.default_backward``) do not spill (at most an 8-byte stack frame, which the
+D=128 non-causal dK/dV grid build has, and no local loads in its PTX): a spilling build reads its local memory
+through L2 and would fake a locality effect in the backward study as it would in the forward's.
+A sawtooth or persistent backward build uses no more registers and stack than its linear grid twin.
+
+Skips locally without cuda-tile + tileiras + cuobjdump; fails in CI (REQUIRE_COMPILE=1).
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.cpu.kernels.test_cutile_compile import toolchain  # noqa: F401 - the fixture
+
+pytestmark = [pytest.mark.compile, pytest.mark.slow]
+
+
+def _cubin(case, occupancy=None, worker_warps=None) -> bytes:
+    from kernels.resources import compile_backward_cubin
+    return compile_backward_cubin(case, "sm_90", occupancy, worker_warps)
+
+
+def _case(kernel, D, causal, pc, S=4096, **kw):
+    from kernels.signatures import BackwardCase
+    kw = {"tile_m": pc.tiles.m, "tile_n": pc.tiles.n} | kw
+    return BackwardCase(kernel=kernel, D=D, dtype="bf16" if D == 128 else "fp16", causal=causal,
+                        S_q=S, S_kv=S, **kw)
+
+
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_default_backward_builds_do_not_spill(toolchain, D, causal):  # noqa: F811
+    from kernels.backward import default_backward
+    from kernels.resources import read_resources
+    from spec import Problem
+    cfg = default_backward(Problem(1, 16, 4096, D, causal=causal))
+    for kernel in ("dkdv", "dq"):
+        pc = getattr(cfg, kernel)
+        r = read_resources(_cubin(_case(kernel, D, causal, pc), pc.occupancy, pc.worker_warps))
+        print(f"sm_90 D={D} causal={causal} {kernel} {pc.label()}: {r}")
+        assert r.ptx["WGMMA"] > 0 and r.ptx["TMA_LOAD"] > 0, f"{kernel}: no wgmma/TMA: {r}"
+        assert r.stack <= 8 and r.ptx["LD_LOCAL"] == 0, f"{kernel} {pc.label()} spills: {r}"
+    r = read_resources(_cubin(_case("preprocess", D, causal, cfg.dkdv,
+                                    tile_m=cfg.preprocess_tile_m)))
+    assert not r.spills, r
+
+
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_sawtooth_and_persistent_dkdv_cost_nothing(toolchain, D, causal):  # noqa: F811
+    """The dK/dV builds the scan-order study compares (default tiles, persistent CTAs, linear vs
+    sawtooth Q scan) do not spill and use the same registers. (The dQ pass with persistent CTAs
+    does spill on causal problems at these tiles, 0.2-4 KB of stack: the study keeps dQ on the
+    grid launch.)"""
+    from kernels.backward import default_backward
+    from kernels.resources import read_resources
+    from spec import Problem
+    from spec.orders import OrderKind
+    from spec.schedules import ScheduleKind
+    kernel = "dkdv"
+    pc = getattr(default_backward(Problem(1, 16, 4096, D, causal=causal)), kernel)
+    res = {}
+    for order in (OrderKind.LINEAR, OrderKind.SAWTOOTH):
+        for sched in (ScheduleKind.GRID, ScheduleKind.PERSISTENT):
+            case = _case(kernel, D, causal, pc, order=int(order), sched=int(sched))
+            res[order, sched] = read_resources(_cubin(case, pc.occupancy, pc.worker_warps))
+    base = res[OrderKind.LINEAR, ScheduleKind.GRID]
+    for key, r in res.items():
+        assert r.regs <= base.regs and r.stack <= max(base.stack, 8), \
+            f"{kernel} {key}: {r} vs linear grid {base}"
+        assert r.stack <= 8 and r.ptx["LD_LOCAL"] == 0, f"{kernel} {key} spills: {r}"
+
+
+def test_training_forward_builds(toolchain):  # noqa: F811
+    """The forward with the log-sum-exp store (``fmha_fwd_lse``) builds with the inference
+    forward's constants and stores LSE with TMA."""
+    import cuda.tile as ct
+    from cuda.tile.compilation import (
+        CallingConvention,
+        KernelSignature,
+        ScalarConstraint,
+        export_kernel,
+    )
+
+    from kernels import fmha
+    from kernels.config import default_config
+    from kernels.resources import read_resources
+    from kernels.signatures import CompileCase, jit_like_array
+    for D, causal in ((64, False), (128, True)):
+        cfg = default_config("h100", D, causal)
+        case = CompileCase(D=D, causal=causal, tile_m=cfg.tile_m, tile_n=cfg.tile_n, S_q=1000,
+                           S_kv=1000)
+        q = jit_like_array((1, 16, 1000, D), ct.float16)
+        lse = jit_like_array((1, 16, 1000), ct.float32, strides=(16 * 1000, 1000, 1))
+        params = [q, q, q, q, lse, ScalarConstraint(ct.float32)] + list(case.constants()[:-1])
+        sig = KernelSignature(params, CallingConvention.cutile_python_v2()) \
+            .with_mangled_symbol("fmha_fwd_lse")
+        kern = fmha.get_kernel(cfg.occupancy, cfg.worker_warps, save_lse=True)
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "k.cubin")
+            export_kernel(kern, [sig], path, gpu_code="sm_90", output_format="cubin")
+            r = read_resources(Path(path).read_bytes())
+        print(f"fmha_fwd_lse D={D} causal={causal}: {r}")
+        assert r.ptx["TMA_STORE"] >= 2 and not r.spills, r
+
+
+@pytest.mark.parametrize("D", [64, 128])
+def test_split_dkdv_builds_do_not_spill(toolchain, D):  # noqa: F811
+    """The dK/dV build that writes fp32 partial sums (grouped heads dealt over several items,
+    ``kernels.backward.group_split``) compiles and does not spill with the default tiles."""
+    from kernels.backward import default_backward
+    from kernels.resources import read_resources
+    from spec import Problem
+    pc = default_backward(Problem(1, 32, 4096, D, H_kv=1, causal=True)).dkdv
+    case = _case("dkdv", D, True, pc, H=32, H_kv=1, split=16)
+    r = read_resources(_cubin(case, pc.occupancy, pc.worker_warps))
+    assert r.stack <= 8 and r.ptx["LD_LOCAL"] == 0 and r.ptx["TMA_STORE"] >= 2, r

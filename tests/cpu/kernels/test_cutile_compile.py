@@ -1,0 +1,161 @@
+"""Compile-only checks of the cuTile family (no GPU): every variant builds for sm_90, sm_100 and
+sm_121 through ``export_kernel`` with JIT-like signatures, and the resources of the cubins are sane:
+the per-arch default configurations have no stack / spills, and every sawtooth build uses no more
+registers and stack than its linear twin (a spilling sawtooth build reads local memory through L2
+and would fake a cache effect).
+
+Skips locally without cuda-tile + tileiras + cuobjdump; fails in CI (REQUIRE_COMPILE=1).
+Set CUDA_TILE_CACHE_DIR outside the repository to reuse compiles across runs.
+"""
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from tests.conftest import require_toolchain
+
+pytestmark = [pytest.mark.compile, pytest.mark.slow]
+
+
+def _available() -> bool:
+    if importlib.util.find_spec("cuda") is None or importlib.util.find_spec("cuda.tile") is None:
+        return False
+    try:
+        from kernels.resources import find_cuobjdump
+        from kernels.toolchain import inspect
+        return inspect().tileiras is not None and find_cuobjdump() is not None
+    except Exception:  # noqa: BLE001
+        return False
+
+
+@pytest.fixture(scope="module")
+def toolchain():
+    require_toolchain(_available(), "cuda-tile + tileiras + cuobjdump (pip install "
+                      "'cuda-tile[tileiras]' nvidia-cuda-cuobjdump)")
+
+
+ORDERS = {"linear": (0, 1), "sawtooth": (1, 1), "reverse": (2, 1), "blockparity": (3, 1)}
+SCHEDS = {"grid": (0, 0, 1), "tile2": (1, 0, 2), "static": (2, 0, 1), "statich": (2, 1, 1),
+          "lpt": (3, 0, 1), "snake": (5, 0, 1)}
+ARCHS = {"sm_90": "h100", "sm_100": "b200", "sm_121": "gb10"}
+
+
+def _case(arch_name, D, causal, order, sched, dtype="fp16", S=4096, trace=False, level=6):
+    from kernels.config import default_config
+    from kernels.signatures import CompileCase
+    cfg = default_config(arch_name, D, causal)
+    o, g = ORDERS[order]
+    s, w, x = SCHEDS[sched]
+    case = CompileCase(B=1, H=16, H_kv=16, S_q=S, S_kv=S, D=D, dtype=dtype, causal=causal,
+                       tile_m=cfg.tile_m, tile_n=cfg.tile_n, order=o, group=g, sched=s, work=w,
+                       tiles_per_cta=x, trace=trace, level=level)
+    return case, cfg
+
+
+def _matrix():
+    """Every order × schedule code on every arch; sm_90 (the measured GPU) in both causal modes,
+    the others in one mode per cell (alternating), to keep CI at a few minutes on 2 cores. The
+    sawtooth group factor X only changes a constant divisor (covered on the GPU)."""
+    for sm in ARCHS:
+        for i, (order, sched) in enumerate((o, s) for o in ORDERS for s in SCHEDS):
+            modes = (False, True) if sm == "sm_90" else ((i + (sm == "sm_121")) % 2 == 1,)
+            for causal in modes:
+                yield pytest.param(sm, causal, sched, order,
+                                   id=f"{sm}-{order}-{sched}-{'causal' if causal else 'full'}")
+
+
+@pytest.mark.parametrize("sm, causal, sched, order", list(_matrix()))
+def test_every_variant_compiles(toolchain, sm, causal, sched, order):
+    from kernels.resources import compile_cubin
+    D = 128 if causal else 64                    # both head dims, without doubling CI time
+    case, cfg = _case(ARCHS[sm], D, causal, order, sched)
+    cubin = compile_cubin(case, sm, cfg.occupancy, cfg.worker_warps)
+    assert cubin[:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize("sm", list(ARCHS))
+def test_trace_build_and_ladder_compile(toolchain, sm):
+    from kernels.resources import compile_cubin
+    for level in (1, 3, 6):
+        case, cfg = _case(ARCHS[sm], 64, True, "sawtooth", "static", S=1000, level=level)
+        assert compile_cubin(case, sm, cfg.occupancy if level >= 5 else None)[:4] == b"\x7fELF"
+    case, cfg = _case(ARCHS[sm], 64, True, "sawtooth", "tile2", S=1000, trace=True)
+    assert compile_cubin(case, sm, cfg.occupancy, cfg.worker_warps)[:4] == b"\x7fELF"
+
+
+def _default_sched(cfg) -> str:
+    return "grid" if cfg.schedule == "grid" else "static"
+
+
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_sm90_defaults_do_not_spill_and_sawtooth_costs_nothing(toolchain, D, causal):
+    from kernels.resources import resources
+    res = {}
+    for order in ("linear", "sawtooth"):
+        for sched in ("static", "grid"):
+            for dtype in ("fp16", "bf16"):
+                if dtype == "bf16" and order == "sawtooth":
+                    continue
+                case, cfg = _case("h100", D, causal, order, sched, dtype=dtype)
+                r = resources(case, "sm_90", cfg.occupancy, cfg.worker_warps)
+                res[order, sched, dtype] = r
+                print(f"sm_90 D={D} causal={causal} {order} {sched} {dtype} "
+                      f"{cfg.tile_m}x{cfg.tile_n} occ{cfg.occupancy} ww{cfg.worker_warps}: {r}")
+    default = _default_sched(cfg)
+    for (order, sched, dtype), r in res.items():
+        if sched == default:
+            assert not r.spills and r.ptx["LD_LOCAL"] == r.ptx["ST_LOCAL"] == 0, \
+                f"default {order}/{sched}/{dtype} D={D} causal={causal} spills: {r}"
+    for sched in ("static", "grid"):
+        lin, saw = res["linear", sched, "fp16"], res["sawtooth", sched, "fp16"]
+        assert saw.regs <= lin.regs and saw.stack <= lin.stack, \
+            f"{sched} D={D} causal={causal}: sawtooth {saw} vs linear {lin}"
+
+
+def test_signature_carries_jit_facts(toolchain):
+    """Without the JIT's alignment facts sm_90 loses TMA; with them the loads are TMA tensor
+    copies and the products warpgroup MMAs. Checked on the PTX tileiras embeds in every cubin
+    (``cp.async.bulk.tensor`` is UTMALDG in SASS, ``wgmma.mma_async`` HGMMA), so it runs
+    without nvdisasm; the SASS is checked too where nvdisasm is installed. A signature without
+    the alignment facts (base address divisible by 1) loses TMA: the check can fail."""
+    from dataclasses import replace
+
+    from kernels.resources import resources
+    case, cfg = _case("h100", 64, False, "linear", "static")
+    r = resources(case, "sm_90", cfg.occupancy, cfg.worker_warps)
+    assert r.ptx["TMA_LOAD"] > 0 and r.ptx["WGMMA"] > 0 and r.ptx["MMA_SYNC"] == 0, r
+    if r.sass is not None:
+        assert r.sass.get("UTMALDG", 0) > 0 and r.sass.get("HGMMA", 0) > 0, r
+    bare = resources(replace(case, aligned=False), "sm_90", cfg.occupancy, cfg.worker_warps)
+    assert bare.ptx["TMA_LOAD"] == 0, f"an unaligned signature still uses TMA: {bare}"
+
+
+def test_occupancy_is_taken_at_the_launch_size_from_the_cubin(toolchain):
+    """The sawtooth study's cuTile ``occ2`` builds require 256 threads (``.reqntid``); at that
+    size, with cuobjdump's SHARED less the 1 KB reserve it includes (98496 B: the driver's static
+    size of the loaded build, ``profiles/h100/occupancy-20261125/probe.txt``), the H100's limits
+    give 2 CTAs per SM, what ncu shows for them (block size 256, block limit 2), not the driver's
+    1 at the register-limited 512. On GB10 the study simulates the authors' builds (occupancy 1,
+    ``AUTHORS_OCCUPANCY``): 255 registers, one CTA per SM, though the causal sawtooth build's
+    73868 B of static shared memory alone would not forbid a second on sm_121's 100 KB."""
+    from experiments.registry.plans import sawtooth_plan
+    from kernels.backend import compiled_ctas_per_sm
+    from kernels.resources import compile_cubin, required_threads
+    from kernels.signatures import CompileCase
+    from spec import get_arch
+    h100, gb10 = get_arch("h100"), get_arch("gb10")
+    tile2 = {(a.name, c.variant.order.label, c.problem.causal): c
+             for a in (h100, gb10) for c in sawtooth_plan(a)
+             if c.variant.backend.value == "cutile" and c.variant.schedule.kind.name == "TILE_X"}
+    c = tile2["h100", "linear", False]
+    cubin = compile_cubin(CompileCase.of(c.variant, c.problem), "sm_90", c.variant.occupancy)
+    assert required_threads(cubin) == 256
+    per_sm, note = compiled_ctas_per_sm(c.variant, c.problem, h100)
+    assert per_sm == 2 and "98496 B static shared" in note
+    per_sm = {k[1]: compiled_ctas_per_sm(v.variant, v.problem, gb10) for k, v in tile2.items()
+              if k[0] == "gb10" and k[2]}
+    assert {k: v[0] for k, v in per_sm.items()} == {"linear": 1, "sawtooth": 1}
+    assert "255 registers" in per_sm["sawtooth"][1]
+    assert "73868 B static shared" in per_sm["sawtooth"][1]
