@@ -372,3 +372,30 @@ def test_simulate_mode_refuses_gpus(tmp_path, capsys):
     assert _run("l1l2", "--arch", "h200", "--gpus", "2", "--mode", "simulate",
                 "--out", str(tmp_path / "r")) == 2
     assert "simulate mode runs on this CPU" in capsys.readouterr().err
+
+
+def test_an_interrupted_sharded_run_keeps_its_shards_and_resume_runs_none_again(
+        fake_host, tmp_path, monkeypatch, capsys):
+    """SIGTERM reaches the coordinator after its shards finished, before the merge is published:
+    the finished shards stay in <name>-incomplete and --resume publishes the run from them."""
+    real_wait = shard.wait
+    submitted = []
+
+    def wait_then_sigterm(subs, console):
+        real_wait(subs, console)
+        submitted.extend(subs)
+        os.kill(os.getpid(), signal.SIGTERM)         # the handler raises Terminated here
+
+    monkeypatch.setattr(shard, "wait", wait_then_sigterm)
+    out, inc = tmp_path / "run", tmp_path / "run-incomplete"
+    assert _run("l1l2", "--arch", "h200", "--gpus", "2", "--out", str(out)) == 143
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"--resume {inc}" in err and inc.is_dir() and not out.exists()
+    assert len(list((inc / shard.SHARDS).glob(f"shard-*/{shard.DONE}"))) == len(submitted) == 2
+    monkeypatch.setattr(shard, "wait", real_wait)
+    monkeypatch.setattr(shard, "submit", lambda *a, **k: pytest.fail("a shard ran again"))
+    assert _run("--resume", str(inc), "--gpus", "2") == 0
+    assert out.is_dir() and not inc.exists()
+    ref = _single_process("l1l2", tmp_path / "ref")
+    for f in ref:
+        assert Counter(map(_key, read_csv(out / f))) == ref[f]
