@@ -30,7 +30,7 @@ rows flagged ``failed`` (``profiles.counters``). If no session succeeds at all, 
 
 API for the orchestrator::
 
-    col = profile_cases(tool, [python, "-m", "experiments.target", plan], [c.id for c in cases],
+    col = profile_cases(tool, [python, "-m", "experiments.measurement.target", plan], [c.id for c in cases],
                         run_dir / "ncu", groups=metrics.DEFAULT_GROUPS, repeats=3)
     rows = to_rows(col, cases, run=run, study=study, arch=arch)   # arch: spec.Arch
     manifest["ncu"] = col.settings

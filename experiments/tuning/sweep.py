@@ -18,7 +18,7 @@ Problem sets (the ``set`` column of ``trials.csv.gz``):
   the chosen configuration's time moves smoothly where the classes jumped.
 
 Per problem, each candidate goes through the tuner's path (``experiments.tuning.tune.measure_problem``):
-prepared by ``kernels.CutileFamily`` with the candidate as its defaults, run on a NaN-poisoned
+prepared by ``kernels.backend.CutileFamily`` with the candidate as its defaults, run on a NaN-poisoned
 output and checked against the fp32 reference, then the passing ones timed interleaved with a cold
 L2 (kernel time, the GPU spin hides the host). A candidate that fails or spills has no time.
 Builds compile first, all problems at once, in parallel worker processes.

@@ -8,7 +8,7 @@ write the arch's defaults, ``kernels/configs/<arch>.json``.
 For each (D, causal) at B=1, H=16, fp16 and the long class's two sequence lengths (16K and 128K,
 ``kernels.config.representatives``; ``--seq S`` tunes at S alone), every candidate configuration
 (tiles × occupancy hint × worker warps × default schedule) goes through the project's one path:
-prepared by ``kernels.CutileFamily`` with the candidate as its defaults, run once on a NaN-poisoned
+prepared by ``kernels.backend.CutileFamily`` with the candidate as its defaults, run once on a NaN-poisoned
 output and checked against the fp32 reference (``experiments.measurement.correctness``); only the candidates
 that pass are timed, interleaved and with a cold L2 (``experiments.measurement.timing``), and ranked by median
 time. A wrong-but-fast candidate never wins: it is never timed. The candidates of sm_90 are those

@@ -1,6 +1,6 @@
 """Every name of ours a docstring mentions exists: a dotted name (``analysis.cache.timesim``,
 ``spec.OrderKind.SAWTOOTH``, ``kernels.attention``) resolves to a module, and then to a
-top-level name of it and an attribute of that; a path (``experiments/simulate.py``,
+top-level name of it and an attribute of that; a path (``experiments/simulation/simulate.py``,
 ``profiles/h100/sawtooth-20261123``) exists in the checkout. A module that moves or a run that is
 renamed leaves its old name in prose that no import checks: this test is that check.
 
