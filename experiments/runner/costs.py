@@ -8,7 +8,7 @@ problem, the tiles and the schedule (``kv_pairs`` sums the causal triangle with 
 has two accesses per pair (K and V) and two per work item (Q load, O store): ``tile_accesses``.
 
 **Simulate time.** Per-unit costs, each fitted on committed timings (``experiments.runner.costfit``
-refits them; ``tests/cpu/experiments/test_costs.py`` checks that the constants below are what the fit gives):
+refits them; ``tests/cpu/experiments/runner/test_costs.py`` checks that the constants below are what the fit gives):
 
 - timed model (``analysis.cache.timesim``): ``TIMED_S_PER_STEP`` per simulated step plus
   ``TIMED_S_PER_ENTRY`` per cache entry (tile ids x partitions^2: the per-partition lists are
@@ -30,7 +30,7 @@ Cases run on ``workers`` threads (the simulators release the GIL); the plan's ti
 longest-first schedule of the cases over them.
 
 **Simulate memory.** From the arrays each model allocates (their dtypes; checked against the
-measured growth of the peak RSS in ``tests/cpu/experiments/test_costs.py``): the timed model
+measured growth of the peak RSS in ``tests/cpu/experiments/runner/test_costs.py``): the timed model
 ``TIMED_B_PER_ITEM`` per work item (the work table and its temporaries) and ``12 + 26 P + 25 P^2``
 bytes per tile id for ``P`` partitions (sector counts, the sample, the LRU lists of every
 partition); the lock-step model ``LOCKSTEP_B_PER_ACCESS`` per access (the int32 trace and the
