@@ -105,18 +105,18 @@ STUDIES: dict[str, Study] = {
         Study("cuda-tiles", "the CUDA tile sweep (grid launch at every tested tile) with the "
               "persistent linear / sawtooth and LPT builds of the default tile, beside SDPA",
               cuda_tiles_plan, profiled=False, reps=20),
-        Study("shapes", "issue 14's shape suite (benchmark, batched short, GQA, uneven, S_q != "
+        Study("shapes", "the shape suite (benchmark, batched short, GQA, uneven, S_q != "
               "S_kv): each family's default attention() beside SDPA flash and cuDNN; geometric "
               "mean and minimum of the ratio to cuDNN per family",
               shapes_plan, profiled=False, reps=15, measure="experiments.speed.shapes:measure"),
-        Study("models", "issue 35's model families (encoders, ViTs, diffusion U-Nets, LLM "
+        Study("models", "the model families (encoders, ViTs, diffusion U-Nets, LLM "
               "prefill with grouped and multi-query heads, chunks against a longer K/V, long "
               "causal) in a tuning and a validation half: each family's default attention() "
               "beside SDPA flash and cuDNN, kernel time and eager call time",
               models_plan, profiled=False, reps=15, measure="experiments.speed.shapes:measure"),
         Study("hostpath", "host time per call of each family's attention() (eager path, "
               "operator, prepared launch) beside SDPA flash and cuDNN over 10,000 calls, and "
-              "the eager call time of each (issue 35)",
+              "the eager call time of each (the host-path study)",
               hostpath_plan, profiled=False, reps=30, measure="experiments.speed.eager:measure_hostpath"),
         Study("drift", "how far persistent CTAs drift from lock-step: %globaltimer stamps of the "
               "CUDA trace build, spread of step start times over the CTAs",

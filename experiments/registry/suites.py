@@ -67,7 +67,7 @@ MODEL_FAMILIES: dict[str, tuple[Problem, ...]] = {
     "long": (Problem(1, 32, 65536, 128, H_kv=8, dtype="bf16", causal=True),
              Problem(1, 16, 100000, 64, causal=True)),
 }
-"""Issue 35's model families, each at several sizes (the problem's label names its shape). None
+"""The model families, each at several sizes (the problem's label names its shape). None
 is a problem ``experiments.tuning.tune`` measures (``kernels.config.representatives``; a CPU test
 checks it): every one is unseen by the tuning that set kernels/configs/h100.json."""
 HALVES = ("tuning", "validation")

@@ -1,6 +1,6 @@
 """The shapes and models studies' summary: how fast each family's default ``attention()`` is
-against SDPA's cuDNN and flash backends over issue 14's shape suite
-(``experiments.registry.suites.shapes_problems``) and issue 35's model families
+against SDPA's cuDNN and flash backends over the shape suite
+(``experiments.registry.suites.shapes_problems``) and the model families
 (``experiments.registry.suites.model_problems``, reported per half: ``half_lines``).
 
     python -m experiments.speed.shapes runs/h100/shapes/<run>        # re-print a stored run's summary

@@ -8,9 +8,9 @@
 
 Problem sets (the ``set`` column of ``trials.csv.gz``):
 
-- ``tuning`` / ``validation``: the two halves of issue 35's model families
+- ``tuning`` / ``validation``: the two halves of the model families
   (``experiments.registry.suites.model_problems``); the fit sees the tuning half only;
-- ``shapes``: issue 14's shape suite up to S=32K (``experiments.registry.suites.shapes_problems``: the
+- ``shapes``: the shape suite up to S=32K (``experiments.registry.suites.shapes_problems``: the
   benchmark's shapes, batched short prefill, grouped heads, uneven lengths, a short query block
   against a long K/V), the problems the old shape classes were tuned on; the fit sees them;
 - ``scan``: a vision-transformer batch (B=32, H=12, D=64, bf16) at lengths across the old class

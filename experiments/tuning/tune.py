@@ -19,7 +19,7 @@ slowdowns against each problem's fastest), so one size cannot pick tiles that lo
 
 ``--classes`` tunes shape classes instead (``kernels.config.ShapeClass``: cross, gqa, small,
 uneven, tiny, short; the top-level (D, causal) defaults are the long class): per class, the
-(D, causal) keys that issue 14's shape suite has in that class
+(D, causal) keys that the shape suite has in that class
 (``experiments.registry.suites.shapes_problems``; ``--only`` narrows them), each at the class's problems
 (``kernels.config.representatives``: its small and large end), through the same check-then-time
 ranking; the candidates are the key's, plus for causal keys each persistent one again with the
@@ -279,7 +279,7 @@ CLASSES = tuple(c.value for c in ShapeClass if c != ShapeClass.LONG)
 
 
 def class_keys(name: str) -> list[tuple[int, bool]]:
-    """The (D, causal) keys issue 14's shape suite has in class ``name``."""
+    """The (D, causal) keys the shape suite has in class ``name``."""
     from ..registry.suites import shapes_problems
     keys = {(p.D, p.causal) for _, p in shapes_problems() if shape_class(p).value == name}
     return [k for k in KEYS if k in keys]

@@ -496,7 +496,7 @@ def test_several_problems_rank_by_the_geometric_mean_and_a_failure_anywhere_fail
 
 
 def test_model_suite_halves_share_no_problem_and_the_tuner_saw_none():
-    """Issue 35's suite: both halves hold every family, no problem is in both, and none is a
+    """The model families: both halves hold every family, no problem is in both, and none is a
     problem ``experiments.tuning.tune`` measures (``kernels.config.representatives`` of every class,
     head dim and mask): the validation half is unseen by the tuning that set the defaults."""
     from experiments.registry.suites import MODEL_FAMILIES, model_problems
