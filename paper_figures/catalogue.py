@@ -4,7 +4,7 @@
 The declarations are read from the modules' source (two literal assignments each), not by
 importing them: plan-only commands (``python -m experiments.run --list``, ``--dry-run``) ask which
 figures a study feeds, and importing every figure module means matplotlib and the analysis layer
-(about a second). ``tests/cpu/test_figure_links.py`` checks that what is read here is what the
+(about a second). ``tests/cpu/paper_figures/test_figure_links.py`` checks that what is read here is what the
 imported modules hold.
 """
 from __future__ import annotations

@@ -12,14 +12,12 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
 from experiments.registry.studies import STUDIES, get_study
 from paper_figures.catalogue import FIGURE_MODULES, figure_studies, figures_of
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import ROOT
 
 
 def test_the_catalogue_reads_what_the_modules_declare():
