@@ -54,25 +54,14 @@ With ``miss_ratio = 1``, ``jitter = 0``, one partition and no merge window every
 The cache is an exact LRU over whole tiles weighted by their sectors (the same cache as
 ``analysis.cache.l2sim``: a tile is resident iff the sectors used since its last use, plus its own, fit).
 
-**Replacement** (``replacement``). ``"lru"`` (the default, and ``analysis.cache.l2sim``'s) or
-``"srrip"``: 2-bit re-reference prediction (Jaleel et al., ISCA 2010), a miss inserted at RRPV 2,
-a hit set to 0, the oldest RRPV-3 entry evicted. Where it matters for the wavefront: a leader's
-fresh tiles and the tiles its followers already re-read compete for the same space; LRU keeps
-the fresh ones (more recent), SRRIP the re-read ones (re-referenced), so under SRRIP followers a
-few MiB behind a thrashing leader miss. It was tried on the H100's few-CTA under-prediction
-(``profiles/h100/fewcta-probe-20261125``: it gives 1.43 G for 4 CTAs on one partition, measured
-1.41 G in that launch) and rejected as the default: over the 108 seen stable out-of-sample H100
-cases its relative RMS error is 48.7% against LRU's 44.9% (worse on active-sms and l1l2, where
-2-8 CTAs share perfectly at S = 256K; REPORT.md section 7d). ``python -m analysis.calibration
-validate --replacement srrip`` repeats the comparison.
-
-**Sets** (``ways``; tried, not adopted). ``ways = 0`` (the default) is the fully associative
-cache above; ``ways = W`` hashes each partition's half-tiles into sets of about W (``set_index``),
-each an LRU of its own, which turns the fully associative cliff at the capacity into a slope.
-Over the seen one-pass studies (``python -m analysis.calibration scan --set ways=...``,
-REPORT.md 7f) W = 16 and 32 add conflict misses to working sets that the H100 holds whole
-(l1l2 6.6% -> 1668% and 392%), W = 64 changes nothing out of sample (18.1% -> 18.0%): the
-H100's L2 keeps a contiguous K/V below its capacity as a fully associative cache would.
+**Replacement** (``replacement``): ``"lru"`` (the default, and ``analysis.cache.l2sim``'s) or
+``"srrip"`` (2-bit re-reference prediction, Jaleel et al., ISCA 2010: a miss inserted at RRPV 2,
+a hit set to 0, the oldest RRPV-3 entry evicted), which keeps the tiles followers re-read where
+LRU keeps a leader's fresh ones. **Sets** (``ways``): 0, fully associative (the default), or
+each partition's half-tiles hashed into sets of about W (``set_index``), which turns the cliff
+at the capacity into a slope. Neither alternative predicts the H100 better out of sample
+(REPORT.md section 7; ``python -m analysis.calibration validate --replacement srrip``,
+``scan --set ways=...``).
 
 **Two partitions** (``partitions=2``, Hopper and Blackwell; ``../shared/l2-ncu-notes.md`` §1). Every
 tile is split into two halves, each homed in one partition: the tile-granular form of a fine
