@@ -184,7 +184,7 @@ def test_arrays_round_trip_through_npz(tmp_path):
 
 # -- explorations.variance: the placement condition (CPU parts, fake ncu) ------------------------
 
-from experiments import target  # noqa: E402
+from experiments.measurement import target  # noqa: E402
 from explorations import variance  # noqa: E402
 from profiles.counters import Observation  # noqa: E402
 from spec import get_arch  # noqa: E402
