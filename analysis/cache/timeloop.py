@@ -3,10 +3,8 @@ a binary heap of next-event times; every K/V access looks its half-tile up in th
 LRU list (or SRRIP buckets), merges with a fill in flight, or misses; the counters it returns are
 read by ``analysis.cache.timesim`` (the model, its parameters and the rows).
 
-The helpers the loop calls once or more per access are compiled without numba's runtime
-(``_nrt=False``): with it, each call increments and decrements the reference count of every
-array argument with an atomic instruction, which took 35% of the loop's time under perf (same
-counts; they allocate nothing). ``_run_policy`` is the one entry: compiled once per replacement
+The helpers the loop calls once or more per access (the heap and the replacement lists) are in
+``analysis.cache.replacement``. ``_run_policy`` is the one entry: compiled once per replacement
 policy (a literal argument), cached on disk, and it releases the GIL so that cases run on
 threads.
 """
@@ -17,132 +15,10 @@ import math
 import numba
 import numpy as np
 
+from analysis.cache.replacement import _access, _sift_down
+
 _N_COUNTERS = 10
 (_TEX, _HIT, _MISS, _INFL, _MERGED, _FAB, _FHIT, _FMISS, _DRAM, _COLD) = range(_N_COUNTERS)
-
-
-
-@numba.njit(cache=True, _nrt=False)
-def _less(time, a, b):  # pragma: no cover - compiled
-    return time[a] < time[b] or (time[a] == time[b] and a < b)
-
-
-@numba.njit(cache=True, _nrt=False)
-def _sift_down(heap, n, time, i):  # pragma: no cover - compiled
-    while True:
-        l = 2 * i + 1
-        if l >= n:
-            return
-        m = l
-        r = l + 1
-        if r < n and _less(time, heap[r], heap[l]):
-            m = r
-        if _less(time, heap[m], heap[i]):
-            tmp = heap[m]
-            heap[m] = heap[i]
-            heap[i] = tmp
-            i = m
-        else:
-            return
-
-
-@numba.njit(cache=True, _nrt=False)
-def _unlink(j, b, prev, nxt, bhead, btail):  # pragma: no cover - compiled
-    """Remove entry ``j`` from the doubly linked list ``b`` (head = oldest)."""
-    a = prev[j]
-    c = nxt[j]
-    if a >= 0:
-        nxt[a] = c
-    else:
-        bhead[b] = c
-    if c >= 0:
-        prev[c] = a
-    else:
-        btail[b] = a
-    prev[j] = -1
-    nxt[j] = -1
-
-
-@numba.njit(cache=True, _nrt=False)
-def _append(j, b, prev, nxt, bhead, btail):  # pragma: no cover - compiled
-    """Append entry ``j`` at the tail (newest end) of list ``b``."""
-    prev[j] = btail[b]
-    nxt[j] = -1
-    if btail[b] >= 0:
-        nxt[btail[b]] = j
-    else:
-        bhead[b] = j
-    btail[b] = j
-
-
-@numba.njit(cache=True, _nrt=False)
-def _lookup(j, p, w, prev, nxt, head, tail, present, occ, cap, wsub, base):  # pragma: no cover
-    """LRU lookup of entry ``j`` (= base + sub, ``base`` = partition * nsub) in list ``p`` (its
-    partition, or its set of that partition), which runs from the least (``head``) to the most
-    recently used (``tail``). Returns True on a hit (the entry
-    moves to the MRU end); on a miss inserts it at the MRU end and evicts from the LRU end
-    until the partition fits, unless it cannot fit at all (then the l2sim stack model misses
-    it every time too, and so does this)."""
-    if present[j]:
-        if nxt[j] >= 0:                      # not already the MRU entry
-            _unlink(j, p, prev, nxt, head, tail)
-            _append(j, p, prev, nxt, head, tail)
-        return True
-    if w > cap[p]:
-        return False
-    present[j] = True
-    _append(j, p, prev, nxt, head, tail)
-    occ[p] += w
-    while occ[p] > cap[p]:
-        e = head[p]                          # e is not j: j alone fits
-        _unlink(e, p, prev, nxt, head, tail)
-        present[e] = False
-        occ[p] -= wsub[e - base]
-    return False
-
-
-@numba.njit(cache=True, _nrt=False)
-def _lookup_srrip(j, p, w, prev, nxt, bhead, btail, pb, age, present, occ, cap, wsub,
-                  base):  # pragma: no cover - compiled
-    """SRRIP lookup (2-bit re-reference prediction values, hit priority; Jaleel et al., ISCA
-    2010) of entry ``j`` in partition ``p``, fully associative over whole tiles. Each
-    partition keeps one list per RRPV, in the order the entries entered it; an entry's RRPV is
-    ``(pb[j] + age[p]) % 4``, so ageing every entry by one is ``age[p] += 1`` (done only when
-    no entry has RRPV 3, so no value wraps). A hit sets the RRPV to 0; a miss evicts the
-    oldest RRPV-3 entries (ageing while there are none) until the tile fits, then inserts it
-    at RRPV 2."""
-    if present[j]:
-        _unlink(j, p * 4 + pb[j], prev, nxt, bhead, btail)
-        pb[j] = (4 - age[p] % 4) % 4                     # RRPV 0
-        _append(j, p * 4 + pb[j], prev, nxt, bhead, btail)
-        return True
-    if w > cap[p]:
-        return False
-    while occ[p] + w > cap[p]:
-        b3 = p * 4 + (3 - age[p] % 4 + 4) % 4
-        if bhead[b3] < 0:
-            age[p] += 1
-            continue
-        e = bhead[b3]
-        _unlink(e, b3, prev, nxt, bhead, btail)
-        present[e] = False
-        occ[p] -= wsub[e - base]
-    present[j] = True
-    pb[j] = (2 - age[p] % 4 + 4) % 4                     # RRPV 2
-    _append(j, p * 4 + pb[j], prev, nxt, bhead, btail)
-    occ[p] += w
-    return False
-
-
-@numba.njit(cache=True, _nrt=False)
-def _access(srrip, j, p, w, prev, nxt, head, tail, pb, age, present, occ, cap, wsub,
-            base):  # pragma: no cover - compiled
-    """One lookup under the replacement policy: LRU (``head``/``tail`` one list per partition)
-    or SRRIP (four lists per partition)."""
-    if srrip:
-        return _lookup_srrip(j, p, w, prev, nxt, head, tail, pb, age, present, occ, cap, wsub,
-                             base)
-    return _lookup(j, p, w, prev, nxt, head, tail, present, occ, cap, wsub, base)
 
 
 @numba.njit(cache=True)

@@ -54,25 +54,14 @@ With ``miss_ratio = 1``, ``jitter = 0``, one partition and no merge window every
 The cache is an exact LRU over whole tiles weighted by their sectors (the same cache as
 ``analysis.cache.l2sim``: a tile is resident iff the sectors used since its last use, plus its own, fit).
 
-**Replacement** (``replacement``). ``"lru"`` (the default, and ``analysis.cache.l2sim``'s) or
-``"srrip"``: 2-bit re-reference prediction (Jaleel et al., ISCA 2010), a miss inserted at RRPV 2,
-a hit set to 0, the oldest RRPV-3 entry evicted. Where it matters for the wavefront: a leader's
-fresh tiles and the tiles its followers already re-read compete for the same space; LRU keeps
-the fresh ones (more recent), SRRIP the re-read ones (re-referenced), so under SRRIP followers a
-few MiB behind a thrashing leader miss. It was tried on the H100's few-CTA under-prediction
-(``profiles/h100/fewcta-probe-20261125``: it gives 1.43 G for 4 CTAs on one partition, measured
-1.41 G in that launch) and rejected as the default: over the 108 seen stable out-of-sample H100
-cases its relative RMS error is 48.7% against LRU's 44.9% (worse on active-sms and l1l2, where
-2-8 CTAs share perfectly at S = 256K; REPORT.md section 7d). ``python -m analysis.calibration
-validate --replacement srrip`` repeats the comparison.
-
-**Sets** (``ways``; tried, not adopted). ``ways = 0`` (the default) is the fully associative
-cache above; ``ways = W`` hashes each partition's half-tiles into sets of about W (``set_index``),
-each an LRU of its own, which turns the fully associative cliff at the capacity into a slope.
-Over the seen one-pass studies (``python -m analysis.calibration scan --set ways=...``,
-REPORT.md 7f) W = 16 and 32 add conflict misses to working sets that the H100 holds whole
-(l1l2 6.6% -> 1668% and 392%), W = 64 changes nothing out of sample (18.1% -> 18.0%): the
-H100's L2 keeps a contiguous K/V below its capacity as a fully associative cache would.
+**Replacement** (``replacement``): ``"lru"`` (the default, and ``analysis.cache.l2sim``'s) or
+``"srrip"`` (2-bit re-reference prediction, Jaleel et al., ISCA 2010: a miss inserted at RRPV 2,
+a hit set to 0, the oldest RRPV-3 entry evicted), which keeps the tiles followers re-read where
+LRU keeps a leader's fresh ones. **Sets** (``ways``): 0, fully associative (the default), or
+each partition's half-tiles hashed into sets of about W (``set_index``), which turns the cliff
+at the capacity into a slope. Neither alternative predicts the H100 better out of sample
+(REPORT.md section 7; ``python -m analysis.calibration validate --replacement srrip``,
+``scan --set ways=...``).
 
 **Two partitions** (``partitions=2``, Hopper and Blackwell; ``../shared/l2-ncu-notes.md`` §1). Every
 tile is split into two halves, each homed in one partition: the tile-granular form of a fine
@@ -126,6 +115,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from analysis.cache.sampling import SHARDS_TARGET, sampled_subkeys, set_index, shards_rate
 from analysis.cache.smmap import slot_paired_odd, slot_partitions
 from analysis.cache.timeloop import (
     _COLD,
@@ -293,58 +283,6 @@ class TimeCounts:
 # --------------------------------------------------------------------------------------------
 # public API
 # --------------------------------------------------------------------------------------------
-def sampled_subkeys(n_sub: int, rate: float, partitions: int = 1) -> np.ndarray:
-    """SHARDS spatial sample, systematic: tile id ``k`` is in iff ``floor((k + 1)·R + 1/2) >
-    floor(k·R + 1/2)`` (every ``1/R``-th id), with all ``partitions`` halves of a sampled tile
-    (sub-key ``k · partitions + h``). Any run of ``n`` consecutive tile ids holds ``R·n``
-    samples, rounded either way; a hashed sample holds ``R·n ± sqrt(R·n)``."""
-    if rate >= 1.0:
-        return np.ones(n_sub, dtype=bool)
-    k = np.arange(n_sub // partitions, dtype=np.float64)
-    keep = np.floor((k + 1) * rate + 0.5) > np.floor(k * rate + 0.5)
-    return np.repeat(keep, partitions)
-
-
-SHARDS_TARGET = 6554
-"""SHARDS size rule: sample about this many half-tile ids per case (0.1 of the GB10 cuTile B=8
-case's 65 536 tile ids). The sampling error grows as the sample shrinks, so a fixed sample size
-(rather than a fixed rate) keeps the error measured against the exact simulator on the GB10 and
-H100 cases (``explorations/simbench.py``) valid for the larger arches."""
-
-
-def set_index(wsub: np.ndarray, sampled: np.ndarray, cap_part: int,
-              ways: int) -> tuple[np.ndarray, int]:
-    """(set of each half-tile, sets per partition) of an L2 partition of ``cap_part`` sectors
-    whose entries are hashed into sets of about ``ways`` half-tiles; ``ways = 0``: one set
-    (fully associative).
-
-    Why sets matter for the wavefront: in a fully associative LRU a tile hits iff fewer
-    sectors than the capacity were touched since its last use, so a convoy's hits fall off a
-    cliff where its reuse distance crosses the capacity (counts of a 132-CTA convoy near the
-    L2 size swing 2-4x with a few hundred steps of spread, REPORT.md 7e). In a hashed
-    W-way cache a line hits iff fewer than W lines *of its own set* arrived since, a
-    Poisson count of mean W·D/C for reuse distance D and capacity C: the cliff becomes a
-    slope about sqrt(W)/W wide (W = 16: hits 78% at D = 0.8 C, 47% at C, 22% at 1.2 C). Sets
-    here hold half-tiles, not 128 B lines; the per-entry hit probability is the same Poisson
-    law. The set of a half-tile is a 64-bit mix of its id (splitmix64), so consecutive tiles
-    of a scan land in unrelated sets, as a hashed slice/set index spreads a scan's lines.
-    Sized from the median sampled half-tile, so that each set holds about ``ways`` of them."""
-    if ways <= 0:
-        return np.zeros(len(wsub), dtype=np.int64), 1
-    typical = float(np.median(wsub[sampled])) if sampled.any() else 1.0
-    n_sets = max(1, int(round(cap_part / (ways * max(typical, 1.0)))))
-    x = np.arange(len(wsub), dtype=np.uint64) + np.uint64(0x9E3779B97F4A7C15)
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    x = x ^ (x >> np.uint64(31))
-    return (x % np.uint64(n_sets)).astype(np.int64), n_sets
-
-
-def shards_rate(table: WorkTable, partitions: int, target: int = SHARDS_TARGET) -> float:
-    """The SHARDS rate of the size rule: ``min(1, target / half-tile ids)``."""
-    return min(1.0, target / (len(table.key_sectors) * partitions))
-
-
 def simulate(table: WorkTable, resident: int, params: TimeParams,
              sector_bytes: int = 32) -> TimeCounts:
     """Run the timed simulator over ``table`` with ``resident`` CTA slots."""

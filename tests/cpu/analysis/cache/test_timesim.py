@@ -3,7 +3,7 @@ the merge window."""
 import numpy as np
 import pytest
 
-from analysis.cache import l2sim, timeloop, timesim
+from analysis.cache import l2sim, replacement, timesim
 from analysis.cache.timesim import TimeParams
 from spec import CtaSchedule, Problem, ScanOrder, TileGrid, Tiles
 from spec.trace import build_trace, work_table
@@ -175,7 +175,7 @@ def _replay(lookup, seq, cap, srrip):
     pb, age = np.zeros(n, np.int64), np.zeros(1, np.int64)
     present, occ = np.zeros(n, np.bool_), np.zeros(1, np.int64)
     cap_a, w = np.array([cap], np.int64), np.ones(n, np.int64)
-    return [bool(timeloop._access(srrip, j, 0, 1, prev, nxt, head, tail, pb, age, present, occ,
+    return [bool(replacement._access(srrip, j, 0, 1, prev, nxt, head, tail, pb, age, present, occ,
                                  cap_a, w, 0)) for j in seq]   # partition 0: base 0
 
 
@@ -189,8 +189,8 @@ def test_srrip_keeps_re_referenced_lines_where_lru_keeps_recent_ones():
     #      re-referenced line survived); D misses: evicts E (RRPV 3). Two hits.
     A, B, C, D, E, F = range(6)
     seq = [A, B, C, A, D, E, F, A, D]
-    lru = _replay(timeloop._lookup, seq, 3, False)
-    srrip = _replay(timeloop._lookup_srrip, seq, 3, True)
+    lru = _replay(replacement._lookup, seq, 3, False)
+    srrip = _replay(replacement._lookup_srrip, seq, 3, True)
     assert lru == [False, False, False, True, False, False, False, False, False]
     assert srrip == [False, False, False, True, False, False, False, True, False]
 
