@@ -388,3 +388,13 @@ def test_checker_catches_a_cycle_through_a_lazy_import(tmp_path):
     (msg,) = check(root)
     assert msg == ("import cycle: experiments.a (experiments/a.py:1) -> experiments.b "
                    "(experiments/b.py:2) -> experiments.a")
+
+
+def test_cpu_tests_live_under_the_package_they_test():
+    """tests/cpu/ mirrors the packages: a test module sits in tests/cpu/<package>/ (or
+    tests/cpu/repository/ for the repository as a whole), never at tests/cpu/'s top level."""
+    tests = ROOT / "tests" / "cpu"
+    loose = sorted(p.name for p in tests.glob("test_*.py"))
+    assert not loose, f"move {loose} into tests/cpu/<package>/ (git mv)"
+    dirs = {p.relative_to(tests).parts[0] for p in tests.rglob("test_*.py")}
+    assert dirs <= set(ALLOWED) | {"repository"}, dirs - set(ALLOWED)
