@@ -1,8 +1,7 @@
 """Where does the L2 miss counter's run-to-run spread come from? A GPU-only diagnosis driver.
 
 ``python -m explorations.variance --arch h100 --out DIR [--n 5] [--sessions 1] [--cases REGEX]
-[--conditions a,b,...]`` (default: the five conditions below up to ``order_last``; ``placement``
-is asked for by name)
+[--conditions a,b,...]`` (default: the conditions up to ``order_last``; ``placement`` by name)
 
 A miss count is a property of the access order and the cache, so a spread between runs of one
 build comes from the kernel's execution (placement, timing), the profiler (replay passes, cache
@@ -19,20 +18,17 @@ times per case (``sessions`` processes x ``n`` launches, each launch profiled on
                    before each launch: ncu's flush vs ours.
 * ``order_last``   (d) the cases launched in reverse order in every round: first vs last.
 * ``placement``    (e) the CUDA *trace build* of CUDA cases (default: linear B=1 and B=4, 80x80,
-                   132 persistent CTAs), profiled with {local tex misses, DRAM read bytes, read-
-                   only tex misses} (one pass on an H100 by the probes; ``profiler__replayer_
-                   passes`` is recorded and a multi-pass launch is flagged, its trace then being
-                   the last pass's). The read-only misses are the figure compared: the trace
-                   build's own stamps are stores. Per launch the trace records where each CTA ran
+                   132 persistent CTAs), profiled with local tex misses, DRAM read bytes and
+                   read-only tex misses (the figure compared: the trace's stamps are stores) in
+                   one pass (``profiler__replayer_passes`` recorded, multi-pass flagged). Per launch the trace records where each CTA ran
                    (``%smid``) and when it started, stepped and ended (``%globaltimer``);
                    ``DIR/placement/<case>.npz`` keeps that compactly (``analysis.launch.placement``), and
                    ``DIR/placement.csv`` holds per launch the placement and drift statistics
                    (SMs used, most CTAs on one SM, SMs shared, SM-id pairs, start spread, drift
                    after one work item, span, ...) and per statistic its Spearman correlation with
                    the read-only misses over the launches (``stat = spearman``, ``lo`` = p-value).
-                   Only ``flash_fwd`` kernels are profiled (``--kernel-name``), not the trace
-                   buffers' fills. Question: do launches that miss more run with a different
-                   placement or drift?
+                   Only ``flash_fwd`` kernels are profiled. Question: do launches that miss
+                   more run with a different placement or drift?
 
 Launches go round-robin over the cases (round l launches every case once), so a drift over the
 session shows up as a trend in ``sample`` rather than as a difference between cases. Every

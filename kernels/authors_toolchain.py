@@ -18,7 +18,7 @@ both causal modes (``kernels.authors_sources``).
 
 Per cubin: registers, stack, shared memory, CTA size and CTAs per SM under the target's published
 limits; per loop of its SASS (``kernels.sass_loops``): length, MMAs, LDL/STL, global and TMA
-loads. One CSV row per build x toolchain x target x loop (``builds.csv``), and ``manifest.json``
+loads. One CSV row per build x toolchain x target x loop (``builds.csv.gz``), and ``manifest.json``
 with the versions, the authors' commit and the sha256 of every cubin.
 
 The old toolchain lives in its own virtualenv (``--old-venv``, default ``.venv-ct10`` in the
@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gzip
 import hashlib
+import io
 import json
 import os
 import subprocess
@@ -239,7 +241,8 @@ def run(out: Path, old_venv: Path, new_venv: Path, authors: Path | None, targets
                     res, loops, func = analyse(data, t, (old_venv,))
                     rows += rows_for(b, tc, t, res, loops, func, "ok")
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / "builds.csv", "w", newline="") as f:
+    with gzip.GzipFile(out / "builds.csv.gz", "wb", mtime=0) as gz, \
+            io.TextIOWrapper(gz, newline="") as f:
         w = csv.DictWriter(f, fieldnames=FIELDS)
         w.writeheader()
         w.writerows(rows)
@@ -257,7 +260,7 @@ def run(out: Path, old_venv: Path, new_venv: Path, authors: Path | None, targets
                 "cubin_sha256": cubins}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     print(summary(rows))
-    print(f"wrote {out}/builds.csv ({len(rows)} rows) and manifest.json")
+    print(f"wrote {out}/builds.csv.gz ({len(rows)} rows) and manifest.json")
     return 0
 
 
@@ -281,12 +284,17 @@ def summary(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _open_text(path: Path):
+    """A text file, read through gzip when it ends in ``.gz`` (the committed CSV and fixture)."""
+    return gzip.open(path, "rt", newline="") if str(path).endswith(".gz") else open(path, newline="")
+
+
 def step_table(csv_path: Path) -> str:
     """The per-build table of a committed ``builds.csv`` (markdown): per build, toolchain and
     target the registers, stack and CTAs per SM; then the bulk K/V step loops (``bulk``) and the
     other step loops (the masked diagonal tiles), each as MMAs, LDL+STL and body length per
     iteration, loops separated by ``/``."""
-    with open(csv_path) as f:
+    with _open_text(csv_path) as f:
         rows = list(csv.DictReader(f))
     groups: dict = {}
     for r in rows:
@@ -317,7 +325,8 @@ def step_table(csv_path: Path) -> str:
 
 
 def sass_report(path: Path) -> str:
-    func = sass_loops.kernel(path.read_text())
+    with _open_text(path) as f:
+        func = sass_loops.kernel(f.read())
     loops = func.loops()
     out = [f"{func.name}: {len(func.instructions)} instructions, {len(loops)} loops",
            "loop start    end      depth role      len  mma  ldl  stl  ldg ldgsts utmaldg"]
@@ -331,7 +340,7 @@ def sass_report(path: Path) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m kernels.authors_toolchain",
                                  description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, help="directory for builds.csv and manifest.json")
+    ap.add_argument("--out", type=Path, help="directory for builds.csv.gz and manifest.json")
     ap.add_argument("--old-venv", type=Path, default=OLD_VENV,
                     help="virtualenv with cuda-tile 1.0.x and tileiras 13.1.80")
     ap.add_argument("--new-venv", type=Path, default=Path(sys.prefix),
@@ -353,7 +362,7 @@ def main(argv=None) -> int:
             return 0
         if a.table:
             if not a.table.is_file():
-                raise SetupError(f"{a.table}: no such file; pass a builds.csv this command wrote")
+                raise SetupError(f"{a.table}: no such file; pass a builds.csv.gz this command wrote")
             print(step_table(a.table))
             return 0
         if a.sass:

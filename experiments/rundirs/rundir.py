@@ -6,22 +6,16 @@ The life of a run directory ``<parent>/<name>``:
    ``O_CREAT | O_EXCL``, which succeeds for exactly one process; it holds that process's id and
    host. A second run for the same name (an explicit ``--out``, or a default name stamped in the
    same microsecond) is refused, or for a default name takes the next stamp, before it starts.
-   A lock left by a process that no longer runs (killed with SIGKILL, a power cut) is stale and
-   is taken over, and so is any other run's stale lock in the same parent directory (a killed run
-   of another name: default names are unique stamps, so its name never comes again): the lock
-   and its hidden partial directory are removed and the run says so in one line.
+   A stale lock (its process no longer runs), this name's or another's in the same parent, is
+   taken over: the lock and its hidden partial directory are removed, said in one line.
 2. **work** in the hidden sibling ``<parent>/.<name>.partial/``; rows carry the final name.
-3. **publish**: the partial directory is renamed to ``<name>`` (one atomic ``rename``), then the
-   lock is removed.
+3. **publish**: the partial directory is renamed to ``<name>`` (atomic), then the lock removed.
 
-Whatever stops a run (an exception, Ctrl-C, SIGTERM, which ``experiments.run`` turns into an
-exception) removes the partial directory, the lock and the parent directories the run created,
-so nothing is left; only SIGKILL can leave the two hidden entries, which never look like a run
-(readers skip names starting with a dot and directories without ``manifest.json``) and are
-cleaned by the next run in that directory.
+Whatever stops a run (an exception, Ctrl-C, SIGTERM) removes the partial directory, the lock and
+the parent directories it created; only SIGKILL leaves the two hidden entries, which readers
+skip (dot names, no ``manifest.json``) and the next run there cleans.
 
-A measured run is worth keeping when stopped (minutes of GPU time; ``experiments.rundirs.journal``): it
-works in the visible ``<parent>/<name>-incomplete/`` instead, whose ``manifest.json`` says
+A stopped measured run is worth keeping (``experiments.rundirs.journal``): it works in the visible ``<parent>/<name>-incomplete/`` instead, whose ``manifest.json`` says
 ``"complete": false`` and whose ``INCOMPLETE`` file is one line naming the command that finishes
 it. When it stops with finished work in it (``keep``), that directory stays and only the lock
 goes; ``--resume`` reserves ``<name>`` again, works in the same directory and publishes it by
