@@ -64,12 +64,11 @@ def find_cuobjdump() -> str | None:
     return shutil.which("cuobjdump")
 
 
-def compile_cubin(case, arch: str, occupancy=None, worker_warps=None) -> bytes:
+def _export_cubin(kern, case, arch: str) -> bytes:
+    """``kern`` exported for ``case``'s JIT-like signature as an ``arch`` cubin."""
     from cuda.tile.compilation import export_kernel
 
-    from . import fmha
     from .toolchain import explain_compile_error
-    kern = fmha.get_kernel(occupancy, worker_warps)
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "k.cubin")
         try:
@@ -77,6 +76,11 @@ def compile_cubin(case, arch: str, occupancy=None, worker_warps=None) -> bytes:
         except Exception as e:  # noqa: BLE001 - rewrapped with a fix hint when it is the toolchain
             raise explain_compile_error(e) from e
         return Path(path).read_bytes()
+
+
+def compile_cubin(case, arch: str, occupancy=None, worker_warps=None) -> bytes:
+    from . import fmha
+    return _export_cubin(fmha.get_kernel(occupancy, worker_warps), case, arch)
 
 
 EIATTR_REQNTID = 0x10
@@ -185,18 +189,8 @@ def resources(case, arch: str, occupancy=None, worker_warps=None) -> Resources:
 
 def compile_backward_cubin(case, arch: str, occupancy=None, worker_warps=None) -> bytes:
     """The cubin of a backward build (``kernels.signatures.BackwardCase``) for ``arch``."""
-    from cuda.tile.compilation import export_kernel
-
     from . import fmha_bwd
-    from .toolchain import explain_compile_error
-    kern = fmha_bwd.get_kernel(case.kernel, occupancy, worker_warps)
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "k.cubin")
-        try:
-            export_kernel(kern, [case.signature()], path, gpu_code=arch, output_format="cubin")
-        except Exception as e:  # noqa: BLE001 - rewrapped with a fix hint when it is the toolchain
-            raise explain_compile_error(e) from e
-        return Path(path).read_bytes()
+    return _export_cubin(fmha_bwd.get_kernel(case.kernel, occupancy, worker_warps), case, arch)
 
 
 def backward_resources(case, arch: str, occupancy=None, worker_warps=None) -> Resources:
