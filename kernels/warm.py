@@ -80,8 +80,9 @@ def _run(jobs: list[Job]) -> list[str]:
     return errors
 
 
-def warm(jobs, workers: int | None = None) -> list[str]:
-    """Compile ``jobs`` in ``workers`` processes; returns error strings (empty when all built)."""
+def _in_processes(run, jobs, workers: int | None) -> list[str]:
+    """``run`` over the distinct ``jobs`` dealt to ``workers`` spawned processes; the error
+    strings of every chunk (empty when all built)."""
     import multiprocessing as mp
     jobs = list(dict.fromkeys(jobs))
     if not jobs:
@@ -90,7 +91,12 @@ def warm(jobs, workers: int | None = None) -> list[str]:
     chunks = [jobs[i::workers] for i in range(workers)]
     ctx = mp.get_context("spawn")
     with ProcessPoolExecutor(workers, mp_context=ctx) as ex:
-        return [e for errs in ex.map(_run, chunks) for e in errs]
+        return [e for errs in ex.map(run, chunks) for e in errs]
+
+
+def warm(jobs, workers: int | None = None) -> list[str]:
+    """Compile ``jobs`` in ``workers`` processes; returns error strings (empty when all built)."""
+    return _in_processes(_run, jobs, workers)
 
 
 def _run_training(jobs: list) -> list[str]:
@@ -135,12 +141,4 @@ def _run_training(jobs: list) -> list[str]:
 
 def warm_training(jobs, workers: int | None = None) -> list[str]:
     """``warm`` for the training path: (Problem, BackwardConfig or None: the default) jobs."""
-    import multiprocessing as mp
-    jobs = list(dict.fromkeys(jobs))
-    if not jobs:
-        return []
-    workers = workers or min(12, max(1, (os.cpu_count() or 2) - 2), len(jobs))
-    chunks = [jobs[i::workers] for i in range(workers)]
-    ctx = mp.get_context("spawn")
-    with ProcessPoolExecutor(workers, mp_context=ctx) as ex:
-        return [e for errs in ex.map(_run_training, chunks) for e in errs]
+    return _in_processes(_run_training, jobs, workers)
