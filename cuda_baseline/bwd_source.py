@@ -92,10 +92,17 @@ def bwd_compile_options() -> tuple[str, ...]:
     return BASE_OPTIONS + (f"-I{HERE}", f"-DFLASH_BWD_SOURCE={h.hexdigest()[:16]}")
 
 
+BWD_SHORT_TILES = Tiles(BWD_TILES.m, BWD_TILES.n // 2)
+"""The D = 64 tiles for short or few work items (4 warps, two CTAs per SM):
+``training.default_backward_tiles``."""
+
+
 def ci_bwd_instances() -> list[BwdInstance]:
-    """Every order x schedule x D x mask x dtype at the default tiles (64 builds)."""
-    return [BwdInstance(o, s, BWD_TILES, d, c, dt) for o in OrderKind for s in BWD_SCHEDULES
-            for d in (64, 128) for c in (False, True) for dt in DType]
+    """Every order x schedule x D x mask x dtype at ``BWD_TILES`` and, at D = 64, at
+    ``BWD_SHORT_TILES`` (96 builds)."""
+    return [BwdInstance(o, s, t, d, c, dt) for o in OrderKind for s in BWD_SCHEDULES
+            for d in (64, 128) for t in ((BWD_TILES, BWD_SHORT_TILES) if d == 64 else (BWD_TILES,))
+            for c in (False, True) for dt in DType]
 
 
 _ENTRY_FN = re.compile(r"Compiling entry function '(\S+)'")
@@ -156,6 +163,6 @@ def bwd_names(insts: list[BwdInstance]) -> list[str]:
     return [i.name for i in insts] + sorted(small)
 
 
-__all__ = ["BWD_TILES", "BwdInstance", "bwd_compile_options", "bwd_names", "bwd_smem_bytes",
+__all__ = ["BWD_SHORT_TILES", "BWD_TILES", "BwdInstance", "bwd_compile_options", "bwd_names", "bwd_smem_bytes",
            "bwd_source_text", "ci_bwd_instances", "compile_bwd_nvcc", "delta_name", "dq_name",
            "parse_bwd_ptxas"]

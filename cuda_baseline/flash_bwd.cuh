@@ -378,16 +378,22 @@ __device__ __forceinline__ void dkdv_tile(const BwdParams& p, unsigned char* sme
 }
 
 // The CTA schedule of flash_bwd_dkdv: GRID (one work item per CTA) or PERSISTENT (gridDim.x CTAs
-// taking items iter * P + cta; the scan direction of the iter-th is reversed_for(iter)). Items
-// are ordered K/V tile fastest within a (K/V head, chunk): CTAs that run together share the
-// head's Q-side stream in L2; causal items with more Q tiles (small j) come first.
+// taking items iter * P + cta; the scan direction of the iter-th is reversed_for(iter)).
+// Full attention: items are ordered K/V tile fastest within a (K/V head, chunk), so CTAs that
+// run together are one head's neighbouring K/V tiles, sharing its Q-side stream in L2; every
+// item is equally long. Causal: K/V tile slowest, so items are issued longest first (tile j sees
+// n_q - j·TILE_N/TILE_M Q tiles) and the short ones fill the tail; CTAs that run together are
+// then neighbouring tiles j of every (K/V head, chunk), which still read the same Q tiles of
+// their head (tile j's scan is a suffix of tile j-1's), so the Q-side sharing in L2 remains.
 template <OrderKind ORDER, ScheduleKind SCHEDULE, int TILE_M, int TILE_N, int D, bool CAUSAL,
           DType DT>
 __device__ __forceinline__ void flash_bwd_dkdv_impl(const BwdParams& p) {
     extern __shared__ __align__(128) unsigned char smem[];
     const int cta = blockIdx.x;
+    const int n_rest = p.n_work / p.n_kv;   // (K/V head, chunk) pairs
     auto item = [&](int w, int iter) {
-        const int j = w % p.n_kv, rest = w / p.n_kv;
+        const int j = CAUSAL ? w / n_rest : w % p.n_kv;
+        const int rest = CAUSAL ? w % n_rest : w / p.n_kv;
         dkdv_tile<TILE_M, TILE_N, D, CAUSAL, DT>(p, smem, rest / p.n_chunks, rest % p.n_chunks, j,
                                                  reversed_for<ORDER>(iter, cta, p.sawtooth_group));
     };

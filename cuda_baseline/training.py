@@ -36,6 +36,7 @@ from spec.variant import Backend, Variant
 
 from .backend import CudaFamily, check_strides, default_schedule, default_tiles
 from .bwd_source import (
+    BWD_SHORT_TILES,
     BWD_TILES,
     BwdInstance,
     bwd_compile_options,
@@ -173,8 +174,27 @@ class BwdPlan:
     ctas: int
 
 
-def default_backward_tiles(problem: Problem) -> Tiles:
-    """(TILE_M, TILE_N) of the backward when not given: ``BWD_TILES``."""
+SHORT_ITEM_STEPS = 8
+"""A dK/dV work item of at most this many Q-tile steps is short: its K/V load and dK/dV store
+are a large share of it, and only a second resident CTA hides them."""
+
+
+def default_backward_tiles(problem: Problem, num_sms: int) -> Tiles:
+    """(TILE_M, TILE_N) of the backward when not given: ``BWD_TILES`` (8 warps, one CTA per SM
+    at 230-255 registers), except at D = 64 where its work items are short (at most
+    ``SHORT_ITEM_STEPS`` Q tiles) or fewer than two per SM: there TILE_N = 64 (4 warps, two
+    resident CTAs per SM), so one CTA's K/V load and dK/dV store overlap the other's Q scan and
+    twice as many items share out the SMs. Long items keep 128 keys: each Q, dO tile is then
+    streamed once per 128 keys, half the Q-side traffic. At D = 128, 128 keys always (the
+    4-warp build spills there and was slower on every model problem but one)."""
+    if problem.D != 64:
+        return BWD_TILES
+    hpc = heads_per_cta(problem, BWD_TILES, num_sms)
+    steps = cdiv(problem.S_q, BWD_TILES.m) * hpc
+    items = (problem.B * problem.H_kv * (problem.H // problem.H_kv // hpc)
+             * cdiv(problem.S_kv, BWD_TILES.n))
+    if steps <= SHORT_ITEM_STEPS or items < 2 * num_sms:
+        return BWD_SHORT_TILES
     return BWD_TILES
 
 
@@ -191,7 +211,7 @@ def plan(problem: Problem, order: ScanOrder, schedule: CtaSchedule | None,
         raise UnsupportedVariant(f"backward schedule {schedule.label!r}: the backward runs the "
                                  "grid launch or static<P>; pass backward_schedule='grid' or "
                                  "'static<P>'")
-    tiles = default_backward_tiles(problem) if tiles is None else tiles
+    tiles = default_backward_tiles(problem, num_sms) if tiles is None else tiles
     try:
         inst = BwdInstance(order.kind, kind, tiles, problem.D, problem.causal, problem.dtype)
     except ValueError as e:
@@ -308,6 +328,7 @@ def training_builds(problems, orders=("linear",), schedules=(ScheduleKind.GRID,)
     default forward (``default_tiles`` / ``default_schedule`` on ``arch``) in every order, and
     the backward builds of every order x schedule x tiles (None: the default tiles)."""
     from .backend import instance_for
+    sms = (arch or arch_registry.get("h100")).num_sms
     fwd, bwd = set(), set()
     for pr in problems:
         ft = default_tiles(pr, arch)
@@ -317,7 +338,8 @@ def training_builds(problems, orders=("linear",), schedules=(ScheduleKind.GRID,)
             fwd.add(instance_for(Variant(Backend.CUDA, so, fs, ft), pr, lse=True))
             for s in schedules:
                 for bt in backward_tiles:
-                    bt = default_backward_tiles(pr) if bt is None else Tiles(*bt)
+                    bt = (default_backward_tiles(pr, sms) if bt is None
+                          else Tiles(*bt))
                     i = BwdInstance(so.kind, s, bt, pr.D, pr.causal, pr.dtype)
                     bwd |= {i.name, delta_name(pr.D, pr.dtype), dq_name(pr.D, pr.dtype)}
     return fwd, sorted(bwd)

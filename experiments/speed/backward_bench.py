@@ -10,9 +10,11 @@ the wall time per call of ``out = attn(q, k, v); torch.autograd.grad(out, (q, k,
 loop of n calls with one synchronisation at the end (the host's work is included wherever it is
 not hidden behind the GPU's), "bwd" the time per call of the gradient alone on a retained graph
 (CUDA events). Median of ``--repeats`` loops, L2 warm (the calls follow each other as in
-training). Grouped heads go to SDPA with ``enable_gqa=True``. Each CUDA row also records the
-largest difference of its gradients from flash's, relative to flash's largest gradient (a sanity
-column; the correctness bar is tests/gpu/test_backward_cuda.py). The summary prints the geometric
+training). Every launcher of a problem is warmed up (two untimed calls of each loop body) before
+any is timed, and the launchers take turns, in alternating order per repeat. Grouped heads go to
+SDPA with ``enable_gqa=True``. Each CUDA row also records the largest difference of its
+gradients from flash's, relative to flash's largest gradient (a sanity column; the correctness
+bar is tests/gpu/test_backward_cuda.py). The summary prints the geometric
 mean of flash / cuda and cudnn / cuda (speed-ups of the CUDA twin; > 1: faster).
 """
 from __future__ import annotations
@@ -46,6 +48,9 @@ def _launchers(pr, variants=()):
            "flash": peer(SDPBackend.FLASH_ATTENTION),
            "cudnn": peer(SDPBackend.CUDNN_ATTENTION)}
     for name, kw in variants:
+        if not _applies(kw, pr):
+            continue
+        kw = {x: y for x, y in kw.items() if x != "D"}
         out[f"cuda-{name}"] = (lambda kw: lambda q, k, v: attention(q, k, v, causal=pr.causal,
                                                                     **kw))(kw)
     return out
@@ -53,22 +58,32 @@ def _launchers(pr, variants=()):
 
 def parse_variants(text: str | None) -> list[tuple[str, dict]]:
     """``--variants``: comma-separated backward configurations of the CUDA twin timed beside
-    the default, each ``<TILE_M>x<TILE_N>`` and optionally ``/<order>/<schedule>`` (e.g.
-    ``64x64``, ``64x128/sawtooth/static132``)."""
+    the default, each ``<TILE_M>x<TILE_N>``, optionally ``/<order>/<schedule>``, optionally
+    ``@<D>`` to time it on the problems of that head dimension only (e.g. ``64x64``,
+    ``64x128/sawtooth/static132``, ``128x128@64``)."""
     out = []
     for item in filter(None, (text or "").split(",")):
-        parts = item.split("/")
+        body, _, d = item.partition("@")
+        parts = body.split("/")
         try:
             tm, tn = (int(x) for x in parts[0].split("x"))
+            only_d = int(d) if d else None
         except ValueError:
-            raise ValueError(f"--variants item {item!r}: <TILE_M>x<TILE_N>[/order[/schedule]]")
+            raise ValueError(f"--variants item {item!r}: "
+                             "<TILE_M>x<TILE_N>[/order[/schedule]][@D]") from None
         kw: dict = {"backward_tiles": (tm, tn)}
         if len(parts) > 1:
             kw["order"] = parts[1]
         if len(parts) > 2:
             kw["backward_schedule"] = parts[2]
-        out.append((item.replace("/", "-"), kw))
+        if only_d is not None:
+            kw["D"] = only_d
+        out.append((body.replace("/", "-"), kw))
     return out
+
+
+def _applies(kw: dict, pr) -> bool:
+    return kw.get("D", pr.D) == pr.D
 
 
 def _time_loop(fn, n: int) -> float:
@@ -81,32 +96,64 @@ def _time_loop(fn, n: int) -> float:
     return (time.perf_counter() - t0) * 1e3 / n
 
 
-def _measure(attn, q, k, v, dout, repeats: int):
+def _prepare(attn, q, k, v, dout):
+    """(fwd+bwd step, bwd-alone closure, calls per loop, gradients) of one launcher, after two
+    untimed calls of each closure (compile, module load, first-launch and allocator growth)."""
     import torch
 
     def step():
         out = attn(q, k, v)
         return torch.autograd.grad(out, (q, k, v), dout)
     grads = step()
-    torch.cuda.synchronize()
+    step()
     t1 = _time_loop(step, 1)
     n = max(3, min(200, int(200 / max(t1, 1e-3))))
-    fb = statistics.median(_time_loop(step, n) for _ in range(repeats))
     out = attn(q, k, v)
 
     def back():
         torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
     back()
+    back()
+    torch.cuda.synchronize()
+    return step, back, n, grads
+
+
+def _time_back(back, n: int) -> float:
+    import torch
     ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
-    times = []
-    for _ in range(repeats):
-        ev[0].record()
-        for _ in range(n):
-            back()
-        ev[1].record()
-        torch.cuda.synchronize()
-        times.append(ev[0].elapsed_time(ev[1]) / n)
-    return fb, statistics.median(times), n, grads
+    ev[0].record()
+    for _ in range(n):
+        back()
+    ev[1].record()
+    torch.cuda.synchronize()
+    return ev[0].elapsed_time(ev[1]) / n
+
+
+def _measure_all(launchers, q, k, v, dout, repeats: int, label: str):
+    """Every launcher warmed up first; then ``repeats`` rounds, each timing every launcher's
+    fwd+bwd loop and bwd loop, in the launchers' order on even rounds and reversed on odd ones
+    (no launcher always runs first after a problem's set-up). Per launcher: (median fwd+bwd ms,
+    median bwd ms, n, gradients), or None where the launcher refused the problem."""
+    import torch
+    prepared = {}
+    for name, attn in launchers.items():
+        try:
+            prepared[name] = _prepare(attn, q, k, v, dout)
+        except RuntimeError as e:   # a peer that refuses the problem
+            print(f"{label} {name}: {str(e).splitlines()[0][:120]}", file=sys.stderr)
+            prepared[name] = None
+    live = [n for n, x in prepared.items() if x is not None]
+    fb: dict[str, list[float]] = {n: [] for n in live}
+    bw: dict[str, list[float]] = {n: [] for n in live}
+    for r in range(repeats):
+        for name in (live if r % 2 == 0 else live[::-1]):
+            step, back, n, _ = prepared[name]
+            fb[name].append(_time_loop(step, n))
+            bw[name].append(_time_back(back, n))
+    torch.cuda.synchronize()
+    return {name: None if x is None else (statistics.median(fb[name]),
+                                           statistics.median(bw[name]), x[2], x[3])
+            for name, x in prepared.items()}
 
 
 def run(half: str, repeats: int, only: str | None, variants=()):
@@ -121,7 +168,7 @@ def run(half: str, repeats: int, only: str | None, variants=()):
     for _, kw in variants:
         from spec.schedules import CtaSchedule
         sched = kw.get("backward_schedule")
-        warm(probs, (kw.get("order", "linear"),),
+        warm([pr for pr in probs if _applies(kw, pr)], (kw.get("order", "linear"),),
              (CtaSchedule.parse(sched).kind if sched else CtaSchedule.grid().kind,),
              backward_tiles=(kw["backward_tiles"],))
     rows = []
@@ -131,29 +178,21 @@ def run(half: str, repeats: int, only: str | None, variants=()):
         q, k, v = (t.requires_grad_(True) for t in random_inputs(pr, 0))
         gen = torch.Generator(device="cuda").manual_seed(1)
         dout = torch.randn(q.shape, generator=gen, device="cuda", dtype=q.dtype)
-        flash_grads = cuda_grads = None
-        for name, attn in _launchers(pr, variants).items():
-            try:
-                fb, bw, n, grads = _measure(attn, q, k, v, dout, repeats)
-            except RuntimeError as e:   # a peer that refuses the problem
-                print(f"{pr.label} {name}: {str(e).splitlines()[0][:120]}", file=sys.stderr)
-                rows.append((fam, h, pr.label, name, math.nan, math.nan, 0, math.nan, dev))
-                continue
-            rel = math.nan
-            if name == "flash":
-                flash_grads = grads
-            if name == "cuda":
-                cuda_grads = grads
-            rows.append([fam, h, pr.label, name, fb, bw, n, rel, dev])
-            del grads
-        if flash_grads is not None and cuda_grads is not None:
+        res = _measure_all(_launchers(pr, variants), q, k, v, dout, repeats, pr.label)
+        for name, x in res.items():
+            if x is None:
+                rows.append([fam, h, pr.label, name, math.nan, math.nan, 0, math.nan, dev])
+            else:
+                rows.append([fam, h, pr.label, name, x[0], x[1], x[2], math.nan, dev])
+        if res.get("flash") is not None and res.get("cuda") is not None:
+            flash_grads, cuda_grads = res["flash"][3], res["cuda"][3]
             scale = max(float(g.abs().max()) for g in flash_grads)
             diff = max(float((a.float() - b.float()).abs().max())
                        for a, b in zip(cuda_grads, flash_grads))
             for r in rows:
                 if r[2] == pr.label and r[3] == "cuda":
                     r[7] = diff / scale
-        del q, k, v, dout, flash_grads, cuda_grads
+        del q, k, v, dout, res
         torch.cuda.empty_cache()
         print(" ".join(f"{r[3]} {r[4]:.3f}/{r[5]:.3f}" for r in rows if r[2] == pr.label),
               pr.label, flush=True)
@@ -187,7 +226,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--only", help="problems whose label contains this")
     ap.add_argument("--variants", help="backward configurations timed beside the default "
-                    "(parse_variants): e.g. 64x64,64x128/sawtooth/static132")
+                    "(parse_variants): e.g. 64x64,64x128/sawtooth/static132,128x128@64")
     ap.add_argument("--out", help="CSV to write (refused if it exists)")
     ap.add_argument("--dry-run", action="store_true", help="list the problems and exit")
     a = ap.parse_args(argv)

@@ -77,6 +77,28 @@ def test_plan_heads_per_cta_and_refusals():
         plan(mqa, ScanOrder.linear(), CtaSchedule.longest_first(132), 132)
 
 
+def test_default_backward_tiles_rule():
+    from cuda_baseline.bwd_source import BWD_SHORT_TILES
+    from cuda_baseline.training import SHORT_ITEM_STEPS, default_backward_tiles, plan
+    # D = 128: 128 keys per CTA whatever the length or item count
+    for pr in (Problem(B=1, H=2, S_q=64, D=128), Problem(B=1, H=32, S_q=65536, D=128)):
+        assert default_backward_tiles(pr, 132) == BWD_TILES
+    # D = 64, short items (4 Q tiles): 64 keys, two CTAs per SM
+    short = Problem(B=32, H=12, S_q=256, D=64)
+    assert 256 // BWD_TILES.m <= SHORT_ITEM_STEPS
+    assert default_backward_tiles(short, 132) == BWD_SHORT_TILES
+    # D = 64, long items but too few of them at 128 keys: 2 * 5 * 18 = 180 < 2 * 132
+    few = Problem(B=2, H=5, S_q=2304, D=64)
+    assert default_backward_tiles(few, 132) == BWD_SHORT_TILES
+    # ... the same shape on a GPU with fewer SMs has enough items
+    assert default_backward_tiles(few, 80) == BWD_TILES
+    # D = 64, long and many: 128 keys (each Q tile streamed once per 128 keys)
+    assert default_backward_tiles(Problem(B=2, H=20, S_q=2304, D=64), 132) == BWD_TILES
+    # the plan takes the rule's tiles when none are given, explicit tiles otherwise
+    assert plan(short, ScanOrder.linear(), None, 132).instance.tiles == BWD_SHORT_TILES
+    assert plan(short, ScanOrder.linear(), None, 132, BWD_TILES).instance.tiles == BWD_TILES
+
+
 def test_parse_backward_ptxas():
     log = ("ptxas info    : Compiling entry function '_Z14flash_bwd_dkdvIL9OrderKind1EL12Schedule"
            "Kind2ELi64ELi128ELi64ELb1EL5DType0EEvPKtS4_S4_S4_PKfS6_PfPvS8_xxxxxxxxxxxxiiiiiiiiiii"
