@@ -36,12 +36,14 @@ def case_to_dict(c: Case) -> dict:
                         "D": p.D, "dtype": p.dtype.value, "causal": p.causal},
             "variant": {"backend": v.backend.value, "order": v.order.label,
                         "schedule": v.schedule.label, "tile_m": v.tiles.m, "tile_n": v.tiles.n,
-                        "occupancy": v.occupancy, "level": v.level, "stages": v.stages}}
+                        "occupancy": v.occupancy, "level": v.level, "stages": v.stages,
+                        **({} if v.bwd is None else {"bwd": v.bwd.value})}}
 
 
 def case_from_dict(d: dict) -> Case:
     v = d["variant"]
     variant = Variant(Backend(v["backend"]), ScanOrder.parse(v["order"]),
                       CtaSchedule.parse(v["schedule"]), Tiles(v["tile_m"], v["tile_n"]),
-                      v["occupancy"], v.get("level"), stages=v.get("stages"))
+                      v["occupancy"], v.get("level"), stages=v.get("stages"),
+                      bwd=v.get("bwd"))
     return Case(Problem(**d["problem"]), variant, d["resident"], d["panel"])

@@ -204,7 +204,13 @@ def build_trace(g: TileGrid, schedule: CtaSchedule, order: ScanOrder, resident: 
     step, slots in order. One pass that writes each access once (``_interleave``, compiled with
     numba on first use): memory is the trace itself, not the per-access temporaries a sort over
     (step, slot) would need."""
-    wt = work_table(g, schedule, order, sector_bytes)
+    return trace_of_table(work_table(g, schedule, order, sector_bytes), g, resident,
+                          sector_bytes)
+
+
+def trace_of_table(wt: "WorkTable", g: TileGrid, resident: int, sector_bytes: int = 32) -> Trace:
+    """The access stream of a ``WorkTable`` run on ``resident`` slots (``build_trace``'s body:
+    any table of the forward's shape, e.g. a backward pass's, ``spec.backward_trace``)."""
     steps_before = np.concatenate([[0], np.cumsum(wt.length, dtype=np.int64)])
     dur = steps_before[wt.cta_first[1:]] - steps_before[wt.cta_first[:-1]]   # steps per CTA
     slot, start = dispatch(dur, resident)

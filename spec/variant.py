@@ -1,6 +1,6 @@
 """A variant: one compile-time specialisation of a kernel family, named by one id grammar.
 
-``{backend}.{order}.{schedule}.m{TILE_M}n{TILE_N}d{D}[.occ{N}][.L{level}][.st{stages}]``, e.g.
+``{backend}.{order}.{schedule}.m{TILE_M}n{TILE_N}d{D}[.occ{N}][.L{level}][.st{stages}][.{pass}]``, e.g.
 ``cutile.sawtooth.static132.m64n64d64`` or ``cuda.linear.static96.m80n80d64.st1``. The id is the
 NVTX range under ncu, the ``variant`` column of every CSV and the key of the figure style table.
 Optional fields appear only when they differ from the family default, so ids of builds made before
@@ -26,6 +26,15 @@ STAGES_TOKEN = "st"
 """Prefix of the stage field of a variant id (``.st1``, ``.st3``)."""
 
 
+class BackwardPass(enum.Enum):
+    """A kernel of the backward (``kernels.fmha_bwd``): ``dkdv`` (a CTA owns a K/V tile and
+    streams the Q, dO, LSE and Δ tiles) or ``dq`` (a CTA owns a Q tile and streams K/V, as the
+    forward does). A variant with a pass is that kernel alone; its id ends in ``.dkdv``/``.dq``."""
+
+    DKDV = "dkdv"
+    DQ = "dq"
+
+
 class Backend(enum.Enum):
     """The name of the kernel family a variant belongs to: the first field of its id and the
     ``backend`` column of every CSV (the values are committed data). The family itself, the code
@@ -45,8 +54,14 @@ class Variant:
     occupancy: int | None = None   # None: the family's default for the arch
     level: int | None = None       # cuTile tuning-ladder level 1..6; None: the full kernel (6)
     stages: int | None = None      # K/V pipeline depth (CUDA family); None: DEFAULT_STAGES
+    bwd: BackwardPass | None = None   # a backward kernel (cuTile family); None: the forward
 
     def __post_init__(self) -> None:
+        if self.bwd is not None:
+            object.__setattr__(self, "bwd", BackwardPass(self.bwd))
+            if self.backend != Backend.CUTILE:
+                raise ValueError(f"bwd={self.bwd.value}: the backward passes are variants of "
+                                 "the cuTile family only")
         s = self.stages
         if s is None:
             return
@@ -69,8 +84,9 @@ class Variant:
         occ = "" if self.occupancy is None else f".occ{self.occupancy}"
         lvl = "" if self.level is None else f".L{self.level}"
         st = "" if self.stages is None else f".{STAGES_TOKEN}{self.stages}"
+        bwd = "" if self.bwd is None else f".{self.bwd.value}"
         return (f"{self.backend.value}.{self.order.label}.{self.schedule.label}."
-                f"{self.tiles.label}d{problem.D}{occ}{lvl}{st}")
+                f"{self.tiles.label}d{problem.D}{occ}{lvl}{st}{bwd}")
 
     @classmethod
     def parse(cls, vid: str) -> tuple["Variant", int]:
@@ -91,6 +107,9 @@ class Variant:
         if m is None:
             raise ValueError(f"{vid!r}: tile field {fields[3]!r} is not m<M>n<N>d<D>")
         opt: dict[str, int] = {}
+        bwd = None
+        if fields[-1] in {p.value for p in BackwardPass} and len(fields) > 4:
+            bwd = BackwardPass(fields.pop())
         for f in fields[4:]:
             o = _OPTIONAL.fullmatch(f)
             if o is None or o["key"] in opt:
@@ -98,7 +117,8 @@ class Variant:
                                  f"are occ<N>, L<N>, {STAGES_TOKEN}<N>, in that order")
             opt[o["key"]] = int(o["n"])
         v = cls(backend, order, schedule, Tiles(int(m["m"]), int(m["n"])), opt.get("occ"),
-                opt.get("L"), parse_stages(f"{STAGES_TOKEN}{opt['st']}") if "st" in opt else None)
+                opt.get("L"), parse_stages(f"{STAGES_TOKEN}{opt['st']}") if "st" in opt else None,
+                bwd)
         return v, int(m["d"])
 
 

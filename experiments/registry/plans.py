@@ -12,6 +12,7 @@ from analysis.models.steptime import BuildCosts
 from spec import Arch, Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant, get_arch
 from spec.case import Case
 from spec.schedules import WorkOrder, section_heads
+from spec.variant import BackwardPass
 
 
 def misscost_ctas(arch: Arch) -> int:
@@ -118,6 +119,25 @@ def sawtooth_plan(arch: Arch) -> list[Case]:
         prob = Problem(B=b, H=1, S_q=s, D=64)
         for v in _twins(Backend.CUDA, CtaSchedule.persistent(p), Tiles(80, 80)):
             cases.append(Case(prob, v, p, "cuda-batch"))
+    return cases
+
+
+def backward_plan(arch: Arch) -> list[Case]:
+    """The backward's scan order: each main kernel of the cuTile backward alone (dK/dV: a CTA
+    owns K/V tiles and scans Q, dO, LSE, Δ; dQ: a CTA owns Q tiles and scans K/V, as the
+    forward), linear vs sawtooth, on the sawtooth study's problem class (B=8, H=1, D=64,
+    S = ``scaled_seq``, fp16, 64×64 tiles, occupancy 2) with one persistent CTA per SM (each
+    owning several tiles, the Static schedule of the forward study); causal and not."""
+    s, p = scaled_seq(arch), arch.num_sms
+    cases = []
+    for causal in (False, True):
+        prob = Problem(B=8, H=1, S_q=s, D=64, causal=causal)
+        mode = "causal" if causal else "noncausal"
+        for bwd in BackwardPass:
+            for order in (ScanOrder.linear(), ScanOrder.sawtooth()):
+                v = Variant(Backend.CUTILE, order, CtaSchedule.persistent(p), Tiles(64, 64),
+                            CUTILE_STUDY_OCCUPANCY, bwd=bwd)
+                cases.append(Case(prob, v, p, f"{bwd.value}-{mode}"))
     return cases
 
 

@@ -19,6 +19,7 @@ from spec.case import Case
 
 from .plans import (
     active_sms_plan,
+    backward_plan,
     cuda_tiles_plan,
     divergence_plan,
     drift_plan,
@@ -132,6 +133,12 @@ STUDIES: dict[str, Study] = {
         Study("spills", "a spilling build beside its spill-free twin (causal cuTile Static at "
               "occupancy 1 and 2): misses, time and the sawtooth-vs-linear comparison",
               spills_plan),
+        Study("backward", "the backward's scan order: dK/dV (Q scan) and dQ (K/V scan) kernels "
+              "alone, linear vs sawtooth, persistent CTAs, causal and not: L2 misses and time "
+              "beside SDPA flash and cuDNN's backward",
+              backward_plan, reps=5, groups=("dram",),
+              simulate="experiments.simulation.backward:backward_rows",
+              measure="experiments.measurement.backward:measure_backward"),
         Study("hints", "the paper's cuTile occupancy hint (1) beside the study's (2): misses "
               "and time of the non-causal Static and Tile-based pairs",
               hints_plan, groups=("dram",)),

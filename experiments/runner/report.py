@@ -106,9 +106,13 @@ def published_misses(arch: str) -> dict:
     return {c.key: (c.misses, c.S, c.D) for c in read_published()}
 
 
-def paper_key(c: Case) -> tuple:
+def paper_key(c: Case) -> tuple | None:
+    """The paper's case this one stands for; None for a backward pass (the paper measured the
+    forward only)."""
     from analysis.data.published import key_of_row
     v, p = c.variant, c.problem
+    if v.bwd is not None:
+        return None
     return key_of_row({"backend": v.backend.value, "schedule": v.schedule.label,
                        "causal": p.causal, "B": p.B, "order": v.order.label})
 
