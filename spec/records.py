@@ -80,6 +80,7 @@ class Metric:
     EAGER_CALL_MS = "eager_call_ms"        # one eager call, host included (CUDA events, warm L2)
     TFLOPS = "tflops"
     DRAM_SECONDS_OF_MISSES = "dram_seconds_of_misses"   # misses' bytes / the DRAM bandwidth
+    GRAD_REL_DIFF = "grad_rel_diff_vs_flash"   # max|ours - SDPA flash| / max|flash| (gradients)
     MAX_ABS_ERR = "max_abs_err"
     # curves (x = capacity in bytes / lower edge of a log2 distance bin in bytes)
     LRU_MISSES = "lru_misses"
@@ -102,7 +103,8 @@ UNITS = {
     Metric.L2_TEX_MISSES: "sector", Metric.L2_HIT_RATE: "%", Metric.L1_SECTORS: "sector",
     Metric.L1_HITS: "sector", Metric.DRAM_READ_BYTES: "byte", Metric.COLD_MISSES: "sector",
     Metric.NONCOMPULSORY_MISSES: "sector", Metric.KERNEL_TIME_MS: "ms",
-    Metric.HOST_LAUNCH_MS: "ms", Metric.DRAM_SECONDS_OF_MISSES: "s", Metric.EAGER_CALL_MS: "ms", Metric.TFLOPS: "TFLOP/s",
+    Metric.HOST_LAUNCH_MS: "ms", Metric.DRAM_SECONDS_OF_MISSES: "s",
+    Metric.GRAD_REL_DIFF: "", Metric.EAGER_CALL_MS: "ms", Metric.TFLOPS: "TFLOP/s",
     Metric.MAX_ABS_ERR: "", Metric.LRU_MISSES: "sector", Metric.REUSE_DISTANCE_SECTORS: "sector",
     Metric.CTA_START_SPREAD_NS: "ns", Metric.STEP_NS: "ns", Metric.STEP_NS_BY_GAP: "ns",
     Metric.L2_TEX_READ_SECTORS: "sector", Metric.L2_TEX_READ_HITS: "sector",

@@ -99,7 +99,7 @@ def precompile(cases: list[Case]) -> list[str]:
                 schedule=c.variant.schedule.label, tile_m=c.variant.tiles.m,
                 tile_n=c.variant.tiles.n, occupancy=c.variant.occupancy,
                 level=c.variant.level or 6)
-            for c in cases if c.variant.backend == Backend.CUTILE]
+            for c in cases if c.variant.backend == Backend.CUTILE and c.variant.bwd is None]
     errors = warm(jobs)
     cuda = [instance_for(c.variant, c.problem) for c in cases if c.variant.backend == Backend.CUDA]
     try:
@@ -307,6 +307,8 @@ def derived_miss_rows(rows: list[Row], cases: list[Case], arch: Arch, *, run: st
     (nothing for a case whose misses were not collected)."""
     out = []
     for c in cases:
+        if c.variant.bwd is not None:     # the exact count is the forward's; a pass's is its
+            continue                      # trace's (spec.backward_trace, simulated rows)
         cold = cold_misses(c.problem, c.variant.tiles, arch.sector_bytes)
         miss = next((r.value for r in rows
                      if r.metric == Metric.L2_TEX_MISSES and _same_case(r, c)), None)

@@ -6,7 +6,9 @@ and first-touch stay out of the profile), then launches each case inside the NVT
 its case id, ``plan["launches"]`` times (default 1), round-robin: round ``l`` launches every case
 once, in plan order, so a slow drift of the GPU over the session spreads over all cases alike
 instead of biasing the ones launched last. ncu is told to profile only those ranges, so the report
-holds ``launches`` kernels per case, round by round.
+holds ``launches`` kernels per case, round by round. A backward case (a variant ending in
+``.dkdv`` or ``.dq``) launches that one kernel in its range; its inputs, the training forward
+and the Δ preprocess run before, outside every range (``experiments.measurement.backward``).
 
 Optional plan keys, for the controlled experiments of ``explorations.variance`` (all off by
 default): ``reverse`` launches the cases in reverse plan order (does the launch order matter?);
@@ -56,6 +58,17 @@ def main(argv: list[str] | None = None) -> int:
     every = int(plan.get("trace_every", 1))
     families, launches, inputs = {}, [], {}
     for case in cases:
+        if case.variant.bwd is not None:    # one backward kernel (experiments.measurement.backward)
+            if trace_dir:
+                raise TraceError(f"{case.id}: the backward kernels have no trace build")
+            from .backward import pass_launcher, setup
+            key = ("backward", case.problem)
+            if key not in inputs:           # inputs, the training forward and Δ: outside ranges
+                inputs[key] = setup(case.problem, plan.get("seed", 0))
+            fn = pass_launcher(case, inputs[key])
+            fn()                                                                 # warm-up
+            launches.append((case, fn))
+            continue
         fam = families.get(case.variant.backend) or families.setdefault(
             case.variant.backend, family(case.variant.backend, plan.get("arch")))
         if case.problem not in inputs:
@@ -64,18 +77,18 @@ def main(argv: list[str] | None = None) -> int:
         prepared = fam.prepare(case.variant, case.problem)
         launch_one = functools.partial(fam.trace, every=every) if trace_dir else fam.run
         launch_one(prepared, *inputs[case.problem])                              # warm-up
-        launches.append((case, launch_one, prepared))
+        launches.append((case, functools.partial(launch_one, prepared, *inputs[case.problem])))
     flush_bytes = int(plan.get("flush_bytes") or 0)
     flush = torch.empty(flush_bytes // 4, dtype=torch.int32, device="cuda") if flush_bytes else None
     order = launches[::-1] if plan.get("reverse") else launches
     torch.cuda.synchronize()
     for launch in range(int(plan.get("launches", 1))):
-        for case, launch_one, prepared in order:
+        for case, launch_one in order:
             if flush is not None:
                 flush.fill_(launch + 1)
                 torch.cuda.synchronize()
             torch.cuda.nvtx.range_push(case.id)
-            tr = launch_one(prepared, *inputs[case.problem])
+            tr = launch_one()
             torch.cuda.nvtx.range_pop()
             torch.cuda.synchronize()
             if trace_dir:
