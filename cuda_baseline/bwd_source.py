@@ -28,8 +28,8 @@ BWD_HEADER = HERE / "flash_bwd.cuh"
 BWD_ENTRY = HERE / "flash_bwd.cu"
 
 BWD_TILES = Tiles(64, 128)
-"""(TILE_M query rows per step, TILE_N keys per CTA) of the backward: 8 warps, each owning 16
-keys; at D = 128 the dK and dV accumulators alone take 128 registers per thread."""
+"""(TILE_M query rows per step, TILE_N keys per CTA) of the backward at D = 128: 8 warps, each
+owning 16 keys; the dK and dV accumulators alone take 128 registers per thread."""
 BWD_SCHEDULES = (ScheduleKind.GRID, ScheduleKind.PERSISTENT)
 
 
@@ -92,16 +92,16 @@ def bwd_compile_options() -> tuple[str, ...]:
     return BASE_OPTIONS + (f"-I{HERE}", f"-DFLASH_BWD_SOURCE={h.hexdigest()[:16]}")
 
 
-BWD_SHORT_TILES = Tiles(BWD_TILES.m, BWD_TILES.n // 2)
-"""The D = 64 tiles for short or few work items (4 warps, two CTAs per SM):
-``training.default_backward_tiles``."""
+BWD_TILES_D64 = Tiles(128, 128)
+"""The backward's default tiles at D = 64 (``training.default_backward_tiles``): 128 query rows
+per step, 242-255 registers, no spills."""
 
 
 def ci_bwd_instances() -> list[BwdInstance]:
     """Every order x schedule x D x mask x dtype at ``BWD_TILES`` and, at D = 64, at
-    ``BWD_SHORT_TILES`` (96 builds)."""
+    ``BWD_TILES_D64`` (96 builds)."""
     return [BwdInstance(o, s, t, d, c, dt) for o in OrderKind for s in BWD_SCHEDULES
-            for d in (64, 128) for t in ((BWD_TILES, BWD_SHORT_TILES) if d == 64 else (BWD_TILES,))
+            for d in (64, 128) for t in ((BWD_TILES, BWD_TILES_D64) if d == 64 else (BWD_TILES,))
             for c in (False, True) for dt in DType]
 
 
@@ -163,6 +163,6 @@ def bwd_names(insts: list[BwdInstance]) -> list[str]:
     return [i.name for i in insts] + sorted(small)
 
 
-__all__ = ["BWD_SHORT_TILES", "BWD_TILES", "BwdInstance", "bwd_compile_options", "bwd_names", "bwd_smem_bytes",
+__all__ = ["BWD_TILES", "BWD_TILES_D64", "BwdInstance", "bwd_compile_options", "bwd_names", "bwd_smem_bytes",
            "bwd_source_text", "ci_bwd_instances", "compile_bwd_nvcc", "delta_name", "dq_name",
            "parse_bwd_ptxas"]

@@ -20,6 +20,7 @@ it (as FlashAttention 2's default backward).
 """
 from __future__ import annotations
 
+import heapq
 import math
 import struct
 import threading
@@ -36,8 +37,8 @@ from spec.variant import Backend, Variant
 
 from .backend import CudaFamily, check_strides, default_schedule, default_tiles
 from .bwd_source import (
-    BWD_SHORT_TILES,
     BWD_TILES,
+    BWD_TILES_D64,
     BwdInstance,
     bwd_compile_options,
     bwd_source_text,
@@ -150,13 +151,43 @@ def forward(q, k, v, causal: bool = False, order="linear", schedule=None, tiles=
 
 # --- backward ------------------------------------------------------------------------------------
 
+ITEM_OVERHEAD_STEPS = 2
+"""A dK/dV work item's fixed cost (its K, V tile load, its dK, dV store), in Q-tile steps, in
+the causal makespan model of ``heads_per_cta``."""
+NEAR_TIE = 1.02
+"""Makespans within this factor of the best count as equal; the larger ``heads_per_cta`` (fewer
+fp32 partials to sum) wins among them."""
+
+
+def causal_makespan(pr: Problem, tiles: Tiles, hpc: int, num_sms: int) -> float:
+    """Modelled duration, in Q-tile steps, of the causal dK/dV grid at ``hpc`` query heads per
+    item: items issued in the kernel's order (K/V tile j slowest, tile j seeing the Q tiles from
+    j·TILE_N/TILE_M on) to ``num_sms`` one-CTA slots, each item to the slot free first."""
+    n_q, n_kv = cdiv(pr.S_q, tiles.m), cdiv(pr.S_kv, tiles.n)
+    rest = pr.B * pr.H_kv * (pr.H // pr.H_kv // hpc)
+    free = [0.0] * num_sms
+    for j in range(n_kv):
+        length = hpc * (n_q - min(j * tiles.n // tiles.m, n_q)) + ITEM_OVERHEAD_STEPS
+        for _ in range(rest):
+            heapq.heapreplace(free, free[0] + length)
+    return max(free)
+
+
 def heads_per_cta(pr: Problem, tiles: Tiles, num_sms: int) -> int:
-    """Query heads per dK/dV work item: the whole group (dK, dV summed in registers, no partials)
-    unless that leaves fewer than two work items per SM; then the largest divisor of the group
-    that reaches two per SM (or 1)."""
+    """Query heads per dK/dV work item. Full attention (equal items): the whole group (dK, dV
+    summed in registers, no partials) unless that leaves fewer than two work items per SM; then
+    the largest divisor of the group that reaches two per SM (or 1). Causal (items of unequal
+    length, issued longest first): the divisor with the shortest ``causal_makespan``, the
+    larger one among near ties (``NEAR_TIE``): splitting the group gives the tail more, shorter
+    items, at the cost of fp32 partials."""
     group = pr.H // pr.H_kv
+    divisors = sorted((d for d in range(1, group + 1) if group % d == 0), reverse=True)
+    if pr.causal:
+        spans = {d: causal_makespan(pr, tiles, d, num_sms) for d in divisors}
+        best = min(spans.values())
+        return next(d for d in divisors if spans[d] <= NEAR_TIE * best)
     n_kv = cdiv(pr.S_kv, tiles.n)
-    for hpc in sorted((d for d in range(1, group + 1) if group % d == 0), reverse=True):
+    for hpc in divisors:
         if pr.B * pr.H_kv * (group // hpc) * n_kv >= 2 * num_sms:
             return hpc
     return 1
@@ -174,28 +205,15 @@ class BwdPlan:
     ctas: int
 
 
-SHORT_ITEM_STEPS = 8
-"""A dK/dV work item of at most this many Q-tile steps is short: its K/V load and dK/dV store
-are a large share of it, and only a second resident CTA hides them."""
-
-
-def default_backward_tiles(problem: Problem, num_sms: int) -> Tiles:
-    """(TILE_M, TILE_N) of the backward when not given: ``BWD_TILES`` (8 warps, one CTA per SM
-    at 230-255 registers), except at D = 64 where its work items are short (at most
-    ``SHORT_ITEM_STEPS`` Q tiles) or fewer than two per SM: there TILE_N = 64 (4 warps, two
-    resident CTAs per SM), so one CTA's K/V load and dK/dV store overlap the other's Q scan and
-    twice as many items share out the SMs. Long items keep 128 keys: each Q, dO tile is then
-    streamed once per 128 keys, half the Q-side traffic. At D = 128, 128 keys always (the
-    4-warp build spills there and was slower on every model problem but one)."""
-    if problem.D != 64:
-        return BWD_TILES
-    hpc = heads_per_cta(problem, BWD_TILES, num_sms)
-    steps = cdiv(problem.S_q, BWD_TILES.m) * hpc
-    items = (problem.B * problem.H_kv * (problem.H // problem.H_kv // hpc)
-             * cdiv(problem.S_kv, BWD_TILES.n))
-    if steps <= SHORT_ITEM_STEPS or items < 2 * num_sms:
-        return BWD_SHORT_TILES
-    return BWD_TILES
+def default_backward_tiles(problem: Problem) -> Tiles:
+    """(TILE_M, TILE_N) of the backward when not given: 128 keys per CTA (8 warps of 16 keys, one
+    CTA per SM at 230-255 registers) and 128 query rows per step at D = 64 (``BWD_TILES_D64``),
+    64 at D = 128 (``BWD_TILES``), where the dK and dV accumulators alone take 128 registers per
+    thread and a 128-row step's scores would not fit beside them (FlashAttention 2 makes the same
+    two choices on GPUs with 144 KB of shared memory per block). The larger step halves the
+    steps per K/V tile (barriers, LSE and Δ copies, dQ reduction issue) for the same Q-side
+    traffic: each Q, dO tile is still read once per 128 keys."""
+    return BWD_TILES_D64 if problem.D == 64 else BWD_TILES
 
 
 def plan(problem: Problem, order: ScanOrder, schedule: CtaSchedule | None,
@@ -211,7 +229,7 @@ def plan(problem: Problem, order: ScanOrder, schedule: CtaSchedule | None,
         raise UnsupportedVariant(f"backward schedule {schedule.label!r}: the backward runs the "
                                  "grid launch or static<P>; pass backward_schedule='grid' or "
                                  "'static<P>'")
-    tiles = default_backward_tiles(problem, num_sms) if tiles is None else tiles
+    tiles = default_backward_tiles(problem) if tiles is None else tiles
     try:
         inst = BwdInstance(order.kind, kind, tiles, problem.D, problem.causal, problem.dtype)
     except ValueError as e:
@@ -328,7 +346,6 @@ def training_builds(problems, orders=("linear",), schedules=(ScheduleKind.GRID,)
     default forward (``default_tiles`` / ``default_schedule`` on ``arch``) in every order, and
     the backward builds of every order x schedule x tiles (None: the default tiles)."""
     from .backend import instance_for
-    sms = (arch or arch_registry.get("h100")).num_sms
     fwd, bwd = set(), set()
     for pr in problems:
         ft = default_tiles(pr, arch)
@@ -338,8 +355,7 @@ def training_builds(problems, orders=("linear",), schedules=(ScheduleKind.GRID,)
             fwd.add(instance_for(Variant(Backend.CUDA, so, fs, ft), pr, lse=True))
             for s in schedules:
                 for bt in backward_tiles:
-                    bt = (default_backward_tiles(pr, sms) if bt is None
-                          else Tiles(*bt))
+                    bt = default_backward_tiles(pr) if bt is None else Tiles(*bt)
                     i = BwdInstance(so.kind, s, bt, pr.D, pr.causal, pr.dtype)
                     bwd |= {i.name, delta_name(pr.D, pr.dtype), dq_name(pr.D, pr.dtype)}
     return fwd, sorted(bwd)

@@ -77,26 +77,42 @@ def test_plan_heads_per_cta_and_refusals():
         plan(mqa, ScanOrder.linear(), CtaSchedule.longest_first(132), 132)
 
 
+def test_causal_heads_per_cta_follows_the_makespan_model():
+    from cuda_baseline.training import ITEM_OVERHEAD_STEPS, causal_makespan, heads_per_cta
+    assert ITEM_OVERHEAD_STEPS == 2
+    # 4 Q tiles, 2 K/V tiles (tile 1 sees Q tiles 2, 3), a group of 2 query heads
+    pr = Problem(B=1, H=2, H_kv=1, S_q=256, D=128, dtype="bf16", causal=True)
+    # whole group: items of 2*4+2 and 2*2+2 steps
+    assert causal_makespan(pr, BWD_TILES, 2, 1) == 16
+    assert causal_makespan(pr, BWD_TILES, 2, 4) == 10
+    # one head per item: two of 4+2, then two of 2+2 steps
+    assert causal_makespan(pr, BWD_TILES, 1, 2) == 10
+    assert causal_makespan(pr, BWD_TILES, 1, 4) == 6
+    assert causal_makespan(pr, BWD_TILES, 1, 1) == 20
+    # one SM: the whole group (fewer overheads); four SMs: split, the tail is shorter
+    assert heads_per_cta(pr, BWD_TILES, 1) == 2
+    assert heads_per_cta(pr, BWD_TILES, 4) == 1
+    # full attention keeps the items-per-SM rule
+    full = Problem(B=1, H=2, H_kv=1, S_q=256, D=128, dtype="bf16")
+    assert heads_per_cta(full, BWD_TILES, 1) == 2 and heads_per_cta(full, BWD_TILES, 4) == 1
+
+
 def test_default_backward_tiles_rule():
-    from cuda_baseline.bwd_source import BWD_SHORT_TILES
-    from cuda_baseline.training import SHORT_ITEM_STEPS, default_backward_tiles, plan
-    # D = 128: 128 keys per CTA whatever the length or item count
-    for pr in (Problem(B=1, H=2, S_q=64, D=128), Problem(B=1, H=32, S_q=65536, D=128)):
-        assert default_backward_tiles(pr, 132) == BWD_TILES
-    # D = 64, short items (4 Q tiles): 64 keys, two CTAs per SM
-    short = Problem(B=32, H=12, S_q=256, D=64)
-    assert 256 // BWD_TILES.m <= SHORT_ITEM_STEPS
-    assert default_backward_tiles(short, 132) == BWD_SHORT_TILES
-    # D = 64, long items but too few of them at 128 keys: 2 * 5 * 18 = 180 < 2 * 132
-    few = Problem(B=2, H=5, S_q=2304, D=64)
-    assert default_backward_tiles(few, 132) == BWD_SHORT_TILES
-    # ... the same shape on a GPU with fewer SMs has enough items
-    assert default_backward_tiles(few, 80) == BWD_TILES
-    # D = 64, long and many: 128 keys (each Q tile streamed once per 128 keys)
-    assert default_backward_tiles(Problem(B=2, H=20, S_q=2304, D=64), 132) == BWD_TILES
+    from cuda_baseline.bwd_source import BWD_TILES_D64
+    from cuda_baseline.training import default_backward_tiles, plan
+    # 128 keys per CTA always; 128 query rows per step at D = 64, 64 at D = 128
+    for S, causal in ((64, False), (4097, True), (65536, True)):
+        assert default_backward_tiles(Problem(B=1, H=2, S_q=S, D=128, causal=causal)) == BWD_TILES
+        assert default_backward_tiles(Problem(B=1, H=2, S_q=S, D=64, causal=causal)) \
+            == BWD_TILES_D64
+    assert BWD_TILES_D64 == Tiles(128, 128) and BWD_TILES == Tiles(64, 128)
     # the plan takes the rule's tiles when none are given, explicit tiles otherwise
-    assert plan(short, ScanOrder.linear(), None, 132).instance.tiles == BWD_SHORT_TILES
-    assert plan(short, ScanOrder.linear(), None, 132, BWD_TILES).instance.tiles == BWD_TILES
+    pr = Problem(B=32, H=12, S_q=256, D=64)
+    assert plan(pr, ScanOrder.linear(), None, 132).instance.tiles == BWD_TILES_D64
+    assert plan(pr, ScanOrder.linear(), None, 132, BWD_TILES).instance.tiles == BWD_TILES
+    # a 128-row step needs one thread per LSE and Δ value of the Q tile: 8 warps at least
+    with pytest.raises(UnsupportedVariant, match="TILE_N must be at least"):
+        plan(pr, ScanOrder.linear(), None, 132, Tiles(128, 64))
 
 
 def test_parse_backward_ptxas():

@@ -1,0 +1,54 @@
+"""The CUDA twin's training-speed benchmark (``experiments.speed.backward_bench``) without a GPU:
+its variant spelling, its refusals (exit 2, nothing written), the dry run and the summary."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from experiments.speed import backward_bench as bb
+from spec import Problem
+
+
+def test_parse_variants_tiles_order_schedule_and_head_dim():
+    got = bb.parse_variants("64x128,128x128@64,64x128/sawtooth/static132")
+    assert got == [("64x128", {"backward_tiles": (64, 128)}),
+                   ("128x128", {"backward_tiles": (128, 128), "D": 64}),
+                   ("64x128-sawtooth-static132", {"backward_tiles": (64, 128),
+                                                  "order": "sawtooth",
+                                                  "backward_schedule": "static132"})]
+    assert bb.parse_variants(None) == [] and bb.parse_variants("") == []
+    for bad in ("1x2x3", "64", "64x128@d64"):
+        with pytest.raises(ValueError, match="--variants item"):
+            bb.parse_variants(bad)
+    d64 = bb.parse_variants("128x128@64")[0][1]
+    assert bb._applies(d64, Problem(B=1, H=2, S_q=64, D=64))
+    assert not bb._applies(d64, Problem(B=1, H=2, S_q=64, D=128))
+
+
+def test_bad_arguments_exit_2_and_write_nothing(tmp_path, capsys):
+    out = tmp_path / "speed.csv"
+    out.write_text("keep")
+    assert bb.main(["--out", str(out)]) == 2
+    assert out.read_text() == "keep"
+    assert bb.main(["--repeats", "0"]) == 2
+    assert bb.main(["--variants", "1x2x3", "--dry-run"]) == 2
+    assert "exists" in capsys.readouterr().err
+
+
+def test_dry_run_lists_the_half(capsys):
+    assert bb.main(["--half", "validation", "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 16 and all(len(ln.split()) == 2 for ln in lines)
+
+
+def test_summary_geometric_means_skip_refused_peers():
+    def row(p, who, fb, bw):
+        return ["llm", "validation", p, who, fb, bw, 10, math.nan, "GPU"]
+    rows = [row("a", "cuda", 1.0, 1.0), row("a", "flash", 2.0, 0.5), row("a", "cudnn", 1.0, 1.0),
+            row("b", "cuda", 2.0, 1.0), row("b", "flash", 1.0, 2.0),
+            row("b", "cudnn", math.nan, math.nan)]
+    lines = bb.summary(rows)
+    assert "fwd+bwd: flash / cuda geo-mean 1.000 over 2 problems (min 0.500, max 2.000)" in lines
+    assert "fwd+bwd: cudnn / cuda geo-mean 1.000 over 1 problems (min 1.000, max 1.000)" in lines
+    assert "bwd: flash / cuda geo-mean 1.000 over 2 problems (min 0.500, max 2.000)" in lines
