@@ -39,6 +39,7 @@ class Prepared(family.Prepared):
     level: int
     consts: tuple             # constant kernel arguments without the trailing TRACE flag
     qk_scale: float
+    tactic: int = 0           # the kernels.fmha TACTIC bits in ``consts``
 
     @property
     def resident_ctas(self) -> int:
@@ -127,7 +128,10 @@ class CutileFamily:
         self.defaults = defaults
 
     # --------------------------------------------------------------------------------------
-    def prepare(self, variant: Variant, problem: Problem) -> Prepared:
+    def prepare(self, variant: Variant, problem: Problem, tactic: int | None = None) -> Prepared:
+        """``tactic``: the kernel's TACTIC bits (``kernels.fmha``); None takes the ``defaults``
+        configuration's (0 without one), and a scan order other than linear always gets 0 (the
+        studies' builds)."""
         if variant.backend != Backend.CUTILE:
             raise UnsupportedVariant(f"variant backend {variant.backend.value!r}; this is the "
                                      "cutile backend")
@@ -148,13 +152,17 @@ class CutileFamily:
         from . import fmha
         from .resources import load_build
         from .signatures import CompileCase
-        case = CompileCase.of(variant, problem, level=level)
+        if tactic is None:
+            tactic = self.defaults.tactic if self.defaults is not None else 0
+        if variant.order.kind != OrderKind.LINEAR:
+            tactic = 0
+        case = CompileCase.of(variant, problem, level=level, tactic=tactic)
         consts = case.constants()[:-1]           # the trace flag is passed at launch
         b = load_build(case, arch.sm, occupancy, worker_warps, torch.cuda.current_device())
         return Prepared(variant, problem, sched.grid_size(g), b.threads, b.registers,
                         b.local_bytes, b.smem_bytes, b.ctas_per_sm, b.symbol, arch.name,
                         arch.num_sms, occupancy, worker_warps, level, consts,
-                        fmha.qk_scale_for(problem.D, level))
+                        fmha.qk_scale_for(problem.D, level), tactic)
 
     def _launch(self, p: Prepared, q, k, v, out, trace_buf, trace: bool) -> None:
         import cuda.tile as ct
@@ -199,7 +207,7 @@ class CutileFamily:
         torch.cuda.synchronize()
         from .signatures import CompileCase
         build = CompileCase.of(prepared.variant, prepared.problem, trace=True,
-                               level=prepared.level).signature().symbol
+                               level=prepared.level, tactic=prepared.tactic).signature().symbol
         return {"visits": buf.cpu().numpy(), "time_ns": None, "smid": None, "start_ns": None,
                 "end_ns": None, "build": build, "every": 1}
 
@@ -309,7 +317,8 @@ def _new_launch(q, k, v, out, causal, order, schedule, tiles, occupancy, arch, l
                       None if level == 6 else level)
     import torch
     with torch.cuda.device(q.device):
-        return Launch(fam.prepare(variant, problem), q.device.index, scale, save_lse)
+        return Launch(fam.prepare(variant, problem, cfg.tactic if level >= 4 else 0),
+                      q.device.index, scale, save_lse)
 
 
 def attention(q, k, v, *, causal: bool = False, order: str | ScanOrder = "linear",

@@ -63,9 +63,11 @@ that are not multiples of 16 (profiles/h100/sweep-20261126d), so it is not a can
 
 
 def config_label(cfg: KernelConfig) -> str:
-    """``64x128.occ2.grid`` (worker warps added when set): the name a rule's constants use."""
+    """``64x128.occ2.grid`` (worker warps and the kernel's TACTIC code added when set): the name
+    a rule's constants use."""
     ww = f".ww{cfg.worker_warps}" if cfg.worker_warps else ""
-    return f"{cfg.tile_m}x{cfg.tile_n}.occ{cfg.occupancy}{ww}.{cfg.schedule}"
+    tac = f".t{cfg.tactic}" if cfg.tactic else ""
+    return f"{cfg.tile_m}x{cfg.tile_n}.occ{cfg.occupancy}{ww}.{cfg.schedule}{tac}"
 
 
 BY_LABEL = {config_label(c): c for cs in CANDIDATES.values() for c in cs}

@@ -82,6 +82,7 @@ class KernelConfig:
     worker_warps: int | None = None    # num_worker_warps hint (None: default, 4 -> 256 threads)
     schedule: str = "persistent"       # default schedule for attention(): one of SCHEDULES
     ctas_per_sm: int | None = None     # persistent P = SMs x this (None: the occupancy hint)
+    tactic: int = 0                    # kernels.fmha TACTIC bits (0: the studies' build)
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
@@ -93,7 +94,10 @@ class KernelConfig:
         return Tiles(self.tile_m, self.tile_n)
 
     def to_json(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if not self.tactic:     # files written before the field existed stay byte-identical
+            d.pop("tactic")
+        return d
 
 
 def config_key(D: int, causal: bool) -> str:

@@ -80,6 +80,21 @@ NEG_BIG = -2.0 ** 100    # finite mask value, a power of two: see the module doc
 INV_LN2 = 1.0 / math.log(2.0)
 ZERO = PaddingMode.ZERO    # out-of-bounds rows of partial tiles read as 0 (never NaN garbage)
 
+# TACTIC bits (a constant; 0 is the build every study compares, unchanged): see the docstring
+TACTIC_MASKED_FIRST = 1    # the forward scan visits its masked tiles first, then the bulk
+TACTIC_NO_BOUNDS = 2       # the bulk's K/V loads skip the bounds check (those tiles are whole)
+LATENCY_K, LATENCY_V = 2, 4    # the ladder's level-4 hints; TACTIC bits 4-7 / 8-11 replace them
+
+
+def tactic_code(*, masked_first: bool = False, no_bounds: bool = False, latency_k: int = 0,
+                latency_v: int = 0) -> int:
+    """The TACTIC constant of these choices (a latency of 0 keeps the ladder's hint)."""
+    for name, lat in (("latency_k", latency_k), ("latency_v", latency_v)):
+        if lat not in range(0, 11):
+            raise ValueError(f"{name}={lat}: a load latency hint is 1..10 (0: the default)")
+    return (TACTIC_MASKED_FIRST * bool(masked_first) + TACTIC_NO_BOUNDS * bool(no_bounds)
+            + (latency_k << 4) + (latency_v << 8))
+
 
 def qk_scale_for(head_dim: int, level: int, scale: float | None = None) -> float:
     """The scalar the kernel multiplies Q·Kᵀ by: the softmax scale (``scale``, None: 1/sqrt(D)),
@@ -115,14 +130,23 @@ def _record(Trace, cta, step, b, h, q_tile, j):
 
 def _kv_step(q, K, V, b, kvh, j, m_i, l_i, acc, qk_scale, offs_m, k_len,
              TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, MASKED: ConstBool,
-             CAUSAL: ConstBool, LEVEL: ConstInt):
+             CAUSAL: ConstBool, LEVEL: ConstInt, TACTIC: ConstInt):
     """One K/V tile of the online softmax; returns the new (m, l, acc)."""
+    lat_k = (TACTIC // 16) % 16
+    lat_v = (TACTIC // 256) % 16
+    if lat_k == 0:
+        lat_k = LATENCY_K
+    if lat_v == 0:
+        lat_v = LATENCY_V
     # S = Q Kᵀ ---------------------------------------------------------------------------------
     if LEVEL >= 3:
         # K loaded already transposed: the TMA box is read as [D, TILE_N]
-        if LEVEL >= 4:
+        if LEVEL >= 4 and (TACTIC // TACTIC_NO_BOUNDS) % 2 == 1 and not MASKED:
             kt = ct.load(K, index=(b, kvh, 0, j), shape=(1, 1, TILE_D, TILE_N),
-                         order=(0, 1, 3, 2), padding_mode=ZERO, latency=2)
+                         order=(0, 1, 3, 2), latency=lat_k, check_bounds=False)
+        elif LEVEL >= 4:
+            kt = ct.load(K, index=(b, kvh, 0, j), shape=(1, 1, TILE_D, TILE_N),
+                         order=(0, 1, 3, 2), padding_mode=ZERO, latency=lat_k)
         else:
             kt = ct.load(K, index=(b, kvh, 0, j), shape=(1, 1, TILE_D, TILE_N),
                          order=(0, 1, 3, 2), padding_mode=ZERO)
@@ -151,9 +175,12 @@ def _kv_step(q, K, V, b, kvh, j, m_i, l_i, acc, qk_scale, offs_m, k_len,
     l_i = l_i * alpha + ct.sum(p, axis=-1, keepdims=True)                     # [TILE_M, 1]
     acc = acc * alpha                                                         # [TILE_M, D]
     # O += P V ---------------------------------------------------------------------------------
-    if LEVEL >= 4:
+    if LEVEL >= 4 and (TACTIC // TACTIC_NO_BOUNDS) % 2 == 1 and not MASKED:
         v = ct.load(V, index=(b, kvh, j, 0), shape=(1, 1, TILE_N, TILE_D),
-                    padding_mode=ZERO, latency=4)
+                    latency=lat_v, check_bounds=False)
+    elif LEVEL >= 4:
+        v = ct.load(V, index=(b, kvh, j, 0), shape=(1, 1, TILE_N, TILE_D),
+                    padding_mode=ZERO, latency=lat_v)
     else:
         v = ct.load(V, index=(b, kvh, j, 0), shape=(1, 1, TILE_N, TILE_D), padding_mode=ZERO)
     v = ct.reshape(v, (TILE_N, TILE_D))                                       # [TILE_N, D]
@@ -164,7 +191,7 @@ def _kv_step(q, K, V, b, kvh, j, m_i, l_i, acc, qk_scale, offs_m, k_len,
 def attention_tile_impl(Q, K, V, Out, Trace, LSE, qk_scale, b, h, kvh, q_tile, r, cta, step0,
                         TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
                         CAUSAL: ConstBool, EVEN_K: ConstBool, LEVEL: ConstInt,
-                        TRACE: ConstBool, SAVE_LSE: ConstBool):
+                        TRACE: ConstBool, SAVE_LSE: ConstBool, TACTIC: ConstInt):
     """The kernel body: one Q tile of head (b, h), K/V scanned forward (r=0) or backward (r=1).
 
     With ``SAVE_LSE`` (the training build, ``fmha_fwd_lse``) it also stores each row's
@@ -198,34 +225,40 @@ def attention_tile_impl(Q, K, V, Out, Trace, LSE, qk_scale, b, h, kvh, q_tile, r
 
     if CAUSAL or not EVEN_K:
         n_masked = Tc - mask_start
-        # backward scan: the masked tiles (diagonal / ragged end) come first, descending
-        for i in range(0, r * n_masked):
+        # mf = 1: the masked tiles come first (a backward scan; with TACTIC_MASKED_FIRST a
+        # forward one too, whose bulk then ends the item and runs ascending)
+        if TACTIC % 2 == TACTIC_MASKED_FIRST:
+            mf = 1
+        else:
+            mf = r
+        # masked tiles first (diagonal / ragged end), descending
+        for i in range(0, mf * n_masked):
             j = Tc - 1 - i
             if TRACE:
                 _record(Trace, cta, step0 + i, b, h, q_tile, j)
             m_i, l_i, acc = _kv_step(q, K, V, b, kvh, j, m_i, l_i, acc, qk_scale, offs_m, k_len,
-                                     TILE_D, TILE_M, TILE_N, True, CAUSAL, LEVEL)
+                                     TILE_D, TILE_M, TILE_N, True, CAUSAL, LEVEL, TACTIC)
         # the unmasked bulk, ascending or descending
         for i in range(0, mask_start):
             j = i + r * (mask_start - 1 - 2 * i)
             if TRACE:
-                _record(Trace, cta, step0 + r * n_masked + i, b, h, q_tile, j)
+                _record(Trace, cta, step0 + mf * n_masked + i, b, h, q_tile, j)
             m_i, l_i, acc = _kv_step(q, K, V, b, kvh, j, m_i, l_i, acc, qk_scale, offs_m, k_len,
-                                     TILE_D, TILE_M, TILE_N, False, CAUSAL, LEVEL)
+                                     TILE_D, TILE_M, TILE_N, False, CAUSAL, LEVEL, TACTIC)
         # forward scan: the masked tiles come last, ascending
-        for i in range(0, (1 - r) * n_masked):
+        for i in range(0, (1 - mf) * n_masked):
             j = mask_start + i
             if TRACE:
                 _record(Trace, cta, step0 + mask_start + i, b, h, q_tile, j)
             m_i, l_i, acc = _kv_step(q, K, V, b, kvh, j, m_i, l_i, acc, qk_scale, offs_m, k_len,
-                                     TILE_D, TILE_M, TILE_N, True, CAUSAL, LEVEL)
+                                     TILE_D, TILE_M, TILE_N, True, CAUSAL, LEVEL, TACTIC)
     else:
         for i in range(0, Tc):
             j = i + r * (Tc - 1 - 2 * i)
             if TRACE:
                 _record(Trace, cta, step0 + i, b, h, q_tile, j)
             m_i, l_i, acc = _kv_step(q, K, V, b, kvh, j, m_i, l_i, acc, qk_scale, offs_m, k_len,
-                                     TILE_D, TILE_M, TILE_N, False, CAUSAL, LEVEL)
+                                     TILE_D, TILE_M, TILE_N, False, CAUSAL, LEVEL, TACTIC)
 
     if LEVEL >= 6:
         acc = ct.truediv(acc, l_i, flush_to_zero=True, rounding_mode=RoundingMode.APPROX)
@@ -246,7 +279,7 @@ def fmha_fwd_impl(Q, K, V, Out, Trace, LSE, qk_scale, H, QUERY_GROUP_SIZE,
                   TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
                   CAUSAL: ConstBool, EVEN_K: ConstBool, ORDER: ConstInt, GROUP: ConstInt,
                   SCHED: ConstInt, WORK: ConstInt, TILES_PER_CTA: ConstInt, SECTION: ConstInt,
-                  LEVEL: ConstInt, TRACE: ConstBool, SAVE_LSE: ConstBool):
+                  LEVEL: ConstInt, TRACE: ConstBool, SAVE_LSE: ConstBool, TACTIC: ConstInt):
     """Maps this CTA to its work items (spec ``CtaSchedule.work_items``) and runs the body."""
     cta = ct.bid(0)
     n_q = ct.cdiv(Q.shape[2], TILE_M)
@@ -267,7 +300,8 @@ def fmha_fwd_impl(Q, K, V, Out, Trace, LSE, qk_scale, H, QUERY_GROUP_SIZE,
         attention_tile_impl(Q, K, V, Out, Trace, LSE, qk_scale, bh // H, head,
                             head // QUERY_GROUP_SIZE, q_tile,
                             reversed_for(ORDER, GROUP, 0, cta), cta, 0,
-                            TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, LEVEL, TRACE, SAVE_LSE)
+                            TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, LEVEL, TRACE, SAVE_LSE,
+                            TACTIC)
     elif SCHED == SCHED_TILE_X:
         # X consecutive Q tiles of one head per CTA; cta = group + n_groups * bh
         n_groups = ct.cdiv(n_q, TILES_PER_CTA)
@@ -282,7 +316,7 @@ def fmha_fwd_impl(Q, K, V, Out, Trace, LSE, qk_scale, H, QUERY_GROUP_SIZE,
                                      head // QUERY_GROUP_SIZE, q0 + k,
                                      reversed_for(ORDER, GROUP, k, cta), cta, step,
                                      TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, LEVEL, TRACE,
-                                     SAVE_LSE)
+                                     SAVE_LSE, TACTIC)
             step = step + tc
             k = k + 1
     else:
@@ -313,7 +347,7 @@ def fmha_fwd_impl(Q, K, V, Out, Trace, LSE, qk_scale, H, QUERY_GROUP_SIZE,
                                          head // QUERY_GROUP_SIZE, q_tile,
                                          reversed_for(ORDER, GROUP, it, cta), cta, step,
                                          TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, LEVEL, TRACE,
-                                         SAVE_LSE)
+                                         SAVE_LSE, TACTIC)
                 step = step + tc
             it = it + 1
 
@@ -323,12 +357,12 @@ def fmha_fwd(Q, K, V, Out, Trace, qk_scale: float, H: ConstInt, QUERY_GROUP_SIZE
              TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
              CAUSAL: ConstBool, EVEN_K: ConstBool, ORDER: ConstInt, GROUP: ConstInt,
              SCHED: ConstInt, WORK: ConstInt, TILES_PER_CTA: ConstInt, SECTION: ConstInt,
-             LEVEL: ConstInt, TRACE: ConstBool):
+             LEVEL: ConstInt, TACTIC: ConstInt, TRACE: ConstBool):
     """Q [B,H,S_q,D], K/V [B,H_kv,S_kv,D], Out like Q; Trace int32 [n_ctas, max_steps, 4] (read
     only when TRACE)."""
     fmha_fwd_impl(Q, K, V, Out, Trace, Trace, qk_scale, H, QUERY_GROUP_SIZE, TILE_D, TILE_M,
                   TILE_N, CAUSAL, EVEN_K, ORDER, GROUP, SCHED, WORK, TILES_PER_CTA, SECTION,
-                  LEVEL, TRACE, False)
+                  LEVEL, TRACE, False, TACTIC)
 
 
 @ct.kernel
@@ -336,12 +370,12 @@ def fmha_fwd_lse(Q, K, V, Out, LSE, qk_scale: float, H: ConstInt, QUERY_GROUP_SI
                  TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
                  CAUSAL: ConstBool, EVEN_K: ConstBool, ORDER: ConstInt, GROUP: ConstInt,
                  SCHED: ConstInt, WORK: ConstInt, TILES_PER_CTA: ConstInt, SECTION: ConstInt,
-                 LEVEL: ConstInt):
+                 LEVEL: ConstInt, TACTIC: ConstInt):
     """The training forward: ``fmha_fwd`` (same constants, without the trace flag) that also
     stores the log-sum-exp, LSE fp32 [B, H, S_q] (last dimension contiguous)."""
     fmha_fwd_impl(Q, K, V, Out, LSE, LSE, qk_scale, H, QUERY_GROUP_SIZE, TILE_D, TILE_M, TILE_N,
                   CAUSAL, EVEN_K, ORDER, GROUP, SCHED, WORK, TILES_PER_CTA, SECTION, LEVEL,
-                  False, True)
+                  False, True, TACTIC)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -365,8 +399,8 @@ def get_kernel(occupancy: int | None = None, worker_warps: int | None = None,
 
 def constants(*, D: int, tile_m: int, tile_n: int, H: int, group_size: int, causal: bool,
               even_k: bool, order: int, group: int, sched: int, work: int, tiles_per_cta: int,
-              section: int, level: int, trace: bool) -> tuple:
+              section: int, level: int, trace: bool, tactic: int = 0) -> tuple:
     """The constant arguments after (Q, K, V, Out, Trace, qk_scale), in kernel order."""
     return (int(H), int(group_size), int(D), int(tile_m), int(tile_n), bool(causal),
             bool(even_k), int(order), int(group), int(sched), int(work), int(tiles_per_cta),
-            int(section), int(level), bool(trace))
+            int(section), int(level), int(tactic), bool(trace))

@@ -75,9 +75,11 @@ class CompileCase:
     trace: bool = False
     n_ctas: int = 132
     aligned: bool = True     # q, k, v, out start 16-byte aligned (what the JIT sees from torch)
+    tactic: int = 0          # fmha's TACTIC bits (0: the build the studies compare)
 
     @classmethod
-    def of(cls, variant, problem, *, trace: bool = False, level: int = 6) -> "CompileCase":
+    def of(cls, variant, problem, *, trace: bool = False, level: int = 6,
+           tactic: int = 0) -> "CompileCase":
         """The compile case of a spec ``Variant`` on a ``Problem`` (what the backend launches)."""
         from spec.problem import TileGrid
         o, s = variant.order, variant.schedule
@@ -86,7 +88,7 @@ class CompileCase:
                    causal=problem.causal, tile_m=variant.tiles.m, tile_n=variant.tiles.n,
                    order=int(o.kind), group=o.group, sched=int(s.kind), work=int(s.work_order),
                    tiles_per_cta=s.tiles_per_cta, section=s.section or 1, level=level,
-                   trace=trace,
+                   trace=trace, tactic=tactic,
                    n_ctas=s.grid_size(TileGrid(problem, variant.tiles)))
 
     def constants(self) -> tuple:
@@ -97,7 +99,7 @@ class CompileCase:
             group_size=self.H // self.H_kv, causal=self.causal,
             even_k=self.S_kv % self.tile_n == 0, order=self.order, group=self.group,
             sched=self.sched, work=self.work, tiles_per_cta=self.tiles_per_cta,
-            section=self.section, level=self.level, trace=self.trace)
+            section=self.section, level=self.level, trace=self.trace, tactic=self.tactic)
 
     def signature(self) -> KernelSignature:
         dt = {"fp16": ct.float16, "bf16": ct.bfloat16}[self.dtype]

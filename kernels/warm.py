@@ -30,6 +30,7 @@ class Job:
     level: int = 6
     trace: bool = False
     worker_warps: int | None = None   # a tuning candidate's hint (None: the arch's default's)
+    tactic: int = 0                   # a tuning candidate's kernels.fmha TACTIC bits
 
 
 def _small(s: int) -> int:
@@ -67,8 +68,9 @@ def _run(jobs: list[Job]) -> list[str]:
             var = Variant(Backend.CUTILE, ScanOrder.parse(j.order), sched,
                           Tiles(j.tile_m, j.tile_n), j.occupancy,
                           None if j.level == 6 else j.level)
-            fam = (CutileFamily() if j.worker_warps is None else CutileFamily(defaults=KernelConfig(
-                j.tile_m, j.tile_n, j.occupancy, j.worker_warps)))
+            fam = (CutileFamily() if j.worker_warps is None and not j.tactic else CutileFamily(
+                defaults=KernelConfig(j.tile_m, j.tile_n, j.occupancy, j.worker_warps,
+                                      tactic=j.tactic)))
             prep = fam.prepare(var, p)      # also exports the build and reads its resources
             if j.trace:
                 fam.trace(prep, q, k, v, out)

@@ -19,15 +19,16 @@ class Candidate:
     worker_warps: int | None
     schedule: str          # "persistent" (P = SMs × occupancy), "lpt" (the same, longest first),
     #                        "grid" or "glpt" (the grid, longest first in L2 sections)
+    tactic: int = 0        # kernels.fmha TACTIC bits
 
     def config(self) -> KernelConfig:
         return KernelConfig(self.tile_m, self.tile_n, self.occupancy, self.worker_warps,
-                            self.schedule)
+                            self.schedule, tactic=self.tactic)
 
     @property
     def label(self) -> str:
         return (f"{self.tile_m}x{self.tile_n} occ{self.occupancy} ww{self.worker_warps} "
-                f"{self.schedule}")
+                f"{self.schedule}" + (f" t{self.tactic}" if self.tactic else ""))
 
 
 # Spill-free on sm_90 (cuobjdump -res-usage of JIT-like exports, linear and sawtooth): (tile_m,
@@ -117,3 +118,36 @@ def by_speed(trials: dict, cands: list[Candidate]) -> list[Candidate]:
     """Passing candidates fastest first, then the failed ones in their given order."""
     ok = sorted((c for c in cands if trials[c].passed), key=lambda c: trials[c].us)
     return ok + [c for c in cands if not trials[c].passed]
+
+
+def _tac(**kw) -> int:
+    from kernels.fmha import tactic_code
+    return tactic_code(**kw)
+
+
+def tactic_trials(D: int, causal: bool) -> list[Candidate]:
+    """The kernel-tactic A/B of a (D, causal) key: the rule's most chosen configuration of the key
+    (64x128 tiles at two CTAs per SM; causal: the grid longest first, else persistent CTAs) and,
+    causal, the 128x128 one, each again with one tactic of ``kernels.fmha``'s TACTIC bits: the
+    masked tiles first (the diagonal's K/V load issued beside the Q load, the item ending on the
+    mask-free bulk), the bulk's loads unchecked (whole tiles), and other K/V load-latency hints
+    (the pipeline depth the compiler gives each load); then two hint-only configurations: 64x128
+    with 8 worker warps at one CTA per SM (two consumer warpgroups, FA3's shape for 128 rows
+    halved), and causal 128x128 held by persistent CTAs dealt longest first."""
+    lat = [_tac(latency_k=k, latency_v=v) for k, v in ((4, 4), (3, 3), (1, 2))]
+    if causal:
+        base = Candidate(64, 128, 2, None, "glpt")
+        big = Candidate(128, 128, 1, 8, "glpt")
+        tactics = [_tac(masked_first=True), _tac(no_bounds=True),
+                   _tac(masked_first=True, no_bounds=True)] + lat
+        out = [Candidate(base.tile_m, base.tile_n, base.occupancy, None, "glpt", t)
+               for t in tactics]
+        out += [Candidate(big.tile_m, big.tile_n, 1, 8, "glpt", t)
+                for t in (_tac(masked_first=True, no_bounds=True), lat[0], lat[1])]
+        out += [Candidate(128, 128, 1, 8, "lpt")]
+    else:
+        out = [Candidate(64, 128, 2, None, "persistent", t) for t in [_tac(no_bounds=True)] + lat]
+        out += [Candidate(64, 64, 4, None, "persistent", t) for t in (_tac(no_bounds=True), lat[0])]
+    if D == 128:
+        out.append(Candidate(64, 128, 1, 8, "glpt" if causal else "persistent"))
+    return out

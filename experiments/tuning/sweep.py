@@ -4,7 +4,7 @@
 
     python -m experiments.tuning.sweep --arch h100 [--sets models,scan] [--reps 10] [--out DIR]
                                 [--budget-s 520] [--shard I/N] [--masks full]
-                                [--dry-run]
+                                [--tactics] [--peers] [--dry-run]
 
 Problem sets (the ``set`` column of ``trials.csv.gz``):
 
@@ -15,7 +15,18 @@ Problem sets (the ``set`` column of ``trials.csv.gz``):
   against a long K/V), the problems the old shape classes were tuned on; the fit sees them;
 - ``scan``: a vision-transformer batch (B=32, H=12, D=64, bf16) at lengths across the old class
   borders (tiny / uneven / short): 197, 256, 257, 512, 577, 1024. Not fitted: it shows whether
-  the chosen configuration's time moves smoothly where the classes jumped.
+  the chosen configuration's time moves smoothly where the classes jumped;
+- ``long``: the long-causal scan (``LONG_CAUSAL``: S 16K..128K, D 64 and 128, bf16, heads
+  halving as S doubles so that every problem holds thousands of work items); fitted, so the
+  per-step cost is learnt where K/V per head outgrows the L2.
+
+``--tactics`` adds the kernel-tactic trials (``experiments.tuning.candidates.tactic_trials``:
+the same configurations with the masked tiles first, unchecked bulk loads, other load-latency
+hints, and two hint-only configurations) to every problem's candidates; the rule reads only
+the configurations it chooses among, so these rows are an A/B, not fit data, until a candidate
+list names them. ``--peers`` also times PyTorch SDPA's flash and cuDNN backends on the same
+inputs right after each problem's candidates (cold L2, interleaved with each other; rows with
+``config`` sdpa-flash / sdpa-cudnn, which the fit ignores).
 
 Per problem, each candidate goes through the tuner's path (``experiments.tuning.tune.measure_problem``):
 prepared by ``kernels.backend.CutileFamily`` with the candidate as its defaults, run on a NaN-poisoned
@@ -42,9 +53,14 @@ from spec.arch import UnknownArch
 
 from ..runner.options import UsageError
 
-SETS = ("tuning", "validation", "shapes", "scan")
-SET_GROUPS = {"models": ("tuning", "validation"), "shapes": ("shapes",), "scan": ("scan",)}
+SETS = ("tuning", "validation", "shapes", "scan", "long")
+SET_GROUPS = {"models": ("tuning", "validation"), "shapes": ("shapes",), "scan": ("scan",),
+              "long": ("long",)}
 SCAN_LENGTHS = (197, 256, 257, 512, 577, 1024)
+LONG_CAUSAL = tuple(Problem(1, max(2, 16 * 16384 // s), s, d, dtype="bf16", causal=True)
+                    for d in (64, 128) for s in (16384, 32768, 65536, 131072))
+"""The long-causal scan: B=1, H = 16, 8, 4, 2 heads at S = 16K, 32K, 64K, 128K (4096 work items
+of 64 query rows each), D 64 and 128, bf16, causal."""
 SHAPES_MAX_S = 32768
 COLUMNS = ("set", "family", "problem", "B", "H", "H_kv", "S_q", "S_kv", "D", "dtype", "causal",
            "config", "passed", "us", "spread", "verdict")
@@ -63,14 +79,33 @@ def sweep_problems(groups: tuple[str, ...]) -> list[tuple[str, str, Problem]]:
         elif g == "scan":
             out += [("scan", "vit-scan", Problem(32, 12, s, 64, dtype="bf16"))
                     for s in SCAN_LENGTHS]
+        elif g == "long":
+            out += [("long", "long-causal", p) for p in LONG_CAUSAL]
     return out
 
 
-def candidates_for(arch, problem: Problem):
-    """The rule's candidates for the problem's mask, as the tuner's ``Candidate``."""
-    from .candidates import Candidate
-    return [Candidate(c.tile_m, c.tile_n, c.occupancy, c.worker_warps, c.schedule)
+def candidates_for(arch, problem: Problem, tactics: bool = False):
+    """The rule's candidates for the problem's mask, as the tuner's ``Candidate`` (with
+    ``tactics``, the kernel-tactic trials after them)."""
+    from .candidates import Candidate, tactic_trials
+    base = [Candidate(c.tile_m, c.tile_n, c.occupancy, c.worker_warps, c.schedule, c.tactic)
             for c in CANDIDATES[problem.causal]]
+    return base + [c for c in tactic_trials(problem.D, problem.causal) if c not in base] \
+        if tactics else base
+
+
+def peer_rows(set_name: str, family: str, problem: Problem, reps: int, seed: int = 0) -> list:
+    """SDPA flash and cuDNN on the problem's inputs (the candidates' seed), cold L2, timed
+    interleaved with each other: rows like ``rows_for``'s, verdict ``peer (not checked)``."""
+    from ..measurement.correctness import random_inputs
+    from ..measurement.timing import sdpa_peers, time_interleaved
+    q, k, v = random_inputs(problem, seed)
+    s = time_interleaved(sdpa_peers(q, k, v, problem.causal), reps=reps, l2="cold")
+    p = problem
+    return [dict(set=set_name, family=family, problem=p.label, B=p.B, H=p.H, H_kv=p.H_kv,
+                 S_q=p.S_q, S_kv=p.S_kv, D=p.D, dtype=p.dtype.value, causal=int(p.causal),
+                 config=name, passed=1, us=f"{x.median * 1e3:.3f}", spread=f"{x.spread:.4f}",
+                 verdict="peer (not checked)") for name, x in s.items()]
 
 
 def rows_for(set_name: str, family: str, problem: Problem, trials) -> list[dict]:
@@ -130,6 +165,10 @@ def main(argv: list[str] | None = None) -> int:
                     "(0-based), to split a sweep over several device calls")
     ap.add_argument("--masks", choices=("both", "full", "causal"), default="both",
                     help="only the non-causal (full) or the causal problems")
+    ap.add_argument("--tactics", action="store_true",
+                    help="add the kernel-tactic trials to every problem's candidates")
+    ap.add_argument("--peers", action="store_true",
+                    help="also time SDPA flash and cuDNN on each problem")
     ap.add_argument("--dry-run", action="store_true", help="print the plan, measure nothing")
     args = ap.parse_args(argv)
     try:
@@ -144,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         plan = [x for x in shard(sweep_problems(groups), args.shard)
                 if args.masks == "both" or x[2].causal == (args.masks == "causal")]
         if args.dry_run:
-            n = sum(len(candidates_for(arch, p)) for _, _, p in plan)
+            n = sum(len(candidates_for(arch, p, args.tactics)) for _, _, p in plan)
             print(f"sweep on {arch.name}: {len(plan)} problems ({', '.join(groups)}), {n} "
                   f"(problem, configuration) pairs, {args.reps} timed repetitions each")
             return 0
@@ -166,15 +205,17 @@ def _run(arch, plan, args, argv) -> int:
     from ..rundirs.rundir import command_line, default_run_dir, reserved_run_dir, write_manifest
     from .tune import measure_problem, precompile
     t0 = time.monotonic()
-    errors = precompile(arch, [(p, candidates_for(arch, p)) for _, _, p in plan])
+    errors = precompile(arch, [(p, candidates_for(arch, p, args.tactics)) for _, _, p in plan])
     compile_s = time.monotonic() - t0
     rows, skipped = [], []
     for i, (set_name, family, p) in enumerate(plan):
         if time.monotonic() - t0 > args.budget_s:
             skipped = [q.label for _, _, q in plan[i:]]
             break
-        trials = measure_problem(arch, p, candidates_for(arch, p), reps=args.reps)
+        trials = measure_problem(arch, p, candidates_for(arch, p, args.tactics), reps=args.reps)
         rows += rows_for(set_name, family, p, trials)
+        if args.peers:
+            rows += peer_rows(set_name, family, p, args.reps)
         best = next((t for t in trials if t.passed), None)
         print(f"[{time.monotonic() - t0:5.0f} s] {set_name:10s} {p.label:40s} best "
               f"{config_label(best.candidate.config()) if best else 'none'} "
@@ -185,6 +226,7 @@ def _run(arch, plan, args, argv) -> int:
         write_manifest(work, command=command_line("experiments.tuning.sweep", argv), arch=arch.name,
                        device=torch.cuda.get_device_name(), reps=args.reps, l2="cold",
                        metric="kernel time, median us", sets=sorted({r["set"] for r in rows}),
+                       tactics=args.tactics, peers=args.peers,
                        problems=len({r["problem"] for r in rows}), skipped=skipped,
                        build_errors=errors, compile_s=round(compile_s, 1),
                        wall_s=round(time.monotonic() - t0, 1))

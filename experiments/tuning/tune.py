@@ -158,7 +158,7 @@ def precompile(arch: Arch, pairs) -> list[str]:
     from kernels.warm import Job, warm
     return warm([Job(p.B, p.H, p.H_kv, p.S_q, p.S_kv, p.D, p.dtype.value, p.causal, "linear",
                      default_schedule(p, c.config(), c.config().tiles, arch).label, c.tile_m,
-                     c.tile_n, c.occupancy, worker_warps=c.worker_warps)
+                     c.tile_n, c.occupancy, worker_warps=c.worker_warps, tactic=c.tactic)
                  for p, cands in pairs for c in cands])
 
 

@@ -127,13 +127,21 @@ def test_rulefit_bad_input_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys)
 
 
 def test_sweep_plan_and_bad_input(capsys):
-    plan = sweep.sweep_problems(("models", "scan", "shapes"))
+    plan = sweep.sweep_problems(("models", "scan", "shapes", "long"))
     assert {s for s, _, _ in plan} == set(sweep.SETS)
     assert len([1 for s, _, _ in plan if s == "scan"]) == len(sweep.SCAN_LENGTHS)
+    long = [p for s, _, p in plan if s == "long"]
+    assert long == list(sweep.LONG_CAUSAL) and all(p.causal for p in long)
+    assert {p.S_q for p in long} == {16384, 32768, 65536, 131072} and {p.D for p in long} == {64, 128}
+    # every long problem holds at least 4096 work items of 64 query rows
+    assert min(p.B * p.H * p.S_q // 64 for p in long) >= 4096
     assert max(p.S_q for s, _, p in plan if s == "shapes") <= sweep.SHAPES_MAX_S
     assert sweep.shard(list(range(10)), "1/3") == [1, 4, 7]
     assert sweep.main(["--arch", "h100", "--dry-run"]) == 0
     assert "problems" in capsys.readouterr().out
+    assert sweep.main(["--arch", "h100", "--dry-run", "--sets", "long", "--tactics",
+                       "--peers"]) == 0
+    assert "8 problems (long)" in capsys.readouterr().out
     for bad in (["--sets", "foo"], ["--shard", "3/3"], ["--reps", "0"]):
         assert sweep.main(["--arch", "h100", "--dry-run", *bad]) == 2
         err = capsys.readouterr().err
