@@ -9,8 +9,8 @@ Inputs: every registered ``tuning`` run of study ``sweep`` for the arch (``pytho
 analysis.data list``), read through the data door and pinned by hash in the rule block. Per (D,
 causal) key and configuration, α and β of ``predict = α·w + β·s`` (``kernels.choice
 .waves_and_steps``) are the non-negative least-squares fit of the *relative* error over the fit
-sets (``tuning``: the tuning half of the model families; ``shapes``: the shape suite), so a
-50 µs problem weighs as much as a 50 ms one. A configuration that is the fastest on none of a
+sets (``tuning``: the tuning half of the model families; ``shapes``: the shape suite;
+``long``: the long-causal scan, S 16K..128K), so a 50 µs problem weighs as much as a 50 ms one. A configuration that is the fastest on none of a
 key's fit problems is dropped from that key (it would only be chosen by a prediction error).
 
 The report: per key and configuration the fit's size and its relative error (rms, max); then per
@@ -39,7 +39,7 @@ from kernels.config import CONFIG_DIR, config_key
 from spec import Problem, get_arch, known_archs
 from spec.arch import UnknownArch
 
-FIT_SETS = ("tuning", "shapes")
+FIT_SETS = ("tuning", "shapes", "long")
 JUDGED_SETS = ("validation", "scan")
 KEYS = ("d64.full", "d64.causal", "d128.full", "d128.causal")
 
@@ -129,7 +129,7 @@ def class_regrets(arch_name: str, sets: dict, times: dict) -> dict[str, list[flo
 
 
 def report(errors: dict, consts: dict, reg: dict, old: dict | None = None) -> list[str]:
-    lines = ["fit (relative error over the tuning half and the shape suite):"]
+    lines = ["fit (relative error over the fit sets: " + ", ".join(FIT_SETS) + "):"]
     for key, per in errors.items():
         for label, e in per.items():
             a, b = consts[key][label]

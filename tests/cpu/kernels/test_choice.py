@@ -148,3 +148,22 @@ def test_sweep_plan_and_bad_input(capsys):
         assert err.count("\n") == 1 and err.startswith("error: ")
     assert sweep.main(["--arch", "h100"]) == 2                 # no H100 here
     assert "run it on that machine" in capsys.readouterr().err
+
+
+def test_longscan_plan_ratios_and_bad_input(capsys):
+    from experiments.tuning import longscan
+    assert longscan.main(["--arch", "h100", "--dry-run"]) == 0
+    assert "8 problems" in capsys.readouterr().out
+    for bad in (["--arch", "h100", "--reps", "2"], ["--arch", "nope"]):
+        assert longscan.main(["--dry-run", *bad]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("error: ")
+    assert longscan.main(["--arch", "h100"]) == 2                 # no H100 here
+    rows = [dict(problem=p, metric=m, who=w, ms=str(t))
+            for p, m, w, t in (("a", longscan.KERNEL, "cutile", 1.0),
+                               ("a", longscan.KERNEL, "sdpa-cudnn", 1.1),
+                               ("b", longscan.KERNEL, "cutile", 2.0),
+                               ("b", longscan.KERNEL, "sdpa-cudnn", 1.6),
+                               ("c", longscan.KERNEL, "cutile", 1.0))]   # no peer: left out
+    (line,) = longscan.ratio_lines(rows)
+    assert "geomean 0.938x" in line and "min 0.800x (b)" in line and "n=2" in line
