@@ -11,15 +11,17 @@ order and CTA schedule of the two main passes are spec objects (``ScanOrder``, `
 the grid launch or P persistent CTAs, q-major or head-major), so the locality studies of the
 forward apply to the backward unchanged.
 
-The default configuration (``default_backward``) is a measured table, not yet a fitted work model
-like the forward's (``kernels.choice``): per (D, causal) key, each pass's tiles and hints chosen
-on the model suite's tuning half (``kernels/configs/h100-backward.json``, written from
-``python -m experiments.speed.cutile_backward_bench --phases tune``; only the H100 was measured and
-every GPU reads its table),
-the grid launch and linear scans. A key the table lacks takes ``BASE``: 64-row Q tiles and
-128-row K/V tiles with 8 worker warps in both passes (384 threads; with 256 threads the fp32 dK
-and dV accumulators of a 128-row K/V tile at D=128 spill). tests/cpu/kernels/test_cutile_backward_compile.py
-checks that every default build is spill-free.
+The default configuration (``default_backward``) comes from a fitted work model of each pass, the
+forward's kind of rule (``kernels.backward_choice``): per pass, the candidate tiles and hints of
+least predicted time under the constants of ``kernels/configs/h100-backward.json`` (written by
+``python -m experiments.tuning.rulefit --backward``; fitted on the H100 and read on every GPU),
+the grid launch and linear scans; the two passes choose independently. Where the file has no
+constants for the problem's (D, causal) key (another arch's constants, a package installed
+without its data) both passes take ``BASE``: 64-row Q tiles and 128-row K/V tiles with 8 worker
+warps (384 threads; with 256 threads the fp32 dK and dV accumulators of a 128-row K/V tile at
+D=128 spill), the configuration every backward build was first checked with.
+tests/cpu/kernels/test_cutile_backward_compile.py checks that every build the rule can choose is
+spill-free.
 """
 from __future__ import annotations
 
@@ -76,8 +78,8 @@ def default_backward(problem: Problem, order: str | ScanOrder = "linear",
         schedule = CtaSchedule.grid()
     elif not isinstance(schedule, CtaSchedule):
         schedule = CtaSchedule.parse(schedule)
-    key = (problem.D, problem.causal)
-    dkdv, dq = _DEFAULTS.get(key) or _table().get(key) or (BASE, BASE)
+    rule = _rule()
+    dkdv, dq = (rule.choose(problem) if rule is not None else None) or (BASE, BASE)
     return BackwardConfig(PassConfig(dkdv.tiles, dkdv.occupancy, dkdv.worker_warps, order,
                                      schedule),
                           PassConfig(dq.tiles, dq.occupancy, dq.worker_warps, order, schedule))
@@ -86,29 +88,27 @@ def default_backward(problem: Problem, order: str | ScanOrder = "linear",
 BASE = PassConfig(Tiles(64, 128), 1, 8)
 """The base pass configuration (module docstring)."""
 
-_DEFAULTS: dict = {}
 CONFIG = Path(__file__).resolve().parent / "configs" / "h100-backward.json"
+CONFIG_SCHEMA = 2
 
 
 @lru_cache(maxsize=1)
-def _table() -> dict:
-    """(D, causal) -> (dK/dV PassConfig, dQ PassConfig) of the measured table (module
-    docstring); empty when the file is absent (a non-editable install without package data)."""
+def _rule():
+    """The fitted rule of ``CONFIG`` (``kernels.backward_choice.BackwardRule``); None when the
+    file is absent (a non-editable install without package data). A file this code cannot read
+    is a one-line ``RuleFileError`` naming the command that rewrites it."""
+    from .backward_choice import FIX, RuleFileError, parse_rule
     if not CONFIG.exists():
-        return {}
-    out = {}
-    for key, d in json.loads(CONFIG.read_text())["configs"].items():
-        D, mode = key.split(".")
-        out[int(D[1:]), mode == "causal"] = tuple(
-            PassConfig(Tiles(c["tile_m"], c["tile_n"]), c["occupancy"], c["worker_warps"])
-            for c in (d["dkdv"], d["dq"]))
-    return out
-
-
-def set_default(D: int, causal: bool, dkdv: PassConfig, dq: PassConfig) -> None:
-    """Replace the default tiles and hints of both passes for (D, causal) in this process
-    (what a tuning run measures with; their order and schedule are ignored)."""
-    _DEFAULTS[D, causal] = (dkdv, dq)
+        return None
+    try:
+        doc = json.loads(CONFIG.read_text())
+    except (OSError, ValueError) as e:
+        raise RuleFileError(f"{CONFIG}: not readable JSON ({type(e).__name__}); {FIX}") from None
+    if not isinstance(doc, dict) or doc.get("schema") != CONFIG_SCHEMA:
+        got = doc.get("schema") if isinstance(doc, dict) else None
+        raise RuleFileError(f"{CONFIG}: schema {got!r}, this code reads {CONFIG_SCHEMA} (a "
+                            f"fitted rule block, no per-key table); {FIX}")
+    return parse_rule(doc.get("rule"), str(CONFIG))
 
 
 def check_pass(name: str, cfg: PassConfig) -> None:
