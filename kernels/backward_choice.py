@@ -5,7 +5,7 @@ never from the nearest tuned shape.
 The two passes have different work items, so they choose independently:
 
 - **dK/dV**: an item is one K/V tile of a K/V head (``B·H_kv·⌈S_kv/tile_n⌉`` of them, times the
-  group split of ``kernels.backward.group_split`` when the grouped heads' items leave SMs
+  group split of ``kernels.backward_config.group_split`` when the grouped heads' items leave SMs
   idle); its CTA scans the Q tiles that reach its keys (``spec.TileGrid.kv_item_steps``: all of
   them, or causal from the diagonal to the end) of each query head it is dealt. A step loads a
   Q and a dO tile and runs four MMAs (Sᵀ, dV, dPᵀ, dK), twice a forward step's, and items
@@ -28,7 +28,7 @@ the same D and the other mask (the rule block's ``shared``): the per-step work (
 ``tile_m × tile_n × D`` step) and the per-item work (loading and storing ``D``-wide tiles) are
 the same, the causal diagonal's masked steps aside; its own problems judge the borrowed
 constants out of sample. A key with no constants at all (another arch's file, a package without
-data) takes ``kernels.backward.BASE`` in both passes, the configuration every build was first
+data) takes ``kernels.backward_config.BASE`` in both passes, the configuration every build was first
 checked with. Resident CTAs per SM are the build's occupancy hint (1 for the 8-worker-warp
 builds); the SM count is that of the GPU the constants were fitted on (the rule predicts that
 GPU; another reads the same file).
@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 from spec.problem import Problem, TileGrid, Tiles
 
-from .backward import PASSES, PassConfig, group_split
+from .backward_config import PASSES, PassConfig, group_split
 from .choice import Quantities, waves_and_steps
 from .config import config_key
 
