@@ -193,12 +193,40 @@ def regrets(rule: BackwardRule, table: dict, times: dict) -> dict:
     return dict(out)
 
 
+def loo_regrets(times: dict, num_sms: int) -> dict[str, tuple[list[float], list[float]]]:
+    """{pass: (rule regrets, table regrets)}: each measured problem chosen without it, by the
+    rule fitted on the others (its constants and candidate set) and by the table made from the
+    others (the key's least geometric-mean candidate; the base where the key had no other
+    problem): the tuning half's own out-of-sample judge of both."""
+    known = suite()
+    out: dict = {p: ([], []) for p in PASSES}
+    for lab in sorted({lab for lab, _ in times}):
+        p = known[lab][2]
+        rest = {k: v for k, v in times.items() if k[0] != lab}
+        consts, _, shared = fit(rest, num_sms)
+        rule = rule_of(consts, shared, num_sms)
+        for pass_ in PASSES:
+            t = times[lab, pass_]
+            mine = rule.choose_pass(p, pass_) or cfg_label(BASE)
+            logs = defaultdict(list)
+            for (other, ps), tt in rest.items():
+                q = known[other][2]
+                if ps == pass_ and (q.D, q.causal) == (p.D, p.causal):
+                    for c, us in tt.items():
+                        logs[c].append(math.log(us))
+            old = min(logs, key=lambda c: sum(logs[c]) / len(logs[c])) if logs \
+                else cfg_label(BASE)
+            out[pass_][0].append(t.get(mine, math.inf) / min(t.values()))
+            out[pass_][1].append(t.get(old, math.inf) / min(t.values()))
+    return out
+
+
 def _geo(xs) -> float:
     return math.exp(sum(map(math.log, xs)) / len(xs))
 
 
 def report(consts: dict, errors: dict, shared: dict, reg: dict, rule: BackwardRule,
-           times: dict) -> list[str]:
+           times: dict, loo: dict | None = None) -> list[str]:
     lines = ["fit (relative error on the tuning half; loo: each problem predicted by constants "
              "fitted without it):"]
     for pass_ in PASSES:
@@ -223,6 +251,11 @@ def report(consts: dict, errors: dict, shared: dict, reg: dict, rule: BackwardRu
         lines.append(f"  {pass_:4s} rule  geomean {_geo([r[3] for r in rs]):.4f} max "
                      f"{max(r[3] for r in rs):.3f}   table geomean "
                      f"{_geo([r[5] for r in rs]):.4f} max {max(r[5] for r in rs):.3f}  (n={len(rs)})")
+        if loo:
+            lo, lt = loo[pass_]
+            lines.append(f"       leave-one-out (each problem chosen without it): rule geomean "
+                         f"{_geo(lo):.4f} max {max(lo):.3f}   table geomean {_geo(lt):.4f} "
+                         f"max {max(lt):.3f}")
         for lab, key, mine, r, old, ro, fastest in rs:
             if max(r, ro) > 1.05:
                 lines.append(f"    {lab:36s} rule {mine:11s} {r:.3f}  table {old:11s} {ro:.3f}  "
@@ -309,7 +342,8 @@ def main(args) -> int:
         return 2
     consts, errors, shared = fit(times, arch.num_sms)
     rule = rule_of(consts, shared, arch.num_sms)
-    for line in report(consts, errors, shared, regrets(rule, table, times), rule, times):
+    for line in report(consts, errors, shared, regrets(rule, table, times), rule, times,
+                       loo_regrets(times, arch.num_sms)):
         print(line)
     rows = compare_rows(rule, table, times)
     diff = [r for r in rows if r[0] == "validation" and r[6]]

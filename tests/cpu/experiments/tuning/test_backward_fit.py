@@ -125,6 +125,12 @@ def test_the_rule_regret_on_the_tuning_half_is_what_the_report_says():
         assert len(rs) == 17 and all(r[3] >= 1.0 and r[5] >= 1.0 for r in rs)
         geo = math.exp(np.mean([math.log(r[3]) for r in rs]))
         assert geo < 1.05, pass_
+    loo = backward_fit.loo_regrets(times, NUM_SMS)
+    for pass_, (rule_r, table_r) in loo.items():
+        assert len(rule_r) == len(table_r) == 17
+        assert all(1.0 <= r < math.inf for r in rule_r + table_r)
+        # out of sample the rule does no worse than the table made the same way (the report)
+        assert np.mean(np.log(rule_r)) <= np.mean(np.log(table_r)) + 1e-12, pass_
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
