@@ -12,17 +12,20 @@ the data door and pinned by hash in the rule block. Per pass, (D, causal) key an
 and β of ``predict = α·w + β·s`` are the non-negative least-squares fit of the relative error
 (a 50 µs problem weighs as much as a 50 ms one). A candidate whose build spills at the key
 (``kernels.backward_choice.SPILLING``) or that is the fastest spill-free one on none of the
-key's problems for that pass is dropped from it. A key with fewer than ``MIN_PROBLEMS`` problems is
-not fitted (two constants on one point would fit it exactly and say nothing): it shares the
+key's problems for that pass is dropped from it. A key with fewer than ``MIN_PROBLEMS`` problems
+is not fitted (two constants on one point would fit it exactly and say nothing): it shares the
 constants of the same D's other mask, and its problems are judged out of sample.
 
 The report: per pass, key and candidate the fit's relative error in sample and leave-one-out
 (each problem predicted from constants fitted without it); per pass the regret on the tuning
-problems (the chosen candidate's measured time over the fastest measured), beside the regret of
-the per-key table the rule replaced (the run's ``choice.csv``). ``--compare DIR`` writes
+problems (the chosen candidate's measured time over the fastest measured), in sample and
+leave-one-out, beside the regret of the per-key table the rule replaced (the run's
+``choice.csv``; leave-one-out: the table made without the problem). ``--compare DIR`` writes
 ``choices.csv`` (every model-suite problem: each pass's table choice and the rule's, with
-predictions, and measured times where the problem was measured) and a manifest: where the two
-choices differ on the validation half, the speed has to be measured on a GPU.
+predictions, and measured times where the problem was measured) and a manifest. Where the two
+choices differ on the validation half, the pass times are measured on a GPU by the bench's
+``--phases tune --halves validation``; once that run is registered (any role but ``tuning``),
+its validation rows fill those times and the report adds the validation regret, never fitted.
 """
 from __future__ import annotations
 
@@ -97,6 +100,22 @@ def measurements(runs) -> tuple[dict, dict]:
         for r in csv_rows(choice, typed=False) if choice else ():
             table[config_key(int(r["D"]), r["causal"] == "True")] = (r["dkdv"], r["dq"])
     return dict(times), table
+
+
+def validation_times(arch: str) -> dict:
+    """{(problem label, pass): {candidate: µs}} of the validation-half rows of every registered
+    run of the study that is not a tuning run (the rule's judges, never fitted)."""
+    from analysis.data.registry import find
+    from analysis.data.tables import csv_rows, stored
+    known = suite()
+    times: dict = defaultdict(dict)
+    for e in find(arch=arch, study=STUDY):
+        path = None if e.role == "tuning" else stored(e.abspath, "tune.csv")
+        for r in csv_rows(path, typed=False) if path else ():
+            if r["half"] == "validation" and r["problem"] in known and r["pass"] in PASSES \
+                    and r["config"] in CANDIDATES:
+                times[r["problem"], r["pass"]][r["config"]] = float(r["kernel_ms"]) * 1e3
+    return dict(times)
 
 
 def nnls_rel(rows: list[tuple[tuple[float, float], float]]) -> tuple[float, float]:
@@ -345,10 +364,18 @@ def main(args) -> int:
     for line in report(consts, errors, shared, regrets(rule, table, times), rule, times,
                        loo_regrets(times, arch.num_sms)):
         print(line)
-    rows = compare_rows(rule, table, times)
+    judged = validation_times(arch.name)
+    if judged:
+        for pass_, rs in regrets(rule, table, judged).items():
+            lines = [f"  {pass_:4s} rule  geomean {_geo([r[3] for r in rs]):.4f} max "
+                     f"{max(r[3] for r in rs):.3f}   table geomean {_geo([r[5] for r in rs]):.4f}"
+                     f" max {max(r[5] for r in rs):.3f}  (n={len(rs)})  [never fitted]"]
+            print(f"regret on the validation half ({pass_}):\n" + "\n".join(lines))
+    rows = compare_rows(rule, table, {**times, **judged})
     diff = [r for r in rows if r[0] == "validation" and r[6]]
     print(f"validation half: {len(diff)} of {sum(r[0] == 'validation' for r in rows)} pass "
-          "choices differ from the table's (never fitted; measure them):")
+          "choices differ from the table's (never fitted; "
+          + ("measured: registered runs" if judged else "measure them") + "):")
     for r in diff:
         print(f"  {r[2]:36s} {r[3]:4s} table {r[4]:11s} ({r[7]} us)  rule {r[5]:11s} ({r[8]} us)")
     if args.write:

@@ -148,3 +148,37 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
     assert rulefit.main(["--backward", "--arch", "h100"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: ")
+
+
+def test_a_registered_validation_run_fills_the_comparison_and_is_never_fitted(
+        tmp_path, monkeypatch, capsys):
+    """A non-tuning run's validation rows become the comparison's measured times and the
+    report's validation regret; its tuning-half rows and the fit ignore it."""
+    from types import SimpleNamespace
+
+    import analysis.data.registry as reg
+    run = tmp_path / "run"
+    run.mkdir()
+    label = "b8h16s1024d64.fp16.full"
+    rows = ["family,half,problem,pass,config,kernel_ms,device"]
+    for i, c in enumerate(CANDIDATES):
+        for pass_ in backward.PASSES:
+            rows.append(f"encoder,validation,{label},{pass_},{c},{0.1 + 0.01 * i},X")
+            rows.append(f"encoder,tuning,b64h12s128d64.fp16.full,{pass_},{c},9.9,X")
+    (run / "tune.csv").write_text("\n".join(rows) + "\n")
+    real = reg.find
+
+    def find(**kw):
+        extra = [SimpleNamespace(role="evidence", abspath=run, path="h100/x", sha256="0")]
+        return real(**kw) + (extra if kw.get("study") == backward_fit.STUDY and kw.get("role")
+                             in (None, "evidence") else [])
+    monkeypatch.setattr(reg, "find", find)
+    judged = backward_fit.validation_times("h100")
+    assert set(judged) == {(label, "dkdv"), (label, "dq")}
+    assert judged[label, "dq"]["m64n128ww8"] == pytest.approx(100.0)
+    assert backward_fit.measurements(backward_fit.tune_runs("h100"))[0].keys().isdisjoint(judged)
+    assert rulefit.main(["--backward", "--arch", "h100", "--compare", str(tmp_path / "c")]) == 0
+    assert "regret on the validation half" in capsys.readouterr().out
+    text = (tmp_path / "c" / "choices.csv").read_text().splitlines()
+    mine = [r.split(",") for r in text if f",{label}," in r]
+    assert len(mine) == 2 and all(r[9] and r[10] and r[11] == "m64n128ww8" for r in mine)
