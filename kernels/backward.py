@@ -11,60 +11,38 @@ order and CTA schedule of the two main passes are spec objects (``ScanOrder``, `
 the grid launch or P persistent CTAs, q-major or head-major), so the locality studies of the
 forward apply to the backward unchanged.
 
-The default configuration (``default_backward``) is a measured table, not yet a fitted work model
-like the forward's (``kernels.choice``): per (D, causal) key, each pass's tiles and hints chosen
-on the model suite's tuning half (``kernels/configs/h100-backward.json``, written from
-``python -m experiments.speed.cutile_backward_bench --phases tune``; only the H100 was measured and
-every GPU reads its table),
-the grid launch and linear scans. A key the table lacks takes ``BASE``: 64-row Q tiles and
-128-row K/V tiles with 8 worker warps in both passes (384 threads; with 256 threads the fp32 dK
-and dV accumulators of a 128-row K/V tile at D=128 spill). tests/cpu/kernels/test_cutile_backward_compile.py
-checks that every default build is spill-free.
+The default configuration (``default_backward``) comes from a fitted work model of each pass, the
+forward's kind of rule (``kernels.backward_choice``): per pass, the candidate tiles and hints of
+least predicted time under the constants of ``kernels/configs/h100-backward.json`` (written by
+``python -m experiments.tuning.rulefit --backward``; fitted on the H100 and read on every GPU),
+the grid launch and linear scans; the two passes choose independently. Where there are no
+constants for the problem's (D, causal) key (a fit whose data held no problem of that D at
+either mask, or a package installed without its data files) both passes take ``BASE``: 64-row Q tiles and 128-row K/V tiles with 8 worker
+warps (384 threads; with 256 threads the fp32 dK and dV accumulators of a 128-row K/V tile at
+D=128 spill), the configuration every backward build was first checked with.
+tests/cpu/kernels/test_cutile_backward_compile.py checks that every build the rule can choose is
+spill-free.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 from spec.family import BadInput, UnsupportedVariant
 from spec.orders import ScanOrder
-from spec.problem import Problem, Tiles, cdiv
+from spec.problem import Problem, cdiv
 from spec.schedules import CtaSchedule, ScheduleKind, WorkOrder
 
-PASSES = ("dkdv", "dq")
-BACKWARD_SCHEDULES = (ScheduleKind.GRID, ScheduleKind.PERSISTENT)
-
-
-@dataclass(frozen=True)
-class PassConfig:
-    """One backward pass: tiles (m: Q rows, n: K/V rows), compile hints, scan order, schedule.
-    ``schedule`` None is the grid launch; a persistent schedule's P comes from its label
-    (``static132``) or, with ``ctas_per_sm``, from the build's resident CTAs."""
-
-    tiles: Tiles
-    occupancy: int | None = None
-    worker_warps: int | None = None
-    order: ScanOrder = ScanOrder.linear()
-    schedule: CtaSchedule = CtaSchedule.grid()
-
-    def label(self) -> str:
-        hints = (f"occ{self.occupancy}" if self.occupancy else "") + \
-            (f"ww{self.worker_warps}" if self.worker_warps else "")
-        return (f"{self.order.label}.{self.schedule.label}.m{self.tiles.m}n{self.tiles.n}"
-                + (f".{hints}" if hints else ""))
-
-
-@dataclass(frozen=True)
-class BackwardConfig:
-    dkdv: PassConfig
-    dq: PassConfig
-    preprocess_tile_m: int = 64
-    split: int | None = None       # dK/dV group split; None: ``group_split``'s rule
-
-    def label(self) -> str:
-        return f"dkdv:{self.dkdv.label()}+dq:{self.dq.label()}"
+from .backward_choice import FIX, RuleFileError, parse_rule
+from .backward_config import (  # noqa: F401 - the backward's names, re-exported
+    BACKWARD_SCHEDULES,
+    BASE,
+    PASSES,
+    BackwardConfig,
+    PassConfig,
+    group_split,
+)
 
 
 def default_backward(problem: Problem, order: str | ScanOrder = "linear",
@@ -76,39 +54,33 @@ def default_backward(problem: Problem, order: str | ScanOrder = "linear",
         schedule = CtaSchedule.grid()
     elif not isinstance(schedule, CtaSchedule):
         schedule = CtaSchedule.parse(schedule)
-    key = (problem.D, problem.causal)
-    dkdv, dq = _DEFAULTS.get(key) or _table().get(key) or (BASE, BASE)
+    rule = _rule()
+    dkdv, dq = (rule.choose(problem) if rule is not None else None) or (BASE, BASE)
     return BackwardConfig(PassConfig(dkdv.tiles, dkdv.occupancy, dkdv.worker_warps, order,
                                      schedule),
                           PassConfig(dq.tiles, dq.occupancy, dq.worker_warps, order, schedule))
 
 
-BASE = PassConfig(Tiles(64, 128), 1, 8)
-"""The base pass configuration (module docstring)."""
-
-_DEFAULTS: dict = {}
 CONFIG = Path(__file__).resolve().parent / "configs" / "h100-backward.json"
+CONFIG_SCHEMA = 2
 
 
 @lru_cache(maxsize=1)
-def _table() -> dict:
-    """(D, causal) -> (dK/dV PassConfig, dQ PassConfig) of the measured table (module
-    docstring); empty when the file is absent (a non-editable install without package data)."""
+def _rule():
+    """The fitted rule of ``CONFIG`` (``kernels.backward_choice.BackwardRule``); None when the
+    file is absent (a non-editable install without package data). A file this code cannot read
+    is a one-line ``RuleFileError`` naming the command that rewrites it."""
     if not CONFIG.exists():
-        return {}
-    out = {}
-    for key, d in json.loads(CONFIG.read_text())["configs"].items():
-        D, mode = key.split(".")
-        out[int(D[1:]), mode == "causal"] = tuple(
-            PassConfig(Tiles(c["tile_m"], c["tile_n"]), c["occupancy"], c["worker_warps"])
-            for c in (d["dkdv"], d["dq"]))
-    return out
-
-
-def set_default(D: int, causal: bool, dkdv: PassConfig, dq: PassConfig) -> None:
-    """Replace the default tiles and hints of both passes for (D, causal) in this process
-    (what a tuning run measures with; their order and schedule are ignored)."""
-    _DEFAULTS[D, causal] = (dkdv, dq)
+        return None
+    try:
+        doc = json.loads(CONFIG.read_text())
+    except (OSError, ValueError) as e:
+        raise RuleFileError(f"{CONFIG}: not readable JSON ({type(e).__name__}); {FIX}") from None
+    if not isinstance(doc, dict) or doc.get("schema") != CONFIG_SCHEMA:
+        got = doc.get("schema") if isinstance(doc, dict) else None
+        raise RuleFileError(f"{CONFIG}: schema {got!r}, this code reads {CONFIG_SCHEMA} (a "
+                            f"fitted rule block, no per-key table); {FIX}")
+    return parse_rule(doc.get("rule"), str(CONFIG))
 
 
 def check_pass(name: str, cfg: PassConfig) -> None:
@@ -129,28 +101,6 @@ def stat_buffer(q):
     B, H, S, _ = q.shape
     sp = (S + 3) // 4 * 4
     return torch.empty_strided((B, H, S), (H * sp, sp, 1), dtype=torch.float32, device=q.device)
-
-
-def group_split(n_items: int, group: int, target: int, fill: int) -> int:
-    """Over how many work items the dK/dV pass deals each K/V head's query heads. None (1) when
-    the items already give every SM one (``n_items >= fill``, the SM count); otherwise the
-    smallest divisor s of the group size with ``n_items · s >= target`` (two waves of resident
-    CTAs), the whole group when none reaches it. MQA with one batch (B·H_kv = 1) at
-    S_kv = 4097, 64-row K/V tiles: 65 items < 132 SMs, target 528 -> s = 16 of 32 query heads,
-    2 heads per item.
-
-    Measured on an H100 (profiles/h100/cutile-backward-20261127b, split.csv, the backward's
-    kernels and the reduction): that MQA problem 3.16 -> 1.01 ms, B=4 H=16 MQA at S=1000 0.43 ->
-    0.22 ms; on grouped problems that already fill the SMs (8 K/V heads, 200-752 items) the
-    split changed the kernels' time by -6..+0% but the forward+backward call of one of them
-    (H=32/8, S=1537) took 0.58 ms against 0.31 ms without it in the run before, unexplained, so
-    the rule leaves those unsplit as they were measured."""
-    if n_items >= fill:
-        return 1
-    for s in range(2, group + 1):
-        if group % s == 0 and n_items * s >= target:
-            return s
-    return group
 
 
 def _grid(cfg: PassConfig, n_items: int) -> int:

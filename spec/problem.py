@@ -172,6 +172,24 @@ class TileGrid:
         tc = np.minimum(-(-last_row // self.tiles.n), self.n_kv)
         return tc if isinstance(i, np.ndarray) else int(tc)
 
+    def q_tiles_for(self, j):
+        """Q tiles the backward's dK/dV scan of K/V tile ``j`` runs: all ``n_q``, or causal
+        (top-left): from the Q tile holding row ``j*TILE_N`` to the last one, none when that row
+        lies past the last Q tile (a chunk's query block against a longer K/V cache). The
+        transpose of ``kv_tiles_for`` (the same (Q tile, K/V tile) pairs), but for one case the
+        kernel computes and this counts: a K/V tile starting past ``S_q`` inside the ragged last
+        Q tile still runs that tile, every score masked. Works on ints and on integer arrays."""
+        if not self.problem.causal:
+            return np.full_like(j, self.n_q) if isinstance(j, np.ndarray) else self.n_q
+        first = np.minimum(np.asarray(j) * self.tiles.n // self.tiles.m, self.n_q)
+        n = self.n_q - first
+        return n if isinstance(j, np.ndarray) else int(n)
+
+    def kv_item_steps(self) -> np.ndarray:
+        """Q steps of each K/V tile of one (batch, head) in the dK/dV pass, per query head it
+        scans (``kernels.backward_choice`` multiplies by the heads of a grouped item)."""
+        return np.asarray(self.q_tiles_for(np.arange(self.n_kv)), dtype=np.int64)
+
     def first_masked_kv_tile(self, i: int) -> int:
         """First K/V tile that needs an element mask for Q tile ``i`` (causal diagonal or ragged end)."""
         tc = self.kv_tiles_for(i)

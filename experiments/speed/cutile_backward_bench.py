@@ -8,12 +8,14 @@ configuration choice and its scan-order variant.
 
 Three phases, one process, one GPU:
 
-1. **tune** (tuning half only): each backward pass (dK/dV, dQ) of each candidate configuration
-   (``CANDIDATES``: tiles and hints, grid launch, linear scans), kernel time per call (CUDA events,
-   L2 warm, median of repeats). Per (D, causal) key the configuration of least geometric-mean time
-   over that key's tuning problems becomes the default of the next phases
-   (``kernels.backward.set_default``) and is written to ``choice.csv``. The validation half is
-   never looked at here.
+1. **tune**: each backward pass (dK/dV, dQ) of each candidate configuration
+   (``kernels.backward_choice.CANDIDATES``: tiles and hints, grid launch, linear scans), kernel
+   time per call (CUDA events, L2 warm, median of repeats), on every selected problem: on the
+   tuning half these are the data ``python -m experiments.tuning.rulefit --backward`` fits the
+   default's work model on; on the validation half (never fitted) they judge it. ``choice.csv``
+   records, from the tuning rows only, the per-(D, causal) configuration of least
+   geometric-mean time: the table the fitted rule replaced, kept as its comparison. The
+   measured times set nothing: the later phases run the fitted default.
 2. **speed** (both halves): per problem, q, k, v that require grad and a random output gradient.
    ``fwd_bwd_ms``: wall time per call of ``out = attn(q, k, v); torch.autograd.grad(out, (q, k, v),
    dout)`` in a loop of n calls with one synchronisation at the end (the host's work included
@@ -55,13 +57,8 @@ SPLIT_FIELDS = ("family", "half", "problem", "variant", "bwd_kernels_ms", "devic
 
 
 def candidates():
-    from kernels.backward import PassConfig
-    from spec.problem import Tiles
-    return {"m64n128ww8": PassConfig(Tiles(64, 128), 1, 8),
-            "m64n64occ1": PassConfig(Tiles(64, 64), 1, None),
-            "m64n64occ2": PassConfig(Tiles(64, 64), 2, None),
-            "m128n64ww8": PassConfig(Tiles(128, 64), 1, 8),
-            "m128n128ww8": PassConfig(Tiles(128, 128), 1, 8)}
+    from kernels.backward_choice import CANDIDATES
+    return dict(CANDIDATES)
 
 
 def _problems(halves, only):
@@ -147,6 +144,8 @@ def choose(rows, problems):
     key_of = {pr.label: (pr.D, pr.causal) for _, _, pr in problems}
     logs: dict = {}
     for fam, half, label, p, name, ms, _ in rows:
+        if half != "tuning":
+            continue
         logs.setdefault((key_of[label], p, name), []).append(math.log(ms))
     best: dict = {}
     for (key, p, name), v in logs.items():
@@ -300,8 +299,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         for fam, half, pr in problems:
             print(f"{half:10s} {fam:8s} {pr.label}")
-        print(f"{len(problems)} problems; phases {' '.join(args.phases)}; tune on "
-              f"{len(tuning)} tuning problems x {len(candidates())} configurations x 2 passes")
+        print(f"{len(problems)} problems; phases {' '.join(args.phases)}; tune: "
+              f"{len(problems)} problems ({len(tuning)} tuning) x {len(candidates())} "
+              "configurations x 2 passes")
         return 0
     if args.out is None:
         print("--out DIR is required (or --dry-run)", file=sys.stderr)
@@ -316,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     from kernels.warm import warm_training
     dev = torch.cuda.get_device_name()
     t0 = time.perf_counter()
-    jobs = [(pr, backward.BackwardConfig(pc, pc)) for _, _, pr in tuning
+    jobs = [(pr, backward.BackwardConfig(pc, pc)) for _, _, pr in problems
             for pc in candidates().values()] if "tune" in args.phases else []
     jobs += [(pr, None) for _, _, pr in problems]
     if "split" in args.phases:
@@ -333,13 +333,12 @@ def main(argv: list[str] | None = None) -> int:
     for e in errs[:10]:
         print("  ", e, file=sys.stderr)
     tune_rows, speed_rows, order_rows, chosen = [], [], [], {}
-    if "tune" in args.phases and tuning:
-        tune_rows = tune(tuning, args.repeats, dev)
+    if "tune" in args.phases:
+        tune_rows = tune(problems, args.repeats, dev)
         chosen = choose(tune_rows, tuning)
-        cands = candidates()
         for (D, causal), d in chosen.items():
-            backward.set_default(D, causal, cands[d["dkdv"]], cands[d["dq"]])
-            print(f"chosen d{D} {'causal' if causal else 'full'}: dkdv {d['dkdv']} dq {d['dq']}")
+            print(f"geo-mean best d{D} {'causal' if causal else 'full'}: dkdv {d['dkdv']} "
+                  f"dq {d['dq']}")
     if "speed" in args.phases:
         speed_rows = speed(problems, args.repeats, dev)
     if "order" in args.phases:

@@ -170,8 +170,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arch", required=True, help=f"one of {', '.join(known_archs())}")
     ap.add_argument("--write", action="store_true", help="write the rule block")
     ap.add_argument("--out", type=Path, help="configs JSON to write (default "
-                    "kernels/configs/<arch>.json; another path gets a copy of it with the rule)")
+                    "kernels/configs/<arch>.json, with --backward <arch>-backward.json; another "
+                    "path gets a copy of it with the rule)")
+    ap.add_argument("--backward", action="store_true", help="fit the backward's rule "
+                    "(experiments.tuning.backward_fit) instead of the forward's")
+    ap.add_argument("--compare", type=Path, metavar="DIR", help="with --backward: write each "
+                    "model-suite problem's table and rule choices to DIR/choices.csv")
     args = ap.parse_args(argv)
+    if args.backward:
+        from .backward_fit import main as backward_main
+        return backward_main(args)
+    if args.compare is not None:
+        print("error: --compare goes with --backward", file=sys.stderr)
+        return 2
     from analysis.data.registry import DatasetError
 
     from .tune import write_atomic

@@ -1,5 +1,5 @@
 """CPU checks of the training path's host side (no GPU, no torch): SDPA's ``scale=`` argument, the
-backward's default configuration table, the group split rule and the one-line refusals."""
+group split rule (the default configuration: test_backward_choice.py) and the one-line refusals."""
 from __future__ import annotations
 
 import math
@@ -23,20 +23,6 @@ def test_bad_scale_is_one_line(bad):
     with pytest.raises(BadInput, match="scale") as e:
         resolve_scale(bad, 64)
     assert "\n" not in str(e.value)
-
-
-def test_default_backward_reads_the_measured_table():
-    """The table's keys (tuned on the tuning half) and the base for a key it lacks."""
-    from kernels.backward import BASE, _table, default_backward
-    table = _table()
-    assert set(table) >= {(64, False), (64, True), (128, True)}
-    for (D, causal), (dkdv, dq) in table.items():
-        cfg = default_backward(Problem(1, 8, 1000, D, causal=causal))
-        assert (cfg.dkdv.tiles, cfg.dkdv.occupancy, cfg.dkdv.worker_warps) == \
-            (dkdv.tiles, dkdv.occupancy, dkdv.worker_warps)
-        assert (cfg.dq.tiles, cfg.dq.occupancy) == (dq.tiles, dq.occupancy)
-    if (128, False) not in table:
-        assert default_backward(Problem(1, 8, 1000, 128)).dkdv.tiles == BASE.tiles
 
 
 def test_order_and_schedule_reach_both_passes():

@@ -1,9 +1,10 @@
 """Compile-only checks of the cuTile training builds (no GPU): the forward that stores the
 log-sum-exp and the three backward kernels build for sm_90 through ``export_kernel`` with JIT-like
-signatures (``kernels.signatures.BackwardCase``), and the default backward configurations
-(``kernels.backward.default_backward``) do not spill (at most an 8-byte stack frame, which the
-D=128 non-causal dK/dV grid build has, and no local loads in its PTX): a spilling build reads its local memory
-through L2 and would fake a locality effect in the backward study as it would in the forward's.
+signatures (``kernels.signatures.BackwardCase``), and every backward configuration the default
+can choose (``kernels.backward_choice``'s candidates less its ``SPILLING`` table, and the base)
+does not spill (at most an 8-byte stack frame, which the D=128 non-causal dK/dV grid build of
+the base has, and no local loads in its PTX): a spilling build reads its local memory through
+L2 and would fake a locality effect in the backward study as it would in the forward's.
 A sawtooth or persistent backward build uses no more registers and stack than its linear grid twin.
 
 Skips locally without cuda-tile + tileiras + cuobjdump; fails in CI (REQUIRE_COMPILE=1).
@@ -35,17 +36,30 @@ def _case(kernel, D, causal, pc, S=4096, **kw):
 
 @pytest.mark.parametrize("D", [64, 128])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_default_backward_builds_do_not_spill(toolchain, D, causal):  # noqa: F811
-    from kernels.backward import default_backward
+def test_backward_candidates_spill_where_the_rule_says_and_nowhere_else(toolchain, D, causal):  # noqa: F811
+    """Every candidate of each pass at the key: spill-free unless ``SPILLING`` lists it there
+    (then the rule never takes it), so every build the default can choose, and the base, is
+    spill-free; a toolchain that changes one fails here, naming it."""
+    from kernels.backward import BASE, default_backward
+    from kernels.backward_choice import CANDIDATES, SPILLING, cfg_label
     from kernels.resources import read_resources
     from spec import Problem
-    cfg = default_backward(Problem(1, 16, 4096, D, causal=causal))
+    wrong = []
     for kernel in ("dkdv", "dq"):
-        pc = getattr(cfg, kernel)
-        r = read_resources(_cubin(_case(kernel, D, causal, pc), pc.occupancy, pc.worker_warps))
-        print(f"sm_90 D={D} causal={causal} {kernel} {pc.label()}: {r}")
-        assert r.ptx["WGMMA"] > 0 and r.ptx["TMA_LOAD"] > 0, f"{kernel}: no wgmma/TMA: {r}"
-        assert r.stack <= 8 and r.ptx["LD_LOCAL"] == 0, f"{kernel} {pc.label()} spills: {r}"
+        listed = SPILLING.get((kernel, D, causal), frozenset())
+        for label, pc in CANDIDATES.items():
+            r = read_resources(_cubin(_case(kernel, D, causal, pc), pc.occupancy,
+                                      pc.worker_warps))
+            print(f"sm_90 D={D} causal={causal} {kernel} {label}: {r}")
+            assert r.ptx["WGMMA"] > 0 and r.ptx["TMA_LOAD"] > 0, f"{kernel}: no wgmma/TMA: {r}"
+            spills = r.stack > 8 or r.ptx["LD_LOCAL"] > 0
+            if spills != (label in listed):
+                wrong.append(f"{kernel} {label} {'spills' if spills else 'spill-free'}: {r}")
+        assert cfg_label(BASE) not in listed
+        assert cfg_label(getattr(default_backward(Problem(1, 16, 4096, D, causal=causal)),
+                                 kernel)) not in listed
+    assert not wrong, "kernels.backward_choice.SPILLING is wrong: " + "; ".join(wrong)
+    cfg = default_backward(Problem(1, 16, 4096, D, causal=causal))
     r = read_resources(_cubin(_case("preprocess", D, causal, cfg.dkdv,
                                     tile_m=cfg.preprocess_tile_m)))
     assert not r.spills, r
