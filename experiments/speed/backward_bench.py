@@ -15,7 +15,8 @@ any is timed, one untimed loop brings the GPU out of its idle clocks, and the la
 take turns, in alternating order per repeat, with Python's collector off. Grouped heads go to
 SDPA with ``enable_gqa=True``. Each CUDA row also records the largest difference of its
 gradients from flash's, relative to flash's largest gradient (a sanity column; the correctness
-bar is tests/gpu/test_backward_cuda.py). The summary prints the geometric
+bar is tests/gpu/test_backward_cuda.py); ``fwd_bwd_runs_ms`` and ``bwd_runs_ms`` keep every
+repeat's time in the order run. The summary prints the geometric
 mean of flash / cuda and cudnn / cuda (speed-ups of the CUDA twin; > 1: faster).
 """
 from __future__ import annotations
@@ -30,7 +31,7 @@ import time
 from pathlib import Path
 
 FIELDS = ("family", "half", "problem", "launcher", "fwd_bwd_ms", "bwd_ms", "n_calls",
-          "grad_rel_diff", "device")
+          "grad_rel_diff", "device", "fwd_bwd_runs_ms", "bwd_runs_ms")
 
 
 def _launchers(pr, variants=()):
@@ -162,8 +163,14 @@ def _measure_all(launchers, q, k, v, dout, repeats: int, label: str):
         gc.enable()
     torch.cuda.synchronize()
     return {name: None if x is None else (statistics.median(fb[name]),
-                                           statistics.median(bw[name]), x[2], x[3])
+                                           statistics.median(bw[name]), x[2], x[3],
+                                           _runs(fb[name]), _runs(bw[name]))
             for name, x in prepared.items()}
+
+
+def _runs(times: list[float]) -> str:
+    """Every repeat's time per call, in the order run (the CSV's ``*_runs_ms``)."""
+    return ";".join(f"{t:.4f}" for t in times)
 
 
 def run(half: str, repeats: int, only: str | None, variants=()):
@@ -191,9 +198,11 @@ def run(half: str, repeats: int, only: str | None, variants=()):
         res = _measure_all(_launchers(pr, variants), q, k, v, dout, repeats, pr.label)
         for name, x in res.items():
             if x is None:
-                rows.append([fam, h, pr.label, name, math.nan, math.nan, 0, math.nan, dev])
+                rows.append([fam, h, pr.label, name, math.nan, math.nan, 0, math.nan, dev, "",
+                             ""])
             else:
-                rows.append([fam, h, pr.label, name, x[0], x[1], x[2], math.nan, dev])
+                rows.append([fam, h, pr.label, name, x[0], x[1], x[2], math.nan, dev, x[4],
+                             x[5]])
         if res.get("flash") is not None and res.get("cuda") is not None:
             flash_grads, cuda_grads = res["flash"][3], res["cuda"][3]
             scale = max(float(g.abs().max()) for g in flash_grads)
