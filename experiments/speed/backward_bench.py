@@ -16,7 +16,9 @@ take turns, in alternating order per repeat, with Python's collector off. Groupe
 SDPA with ``enable_gqa=True``. Each CUDA row also records the largest difference of its
 gradients from flash's, relative to flash's largest gradient (a sanity column; the correctness
 bar is tests/gpu/test_backward_cuda.py); ``fwd_bwd_runs_ms`` and ``bwd_runs_ms`` keep every
-repeat's time in the order run. The summary prints the geometric
+repeat's time in the order run; ``fwd_bwd_host_ms`` is the host's time to issue one fwd+bwd call
+(``HOST_BURST`` calls from an idle queue, median over repeats): where it reaches ``fwd_bwd_ms``
+the host, not the GPU, sets the pace. The summary prints the geometric
 mean of flash / cuda and cudnn / cuda (speed-ups of the CUDA twin; > 1: faster).
 """
 from __future__ import annotations
@@ -31,7 +33,7 @@ import time
 from pathlib import Path
 
 FIELDS = ("family", "half", "problem", "launcher", "fwd_bwd_ms", "bwd_ms", "n_calls",
-          "grad_rel_diff", "device", "fwd_bwd_runs_ms", "bwd_runs_ms")
+          "grad_rel_diff", "device", "fwd_bwd_runs_ms", "bwd_runs_ms", "fwd_bwd_host_ms")
 
 
 def _launchers(pr, variants=()):
@@ -99,6 +101,24 @@ def _time_loop(fn, n: int) -> float:
     return (time.perf_counter() - t0) * 1e3 / n
 
 
+HOST_BURST = 16
+"""Calls per host-time burst: few enough that their launches fit the launch queue, so the host
+never waits for the GPU while issuing them."""
+
+
+def _host_time(fn) -> float:
+    """The host's time per call to issue ``HOST_BURST`` calls from an idle queue (ms): where it
+    reaches the fwd+bwd time, the loop is bound by the host, not the GPU."""
+    import torch
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(HOST_BURST):
+        fn()
+    t = time.perf_counter() - t0
+    torch.cuda.synchronize()
+    return t * 1e3 / HOST_BURST
+
+
 def _prepare(attn, q, k, v, dout):
     """(fwd+bwd step, bwd-alone closure, calls per loop, gradients) of one launcher, after two
     untimed calls of each closure (compile, module load, first-launch and allocator growth)."""
@@ -148,6 +168,7 @@ def _measure_all(launchers, q, k, v, dout, repeats: int, label: str):
     live = [n for n, x in prepared.items() if x is not None]
     fb: dict[str, list[float]] = {n: [] for n in live}
     bw: dict[str, list[float]] = {n: [] for n in live}
+    host: dict[str, list[float]] = {n: [] for n in live}
     gc.collect()
     gc.disable()   # no collector pause inside a timed loop (as timeit)
     try:
@@ -159,12 +180,14 @@ def _measure_all(launchers, q, k, v, dout, repeats: int, label: str):
                 step, back, n, _ = prepared[name]
                 fb[name].append(_time_loop(step, n))
                 bw[name].append(_time_back(back, n))
+                host[name].append(_host_time(step))
     finally:
         gc.enable()
     torch.cuda.synchronize()
     return {name: None if x is None else (statistics.median(fb[name]),
                                            statistics.median(bw[name]), x[2], x[3],
-                                           _runs(fb[name]), _runs(bw[name]))
+                                           _runs(fb[name]), _runs(bw[name]),
+                                           statistics.median(host[name]))
             for name, x in prepared.items()}
 
 
@@ -199,10 +222,10 @@ def run(half: str, repeats: int, only: str | None, variants=()):
         for name, x in res.items():
             if x is None:
                 rows.append([fam, h, pr.label, name, math.nan, math.nan, 0, math.nan, dev, "",
-                             ""])
+                             "", math.nan])
             else:
                 rows.append([fam, h, pr.label, name, x[0], x[1], x[2], math.nan, dev, x[4],
-                             x[5]])
+                             x[5], x[6]])
         if res.get("flash") is not None and res.get("cuda") is not None:
             flash_grads, cuda_grads = res["flash"][3], res["cuda"][3]
             scale = max(float(g.abs().max()) for g in flash_grads)
@@ -213,8 +236,8 @@ def run(half: str, repeats: int, only: str | None, variants=()):
                     r[7] = diff / scale
         del q, k, v, dout, res
         torch.cuda.empty_cache()
-        print(" ".join(f"{r[3]} {r[4]:.3f}/{r[5]:.3f}" for r in rows if r[2] == pr.label),
-              pr.label, flush=True)
+        print(" ".join(f"{r[3]} {r[4]:.3f}/{r[5]:.3f}/h{r[11]:.3f}" for r in rows
+                       if r[2] == pr.label), pr.label, flush=True)
     return rows
 
 

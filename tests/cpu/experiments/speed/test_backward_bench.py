@@ -52,3 +52,58 @@ def test_summary_geometric_means_skip_refused_peers():
     assert "fwd+bwd: flash / cuda geo-mean 1.000 over 2 problems (min 0.500, max 2.000)" in lines
     assert "fwd+bwd: cudnn / cuda geo-mean 1.000 over 1 problems (min 1.000, max 1.000)" in lines
     assert "bwd: flash / cuda geo-mean 1.000 over 2 problems (min 0.500, max 2.000)" in lines
+
+
+class _FakeEvent:
+    def __init__(self, enable_timing=True):
+        self.t = 0.0
+
+    def record(self):
+        import time
+        self.t = time.perf_counter()
+
+    def elapsed_time(self, other):
+        return (other.t - self.t) * 1e3
+
+
+def _fake_torch(log: list):
+    """A stand-in for torch with what the timing loops call: every gradient call is logged with
+    its launcher's name (the 'out' a launcher returns)."""
+    import types
+    cuda = types.SimpleNamespace(synchronize=lambda: log.append("sync"), Event=_FakeEvent)
+
+    def grad(out, inputs, dout, retain_graph=False):
+        log.append(("bwd" if retain_graph else "step", out))
+        return tuple(f"d{out}" for _ in inputs)
+    return types.SimpleNamespace(cuda=cuda, autograd=types.SimpleNamespace(grad=grad))
+
+
+def test_every_launcher_is_warmed_before_any_is_timed_and_rounds_alternate(monkeypatch):
+    import sys
+    log: list = []
+    monkeypatch.setitem(sys.modules, "torch", _fake_torch(log))
+
+    def launcher(name):
+        return lambda q, k, v: name
+
+    def refuses(q, k, v):
+        raise RuntimeError("No available kernel.\nmore")
+    res = bb._measure_all({"a": launcher("a"), "x": refuses, "b": launcher("b")},
+                          "q", "k", "v", "do", repeats=3, label="p")
+    assert res["x"] is None
+    for name in ("a", "b"):
+        fb, bw, n, grads, fb_runs, bw_runs, host = res[name]
+        assert grads == (f"d{name}",) * 3 and n == 200
+        assert len(fb_runs.split(";")) == 3 and len(bw_runs.split(";")) == 3
+        assert fb >= 0 and bw >= 0 and host >= 0
+    calls = [c for c in log if c != "sync"]
+    # warm-up (two calls of each loop body, one timed step for n): a's and b's before any loop
+    warm = [("step", "a")] * 3 + [("bwd", "a")] * 2 + [("step", "b")] * 3 + [("bwd", "b")] * 2
+    assert calls[:10] == warm
+    # then one untimed loop of the first launcher, and rounds a,b / b,a / a,b, each launcher's
+    # turn a fwd+bwd loop, a bwd loop and a host burst
+    seq = [c[1] for c in calls[10:]]
+    runs = [x for i, x in enumerate(seq) if i == 0 or seq[i - 1] != x]
+    assert runs == ["a", "b", "a", "b"]
+    turn = 200 + 200 + bb.HOST_BURST
+    assert seq.count("a") == 200 + 3 * turn and seq.count("b") == 3 * turn
