@@ -10,8 +10,9 @@ of the scaled scores in log2 units.
     dQ = scale · dQaccum                                flash_bwd_dq
 
 With grouped heads, a work item covers ``heads_per_cta`` query heads of one K/V head's group
-(summing their dK, dV in registers); where that leaves too few work items to fill the GPU the
-group is split in chunks whose fp32 partials are summed afterwards (``heads_per_cta``).
+(summing their dK, dV in registers); where the whole group per item leaves too few items to fill
+the GPU (full attention) or too coarse a tail (causal: ``causal_makespan``), the group is split
+in chunks whose fp32 partials are summed afterwards.
 
 Parameters are laid out once per launch key, as in ``cuda_baseline.launch``; only the tensor
 addresses are written per call. Everything is issued on torch's current stream, so CUDA-graph
