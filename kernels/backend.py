@@ -317,7 +317,9 @@ def _new_launch(q, k, v, out, causal, order, schedule, tiles, occupancy, arch, l
                       None if level == 6 else level)
     import torch
     with torch.cuda.device(q.device):
-        return Launch(fam.prepare(variant, problem, cfg.tactic if level >= 4 else 0),
+        # the configuration's kernel tactics go with its tiles (the ladder's hints from level 4)
+        tactic = cfg.tactic if level >= 4 and tiles == cfg.tiles else 0
+        return Launch(fam.prepare(variant, problem, tactic),
                       q.device.index, scale, save_lse)
 
 

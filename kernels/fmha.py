@@ -25,8 +25,8 @@ unrounded product minus the rounded row max leaves the product's rounding error 
 ``exp2`` of a positive one gave ``inf`` and then NaN (seen on the H100: D=64, 128×64 tiles). With
 ``-2**100`` the product is exact and the difference is 0.
 
-Worked example (S = 4 tiles, non-causal, persistent P CTAs, sawtooth): a CTA's 1st Q tile reads K/V
-tiles 0 1 2 3, its 2nd reads 3 2 1 0; tiles 3 and 2 were touched last and are still in L2.
+Worked example (S = 4 tiles, sawtooth): a CTA's 1st Q tile reads K/V tiles 0 1 2 3, its 2nd reads
+3 2 1 0; tiles 3 and 2 were touched last and are still in L2.
 
 The loops over a CTA's work items (persistent and tile-X schedules) are ``while`` loops. With
 ``for w in range(cta, total, P)`` (the form cutile-notes.md recommends) tileiras pipelines the
@@ -43,6 +43,11 @@ The NVIDIA tuning ladder (``LEVEL``), each step on top of the previous one:
 2 exp2 with the scale folded by 1/ln 2, 3 K loaded transposed through ``order=``, 4 latency hints
 (K 2, V 4), 5 the occupancy hint (a kernel hint, applied by ``get_kernel``), 6 approximate final
 division. Level 6 is what every study variant runs.
+
+Tactics (``TACTIC``, a constant; 0 is every study's build): bit 0 takes the masked tiles first in
+a forward scan too (``mf`` below: FlashAttention's order, the item ending on the mask-free bulk);
+bit 1 loads the bulk's K/V (whole tiles) unchecked; bits 4-7 / 8-11 replace the K / V latency
+hints. H100: none is a clear win, masked-first costs 4-9% at D=128 (profiles/h100/sweep-20261127a).
 
 The trace build (``TRACE=True``) additionally stores, for every CTA and step, the
 ``(b, h, q_tile, kv_tile)`` it visits into an int32 ``[n_ctas, max_steps, 4]`` tensor: the layout
@@ -63,35 +68,29 @@ ConstInt = ct.Constant[int]
 ConstBool = ct.Constant[bool]
 
 # The constant codes: the spec's enums, spelled once.
-ORDER_LINEAR = int(OrderKind.LINEAR)
-ORDER_SAWTOOTH = int(OrderKind.SAWTOOTH)
-ORDER_REVERSE = int(OrderKind.REVERSE)
-ORDER_BLOCK_PARITY = int(OrderKind.BLOCK_PARITY)
-SCHED_GRID = int(ScheduleKind.GRID)
-SCHED_TILE_X = int(ScheduleKind.TILE_X)
-SCHED_PERSISTENT = int(ScheduleKind.PERSISTENT)
-SCHED_LONGEST_FIRST = int(ScheduleKind.LONGEST_FIRST)
-SCHED_SECTIONED = int(ScheduleKind.SECTIONED_LONGEST_FIRST)
-SCHED_SNAKE = int(ScheduleKind.SNAKE)
-WORK_Q_MAJOR = int(WorkOrder.Q_MAJOR)
-WORK_HEAD_MAJOR = int(WorkOrder.HEAD_MAJOR)
+ORDER_LINEAR, ORDER_SAWTOOTH, ORDER_REVERSE, ORDER_BLOCK_PARITY = (
+    int(OrderKind.LINEAR), int(OrderKind.SAWTOOTH), int(OrderKind.REVERSE),
+    int(OrderKind.BLOCK_PARITY))
+SCHED_GRID, SCHED_TILE_X, SCHED_PERSISTENT = (
+    int(ScheduleKind.GRID), int(ScheduleKind.TILE_X), int(ScheduleKind.PERSISTENT))
+SCHED_LONGEST_FIRST, SCHED_SECTIONED, SCHED_SNAKE = (
+    int(ScheduleKind.LONGEST_FIRST), int(ScheduleKind.SECTIONED_LONGEST_FIRST),
+    int(ScheduleKind.SNAKE))
+WORK_Q_MAJOR, WORK_HEAD_MAJOR = int(WorkOrder.Q_MAJOR), int(WorkOrder.HEAD_MAJOR)
 
 NEG_BIG = -2.0 ** 100    # finite mask value, a power of two: see the module docstring (NaN trap)
 INV_LN2 = 1.0 / math.log(2.0)
 ZERO = PaddingMode.ZERO    # out-of-bounds rows of partial tiles read as 0 (never NaN garbage)
 
-# TACTIC bits (a constant; 0 is the build every study compares, unchanged): see the docstring
-TACTIC_MASKED_FIRST = 1    # the forward scan visits its masked tiles first, then the bulk
-TACTIC_NO_BOUNDS = 2       # the bulk's K/V loads skip the bounds check (those tiles are whole)
+TACTIC_MASKED_FIRST, TACTIC_NO_BOUNDS = 1, 2    # TACTIC bits (module docstring)
 LATENCY_K, LATENCY_V = 2, 4    # the ladder's level-4 hints; TACTIC bits 4-7 / 8-11 replace them
 
 
-def tactic_code(*, masked_first: bool = False, no_bounds: bool = False, latency_k: int = 0,
-                latency_v: int = 0) -> int:
+def tactic_code(*, masked_first=False, no_bounds=False, latency_k=0, latency_v=0) -> int:
     """The TACTIC constant of these choices (a latency of 0 keeps the ladder's hint)."""
-    for name, lat in (("latency_k", latency_k), ("latency_v", latency_v)):
-        if lat not in range(0, 11):
-            raise ValueError(f"{name}={lat}: a load latency hint is 1..10 (0: the default)")
+    if not (0 <= latency_k <= 10 and 0 <= latency_v <= 10):
+        raise ValueError(f"latency_k={latency_k}, latency_v={latency_v}: a load latency hint "
+                         "is 1..10 (0: the default)")
     return (TACTIC_MASKED_FIRST * bool(masked_first) + TACTIC_NO_BOUNDS * bool(no_bounds)
             + (latency_k << 4) + (latency_v << 8))
 
@@ -132,12 +131,8 @@ def _kv_step(q, K, V, b, kvh, j, m_i, l_i, acc, qk_scale, offs_m, k_len,
              TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, MASKED: ConstBool,
              CAUSAL: ConstBool, LEVEL: ConstInt, TACTIC: ConstInt):
     """One K/V tile of the online softmax; returns the new (m, l, acc)."""
-    lat_k = (TACTIC // 16) % 16
-    lat_v = (TACTIC // 256) % 16
-    if lat_k == 0:
-        lat_k = LATENCY_K
-    if lat_v == 0:
-        lat_v = LATENCY_V
+    lat_k = LATENCY_K if (TACTIC // 16) % 16 == 0 else (TACTIC // 16) % 16
+    lat_v = LATENCY_V if (TACTIC // 256) % 16 == 0 else (TACTIC // 256) % 16
     # S = Q Kᵀ ---------------------------------------------------------------------------------
     if LEVEL >= 3:
         # K loaded already transposed: the TMA box is read as [D, TILE_N]
@@ -225,13 +220,9 @@ def attention_tile_impl(Q, K, V, Out, Trace, LSE, qk_scale, b, h, kvh, q_tile, r
 
     if CAUSAL or not EVEN_K:
         n_masked = Tc - mask_start
-        # mf = 1: the masked tiles come first (a backward scan; with TACTIC_MASKED_FIRST a
-        # forward one too, whose bulk then ends the item and runs ascending)
-        if TACTIC % 2 == TACTIC_MASKED_FIRST:
-            mf = 1
-        else:
-            mf = r
-        # masked tiles first (diagonal / ragged end), descending
+        # mf = 1: the masked tiles (diagonal / ragged end) first, descending (a backward scan;
+        # with TACTIC_MASKED_FIRST a forward one too)
+        mf = 1 if TACTIC % 2 == TACTIC_MASKED_FIRST else r
         for i in range(0, mf * n_masked):
             j = Tc - 1 - i
             if TRACE:

@@ -175,6 +175,34 @@ def test_matches_fp32_reference(order, schedule, causal, D, dtype):
     assert res.passed, f"{order}/{schedule}/{pr.label}: {res}"
 
 
+TACTICS = [dict(masked_first=True), dict(no_bounds=True), dict(masked_first=True, no_bounds=True),
+           dict(latency_k=4, latency_v=4), dict(latency_k=1, latency_v=2)]
+TACTIC_TILES = [(Tiles(64, 128), 2, None), (Tiles(128, 128), 1, 8), (Tiles(128, 64), 2, None)]
+
+
+@pytest.mark.parametrize("tiles,occ,ww", TACTIC_TILES, ids=["64x128", "128x128ww8", "128x64"])
+@pytest.mark.parametrize("tactic", TACTICS, ids=lambda t: "-".join(f"{k}{v}" for k, v in
+                                                                   t.items()))
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_tactics_match_fp32_reference(causal, tactic, tiles, occ, ww):
+    """Every kernel tactic (kernels.fmha TACTIC bits) on a ragged problem (a masked diagonal and
+    a masked end; 128x64: the first masked tile fully masked for some rows) and grouped K/V
+    heads, through the tuner's path (the configuration as the family's defaults)."""
+    from experiments.measurement.correctness import check
+    from kernels.backend import CutileFamily
+    from kernels.config import KernelConfig
+    from kernels.fmha import tactic_code
+    pr = problem(128 if tiles == Tiles(64, 128) else 64, causal)   # the spill-free head dims
+    code = tactic_code(**tactic)
+    q, k, v, out = _setup(pr, _seed("tactic", causal, code, tiles.m, tiles.n))
+    fam = CutileFamily(defaults=KernelConfig(tiles.m, tiles.n, occ, ww, tactic=code))
+    prep = fam.prepare(_variant("linear", "static7", tiles, occ), pr)
+    assert prep.tactic == code and prep.local_bytes == 0, prep
+    fam.run(prep, q, k, v, out)
+    res = check(out, q, k, v, causal)
+    assert res.passed, f"tactic {tactic} {tiles} {pr.label}: {res}"
+
+
 @pytest.mark.parametrize("order", BITWISE_ORDERS)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_schedule_alone_is_bitwise_identical(order, causal):

@@ -114,6 +114,29 @@ def test_sm90_defaults_do_not_spill_and_sawtooth_costs_nothing(toolchain, D, cau
             f"{sched} D={D} causal={causal}: sawtooth {saw} vs linear {lin}"
 
 
+@pytest.mark.parametrize("D,causal", [(64, False), (64, True), (128, True)],
+                         ids=["d64.full", "d64.causal", "d128.causal"])
+def test_tactic_trials_compile_without_spills(toolchain, D, causal):
+    """Every kernel-tactic trial the sweep times (``experiments.tuning.candidates.tactic_trials``)
+    builds for sm_90 with the hints the tuner gives it and no stack, at a ragged length (masked
+    diagonal and masked end)."""
+    from experiments.tuning.candidates import tactic_trials
+    from kernels.backend import compile_hints, default_schedule
+    from kernels.resources import resources
+    from kernels.signatures import CompileCase
+    from spec import Backend, Problem, ScanOrder, Variant, get_arch
+    arch = get_arch("h100")
+    pr = Problem(B=1, H=8, S_q=3001, S_kv=3001, D=D, dtype="bf16", causal=causal)
+    for c in tactic_trials(D, causal):
+        cfg = c.config()
+        v = Variant(Backend.CUTILE, ScanOrder.linear(), default_schedule(pr, cfg, cfg.tiles, arch),
+                    cfg.tiles, c.occupancy)
+        occ, ww = compile_hints(v, pr, arch.name, 6, cfg)
+        r = resources(CompileCase.of(v, pr, tactic=cfg.tactic), "sm_90", occ, ww)
+        print(f"{c.label}: {r}")
+        assert not r.spills and r.ptx["LD_LOCAL"] == r.ptx["ST_LOCAL"] == 0, f"{c.label}: {r}"
+
+
 def test_signature_carries_jit_facts(toolchain):
     """Without the JIT's alignment facts sm_90 loses TMA; with them the loads are TMA tensor
     copies and the products warpgroup MMAs. Checked on the PTX tileiras embeds in every cubin
