@@ -20,11 +20,6 @@ from spec.backward_trace import PassGrid, bytes_per_step, pass_trace
 from spec.case import Case
 from spec.records import Metric, Row, case_fields
 
-DRAM_BYTES_PER_S = {"h100": 3.35e12, "h200": 4.8e12, "gb10": 2.73e11, "b200": 8.0e12,
-                    "b300": 8.0e12}
-"""Published DRAM bandwidth (bytes/s) of each arch: H100 SXM 3.35 TB/s, H200 4.8 TB/s, GB10
-(LPDDR5x) 273 GB/s, B200/B300 8 TB/s. Only the time bound ``dram_seconds`` reads it."""
-
 
 def pass_of(case: Case) -> PassGrid:
     v = case.variant
@@ -34,10 +29,12 @@ def pass_of(case: Case) -> PassGrid:
 
 
 def dram_seconds(sectors: float, arch: Arch, sector_bytes: int | None = None) -> float:
-    """Seconds DRAM needs to deliver ``sectors`` at the arch's bandwidth: the most a kernel can
-    lose to those misses if nothing hides them, and what it saves when they go."""
+    """Seconds DRAM needs to deliver ``sectors`` at the arch's published bandwidth
+    (``Arch.dram_bytes_per_s``): the most a kernel can lose to those misses if nothing hides
+    them, and what it saves when they go. NaN for an arch without the figure."""
     sb = arch.sector_bytes if sector_bytes is None else sector_bytes
-    return sectors * sb / DRAM_BYTES_PER_S[arch.name]
+    bw = arch.dram_bytes_per_s
+    return sectors * sb / bw if bw else float("nan")
 
 
 def backward_rows(case: Case, arch: Arch, capacity_bytes: int, *, run: str,
@@ -57,7 +54,7 @@ def backward_rows(case: Case, arch: Arch, capacity_bytes: int, *, run: str,
                                variant=v, note=note)
     out.append(Row(run=run, study=study, arch=arch.name, metric=Metric.DRAM_SECONDS_OF_MISSES,
                    value=dram_seconds(counts.misses, arch), unit="s", source="simulated",
-                   note=f"misses x {arch.sector_bytes} B / {DRAM_BYTES_PER_S[arch.name]:.3g} B/s "
+                   note=f"misses x {arch.sector_bytes} B / {arch.dram_bytes_per_s or float('nan'):.3g} B/s "
                         f"(the time the misses cost if nothing hides them); {note}",
                    **case_fields(case.problem, v)))
     return out

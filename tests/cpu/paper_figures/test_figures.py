@@ -23,6 +23,7 @@ EXPECTED = {
     "h200-sawtooth": ("h200", {"F8a", "F8b", "F8c", "F9a", "F9b", "F10a", "F10b"}),
     "sim-active-sms": ("gb10", {"F6"}),
     "sim-reuse": ("gb10", {"reuse"}),
+    "sim-backward": ("gb10", {"backward"}),
     "ladder": ("h200", {"ladder"}),
     "scaling": ("h200", {"scaling"}),
     "h100-drift": ("h100", {"drift"}),
