@@ -28,6 +28,8 @@ One module per section, each a pure function of tidy rows (dicts from ``spec.rec
 P. ``paper``: the published GB10 values beside the GB10 simulation and this GPU's measurement
    (P-P4); the hints study, the authors' occupancy against the study's (P5, P5b: its repeats,
    each read alone); what the published speedups ask of ``analysis.models.timemodel`` (P6).
+B. ``backward``: the backward's sawtooth, each kernel alone (dK/dV's Q scan, dQ's K/V scan),
+   predicted (committed before) and measured on the H100, beside the forward's pairs (B-B3).
 
 ``report`` puts them together (``compute``) and writes them (``markdown``, ``write_report``).
 """
