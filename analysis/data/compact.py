@@ -240,7 +240,6 @@ def compact(paths: list[str] | None = None, dry_run: bool = False,
     docs = {e.path: dict(vars(e)) for e in ents.values()}
     renames: list[Rename] = []
     skipped: list[str] = []
-    subst: dict[str, str] = {}
     for e in chosen:
         if not e.abspath.is_dir():
             continue
@@ -249,16 +248,20 @@ def compact(paths: list[str] | None = None, dry_run: bool = False,
                            f"(--pinned rewrites the pins)")
             continue
         registry.verify(e)
-        got = compact_dir(e.abspath, dry_run)
-        if got and not dry_run:
-            docs[e.path]["sha256"] = registry.content_hash(e.abspath)
-            if e.sha256 in pins:
-                subst[e.sha256] = docs[e.path]["sha256"]
-        renames += got
+        renames += compact_dir(e.abspath, dry_run)
     if renames and not dry_run:
+        prof = registry.profiles_dir()
+        touched = [prof / r.new for r in renames] + rewrite_citations(renames)
+        subst: dict[str, str] = {}
+        for rel, d in docs.items():
+            where = prof / rel
+            if any(p == where or p.is_relative_to(where) for p in touched):
+                new = registry.content_hash(where)
+                if new != d["sha256"]:
+                    subst[d["sha256"]] = new
+                    d["sha256"] = new
         repin_derived(subst, docs)
         registry.write(list(docs.values()))
-        rewrite_citations(renames)
     return renames, skipped
 
 
