@@ -12,8 +12,8 @@ every reader finds a file by its plain name (``spec.records.data_path``,
 What is left as it is:
 
 - a run's ``README.md`` and every other ``.md``, images and anything not text (what a user opens);
-- a file that compression would shrink by less than ``MIN_SAVING`` bytes (a short summary stays
-  readable in place);
+- a plain file that compression would shrink by less than ``MIN_SAVING`` bytes (a short summary
+  stays readable in place), and a ``.gz`` file that ``.xz`` would not shrink at all;
 - a run that a derived file pins by its content hash (a params file's ``inputs``, a kernel
   configuration, a prediction's manifest), unless ``--pinned`` is given: then the derived files'
   pins are rewritten to the new hash, and so on down the chain (a params file pinned by another
@@ -88,32 +88,33 @@ def pinned_hashes() -> set[str]:
     return found
 
 
-def _stored_form(p: Path) -> tuple[bytes, str] | None:
-    """(content, new name) when ``p`` is a machine file worth storing as ``.xz``; else None."""
+def _stored_form(p: Path) -> tuple[bytes, str, int] | None:
+    """(content, new name, least saving) when ``p`` is a machine file to store as ``.xz``: a
+    ``.gz`` one whenever that is smaller (it is no less readable), a plain one when that saves
+    ``MIN_SAVING``; else None."""
     name = p.name
     if name.endswith(".xz") or name.lower() == "readme.md":
         return None
     if name.endswith(".gz"):
-        raw = gzip.decompress(p.read_bytes())
-        name = plain_name(name)
-    elif name.endswith(SUFFIXES):
-        raw = p.read_bytes()
-    else:
-        return None
-    return raw, f"{name}.xz"
+        return gzip.decompress(p.read_bytes()), f"{plain_name(name)}.xz", 1
+    if name.endswith(SUFFIXES):
+        return p.read_bytes(), f"{name}.xz", MIN_SAVING
+    return None
 
 
-def compact_dir(d: Path, dry_run: bool = False) -> list[Rename]:
-    """Store every machine file under ``d`` as ``.xz`` where that saves ``MIN_SAVING`` bytes."""
-    done = []
+def compact_dir(d: Path, dry_run: bool = False, done: list[Rename] | None = None
+                ) -> list[Rename]:
+    """Store every machine file under ``d`` as ``.xz`` where that saves enough (``_stored_form``);
+    each one done is appended to ``done`` as it is done (the list is returned)."""
+    done = [] if done is None else done
     for p in sorted(f for f in d.rglob("*") if f.is_file() and "__pycache__" not in f.parts):
         form = _stored_form(p)
         if form is None:
             continue
-        raw, new_name = form
+        raw, new_name, least = form
         packed = lzma.compress(raw, preset=PRESET)
         size = p.stat().st_size
-        if size - len(packed) < MIN_SAVING:
+        if size - len(packed) < least:
             continue
         target = p.with_name(new_name)
         if target.exists():
@@ -136,32 +137,40 @@ def compact_dir(d: Path, dry_run: bool = False) -> list[Rename]:
 
 def _pattern(old: str, prefix: str) -> re.Pattern:
     """``prefix + old`` as a whole token: not part of a longer name, not followed by another
-    suffix, not the output a command line writes (``--out x``, ``> x``, ``tee x``)."""
-    return re.compile(rf"(?<![\w./-])(?<!--out )(?<!> )(?<!tee )({prefix}){re.escape(old)}"
-                      rf"(?![\w-]|\.\w)")
+    suffix and, for a bare name, not what a command line names as its output (``--out x``,
+    ``--log x``, ``> x``, ``tee x``: the command writes the plain file)."""
+    command = r"(?<!> )(?<!tee )(?<!--\w\w\w )(?<!--\w\w\w\w )(?<!--\w\w\w\w\w )" if not prefix \
+        else ""
+    return re.compile(rf"(?<![\w./-]){command}({prefix}){re.escape(old)}(?![\w-]|\.\w)")
 
 
 def rewrite_citations(renames: list[Rename]) -> list[Path]:
     """Point the documents at the new names: a path ``[profiles/][<arch>/]<run>/<file>`` anywhere
     in the repository's documents and sources, and a bare ``<file>`` in the README of the
-    directory that holds it. Returns the files changed."""
+    directory that holds it; ``<file>`` is the old name or, for a file that was stored ``.gz``,
+    also its plain name (``timing.csv`` for ``timing.csv.gz``). Returns the files changed."""
     if not renames:
         return []
     root, prof = registry.root(), registry.profiles_dir()
     subs: list[tuple[re.Pattern, str]] = []
     local: dict[Path, list[tuple[re.Pattern, str]]] = {}
     for r in renames:
-        arch, run, rest = r.old.split("/", 2)
-        new_rest = r.new.split("/", 2)[2]
-        prefix = rf"(?:profiles/)?(?:{re.escape(arch)}/)?{re.escape(run)}/"
-        subs.append((_pattern(rest, prefix), rf"\g<1>{new_rest}"))
-        old_dir, old_name = r.old.rsplit("/", 1)
-        for d in [prof / old_dir, *(prof / old_dir).parents]:
-            if d == prof / arch:
-                break
-            rel = (prof / r.old).relative_to(d).as_posix()
-            new_rel = (prof / r.new).relative_to(d).as_posix()
-            local.setdefault(d / "README.md", []).append((_pattern(rel, ""), rf"\g<1>{new_rel}"))
+        arch, run, _ = r.old.split("/", 2)
+        olds = dict.fromkeys((r.old, plain_name(r.old)))
+        for old in olds:
+            if old != r.old and (prof / old).exists():
+                continue
+            rest, new_rest = old.split("/", 2)[2], r.new.split("/", 2)[2]
+            prefix = rf"(?:profiles/)?(?:{re.escape(arch)}/)?{re.escape(run)}/"
+            subs.append((_pattern(rest, prefix), rf"\g<1>{new_rest}"))
+            old_dir = old.rsplit("/", 1)[0]
+            for d in [prof / old_dir, *(prof / old_dir).parents]:
+                if d == prof / arch:
+                    break
+                rel = (prof / old).relative_to(d).as_posix()
+                new_rel = (prof / r.new).relative_to(d).as_posix()
+                local.setdefault(d / "README.md", []).append((_pattern(rel, ""),
+                                                              rf"\g<1>{new_rel}"))
     docs = [p for p in _texts(root, DOC_SUFFIXES)
             if not p.is_relative_to(prof) or p.name == "README.md" or p.suffix == ".py"]
     changed = []
@@ -240,6 +249,7 @@ def compact(paths: list[str] | None = None, dry_run: bool = False,
     docs = {e.path: dict(vars(e)) for e in ents.values()}
     renames: list[Rename] = []
     skipped: list[str] = []
+    todo = []
     for e in chosen:
         if not e.abspath.is_dir():
             continue
@@ -247,22 +257,31 @@ def compact(paths: list[str] | None = None, dry_run: bool = False,
             skipped.append(f"profiles/{e.path}: pinned by hash in a derived file; left as it is "
                            f"(--pinned rewrites the pins)")
             continue
-        registry.verify(e)
-        renames += compact_dir(e.abspath, dry_run)
-    if renames and not dry_run:
-        prof = registry.profiles_dir()
-        touched = [prof / r.new for r in renames] + rewrite_citations(renames)
-        subst: dict[str, str] = {}
-        for rel, d in docs.items():
-            where = prof / rel
-            if any(p == where or p.is_relative_to(where) for p in touched):
-                new = registry.content_hash(where)
-                if new != d["sha256"]:
-                    subst[d["sha256"]] = new
-                    d["sha256"] = new
-        repin_derived(subst, docs)
-        registry.write(list(docs.values()))
+        todo.append(registry.verify(e))          # every run checked before any is changed
+    try:
+        for e in todo:
+            compact_dir(e.abspath, dry_run, renames)
+    finally:                                     # what was stored anew is re-pinned even if one failed
+        if renames and not dry_run:
+            _repin(renames, docs)
     return renames, skipped
+
+
+def _repin(renames: list[Rename], docs: dict[str, dict]) -> None:
+    """Rewrite the citations, re-pin every entry holding a changed file (and what pins those), and
+    write the registry."""
+    prof = registry.profiles_dir()
+    touched = [prof / r.new for r in renames] + rewrite_citations(renames)
+    subst: dict[str, str] = {}
+    for rel, d in docs.items():
+        where = prof / rel
+        if any(p == where or p.is_relative_to(where) for p in touched):
+            new = registry.content_hash(where)
+            if new != d["sha256"]:
+                subst[d["sha256"]] = new
+                d["sha256"] = new
+    repin_derived(subst, docs)
+    registry.write(list(docs.values()))
 
 
 __all__ = ["COMPRESSED", "MIN_SAVING", "Rename", "compact", "compact_dir", "pinned_hashes",

@@ -147,12 +147,16 @@ def read_run(run_dir: Path) -> dict[str, list[dict]]:
 
 
 def read_file(path: Path | str) -> bytes:
-    """The bytes of one stored file (verified when under ``profiles/``)."""
+    """The content of one stored file (verified when under ``profiles/``), decompressed when it
+    is stored compressed (``spec.records.read_bytes``)."""
     p = resolve(path)
     try:
-        return p.read_bytes()
+        return read_bytes(p)
     except OSError as e:
         raise DatasetError(f"{p}: cannot be read ({e.strerror or e}); restore it with git "
+                           f"checkout") from None
+    except (EOFError, lzma.LZMAError):
+        raise DatasetError(f"{p}: truncated or corrupt compressed data; restore it with git "
                            f"checkout") from None
 
 
