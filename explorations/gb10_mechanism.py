@@ -44,8 +44,8 @@ import numpy as np
 GB10_TC_US = (0.53, 0.8, 1.53)
 H100_TC_US = 0.53
 DRIFT = {"cutile": 0.0007, "cuda": 0.002}
-HOLDOUTS = {294912: "profiles/cpu/simcheck-h100-holdout-20261125i/errors.csv",
-            311296: "profiles/cpu/simcheck-h100-holdout-20261125j/errors.csv"}
+HOLDOUTS = {294912: "profiles/cpu/simcheck-h100-holdout-20261125i/errors.csv.xz",
+            311296: "profiles/cpu/simcheck-h100-holdout-20261125j/errors.csv.xz"}
 
 
 def candidates(arch_name: str) -> list[tuple[str, dict, bool]]:
