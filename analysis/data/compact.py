@@ -4,10 +4,11 @@ changed and rewrites the documents that cite the old names.
 
 Why ``.xz``. A tidy CSV repeats the same variant, problem and kernel-name fields on every row, a
 few hundred bytes apart and again tens of kilobytes later; DEFLATE (``.gz``) sees 32 KiB back,
-LZMA a whole file, so the same rows take about a third less room (and a small manifest a little
-less than gzip's). Python reads it with the standard library (``spec.records.open_text``), and
-every reader finds a file by its plain name (``spec.records.data_path``,
-``analysis.data.registry.open_path``), so compacting a run changes no result.
+LZMA a whole file, so the same rows take about 28% less room (the committed tables: 1.92 MB as
+gzip -9, 1.38 MB as xz; a small manifest comes out about as large either way). Python reads it
+with the standard library (``spec.records.open_text``), and every reader finds a file by its
+plain name (``spec.records.data_path``, ``analysis.data.registry.open_path``), so compacting a
+run changes no result.
 
 What is left as it is:
 
@@ -261,8 +262,8 @@ def compact(paths: list[str] | None = None, dry_run: bool = False,
     try:
         for e in todo:
             compact_dir(e.abspath, dry_run, renames)
-    finally:                                     # what was stored anew is re-pinned even if one failed
-        if renames and not dry_run:
+    finally:
+        if renames and not dry_run:              # what was stored anew is re-pinned, even on error
             _repin(renames, docs)
     return renames, skipped
 

@@ -143,7 +143,8 @@ def discover(arch: str) -> list[Dataset]:
     if local.is_dir():
         for study in sorted(s for s in local.iterdir() if s.is_dir()):
             for p in sorted(study.iterdir()):
-                if (p.is_dir() and not p.name.startswith(".") and data_path(p, "manifest.json") is not None
+                if (p.is_dir() and not p.name.startswith(".")
+                        and data_path(p, "manifest.json") is not None
                         and not incomplete(read_manifest(p))):
                     found.append(dataset(p, arch))
     return found
