@@ -44,8 +44,8 @@ import numpy as np
 GB10_TC_US = (0.53, 0.8, 1.53)
 H100_TC_US = 0.53
 DRIFT = {"cutile": 0.0007, "cuda": 0.002}
-HOLDOUTS = {294912: "profiles/cpu/simcheck-h100-holdout-20261125i/errors.csv.gz",
-            311296: "profiles/cpu/simcheck-h100-holdout-20261125j/errors.csv.gz"}
+HOLDOUTS = {294912: "profiles/cpu/simcheck-h100-holdout-20261125i/errors.csv.xz",
+            311296: "profiles/cpu/simcheck-h100-holdout-20261125j/errors.csv.xz"}
 
 
 def candidates(arch_name: str) -> list[tuple[str, dict, bool]]:
@@ -68,6 +68,7 @@ def _sim(case, tp, arch):
 
 def run_arch(arch_name: str, jobs: int = 2, only: set[str] | None = None) -> list[dict]:
     """The rows of every candidate (or those named in ``only``) on ``arch_name``'s cases."""
+    from analysis.data import csv_rows
     from analysis.data.published import key_of_row, read_published
     from experiments.registry.plans import sawtooth_plan
     from experiments.simulation.simulate import model_params, resident_of_build
@@ -84,7 +85,7 @@ def run_arch(arch_name: str, jobs: int = 2, only: set[str] | None = None) -> lis
         plan = []
         for s, path in HOLDOUTS.items():
             meas = {r["case"]: (float(r["measured_median"]), float(r["spread"]))
-                    for r in csv.DictReader(gzip.open(path, "rt"))}
+                    for r in csv_rows(path, typed=False)}
             for c in sawtooth_plan(arch):
                 c = replace(c, problem=replace(c.problem, S_q=s, S_kv=s))
                 plan.append((c, meas[c.id]))

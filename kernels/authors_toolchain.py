@@ -42,6 +42,7 @@ from pathlib import Path
 
 from spec import Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant, get_arch
 from spec.family import published_limits
+from spec.records import open_text
 
 from . import authors_sources, sass_loops
 from .compile_worker import Build
@@ -285,8 +286,9 @@ def summary(rows: list[dict]) -> str:
 
 
 def _open_text(path: Path):
-    """A text file, read through gzip when it ends in ``.gz`` (the committed CSV and fixture)."""
-    return gzip.open(path, "rt", newline="") if str(path).endswith(".gz") else open(path, newline="")
+    """A text file, decompressed by its suffix (``spec.records.open_text``: the committed CSV and
+    fixture are stored compressed)."""
+    return open_text(path)
 
 
 def step_table(csv_path: Path) -> str:

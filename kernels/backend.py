@@ -98,7 +98,7 @@ def compiled_ctas_per_sm(variant: Variant, problem: Problem, arch) -> tuple[int,
 
     ``cuobjdump``'s SHARED already holds the 1 KB the system reserves per CTA: for all four of
     those builds it is the driver's static shared size plus exactly 1024 B (91312 / 90288, 99520 /
-    98496, 74920 / 73896 B; ``profiles/h100/occupancy-20261125/probe.txt``), so the static size
+    98496, 74920 / 73896 B; ``profiles/h100/occupancy-20261125/probe.txt.xz``), so the static size
     passed on is SHARED minus the reserve, which ``ctas_per_sm`` adds back."""
     from .resources import resources
     from .signatures import CompileCase

@@ -18,7 +18,7 @@ every session and records it, and the rows of a group that needed more than one 
 across groups use medians and say so.
 
 Which sets fit one pass is found by measuring (ncu publishes no table of counter slots). On the
-H100 (``profiles/h100/ncu-passes-20261123/passes.csv``, ncu 2025.3.1, one CUDA kernel) these
+H100 (``profiles/h100/ncu-passes-20261123/passes.csv.xz``, ncu 2025.3.1, one CUDA kernel) these
 groups took: ``dram`` 1 pass, ``lrc`` 1, ``l1`` 1 (and the three LRC coalescing counters with five
 others, 1), but ``tex`` 4 and ``fabric`` 4: tex hits, misses and sectors cannot be read from one
 execution there, while the local tex misses and the DRAM bytes can. So the miss count the study

@@ -27,7 +27,7 @@ DRIFT_RUN = "profiles/h100/drift-20261125e"
 the plain build's sectors, the sparse one's within 0-8% (``profiles/h100/tracecost-20261125``)."""
 
 
-PAIR_LAGS = "profiles/h100/drift-sm-20261125b/lags.csv.gz"
+PAIR_LAGS = "profiles/h100/drift-sm-20261125b/lags.csv.xz"
 """Per-CTA lags of the sparse-stamp trace builds (2, 4, 8 and 132 CTAs, linear and sawtooth, two
 launches each; ``profiles/h100/tracecost-20261125/every64``): where the SM-pair slowdown comes
 from."""

@@ -71,7 +71,7 @@ def jitter_from_drift(drift_csv: Path) -> tuple[float, float, str]:
 
 def pair_slowdown_from_lags(lags_csv: Path) -> tuple[float, str]:
     """(δ, note): how much slower the odd SM of a busy SM pair runs, per step, from measured
-    per-CTA lags (``profiles/h100/drift-sm-20261125b/lags.csv.gz``: each CTA's SM and its lag
+    per-CTA lags (``profiles/h100/drift-sm-20261125b/lags.csv.xz``: each CTA's SM and its lag
     behind the median CTA at the last step all CTAs ran, sparse-stamp trace builds).
 
     For every launch, every SM pair (2k, 2k+1) that runs a CTA on both SMs gives lag(odd) −

@@ -5,6 +5,7 @@
     python -m analysis.data register profiles/h100/<run> --role dataset [--default]
     python -m analysis.data catalogue [--check]                    # profiles/README.md from the registry
     python -m analysis.data readmes                                # a README for each run without one
+    python -m analysis.data compact [PATH ...] [--dry-run] [--pinned]  # run files as .xz, re-pinned
 
 Bad input (an unknown role, a path outside ``profiles/``, a missing path) is one line and exit 2.
 """
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from analysis.data import registry
 from analysis.data.catalogue import catalogue_text, entry_fields, run_readme
+from analysis.data.compact import compact
 from analysis.data.registry import ROLES, DatasetError
 
 
@@ -32,6 +34,17 @@ def _register(paths: list[Path], role: str, default: bool) -> int:
         docs[rel] = entry_fields(rel, role, default)
         print(f"registered profiles/{rel} as {role} (sha256 {docs[rel]['sha256'][:12]})")
     registry.write(list(docs.values()))
+    return 0
+
+
+def _compact(paths: list[str], dry_run: bool, pinned: bool) -> int:
+    renames, skipped = compact(paths, dry_run, pinned)
+    for line in skipped:
+        print(line)
+    runs = {"/".join(r.old.split("/")[:2]) for r in renames}
+    saved = sum(r.before - r.after for r in renames)
+    print(f"{'would store' if dry_run else 'stored'} {len(renames)} file(s) of {len(runs)} run(s) "
+          f"as .xz: {saved / 1e3:.1f} kB saved")
     return 0
 
 
@@ -53,6 +66,13 @@ def main(argv=None) -> int:
                      help="exit 1 if profiles/README.md is not what the registry generates")
     sub.add_parser("readmes", help="write a README (from its manifest) into every registered run "
                                    "directory that has none, and re-pin those entries")
+    cp = sub.add_parser("compact", help="store the machine files of registered runs as .xz "
+                                        "(analysis.data.compact), re-pin them and rewrite the "
+                                        "documents that cite the old names")
+    cp.add_argument("paths", nargs="*", help="registered runs (default: all)")
+    cp.add_argument("--dry-run", action="store_true", help="say what would change; change nothing")
+    cp.add_argument("--pinned", action="store_true",
+                    help="also compact runs that derived files pin by hash, rewriting those pins")
     a = ap.parse_args(argv)
     try:
         if a.cmd == "list":
@@ -85,6 +105,8 @@ def main(argv=None) -> int:
             registry.write(list(docs.values()))
             print(f"wrote {n} README(s)")
             return 0
+        if a.cmd == "compact":
+            return _compact(a.paths, a.dry_run, a.pinned)
         if a.cmd == "register":
             return _register(a.paths, a.role, a.default)
         text = catalogue_text()

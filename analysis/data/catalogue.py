@@ -9,6 +9,7 @@ import re
 
 from analysis.data import registry
 from analysis.data.select import manifest_fields
+from spec.records import data_path, read_bytes
 
 _ARCH_IN_NAME = re.compile(r"^(?:simcheck|prediction|scan)-(?P<arch>[a-z0-9]+)-")
 
@@ -16,11 +17,12 @@ _ARCH_IN_NAME = re.compile(r"^(?:simcheck|prediction|scan)-(?P<arch>[a-z0-9]+)-"
 def _manifest(rel: str) -> dict:
     p = registry.profiles_dir() / rel
     for name in ("manifest.json", "smmap-manifest.json"):
-        if (p / name).is_file():
+        f = data_path(p, name) if p.is_dir() else None
+        if f is not None:
             try:
-                m = json.loads((p / name).read_text())
+                m = json.loads(read_bytes(f))
                 return m if isinstance(m, dict) else {}
-            except ValueError:
+            except (ValueError, EOFError, OSError):
                 return {}
     return {}
 

@@ -1,8 +1,8 @@
 """The paper's published GB10 numbers (arXiv 2601.16032) as the study's reference dataset.
 
-``profiles/gb10/paper-2601.16032/published.csv`` holds, per case of the paper's main study (cuTile
-Static and Tile-based at B=8, CUDA 80x80 at B=1..8, linear and sawtooth, causal or not, S=128K,
-D=64), the published L2 misses and TFLOPS with their provenance. It is registered like every
+``profiles/gb10/paper-2601.16032/published.csv.xz`` holds, per case of the paper's main study
+(cuTile Static and Tile-based at B=8, CUDA 80x80 at B=1..8, linear and sawtooth, causal or not,
+S=128K, D=64), the published L2 misses and TFLOPS with their provenance. It is registered like every
 committed run (role ``reference``) and read only here. These values judge the models; nothing is
 fitted to them.
 

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Iterator
 
 from spec.install import CHECKOUT_HINT, checkout
+from spec.records import data_path
 
 ROOT = Path(__file__).resolve().parents[2]
 REGISTRY = "registry.json"
@@ -193,12 +194,17 @@ def entry(path: Path | str) -> Entry:
 
 
 def open_path(path: Path | str) -> Path:
-    """The absolute path of a file or directory inside a verified entry (the way in for readers)."""
+    """The absolute path of a file or directory inside a verified entry (the way in for readers).
+    A file is found as it is stored: ``timing.csv`` (or a ``timing.csv.gz`` cited before the run
+    was compacted) opens ``timing.csv.xz`` when that is the copy there (``spec.records.data_path``);
+    decompress it with ``spec.records.open_text``."""
     rel = relative(path)
     entry(path)
     p = profiles_dir() / rel
     if not p.exists():
-        raise DatasetError(f"profiles/{rel}: no such file in its registered run")
+        p = data_path(p.parent, p.name) if "/" in rel else None
+        if p is None:
+            raise DatasetError(f"profiles/{rel}: no such file in its registered run")
     return p
 
 

@@ -36,6 +36,7 @@ from typing import Mapping
 
 from analysis.data import registry
 from analysis.data.tables import incomplete, read_manifest
+from spec.records import data_path
 
 ANY = object()
 """A parameter value in ``select(params=...)`` that matches whatever the run used."""
@@ -142,7 +143,8 @@ def discover(arch: str) -> list[Dataset]:
     if local.is_dir():
         for study in sorted(s for s in local.iterdir() if s.is_dir()):
             for p in sorted(study.iterdir()):
-                if (p.is_dir() and not p.name.startswith(".") and (p / "manifest.json").exists()
+                if (p.is_dir() and not p.name.startswith(".")
+                        and data_path(p, "manifest.json") is not None
                         and not incomplete(read_manifest(p))):
                     found.append(dataset(p, arch))
     return found

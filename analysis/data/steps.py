@@ -101,7 +101,7 @@ def latest_run() -> str:
 def step_costs(run: str | None = None) -> dict[tuple[str, str, str], BuildSteps]:
     """{(build, cuda-tile version, target): BuildSteps} of a builds-toolchains run; builds that
     did not compile for a target (``status`` other than ok) are left out."""
-    path = open_path(f"{run or latest_run()}/builds.csv.gz")
+    path = open_path(f"{run or latest_run()}/builds.csv")
     groups: dict[tuple[str, str, str], list[dict]] = {}
     for r in csv_rows(path, typed=False):
         if r["status"] != "ok":

@@ -7,8 +7,8 @@ directory the user names) is read as it is.
 from __future__ import annotations
 
 import csv
-import gzip
 import json
+import lzma
 import os
 import shutil
 from contextlib import contextmanager
@@ -17,7 +17,7 @@ from typing import Iterator, Sequence
 
 from analysis.data import registry
 from analysis.data.registry import DatasetError
-from spec.records import TruncatedCSV, data_path, read_csv, read_dicts
+from spec.records import TruncatedCSV, data_path, read_bytes, read_csv, read_dicts
 
 DATA_FILES = ("counters.csv", "timing.csv", "drift.csv")
 """The tidy files a run directory may hold (``spec.records`` schema)."""
@@ -37,13 +37,14 @@ def resolve(path: Path | str) -> Path:
 
 
 def read_manifest(run_dir: Path) -> dict:
-    """The run's ``manifest.json`` ({} when there is none); a broken one is a ``DatasetError``."""
-    p = resolve(run_dir) / "manifest.json"
-    if not p.exists():
+    """The run's ``manifest.json`` (or its compressed copy; {} when there is none); a broken one
+    is a ``DatasetError``."""
+    p = data_path(resolve(run_dir), "manifest.json")
+    if p is None:
         return {}
     try:
-        m = json.loads(p.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as e:
+        m = json.loads(read_bytes(p))
+    except (OSError, EOFError, UnicodeDecodeError, ValueError) as e:
         raise DatasetError(f"{p}: not a readable JSON manifest ({type(e).__name__}); restore it "
                            f"from git or re-run the study") from None
     if not isinstance(m, dict):
@@ -81,15 +82,13 @@ def read_table(path: Path) -> list[dict]:
     path = resolve(path)
     fix = "restore it (git checkout, or re-run the study that wrote it)"
     try:
-        raw = path.read_bytes()
-        if path.suffix == ".gz":
-            raw = gzip.decompress(raw)
+        raw = read_bytes(path)
     except FileNotFoundError:
         raise DatasetError(f"{path}: missing; {fix}") from None
     except OSError as e:
         raise DatasetError(f"{path}: cannot be read ({e.strerror or e}); {fix}") from None
-    except EOFError:
-        raise DatasetError(f"{path}: truncated gzip data; {fix}") from None
+    except (EOFError, lzma.LZMAError):
+        raise DatasetError(f"{path}: truncated or corrupt compressed data; {fix}") from None
     if not raw.strip():
         raise DatasetError(f"{path}: empty file; {fix}")
     if b"\0" in raw:
@@ -148,17 +147,21 @@ def read_run(run_dir: Path) -> dict[str, list[dict]]:
 
 
 def read_file(path: Path | str) -> bytes:
-    """The bytes of one stored file (verified when under ``profiles/``)."""
+    """The content of one stored file (verified when under ``profiles/``), decompressed when it
+    is stored compressed (``spec.records.read_bytes``)."""
     p = resolve(path)
     try:
-        return p.read_bytes()
+        return read_bytes(p)
     except OSError as e:
         raise DatasetError(f"{p}: cannot be read ({e.strerror or e}); restore it with git "
+                           f"checkout") from None
+    except (EOFError, lzma.LZMAError):
+        raise DatasetError(f"{p}: truncated or corrupt compressed data; restore it with git "
                            f"checkout") from None
 
 
 def csv_rows(path: Path | str, typed: bool = True) -> list[dict]:
-    """The rows of a stored CSV (``.gz`` read through gzip), verified when under ``profiles/``:
+    """The rows of a stored CSV (a compressed one decompressed), verified when under ``profiles/``:
     typed as the result schema (``spec.records.read_csv``) or as strings (``read_dicts``, any
     CSV)."""
     p = resolve(path)
@@ -166,7 +169,8 @@ def csv_rows(path: Path | str, typed: bool = True) -> list[dict]:
 
 
 def stored(run_dir: Path | str, name: str) -> Path | None:
-    """``run_dir/name`` or its gzipped copy (``spec.records.data_path``), verified; None if neither."""
+    """``run_dir/name`` or its compressed copy (``spec.records.data_path``), verified; None if
+    neither."""
     return data_path(resolve(run_dir), name)
 
 

@@ -36,7 +36,7 @@ from analysis.data import DatasetError, read_manifest
 from analysis.data.rows import as_case, pct_change, pivot
 from analysis.models.traffic import MiB, cold_misses
 from spec import Arch, Backend, Case, TileGrid, build_trace, case_from_dict
-from spec.records import Metric
+from spec.records import Metric, data_path, read_bytes
 
 
 # --------------------------------------------------------------------------------------------
@@ -48,14 +48,14 @@ def run_cases(run_dir: Path, rows: Sequence[dict], arch: Arch, study: str) -> li
     (``analysis.calibration.measured.measured_ctas_per_sm``) in place of the plan's request; ordered as the
     manifest's ``parameters.cases`` lists them (first appearance in the rows when the manifest
     has no list)."""
-    plan = Path(run_dir) / "profile_plan.json"
+    plan = data_path(Path(run_dir), "profile_plan.json")
     by_id: dict[str, Case] = {}
-    if plan.exists():
+    if plan is not None:
         try:
-            for d in json.loads(plan.read_text())["cases"]:
+            for d in json.loads(read_bytes(plan))["cases"]:
                 c = case_from_dict(d)
                 by_id[c.id] = c
-        except (OSError, ValueError, KeyError, TypeError) as e:
+        except (OSError, EOFError, ValueError, KeyError, TypeError) as e:
             raise DatasetError(f"{plan}: not a readable profile plan ({type(e).__name__}); "
                                f"restore it from git or re-run the study") from None
     per_sm = measured_ctas_per_sm(run_dir)

@@ -90,7 +90,7 @@ def fit_rates() -> dict[tuple, float]:
 def _simbench_rows():
     from analysis.data import csv_rows
     for d in SIMBENCH:
-        for r in csv_rows(f"{d}/simbench.csv.gz", typed=False):
+        for r in csv_rows(f"{d}/simbench.csv", typed=False):
             if r["section"] in "ABCDH" and not r["case"].startswith("TOTAL"):
                 yield r
 

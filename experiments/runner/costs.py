@@ -212,7 +212,7 @@ studies over 200 s within 5%, the shape suite with eager call times 18% under: t
 counted)."""
 
 PASSES = {"dram": 1, "lrc": 1, "tex": 4, "fabric": 4, "l1": 1}
-"""Replay passes per metric group on an H100 (profiles/h100/ncu-passes-20261123/passes.csv and
+"""Replay passes per metric group on an H100 (profiles/h100/ncu-passes-20261123/passes.csv.xz and
 the profiler__replayer_passes rows of every committed run); a group not listed is counted at 4."""
 
 RATES = {

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from spec.records import data_path, open_text
+
 
 def geo(xs):
     xs = [x for x in xs if x == x and x > 0]
@@ -48,12 +50,13 @@ def summarize(specs: list[str]) -> int:
         d, _, only = spec.partition("::")
         d = Path(d)
         dirs.append(d)
-        f = d / "speed.csv"
-        if not f.exists():
+        f = data_path(d, "speed.csv")
+        if f is None:
+            f = d / "speed.csv"
             print(f"{f}: no such file (pass run directories of this benchmark)", file=sys.stderr)
             return 2
         rows: dict = {}
-        for r in csv.DictReader(open(f)):
+        for r in csv.DictReader(open_text(f)):
             if only and not any(o in r["problem"] for o in only.split(",")):
                 continue
             rows.setdefault((r["half"], r["problem"]), []).append(

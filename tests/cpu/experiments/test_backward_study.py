@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from spec.records import Metric, read_csv
+from spec.records import Metric, data_path, read_csv
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -17,7 +17,8 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def _misses(run: Path) -> dict:
-    return {(r["variant"], r["causal"]): r["value"] for r in read_csv(run / "counters.csv")
+    rows = read_csv(data_path(run, "counters.csv"))      # committed runs are stored compressed
+    return {(r["variant"], r["causal"]): r["value"] for r in rows
             if r["metric"] == Metric.L2_TEX_MISSES}
 
 

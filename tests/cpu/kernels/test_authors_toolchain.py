@@ -9,7 +9,6 @@ answer is known; the committed dataset is checked against what the issue's evide
 from __future__ import annotations
 
 import csv
-import gzip
 import json
 import re
 import subprocess
@@ -20,9 +19,10 @@ import pytest
 
 from kernels import sass_loops
 from kernels.authors_toolchain import loop_role, main, study_builds
+from spec.records import data_path, open_text, read_bytes
 from tests.conftest import ROOT
 
-FIXTURE = ROOT / "tests/cpu/fixtures/sass-step-loop-sm121.txt.gz"
+FIXTURE = ROOT / "tests/cpu/fixtures/sass-step-loop-sm121.txt.xz"
 RUN = ROOT / "profiles/cpu/builds-toolchains-20261127"
 OLD = "cuda-tile 1.0.1 / tileiras 13.1.80"
 NEW = "cuda-tile 1.7.0 / tileiras 13.4.92"
@@ -69,7 +69,7 @@ def test_fixture_step_loop_counts():
     """The excerpt's K/V step loop: 64 HMMA, 3 LDL, 3 STL, 395 instructions (the same numbers as
     the loop in the whole listing); the excerpt around it has 128 HMMA and 47 LDL, so counting
     the file instead of the loop fails."""
-    text = gzip.decompress(FIXTURE.read_bytes()).decode()
+    text = read_bytes(FIXTURE).decode()
     f = sass_loops.kernel(text)
     steps = sass_loops.mma_loops(f)
     assert len(steps) == 1
@@ -125,7 +125,7 @@ def test_study_builds_are_the_studys_gb10_cutile_builds():
 
 
 def _rows():
-    with gzip.open(RUN / "builds.csv.gz", "rt", newline="") as f:
+    with open_text(data_path(RUN, "builds.csv")) as f:
         return list(csv.DictReader(f))
 
 
@@ -133,7 +133,7 @@ def test_committed_dataset_is_registered_and_matches_its_manifest():
     from analysis.data import registry
     e = registry.entry(RUN)
     registry.verify(e)
-    man = json.loads((RUN / "manifest.json").read_text())
+    man = json.loads(read_bytes(data_path(RUN, "manifest.json")))
     assert man["toolchains"]["old"]["cuda-tile"] == "1.0.1"
     assert man["toolchains"]["old"]["nvidia-cuda-tileiras"] == "13.1.80"
     assert man["authors_commit"].startswith("c07971e")
@@ -196,7 +196,7 @@ def test_the_document_shows_the_committed_table():
     """docs/authors-toolchain.md carries the table ``--table`` prints from the committed CSV."""
     from kernels.authors_toolchain import step_table
     doc = (ROOT / "docs/authors-toolchain.md").read_text()
-    table = step_table(RUN / "builds.csv.gz")
+    table = step_table(data_path(RUN, "builds.csv"))
     assert table in doc
 
 

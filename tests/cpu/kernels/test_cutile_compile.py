@@ -158,7 +158,7 @@ def test_signature_carries_jit_facts(toolchain):
 def test_occupancy_is_taken_at_the_launch_size_from_the_cubin(toolchain):
     """The sawtooth study's cuTile ``occ2`` builds require 256 threads (``.reqntid``); at that
     size, with cuobjdump's SHARED less the 1 KB reserve it includes (98496 B: the driver's static
-    size of the loaded build, ``profiles/h100/occupancy-20261125/probe.txt``), the H100's limits
+    size of the loaded build, ``profiles/h100/occupancy-20261125/probe.txt.xz``), the H100's limits
     give 2 CTAs per SM, what ncu shows for them (block size 256, block limit 2), not the driver's
     1 at the register-limited 512. On GB10 the study simulates the authors' builds (occupancy 1,
     ``AUTHORS_OCCUPANCY``): 255 registers, one CTA per SM, though the causal sawtooth build's

@@ -16,14 +16,14 @@ from profiles.counters import Observation, summarize
 from profiles.ingest import IngestError, KernelResult, parse_raw_csv
 from spec import Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant, get_arch
 from spec.case import Case
-from spec.records import Metric
+from spec.records import Metric, read_bytes
 from tests.conftest import ROOT
 
 # the four cases of the committed raw export
 from tests.cpu.profiles.test_ingest import fixture_cases
 
 FIXTURES = ROOT / "tests" / "fixtures"
-RAW_CSV = FIXTURES / "ncu_raw_h100.csv"
+RAW_CSV = FIXTURES / "ncu_raw_h100.csv.xz"      # stored compressed (spec.records.read_bytes)
 H100 = get_arch("h100")
 
 
@@ -196,7 +196,7 @@ def test_real_export_checks_hits_plus_misses_against_sectors():
     """The committed H100 export (old 'hopper' set, 4 passes): every row is flagged multipass,
     and the tex check flags exactly the kernels whose lookups miss the sectors by > 2%."""
     tex = metrics.GROUPS["tex"]
-    ks = parse_raw_csv(RAW_CSV.read_text(), tex.collect)
+    ks = parse_raw_csv(read_bytes(RAW_CSV).decode(), tex.collect)
     cases = fixture_cases()
     observations = [Observation(k.nvtx_range, "tex", 0, dict(k.values), kernel=k.kernel)
                     for k in ks]
@@ -218,9 +218,11 @@ def fake_ncu(tmp_path: Path, body: str) -> ncu.Ncu:
     runs ``body`` (shell), then creates the --export report file unless body exited."""
     exe = tmp_path / "bin" / "ncu"
     exe.parent.mkdir(exist_ok=True)
+    raw = tmp_path / "bin" / "raw.csv"
+    raw.write_bytes(read_bytes(RAW_CSV))
     exe.write_text(f"""#!/bin/sh
 if [ "$1" = "--version" ]; then echo "Version 2025.3.1.0 (build 1)"; exit 0; fi
-if [ "$1" = "--import" ]; then cat "{RAW_CSV}"; exit 0; fi
+if [ "$1" = "--import" ]; then cat "{raw}"; exit 0; fi
 n=$(cat "{tmp_path}/calls" 2>/dev/null || echo 0); n=$((n+1)); echo $n > "{tmp_path}/calls"
 {body}
 while [ $# -gt 0 ]; do if [ "$1" = "--export" ]; then touch "$2.ncu-rep"; fi; shift; done
@@ -258,7 +260,7 @@ def test_collector_runs_one_session_per_group_and_repeat_and_records_failures(tm
     assert math.isnan(failed.value) and failed.flags == "failed"
     summ = pick(rows, c, Metric.DRAM_READ_BYTES, "dram")
     assert summ.note.startswith("n=1 of 2") and "failed=1" in summ.flags
-    raw = parse_raw_csv(RAW_CSV.read_text(), (Metric.DRAM_READ_BYTES,))
+    raw = parse_raw_csv(read_bytes(RAW_CSV).decode(), (Metric.DRAM_READ_BYTES,))
     assert summ.value == next(k.values[Metric.DRAM_READ_BYTES][0] for k in raw
                               if k.nvtx_range == c.id)
     # the same command again: reports are never overwritten
@@ -366,16 +368,26 @@ def test_command_line_per_replay_mode(tmp_path):
 
 # ---------------------------------------------------------------- ncu_report reader
 
-SMALL = FIXTURES / "ncu_small_h100"       # .ncu-rep and its raw-page CSV export (see .md)
+SMALL = FIXTURES / "ncu_small_h100"       # .ncu-rep and its raw-page CSV export (see .md), .xz
+
+
+@pytest.fixture(scope="module")
+def small_rep(tmp_path_factory) -> Path:
+    """The committed report decompressed (ncu_report opens a plain .ncu-rep file)."""
+    p = tmp_path_factory.mktemp("ncu") / "ncu_small_h100.ncu-rep"
+    p.write_bytes(read_bytes(FIXTURES / "ncu_small_h100.ncu-rep.xz"))
+    return p
+
+
 SMALL_METRICS = (Metric.L2_TEX_SECTORS, Metric.L2_TEX_HITS, Metric.L2_TEX_MISSES,
                  Metric.L2_FABRIC_SECTORS, Metric.L2_FABRIC_HITS, Metric.L2_FABRIC_MISSES,
                  Metric.DRAM_READ_BYTES, Metric.REPLAY_PASSES)
 
 
-def test_both_readers_agree_on_a_real_h100_report():
+def test_both_readers_agree_on_a_real_h100_report(small_rep):
     pytest.importorskip("ncu_report")
-    rep = report.read_report(SMALL.with_suffix(".ncu-rep"), SMALL_METRICS)
-    exp = parse_raw_csv(SMALL.with_suffix(".csv").read_text(), SMALL_METRICS)
+    rep = report.read_report(small_rep, SMALL_METRICS)
+    exp = parse_raw_csv(read_bytes(FIXTURES / "ncu_small_h100.csv.xz").decode(), SMALL_METRICS)
     assert len(rep) == len(exp) == 2
     for a, b in zip(rep, exp):
         assert (a.index, a.nvtx_range, a.values) == (b.index, b.nvtx_range, b.values)
@@ -387,13 +399,13 @@ def test_both_readers_agree_on_a_real_h100_report():
     assert rep[0].values[Metric.REPLAY_PASSES] == (4.0, "pass")
 
 
-def test_real_report_rows_flag_the_multipass_session_and_the_fill_estimate():
+def test_real_report_rows_flag_the_multipass_session_and_the_fill_estimate(small_rep):
     """One session with tex, fabric and DRAM metrics together (4 passes): split into the groups'
     views, the rows carry multipass=4, and the fill estimate (tex misses minus fabric hits) is
     0.70x the DRAM fills of the linear case (fills / estimate 1.42), so its check is flagged
     inconsistent."""
     pytest.importorskip("ncu_report")
-    ks = report.read_report(SMALL.with_suffix(".ncu-rep"), SMALL_METRICS)
+    ks = report.read_report(small_rep, SMALL_METRICS)
     prob = Problem(B=1, H=1, S_q=32768, D=64)
     cases = [Case(prob, Variant(Backend.CUDA, o, CtaSchedule.persistent(132), Tiles(80, 80)), 132,
                   "fixture") for o in (ScanOrder.linear(), ScanOrder.sawtooth())]
@@ -542,7 +554,7 @@ def test_ncu_report_module_is_found_beside_the_ncu_on_path(tmp_path, monkeypatch
 
 def test_read_kernels_falls_back_to_the_csv_export(tmp_path, csv_reader):
     ks, reader = report.read_kernels(tmp_path / "r.ncu-rep", (Metric.L2_TEX_MISSES,),
-                                     export_csv=lambda p: RAW_CSV.read_text())
+                                     export_csv=lambda p: read_bytes(RAW_CSV).decode())
     assert reader == "csv" and len(ks) == 4
     with pytest.raises(IngestError, match="pip install ncu-report"):
         report.read_kernels(tmp_path / "r.ncu-rep", (Metric.L2_TEX_MISSES,))
@@ -631,13 +643,13 @@ def test_home_summaries_give_one_row_per_case_and_metric():
                    Metric.CHECK_DRAM_PER_TEX_MISS, Metric.CHECK_DRAM_PER_ESTIMATE}
 
 
-def test_isolated_reader_matches_the_in_process_reader():
+def test_isolated_reader_matches_the_in_process_reader(small_rep):
     """The subprocess reader (used with an Nsight Compute install's module) returns what the
     in-process reader returns on the committed real report."""
     mod = report.load_module()
     if mod is None:
         pytest.skip("ncu_report (pip package ncu-report) not installed")
-    rep = ROOT / "tests" / "fixtures" / "ncu_small_h100.ncu-rep"
+    rep = small_rep
     wanted = (Metric.L2_TEX_MISSES, Metric.DRAM_READ_BYTES)
     extras = Path(mod.__file__).parent.parent          # any dir: the module is importable anyway
     assert report.read_isolated(rep, wanted, extras) == report.read_report(rep, wanted, mod)

@@ -11,9 +11,10 @@ from profiles import metrics, ncu
 from profiles.ingest import IngestError, innermost_range, parse_raw_csv, to_rows
 from spec import Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant
 from spec.case import Case
+from spec.records import read_bytes
 from tests.conftest import ROOT
 
-FIXTURE = ROOT / "tests" / "fixtures" / "ncu_raw_h100.csv"
+FIXTURE = ROOT / "tests" / "fixtures" / "ncu_raw_h100.csv.xz"
 
 
 def fixture_cases():
@@ -26,7 +27,7 @@ def fixture_cases():
 
 
 def test_parses_kernels_metrics_units_and_nvtx_ranges():
-    ks = parse_raw_csv(FIXTURE.read_text(), metrics.HOPPER)
+    ks = parse_raw_csv(read_bytes(FIXTURE).decode(), metrics.HOPPER)
     assert [k.index for k in ks] == [0, 1, 2, 3]
     assert ks[0].kernel.startswith("fmha_fwd") and "flash_fwd" in ks[2].kernel
     assert ks[2].nvtx_range == "cuda.linear.static132.m80n80d64 b8h1s16384d64.fp16.full"
@@ -44,7 +45,7 @@ def test_parses_kernels_metrics_units_and_nvtx_ranges():
 
 
 def test_rows_pair_kernels_with_cases_by_nvtx_range_not_position():
-    ks = parse_raw_csv(FIXTURE.read_text(), metrics.HOPPER)
+    ks = parse_raw_csv(read_bytes(FIXTURE).decode(), metrics.HOPPER)
     cases = fixture_cases()
     rows = to_rows(list(reversed(ks)), cases, run="r", study="sawtooth", arch="h100")
     assert len(rows) == 4 * len(metrics.HOPPER) and {r.source for r in rows} == {"measured"}
@@ -55,14 +56,14 @@ def test_rows_pair_kernels_with_cases_by_nvtx_range_not_position():
 
 
 def test_mismatches_are_errors_that_say_what_happened():
-    ks = parse_raw_csv(FIXTURE.read_text(), metrics.HOPPER)
+    ks = parse_raw_csv(read_bytes(FIXTURE).decode(), metrics.HOPPER)
     cases = fixture_cases()
     with pytest.raises(IngestError, match="no profiled kernel for 1 case"):
         to_rows(ks[:3], cases, run="r", study="s", arch="h100")
     with pytest.raises(IngestError, match="not a case of this plan"):
         to_rows(ks, cases[:3], run="r", study="s", arch="h100")
     with pytest.raises(IngestError, match="lacks metric column"):
-        parse_raw_csv(FIXTURE.read_text(), ("lts__no_such_metric.sum",))
+        parse_raw_csv(read_bytes(FIXTURE).decode(), ("lts__no_such_metric.sum",))
     with pytest.raises(IngestError, match="not an ncu raw-page CSV"):
         parse_raw_csv("a,b\n1,2\n", metrics.PAPER)
 

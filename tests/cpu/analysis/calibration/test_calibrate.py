@@ -1,6 +1,5 @@
 """Calibration: at most two free parameters, a fixed grid, parameters written with their data."""
 import csv
-import gzip
 import math
 from pathlib import Path
 
@@ -12,7 +11,7 @@ from analysis.cache.timesim import TimeParams
 from analysis.models.traffic import sector_accesses
 from spec import Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant, get_arch
 from spec.case import Case
-from spec.records import read_csv
+from spec.records import data_path, read_csv, read_dicts
 from spec.schedules import ScheduleKind
 
 CASE = Case(Problem(1, 1, 2048, 64), Variant(Backend.CUDA, ScanOrder.linear(),
@@ -128,8 +127,7 @@ def test_load_measured_takes_every_launch_of_the_repeats(tmp_path: Path):
     src = Path("profiles/h100/holdout-20261125f/active-sms-20261125d")     # one-pass dram group
     d = tmp_path / "active-sms-20261125d"
     shutil.copytree(src, d)
-    with gzip.open(src / "counters_repeats.csv.gz", "rt") as f:
-        reps = list(csv.DictReader(f))
+    reps = read_dicts(data_path(src, "counters_repeats.csv"))      # stored compressed
 
     def launches(metric):
         return sorted(float(r["value"]) for r in reps if r["metric"] == metric and not r["stat"])
@@ -158,15 +156,15 @@ def test_load_measured_refuses_counts_from_several_replay_passes(tmp_path: Path,
     d = tmp_path / Path(run).name
     shutil.copytree(Path("profiles/h100") / run, d)
     assert cal.load_measured(tmp_path, get_arch("h100"), study) == []
-    rep = d / "counters_repeats.csv.gz"
-    if rep.exists():
-        with gzip.open(rep, "rt") as f:
-            rows = list(csv.DictReader(f))
+    rep = data_path(d, "counters_repeats.csv")                  # stored compressed, if any
+    if rep is not None:
+        rows = read_dicts(rep)
+        rep.unlink()
         assert {r["value"] for r in rows if r["metric"] == "profiler__replayer_passes"} == {"4.0"}
         for r in rows:
             if r["metric"] == "profiler__replayer_passes":
                 r["value"] = "1.0"
-        with gzip.open(rep, "wt", newline="") as f:
+        with open(d / "counters_repeats.csv", "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))
             w.writeheader()
             w.writerows(rows)
@@ -192,15 +190,17 @@ def test_resident_ctas_are_the_builds_occupancy_at_its_launch_size(tmp_path: Pat
                    if m.case.variant.schedule.is_persistent)
         return [m.case for m in cases if m.case.variant.schedule.kind == ScheduleKind.TILE_X]
     assert tile_x() and all(c.variant.occupancy == 2 and c.resident == 264 for c in tile_x())
-    rows = read_csv(d / "timing.csv.gz")
+    stored = data_path(d, "timing.csv")                          # compressed in the tree
+    rows = read_csv(stored)
+    stored.unlink()
     sized = [{**r, "metric": "threads", "value": 256.0, "unit": "thread"} for r in rows
              if r["metric"] == "ctas_per_sm" and r["backend"] == "cutile"]
-    with gzip.open(d / "timing.csv.gz", "wt", newline="") as f:
+    with open(d / "timing.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows + sized)
     assert all(c.resident == 132 for c in tile_x())          # the recorded 1 per SM now counts
-    (d / "timing.csv.gz").unlink()
+    (d / "timing.csv").unlink()
     assert cal.measured_ctas_per_sm(d) == {}
     assert all(c.resident == 264 for c in tile_x())
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import builtins
 import io
-import json
 import os
 import shutil
 import subprocess
@@ -18,6 +17,7 @@ import pytest
 
 from analysis import calibration as cal
 from analysis.data import DatasetError, catalogue, registry
+from analysis.data.tables import read_manifest
 from tests.conftest import ROOT
 
 PROFILES = (ROOT / "profiles").resolve()
@@ -207,7 +207,7 @@ def test_register_refuses_bad_input_in_one_line(tmp_path):
 
 def test_a_generated_run_readme_names_the_tree_that_ran():
     text = catalogue.run_readme("h100/sawtooth-20261123")
-    m = json.loads((PROFILES / "h100" / "sawtooth-20261123" / "manifest.json").read_text())
+    m = read_manifest(PROFILES / "h100" / "sawtooth-20261123")
     assert m["git"]["commit"][:10] in text
     assert ("dirty" in text) == bool(m["git"]["dirty"])
     assert m["command"] in text

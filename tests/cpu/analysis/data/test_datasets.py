@@ -14,6 +14,7 @@ import pytest
 
 from analysis import data as DS
 from analysis.data import catalogue, registry
+from spec.records import data_path
 from tests.conftest import ROOT
 
 FIX = ROOT / "tests" / "fixtures" / "figures"
@@ -38,7 +39,7 @@ def _registered(root: Path, role: str = "dataset"):
     docs = [catalogue.entry_fields(f"{a.name}/{d.name}", role)
             for a in sorted((root / "profiles").iterdir()) if a.is_dir()
             for d in sorted(a.iterdir())
-            if d.is_dir() and (d / "manifest.json").exists() and "spill" not in d.name]
+            if d.is_dir() and data_path(d, "manifest.json") and "spill" not in d.name]
     registry.write(docs)
     return ctx
 
@@ -265,7 +266,7 @@ def test_findings_on_bad_counters(kind, tmp_path):
     d = tmp_path / src.name
     shutil.copytree(src, d)
     bad = _bad_inputs()[kind]
-    for f in ("counters.csv", "counters.csv.gz"):      # committed plain or gzipped
+    for f in ("counters.csv", "counters.csv.gz", "counters.csv.xz"):   # committed plain or packed
         (d / f).unlink(missing_ok=True)
     if bad is not None:
         (d / "counters.csv").write_bytes(bad)
@@ -285,17 +286,20 @@ def test_findings_per_arch_directories_never_mix(tmp_path):
     assert main(["--arch", "h100", "--no-sim", "--out", str(tmp_path)]) == 2     # refused
 
 
-def test_a_gzipped_data_file_reads_as_the_plain_one(tmp_path):
-    """Large committed CSVs are stored as ``<name>.gz``: the run reads the same rows, and broken
-    gzip data is one line like any other bad file."""
+@pytest.mark.parametrize("suffix", [".gz", ".xz"])
+def test_a_compressed_data_file_reads_as_the_plain_one(tmp_path, suffix):
+    """Committed CSVs are stored as ``<name>.xz`` (or ``.gz``): the run reads the same rows, and
+    broken compressed data is one line like any other bad file."""
     import gzip
+    import lzma
+    pack = {".gz": gzip.compress, ".xz": lzma.compress}[suffix]
     plain, packed = tmp_path / "plain", tmp_path / "packed"
     plain.mkdir()
     packed.mkdir()
     (plain / "counters.csv").write_bytes(GOOD_BYTES)
-    (packed / "counters.csv.gz").write_bytes(gzip.compress(GOOD_BYTES))
+    (packed / f"counters.csv{suffix}").write_bytes(pack(GOOD_BYTES))
     assert DS.read_run(packed) == DS.read_run(plain)
-    (packed / "counters.csv.gz").write_bytes(gzip.compress(GOOD_BYTES)[:40])
+    (packed / f"counters.csv{suffix}").write_bytes(pack(GOOD_BYTES)[:40])
     with pytest.raises(DS.DatasetError) as e:
         DS.read_run(packed)
-    assert "\n" not in str(e.value) and "counters.csv.gz" in str(e.value)
+    assert "\n" not in str(e.value) and f"counters.csv{suffix}" in str(e.value)

@@ -15,6 +15,7 @@ from analysis.data import DatasetError, catalogue, load_rows, registry, select
 from analysis.data.published import PAPER, check_against, key_of_row, read_published
 from analysis.findings.paper import case_table, implied_capacity, pair_table, summary
 from analysis.models.traffic import MiB
+from spec.records import data_path, read_bytes
 from tests.conftest import ROOT
 
 SHARED = ROOT.parent / "shared" / "paper-gb10-published.csv"
@@ -84,8 +85,10 @@ def _broken(tmp_path: Path, line: int, field: str, value: str) -> Path:
     (so that the content check passes and the row check is what speaks)."""
     shutil.copytree(ROOT / "profiles", tmp_path / "profiles",
                     ignore=shutil.ignore_patterns("__pycache__", "*.py"))
+    stored = data_path(tmp_path / PAPER, "published.csv")       # committed compressed
+    rows = list(csv.reader(read_bytes(stored).decode().splitlines()))
+    stored.unlink()
     f = tmp_path / PAPER / "published.csv"
-    rows = list(csv.reader(f.read_text().splitlines()))
     rows[line - 1][rows[0].index(field)] = value
     with open(f, "w", newline="") as fh:
         csv.writer(fh).writerows(rows)

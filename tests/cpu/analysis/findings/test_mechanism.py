@@ -3,11 +3,9 @@ committed rows give, the candidate that is the committed model reproduces the ma
 run, and the findings P5 / P6 arithmetic does what its docstrings say."""
 from __future__ import annotations
 
-import csv
-import gzip
-
 import pytest
 
+from analysis.data import csv_rows, read_file
 from analysis.data.published import key_of_row, read_published
 from analysis.findings.paper import by_occupancy, hints_builds, speedup_needs
 from analysis.findings.sawtooth import sawtooth_repeats
@@ -20,7 +18,7 @@ RUN = ROOT / "profiles/cpu/mechanism-gb10-20261126"
 
 def _rows(arch: str) -> list[dict]:
     out = []
-    for r in csv.DictReader(gzip.open(RUN / f"{arch}.csv.gz", "rt")):
+    for r in csv_rows(RUN / f"{arch}.csv", typed=False):
         for k in ("simulated", "truth", "truth_spread", "rel_err"):
             r[k] = float(r[k])
         out.append(r)
@@ -29,7 +27,7 @@ def _rows(arch: str) -> list[dict]:
 
 def test_the_committed_scores_are_what_the_committed_rows_give():
     lines = mech.summarise(_rows("gb10") + _rows("h100"))
-    assert lines == (RUN / "summary.txt").read_text().splitlines()
+    assert lines == read_file(RUN / "summary.txt").decode().splitlines()
     names = {n for n, *_ in mech.candidates("gb10")} | {"committed"}
     assert {r["candidate"] for r in _rows("gb10")} == names
 

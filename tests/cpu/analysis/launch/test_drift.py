@@ -1,10 +1,9 @@
 """The drift study on the CPU: the spread arithmetic (analysis.launch.drift) on hand-made traces,
 sampling, the study's plan, and the rows ``experiments.measurement.measure.drift_rows`` writes (the columns and
-metrics of the committed profiles/h100/drift-20261121b/drift.csv.gz)."""
+metrics of the committed profiles/h100/drift-20261121b/drift.csv.xz)."""
 from __future__ import annotations
 
 import dataclasses
-import gzip
 
 import numpy as np
 import pytest
@@ -25,7 +24,7 @@ from spec import (
     get_arch,
     known_archs,
 )
-from spec.records import COLUMNS, Metric, read_csv, write_csv
+from spec.records import COLUMNS, Metric, read_bytes, read_csv, write_csv
 from spec.schedules import ScheduleKind
 from tests.conftest import ROOT
 
@@ -168,7 +167,7 @@ def test_plan_on_h100_holds_the_committed_datasets_cases_in_order():
     """The study measures the cases of profiles/h100/drift-20261121b, in its order, and the
     few-CTA cases added since."""
     import json
-    manifest = json.loads((ROOT / "profiles/h100/drift-20261121b/manifest.json").read_text())
+    manifest = json.loads(read_bytes(ROOT / "profiles/h100/drift-20261121b/manifest.json.xz"))
     ids = [c.id for c in get_study("drift").plan(get_arch("h100"))]
     assert [i for i in ids if f"static{get_arch('h100').num_sms}." in i] == manifest["cases"]
 
@@ -218,8 +217,8 @@ def test_drift_rows_round_trip_with_the_committed_columns(tmp_path):
     t = np.stack([np.arange(10) * 50, np.arange(10) * 50 + 7]).astype(np.int64)
     rows, _ = drift_rows(case, t, arch, run="r", study="drift", points=3, note="n")
     write_csv(tmp_path / "drift.csv", rows)
-    with gzip.open(ROOT / "profiles/h100/drift-20261121b/drift.csv.gz", "rt") as f:
-        committed = f.readline().rstrip("\n")
+    committed = read_bytes(ROOT / "profiles/h100/drift-20261121b/drift.csv.xz").decode()
+    committed = committed.splitlines()[0]
     mine = (tmp_path / "drift.csv").read_text().splitlines()[0].split(",")
     # the committed file's columns are a prefix of the schema's (newer columns read as empty)
     assert mine[:len(committed.split(","))] == committed.split(",") and tuple(mine) == COLUMNS

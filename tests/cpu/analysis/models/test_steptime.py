@@ -1,8 +1,6 @@
 """The pipeline model: each build's step, latencies and prefetch depth (analysis.models.steptime),
 the event loop's prefetch (analysis.cache.timeloop), a hand-computed two-CTA case, the convoy
 force it adds, and the reference steps read back from the committed runs."""
-import csv
-import gzip
 import statistics
 from dataclasses import replace
 
@@ -10,6 +8,7 @@ import pytest
 
 from analysis.cache import timesim
 from analysis.cache.timesim import TimeParams
+from analysis.data import csv_rows
 from analysis.models import steptime
 from analysis.models.timemodel import critical_steps
 from spec import Backend, CtaSchedule, Problem, ScanOrder, TileGrid, Tiles, Variant, get_arch
@@ -105,7 +104,7 @@ def test_step_timing_of_builds():
 
 
 def _median_time(path, variant, **match):
-    rows = csv.DictReader(gzip.open(path, "rt"))
+    rows = csv_rows(path, typed=False)
     xs = [float(r["value"]) for r in rows if r["variant"] == variant
           and r["metric"] == "kernel_time_ms" and r["source"] == "measured"
           and all(r[k] == v for k, v in match.items())]
@@ -114,7 +113,7 @@ def _median_time(path, variant, **match):
 
 def test_reference_steps_are_the_committed_measurements():
     """steptime.REFERENCE restates two measured steps; recompute them from the committed runs."""
-    ms = _median_time("profiles/h100/sawtooth-20261123/timing.csv.gz",
+    ms = _median_time("profiles/h100/sawtooth-20261123/timing.csv.xz",
                       "cutile.linear.static132.m64n64d64.occ2", causal="False")
     steps = critical_steps(Problem(8, 1, 262144, 64), Tiles(64, 64), CtaSchedule.parse("static132"))
     assert steptime.REFERENCE[Backend.CUTILE][1] == pytest.approx(ms * 1e-3 / steps, rel=2e-3)
@@ -138,7 +137,7 @@ def test_spill_cost_is_the_committed_measurement():
     """steptime.SPILL_S_PER_ACCESS restates the spills run: the occupancy-1 linear build's added
     time per step over its spill-free twin, per in-loop local access (experiments.registry.studies)."""
     from experiments.registry.plans import SM90_BUILDS
-    path = "profiles/h100/spills-20261127/timing.csv.gz"
+    path = "profiles/h100/spills-20261127/timing.csv.xz"
     spilled = _median_time(path, "cutile.linear.static132.m64n64d64.occ1")
     free = _median_time(path, "cutile.linear.static132.m64n64d64.occ2")
     steps = critical_steps(Problem(8, 1, 262144, 64, causal=True), Tiles(64, 64),
