@@ -43,13 +43,19 @@ class BwdOption(IntFlag):
     warp reads its K and V A fragments from shared memory once per step, not twice (the scores
     and dP of 64 queries then live beside the dK, dV accumulators). No effect at D = 64.
     DQ_V4: dQ reduced into fp32 by 16-byte ``red.global.add.v4.f32`` after a lane-pair swap,
-    half as many reduction instructions as the default 8-byte ones (the same additions)."""
+    half as many reduction instructions as the default 8-byte ones (the same additions).
+    DQ_SQUARE: at D = 64, in dQ = dS K each warp takes twice the query slices and half the D
+    columns, so one K fragment read from shared memory serves two slices (32 ldmatrix per warp
+    and step instead of 40; the same products, summed in the same order). No effect at D = 128
+    (the second slice's fragments beside dK, dV spill)."""
 
     ONE_PART = 1
     DQ_V4 = 2
+    DQ_SQUARE = 4
 
 
-BWD_OPTION_NAMES = {"onepart": BwdOption.ONE_PART, "dqv4": BwdOption.DQ_V4}
+BWD_OPTION_NAMES = {"onepart": BwdOption.ONE_PART, "dqv4": BwdOption.DQ_V4,
+                    "dqsq": BwdOption.DQ_SQUARE}
 
 
 def parse_bwd_options(text: str | None) -> BwdOption:

@@ -54,8 +54,12 @@ struct BwdParams {
 // fragments of K_w and V_w are read from shared memory once per step instead of once per part.
 // BWD_DQ_V4: dQ reduced by 16-byte red.global.add.v4.f32 (lane pairs swap one row's pair so that
 // each lane holds four consecutive columns): half the reduction instructions of .v2.
+// BWD_DQ_SQUARE: at D = 64, dQ = dS K with twice the query slices per warp and half the columns,
+// so each K fragment a warp reads serves two slices: 32 ldmatrix per warp and step instead of
+// 40. No effect at D = 128, where the second slice's dS fragments do not fit beside dK and dV.
 constexpr int BWD_ONE_PART = 1;
 constexpr int BWD_DQ_V4 = 2;
+constexpr int BWD_DQ_SQUARE = 4;
 
 template <int TILE_M, int TILE_N, int D, int OPT = 0>
 struct BwdShape {
@@ -73,10 +77,13 @@ struct BwdShape {
     static constexpr int PK = TILE_N / 16;    // k-steps of dS K
     // dQ = dS K: QSL 16-row query slices; warps split them, then D.
     static constexpr int QSL = TILE_M / 16;
-    static constexpr int QPW = QSL > WARPS ? QSL / WARPS : 1;       // slices per warp
-    static constexpr int DSPLIT = WARPS > QSL ? WARPS / QSL : 1;    // D parts
-    static constexpr int DBW = DB / DSPLIT;                         // 8-column blocks per warp
-    static_assert(QSL % WARPS == 0 || WARPS % QSL == 0, "warps tile the dQ product");
+    static constexpr int QPW1 = QSL > WARPS ? QSL / WARPS : 1;
+    static constexpr int QPW = (OPT & BWD_DQ_SQUARE) && D == 64 ? 2 * QPW1 : QPW1;   // per warp
+    static constexpr int QGROUPS = QSL / QPW;                           // warps along queries
+    static constexpr int DSPLIT = WARPS / QGROUPS;                      // D parts
+    static constexpr int DBW = DB / DSPLIT;                             // 8-column blocks per warp
+    static_assert(QSL % QPW == 0 && WARPS % QGROUPS == 0 && DB % DSPLIT == 0,
+                  "warps tile the dQ product");
     static_assert(DBW % 2 == 0, "a warp's dQ columns come in 16-column ldmatrix pairs");
     static constexpr int KV_BYTES = TILE_N * D * 2;
     static constexpr int Q_BYTES = TILE_M * D * 2;
@@ -206,8 +213,8 @@ __device__ __forceinline__ void dkdv_tile(const BwdParams& p, unsigned char* sme
     const unsigned k_lane = swizzle<D>((lane / 16) * 8 + lane % 8, (lane / 8) % 2);
     const unsigned v_lane = swizzle<D>(((lane / 8) % 2) * 8 + lane % 8, lane / 16);
     // dQ: this warp's query slices and D columns; A = dS (transposed read of dSᵀ).
-    const int qs0 = (warp % (S::QSL / S::QPW)) * S::QPW;
-    const int dpart = warp / (S::QSL / S::QPW);
+    const int qs0 = (warp % S::QGROUPS) * S::QPW;
+    const int dpart = warp / S::QGROUPS;
     const unsigned ds_lane = swizzle<TILE_M>((lane / 16) * 8 + lane % 8, (lane / 8) % 2);
 
     for (int s = 0; s < n_steps; ++s) {
@@ -333,27 +340,37 @@ __device__ __forceinline__ void dkdv_tile(const BwdParams& p, unsigned char* sme
         }
         __syncthreads();   // dSᵀ complete
         // ---- dQ_i += dS K_j (unscaled), reduced into the fp32 buffer ---------------------------
+        // (QPW query slices per warp: each K fragment read serves all of them)
+        float dq_all[S::QPW][S::DBW][4];
 #pragma unroll
-        for (int qi = 0; qi < S::QPW; ++qi) {
-            const int qs = qs0 + qi;
-            float dq[S::DBW][4];
+        for (int qi = 0; qi < S::QPW; ++qi)
 #pragma unroll
             for (int db = 0; db < S::DBW; ++db)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) dq[db][e] = 0.f;
+                for (int e = 0; e < 4; ++e) dq_all[qi][db][e] = 0.f;
 #pragma unroll
-            for (int kk = 0; kk < S::PK; ++kk) {
-                unsigned a[4];
-                ldmatrix_x4_trans(a, sdS + kk * 16 * (TILE_M * 2) + (ds_lane ^ ((2 * qs) << 4)));
+        for (int kk = 0; kk < S::PK; ++kk) {
+            unsigned a[S::QPW][4];
 #pragma unroll
-                for (int dp = 0; dp < S::DBW / 2; ++dp) {
-                    unsigned bk[4];
-                    ldmatrix_x4_trans(bk, sK + kk * 16 * (D * 2)
-                                              + kstep(v_lane, dpart * (S::DBW / 2) + dp));
-                    mma_16816<DT>(dq[2 * dp], a, bk[0], bk[1]);
-                    mma_16816<DT>(dq[2 * dp + 1], a, bk[2], bk[3]);
+            for (int qi = 0; qi < S::QPW; ++qi)
+                ldmatrix_x4_trans(a[qi], sdS + kk * 16 * (TILE_M * 2)
+                                             + (ds_lane ^ ((2 * (qs0 + qi)) << 4)));
+#pragma unroll
+            for (int dp = 0; dp < S::DBW / 2; ++dp) {
+                unsigned bk[4];
+                ldmatrix_x4_trans(bk, sK + kk * 16 * (D * 2)
+                                          + kstep(v_lane, dpart * (S::DBW / 2) + dp));
+#pragma unroll
+                for (int qi = 0; qi < S::QPW; ++qi) {
+                    mma_16816<DT>(dq_all[qi][2 * dp], a[qi], bk[0], bk[1]);
+                    mma_16816<DT>(dq_all[qi][2 * dp + 1], a[qi], bk[2], bk[3]);
                 }
             }
+        }
+#pragma unroll
+        for (int qi = 0; qi < S::QPW; ++qi) {
+            const int qs = qs0 + qi;
+            float (&dq)[S::DBW][4] = dq_all[qi];
             float* dqg = p.dq_acc + ((static_cast<long long>(b) * p.H + h) * p.S_q + q0) * D
                          + dpart * (S::DBW * 8);
             if constexpr (OPT & BWD_DQ_V4) {

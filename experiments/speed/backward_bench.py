@@ -68,7 +68,7 @@ def parse_variants(text: str | None) -> list[tuple[str, dict]]:
     ``/<order>/<schedule>``, optionally ``+<option>...`` (build options,
     ``cuda_baseline.bwd_source.BWD_OPTION_NAMES``), optionally ``@<D>`` to time it on the
     problems of that head dimension only (e.g. ``64x64``, ``64x128/sawtooth/static132``,
-    ``128x128@64``, ``+onepart@128``, ``+onepart+dqv4``)."""
+    ``128x128@64``, ``+onepart@128``, ``+onepart+dqsq+dqv4``)."""
     from cuda_baseline.bwd_source import parse_bwd_options
     usage = "[<TILE_M>x<TILE_N>][/order[/schedule]][+option...][@D]"
     out = []
@@ -288,7 +288,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--only", help="problems whose label contains this")
     ap.add_argument("--variants", help="backward configurations timed beside the default "
-                    "(parse_variants): e.g. 64x64,64x128/sawtooth/static132,128x128@64")
+                    "(parse_variants): e.g. 64x64,64x128/sawtooth/static132,128x128@64,"
+                    "+onepart+dqsq")
     ap.add_argument("--out", help="CSV to write (refused if it exists)")
     ap.add_argument("--dry-run", action="store_true", help="list the problems and exit")
     a = ap.parse_args(argv)

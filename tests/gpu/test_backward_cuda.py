@@ -42,7 +42,7 @@ MATRIX = [
     Problem(B=1, H=6, H_kv=3, S_q=1025, S_kv=777, D=128, causal=False),
 ]
 BACKWARDS = [("linear", None), ("sawtooth", "static16"), ("reverse", None)]
-OPTIONS = ["onepart", "onepart+dqv4"]
+OPTIONS = ["onepart+dqsq", "onepart+dqsq+dqv4"]
 """Opt-in backward builds (``cuda_baseline.bwd_source.BwdOption``), checked on ``OPTION_MATRIX``:
 both head dims, causal and full, grouped heads, Q tiles cut by S_q (the predicated dQ rows)."""
 OPTION_MATRIX = [MATRIX[2], MATRIX[4], MATRIX[8], MATRIX[9]]

@@ -143,6 +143,7 @@ def test_backward_build_options_name_parse_and_demangle():
     assert BwdInstance(OrderKind.LINEAR, ScheduleKind.GRID, BWD_TILES, 128, True,
                        DType.BF16).name.endswith("DType::BF16>")
     assert parse_bwd_options(None) == parse_bwd_options("") == BwdOption(0)
+    assert parse_bwd_options("dqsq+onepart") == BwdOption.DQ_SQUARE | BwdOption.ONE_PART
     with pytest.raises(ValueError, match="backward option 'onepart2'"):
         parse_bwd_options("onepart2")
     log = ("ptxas info    : Compiling entry function '_Z14flash_bwd_dkdvIL9OrderKind0EL12Schedule"
@@ -163,10 +164,10 @@ def test_opt_in_backward_builds_of_the_validation_half_do_not_spill():
     require_toolchain(nvcc_path() is not None, "nvcc (CUDA 13.0)")
     probs = [pr for _, h, pr in model_problems() if h == "validation"]
     names = set()
-    for opts in ("onepart", "onepart+dqv4"):
+    for opts in ("onepart+dqsq", "onepart+dqsq+dqv4"):   # the bench's two variants
         names |= set(training_builds(probs, arch=get_arch("h100"),
                                      options=parse_bwd_options(opts))[1])
-    assert any(", 3>" in n for n in names) and any(", 1>" in n for n in names)
+    assert any(", 5>" in n for n in names) and any(", 7>" in n for n in names)
     res = compile_bwd_nvcc(sorted(names))
     assert set(res) == names
     spilling = {n: r for n, r in res.items() if r.spills}
