@@ -18,8 +18,8 @@ largest difference of its gradients from flash's, relative to flash's largest gr
 column, so a variant is checked where it is timed; the correctness bar is
 tests/gpu/test_backward_cuda.py); ``fwd_bwd_runs_ms`` and ``bwd_runs_ms`` keep every
 repeat's time in the order run; ``fwd_bwd_host_ms`` is the host's time to issue one fwd+bwd call
-(``HOST_BURST`` calls from an idle queue, median over repeats): where it reaches ``fwd_bwd_ms``
-the host, not the GPU, sets the pace. The summary prints the geometric
+(``HOST_BURST`` calls, or the loop's n if fewer, from an idle queue, median over repeats): where
+it reaches ``fwd_bwd_ms`` the host, not the GPU, sets the pace. The summary prints the geometric
 mean of flash / cuda and cudnn / cuda (speed-ups of the CUDA twin; > 1: faster).
 """
 from __future__ import annotations
@@ -125,21 +125,23 @@ def _time_loop(fn, n: int) -> float:
 
 
 HOST_BURST = 16
-"""Calls per host-time burst: few enough that their launches fit the launch queue, so the host
-never waits for the GPU while issuing them."""
+"""Calls per host-time burst (at most the loop's n): few enough that their launches fit the
+launch queue, so the host never waits for the GPU while issuing them."""
 
 
-def _host_time(fn) -> float:
-    """The host's time per call to issue ``HOST_BURST`` calls from an idle queue (ms): where it
-    reaches the fwd+bwd time, the loop is bound by the host, not the GPU."""
+def _host_time(fn, n: int = HOST_BURST) -> float:
+    """The host's time per call to issue ``min(n, HOST_BURST)`` calls from an idle queue (ms):
+    where it reaches the fwd+bwd time, the loop is bound by the host, not the GPU. (Long
+    problems, whose loops are a few calls, are not made to drain 16 calls per burst.)"""
     import torch
+    calls = max(1, min(n, HOST_BURST))
     torch.cuda.synchronize()
     t0 = time.perf_counter()
-    for _ in range(HOST_BURST):
+    for _ in range(calls):
         fn()
     t = time.perf_counter() - t0
     torch.cuda.synchronize()
-    return t * 1e3 / HOST_BURST
+    return t * 1e3 / calls
 
 
 def _prepare(attn, q, k, v, dout):
@@ -203,7 +205,7 @@ def _measure_all(launchers, q, k, v, dout, repeats: int, label: str):
                 step, back, n, _ = prepared[name]
                 fb[name].append(_time_loop(step, n))
                 bw[name].append(_time_back(back, n))
-                host[name].append(_host_time(step))
+                host[name].append(_host_time(step, n))
     finally:
         gc.enable()
     torch.cuda.synchronize()

@@ -151,3 +151,13 @@ def test_grad_rel_diff_is_per_launcher_and_nan_where_refused():
     assert bb.grad_rel_diff(flash, flash) == 0.0
     assert math.isnan(bb.grad_rel_diff(None, flash))
     assert math.isnan(bb.grad_rel_diff(variant, None))
+
+
+def test_host_burst_is_at_most_the_loop_length(monkeypatch):
+    import sys
+    log: list = []
+    monkeypatch.setitem(sys.modules, "torch", _fake_torch(log))
+    for n, want in ((3, 3), (200, bb.HOST_BURST)):
+        calls = []
+        assert bb._host_time(lambda: calls.append(1), n) >= 0
+        assert len(calls) == want
