@@ -37,7 +37,7 @@ BWD_SCHEDULES = (ScheduleKind.GRID, ScheduleKind.PERSISTENT)
 
 class BwdOption(IntFlag):
     """Opt-in build options of ``flash_bwd_dkdv`` (its last template argument; the bit values of
-    ``BWD_ONE_PART`` / ``BWD_DQ_V4`` in flash_bwd.cuh).
+    ``BWD_ONE_PART`` / ``BWD_DQ_V4`` / ``BWD_DQ_SQUARE`` in flash_bwd.cuh).
 
     ONE_PART: at D = 128 the Q tile is processed in one part, not two of 32 queries, so each
     warp reads its K and V A fragments from shared memory once per step, not twice (the scores

@@ -3,7 +3,7 @@
 //   flash_bwd_dkdv<OrderKind::SAWTOOTH, ScheduleKind::PERSISTENT, 64, 128, 64, true, DType::BF16>
 //   flash_bwd_delta<64, DType::BF16>, flash_bwd_dq<64, DType::BF16>
 // An optional last argument of flash_bwd_dkdv selects opt-in build options (BWD_ONE_PART,
-// BWD_DQ_V4 in flash_bwd.cuh; 0, the default build, is left out of the name).
+// BWD_DQ_V4, BWD_DQ_SQUARE in flash_bwd.cuh; 0, the default build, is left out of the name).
 // The scan order of the Q loop and the CTA schedule are template parameters named like the spec's
 // enums, as in the forward.
 #include "flash_bwd.cuh"

@@ -1,12 +1,13 @@
 // Split-KV FlashAttention backward for Hopper-class GPUs on the sm_80 instruction set, the twin of
 // flash_fwd.cuh (its PTX wrappers, swizzle and tile copies are reused). Three kernels per call:
 //
-//   flash_bwd_delta  Δ = rowsum(dO ∘ O) in fp32, one value per query row.
+//   flash_bwd_delta  Δ = rowsum(dO ∘ O) in fp32, one value per query row; zeroes the fp32 dQ
+//                    accumulator.
 //   flash_bwd_dkdv   one work item = one K/V tile of one K/V head (and one chunk of its group of
 //                    query heads): K_j, V_j stay in shared memory while the CTA streams every Q,
 //                    dO, LSE and Δ tile the K/V tile is visible to (double-buffered cp.async);
 //                    dK_j, dV_j accumulate in registers; dQ_i += dS K_j goes to an fp32 buffer by
-//                    vector reductions (red.global.add), one per 8 bytes.
+//                    vector reductions (red.global.add), one per 8 bytes (16 with BWD_DQ_V4).
 //   flash_bwd_dq     dQ = scale · dQaccum, converted to 16-bit.
 //
 // The locality argument. A K/V tile is read once per work item; the Q-side stream (Q, dO: twice
