@@ -28,6 +28,7 @@ from spec.variant import DEFAULT_STAGES
 
 from . import launch, training
 from .backend import check_strides
+from .bwd_source import BWD_OPTION_NAMES, parse_bwd_options
 
 Tensor = torch.Tensor
 # The operators' annotations are evaluated (no ``from __future__ import annotations``): torch
@@ -37,6 +38,19 @@ Tensor = torch.Tensor
 @lru_cache(maxsize=None)
 def _tiles(tile_m, tile_n):
     return None if tile_m is None else Tiles(tile_m, tile_n)
+
+
+@lru_cache(maxsize=None)
+def _options(text):
+    """``backward_options`` checked when the forward runs (not first at the backward)."""
+    if text is not None:
+        try:
+            parse_bwd_options(text)
+        except (ValueError, AttributeError, TypeError):
+            raise BadInput(f"backward_options={text!r}: names of "
+                           f"{', '.join(BWD_OPTION_NAMES)} joined by + (e.g. 'onepart+dqsq'), "
+                           "or None") from None
+    return text
 
 
 @torch.library.custom_op("sawtooth::cuda_attention", mutates_args=())
@@ -209,6 +223,7 @@ def attention(q, k, v, *, causal=False, order="linear", schedule=None, tiles=Non
         bs = backward_schedule if backward_schedule is None or isinstance(
             backward_schedule, str) else backward_schedule.label
         _, _, btm, btn = op_spelling(order, None, backward_tiles)
+        backward_options = _options(backward_options)
         if torch.compiler.is_compiling():
             return torch.ops.sawtooth.cuda_attention_train(q, k, v, causal, o, s, tm, tn, sc, bs,
                                                            btm, btn, backward_options)[0]

@@ -171,6 +171,14 @@ def test_opt_in_backward_builds_match_the_fp32_reference(pr, opts):
     assert not bad, f"{pr.label} {opts}: " + "; ".join(bad)
 
 
+def test_unknown_backward_option_is_refused_at_the_forward():
+    from cuda_baseline import attention
+    q, k, v, _ = _inputs(Problem(B=1, H=2, S_q=64, D=64), 3)
+    q.requires_grad_(True)
+    with pytest.raises(BadInput, match="backward_options='fast'"):
+        attention(q, k, v, backward_options="fast")
+
+
 def test_scale_at_most_zero_is_refused_in_one_line():
     import torch
 
