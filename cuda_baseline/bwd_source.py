@@ -5,7 +5,8 @@ of their resources; nothing here imports torch or CuPy.
 ``OrderKind``: linear, sawtooth, reverse, block parity, read through ``reversed_for`` exactly as
 the forward's K/V scan), the CTA schedule (``GRID``: one K/V tile per CTA; ``PERSISTENT``: P
 CTAs, grid-stride over K/V tiles, where the sawtooth alternates), the tiles (TILE_M query rows
-per step, TILE_N keys per CTA), D, the causal mask and the element type. The preprocess
+per step, TILE_N keys per CTA), D, the causal mask, the element type and opt-in build options
+(``BwdOption``; none in the default build). The preprocess
 (``flash_bwd_delta``) and the dQ conversion (``flash_bwd_dq``) depend on D and the type only.
 """
 from __future__ import annotations
@@ -15,6 +16,7 @@ import re
 import subprocess
 import tempfile
 from dataclasses import dataclass
+from enum import IntFlag
 from pathlib import Path
 
 from spec.orders import OrderKind
@@ -33,6 +35,40 @@ owning 16 keys; the dK and dV accumulators alone take 128 registers per thread."
 BWD_SCHEDULES = (ScheduleKind.GRID, ScheduleKind.PERSISTENT)
 
 
+class BwdOption(IntFlag):
+    """Opt-in build options of ``flash_bwd_dkdv`` (its last template argument; the bit values of
+    ``BWD_ONE_PART`` / ``BWD_DQ_V4`` / ``BWD_DQ_SQUARE`` in flash_bwd.cuh).
+
+    ONE_PART: at D = 128 the Q tile is processed in one part, not two of 32 queries, so each
+    warp reads its K and V A fragments from shared memory once per step, not twice (the scores
+    and dP of 64 queries then live beside the dK, dV accumulators). No effect at D = 64.
+    DQ_V4: dQ reduced into fp32 by 16-byte ``red.global.add.v4.f32`` after a lane-pair swap,
+    half as many reduction instructions as the default 8-byte ones (the same additions).
+    DQ_SQUARE: at D = 64, in dQ = dS K each warp takes twice the query slices and half the D
+    columns, so one K fragment read from shared memory serves two slices (32 ldmatrix per warp
+    and step instead of 40; the same products, summed in the same order). No effect at D = 128
+    (the second slice's fragments beside dK, dV spill)."""
+
+    ONE_PART = 1
+    DQ_V4 = 2
+    DQ_SQUARE = 4
+
+
+BWD_OPTION_NAMES = {"onepart": BwdOption.ONE_PART, "dqv4": BwdOption.DQ_V4,
+                    "dqsq": BwdOption.DQ_SQUARE}
+
+
+def parse_bwd_options(text: str | None) -> BwdOption:
+    """``"onepart+dqv4"`` (names of ``BWD_OPTION_NAMES`` joined by +; None or "" for none)."""
+    out = BwdOption(0)
+    for word in filter(None, (text or "").split("+")):
+        if word not in BWD_OPTION_NAMES:
+            raise ValueError(f"backward option {word!r}: one of "
+                             f"{', '.join(BWD_OPTION_NAMES)}, joined by +")
+        out |= BWD_OPTION_NAMES[word]
+    return out
+
+
 @dataclass(frozen=True)
 class BwdInstance:
     """One template instantiation of ``flash_bwd_dkdv``."""
@@ -43,6 +79,7 @@ class BwdInstance:
     D: int
     causal: bool
     dtype: DType
+    options: BwdOption = BwdOption(0)
 
     def __post_init__(self):
         if self.schedule not in BWD_SCHEDULES:
@@ -55,9 +92,10 @@ class BwdInstance:
     @property
     def name(self) -> str:
         c = "true" if self.causal else "false"
+        opt = f", {int(self.options)}" if self.options else ""
         return (f"flash_bwd_dkdv<OrderKind::{self.order.name}, ScheduleKind::"
                 f"{self.schedule.name}, {self.tiles.m}, {self.tiles.n}, {self.D}, {c}, "
-                f"DType::{self.dtype.name}>")
+                f"DType::{self.dtype.name}{opt}>")
 
     @property
     def threads(self) -> int:
@@ -109,7 +147,7 @@ _ENTRY_FN = re.compile(r"Compiling entry function '(\S+)'")
 _SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _REGS = re.compile(r"Used (\d+) registers")
 _DKDV = re.compile(r"_Z14flash_bwd_dkdvIL9OrderKind(\d)EL12ScheduleKind(\d)ELi(\d+)ELi(\d+)"
-                   r"ELi(\d+)ELb(\d)EL5DType(\d)EE")
+                   r"ELi(\d+)ELb(\d)EL5DType(\d)ELi(\d+)EE")
 _SMALL = re.compile(r"_Z(15flash_bwd_delta|12flash_bwd_dq)ILi(\d+)EL5DType(\d)EE")
 
 
@@ -118,7 +156,7 @@ def _demangle(sym: str) -> str | None:
     if d := _DKDV.search(sym):
         return BwdInstance(OrderKind(int(d[1])), ScheduleKind(int(d[2])),
                            Tiles(int(d[3]), int(d[4])), int(d[5]), d[6] == "1",
-                           dtypes[int(d[7])]).name
+                           dtypes[int(d[7])], BwdOption(int(d[8]))).name
     if d := _SMALL.search(sym):
         fn = delta_name if d[1].endswith("delta") else dq_name
         return fn(int(d[2]), dtypes[int(d[3])])
@@ -163,6 +201,7 @@ def bwd_names(insts: list[BwdInstance]) -> list[str]:
     return [i.name for i in insts] + sorted(small)
 
 
-__all__ = ["BWD_TILES", "BWD_TILES_D64", "BwdInstance", "bwd_compile_options", "bwd_names", "bwd_smem_bytes",
-           "bwd_source_text", "ci_bwd_instances", "compile_bwd_nvcc", "delta_name", "dq_name",
+__all__ = ["BWD_OPTION_NAMES", "BWD_TILES", "BWD_TILES_D64", "BwdInstance", "BwdOption",
+           "bwd_compile_options", "bwd_names", "bwd_smem_bytes", "bwd_source_text",
+           "parse_bwd_options", "ci_bwd_instances", "compile_bwd_nvcc", "delta_name", "dq_name",
            "parse_bwd_ptxas"]

@@ -2,13 +2,15 @@
 // name through cupy.RawModule(name_expressions=...) as flash_fwd.cu is:
 //   flash_bwd_dkdv<OrderKind::SAWTOOTH, ScheduleKind::PERSISTENT, 64, 128, 64, true, DType::BF16>
 //   flash_bwd_delta<64, DType::BF16>, flash_bwd_dq<64, DType::BF16>
+// An optional last argument of flash_bwd_dkdv selects opt-in build options (BWD_ONE_PART,
+// BWD_DQ_V4, BWD_DQ_SQUARE in flash_bwd.cuh; 0, the default build, is left out of the name).
 // The scan order of the Q loop and the CTA schedule are template parameters named like the spec's
 // enums, as in the forward.
 #include "flash_bwd.cuh"
 
 template <OrderKind ORDER, ScheduleKind SCHEDULE, int TILE_M, int TILE_N, int D, bool CAUSAL,
-          DType DT>
-__global__ void __launch_bounds__(BwdShape<TILE_M, TILE_N, D>::THREADS, 1)
+          DType DT, int OPT = 0>
+__global__ void __launch_bounds__(BwdShape<TILE_M, TILE_N, D, OPT>::THREADS, 1)
 flash_bwd_dkdv(const unsigned short* q, const unsigned short* k, const unsigned short* v,
                const unsigned short* dout, const float* lse, const float* delta, float* dq_acc,
                void* dk, void* dv,
@@ -22,16 +24,16 @@ flash_bwd_dkdv(const unsigned short* q, const unsigned short* k, const unsigned 
                       k_ss, v_sb, v_sh, v_ss, do_sb, do_sh, do_ss, H, H_kv, S_q, S_kv, n_q, n_kv,
                       n_work, heads_per_cta, n_chunks, sawtooth_group, lse_stride, scale_log2,
                       scale};
-    flash_bwd_dkdv_impl<ORDER, SCHEDULE, TILE_M, TILE_N, D, CAUSAL, DT>(p);
+    flash_bwd_dkdv_impl<ORDER, SCHEDULE, TILE_M, TILE_N, D, CAUSAL, DT, OPT>(p);
 }
 
 template <int D, DType DT>
 __global__ void flash_bwd_delta(const unsigned short* o, const unsigned short* dout,
-                                float* delta, long long o_sb, long long o_sh, long long o_ss,
-                                long long do_sb, long long do_sh, long long do_ss, int H,
-                                int S_q, int lse_stride, long long n_rows) {
-    flash_bwd_delta_impl<D, DT>(o, dout, delta, o_sb, o_sh, o_ss, do_sb, do_sh, do_ss, H, S_q,
-                                lse_stride, n_rows);
+                                float* delta, float* dq_acc, long long o_sb, long long o_sh,
+                                long long o_ss, long long do_sb, long long do_sh, long long do_ss,
+                                int H, int S_q, int lse_stride, long long n_rows) {
+    flash_bwd_delta_impl<D, DT>(o, dout, delta, dq_acc, o_sb, o_sh, o_ss, do_sb, do_sh, do_ss,
+                                H, S_q, lse_stride, n_rows);
 }
 
 template <int D, DType DT>

@@ -1,12 +1,13 @@
 // Split-KV FlashAttention backward for Hopper-class GPUs on the sm_80 instruction set, the twin of
 // flash_fwd.cuh (its PTX wrappers, swizzle and tile copies are reused). Three kernels per call:
 //
-//   flash_bwd_delta  Δ = rowsum(dO ∘ O) in fp32, one value per query row.
+//   flash_bwd_delta  Δ = rowsum(dO ∘ O) in fp32, one value per query row; zeroes the fp32 dQ
+//                    accumulator.
 //   flash_bwd_dkdv   one work item = one K/V tile of one K/V head (and one chunk of its group of
 //                    query heads): K_j, V_j stay in shared memory while the CTA streams every Q,
 //                    dO, LSE and Δ tile the K/V tile is visible to (double-buffered cp.async);
 //                    dK_j, dV_j accumulate in registers; dQ_i += dS K_j goes to an fp32 buffer by
-//                    vector reductions (red.global.add), one per 8 bytes.
+//                    vector reductions (red.global.add), one per 8 bytes (16 with BWD_DQ_V4).
 //   flash_bwd_dq     dQ = scale · dQaccum, converted to 16-bit.
 //
 // The locality argument. A K/V tile is read once per work item; the Q-side stream (Q, dO: twice
@@ -49,7 +50,19 @@ struct BwdParams {
     float scale;
 };
 
-template <int TILE_M, int TILE_N, int D>
+// Opt-in build options of flash_bwd_dkdv (its last template parameter, a bit set; 0 = the default
+// build). BWD_ONE_PART: at D = 128, the whole Q tile in one part (QP = TILE_M), so the A
+// fragments of K_w and V_w are read from shared memory once per step instead of once per part.
+// BWD_DQ_V4: dQ reduced by 16-byte red.global.add.v4.f32 (lane pairs swap one row's pair so that
+// each lane holds four consecutive columns): half the reduction instructions of .v2.
+// BWD_DQ_SQUARE: at D = 64, dQ = dS K with twice the query slices per warp and half the columns,
+// so each K fragment a warp reads serves two slices: 32 ldmatrix per warp and step instead of
+// 40. No effect at D = 128, where the second slice's dS fragments do not fit beside dK and dV.
+constexpr int BWD_ONE_PART = 1;
+constexpr int BWD_DQ_V4 = 2;
+constexpr int BWD_DQ_SQUARE = 4;
+
+template <int TILE_M, int TILE_N, int D, int OPT = 0>
 struct BwdShape {
     static_assert(TILE_M % 64 == 0 && TILE_N % 16 == 0, "TILE_M a multiple of 64 (the dS "
                   "swizzle), TILE_N of 16");
@@ -60,15 +73,18 @@ struct BwdShape {
     static constexpr int DB = D / 8;          // 8-column blocks of dK, dV
     // Query parts per step (each QP queries): 2 at D = 128, where the dK and dV accumulators
     // leave no room for scores and dP of all TILE_M queries at once.
-    static constexpr int QP = D == 128 ? 32 : 64;
+    static constexpr int QP = D == 128 && !(OPT & BWD_ONE_PART) ? 32 : 64;
     static constexpr int QPARTS = TILE_M / QP;
     static constexpr int PK = TILE_N / 16;    // k-steps of dS K
     // dQ = dS K: QSL 16-row query slices; warps split them, then D.
     static constexpr int QSL = TILE_M / 16;
-    static constexpr int QPW = QSL > WARPS ? QSL / WARPS : 1;       // slices per warp
-    static constexpr int DSPLIT = WARPS > QSL ? WARPS / QSL : 1;    // D parts
-    static constexpr int DBW = DB / DSPLIT;                         // 8-column blocks per warp
-    static_assert(QSL % WARPS == 0 || WARPS % QSL == 0, "warps tile the dQ product");
+    static constexpr int QPW1 = QSL > WARPS ? QSL / WARPS : 1;
+    static constexpr int QPW = (OPT & BWD_DQ_SQUARE) && D == 64 ? 2 * QPW1 : QPW1;   // per warp
+    static constexpr int QGROUPS = QSL / QPW;                           // warps along queries
+    static constexpr int DSPLIT = WARPS / QGROUPS;                      // D parts
+    static constexpr int DBW = DB / DSPLIT;                             // 8-column blocks per warp
+    static_assert(QSL % QPW == 0 && WARPS % QGROUPS == 0 && DB % DSPLIT == 0,
+                  "warps tile the dQ product");
     static_assert(DBW % 2 == 0, "a warp's dQ columns come in 16-column ldmatrix pairs");
     static constexpr int KV_BYTES = TILE_N * D * 2;
     static constexpr int Q_BYTES = TILE_M * D * 2;
@@ -95,6 +111,24 @@ __device__ __forceinline__ float to_float(unsigned short x) {
     }
 }
 
+// A 16-byte fp32 reduction when `ok` (a predicated instruction, not a branch).
+__device__ __forceinline__ void red_add_v4_if(bool ok, float* addr, float a, float b, float c,
+                                              float d) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n"
+                 " @p red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n}\n"
+                 ::"l"(addr), "f"(a), "f"(b), "f"(c), "f"(d), "r"(static_cast<int>(ok))
+                 : "memory");
+#else
+    if (ok) {
+        asm volatile("red.global.add.f32 [%0], %1;\n" ::"l"(addr), "f"(a) : "memory");
+        asm volatile("red.global.add.f32 [%0], %1;\n" ::"l"(addr + 1), "f"(b) : "memory");
+        asm volatile("red.global.add.f32 [%0], %1;\n" ::"l"(addr + 2), "f"(c) : "memory");
+        asm volatile("red.global.add.f32 [%0], %1;\n" ::"l"(addr + 3), "f"(d) : "memory");
+    }
+#endif
+}
+
 __device__ __forceinline__ void red_add_v2(float* addr, float a, float b) {
 #if __CUDA_ARCH__ >= 900
     asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(addr), "f"(a), "f"(b) : "memory");
@@ -114,10 +148,10 @@ __device__ __forceinline__ void cp_async_4(unsigned dst, const float* src, bool 
 // ------------------------------------------------------------------------------------------------
 // One work item of flash_bwd_dkdv: K/V tile `kv_tile` of K/V head `bh_kv` (= b * H_kv + h_kv),
 // query heads chunk * heads_per_cta .. of its group, their Q tiles in the scan direction given.
-template <int TILE_M, int TILE_N, int D, bool CAUSAL, DType DT>
+template <int TILE_M, int TILE_N, int D, bool CAUSAL, DType DT, int OPT>
 __device__ __forceinline__ void dkdv_tile(const BwdParams& p, unsigned char* smem, int bh_kv,
                                           int chunk, int kv_tile, bool backward) {
-    using S = BwdShape<TILE_M, TILE_N, D>;
+    using S = BwdShape<TILE_M, TILE_N, D, OPT>;
     constexpr int KS = S::KS, DB = S::DB;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int g = lane / 4, t = lane % 4;
@@ -180,8 +214,8 @@ __device__ __forceinline__ void dkdv_tile(const BwdParams& p, unsigned char* sme
     const unsigned k_lane = swizzle<D>((lane / 16) * 8 + lane % 8, (lane / 8) % 2);
     const unsigned v_lane = swizzle<D>(((lane / 8) % 2) * 8 + lane % 8, lane / 16);
     // dQ: this warp's query slices and D columns; A = dS (transposed read of dSᵀ).
-    const int qs0 = (warp % (S::QSL / S::QPW)) * S::QPW;
-    const int dpart = warp / (S::QSL / S::QPW);
+    const int qs0 = (warp % S::QGROUPS) * S::QPW;
+    const int dpart = warp / S::QGROUPS;
     const unsigned ds_lane = swizzle<TILE_M>((lane / 16) * 8 + lane % 8, (lane / 8) % 2);
 
     for (int s = 0; s < n_steps; ++s) {
@@ -307,37 +341,66 @@ __device__ __forceinline__ void dkdv_tile(const BwdParams& p, unsigned char* sme
         }
         __syncthreads();   // dSᵀ complete
         // ---- dQ_i += dS K_j (unscaled), reduced into the fp32 buffer ---------------------------
+        // (QPW query slices per warp: each K fragment read serves all of them)
+        float dq_all[S::QPW][S::DBW][4];
 #pragma unroll
-        for (int qi = 0; qi < S::QPW; ++qi) {
-            const int qs = qs0 + qi;
-            float dq[S::DBW][4];
+        for (int qi = 0; qi < S::QPW; ++qi)
 #pragma unroll
             for (int db = 0; db < S::DBW; ++db)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) dq[db][e] = 0.f;
+                for (int e = 0; e < 4; ++e) dq_all[qi][db][e] = 0.f;
 #pragma unroll
-            for (int kk = 0; kk < S::PK; ++kk) {
-                unsigned a[4];
-                ldmatrix_x4_trans(a, sdS + kk * 16 * (TILE_M * 2) + (ds_lane ^ ((2 * qs) << 4)));
+        for (int kk = 0; kk < S::PK; ++kk) {
+            unsigned a[S::QPW][4];
 #pragma unroll
-                for (int dp = 0; dp < S::DBW / 2; ++dp) {
-                    unsigned bk[4];
-                    ldmatrix_x4_trans(bk, sK + kk * 16 * (D * 2)
-                                              + kstep(v_lane, dpart * (S::DBW / 2) + dp));
-                    mma_16816<DT>(dq[2 * dp], a, bk[0], bk[1]);
-                    mma_16816<DT>(dq[2 * dp + 1], a, bk[2], bk[3]);
+            for (int qi = 0; qi < S::QPW; ++qi)
+                ldmatrix_x4_trans(a[qi], sdS + kk * 16 * (TILE_M * 2)
+                                             + (ds_lane ^ ((2 * (qs0 + qi)) << 4)));
+#pragma unroll
+            for (int dp = 0; dp < S::DBW / 2; ++dp) {
+                unsigned bk[4];
+                ldmatrix_x4_trans(bk, sK + kk * 16 * (D * 2)
+                                          + kstep(v_lane, dpart * (S::DBW / 2) + dp));
+#pragma unroll
+                for (int qi = 0; qi < S::QPW; ++qi) {
+                    mma_16816<DT>(dq_all[qi][2 * dp], a[qi], bk[0], bk[1]);
+                    mma_16816<DT>(dq_all[qi][2 * dp + 1], a[qi], bk[2], bk[3]);
                 }
             }
+        }
+#pragma unroll
+        for (int qi = 0; qi < S::QPW; ++qi) {
+            const int qs = qs0 + qi;
+            float (&dq)[S::DBW][4] = dq_all[qi];
             float* dqg = p.dq_acc + ((static_cast<long long>(b) * p.H + h) * p.S_q + q0) * D
                          + dpart * (S::DBW * 8);
+            if constexpr (OPT & BWD_DQ_V4) {
+                // Lanes t, t^1 swap a pair: even t keeps row g (columns 2t .. 2t+3), odd t row
+                // g+8 (columns 2t-2 .. 2t+1); one 16-byte reduction per 8-column block.
+                const bool odd = t & 1;
+                const int row = qs * 16 + g + 8 * odd;
+                const bool ok = q0 + row < p.S_q;
+                float* dst = dqg + row * D + 4 * (t >> 1);   // 16-byte aligned
 #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const int row = qs * 16 + g + 8 * r;
-                if (q0 + row < p.S_q) {
+                for (int db = 0; db < S::DBW; ++db) {
+                    // even t keeps (0, 1) and sends (2, 3); odd t keeps (2, 3) and sends (0, 1)
+                    float k0 = dq[db][0], k1 = dq[db][1], s0 = dq[db][2], s1 = dq[db][3];
+                    if (odd) { k0 = s0; k1 = s1; s0 = dq[db][0]; s1 = dq[db][1]; }
+                    s0 = __shfl_xor_sync(0xffffffffu, s0, 1);
+                    s1 = __shfl_xor_sync(0xffffffffu, s1, 1);
+                    if (odd) { float x = k0; k0 = s0; s0 = x; x = k1; k1 = s1; s1 = x; }
+                    red_add_v4_if(ok, dst + db * 8, k0, k1, s0, s1);
+                }
+            } else {
 #pragma unroll
-                    for (int db = 0; db < S::DBW; ++db)
-                        red_add_v2(dqg + row * D + db * 8 + 2 * t, dq[db][2 * r],
-                                   dq[db][2 * r + 1]);
+                for (int r = 0; r < 2; ++r) {
+                    const int row = qs * 16 + g + 8 * r;
+                    if (q0 + row < p.S_q) {
+#pragma unroll
+                        for (int db = 0; db < S::DBW; ++db)
+                            red_add_v2(dqg + row * D + db * 8 + 2 * t, dq[db][2 * r],
+                                       dq[db][2 * r + 1]);
+                    }
                 }
             }
         }
@@ -386,7 +449,7 @@ __device__ __forceinline__ void dkdv_tile(const BwdParams& p, unsigned char* sme
 // then neighbouring tiles j of every (K/V head, chunk), which still read the same Q tiles of
 // their head (tile j's scan is a suffix of tile j-1's), so the Q-side sharing in L2 remains.
 template <OrderKind ORDER, ScheduleKind SCHEDULE, int TILE_M, int TILE_N, int D, bool CAUSAL,
-          DType DT>
+          DType DT, int OPT = 0>
 __device__ __forceinline__ void flash_bwd_dkdv_impl(const BwdParams& p) {
     extern __shared__ __align__(128) unsigned char smem[];
     const int cta = blockIdx.x;
@@ -394,7 +457,7 @@ __device__ __forceinline__ void flash_bwd_dkdv_impl(const BwdParams& p) {
     auto item = [&](int w, int iter) {
         const int j = CAUSAL ? w / n_rest : w % p.n_kv;
         const int rest = CAUSAL ? w % n_rest : w / p.n_kv;
-        dkdv_tile<TILE_M, TILE_N, D, CAUSAL, DT>(p, smem, rest / p.n_chunks, rest % p.n_chunks, j,
+        dkdv_tile<TILE_M, TILE_N, D, CAUSAL, DT, OPT>(p, smem, rest / p.n_chunks, rest % p.n_chunks, j,
                                                  reversed_for<ORDER>(iter, cta, p.sawtooth_group));
     };
     if constexpr (SCHEDULE == ScheduleKind::GRID) {
@@ -406,10 +469,12 @@ __device__ __forceinline__ void flash_bwd_dkdv_impl(const BwdParams& p) {
     }
 }
 
-// Δ = rowsum(dO ∘ O): D/8 threads per row, 16-byte loads, fp32 sum.
+// Δ = rowsum(dO ∘ O): D/8 threads per row, 16-byte loads, fp32 sum. The same threads zero the
+// row's fp32 dQ accumulator (8 floats each), so the backward needs no separate memset launch.
 template <int D, DType DT>
 __device__ __forceinline__ void flash_bwd_delta_impl(
-        const unsigned short* o, const unsigned short* dout, float* delta, long long o_sb,
+        const unsigned short* o, const unsigned short* dout, float* delta, float* dq_acc,
+        long long o_sb,
         long long o_sh, long long o_ss, long long do_sb, long long do_sh, long long do_ss, int H,
         int S_q, int lse_stride, long long n_rows) {
     constexpr int TPR = D / 8;
@@ -419,6 +484,9 @@ __device__ __forceinline__ void flash_bwd_delta_impl(
     long long bh = 0, s = 0;
     if (r < n_rows) {
         bh = r / S_q; s = r % S_q;
+        F4* z = reinterpret_cast<F4*>(dq_acc + r * D + 8 * c);
+        z[0] = F4{0.f, 0.f, 0.f, 0.f};
+        z[1] = F4{0.f, 0.f, 0.f, 0.f};
         const long long b = bh / H, h = bh % H;
         const U4 x = *reinterpret_cast<const U4*>(o + b * o_sb + h * o_sh + s * o_ss + 8 * c);
         const U4 y = *reinterpret_cast<const U4*>(dout + b * do_sb + h * do_sh + s * do_ss

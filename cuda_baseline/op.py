@@ -28,6 +28,7 @@ from spec.variant import DEFAULT_STAGES
 
 from . import launch, training
 from .backend import check_strides
+from .bwd_source import BWD_OPTION_NAMES, parse_bwd_options
 
 Tensor = torch.Tensor
 # The operators' annotations are evaluated (no ``from __future__ import annotations``): torch
@@ -37,6 +38,19 @@ Tensor = torch.Tensor
 @lru_cache(maxsize=None)
 def _tiles(tile_m, tile_n):
     return None if tile_m is None else Tiles(tile_m, tile_n)
+
+
+@lru_cache(maxsize=None)
+def _options(text):
+    """``backward_options`` checked when the forward runs (not first at the backward)."""
+    if text is not None:
+        try:
+            parse_bwd_options(text)
+        except (ValueError, AttributeError, TypeError):
+            raise BadInput(f"backward_options={text!r}: names of "
+                           f"{', '.join(BWD_OPTION_NAMES)} joined by + (e.g. 'onepart+dqsq'), "
+                           "or None") from None
+    return text
 
 
 @torch.library.custom_op("sawtooth::cuda_attention", mutates_args=())
@@ -78,14 +92,15 @@ def cuda_attention_train(q: Tensor, k: Tensor, v: Tensor, causal: bool, order: s
                          schedule: Optional[str], tile_m: Optional[int], tile_n: Optional[int],
                          scale: float, backward_schedule: Optional[str],
                          backward_tile_m: Optional[int] = None,
-                         backward_tile_n: Optional[int] = None) -> tuple[Tensor, Tensor]:
+                         backward_tile_n: Optional[int] = None,
+                         backward_options: Optional[str] = None) -> tuple[Tensor, Tensor]:
     """The training forward: (out, lse), lse [B, H, S_q] fp32 in log2 units."""
     return training.forward(q, k, v, causal, order, schedule, _tiles(tile_m, tile_n), scale)
 
 
 @cuda_attention_train.register_fake
 def _(q, k, v, causal, order, schedule, tile_m, tile_n, scale, backward_schedule,
-      backward_tile_m=None, backward_tile_n=None):
+      backward_tile_m=None, backward_tile_n=None, backward_options=None):
     check_metadata(q, k, v, causal)
     check_strides(q, k, v)
     return torch.empty_like(q), q.new_empty(_lse_shape(q), dtype=torch.float32)
@@ -96,30 +111,31 @@ def cuda_attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: 
                             lse: Tensor, causal: bool, order: str,
                             backward_schedule: Optional[str], scale: float,
                             backward_tile_m: Optional[int] = None,
-                            backward_tile_n: Optional[int] = None
+                            backward_tile_n: Optional[int] = None,
+                            backward_options: Optional[str] = None
                             ) -> tuple[Tensor, Tensor, Tensor]:
     return training.backward(dout, q, k, v, out, lse, causal, order, backward_schedule, scale,
-                             _tiles(backward_tile_m, backward_tile_n))
+                             _tiles(backward_tile_m, backward_tile_n), backward_options)
 
 
 @cuda_attention_backward.register_fake
 def _(dout, q, k, v, out, lse, causal, order, backward_schedule, scale, backward_tile_m=None,
-      backward_tile_n=None):
+      backward_tile_n=None, backward_options=None):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _train_setup(ctx, inputs, output):
-    q, k, v, causal, order, _, _, _, scale, bwd, btm, btn = inputs
+    q, k, v, causal, order, _, _, _, scale, bwd, btm, btn, bopts = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse)
-    ctx.args = (causal, order, bwd, scale, btm, btn)
+    ctx.args = (causal, order, bwd, scale, btm, btn, bopts)
 
 
 def _train_backward(ctx, dout, dlse):
     q, k, v, out, lse = ctx.saved_tensors
     dq, dk, dv = torch.ops.sawtooth.cuda_attention_backward(
         _grad_layout(dout), q, k, v, out, lse, *ctx.args)
-    return dq, dk, dv, None, None, None, None, None, None, None, None, None
+    return dq, dk, dv, None, None, None, None, None, None, None, None, None, None
 
 
 def _grad_layout(dout):
@@ -162,19 +178,19 @@ class _Train(torch.autograd.Function):
     host cost (tens of microseconds per call) small problems would pay twice per step."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal, order, schedule, tiles, scale, bwd, btiles):
+    def forward(ctx, q, k, v, causal, order, schedule, tiles, scale, bwd, btiles, bopts):
         out, lse = training.forward(q, k, v, causal, order, schedule, tiles, scale)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.args = (causal, order, bwd, scale, btiles)
+        ctx.args = (causal, order, bwd, scale, btiles, bopts)
         return out
 
     @staticmethod
     def backward(ctx, dout):
         q, k, v, out, lse = ctx.saved_tensors
-        causal, order, bwd, scale, btiles = ctx.args
+        causal, order, bwd, scale, btiles, bopts = ctx.args
         dq, dk, dv = training.backward(dout, q, k, v, out, lse, causal, order, bwd, scale,
-                                       btiles)
-        return dq, dk, dv, None, None, None, None, None, None, None
+                                       btiles, bopts)
+        return dq, dk, dv, None, None, None, None, None, None, None, None
 
 
 def _needs_grad(q, k, v) -> bool:
@@ -183,7 +199,8 @@ def _needs_grad(q, k, v) -> bool:
 
 
 def attention(q, k, v, *, causal=False, order="linear", schedule=None, tiles=None, stages=None,
-              out=None, scale=None, backward_schedule=None, backward_tiles=None):
+              out=None, scale=None, backward_schedule=None, backward_tiles=None,
+              backward_options=None):
     """``cuda_baseline.launch.attention`` (same arguments, same result) as a PyTorch operator:
     the eager path directly outside ``torch.compile``, the custom op inside it. ``scale``: the
     softmax scale as SDPA's ``scale=`` (None: 1/sqrt(D)). With grad enabled and an input that
@@ -191,7 +208,9 @@ def attention(q, k, v, *, causal=False, order="linear", schedule=None, tiles=Non
     the log-sum-exp, with its registered backward): ``order`` is then also the Q scan of the
     dK/dV kernel, ``backward_schedule`` its CTA schedule (None or "grid": one K/V tile per
     CTA; "static<P>": P persistent CTAs) and ``backward_tiles`` its (TILE_M query rows per step,
-    TILE_N keys per CTA), default ``training.default_backward_tiles``. Eager calls take
+    TILE_N keys per CTA), default ``training.default_backward_tiles``, ``backward_options`` its
+    opt-in build options (``cuda_baseline.bwd_source.BwdOption`` names joined by +, e.g.
+    "onepart+dqv4"; None: the default build). Eager calls take
     ``autograd.Function`` (the same launches, no operator dispatch)."""
     sc = resolve_scale(scale, q.shape[-1] if isinstance(q, Tensor) else 64)
     if _needs_grad(q, k, v):
@@ -204,10 +223,12 @@ def attention(q, k, v, *, causal=False, order="linear", schedule=None, tiles=Non
         bs = backward_schedule if backward_schedule is None or isinstance(
             backward_schedule, str) else backward_schedule.label
         _, _, btm, btn = op_spelling(order, None, backward_tiles)
+        backward_options = _options(backward_options)
         if torch.compiler.is_compiling():
             return torch.ops.sawtooth.cuda_attention_train(q, k, v, causal, o, s, tm, tn, sc, bs,
-                                                           btm, btn)[0]
-        return _Train.apply(q, k, v, causal, o, s, _tiles(tm, tn), sc, bs, _tiles(btm, btn))
+                                                           btm, btn, backward_options)[0]
+        return _Train.apply(q, k, v, causal, o, s, _tiles(tm, tn), sc, bs, _tiles(btm, btn),
+                            backward_options)
     if torch.compiler.is_compiling():
         o, s, tm, tn = op_spelling(order, schedule, tiles)
         if out is None:

@@ -41,10 +41,12 @@ from .bwd_source import (
     BWD_TILES,
     BWD_TILES_D64,
     BwdInstance,
+    BwdOption,
     bwd_compile_options,
     bwd_source_text,
     delta_name,
     dq_name,
+    parse_bwd_options,
 )
 from .source import CompileError
 
@@ -218,10 +220,11 @@ def default_backward_tiles(problem: Problem) -> Tiles:
 
 
 def plan(problem: Problem, order: ScanOrder, schedule: CtaSchedule | None,
-         num_sms: int, tiles: Tiles | None = None) -> BwdPlan:
+         num_sms: int, tiles: Tiles | None = None,
+         options: BwdOption = BwdOption(0)) -> BwdPlan:
     """The backward's build and grid for ``problem``: ``schedule`` None or grid (one K/V tile per
     CTA) or static<P> (P persistent CTAs; the Q scan of their successive items alternates under
-    the sawtooth order)."""
+    the sawtooth order); ``options`` the opt-in build options (``BwdOption``)."""
     if schedule is None or schedule.kind == ScheduleKind.GRID:
         kind = ScheduleKind.GRID
     elif schedule.kind == ScheduleKind.PERSISTENT:
@@ -232,7 +235,8 @@ def plan(problem: Problem, order: ScanOrder, schedule: CtaSchedule | None,
                                  "'static<P>'")
     tiles = default_backward_tiles(problem) if tiles is None else tiles
     try:
-        inst = BwdInstance(order.kind, kind, tiles, problem.D, problem.causal, problem.dtype)
+        inst = BwdInstance(order.kind, kind, tiles, problem.D, problem.causal, problem.dtype,
+                           options)
     except ValueError as e:
         raise UnsupportedVariant(str(e)) from None
     if 2 * tiles.m > inst.threads:
@@ -245,7 +249,7 @@ def plan(problem: Problem, order: ScanOrder, schedule: CtaSchedule | None,
     return BwdPlan(problem, inst, hpc, chunks, n_work, ctas)
 
 
-def _bwd_blocks(q, k, v, dout, out, causal, order, schedule, scale, tiles):
+def _bwd_blocks(q, k, v, dout, out, causal, order, schedule, scale, tiles, options):
     import torch
     problem = problem_from_tensors(q, k, v, causal, out)
     check_strides(q, k, v, out)
@@ -255,8 +259,13 @@ def _bwd_blocks(q, k, v, dout, out, causal, order, schedule, scale, tiles):
         schedule = CtaSchedule.parse(schedule)
     dev = q.device.index
     lim = device_limits(dev)
+    try:
+        opts = options if isinstance(options, BwdOption) else parse_bwd_options(options)
+    except ValueError as e:
+        raise UnsupportedVariant(str(e)) from None
     pl = plan(problem, order, schedule, lim.num_sms,
-              None if tiles is None else tiles if isinstance(tiles, Tiles) else Tiles(*tiles))
+              None if tiles is None else tiles if isinstance(tiles, Tiles) else Tiles(*tiles),
+              opts)
     inst, pr = pl.instance, problem
     if inst.smem_bytes > lim.smem_per_block_optin:
         raise UnsupportedVariant(f"{inst.name} needs {inst.smem_bytes} B of shared memory, over "
@@ -269,8 +278,8 @@ def _bwd_blocks(q, k, v, dout, out, causal, order, schedule, scale, tiles):
     rows = pr.B * pr.H * pr.S_q
     tpr = pr.D // 8
     delta = Block(kd.kernel.ptr, cdiv(rows * tpr, 256), 256, 0,
-                  (np.uint64(0),) * 3 + tuple(i64(s) for t in (out, dout) for s in t.stride()[:3])
-                  + (i32(pr.H), i32(pr.S_q), i32(ls), i64(rows)), 3, dev)
+                  (np.uint64(0),) * 4 + tuple(i64(s) for t in (out, dout) for s in t.stride()[:3])
+                  + (i32(pr.H), i32(pr.S_q), i32(ls), i64(rows)), 4, dev)
     g = 1 if order.kind != OrderKind.SAWTOOTH else order.group
     bt = inst.tiles
     sl2 = math.log2(math.e) * scale
@@ -288,11 +297,14 @@ def _bwd_blocks(q, k, v, dout, out, causal, order, schedule, scale, tiles):
 
 
 def backward(dout, q, k, v, out, lse, causal: bool = False, order="linear", schedule=None,
-             scale: float | None = None, tiles=None):
+             scale: float | None = None, tiles=None, options=None):
     """(dq, dk, dv) of ``attention(q, k, v)`` for the output gradient ``dout``; ``out`` and
     ``lse`` are ``forward``'s. ``order`` and ``schedule`` choose the dK/dV kernel's Q scan and
     CTA schedule (None: the grid launch), ``tiles`` its (TILE_M, TILE_N) (None:
-    ``default_backward_tiles``)."""
+    ``default_backward_tiles``), ``options`` its opt-in build options (a ``BwdOption`` or their
+    names joined by +, e.g. "onepart+dqv4"; None: the default build). Four launches: Δ (which
+    also zeroes the fp32 dQ accumulator), dK/dV, the dQ conversion, and with a split group the
+    sum of the partials."""
     import torch
     D = q.shape[-1]
     scale = 1 / math.sqrt(D) if scale is None else scale
@@ -300,20 +312,20 @@ def backward(dout, q, k, v, out, lse, causal: bool = False, order="linear", sche
         dout = dout.contiguous() if not dout.is_contiguous() else dout.clone()
     key = ("bwd", q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), v.stride(),
            out.stride(), dout.shape, dout.stride(), dout.dtype, causal, order, schedule, scale,
-           tiles)
+           tiles, options)
     hit = _CACHE.get(key)
     if hit is None:
         hit = _CACHE[key] = _bwd_blocks(q, k, v, dout, out, causal, order, schedule, scale,
-                                        tiles)
+                                        tiles, options)
     pl, delta, dkdv, dqk = hit
     pr = pl.problem
     _aligned(q, k, v, dout, out)
     dev = q.device
     f32 = torch.float32
     with torch.cuda.device(dev):
-        dq_acc = torch.zeros((pr.B, pr.H, pr.S_q, pr.D), dtype=f32, device=dev)
+        dq_acc = torch.empty((pr.B, pr.H, pr.S_q, pr.D), dtype=f32, device=dev)   # zeroed by Δ
         dlt = torch.empty((pr.B, pr.H, lse_stride(pr.S_q)), dtype=f32, device=dev)
-        delta(out.data_ptr(), dout.data_ptr(), dlt.data_ptr())
+        delta(out.data_ptr(), dout.data_ptr(), dlt.data_ptr(), dq_acc.data_ptr())
         if pl.n_chunks == 1:
             dk = torch.empty(k.shape, dtype=q.dtype, device=dev)
             dv = torch.empty(k.shape, dtype=q.dtype, device=dev)
@@ -342,10 +354,12 @@ def _compile_bwd(names: list[str], device: int) -> None:
 
 
 def training_builds(problems, orders=("linear",), schedules=(ScheduleKind.GRID,),
-                    backward_tiles=(None,), arch=None) -> tuple[set, list[str]]:
+                    backward_tiles=(None,), arch=None,
+                    options: BwdOption = BwdOption(0)) -> tuple[set, list[str]]:
     """(training-forward ``Instance`` set, backward kernel names) of ``problems``: each family
     default forward (``default_tiles`` / ``default_schedule`` on ``arch``) in every order, and
-    the backward builds of every order x schedule x tiles (None: the default tiles)."""
+    the backward builds of every order x schedule x tiles (None: the default tiles) with the
+    build ``options``."""
     from .backend import instance_for
     fwd, bwd = set(), set()
     for pr in problems:
@@ -357,13 +371,14 @@ def training_builds(problems, orders=("linear",), schedules=(ScheduleKind.GRID,)
             for s in schedules:
                 for bt in backward_tiles:
                     bt = default_backward_tiles(pr) if bt is None else Tiles(*bt)
-                    i = BwdInstance(so.kind, s, bt, pr.D, pr.causal, pr.dtype)
+                    i = BwdInstance(so.kind, s, bt, pr.D, pr.causal, pr.dtype, options)
                     bwd |= {i.name, delta_name(pr.D, pr.dtype), dq_name(pr.D, pr.dtype)}
     return fwd, sorted(bwd)
 
 
 def warm(problems, orders=("linear",), schedules=(ScheduleKind.GRID,), device: int = 0,
-         jobs: int | None = None, backward_tiles=(None,)) -> None:
+         jobs: int | None = None, backward_tiles=(None,),
+         options: BwdOption = BwdOption(0)) -> None:
     """Compile ``training_builds`` in parallel processes into CuPy's disk cache; later launches
     only load them."""
     import multiprocessing
@@ -372,7 +387,7 @@ def warm(problems, orders=("linear",), schedules=(ScheduleKind.GRID,), device: i
 
     from .backend import precompile
     fwd, names = training_builds(problems, orders, schedules, backward_tiles,
-                                 arch_registry.detect())
+                                 arch_registry.detect(), options)
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(names)))
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as ex:

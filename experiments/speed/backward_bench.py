@@ -13,12 +13,13 @@ not hidden behind the GPU's), "bwd" the time per call of the gradient alone on a
 training). Every launcher of a problem is warmed up (two untimed calls of each loop body) before
 any is timed, one untimed loop brings the GPU out of its idle clocks, and the launchers then
 take turns, in alternating order per repeat, with Python's collector off. Grouped heads go to
-SDPA with ``enable_gqa=True``. Each CUDA row also records the largest difference of its
-gradients from flash's, relative to flash's largest gradient (a sanity column; the correctness
-bar is tests/gpu/test_backward_cuda.py); ``fwd_bwd_runs_ms`` and ``bwd_runs_ms`` keep every
+SDPA with ``enable_gqa=True``. Every CUDA row (the default and each variant) also records the
+largest difference of its gradients from flash's, relative to flash's largest gradient (a sanity
+column, so a variant is checked where it is timed; the correctness bar is
+tests/gpu/test_backward_cuda.py); ``fwd_bwd_runs_ms`` and ``bwd_runs_ms`` keep every
 repeat's time in the order run; ``fwd_bwd_host_ms`` is the host's time to issue one fwd+bwd call
-(``HOST_BURST`` calls from an idle queue, median over repeats): where it reaches ``fwd_bwd_ms``
-the host, not the GPU, sets the pace. The summary prints the geometric
+(``HOST_BURST`` calls, or the loop's n if fewer, from an idle queue, median over repeats): where
+it reaches ``fwd_bwd_ms`` the host, not the GPU, sets the pace. The summary prints the geometric
 mean of flash / cuda and cudnn / cuda (speed-ups of the CUDA twin; > 1: faster).
 """
 from __future__ import annotations
@@ -63,28 +64,50 @@ def _launchers(pr, variants=()):
 
 def parse_variants(text: str | None) -> list[tuple[str, dict]]:
     """``--variants``: comma-separated backward configurations of the CUDA twin timed beside
-    the default, each ``<TILE_M>x<TILE_N>``, optionally ``/<order>/<schedule>``, optionally
-    ``@<D>`` to time it on the problems of that head dimension only (e.g. ``64x64``,
-    ``64x128/sawtooth/static132``, ``128x128@64``)."""
+    the default, each ``<TILE_M>x<TILE_N>`` (or nothing: the default tiles), optionally
+    ``/<order>/<schedule>``, optionally ``+<option>...`` (build options,
+    ``cuda_baseline.bwd_source.BWD_OPTION_NAMES``), optionally ``@<D>`` to time it on the
+    problems of that head dimension only (e.g. ``64x64``, ``64x128/sawtooth/static132``,
+    ``128x128@64``, ``+onepart@128``, ``+onepart+dqsq+dqv4``)."""
+    from cuda_baseline.bwd_source import parse_bwd_options
+    usage = "[<TILE_M>x<TILE_N>][/order[/schedule]][+option...][@D]"
     out = []
     for item in filter(None, (text or "").split(",")):
         body, _, d = item.partition("@")
-        parts = body.split("/")
+        cfg, _, opts = body.partition("+")
+        parts = cfg.split("/")
         try:
-            tm, tn = (int(x) for x in parts[0].split("x"))
+            tiles = tuple(int(x) for x in parts[0].split("x")) if parts[0] else None
             only_d = int(d) if d else None
         except ValueError:
-            raise ValueError(f"--variants item {item!r}: "
-                             "<TILE_M>x<TILE_N>[/order[/schedule]][@D]") from None
-        kw: dict = {"backward_tiles": (tm, tn)}
+            raise ValueError(f"--variants item {item!r}: {usage}") from None
+        if (tiles is not None and len(tiles) != 2) or not (tiles or opts):
+            raise ValueError(f"--variants item {item!r}: {usage}, with tiles or an option")
+        try:
+            parse_bwd_options(opts)
+        except ValueError as e:
+            raise ValueError(f"--variants item {item!r}: {e}") from None
+        kw: dict = {"backward_tiles": tiles}
+        if opts:
+            kw["backward_options"] = opts
         if len(parts) > 1:
             kw["order"] = parts[1]
         if len(parts) > 2:
             kw["backward_schedule"] = parts[2]
         if only_d is not None:
             kw["D"] = only_d
-        out.append((body.replace("/", "-"), kw))
+        out.append((body.lstrip("+").replace("/", "-"), kw))
     return out
+
+
+def grad_rel_diff(mine, flash) -> float:
+    """Largest |difference| of a launcher's gradients from flash's over flash's largest
+    gradient (``_measure_all`` results; NaN where either refused the problem)."""
+    if mine is None or flash is None:
+        return math.nan
+    scale = max(float(g.abs().max()) for g in flash[3])
+    diff = max(float((a.float() - b.float()).abs().max()) for a, b in zip(mine[3], flash[3]))
+    return diff / scale
 
 
 def _applies(kw: dict, pr) -> bool:
@@ -102,21 +125,23 @@ def _time_loop(fn, n: int) -> float:
 
 
 HOST_BURST = 16
-"""Calls per host-time burst: few enough that their launches fit the launch queue, so the host
-never waits for the GPU while issuing them."""
+"""Calls per host-time burst (at most the loop's n): few enough that their launches fit the
+launch queue, so the host never waits for the GPU while issuing them."""
 
 
-def _host_time(fn) -> float:
-    """The host's time per call to issue ``HOST_BURST`` calls from an idle queue (ms): where it
-    reaches the fwd+bwd time, the loop is bound by the host, not the GPU."""
+def _host_time(fn, n: int = HOST_BURST) -> float:
+    """The host's time per call to issue ``min(n, HOST_BURST)`` calls from an idle queue (ms):
+    where it reaches the fwd+bwd time, the loop is bound by the host, not the GPU. (Long
+    problems, whose loops are a few calls, are not made to drain 16 calls per burst.)"""
     import torch
+    calls = max(1, min(n, HOST_BURST))
     torch.cuda.synchronize()
     t0 = time.perf_counter()
-    for _ in range(HOST_BURST):
+    for _ in range(calls):
         fn()
     t = time.perf_counter() - t0
     torch.cuda.synchronize()
-    return t * 1e3 / HOST_BURST
+    return t * 1e3 / calls
 
 
 def _prepare(attn, q, k, v, dout):
@@ -180,7 +205,7 @@ def _measure_all(launchers, q, k, v, dout, repeats: int, label: str):
                 step, back, n, _ = prepared[name]
                 fb[name].append(_time_loop(step, n))
                 bw[name].append(_time_back(back, n))
-                host[name].append(_host_time(step))
+                host[name].append(_host_time(step, n))
     finally:
         gc.enable()
     torch.cuda.synchronize()
@@ -199,6 +224,7 @@ def _runs(times: list[float]) -> str:
 def run(half: str, repeats: int, only: str | None, variants=()):
     import torch
 
+    from cuda_baseline.bwd_source import parse_bwd_options
     from cuda_baseline.training import warm
     from experiments.measurement.correctness import random_inputs
     from experiments.registry.suites import model_problems
@@ -210,7 +236,8 @@ def run(half: str, repeats: int, only: str | None, variants=()):
         sched = kw.get("backward_schedule")
         warm([pr for pr in probs if _applies(kw, pr)], (kw.get("order", "linear"),),
              (CtaSchedule.parse(sched).kind if sched else CtaSchedule.grid().kind,),
-             backward_tiles=(kw["backward_tiles"],))
+             backward_tiles=(kw["backward_tiles"],),
+             options=parse_bwd_options(kw.get("backward_options")))
     rows = []
     for fam, h, pr in model_problems():
         if h != half or (only and only not in pr.label):
@@ -226,14 +253,9 @@ def run(half: str, repeats: int, only: str | None, variants=()):
             else:
                 rows.append([fam, h, pr.label, name, x[0], x[1], x[2], math.nan, dev, x[4],
                              x[5], x[6]])
-        if res.get("flash") is not None and res.get("cuda") is not None:
-            flash_grads, cuda_grads = res["flash"][3], res["cuda"][3]
-            scale = max(float(g.abs().max()) for g in flash_grads)
-            diff = max(float((a.float() - b.float()).abs().max())
-                       for a, b in zip(cuda_grads, flash_grads))
-            for r in rows:
-                if r[2] == pr.label and r[3] == "cuda":
-                    r[7] = diff / scale
+        for r in rows:
+            if r[2] == pr.label and r[3].startswith("cuda"):
+                r[7] = grad_rel_diff(res.get(r[3]), res.get("flash"))
         del q, k, v, dout, res
         torch.cuda.empty_cache()
         print(" ".join(f"{r[3]} {r[4]:.3f}/{r[5]:.3f}/h{r[11]:.3f}" for r in rows
@@ -268,7 +290,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--only", help="problems whose label contains this")
     ap.add_argument("--variants", help="backward configurations timed beside the default "
-                    "(parse_variants): e.g. 64x64,64x128/sawtooth/static132,128x128@64")
+                    "(parse_variants): e.g. 64x64,64x128/sawtooth/static132,128x128@64,"
+                    "+onepart+dqsq")
     ap.add_argument("--out", help="CSV to write (refused if it exists)")
     ap.add_argument("--dry-run", action="store_true", help="list the problems and exit")
     a = ap.parse_args(argv)

@@ -3,9 +3,9 @@
 - Gradients of q, k, v against the fp32 reference (SDPA's math on upcast inputs) over the variant
   matrix (D 64 / 128, fp16 / bf16, causal / full, grouped and multi-query heads, unequal and
   uneven S_q / S_kv, one-row queries, a non-default scale, the backward's scan orders and
-  schedules), fresh random inputs and output gradient, the gradient buffers poisoned with NaN
-  (freed NaN blocks of the gradients' sizes, which the caching allocator hands to the backward's
-  allocations). Tolerance per tensor: twice SDPA's own error at the input precision (its default
+  schedules, the opt-in build options), fresh random inputs and output gradient, the gradient
+  buffers poisoned with NaN (freed NaN blocks of the gradients' and the fp32 dQ accumulator's
+  sizes, which the caching allocator hands to the backward's allocations). Tolerance per tensor: twice SDPA's own error at the input precision (its default
   backend, grouped heads expanded) plus ``ABS_TOL``; NaN never passes.
 - No silent detached output: the output requires grad; ``out=`` or a build without a backward
   (``stages=1``) refuse in one line; the inference op called directly still differentiates.
@@ -42,6 +42,10 @@ MATRIX = [
     Problem(B=1, H=6, H_kv=3, S_q=1025, S_kv=777, D=128, causal=False),
 ]
 BACKWARDS = [("linear", None), ("sawtooth", "static16"), ("reverse", None)]
+OPTIONS = ["onepart+dqsq", "onepart+dqsq+dqv4"]
+"""Opt-in backward builds (``cuda_baseline.bwd_source.BwdOption``), checked on ``OPTION_MATRIX``:
+both head dims, causal and full, grouped heads, Q tiles cut by S_q (the predicated dQ rows)."""
+OPTION_MATRIX = [MATRIX[2], MATRIX[4], MATRIX[8], MATRIX[9]]
 
 
 TASK = Problem(B=32, H=2, S_q=64, D=64, dtype="bf16", causal=True)   # training.Task's attention
@@ -61,6 +65,9 @@ def _compiled():
              Problem(B=1, H=2, S_q=100, D=64), TASK]
     warm(MATRIX + extra, orders=[o for o, _ in BACKWARDS],
          schedules=(ScheduleKind.GRID, ScheduleKind.PERSISTENT))
+    from cuda_baseline.bwd_source import parse_bwd_options
+    for opts in OPTIONS:
+        warm(OPTION_MATRIX, options=parse_bwd_options(opts))
 
 
 def _ids(p: Problem) -> str:
@@ -116,8 +123,9 @@ def _poison(pr: Problem, dtype) -> None:
     """Allocate NaN blocks of the gradients' sizes and free them: the backward's outputs of
     those sizes then start as NaN, so an element the kernels never write shows."""
     import torch
-    blocks = [torch.full((pr.B, h, s, pr.D), float("nan"), device="cuda", dtype=dtype)
-              for h, s in ((pr.H, pr.S_q), (pr.H_kv, pr.S_kv), (pr.H_kv, pr.S_kv))]
+    blocks = [torch.full((pr.B, h, s, pr.D), float("nan"), device="cuda", dtype=dt)
+              for h, s, dt in ((pr.H, pr.S_q, dtype), (pr.H_kv, pr.S_kv, dtype),
+                               (pr.H_kv, pr.S_kv, dtype), (pr.H, pr.S_q, torch.float32))]
     del blocks
 
 
@@ -150,6 +158,25 @@ def test_gradients_match_the_fp32_reference(pr, order, bwd):
                          backward_schedule=bwd)
     bad = _check_grads(pr, fn, seed=zlib.crc32(f"{pr.label}{order}".encode()) % 1000)
     assert not bad, f"{pr.label} {order}/{bwd}: " + "; ".join(bad)
+
+
+@pytest.mark.parametrize("opts", OPTIONS)
+@pytest.mark.parametrize("pr", OPTION_MATRIX, ids=_ids)
+def test_opt_in_backward_builds_match_the_fp32_reference(pr, opts):
+    from cuda_baseline import attention
+
+    def fn(q, k, v, causal, scale):
+        return attention(q, k, v, causal=causal, scale=scale, backward_options=opts)
+    bad = _check_grads(pr, fn, seed=zlib.crc32(f"{pr.label}{opts}".encode()) % 1000)
+    assert not bad, f"{pr.label} {opts}: " + "; ".join(bad)
+
+
+def test_unknown_backward_option_is_refused_at_the_forward():
+    from cuda_baseline import attention
+    q, k, v, _ = _inputs(Problem(B=1, H=2, S_q=64, D=64), 3)
+    q.requires_grad_(True)
+    with pytest.raises(BadInput, match="backward_options='fast'"):
+        attention(q, k, v, backward_options="fast")
 
 
 def test_scale_at_most_zero_is_refused_in_one_line():

@@ -11,10 +11,12 @@ import pytest
 from cuda_baseline.bwd_source import (
     BWD_TILES,
     BwdInstance,
+    BwdOption,
     bwd_names,
     bwd_smem_bytes,
     ci_bwd_instances,
     compile_bwd_nvcc,
+    parse_bwd_options,
     parse_bwd_ptxas,
 )
 from cuda_baseline.source import (
@@ -117,7 +119,8 @@ def test_default_backward_tiles_rule():
 
 def test_parse_backward_ptxas():
     log = ("ptxas info    : Compiling entry function '_Z14flash_bwd_dkdvIL9OrderKind1EL12Schedule"
-           "Kind2ELi64ELi128ELi64ELb1EL5DType0EEvPKtS4_S4_S4_PKfS6_PfPvS8_xxxxxxxxxxxxiiiiiiiiiii"
+           "Kind2ELi64ELi128ELi64ELb1EL5DType0ELi0EEvPKtS4_S4_S4_PKfS6_PfPvS8_xxxxxxxxxxxxiiiiii"
+           "iiiii"
            "ff' for 'sm_90'\n"
            "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
            "ptxas info    : Used 209 registers, used 1 barriers\n"
@@ -129,6 +132,46 @@ def test_parse_backward_ptxas():
     i = BwdInstance(OrderKind.SAWTOOTH, ScheduleKind.PERSISTENT, BWD_TILES, 64, True, DType.FP16)
     assert r[i.name].registers == 209 and not r[i.name].spills
     assert r["flash_bwd_dq<128, DType::BF16>"].registers == 17
+
+
+def test_backward_build_options_name_parse_and_demangle():
+    i = BwdInstance(OrderKind.LINEAR, ScheduleKind.GRID, BWD_TILES, 128, True, DType.BF16,
+                    parse_bwd_options("onepart+dqv4"))
+    assert i.options == BwdOption.ONE_PART | BwdOption.DQ_V4
+    assert i.name.endswith("128, true, DType::BF16, 3>")
+    # the default build's name carries no option argument (the template's default, 0)
+    assert BwdInstance(OrderKind.LINEAR, ScheduleKind.GRID, BWD_TILES, 128, True,
+                       DType.BF16).name.endswith("DType::BF16>")
+    assert parse_bwd_options(None) == parse_bwd_options("") == BwdOption(0)
+    assert parse_bwd_options("dqsq+onepart") == BwdOption.DQ_SQUARE | BwdOption.ONE_PART
+    with pytest.raises(ValueError, match="backward option 'onepart2'"):
+        parse_bwd_options("onepart2")
+    log = ("ptxas info    : Compiling entry function '_Z14flash_bwd_dkdvIL9OrderKind0EL12Schedule"
+           "Kind0ELi64ELi128ELi128ELb1EL5DType1ELi3EEvPKtS4_S4_S4_PKfS6_PfPvS8_xxxxxxxxxxxxiiiiii"
+           "iiiiiff' for 'sm_90'\n"
+           "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+           "ptxas info    : Used 255 registers, used 1 barriers\n")
+    assert parse_bwd_ptxas(log)[i.name].registers == 255
+
+
+@pytest.mark.slow
+@pytest.mark.compile
+def test_opt_in_backward_builds_of_the_validation_half_do_not_spill():
+    """Every build the bench's opt-in variants need on the validation half's model problems
+    (default tiles, linear grid) compiles for sm_90 without spilling."""
+    from cuda_baseline.training import training_builds
+    from experiments.registry.suites import model_problems
+    require_toolchain(nvcc_path() is not None, "nvcc (CUDA 13.0)")
+    probs = [pr for _, h, pr in model_problems() if h == "validation"]
+    names = set()
+    for opts in ("onepart+dqsq", "onepart+dqsq+dqv4"):   # the bench's two variants
+        names |= set(training_builds(probs, arch=get_arch("h100"),
+                                     options=parse_bwd_options(opts))[1])
+    assert any(", 5>" in n for n in names) and any(", 7>" in n for n in names)
+    res = compile_bwd_nvcc(sorted(names))
+    assert set(res) == names
+    spilling = {n: r for n, r in res.items() if r.spills}
+    assert not spilling, spilling
 
 
 @pytest.mark.slow

@@ -107,3 +107,57 @@ def test_every_launcher_is_warmed_before_any_is_timed_and_rounds_alternate(monke
     assert runs == ["a", "b", "a", "b"]
     turn = 200 + 200 + bb.HOST_BURST
     assert seq.count("a") == 200 + 3 * turn and seq.count("b") == 3 * turn
+
+
+def test_parse_variants_build_options():
+    got = bb.parse_variants("+onepart@128,+onepart+dqv4,64x128+dqv4@64")
+    assert got == [("onepart", {"backward_tiles": None, "backward_options": "onepart", "D": 128}),
+                   ("onepart+dqv4", {"backward_tiles": None,
+                                     "backward_options": "onepart+dqv4"}),
+                   ("64x128+dqv4", {"backward_tiles": (64, 128), "backward_options": "dqv4",
+                                    "D": 64})]
+    for bad, why in (("+fast", "backward option 'fast'"), ("@64", "with tiles or an option"),
+                     ("+", "with tiles or an option")):
+        with pytest.raises(ValueError, match=why):
+            bb.parse_variants(bad)
+    assert bb.main(["--variants", "+fast", "--dry-run"]) == 2
+
+
+class _Grad:
+    """The few tensor methods ``grad_rel_diff`` calls, over a list of floats."""
+
+    def __init__(self, xs):
+        self.xs = list(xs)
+
+    def float(self):
+        return self
+
+    def abs(self):
+        return _Grad(abs(x) for x in self.xs)
+
+    def max(self):
+        return max(self.xs)
+
+    def __sub__(self, other):
+        return _Grad(a - b for a, b in zip(self.xs, other.xs))
+
+
+def test_grad_rel_diff_is_per_launcher_and_nan_where_refused():
+    def res(*grads):
+        return (1.0, 1.0, 10, tuple(_Grad(g) for g in grads))
+    flash = res([1.0, -4.0], [2.0], [0.5])
+    variant = res([1.0, -3.0], [2.0], [0.5])       # dq off by 1 of flash's largest 4
+    assert bb.grad_rel_diff(variant, flash) == pytest.approx(0.25)
+    assert bb.grad_rel_diff(flash, flash) == 0.0
+    assert math.isnan(bb.grad_rel_diff(None, flash))
+    assert math.isnan(bb.grad_rel_diff(variant, None))
+
+
+def test_host_burst_is_at_most_the_loop_length(monkeypatch):
+    import sys
+    log: list = []
+    monkeypatch.setitem(sys.modules, "torch", _fake_torch(log))
+    for n, want in ((3, 3), (200, bb.HOST_BURST)):
+        calls = []
+        assert bb._host_time(lambda: calls.append(1), n) >= 0
+        assert len(calls) == want
