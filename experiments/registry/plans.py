@@ -127,7 +127,8 @@ def backward_plan(arch: Arch) -> list[Case]:
     owns K/V tiles and scans Q, dO, LSE, Δ; dQ: a CTA owns Q tiles and scans K/V, as the
     forward), linear vs sawtooth, on the sawtooth study's problem class (B=8, H=1, D=64,
     S = ``scaled_seq``, fp16, 64×64 tiles, occupancy 2) with one persistent CTA per SM (each
-    owning several tiles, the Static schedule of the forward study); causal and not."""
+    owning several tiles, the Static schedule of the forward study); causal and not. Then the
+    dQ pass again with 64x128 tiles (K/V tiles of 128 rows), its spill-free twins."""
     s, p = scaled_seq(arch), arch.num_sms
     cases = []
     for causal in (False, True):
@@ -138,6 +139,16 @@ def backward_plan(arch: Arch) -> list[Case]:
                 v = Variant(Backend.CUTILE, order, CtaSchedule.persistent(p), Tiles(64, 64),
                             CUTILE_STUDY_OCCUPANCY, bwd=bwd)
                 cases.append(Case(prob, v, p, f"{bwd.value}-{mode}"))
+    # the dQ twins at 64x64 keep a stack frame (656 B; causal 2432 vs 4056 B); with 128-row K/V
+    # tiles both twins compile spill-free with equal registers (tests/cpu/kernels/
+    # test_backward_study_builds.py): the fair dQ comparison, a coarser step of the same scan
+    for causal in (False, True):
+        prob = Problem(B=8, H=1, S_q=s, D=64, causal=causal)
+        mode = "causal" if causal else "noncausal"
+        for order in (ScanOrder.linear(), ScanOrder.sawtooth()):
+            v = Variant(Backend.CUTILE, order, CtaSchedule.persistent(p), Tiles(64, 128),
+                        CUTILE_STUDY_OCCUPANCY, bwd=BackwardPass.DQ)
+            cases.append(Case(prob, v, p, f"dq-{mode}-n128"))
     return cases
 
 

@@ -25,11 +25,21 @@ def _misses(run: Path) -> dict:
 def test_backward_plan_on_h100_dry_run():
     r = cli("backward", "--arch", "h100", "--dry-run")
     assert r.returncode == 0, r.stderr
-    assert "backward on h100: 8 cases" in r.stdout
+    assert "backward on h100: 12 cases" in r.stdout
     for v in ("cutile.linear.static132.m64n64d64.occ2.dkdv",
-              "cutile.sawtooth.static132.m64n64d64.occ2.dq"):
+              "cutile.sawtooth.static132.m64n64d64.occ2.dq",
+              "cutile.sawtooth.static132.m64n128d64.occ2.dq"):
         assert v in r.stdout
     assert "S=262144" in r.stdout and "measure (one NVIDIA H100" in r.stdout
+
+
+def test_the_fair_dq_pairs_alone_on_h100_dry_run():
+    """The command that measures only the spill-free dQ pairs (64x128 tiles) added after the
+    committed run: its filter picks those four cases and nothing else."""
+    r = cli("backward", "--arch", "h100", "--filter", "m64n128", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert "backward on h100: 4 cases" in r.stdout
+    assert "m64n64" not in r.stdout and r.stdout.count(".m64n128d64.occ2.dq") == 4
 
 
 def test_a_small_simulated_run_shows_the_sawtooth_saving(tmp_path):
@@ -44,7 +54,7 @@ def test_a_small_simulated_run_shows_the_sawtooth_saving(tmp_path):
     rows = read_csv(out / "counters.csv")
     assert {x["source"] for x in rows} == {"simulated"}
     m = _misses(out)
-    assert len(m) == 8
+    assert len(m) == 12
     for (v, causal), n in m.items():
         if ".linear." in v and not causal:
             assert m[(v.replace(".linear.", ".sawtooth."), causal)] < n, v
@@ -52,8 +62,9 @@ def test_a_small_simulated_run_shows_the_sawtooth_saving(tmp_path):
 
 def test_the_committed_gb10_simulation_regenerates(tmp_path):
     """``python -m experiments.run backward --arch gb10`` (the lock-step LRU is deterministic)
-    gives the miss counts of the committed run profiles/gb10/backward-20261127."""
+    gives the miss counts of the committed run profiles/gb10/backward-20261127 (its 64x64
+    cases: the plan's 64x128 dQ pairs came later)."""
     out = tmp_path / "gb10"
-    r = cli("backward", "--arch", "gb10", "--no-figures", "--out", str(out))
+    r = cli("backward", "--arch", "gb10", "--filter", "m64n64", "--no-figures", "--out", str(out))
     assert r.returncode == 0, r.stderr
     assert _misses(out) == _misses(ROOT / "profiles/gb10/backward-20261127")
