@@ -19,6 +19,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from spec import Variant  # noqa: E402
 from spec.records import Metric  # noqa: E402
 
 from .bars import grouped_bars  # noqa: E402
@@ -27,8 +28,18 @@ from .style import gpu_name, seq_label  # noqa: E402
 
 FIGURE = "backward"
 STUDIES: tuple[str, ...] = ("backward",)
-GROUPS = (("dkdv", False), ("dq", False), ("dkdv", True), ("dq", True))
+GROUPS = (("dkdv", False, "m64n64"), ("dq", False, "m64n64"), ("dkdv", True, "m64n64"),
+          ("dq", True, "m64n64"), ("dq", False, "m64n128"), ("dq", True, "m64n128"))
+"""(pass, causal, tiles) of each bar group: the study's 64x64 builds, then its dQ pairs at
+64x128 (spill-free twins); a run draws the groups it has."""
 LABEL = {"dkdv": "dK/dV", "dq": "dQ"}
+
+
+def group_of(variant: str, causal: bool) -> int | None:
+    """The bar group of a variant id's rows (None: a build the figure does not draw)."""
+    v, _ = Variant.parse(variant)
+    key = (v.bwd.value if v.bwd else "", causal, v.tiles.label)
+    return GROUPS.index(key) if key in GROUPS else None
 
 
 def _causal(r: dict) -> bool:
@@ -45,15 +56,18 @@ def _series(rows: list[dict], metric: str, scale: float) -> dict:
             continue
         v = r["variant"]
         key = (v.split(".")[1], r.get("source") or "measured")
-        g = GROUPS.index((v.rsplit(".", 1)[-1], _causal(r)))
+        g = group_of(v, _causal(r))
+        if g is None:
+            continue
         out.setdefault(key, [float("nan")] * len(GROUPS))[g] = float(r["value"]) * scale
     return out
 
 
 def _prediction() -> list[dict]:
     from analysis.data import read_run
-    from analysis.findings.backward import BACKWARD_PREDICTION
-    return read_run(Path(BACKWARD_PREDICTION)).get("counters.csv", [])
+    from analysis.findings.backward import BACKWARD_PREDICTION, BACKWARD_PREDICTION_FAIR_DQ
+    return [r for p in (BACKWARD_PREDICTION, BACKWARD_PREDICTION_FAIR_DQ)
+            for r in read_run(Path(p)).get("counters.csv", [])]
 
 
 def load(rows: list[dict]) -> dict:
@@ -63,7 +77,8 @@ def load(rows: list[dict]) -> dict:
         raise Skip("no rows of the backward study")
     measured = any(r.get("source") == "measured" for r in rows)
     pred = _prediction() if measured and rows[0]["arch"] == "h100" else []
-    pred = [dict(r, source="predicted") for r in pred]
+    present = {r["variant"] for r in rows}
+    pred = [dict(r, source="predicted") for r in pred if r["variant"] in present]
     cut = [r for r in rows + pred if r["variant"].startswith("cutile.")]
     misses = _series(cut, Metric.L2_TEX_MISSES, 1e-6)
     times: dict = {}
@@ -73,15 +88,18 @@ def load(rows: list[dict]) -> dict:
     for r in rows:
         if r["metric"] == Metric.KERNEL_TIME_MS:
             samples.setdefault((r["variant"], _causal(r)), []).append(float(r["value"]))
+    n = len(GROUPS)
     for (v, causal), s in samples.items():
         if v.startswith("cutile."):
-            key, g = (v.split(".")[1], "measured"), GROUPS.index((v.rsplit(".", 1)[-1], causal))
-            times.setdefault(key, [float("nan")] * 4)[g] = statistics.median(s)
-            lo, hi = errors.setdefault(key, ([float("nan")] * 4, [float("nan")] * 4))
+            key, g = (v.split(".")[1], "measured"), group_of(v, causal)
+            if g is None:
+                continue
+            times.setdefault(key, [float("nan")] * n)[g] = statistics.median(s)
+            lo, hi = errors.setdefault(key, ([float("nan")] * n, [float("nan")] * n))
             lo[g], hi[g] = min(s), max(s)
         else:
-            vals = peers.setdefault((v, "measured"), [float("nan")] * 4)
-            for g, (_, c) in enumerate(GROUPS):
+            vals = peers.setdefault((v, "measured"), [float("nan")] * n)
+            for g, (_, c, _) in enumerate(GROUPS):
                 if c == causal:
                     vals[g] = statistics.median(s)
     if not times:
@@ -90,9 +108,24 @@ def load(rows: list[dict]) -> dict:
             "measured": measured, "S": rows[0]["S_q"], "B": rows[0]["B"], "run": run}
 
 
+def _drawn(data: dict) -> dict:
+    """``data`` cut to the groups that have a bar (a run need not hold every group)."""
+    keep = [g for g in range(len(GROUPS))
+            if any(vals[g] == vals[g] for vals in (*data["misses"].values(),
+                                                   *data["times"].values()))]
+    cut = lambda d: {k: [v[g] for g in keep] for k, v in d.items()}  # noqa: E731
+    return dict(data, keep=keep, misses=cut(data["misses"]), times=cut(data["times"]),
+                peers=cut(data["peers"]),
+                errors={k: tuple([x[g] for g in keep] for x in v)
+                        for k, v in data["errors"].items()})
+
+
 def plot(data: dict, arch: str | None = None):
-    groups = [f"{LABEL[p]}\n{'causal' if c else 'non-causal'}" for p, c in GROUPS]
-    fig, (a, b) = plt.subplots(1, 2, figsize=(13, 4.4), constrained_layout=True)
+    data = _drawn(data)
+    groups = [f"{LABEL[p]}\n{'causal' if c else 'non-causal'}"
+              + ("" if t == "m64n64" else f"\n{t[1:].replace('n', 'x')}")
+              for p, c, t in (GROUPS[g] for g in data["keep"])]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(13 + 2 * max(0, len(groups) - 4), 4.4), constrained_layout=True)
     grouped_bars(groups, data["misses"], ax=a, ylabel="L2 misses (M sectors, log)",
                  title="L2 misses" + (" (hatched: the prediction)" if data["measured"]
                                       else ""))
@@ -104,11 +137,12 @@ def plot(data: dict, arch: str | None = None):
                  title="time of one kernel (peers: their whole backward)" if data["measured"]
                  else "the misses' DRAM time: the most the sawtooth can save")
     fig.suptitle(f"backward: cuTile dK/dV and dQ kernels, B={data['B']} "
-                 f"S={seq_label(data['S'])} D=64, 64x64 tiles, one persistent CTA per SM, "
-                 f"{gpu_name(arch)}"
-                 + ("\nthe persistent dQ builds and the causal dK/dV sawtooth build spill "
+                 f"S={seq_label(data['S'])} D=64, 64x64 tiles unless named, one persistent "
+                 f"CTA per SM, {gpu_name(arch)}"
+                 + ("\nthe persistent 64x64 dQ builds and the causal dK/dV sawtooth build spill "
                     "(stack frames): those bars measure the build, not the order"
-                    if data["measured"] else "")
+                    if data["measured"] and any(GROUPS[g][2] == "m64n64"
+                                                for g in data["keep"]) else "")
                  + (f"\n{data['run']['note']}" if data["run"]["note"] else ""))
     return fig
 

@@ -25,6 +25,9 @@ from typing import Sequence
 from spec.records import Metric
 
 BACKWARD_PREDICTION = "profiles/h100/backward-prediction-20261127"
+BACKWARD_PREDICTION_FAIR_DQ = "profiles/h100/backward-prediction-20261127b"
+"""The prediction for the plan's dQ pairs at 64x128 tiles (spill-free twins), committed before
+they were measured."""
 BACKWARD_RUN = "profiles/h100/backward-20261127"
 BACKWARD_GB10 = "profiles/gb10/backward-20261127"
 FORWARD_RUN = "profiles/h100/sawtooth-20261123"

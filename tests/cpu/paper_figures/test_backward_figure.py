@@ -23,7 +23,7 @@ def _rows(run: Path) -> list[dict]:
 
 
 def _group(variant: str, causal) -> int:
-    return fig.GROUPS.index((variant.rsplit(".", 1)[-1], str(causal) == "True"))
+    return fig.group_of(variant, str(causal) == "True")
 
 
 def test_measured_bars_are_the_ncu_medians_and_the_prediction():
@@ -58,3 +58,21 @@ def test_a_simulated_run_draws_the_dram_time_of_its_misses():
             assert d["times"][key][_group(r["variant"], r["causal"])] == \
                 pytest.approx(float(r["value"]) * 1e3)
     fig.plot(d, "gb10")
+
+
+def test_the_64x128_dq_pairs_are_groups_of_their_own():
+    """A run holding the dQ pass at both tile sizes (here the two committed predictions as one
+    run) keeps each build's misses in its own group; the drawn groups are the six it has."""
+    pred_b = Path("profiles/h100/backward-prediction-20261127b")
+    rows = [dict(r, run="both") for p in (PRED, pred_b) for r in read_run(p)["counters.csv"]]
+    d = fig.load(rows)
+    n = 0
+    for r in rows:
+        if r["metric"] == Metric.L2_TEX_MISSES:
+            key = (r["variant"].split(".")[1], "simulated")
+            assert d["misses"][key][_group(r["variant"], r["causal"])] == \
+                pytest.approx(float(r["value"]) / 1e6)
+            n += 1
+    assert n == 12
+    f = fig.plot(d, "h100")
+    assert len(f.axes[0].get_xticklabels()) == len(fig.GROUPS) == 6
