@@ -22,6 +22,7 @@ from __future__ import annotations
 import statistics
 from typing import Sequence
 
+from spec import Variant
 from spec.records import Metric
 
 BACKWARD_PREDICTION = "profiles/h100/backward-prediction-20261127"
@@ -39,10 +40,12 @@ def _pass_of(variant: str) -> str:
     return variant.rsplit(".", 1)[-1]
 
 
-def _key(r: dict) -> tuple[str, bool, str]:
-    v = r["variant"]
-    order = v.split(".")[1]
-    return _pass_of(v), str(r["causal"]) in ("True", "true", "1"), order
+def _key(r: dict) -> tuple[str, bool, str, str]:
+    """(pass, causal, tiles, order) of a row: the tiles keep the plan's 64x128 dQ pairs apart
+    from its 64x64 builds."""
+    v = Variant.parse(r["variant"])[0]
+    return _pass_of(r["variant"]), str(r["causal"]) in ("True", "true", "1"), v.tiles.label, \
+        v.order.label
 
 
 def _medians(timing: Sequence[dict], what: str) -> dict:
@@ -55,7 +58,7 @@ def _medians(timing: Sequence[dict], what: str) -> dict:
 
 def backward_check(predicted: Sequence[dict], counters: Sequence[dict],
                    timing: Sequence[dict], dram_bytes_per_s: float) -> list[dict]:
-    """One row per (pass, causal): misses of linear and sawtooth predicted and measured, their
+    """One row per (pass, causal, tiles): misses of linear and sawtooth predicted and measured, their
     ratios (``ranges_apart``: the launches' min..max do not overlap), the measured DRAM reads and
     the time they take at ``dram_bytes_per_s`` (``dram_saving_ms``: what the removed reads
     cost), the bound on the time sawtooth can save as predicted (``max_saving_ms``), and the
@@ -76,9 +79,9 @@ def backward_check(predicted: Sequence[dict], counters: Sequence[dict],
             dram[_key(r)] = float(r["value"])
     ms = _medians(timing, lambda r: _key(r) if r["variant"].startswith("cutile.") else None)
     out = []
-    for p, causal in sorted({(k[0], k[1]) for k in pred}):
-        lin, saw = (p, causal, "linear"), (p, causal, "sawtooth")
-        row = dict(pass_=p, causal=causal,
+    for p, causal, tiles in sorted({k[:3] for k in pred}):
+        lin, saw = (p, causal, tiles, "linear"), (p, causal, tiles, "sawtooth")
+        row = dict(pass_=p, causal=causal, tiles=tiles,
                    pred_linear=pred.get(lin), pred_sawtooth=pred.get(saw),
                    pred_ratio=pred[saw] / pred[lin] if lin in pred and saw in pred else None)
         if lin in meas and saw in meas:
