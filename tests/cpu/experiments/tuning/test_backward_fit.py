@@ -169,10 +169,11 @@ def test_a_registered_validation_run_fills_the_comparison_and_is_never_fitted(
     (run / "tune.csv").write_text("\n".join(rows) + "\n")
     real = reg.find
 
-    def find(**kw):
+    def find(**kw):   # the registered validation runs replaced by this one
         extra = [SimpleNamespace(role="evidence", abspath=run, path="h100/x", sha256="0")]
-        return real(**kw) + (extra if kw.get("study") == backward_fit.STUDY and kw.get("role")
-                             in (None, "evidence") else [])
+        if kw.get("study") != backward_fit.STUDY or kw.get("role") not in (None, "evidence"):
+            return real(**kw)
+        return [r for r in real(**kw) if r.role == "tuning"] + extra
     monkeypatch.setattr(reg, "find", find)
     judged = backward_fit.validation_times("h100")
     assert set(judged) == {(label, "dkdv"), (label, "dq")}
