@@ -30,6 +30,8 @@ BACKWARD_PREDICTION_FAIR_DQ = "profiles/h100/backward-prediction-20261127b"
 """The prediction for the plan's dQ pairs at 64x128 tiles (spill-free twins), committed before
 they were measured."""
 BACKWARD_RUN = "profiles/h100/backward-20261127"
+BACKWARD_RUN_FAIR_DQ = "profiles/h100/backward-20261127b"
+"""The H100 run of the plan's dQ pairs at 64x128 tiles, after ``BACKWARD_PREDICTION_FAIR_DQ``."""
 BACKWARD_GB10 = "profiles/gb10/backward-20261127"
 FORWARD_RUN = "profiles/h100/sawtooth-20261123"
 """The forward's sawtooth study on the H100 (the same problem class, cuTile Static 64x64): the
@@ -154,13 +156,18 @@ def sections(arch: str) -> dict:
     run = read_run(Path(BACKWARD_RUN))
     fwd = read_run(Path(FORWARD_RUN))
     from spec import get_arch
+    dram = get_arch(arch).dram_bytes_per_s
     rows = backward_check(read_run(Path(BACKWARD_PREDICTION)).get("counters.csv", []),
-                          run.get("counters.csv", []), run.get("timing.csv", []),
-                          get_arch(arch).dram_bytes_per_s)
+                          run.get("counters.csv", []), run.get("timing.csv", []), dram)
+    if (root() / BACKWARD_RUN_FAIR_DQ).is_dir():
+        fair = read_run(Path(BACKWARD_RUN_FAIR_DQ))
+        rows += backward_check(read_run(Path(BACKWARD_PREDICTION_FAIR_DQ)).get("counters.csv", []),
+                               fair.get("counters.csv", []), fair.get("timing.csv", []), dram)
     return {
         "sB_backward": (f"B. The backward's sawtooth: each kernel alone, linear vs sawtooth "
-                        f"(cuTile 64x64, 132 persistent CTAs, B=8 S=262144 D=64; "
-                        f"{BACKWARD_PREDICTION} committed before {BACKWARD_RUN}): miss ratio "
+                        f"(cuTile 64x64 and, for dQ, 64x128; 132 persistent CTAs, B=8 S=262144 "
+                        f"D=64; {BACKWARD_PREDICTION} before {BACKWARD_RUN}, "
+                        f"{BACKWARD_PREDICTION_FAIR_DQ} before {BACKWARD_RUN_FAIR_DQ}): miss ratio "
                         "predicted and measured, time ratio measured, and the most time the "
                         "removed misses can cost (their DRAM time)", rows),
         "sB_backward_peers": ("B2. The backward's time scale: our two passes (linear) and SDPA's "
