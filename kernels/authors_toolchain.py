@@ -285,18 +285,12 @@ def summary(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _open_text(path: Path):
-    """A text file, decompressed by its suffix (``spec.records.open_text``: the committed CSV and
-    fixture are stored compressed)."""
-    return open_text(path)
-
-
 def step_table(csv_path: Path) -> str:
     """The per-build table of a committed ``builds.csv`` (markdown): per build, toolchain and
     target the registers, stack and CTAs per SM; then the bulk K/V step loops (``bulk``) and the
     other step loops (the masked diagonal tiles), each as MMAs, LDL+STL and body length per
     iteration, loops separated by ``/``."""
-    with _open_text(csv_path) as f:
+    with open_text(csv_path) as f:
         rows = list(csv.DictReader(f))
     groups: dict = {}
     for r in rows:
@@ -327,7 +321,7 @@ def step_table(csv_path: Path) -> str:
 
 
 def sass_report(path: Path) -> str:
-    with _open_text(path) as f:
+    with open_text(path) as f:
         func = sass_loops.kernel(f.read())
     loops = func.loops()
     out = [f"{func.name}: {len(func.instructions)} instructions, {len(loops)} loops",

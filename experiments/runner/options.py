@@ -122,6 +122,19 @@ def has_cuda_gpu() -> bool:
     return detect() is not None
 
 
+def require_present(arch, what: str):
+    """The GPU present, which must be ``arch``'s: else a one-line UsageError naming both and the
+    way out (``what`` measures: "the sweep", "tuning", ...). Looked up on ``spec`` at call time,
+    so a test's stand-in GPU is seen."""
+    import spec
+    present = spec.detect()
+    if present is None or present.name != arch.name:
+        raise UsageError(f"{what} measures on the {arch.name} GPU, and the GPU present is "
+                         f"{present.name if present else 'none'}; run it on that machine "
+                         "(or pass --dry-run)")
+    return present
+
+
 def resolve_mode(requested: str, study, has_gpu: bool, elsewhere: bool = False) -> tuple[str, str]:
     """(mode, one-line reason). ``elsewhere``: the GPUs are those of Slurm jobs, not this host's."""
     can_measure = study.measurable

@@ -38,21 +38,11 @@ FIELDS = ("family", "half", "problem", "launcher", "fwd_bwd_ms", "bwd_ms", "n_ca
 
 
 def _launchers(pr, variants=()):
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
     from cuda_baseline import attention
-    gqa = pr.H != pr.H_kv
 
-    def peer(backend):
-        def run(q, k, v):
-            with sdpa_kernel([backend]):
-                return F.scaled_dot_product_attention(q, k, v, is_causal=pr.causal,
-                                                      enable_gqa=gqa)
-        return run
+    from .eager import sdpa_peers
     out = {"cuda": lambda q, k, v: attention(q, k, v, causal=pr.causal),
-           "flash": peer(SDPBackend.FLASH_ATTENTION),
-           "cudnn": peer(SDPBackend.CUDNN_ATTENTION)}
+           **sdpa_peers(pr.causal, pr.H != pr.H_kv)}
     for name, kw in variants:
         if not _applies(kw, pr):
             continue

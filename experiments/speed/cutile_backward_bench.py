@@ -159,21 +159,11 @@ def choose(rows, problems):
 
 
 def _launchers(pr):
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
     from kernels import attention
-    gqa = pr.H != pr.H_kv
 
-    def peer(backend):
-        def run(q, k, v):
-            with sdpa_kernel([backend]):
-                return F.scaled_dot_product_attention(q, k, v, is_causal=pr.causal,
-                                                      enable_gqa=gqa)
-        return run
+    from .eager import sdpa_peers
     return {"cutile": lambda q, k, v: attention(q, k, v, causal=pr.causal),
-            "flash": peer(SDPBackend.FLASH_ATTENTION),
-            "cudnn": peer(SDPBackend.CUDNN_ATTENTION)}
+            **sdpa_peers(pr.causal, pr.H != pr.H_kv)}
 
 
 def _wall_ms(fn, n: int, repeats: int) -> float:

@@ -116,6 +116,22 @@ def eager_call_ms(fns: dict[str, Callable[[], None]], *, reps: int = 30,
     return {n: [s.elapsed_time(e) for s, e in pairs] for n, pairs in ev.items()}
 
 
+def sdpa_peers(causal: bool, gqa: bool) -> dict:
+    """``{"flash": fn, "cudnn": fn}``: SDPA's two backends as ``fn(q, k, v)`` launchers, each
+    call in its backend's context (``enable_gqa`` for grouped K/V heads), for benches that call
+    them on fresh tensors (``sdpa_callers`` binds its inputs)."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    def peer(backend):
+        def run(q, k, v):
+            with sdpa_kernel([backend]):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                      enable_gqa=gqa)
+        return run
+    return {"flash": peer(SDPBackend.FLASH_ATTENTION), "cudnn": peer(SDPBackend.CUDNN_ATTENTION)}
+
+
 def sdpa_callers(q, k, v, causal: bool) -> tuple[dict, dict]:
     """(callers, contexts) of SDPA's flash and cuDNN backends that accept the problem: a call is
     ``F.scaled_dot_product_attention`` alone, its backend chosen by the context entered around

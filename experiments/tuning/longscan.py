@@ -28,7 +28,7 @@ from pathlib import Path
 from spec import get_arch, known_archs
 from spec.arch import UnknownArch
 
-from ..runner.options import UsageError
+from ..runner.options import UsageError, require_present
 from .sweep import LONG_CAUSAL
 
 COLUMNS = ("problem", "config", "who", "metric", "ms", "spread", "verdict")
@@ -108,12 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"longscan on {arch.name}: {len(LONG_CAUSAL)} problems "
                   f"({', '.join(p.label for p in LONG_CAUSAL)}), {args.reps} calls each")
             return 0
-        import spec
-        present = spec.detect()
-        if present is None or present.name != arch.name:
-            raise UsageError(f"longscan measures on the {arch.name} GPU, and the GPU present is "
-                             f"{present.name if present else 'none'}; run it on that machine "
-                             "(or pass --dry-run)")
+        require_present(arch, "longscan")
     except (UsageError, UnknownArch, FileExistsError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -51,7 +51,7 @@ from kernels.choice import CANDIDATES, config_label
 from spec import Problem, get_arch, known_archs
 from spec.arch import UnknownArch
 
-from ..runner.options import UsageError
+from ..runner.options import UsageError, require_present
 
 SETS = ("tuning", "validation", "shapes", "scan", "long")
 SET_GROUPS = {"models": ("tuning", "validation"), "shapes": ("shapes",), "scan": ("scan",),
@@ -187,12 +187,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"sweep on {arch.name}: {len(plan)} problems ({', '.join(groups)}), {n} "
                   f"(problem, configuration) pairs, {args.reps} timed repetitions each")
             return 0
-        import spec
-        present = spec.detect()
-        if present is None or present.name != arch.name:
-            raise UsageError(f"the sweep measures on the {arch.name} GPU, and the GPU present is "
-                             f"{present.name if present else 'none'}; run it on that machine "
-                             "(or pass --dry-run)")
+        present = require_present(arch, "the sweep")
     except (UsageError, UnknownArch, FileExistsError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

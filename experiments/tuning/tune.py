@@ -52,6 +52,7 @@ from kernels.config import (
 from spec import Arch, Backend, Problem, ScanOrder, Variant, get_arch, known_archs
 from spec.arch import UnknownArch
 
+from ..runner.options import UsageError, require_present
 from .candidates import (
     KEYS,
     Candidate,
@@ -260,10 +261,6 @@ def write_atomic(path: Path, doc: dict, force: bool) -> None:
         tmp.unlink(missing_ok=True)
 
 
-class UsageError(ValueError):
-    pass
-
-
 def _keys(only: str | None) -> list[tuple[int, bool]]:
     if not only:
         return list(KEYS)
@@ -363,11 +360,7 @@ def main(argv: list[str] | None = None) -> int:
         if out.exists() and not args.force:
             raise UsageError(f"{out} exists; pass --force to replace it or --out to write "
                              "another file")
-        import spec
-        present = spec.detect()
-        if present is None or present.name != arch.name:
-            raise UsageError(f"tuning measures on the {arch.name} GPU, and the GPU present is "
-                             f"{present.name if present else 'none'}; run it on that machine")
+        present = require_present(arch, "tuning")
         existing = json.loads(out.read_text()) if out.exists() else None
     except (UsageError, UnknownArch) as e:
         print(f"error: {e}", file=sys.stderr)
