@@ -191,7 +191,7 @@ def test_tactics_match_fp32_reference(causal, tactic, tiles, occ, ww):
     from experiments.measurement.correctness import check
     from kernels.backend import CutileFamily
     from kernels.config import KernelConfig
-    from kernels.fmha import tactic_code
+    from kernels.fmha_tactics import tactic_code
     pr = problem(128 if tiles == Tiles(64, 128) else 64, causal)   # the spill-free head dims
     code = tactic_code(**tactic)
     q, k, v, out = _setup(pr, _seed("tactic", causal, code, tiles.m, tiles.n))
