@@ -44,10 +44,7 @@ The NVIDIA tuning ladder (``LEVEL``), each step on top of the previous one:
 (K 2, V 4), 5 the occupancy hint (a kernel hint, applied by ``get_kernel``), 6 approximate final
 division. Level 6 is what every study variant runs.
 
-Tactics (``TACTIC``, a constant; 0 is every study's build): bit 0 takes the masked tiles first in
-a forward scan too (``mf`` below: FlashAttention's order, the item ending on the mask-free bulk);
-bit 1 loads the bulk's K/V (whole tiles) unchecked; bits 4-7 / 8-11 replace the K / V latency
-hints. H100: none is a clear win, masked-first costs 4-9% at D=128 (profiles/h100/sweep-20261127a).
+Tactics (``TACTIC``, a constant; 0 is every study's build): ``kernels.fmha_tactics``.
 
 The trace build (``TRACE=True``) additionally stores, for every CTA and step, the
 ``(b, h, q_tile, kv_tile)`` it visits into an int32 ``[n_ctas, max_steps, 4]`` tensor: the layout
@@ -61,39 +58,27 @@ from functools import lru_cache
 import cuda.tile as ct
 from cuda.tile import PaddingMode, RoundingMode
 
-from spec.orders import OrderKind
-from spec.schedules import ScheduleKind, WorkOrder
-
-ConstInt = ct.Constant[int]
-ConstBool = ct.Constant[bool]
-
-# The constant codes: the spec's enums, spelled once.
-ORDER_LINEAR, ORDER_SAWTOOTH, ORDER_REVERSE, ORDER_BLOCK_PARITY = (
-    int(OrderKind.LINEAR), int(OrderKind.SAWTOOTH), int(OrderKind.REVERSE),
-    int(OrderKind.BLOCK_PARITY))
-SCHED_GRID, SCHED_TILE_X, SCHED_PERSISTENT = (
-    int(ScheduleKind.GRID), int(ScheduleKind.TILE_X), int(ScheduleKind.PERSISTENT))
-SCHED_LONGEST_FIRST, SCHED_SECTIONED, SCHED_SNAKE = (
-    int(ScheduleKind.LONGEST_FIRST), int(ScheduleKind.SECTIONED_LONGEST_FIRST),
-    int(ScheduleKind.SNAKE))
-WORK_Q_MAJOR, WORK_HEAD_MAJOR = int(WorkOrder.Q_MAJOR), int(WorkOrder.HEAD_MAJOR)
+from kernels.fmha_tactics import (
+    LATENCY_K,
+    LATENCY_V,
+    TACTIC_MASKED_FIRST,
+    TACTIC_NO_BOUNDS,
+    TACTIC_PREFETCH_Q,
+)
+from kernels.fmha_work import (
+    SCHED_GRID,
+    SCHED_SECTIONED,
+    SCHED_TILE_X,
+    ConstBool,
+    ConstInt,
+    deal,
+    item,
+    reversed_for,
+)
 
 NEG_BIG = -2.0 ** 100    # finite mask value, a power of two: see the module docstring (NaN trap)
 INV_LN2 = 1.0 / math.log(2.0)
 ZERO = PaddingMode.ZERO    # out-of-bounds rows of partial tiles read as 0 (never NaN garbage)
-
-TACTIC_MASKED_FIRST, TACTIC_NO_BOUNDS = 1, 2    # TACTIC bits (module docstring)
-LATENCY_K, LATENCY_V = 2, 4    # the ladder's level-4 hints; TACTIC bits 4-7 / 8-11 replace them
-
-
-def tactic_code(*, masked_first=False, no_bounds=False, latency_k=0, latency_v=0) -> int:
-    """The TACTIC constant of these choices (a latency of 0 keeps the ladder's hint)."""
-    if not (0 <= latency_k <= 10 and 0 <= latency_v <= 10):
-        raise ValueError(f"latency_k={latency_k}, latency_v={latency_v}: a load latency hint "
-                         "is 1..10 (0: the default)")
-    return (TACTIC_MASKED_FIRST * bool(masked_first) + TACTIC_NO_BOUNDS * bool(no_bounds)
-            + (latency_k << 4) + (latency_v << 8))
-
 
 def qk_scale_for(head_dim: int, level: int, scale: float | None = None) -> float:
     """The scalar the kernel multiplies Q·Kᵀ by: the softmax scale (``scale``, None: 1/sqrt(D)),
@@ -105,21 +90,6 @@ def qk_scale_for(head_dim: int, level: int, scale: float | None = None) -> float
 # ------------------------------------------------------------------------------------------------
 # helpers (inlined by the cuTile front end)
 # ------------------------------------------------------------------------------------------------
-def reversed_for(ORDER: ConstInt, GROUP: ConstInt, it, cta):
-    """1 when the scan runs backward, else 0 (spec ``ScanOrder.reversed_for``).
-
-    ``it`` is the CTA's local Q-tile counter, ``cta`` its index in the launched grid."""
-    if ORDER == ORDER_LINEAR:
-        r = 0
-    elif ORDER == ORDER_REVERSE:
-        r = 1
-    elif ORDER == ORDER_SAWTOOTH:
-        r = (it // GROUP) % 2
-    else:
-        r = cta % 2
-    return r
-
-
 def _record(Trace, cta, step, b, h, q_tile, j):
     """Trace build: store (b, h, q_tile, kv_tile) at ``Trace[cta, step, :]``."""
     lane = ct.arange(4, dtype=ct.int32)                                       # [4]
@@ -197,11 +167,31 @@ def attention_tile_impl(Q, K, V, Out, Trace, LSE, qk_scale, b, h, kvh, q_tile, r
 
     Returns the number of K/V steps taken (``Tc``), which the schedules add to the CTA's step
     counter of the trace build."""
+    m_i, l_i, acc, Tc = _scan(Q, K, V, Trace, 0, qk_scale, b, h, kvh, q_tile, r, cta, step0,
+                              TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, LEVEL, TRACE, TACTIC, True)
+    _epilogue(Out, LSE, m_i, l_i, acc, b, h, q_tile, TILE_M, TILE_D, LEVEL, SAVE_LSE)
+    return Tc
+
+
+def _load_q(Q, b, h, q_tile, TILE_M: ConstInt, TILE_D: ConstInt):
+    """The Q tile ``[TILE_M, D]`` of head (b, h)."""
+    q = ct.load(Q, index=(b, h, q_tile, 0), shape=(1, 1, TILE_M, TILE_D), padding_mode=ZERO)
+    return ct.reshape(q, (TILE_M, TILE_D))                                    # [TILE_M, D]
+
+
+def _scan(Q, K, V, Trace, q_in, qk_scale, b, h, kvh, q_tile, r, cta, step0,
+          TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, CAUSAL: ConstBool,
+          EVEN_K: ConstBool, LEVEL: ConstInt, TRACE: ConstBool, TACTIC: ConstInt,
+          LOAD_Q: ConstBool):
+    """The K/V scan of one Q tile (``LOAD_Q``: loaded here, else the tile ``q_in``): returns the
+    online softmax's (m, l, acc, Tc)."""
     q_len = Q.shape[2]
     k_len = K.shape[2]
     n_kv = ct.cdiv(k_len, TILE_N)
-    q = ct.load(Q, index=(b, h, q_tile, 0), shape=(1, 1, TILE_M, TILE_D), padding_mode=ZERO)
-    q = ct.reshape(q, (TILE_M, TILE_D))                                       # [TILE_M, D]
+    if LOAD_Q:
+        q = _load_q(Q, b, h, q_tile, TILE_M, TILE_D)
+    else:
+        q = q_in
     offs_m = q_tile * TILE_M + ct.arange(TILE_M, dtype=ct.int32)              # [TILE_M]
     m_i = ct.full((TILE_M, 1), -math.inf, dtype=ct.float32)
     l_i = ct.full((TILE_M, 1), 0.0, dtype=ct.float32)
@@ -251,6 +241,12 @@ def attention_tile_impl(Q, K, V, Out, Trace, LSE, qk_scale, b, h, kvh, q_tile, r
             m_i, l_i, acc = _kv_step(q, K, V, b, kvh, j, m_i, l_i, acc, qk_scale, offs_m, k_len,
                                      TILE_D, TILE_M, TILE_N, False, CAUSAL, LEVEL, TACTIC)
 
+    return m_i, l_i, acc, Tc
+
+
+def _epilogue(Out, LSE, m_i, l_i, acc, b, h, q_tile, TILE_M: ConstInt, TILE_D: ConstInt,
+              LEVEL: ConstInt, SAVE_LSE: ConstBool):
+    """O = acc / l into ``Out`` (and, ``SAVE_LSE``, the rows' log-sum-exp into ``LSE``)."""
     if LEVEL >= 6:
         acc = ct.truediv(acc, l_i, flush_to_zero=True, rounding_mode=RoundingMode.APPROX)
     else:
@@ -260,7 +256,6 @@ def attention_tile_impl(Q, K, V, Out, Trace, LSE, qk_scale, b, h, kvh, q_tile, r
     if SAVE_LSE:
         lse = m_i + ct.log2(l_i)                                              # [TILE_M, 1]
         ct.store(LSE, index=(b, h, q_tile), tile=ct.reshape(lse, (1, 1, TILE_M)))
-    return Tc
 
 
 # ------------------------------------------------------------------------------------------------
@@ -316,29 +311,36 @@ def fmha_fwd_impl(Q, K, V, Out, Trace, LSE, qk_scale, H, QUERY_GROUP_SIZE,
         # (SNAKE) or of the items sorted longest first, heads fastest (LPT) (spec.schedules)
         total = n_q * n_bh
         n_ctas = ct.num_blocks(0)
+        PREFETCH = (TACTIC // TACTIC_PREFETCH_Q) % 2 == 1
+        if PREFETCH:     # the first item's Q (a CTA has one: the grid is at most the items)
+            bh, q_tile = item(ct.minimum(deal(0, cta, n_ctas, SCHED), total - 1), n_q, n_bh,
+                               SCHED, WORK)
+            q = _load_q(Q, bh // H, bh % H, q_tile, TILE_M, TILE_D)
         it = 0
         step = 0
         while it * n_ctas < total:   # a while, not a for (module docstring)
-            w = it * n_ctas + cta
-            if SCHED == SCHED_LONGEST_FIRST or SCHED == SCHED_SNAKE:
-                if it % 2 == 1:
-                    w = it * n_ctas + n_ctas - 1 - cta
-            if SCHED == SCHED_LONGEST_FIRST:
-                bh = w % n_bh
-                q_tile = n_q - 1 - w // n_bh
-            elif WORK == WORK_HEAD_MAJOR:
-                bh = w % n_bh
-                q_tile = w // n_bh
-            else:
-                bh = w // n_q
-                q_tile = w % n_q
+            w = deal(it, cta, n_ctas, SCHED)
+            bh, q_tile = item(w, n_q, n_bh, SCHED, WORK)
             if w < total:
                 head = bh % H
-                tc = attention_tile_impl(Q, K, V, Out, Trace, LSE, qk_scale, bh // H, head,
-                                         head // QUERY_GROUP_SIZE, q_tile,
-                                         reversed_for(ORDER, GROUP, it, cta), cta, step,
-                                         TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, LEVEL, TRACE,
-                                         SAVE_LSE, TACTIC)
+                r = reversed_for(ORDER, GROUP, it, cta)
+                if PREFETCH:
+                    m_i, l_i, acc, tc = _scan(Q, K, V, Trace, q, qk_scale, bh // H, head,
+                                              head // QUERY_GROUP_SIZE, q_tile, r, cta, step,
+                                              TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, LEVEL,
+                                              TRACE, TACTIC, False)
+                    # the next item's Q load, issued before this item's epilogue and carried
+                    # (the last item loads a clamped, valid tile it never uses)
+                    nbh, nq = item(ct.minimum(deal(it + 1, cta, n_ctas, SCHED), total - 1),
+                                    n_q, n_bh, SCHED, WORK)
+                    q = _load_q(Q, nbh // H, nbh % H, nq, TILE_M, TILE_D)
+                    _epilogue(Out, LSE, m_i, l_i, acc, bh // H, head, q_tile, TILE_M, TILE_D,
+                              LEVEL, SAVE_LSE)
+                else:
+                    tc = attention_tile_impl(Q, K, V, Out, Trace, LSE, qk_scale, bh // H, head,
+                                             head // QUERY_GROUP_SIZE, q_tile, r, cta, step,
+                                             TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, LEVEL,
+                                             TRACE, SAVE_LSE, TACTIC)
                 step = step + tc
             it = it + 1
 

@@ -41,7 +41,8 @@ from functools import lru_cache
 
 import cuda.tile as ct
 
-from .fmha import SCHED_GRID, WORK_HEAD_MAJOR, ZERO, ConstBool, ConstInt, reversed_for
+from .fmha import ZERO
+from .fmha_work import SCHED_GRID, WORK_HEAD_MAJOR, ConstBool, ConstInt, reversed_for
 
 
 # ------------------------------------------------------------------------------------------------

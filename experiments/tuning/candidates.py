@@ -121,7 +121,7 @@ def by_speed(trials: dict, cands: list[Candidate]) -> list[Candidate]:
 
 
 def _tac(**kw) -> int:
-    from kernels.fmha import tactic_code
+    from kernels.fmha_tactics import tactic_code
     return tactic_code(**kw)
 
 
@@ -133,7 +133,12 @@ def tactic_trials(D: int, causal: bool) -> list[Candidate]:
     mask-free bulk), the bulk's loads unchecked (whole tiles), and other K/V load-latency hints
     (the pipeline depth the compiler gives each load); then two hint-only configurations: 64x128
     with 8 worker warps at one CTA per SM (two consumer warpgroups, FA3's shape for 128 rows
-    halved), and causal 128x128 held by persistent CTAs dealt longest first."""
+    halved), and causal 128x128 held by persistent CTAs dealt longest first. At D=64, every
+    persistent configuration the rule chooses among again with the next item's Q load issued
+    before the current item's epilogue (``prefetch_q``: a CTA of a short batch runs many items,
+    and the load and epilogue are a large share of each), except 64x64 tiles: on sm_90 the
+    carried tile spills at four CTAs per SM (96 B of stack) and at two takes the shared memory
+    of the second CTA (116 KB)."""
     lat = [_tac(latency_k=k, latency_v=v) for k, v in ((4, 4), (3, 3), (1, 2))]
     if causal:
         base = Candidate(64, 128, 2, None, "glpt")
@@ -150,4 +155,14 @@ def tactic_trials(D: int, causal: bool) -> list[Candidate]:
         out += [Candidate(64, 64, 4, None, "persistent", t) for t in (_tac(no_bounds=True), lat[0])]
     if D == 128:
         out.append(Candidate(64, 128, 1, 8, "glpt" if causal else "persistent"))
+    else:
+        from kernels.choice import CANDIDATES
+        out += [Candidate(c.tile_m, c.tile_n, c.occupancy, c.worker_warps, c.schedule,
+                          c.tactic | _tac(prefetch_q=True))
+                for c in CANDIDATES[causal]
+                if c.schedule in PERSISTENT_SCHEDULES and (c.tile_m, c.tile_n) != (64, 64)]
     return out
+
+
+PERSISTENT_SCHEDULES = ("persistent", "lpt", "snake")
+"""The schedules whose CTAs loop over work items (where a next-item prefetch exists)."""

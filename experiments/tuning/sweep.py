@@ -4,12 +4,14 @@
 
     python -m experiments.tuning.sweep --arch h100 [--sets models,scan] [--reps 10] [--out DIR]
                                 [--budget-s 520] [--shard I/N] [--masks full]
-                                [--tactics] [--peers] [--dry-run]
+                                [--head-dim 64] [--max-s 577]
+                                [--tactics [all|prefetch]] [--peers] [--dry-run]
 
 Problem sets (the ``set`` column of ``trials.csv.gz``):
 
 - ``tuning`` / ``validation``: the two halves of the model families
-  (``experiments.registry.suites.model_problems``); the fit sees the tuning half only;
+  (``experiments.registry.suites.model_problems``; ``--sets models`` both, ``--sets tuning`` the
+  tuning half alone); the fit sees the tuning half only;
 - ``shapes``: the shape suite up to S=32K (``experiments.registry.suites.shapes_problems``: the
   benchmark's shapes, batched short prefill, grouped heads, uneven lengths, a short query block
   against a long K/V), the problems the old shape classes were tuned on; the fit sees them;
@@ -22,9 +24,11 @@ Problem sets (the ``set`` column of ``trials.csv.gz``):
 
 ``--tactics`` adds the kernel-tactic trials (``experiments.tuning.candidates.tactic_trials``:
 the same configurations with the masked tiles first, unchecked bulk loads, other load-latency
-hints, and two hint-only configurations) to every problem's candidates; the rule reads only
-the configurations it chooses among, so these rows are an A/B, not fit data, until a candidate
-list names them. ``--peers`` also times PyTorch SDPA's flash and cuDNN backends on the same
+hints, the next-item Q prefetch of the persistent configurations, and two hint-only
+configurations) to every problem's candidates; ``--tactics prefetch`` adds only the prefetch
+trials. The rule reads only the configurations it chooses among, so these rows are an A/B, not
+fit data, until a candidate list names them. ``--head-dim`` and ``--max-s`` keep the problems of
+that head dimension and of at most that many query and key rows. ``--peers`` also times PyTorch SDPA's flash and cuDNN backends on the same
 inputs right after each problem's candidates (cold L2, interleaved with each other; rows with
 ``config`` sdpa-flash / sdpa-cudnn, which the fit ignores).
 
@@ -36,6 +40,9 @@ Builds compile first, all problems at once, in parallel worker processes.
 
 ``--budget-s``: no new problem starts after that many seconds (the device's per-command limit);
 the manifest names the problems left out. The run directory appears only when the sweep ends.
+``--dry-run`` prints the plan and its time estimate: the compile phase plus a cost per timed row
+(a candidate or a peer on one problem), the largest rates of the committed H100 sweeps
+(``COMPILE_S``, ``ROW_S``).
 """
 from __future__ import annotations
 
@@ -54,14 +61,19 @@ from spec.arch import UnknownArch
 from ..runner.options import UsageError, require_present
 
 SETS = ("tuning", "validation", "shapes", "scan", "long")
-SET_GROUPS = {"models": ("tuning", "validation"), "shapes": ("shapes",), "scan": ("scan",),
-              "long": ("long",)}
+SET_GROUPS = {"models": ("tuning", "validation"), "tuning": ("tuning",), "shapes": ("shapes",),
+              "scan": ("scan",), "long": ("long",)}
 SCAN_LENGTHS = (197, 256, 257, 512, 577, 1024)
 LONG_CAUSAL = tuple(Problem(1, max(2, 16 * 16384 // s), s, d, dtype="bf16", causal=True)
                     for d in (64, 128) for s in (16384, 32768, 65536, 131072))
 """The long-causal scan: B=1, H = 16, 8, 4, 2 heads at S = 16K, 32K, 64K, 128K (4096 work items
 of 64 query rows each), D 64 and 128, bf16, causal."""
 SHAPES_MAX_S = 32768
+COMPILE_S, ROW_S = 35.0, 2.0
+"""The dry run's estimate: seconds of the compile phase and per timed row, the largest of the
+committed H100 sweeps (profiles/h100/sweep-20261126a..d, -20261127a: 26-33 s compiling, then
+1.0-2.0 s per row, the check against the fp32 reference and the timing)."""
+TACTIC_SETS = ("all", "prefetch")
 COLUMNS = ("set", "family", "problem", "B", "H", "H_kv", "S_q", "S_kv", "D", "dtype", "causal",
            "config", "passed", "us", "spread", "verdict")
 
@@ -71,8 +83,9 @@ def sweep_problems(groups: tuple[str, ...]) -> list[tuple[str, str, Problem]]:
     from ..registry.suites import model_problems, shapes_problems
     out = []
     for g in groups:
-        if g == "models":
-            out += [(half, fam, p) for fam, half, p in model_problems()]
+        if g in ("models", "tuning"):
+            out += [(half, fam, p) for fam, half, p in model_problems()
+                    if g == "models" or half == "tuning"]
         elif g == "shapes":
             out += [("shapes", panel.removeprefix("shapes-"), p)
                     for panel, p in shapes_problems() if p.S_q <= SHAPES_MAX_S]
@@ -84,14 +97,19 @@ def sweep_problems(groups: tuple[str, ...]) -> list[tuple[str, str, Problem]]:
     return out
 
 
-def candidates_for(arch, problem: Problem, tactics: bool = False):
+def candidates_for(arch, problem: Problem, tactics: str | None = None):
     """The rule's candidates for the problem's mask, as the tuner's ``Candidate`` (with
-    ``tactics``, the kernel-tactic trials after them)."""
+    ``tactics``, the kernel-tactic trials after them: ``all``, or ``prefetch`` for the next-item
+    Q prefetch's alone)."""
+    from kernels.fmha_tactics import TACTIC_PREFETCH_Q
+
     from .candidates import Candidate, tactic_trials
     base = [Candidate(c.tile_m, c.tile_n, c.occupancy, c.worker_warps, c.schedule, c.tactic)
             for c in CANDIDATES[problem.causal]]
-    return base + [c for c in tactic_trials(problem.D, problem.causal) if c not in base] \
-        if tactics else base
+    if not tactics:
+        return base
+    return base + [c for c in tactic_trials(problem.D, problem.causal) if c not in base
+                   and (tactics == "all" or c.tactic & TACTIC_PREFETCH_Q)]
 
 
 def peer_rows(set_name: str, family: str, problem: Problem, reps: int, seed: int = 0) -> list:
@@ -165,8 +183,12 @@ def main(argv: list[str] | None = None) -> int:
                     "(0-based), to split a sweep over several device calls")
     ap.add_argument("--masks", choices=("both", "full", "causal"), default="both",
                     help="only the non-causal (full) or the causal problems")
-    ap.add_argument("--tactics", action="store_true",
-                    help="add the kernel-tactic trials to every problem's candidates")
+    ap.add_argument("--head-dim", type=int, help="only the problems of this head dimension")
+    ap.add_argument("--max-s", type=int, help="only the problems of at most this many query "
+                    "and key rows")
+    ap.add_argument("--tactics", nargs="?", const="all", choices=TACTIC_SETS,
+                    help="add the kernel-tactic trials to every problem's candidates (prefetch: "
+                    "the next-item Q prefetch's alone)")
     ap.add_argument("--peers", action="store_true",
                     help="also time SDPA flash and cuDNN on each problem")
     ap.add_argument("--dry-run", action="store_true", help="print the plan, measure nothing")
@@ -176,16 +198,29 @@ def main(argv: list[str] | None = None) -> int:
         groups = _groups(args.sets)
         if args.reps < 1 or args.budget_s <= 0:
             raise UsageError("--reps must be at least 1 and --budget-s positive")
+        if (args.head_dim is not None and args.head_dim < 1) or \
+                (args.max_s is not None and args.max_s < 1):
+            raise UsageError("--head-dim and --max-s must be positive")
         from ..rundirs.rundir import check_creatable, check_free
         if args.out is not None:
             check_free(args.out)
             check_creatable(args.out)
         plan = [x for x in shard(sweep_problems(groups), args.shard)
-                if args.masks == "both" or x[2].causal == (args.masks == "causal")]
+                if (args.masks == "both" or x[2].causal == (args.masks == "causal"))
+                and (args.head_dim is None or x[2].D == args.head_dim)
+                and (args.max_s is None or max(x[2].S_q, x[2].S_kv) <= args.max_s)]
+        if not plan:
+            raise UsageError("no problem left after the set, mask, --head-dim and --max-s "
+                             "selection; widen it")
         if args.dry_run:
             n = sum(len(candidates_for(arch, p, args.tactics)) for _, _, p in plan)
+            rows = n + (2 * len(plan) if args.peers else 0)
             print(f"sweep on {arch.name}: {len(plan)} problems ({', '.join(groups)}), {n} "
-                  f"(problem, configuration) pairs, {args.reps} timed repetitions each")
+                  f"(problem, configuration) pairs, {args.reps} timed repetitions each; "
+                  f"estimate {COMPILE_S + ROW_S * rows:.0f} s ({COMPILE_S:.0f} s compiling, "
+                  f"{rows} rows at {ROW_S:.1f} s)")
+            for set_name, _, p in plan:
+                print(f"  {set_name:10s} {p.label}")
             return 0
         present = require_present(arch, "the sweep")
     except (UsageError, UnknownArch, FileExistsError, ValueError) as e:

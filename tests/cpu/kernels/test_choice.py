@@ -142,7 +142,24 @@ def test_sweep_plan_and_bad_input(capsys):
     assert sweep.main(["--arch", "h100", "--dry-run", "--sets", "long", "--tactics",
                        "--peers"]) == 0
     assert "8 problems (long)" in capsys.readouterr().out
-    for bad in (["--sets", "foo"], ["--shard", "3/3"], ["--reps", "0"]):
+    # the prefetch A/B's selection: the tuning half (never the validation half) and the shape
+    # suite, D=64, at most 577 rows; only the prefetch trials join the rule's candidates
+    argv = ["--arch", "h100", "--dry-run", "--sets", "tuning,shapes", "--head-dim", "64",
+            "--max-s", "577", "--tactics", "prefetch", "--peers"]
+    assert sweep.main(argv) == 0
+    out = capsys.readouterr().out
+    listed = [ln.split() for ln in out.splitlines()[1:]]
+    assert listed and {s for s, _ in listed} == {"tuning", "shapes"}
+    picked = [p for s, _, p in sweep.sweep_problems(("tuning", "shapes"))
+              if p.D == 64 and max(p.S_q, p.S_kv) <= 577]
+    assert [lb for _, lb in listed] == [p.label for p in picked]
+    n = sum(len(sweep.candidates_for(None, p, "prefetch")) for p in picked)
+    assert all(len(sweep.candidates_for(None, p, "prefetch")) > len(sweep.candidates_for(None, p))
+               for p in picked)
+    rows = n + 2 * len(picked)
+    assert f"estimate {sweep.COMPILE_S + sweep.ROW_S * rows:.0f} s" in out
+    for bad in (["--sets", "foo"], ["--shard", "3/3"], ["--reps", "0"], ["--head-dim", "0"],
+                ["--sets", "long", "--max-s", "1000"]):
         assert sweep.main(["--arch", "h100", "--dry-run", *bad]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith("error: ")

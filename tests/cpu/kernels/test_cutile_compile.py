@@ -9,6 +9,7 @@ Set CUDA_TILE_CACHE_DIR outside the repository to reuse compiles across runs.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 
 import pytest
@@ -135,6 +136,60 @@ def test_tactic_trials_compile_without_spills(toolchain, D, causal):
         r = resources(CompileCase.of(v, pr, tactic=cfg.tactic), "sm_90", occ, ww)
         print(f"{c.label}: {r}")
         assert not r.spills and r.ptx["LD_LOCAL"] == r.ptx["ST_LOCAL"] == 0, f"{c.label}: {r}"
+
+
+@pytest.mark.parametrize("S", [256, 577])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_prefetch_trials_compile_without_spills_at_short_d64(toolchain, S, causal):
+    """The next-item Q prefetch (TACTIC_PREFETCH_Q) on the short D=64 batches it is timed on:
+    every prefetch trial builds for sm_90 without stack, keeps at least the CTAs per SM of its
+    TACTIC=0 twin (registers and shared memory, H100 limits), and has more TMA load sites than
+    the twin (a Q load before the item loop and one before each epilogue replace the load at the
+    top of each item), so the bit reaches the code."""
+    from experiments.tuning.candidates import tactic_trials
+    from kernels.backend import compile_hints, default_schedule
+    from kernels.config import KernelConfig
+    from kernels.fmha_tactics import TACTIC_PREFETCH_Q
+    from kernels.resources import resources
+    from kernels.signatures import CompileCase
+    from spec import Backend, Problem, ScanOrder, Variant, get_arch
+    from spec.family import published_limits
+    arch = get_arch("h100")
+    limits = published_limits(arch)
+    pr = Problem(B=32, H=12, S_q=S, S_kv=S, D=64, dtype="fp16", causal=causal)
+    trials = [c for c in tactic_trials(64, causal) if c.tactic & TACTIC_PREFETCH_Q]
+    assert trials, "no prefetch trial among the persistent candidates"
+    for c in trials:
+        res = {}
+        for tactic in (c.tactic, c.tactic & ~TACTIC_PREFETCH_Q):
+            cfg = KernelConfig(c.tile_m, c.tile_n, c.occupancy, c.worker_warps, c.schedule,
+                               tactic=tactic)
+            v = Variant(Backend.CUTILE, ScanOrder.linear(),
+                        default_schedule(pr, cfg, cfg.tiles, arch), cfg.tiles, c.occupancy)
+            occ, ww = compile_hints(v, pr, arch.name, 6, cfg)
+            res[tactic] = r = resources(CompileCase.of(v, pr, tactic=tactic), "sm_90", occ, ww)
+            print(f"{c.label} tactic {tactic} S={S}: {r}")
+        pre, base = res[c.tactic], res[c.tactic & ~TACTIC_PREFETCH_Q]
+        assert not pre.spills and pre.ptx["LD_LOCAL"] == pre.ptx["ST_LOCAL"] == 0, \
+            f"{c.label} S={S}: {pre}"
+        fit = [limits.ctas_per_sm(r.threads, r.regs, r.shared) for r in (pre, base)]
+        assert fit[0] >= fit[1], f"{c.label} S={S}: {fit[0]} CTAs per SM, twin {fit[1]}"
+        assert pre.ptx["TMA_LOAD"] > base.ptx["TMA_LOAD"], f"{c.label}: {pre} vs {base}"
+
+
+def test_prefetch_bit_leaves_one_item_schedules_alone(toolchain):
+    """The prefetch exists only in the persistent item loop: on the grid schedule (one item per
+    CTA) a build with the bit is the build without it, SASS byte for byte."""
+    from kernels.fmha_tactics import TACTIC_PREFETCH_Q
+    from kernels.resources import _sections, compile_cubin
+    texts = []
+    for tactic in (0, TACTIC_PREFETCH_Q):
+        case, cfg = _case("h100", 64, True, "linear", "grid", S=577)
+        case = dataclasses.replace(case, tactic=tactic)
+        cubin = compile_cubin(case, "sm_90", cfg.occupancy, cfg.worker_warps)
+        texts.append(b"".join(cubin[o:o + n] for name, o, n in sorted(_sections(cubin))
+                              if name.startswith(b".text.")))
+    assert texts[0] and texts[0] == texts[1]
 
 
 def test_signature_carries_jit_facts(toolchain):
