@@ -39,6 +39,7 @@ import numpy as np
 from spec.problem import Problem, TileGrid
 
 from .config import KernelConfig, class_config, config_key, load
+from .fmha_tactics import TACTIC_PREFETCH_Q
 
 CANDIDATES: dict[bool, tuple[KernelConfig, ...]] = {
     False: (KernelConfig(64, 128, 2, None, "grid"),
@@ -46,20 +47,27 @@ CANDIDATES: dict[bool, tuple[KernelConfig, ...]] = {
             KernelConfig(128, 128, 1, 8, "grid"),
             KernelConfig(128, 64, 2, None, "persistent"),
             KernelConfig(64, 64, 2, None, "persistent"),
-            KernelConfig(64, 64, 4, None, "persistent")),
+            KernelConfig(64, 64, 4, None, "persistent"),
+            KernelConfig(64, 128, 2, None, "persistent", tactic=TACTIC_PREFETCH_Q)),
     True: (KernelConfig(64, 128, 2, None, "glpt"),
            KernelConfig(64, 128, 2, None, "lpt"),
            KernelConfig(64, 128, 2, None, "snake"),
            KernelConfig(128, 128, 1, 8, "glpt"),
-           KernelConfig(128, 64, 2, None, "snake")),
+           KernelConfig(128, 64, 2, None, "snake"),
+           KernelConfig(64, 128, 2, None, "snake", tactic=TACTIC_PREFETCH_Q)),
 }
 """The configurations the rule chooses among, per causal: those of the tuned classes
 (kernels/configs/h100.json) that won anywhere, plus 64x64 and 128x64 tiles at two CTAs per SM
 held by persistent CTAs (short scans: twice the items, half the steps), and 64x64 tiles at four
 CTAs per SM held by persistent CTAs (D=64: 56 KB of shared memory each), where one CTA's
 epilogue and Q load can hide behind three others' scans; its grid twin spills 48 B at lengths
-that are not multiples of 16 (profiles/h100/sweep-20261126d), so it is not a candidate. All spill-free on sm_90
-(the sweep records each build's spills)."""
+that are not multiples of 16 (profiles/h100/sweep-20261126d), so it is not a candidate. The
+64x128 persistent configurations come twice, the second with the next-item Q prefetch
+(``kernels.fmha_tactics.TACTIC_PREFETCH_Q``): a CTA of a batch of short sequences runs many
+items, and loading the next one's Q behind this one's epilogue hides a load that opens every
+item (H100, D=64: 1.02x geomean over 20-27 problems, up to 1.12x on S <= 4K; 128x64 tiles gain
+nothing, 0.99x: profiles/h100/sweep-20261127b, -c). All spill-free on sm_90 (the sweep records
+each build's spills)."""
 
 
 def config_label(cfg: KernelConfig) -> str:

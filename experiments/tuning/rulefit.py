@@ -137,7 +137,12 @@ def report(errors: dict, consts: dict, reg: dict, old: dict | None = None) -> li
                          f"{b:6.3f} us/step  rms {e['rms']:.3f}  max {e['max']:.3f}")
     lines.append("regret (chosen configuration's measured time / the fastest measured):")
     for s in FIT_SETS + JUDGED_SETS:
-        rs = reg.get(s, [])
+        rs = [x for x in reg.get(s, []) if math.isfinite(x[2])]
+        unmeasured = [x for x in reg.get(s, []) if not math.isfinite(x[2])]
+        if unmeasured:
+            lines.append(f"  {s:10s} {len(unmeasured)} problem(s) chose a configuration never "
+                         "measured on them (left out of the regret): "
+                         + ", ".join(f"{lab} ({chosen})" for lab, chosen, _, _ in unmeasured))
         if not rs:
             continue
         g = math.exp(sum(math.log(r) for _, _, r, _ in rs) / len(rs))

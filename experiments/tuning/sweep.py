@@ -10,8 +10,8 @@
 Problem sets (the ``set`` column of ``trials.csv.gz``):
 
 - ``tuning`` / ``validation``: the two halves of the model families
-  (``experiments.registry.suites.model_problems``; ``--sets models`` both, ``--sets tuning`` the
-  tuning half alone); the fit sees the tuning half only;
+  (``experiments.registry.suites.model_problems``; ``--sets models`` both, ``--sets tuning`` /
+  ``validation`` one half alone); the fit sees the tuning half only;
 - ``shapes``: the shape suite up to S=32K (``experiments.registry.suites.shapes_problems``: the
   benchmark's shapes, batched short prefill, grouped heads, uneven lengths, a short query block
   against a long K/V), the problems the old shape classes were tuned on; the fit sees them;
@@ -61,8 +61,9 @@ from spec.arch import UnknownArch
 from ..runner.options import UsageError, require_present
 
 SETS = ("tuning", "validation", "shapes", "scan", "long")
-SET_GROUPS = {"models": ("tuning", "validation"), "tuning": ("tuning",), "shapes": ("shapes",),
-              "scan": ("scan",), "long": ("long",)}
+SET_GROUPS = {"models": ("tuning", "validation"), "tuning": ("tuning",),
+              "validation": ("validation",), "shapes": ("shapes",), "scan": ("scan",),
+              "long": ("long",)}
 SCAN_LENGTHS = (197, 256, 257, 512, 577, 1024)
 LONG_CAUSAL = tuple(Problem(1, max(2, 16 * 16384 // s), s, d, dtype="bf16", causal=True)
                     for d in (64, 128) for s in (16384, 32768, 65536, 131072))
@@ -83,9 +84,9 @@ def sweep_problems(groups: tuple[str, ...]) -> list[tuple[str, str, Problem]]:
     from ..registry.suites import model_problems, shapes_problems
     out = []
     for g in groups:
-        if g in ("models", "tuning"):
+        if g in ("models", "tuning", "validation"):
             out += [(half, fam, p) for fam, half, p in model_problems()
-                    if g == "models" or half == "tuning"]
+                    if g == "models" or half == g]
         elif g == "shapes":
             out += [("shapes", panel.removeprefix("shapes-"), p)
                     for panel, p in shapes_problems() if p.S_q <= SHAPES_MAX_S]
