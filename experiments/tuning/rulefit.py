@@ -15,7 +15,8 @@ key's fit problems is dropped from that key (it would only be chosen by a predic
 
 The report: per key and configuration the fit's size and its relative error (rms, max); then per
 set the rule's regret, the chosen configuration's measured time over the fastest measured one
-(geometric mean and max), with every problem whose regret exceeds 5%. ``validation`` (the model
+(geometric mean and max), with every problem whose regret exceeds 5%, and for the fit sets the
+leave-one-out regret (each problem chosen for by a rule fitted without it). ``validation`` (the model
 families' other half) and ``scan`` (lengths across the old class borders) are never fitted: their
 regret is the rule's out-of-sample error.
 
@@ -115,6 +116,22 @@ def regrets(rule: Rule, sets: dict, times: dict) -> dict[str, list[tuple[str, st
     return dict(out)
 
 
+def loo_regrets(sets: dict, times: dict, num_sms: int) -> dict[str, list[float]]:
+    """{fit set: [regret]}: each fit problem chosen for by a rule fitted without it (the rule's
+    error on a problem it never saw, within the fit sets; how candidate sets and model forms are
+    compared, never by the judged sets)."""
+    out = defaultdict(list)
+    for lab, (s, p) in sets.items():
+        t = times.get(lab)
+        if s not in FIT_SETS or not t:
+            continue
+        cfg = Rule(fit({k: v for k, v in sets.items() if k != lab}, times, num_sms)[0],
+                   num_sms).choose(p)
+        if cfg is not None and config_label(cfg) in t:
+            out[s].append(t[config_label(cfg)] / min(t.values()))
+    return dict(out)
+
+
 def class_regrets(arch_name: str, sets: dict, times: dict) -> dict[str, list[float]]:
     """{set: [regret]} of the shape classes' choice (``kernels.config.class_config``, what
     attention() ran before the rule) where that configuration was measured."""
@@ -128,7 +145,8 @@ def class_regrets(arch_name: str, sets: dict, times: dict) -> dict[str, list[flo
     return dict(out)
 
 
-def report(errors: dict, consts: dict, reg: dict, old: dict | None = None) -> list[str]:
+def report(errors: dict, consts: dict, reg: dict, old: dict | None = None,
+           loo: dict | None = None) -> list[str]:
     lines = ["fit (relative error over the fit sets: " + ", ".join(FIT_SETS) + "):"]
     for key, per in errors.items():
         for label, e in per.items():
@@ -152,6 +170,10 @@ def report(errors: dict, consts: dict, reg: dict, old: dict | None = None) -> li
         for lab, chosen, r, fastest in sorted(rs, key=lambda x: -x[2]):
             if r > 1.05:
                 lines.append(f"    {lab:40s} chose {chosen:26s} {r:.3f}x the fastest ({fastest})")
+        lo = (loo or {}).get(s)
+        if lo:
+            lines.append(f"    leave-one-out (each problem by a rule fitted without it): geomean "
+                         f"{math.exp(sum(map(math.log, lo)) / len(lo)):.4f}, max {max(lo):.3f}")
         o = (old or {}).get(s)
         if o:
             lines.append(f"    the shape classes' choice on the same set: geomean "
@@ -208,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     consts, errors = fit(sets, times, arch.num_sms)
     rule = Rule(consts, arch.num_sms)
     for line in report(errors, consts, regrets(rule, sets, times),
-                       class_regrets(arch.name, sets, times)):
+                       class_regrets(arch.name, sets, times),
+                       loo_regrets(sets, times, arch.num_sms)):
         print(line)
     if args.write:
         doc = json.loads(src.read_text())
