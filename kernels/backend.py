@@ -129,9 +129,9 @@ class CutileFamily:
 
     # --------------------------------------------------------------------------------------
     def prepare(self, variant: Variant, problem: Problem, tactic: int | None = None) -> Prepared:
-        """``tactic``: the kernel's TACTIC bits (``kernels.fmha``); None takes the ``defaults``
-        configuration's (0 without one), and a scan order other than linear always gets 0 (the
-        studies' builds)."""
+        """``tactic``: the kernel's TACTIC bits (``kernels.fmha_tactics``); None takes the
+        variant's (``Variant.tactic``), else the ``defaults`` configuration's (0 without one),
+        and a scan order other than linear always gets 0 (the studies' builds)."""
         if variant.backend != Backend.CUTILE:
             raise UnsupportedVariant(f"variant backend {variant.backend.value!r}; this is the "
                                      "cutile backend")
@@ -153,7 +153,7 @@ class CutileFamily:
         from .resources import load_build
         from .signatures import CompileCase
         if tactic is None:
-            tactic = self.defaults.tactic if self.defaults is not None else 0
+            tactic = variant.tactic or (self.defaults.tactic if self.defaults is not None else 0)
         if variant.order.kind != OrderKind.LINEAR:
             tactic = 0
         case = CompileCase.of(variant, problem, level=level, tactic=tactic)
@@ -313,14 +313,15 @@ def _new_launch(q, k, v, out, causal, order, schedule, tiles, occupancy, arch, l
         schedule = default_schedule(problem, cfg, tiles, present)
     elif not isinstance(schedule, CtaSchedule):
         schedule = CtaSchedule.parse(schedule)
+    # the configuration's kernel tactics go with its tiles (the ladder's hints from level 4) on
+    # the linear scan (the studies' other orders are built without them)
+    tactic = (cfg.tactic if level >= 4 and tiles == cfg.tiles and order.kind == OrderKind.LINEAR
+              else 0)
     variant = Variant(Backend.CUTILE, order, schedule, tiles, occupancy,
-                      None if level == 6 else level)
+                      None if level == 6 else level, tactic=tactic)
     import torch
     with torch.cuda.device(q.device):
-        # the configuration's kernel tactics go with its tiles (the ladder's hints from level 4)
-        tactic = cfg.tactic if level >= 4 and tiles == cfg.tiles else 0
-        return Launch(fam.prepare(variant, problem, tactic),
-                      q.device.index, scale, save_lse)
+        return Launch(fam.prepare(variant, problem), q.device.index, scale, save_lse)
 
 
 def attention(q, k, v, *, causal: bool = False, order: str | ScanOrder = "linear",

@@ -37,7 +37,8 @@ def case_to_dict(c: Case) -> dict:
             "variant": {"backend": v.backend.value, "order": v.order.label,
                         "schedule": v.schedule.label, "tile_m": v.tiles.m, "tile_n": v.tiles.n,
                         "occupancy": v.occupancy, "level": v.level, "stages": v.stages,
-                        **({} if v.bwd is None else {"bwd": v.bwd.value})}}
+                        **({} if v.bwd is None else {"bwd": v.bwd.value}),
+                        **({"tactic": v.tactic} if v.tactic else {})}}
 
 
 def case_from_dict(d: dict) -> Case:
@@ -45,5 +46,5 @@ def case_from_dict(d: dict) -> Case:
     variant = Variant(Backend(v["backend"]), ScanOrder.parse(v["order"]),
                       CtaSchedule.parse(v["schedule"]), Tiles(v["tile_m"], v["tile_n"]),
                       v["occupancy"], v.get("level"), stages=v.get("stages"),
-                      bwd=v.get("bwd"))
+                      bwd=v.get("bwd"), tactic=v.get("tactic", 0))
     return Case(Problem(**d["problem"]), variant, d["resident"], d["panel"])

@@ -1,7 +1,8 @@
 """A variant: one compile-time specialisation of a kernel family, named by one id grammar.
 
-``{backend}.{order}.{schedule}.m{TILE_M}n{TILE_N}d{D}[.occ{N}][.L{level}][.st{stages}][.{pass}]``, e.g.
-``cutile.sawtooth.static132.m64n64d64`` or ``cuda.linear.static96.m80n80d64.st1``. The id is the
+``{backend}.{order}.{schedule}.m{TILE_M}n{TILE_N}d{D}[.occ{N}][.L{level}][.st{stages}][.t{tactic}][.{pass}]``,
+e.g. ``cutile.sawtooth.static132.m64n64d64``, ``cuda.linear.static96.m80n80d64.st1`` or
+``cutile.linear.static264.m64n128d64.occ2.t4096`` (the forward's TACTIC bits, ``kernels.fmha_tactics``). The id is the
 NVTX range under ncu, the ``variant`` column of every CSV and the key of the figure style table.
 Optional fields appear only when they differ from the family default, so ids of builds made before
 a knob existed stay what they were.
@@ -12,7 +13,7 @@ import enum
 import re
 from dataclasses import dataclass
 
-from .orders import ScanOrder
+from .orders import OrderKind, ScanOrder
 from .problem import Problem, Tiles
 from .schedules import CtaSchedule
 
@@ -24,6 +25,10 @@ STAGE_RANGE = (1, 3)
 
 STAGES_TOKEN = "st"
 """Prefix of the stage field of a variant id (``.st1``, ``.st3``)."""
+TACTIC_TOKEN = "t"
+"""Prefix of the tactic field of a variant id (``.t4096``)."""
+TACTIC_LIMIT = 1 << 16
+"""The TACTIC constant's range (16 bits: ``kernels.fmha_tactics``)."""
 
 
 class BackwardPass(enum.Enum):
@@ -55,8 +60,16 @@ class Variant:
     level: int | None = None       # cuTile tuning-ladder level 1..6; None: the full kernel (6)
     stages: int | None = None      # K/V pipeline depth (CUDA family); None: DEFAULT_STAGES
     bwd: BackwardPass | None = None   # a backward kernel (cuTile family); None: the forward
+    tactic: int = 0                # the cuTile forward's TACTIC bits (kernels.fmha_tactics)
 
     def __post_init__(self) -> None:
+        t = self.tactic
+        if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < TACTIC_LIMIT:
+            raise ValueError(f"tactic={t!r}: the TACTIC bits are an integer in 0..{TACTIC_LIMIT - 1}")
+        if t and (self.backend != Backend.CUTILE or self.bwd is not None
+                  or self.order.kind != OrderKind.LINEAR):
+            raise ValueError(f"tactic={t}: kernel tactics are bits of the cuTile forward's linear "
+                             "scan only (the studies' other orders are built without them)")
         if self.bwd is not None:
             object.__setattr__(self, "bwd", BackwardPass(self.bwd))
             if self.backend != Backend.CUTILE:
@@ -84,9 +97,10 @@ class Variant:
         occ = "" if self.occupancy is None else f".occ{self.occupancy}"
         lvl = "" if self.level is None else f".L{self.level}"
         st = "" if self.stages is None else f".{STAGES_TOKEN}{self.stages}"
+        tac = f".{TACTIC_TOKEN}{self.tactic}" if self.tactic else ""
         bwd = "" if self.bwd is None else f".{self.bwd.value}"
         return (f"{self.backend.value}.{self.order.label}.{self.schedule.label}."
-                f"{self.tiles.label}d{problem.D}{occ}{lvl}{st}{bwd}")
+                f"{self.tiles.label}d{problem.D}{occ}{lvl}{st}{tac}{bwd}")
 
     @classmethod
     def parse(cls, vid: str) -> tuple["Variant", int]:
@@ -114,16 +128,17 @@ class Variant:
             o = _OPTIONAL.fullmatch(f)
             if o is None or o["key"] in opt:
                 raise ValueError(f"{vid!r}: unknown or repeated field {f!r}; optional fields "
-                                 f"are occ<N>, L<N>, {STAGES_TOKEN}<N>, in that order")
+                                 f"are occ<N>, L<N>, {STAGES_TOKEN}<N>, {TACTIC_TOKEN}<N>, in that "
+                                 "order")
             opt[o["key"]] = int(o["n"])
         v = cls(backend, order, schedule, Tiles(int(m["m"]), int(m["n"])), opt.get("occ"),
                 opt.get("L"), parse_stages(f"{STAGES_TOKEN}{opt['st']}") if "st" in opt else None,
-                bwd)
+                bwd, opt.get(TACTIC_TOKEN, 0))
         return v, int(m["d"])
 
 
 _TILES = re.compile(r"m(?P<m>\d+)n(?P<n>\d+)d(?P<d>\d+)")
-_OPTIONAL = re.compile(rf"(?P<key>occ|L|{STAGES_TOKEN})(?P<n>\d+)")
+_OPTIONAL = re.compile(rf"(?P<key>occ|L|{STAGES_TOKEN}|{TACTIC_TOKEN})(?P<n>\d+)")
 
 
 def is_variant_id(text: str) -> bool:

@@ -20,7 +20,7 @@ from spec.case import Case
 def default_cases(arch: Arch, prob: Problem, panel: str) -> list[Case]:
     """Each family's default ``attention()`` configuration for ``prob`` on ``arch``, linear
     order. cuTile: the configuration the rule chooses
-    (``kernels.choice.problem_config``) and its default schedule; CUDA:
+    (``kernels.choice.problem_config``), its default schedule and its kernel tactics; CUDA:
     ``cuda_baseline.backend.default_tiles`` and ``default_schedule``."""
     from cuda_baseline.backend import default_schedule as cuda_default_schedule
     from cuda_baseline.backend import default_tiles as cuda_default_tiles
@@ -30,7 +30,7 @@ def default_cases(arch: Arch, prob: Problem, panel: str) -> list[Case]:
     sched = default_schedule(prob, cfg, cfg.tiles, arch)
     tiles = cuda_default_tiles(prob, arch)
     return [Case(prob, Variant(Backend.CUTILE, ScanOrder.linear(), sched, cfg.tiles,
-                               cfg.occupancy),
+                               cfg.occupancy, tactic=cfg.tactic),
                  arch.resident_ctas(cfg.ctas_per_sm or cfg.occupancy or 1), panel),
             Case(prob, Variant(Backend.CUDA, ScanOrder.linear(),
                                cuda_default_schedule(prob, tiles, arch), tiles),

@@ -235,6 +235,37 @@ def test_prefetch_matches_fp32_reference_and_its_twin(causal, schedule, tiles):
     assert torch.equal(outs[code].view(torch.int16), outs[0].view(torch.int16))
 
 
+def test_attention_launches_the_rules_tactics():
+    """Where the rule's configuration carries kernel tactics (the next-item Q prefetch on a batch
+    of short D=64 sequences), ``attention()`` launches that build, named by its variant id, and
+    matches the fp32 reference on a poisoned output; a sawtooth call on the same problem gets
+    the build without them (tactics go with the linear scan only)."""
+    import torch
+
+    import kernels
+    from experiments.measurement.correctness import check
+    from kernels.backend import _new_launch
+    from kernels.choice import problem_config
+    from spec import get_arch
+    arch = get_arch("h100")
+    present = torch.cuda.get_device_name()
+    if "H100" not in present and "H200" not in present:
+        pytest.skip(f"the H100 rule's choices; GPU present: {present}")
+    pr = next(p for p in (Problem(16, 12, 512, 64), Problem(24, 16, 512, 64),
+                          Problem(32, 16, 384, 64))
+              if problem_config(arch.name, p).tactic)
+    q, k, v, _ = _setup(pr, _seed("rule-tactic", pr.label))
+    out = torch.full_like(q, float("nan"))
+    launch = _new_launch(q, k, v, out, False, "linear", None, None, None, None, 6)
+    assert launch.prepared.tactic == problem_config(arch.name, pr).tactic != 0
+    assert launch.prepared.variant.id(pr).endswith(f".t{launch.prepared.tactic}")
+    kernels.attention(q, k, v, out=out)
+    res = check(out, q, k, v, False)
+    assert res.passed, f"{pr.label}: {res}"
+    saw = _new_launch(q, k, v, out, False, "sawtooth", None, None, None, None, 6)
+    assert saw.prepared.tactic == 0
+
+
 @pytest.mark.parametrize("order", BITWISE_ORDERS)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_schedule_alone_is_bitwise_identical(order, causal):

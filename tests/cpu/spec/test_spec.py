@@ -299,3 +299,25 @@ def test_published_limits_give_hand_computed_occupancy():
     assert published_limits(get_arch("h100")).ctas_per_sm(256, 128, 98496) == 2
     with pytest.raises(ValueError, match="no published SM limits for sm_80"):
         published_limits(replace(get_arch("h100"), name="a100", sm="sm_80"))
+
+
+def test_a_variants_tactic_is_in_its_id_and_only_where_it_can_be_built():
+    """The forward's TACTIC bits name the build: ``.t<N>`` in the id (none when 0, so older ids
+    stay), parsed back and carried through the profiling target's case dict; a tactic on another
+    scan order, on the CUDA family or on a backward pass is refused with the reason."""
+    from spec.case import Case, case_from_dict, case_to_dict
+    from spec.variant import Variant
+    pr = Problem(16, 12, 512, 64)
+    vid = "cutile.linear.static264.m64n128d64.occ2.t4096"
+    v, d = Variant.parse(vid)
+    assert v.tactic == 4096 and d == 64 and v.id(pr) == vid
+    assert Variant.parse("cutile.linear.static264.m64n128d64.occ2")[0].tactic == 0
+    c = Case(pr, v, 264, "p")
+    assert case_from_dict(case_to_dict(c)) == c
+    assert "tactic" not in case_to_dict(Case(pr, Variant.parse(vid[:-6])[0], 264, "p"))["variant"]
+    for bad in ("cutile.sawtooth.static264.m64n128d64.occ2.t4096",
+                "cuda.linear.grid.m64n128d64.t4096", "cutile.linear.grid.m64n64d64.t1.dq"):
+        with pytest.raises(ValueError, match="linear scan only"):
+            Variant.parse(bad)
+    with pytest.raises(ValueError, match="0..65535"):
+        Variant.parse("cutile.linear.grid.m64n64d64.t70000")
