@@ -51,6 +51,7 @@ class Study:
     measurable: bool = True           # False: simulate only (e.g. an analytic study)
     timed: bool = True                # measure mode: CUDA-event timing beside the SDPA peers
     profiled: bool = True             # measure mode: ncu counters
+    eager: bool = False               # measure mode: each family's eager attention() call timed too
     reps: int = 10                    # timed repetitions per variant
     simulate: str | None = None       # simulate-mode rows of one case; None: the L2 counters
     measure: str | None = None        # measure-mode hook, check_and_time's signature; None: it
@@ -109,12 +110,14 @@ STUDIES: dict[str, Study] = {
         Study("shapes", "the shape suite (benchmark, batched short, GQA, uneven, S_q != "
               "S_kv): each family's default attention() beside SDPA flash and cuDNN; geometric "
               "mean and minimum of the ratio to cuDNN per family",
-              shapes_plan, profiled=False, reps=15, measure="experiments.speed.shapes:measure"),
+              shapes_plan, profiled=False, reps=15, eager=True,
+              measure="experiments.speed.shapes:measure"),
         Study("models", "the model families (encoders, ViTs, diffusion U-Nets, LLM "
               "prefill with grouped and multi-query heads, chunks against a longer K/V, long "
               "causal) in a tuning and a validation half: each family's default attention() "
               "beside SDPA flash and cuDNN, kernel time and eager call time",
-              models_plan, profiled=False, reps=15, measure="experiments.speed.shapes:measure"),
+              models_plan, profiled=False, reps=15, eager=True,
+              measure="experiments.speed.shapes:measure"),
         Study("hostpath", "host time per call of each family's attention() (eager path, "
               "operator, prepared launch) beside SDPA flash and cuDNN over 10,000 calls, and "
               "the eager call time of each (the host-path study)",

@@ -36,12 +36,18 @@ LOCKSTEP_RUN = "profiles/cpu/lockstep-gb10-20261126"
 MIN_S = 32768
 
 
+FORWARD_ONLY = ("backward",)
+"""Studies whose runs the fits leave out: the backward study times the backward kernels (and SDPA's
+backward as its peers), whose rates are not the forward's, and its wall time has phases the
+forward cost model does not count."""
+
+
 def _measured_runs():
     """(run directory, manifest) of every registered measured run of ``experiments.run`` on an
-    H100 or H200 (read through the data door, ``analysis.data``)."""
+    H100 or H200 (read through the data door, ``analysis.data``), but ``FORWARD_ONLY``'s."""
     from analysis.data import read_manifest, registry
     for e in registry.find(role="dataset"):
-        if not e.arch.startswith("h"):
+        if not e.arch.startswith("h") or e.study in FORWARD_ONLY:
             continue
         d = read_manifest(e.abspath)
         p = d.get("parameters") or {}
@@ -61,6 +67,13 @@ def _kernel_medians(run: Path) -> dict[tuple, float]:
                                            "causal"))
                 ms.setdefault(key, []).append(r["value"])
     return {k: statistics.median(v) for k, v in ms.items()}
+
+
+def _has_eager_rows(run: Path) -> bool:
+    """Whether a run timed eager calls (its rows hold ``eager_call_ms``; shape-suite runs before
+    2026-11-26 did not)."""
+    from analysis.data import read_run
+    return any(r["metric"] == "eager_call_ms" for rows in read_run(run).values() for r in rows)
 
 
 def fit_rates() -> dict[tuple, float]:
@@ -145,8 +158,10 @@ def fit_lockstep() -> tuple[float, list[tuple[str, float, float]]]:
                for cid, s in m["parameters"]["case_seconds"].items()]
 
 
-def measure_features(d: dict, kern_s: float, peers_s: float) -> dict[str, float]:
-    """The terms of ``costs.measure_cost`` for a committed run (kernel time per round given)."""
+def measure_features(d: dict, kern_s: float, peers_s: float,
+                     eager: bool = False) -> dict[str, float]:
+    """The terms of ``costs.measure_cost`` for a committed run (kernel time per round given;
+    ``eager``: the run timed eager calls too)."""
     p = d["parameters"]
     prof = p.get("profiling") if isinstance(p.get("profiling"), dict) else {}
     n, reps = len(p["cases"]), p.get("reps") or 0
@@ -158,9 +173,12 @@ def measure_features(d: dict, kern_s: float, peers_s: float) -> dict[str, float]
         launch_passes = prof["repeats"] * sum(costs.PASSES.get(x, 4) for x in g)
     else:
         sess = launch_passes = 0
+    problems = {str(c).rsplit(" ", 1)[-1] for c in p["cases"]}     # "variant-id problem-label"
     return {"start": 1.0, "per_case": n, "timed_gpu": reps * (kern_s + peers_s),
             "check_gpu": kern_s + peers_s, "per_session": sess, "per_session_case": sess * n,
-            "warmup_gpu": sess * kern_s, "replay_gpu": launch_passes * kern_s}
+            "warmup_gpu": sess * kern_s, "replay_gpu": launch_passes * kern_s,
+            "eager_call": costs.eager_calls(n, len(problems), reps) if eager else 0,
+            "eager_gpu": reps * (kern_s + peers_s) if eager else 0.0}
 
 
 def fit_measure() -> tuple[dict[str, float], list[tuple[str, float, float]]]:
@@ -174,7 +192,7 @@ def fit_measure() -> tuple[dict[str, float], list[tuple[str, float, float]]]:
         peers = sum(v for k, v in med.items() if k[1].startswith("sdpa")) / 1e3
         if not kern:
             continue
-        f = measure_features(d, kern, peers)
+        f = measure_features(d, kern, peers, _has_eager_rows(run))
         X.append([f[k] for k in costs.MEASURE_COEF])
         y.append(float(d["wall_seconds"]))
         names.append(f"{run.parent.name}/{run.name}")

@@ -189,27 +189,29 @@ def sim_plan_cost(cases: list[Case], arch: Arch, model: str, workers: int, figur
 # Least-squares coefficients of the measured runs' wall time (experiments.runner.costfit.fit_measure on
 # the runs of MEASURE_FIT): seconds per unit of each term of ``measure_cost``.
 MEASURE_COEF = {
-    "start": 3.713,           # the process, the family loads, the first CUDA context
-    "per_case": 0.5553,        # compile (in parallel) and prepare one variant
-    "timed_gpu": 1.483,       # x kernel time of every timed launch (the cold-L2 flush included)
-    "check_gpu": 1.456,       # x one round of kernels and peers: correctness run, fp32 reference
-    "per_session": 12.64,     # one ncu session: python, torch, ncu start, report export
-    "per_session_case": 0,  # one case built in an ncu session's target process
-    "warmup_gpu": 2.262,      # x one round of kernels: the target's warm-up launches
-    "replay_gpu": 0.5752,     # x kernel time of every profiled launch and replay pass
+    "start": 7.154,           # the process, the family loads, the first CUDA context
+    "per_case": 0.3391,        # compile (in parallel) and prepare one variant
+    "timed_gpu": 1.255,       # x kernel time of every timed launch (the cold-L2 flush included)
+    "check_gpu": 3.54,       # x one round of kernels and peers: correctness run, fp32 reference
+    "per_session": 10.47,     # one ncu session: python, torch, ncu start, report export
+    "per_session_case": 0.1056,  # one case built in an ncu session's target process
+    "warmup_gpu": 1.583,      # x one round of kernels: the target's warm-up launches
+    "replay_gpu": 0.7815,     # x kernel time of every profiled launch and replay pass
+    "eager_call": 0.007026,        # one eager call of an eager-timed study (host, launch, sync)
+    "eager_gpu": 0.9011,         # x kernel time of every eager call
 }
 MEASURE_FIT = ('h100: cuda-tiles-20261123, cuda-tiles-20261125, hints-20261126, '
                'hints-20261126-r2, hints-20261126-r3, ladder-20261121, longseq-20261121, '
                'longseq-20261123, longseq-profile-20261121, misscost-20261123, '
                'misscost-20261123-r2, misscost-20261123-r3, models-20261126, models-20261126c, '
-               'occupancy-20261125, sawtooth-20261121, sawtooth-20261121-r2, '
+               'models-20261127, occupancy-20261125, sawtooth-20261121, sawtooth-20261121-r2, '
                'sawtooth-20261121-r3, sawtooth-20261123, scaling-20261121, shapes-20261125c, '
-               'shapes-20261126; h200: ladder-20261121, sawtooth-20261121, sawtooth-20261125, '
-               'sawtooth-20261125b, scaling-20261121')
+               'shapes-20261126, shapes-20261127; h200: ladder-20261121, sawtooth-20261121, '
+               'sawtooth-20261125, sawtooth-20261125b, scaling-20261121')
 """The runs the measure coefficients were fitted on (every registered ``experiments.run`` measure
-run with timed kernels; per run within -63..+77% of its wall time, the runs of the locality
-studies over 200 s within 5%, the shape suite with eager call times 18% under: that phase is not
-counted)."""
+run with timed kernels but the backward study's, ``costfit.FORWARD_ONLY``; per run within
+-40..+55% of its wall time, every run over 200 s within 5%, the shape suites included since their
+eager calls are terms of their own, ``eager_call`` and ``eager_gpu``)."""
 
 PASSES = {"dram": 1, "lrc": 1, "tex": 4, "fabric": 4, "l1": 1}
 """Replay passes per metric group on an H100 (profiles/h100/ncu-passes-20261123/passes.csv.xz and
@@ -219,10 +221,10 @@ RATES = {
     # (arch, backend, tile_m, tile_n): TFLOP/s per fully occupied GPU, the median over the
     # committed timing rows of that family and tiles at S >= 32768 (experiments.runner.costfit.fit_rates);
     # (arch, backend, None, None): over all its tiles
-    ("h100", "cuda", 128, 64): 304, ("h100", "cuda", 64, 64): 311, ("h100", "cuda", 80, 80): 172,
-    ("h100", "cuda", None, None): 177, ("h100", "cutile", 128, 128): 499,
-    ("h100", "cutile", 64, 128): 469, ("h100", "cutile", 64, 64): 361,
-    ("h100", "cutile", None, None): 464, ("h100", "sdpa-cudnn", None, None): 467,
+    ("h100", "cuda", 128, 64): 304, ("h100", "cuda", 64, 64): 310, ("h100", "cuda", 80, 80): 172,
+    ("h100", "cuda", None, None): 178, ("h100", "cutile", 128, 128): 499,
+    ("h100", "cutile", 64, 128): 479, ("h100", "cutile", 64, 64): 361,
+    ("h100", "cutile", None, None): 479, ("h100", "sdpa-cudnn", None, None): 471,
     ("h100", "sdpa-flash", None, None): 306,
     ("h200", "cuda", 128, 64): 304, ("h200", "cuda", 80, 80): 173, ("h200", "cuda", None, None): 289,
     ("h200", "cutile", 128, 128): 483, ("h200", "cutile", 64, 64): 353,
@@ -261,15 +263,26 @@ def peer_seconds(problem, arch: Arch) -> float:
     return sum(problem.flops / (rate_of(arch, b, None, None)[0] * 1e12) for b in PEERS)
 
 
+def eager_calls(n_cases: int, n_problems: int, reps: int) -> int:
+    """Eager calls an eager-timed study makes: per repetition one ``attention()`` call of each
+    case's family and one of each SDPA peer per problem."""
+    return reps * (n_cases + len(PEERS) * n_problems)
+
+
 def measure_cost(cases: list[Case], arch: Arch, *, reps: int, timed: bool, profiled: bool,
-                 groups: tuple[str, ...], repeats: int, sessions: int) -> PlanCost:
-    """The phases of a measured run: start and compile, check and time, then one part per ncu
-    session (group x session, in the order they run). Seconds from ``MEASURE_COEF``."""
+                 groups: tuple[str, ...], repeats: int, sessions: int,
+                 eager: bool = False) -> PlanCost:
+    """The phases of a measured run: start and compile, check and time (with ``eager``, the eager
+    call of each family and peer too), then one part per ncu session (group x session, in the
+    order they run). Seconds from ``MEASURE_COEF``."""
     c = MEASURE_COEF
     kern = sum(kernel_seconds(x, arch) for x in cases)
-    peers = sum(peer_seconds(p, arch) for p in {x.problem for x in cases}) if timed else 0.0
+    problems = {x.problem for x in cases}
+    peers = sum(peer_seconds(p, arch) for p in problems) if timed else 0.0
+    eager_s = (c["eager_call"] * eager_calls(len(cases), len(problems), reps)
+               + c["eager_gpu"] * reps * (kern + peers)) if eager else 0.0
     parts = [("start and compile", c["start"] + c["per_case"] * len(cases)),
-             ("check and time", c["check_gpu"] * (kern + peers)
+             ("check and time", c["check_gpu"] * (kern + peers) + eager_s
               + (c["timed_gpu"] * reps * (kern + peers) if timed else 0.0))]
     if profiled:
         split = [repeats // sessions + (i < repeats % sessions) for i in range(sessions)]

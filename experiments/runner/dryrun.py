@@ -75,7 +75,8 @@ def _measure_estimate(args, study, arch, cases, sessions=None, groups=None):
     return costs.measure_cost(cases, arch, reps=reps, timed=study.timed,
                               profiled=not args.no_profile and (study.profiled or args.profile),
                               groups=groups or tuple(args.groups.split(",")),
-                              repeats=args.repeats, sessions=sessions or args.sessions)
+                              repeats=args.repeats, sessions=sessions or args.sessions,
+                              eager=study.eager)
 
 
 def _ncu_parts(est) -> str:

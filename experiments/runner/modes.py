@@ -112,7 +112,8 @@ def measure(args, console, study, arch, cases: list[Case], work: Path, run: str,
     groups = tuple(args.groups.split(","))
     profiled = not args.no_profile and (study.profiled or args.profile)
     plan = costs.measure_cost(cases, arch, reps=reps, timed=study.timed, profiled=profiled,
-                              groups=groups, repeats=args.repeats, sessions=args.sessions)
+                              groups=groups, repeats=args.repeats, sessions=args.sessions,
+                              eager=study.eager)
     parts = dict(plan.parts)
     reporter = Reporter(console)
     phases: dict = {}

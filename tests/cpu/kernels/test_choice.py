@@ -154,6 +154,11 @@ def test_sweep_plan_and_bad_input(capsys):
     assert min(p.B * p.H * p.S_q // 64 for p in long) >= 4096
     assert max(p.S_q for s, _, p in plan if s == "shapes") <= sweep.SHAPES_MAX_S
     assert sweep.shard(list(range(10)), "1/3") == [1, 4, 7]
+    # one half of the model families alone: the two halves partition "models"
+    halves = {h: sweep.sweep_problems((h,)) for h in ("tuning", "validation")}
+    assert all({s for s, _, _ in v} == {h} for h, v in halves.items())
+    assert sorted(map(str, halves["tuning"] + halves["validation"])) == sorted(
+        map(str, sweep.sweep_problems(("models",))))
     assert sweep.main(["--arch", "h100", "--dry-run"]) == 0
     assert "problems" in capsys.readouterr().out
     assert sweep.main(["--arch", "h100", "--dry-run", "--sets", "long", "--tactics",
