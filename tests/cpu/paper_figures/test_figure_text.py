@@ -21,8 +21,8 @@ from paper_figures.cli import run_cli  # noqa: E402
 from paper_figures.drawing import finish, runs_drawn  # noqa: E402
 from spec import get_arch  # noqa: E402
 from tests.conftest import ROOT
+from tests.cpu.paper_figures.figure_helpers import FIX
 
-FIX = ROOT / "tests" / "fixtures" / "figures"
 SOURCES = {   # runs -> the arch they are drawn for
     "h200-l1l2": "h200", "h200-traffic": "h200", "h200-divergence": "h200",
     "h200-sawtooth": "h200", "sim-active-sms": "gb10", "sim-reuse": "gb10", "ladder": "h200",

@@ -9,21 +9,10 @@ import pytest
 
 from profiles import metrics, ncu
 from profiles.ingest import IngestError, innermost_range, parse_raw_csv, to_rows
-from spec import Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant
-from spec.case import Case
 from spec.records import read_bytes
-from tests.conftest import ROOT
+from tests.cpu.profiles.ncu_helpers import RAW_CSV, fixture_cases
 
-FIXTURE = ROOT / "tests" / "fixtures" / "ncu_raw_h100.csv.xz"
-
-
-def fixture_cases():
-    """The four cases the fixture's kernels ran, as the plan of that run named them."""
-    prob = Problem(B=8, H=1, S_q=16384, D=64)
-    p132 = CtaSchedule.persistent(132)
-    return [Case(prob, Variant(backend, order, p132, tiles), 132, "fixture")
-            for backend, tiles in ((Backend.CUTILE, Tiles(64, 64)), (Backend.CUDA, Tiles(80, 80)))
-            for order in (ScanOrder.linear(), ScanOrder.sawtooth())]
+FIXTURE = RAW_CSV
 
 
 def test_parses_kernels_metrics_units_and_nvtx_ranges():

@@ -189,7 +189,7 @@ from explorations import variance  # noqa: E402
 from profiles.counters import Observation  # noqa: E402
 from spec import get_arch  # noqa: E402
 from spec.records import Metric, read_csv  # noqa: E402
-from tests.cpu.profiles.test_counters import fake_ncu, fixture_cases  # noqa: E402
+from tests.cpu.profiles.ncu_helpers import fake_ncu, fixture_cases  # noqa: E402
 
 H100 = get_arch("h100")
 PLACEMENT = variance.CONDITIONS["placement"]

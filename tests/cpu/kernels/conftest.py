@@ -1,0 +1,14 @@
+"""Fixtures of the kernels tests: a fresh ``kernels.config.load`` cache around a test that points
+it at its own config file."""
+from __future__ import annotations
+
+import pytest
+
+from kernels import config
+
+
+@pytest.fixture
+def fresh_cache():
+    config.load.cache_clear()
+    yield
+    config.load.cache_clear()
