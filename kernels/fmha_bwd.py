@@ -42,7 +42,7 @@ from functools import lru_cache
 import cuda.tile as ct
 
 from .fmha import ZERO
-from .fmha_work import SCHED_GRID, WORK_HEAD_MAJOR, ConstBool, ConstInt, reversed_for
+from .fmha_work import SCHED_GRID, SCHED_PERSISTENT, ConstBool, ConstInt, item, reversed_for
 
 
 # ------------------------------------------------------------------------------------------------
@@ -177,12 +177,7 @@ def bwd_dkdv(Q, K, V, dO, LSE, Delta, dK, dV, qk_scale: float, sm_scale: float,
         it = 0
         while it * n_ctas < total:    # a while, not a for (kernels.fmha docstring)
             w = it * n_ctas + cta
-            if WORK == WORK_HEAD_MAJOR:
-                bh = w % n_bh
-                n_tile = w // n_bh
-            else:
-                bh = w // n_kv
-                n_tile = w % n_kv
+            bh, n_tile = item(w, n_kv, n_bh, SCHED_PERSISTENT, WORK)
             if w < total:
                 dkdv_tile_impl(Q, K, V, dO, LSE, Delta, dK, dV, qk_scale, sm_scale,
                                bh // N_SLOTS, bh % N_SLOTS, n_tile,
@@ -285,12 +280,7 @@ def bwd_dq(Q, K, V, dO, LSE, Delta, dQ, qk_scale: float, sm_scale: float, H: int
         it = 0
         while it * n_ctas < total:    # a while, not a for (kernels.fmha docstring)
             w = it * n_ctas + cta
-            if WORK == WORK_HEAD_MAJOR:
-                bh = w % n_bh
-                q_tile = w // n_bh
-            else:
-                bh = w // n_q
-                q_tile = w % n_q
+            bh, q_tile = item(w, n_q, n_bh, SCHED_PERSISTENT, WORK)
             if w < total:
                 head = bh % H
                 dq_tile_impl(Q, K, V, dO, LSE, Delta, dQ, qk_scale, sm_scale, bh // H, head,

@@ -205,12 +205,26 @@ def _store(p: Path, raw: bytes) -> None:
     os.replace(tmp, p)
 
 
+def _rehash(docs: dict[str, dict], touched: list[Path]) -> dict[str, str]:
+    """Re-pin every registry entry (``docs``, updated in place) that holds a file of ``touched``;
+    returns {old content hash: new} of those whose hash changed."""
+    prof = registry.profiles_dir()
+    subst: dict[str, str] = {}
+    for rel, d in docs.items():
+        where = prof / rel
+        if any(p == where or p.is_relative_to(where) for p in touched):
+            new = registry.content_hash(where)
+            if new != d["sha256"]:
+                subst[d["sha256"]] = new
+                d["sha256"] = new
+    return subst
+
+
 def repin_derived(subst: dict[str, str], docs: dict[str, dict]) -> list[Path]:
     """Replace every old hash of ``subst`` by its new one in the repository's JSON files (params
     files, kernel configurations, manifests), then follow the chain: a file rewritten has a new
     byte hash, a registered run holding it a new content hash (``docs``, the registry entries by
     path, is updated), and whatever pins those is rewritten next. Returns the files changed."""
-    prof = registry.profiles_dir()
     changed: list[Path] = []
     pending = dict(subst)
     while pending:
@@ -227,13 +241,7 @@ def repin_derived(subst: dict[str, str], docs: dict[str, dict]) -> list[Path]:
             _store(p, text.encode())
             nxt[before] = hashlib.sha256(p.read_bytes()).hexdigest()
             touched.append(p)
-        for rel, d in docs.items():
-            where = prof / rel
-            if any(p == where or p.is_relative_to(where) for p in touched):
-                new = registry.content_hash(where)
-                if new != d["sha256"]:
-                    nxt[d["sha256"]] = new
-                    d["sha256"] = new
+        nxt |= _rehash(docs, touched)
         changed += touched
         pending = nxt
     return changed
@@ -273,15 +281,7 @@ def _repin(renames: list[Rename], docs: dict[str, dict]) -> None:
     write the registry."""
     prof = registry.profiles_dir()
     touched = [prof / r.new for r in renames] + rewrite_citations(renames)
-    subst: dict[str, str] = {}
-    for rel, d in docs.items():
-        where = prof / rel
-        if any(p == where or p.is_relative_to(where) for p in touched):
-            new = registry.content_hash(where)
-            if new != d["sha256"]:
-                subst[d["sha256"]] = new
-                d["sha256"] = new
-    repin_derived(subst, docs)
+    repin_derived(_rehash(docs, touched), docs)
     registry.write(list(docs.values()))
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 import statistics
 import sys
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -55,10 +56,14 @@ def _measured_runs():
             yield e.abspath, d
 
 
-def _kernel_medians(run: Path) -> dict[tuple, float]:
-    """Median kernel_time_ms per timed subject of a run, keyed by its row fields."""
+@lru_cache(maxsize=None)
+def _timing(run: Path) -> tuple[dict[tuple, float], bool]:
+    """A run's median kernel_time_ms per timed subject, keyed by its row fields, and whether it
+    timed eager calls too (rows of ``eager_call_ms``; shape-suite runs before 2026-11-26 did
+    not): one read of the run serves both fits."""
     from analysis.data import read_run
     ms: dict[tuple, list[float]] = {}
+    eager = False
     for rows in read_run(run).values():
         for r in rows:
             if r["metric"] == "kernel_time_ms":
@@ -66,14 +71,13 @@ def _kernel_medians(run: Path) -> dict[tuple, float]:
                                            "occupancy", "B", "H", "H_kv", "S_q", "S_kv", "D",
                                            "causal"))
                 ms.setdefault(key, []).append(r["value"])
-    return {k: statistics.median(v) for k, v in ms.items()}
+            eager = eager or r["metric"] == "eager_call_ms"
+    return {k: statistics.median(v) for k, v in ms.items()}, eager
 
 
-def _has_eager_rows(run: Path) -> bool:
-    """Whether a run timed eager calls (its rows hold ``eager_call_ms``; shape-suite runs before
-    2026-11-26 did not)."""
-    from analysis.data import read_run
-    return any(r["metric"] == "eager_call_ms" for rows in read_run(run).values() for r in rows)
+def _kernel_medians(run: Path) -> dict[tuple, float]:
+    """Median kernel_time_ms per timed subject of a run, keyed by its row fields."""
+    return _timing(run)[0]
 
 
 def fit_rates() -> dict[tuple, float]:
@@ -192,7 +196,7 @@ def fit_measure() -> tuple[dict[str, float], list[tuple[str, float, float]]]:
         peers = sum(v for k, v in med.items() if k[1].startswith("sdpa")) / 1e3
         if not kern:
             continue
-        f = measure_features(d, kern, peers, _has_eager_rows(run))
+        f = measure_features(d, kern, peers, _timing(run)[1])
         X.append([f[k] for k in costs.MEASURE_COEF])
         y.append(float(d["wall_seconds"]))
         names.append(f"{run.parent.name}/{run.name}")

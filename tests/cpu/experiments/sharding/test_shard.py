@@ -19,9 +19,8 @@ from experiments.sharding import shard
 from spec import get_arch
 from spec.records import Row, case_fields, read_csv, write_csv
 from tests.conftest import ROOT
+from tests.cpu.experiments.sharding.test_devices import H200
 
-H200 = [shard.Gpu(0, "NVIDIA H200", "GPU-aaaa", "h200"), shard.Gpu(1, "NVIDIA H200", "GPU-bbbb", "h200"),
-        shard.Gpu(2, "NVIDIA H200", "GPU-cccc", "h200")]
 FAIL = "FAKE_SHARD_FAIL"       # case-id substring: the shard holding it raises (or is killed)
 KILL = "FAKE_SHARD_KILL"
 
