@@ -120,7 +120,7 @@ struct FwdShape {
 // K/V pipeline depth: the default (double buffer) and the depths the family builds. The default
 // keeps the flash_fwd entry point (flash_fwd.cu); other depths are flash_fwd_staged<..., STAGES>.
 constexpr int DEFAULT_STAGES = 2;
-constexpr int MAX_STAGES = 3;
+constexpr int MAX_STAGES = 4;
 template <int TILE_M, int TILE_N, int D, int STAGES>
 constexpr int fwd_smem_bytes() {
     return FwdShape<TILE_M, TILE_N, D>::Q_BYTES + STAGES * FwdShape<TILE_M, TILE_N, D>::STAGE_BYTES;

@@ -177,6 +177,9 @@ def run(args, argv: list[str]) -> int:
     if shard.requested(args) and mode != "measure":
         raise UsageError("--gpus, --executor and --resume shard a measured run; simulate mode "
                          "runs on this CPU: leave them out")
+    if mode == "measure" and args.exact:
+        raise UsageError("--exact turns the simulator's sampling off and means nothing when "
+                         "measuring; add --mode simulate or leave it out")
     if mode == "measure" and args.capacity_mib is not None:
         raise UsageError("--capacity-mib sets the simulated L2 and means nothing when measuring; "
                          "add --mode simulate or leave it out")
@@ -194,7 +197,7 @@ def run(args, argv: list[str]) -> int:
                           resume=Path(args.resume) if args.resume else None,
                           on_kept=_KEPT.append) as (out, work):
         try:
-            given = {"seq_override": args.seq, "filter": args.filter,
+            given = {"seq_override": args.seq, "filter": args.filter, "exact": args.exact,
                      "cases": [c.id for c in cases]}
             if measured and not args.resume:
                 write_incomplete(work, command=command_line(MODULE, argv), study=study.name,

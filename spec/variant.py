@@ -20,8 +20,8 @@ from .schedules import CtaSchedule
 DEFAULT_STAGES = 2
 """K/V pipeline depth of every build unless a variant says otherwise: a double buffer (tile s+1
 loads while tile s is computed). ``Variant.stages`` None means this depth."""
-STAGE_RANGE = (1, 3)
-"""Pipeline depths a variant may ask for: 1 (load, wait, compute: no lookahead) .. 3."""
+STAGE_RANGE = (1, 4)
+"""Pipeline depths a variant may ask for: 1 (load, wait, compute: no lookahead) .. 4."""
 
 STAGES_TOKEN = "st"
 """Prefix of the stage field of a variant id (``.st1``, ``.st3``)."""

@@ -234,13 +234,23 @@ def _partition(arch: Arch, p: int, dev: int, say) -> tuple:
             Streamer(arch, part.streamer_sms, torch.cuda.Stream(dev), dev), part)
 
 
+def measure_convoy(cases: list[Case], arch: Arch, *, run: str, study: str, reps: int,
+                   seed: int, timed: bool = True, progress=None):
+    """The convoy grid's measure hook: ``measure_misscost`` with the streamer off and at its
+    highest intensity only (bandwidth free, and cut to a few hundred GB/s for the attention
+    SMs, the order of GB10's per-SM share: 273 GB/s over 48 SMs)."""
+    return measure_misscost(cases, arch, run=run, study=study, reps=reps, seed=seed,
+                            timed=timed, progress=progress, levels=(LEVELS[0], LEVELS[-1]))
+
+
 def measure_misscost(cases: list[Case], arch: Arch, *, run: str, study: str, reps: int,
-                     seed: int, timed: bool = True, progress=None):
+                     seed: int, timed: bool = True, progress=None,
+                     levels: tuple[Level, ...] = LEVELS):
     """The misscost study's measure hook (check_and_time's signature): per problem, each case's
     build through the correctness gate (streamer off); once, on the first problem, a partition
     check per streamer level (an attention trace build beside the streamer:
     ``PARTITION_METRICS`` rows); then all cases of the problem timed launch by launch
-    alternating, cold L2, at each ``LEVELS`` intensity; rows ``kernel_time_ms`` (note
+    alternating, cold L2, at each intensity of ``levels`` (default ``LEVELS``); rows ``kernel_time_ms`` (note
     ``l2=cold stream=<level> partition=<path>``, x = streamer threads per CTA) and
     ``STREAMER_GBPS`` per timed launch."""
     import torch
@@ -275,14 +285,14 @@ def measure_misscost(cases: list[Case], arch: Arch, *, run: str, study: str, rep
                 continue
             if not checked:   # the partition, once per run, on the first (smallest) problem
                 first = next(iter(runs))
-                for lv in LEVELS[1:]:
+                for lv in levels[1:]:
                     rows = _partition_rows(fam, first, q, k, v, streamer, lv, part, run=run,
                                            study=study, arch=arch)
                     res.rows += rows
                     res.summary.append(f"partition at {lv.label}: " + ", ".join(
                         f"{r.metric}={r.value:.0f}" for r in rows))
                 checked = True
-            for lv in LEVELS:
+            for lv in levels:
                 streamer.reserve(len(runs) * (warmup + reps))
                 slots: dict[str, list[int]] = {c.id: [] for c in runs}
 

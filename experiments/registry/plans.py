@@ -390,3 +390,47 @@ def misscost_plan(arch: Arch) -> list[Case]:
                                 stages=st)
                     cases.append(Case(prob, v, p, f"misscost-{mode}-st{v.pipeline_stages}"))
     return cases
+
+
+CONVOY_STAGES = (1, 2, 3, 4)
+"""K/V pipeline depths of the convoy grid: no lookahead, then one, two and three tiles ahead."""
+CONVOY_KV_L2 = (0.5, 1.0, 1.5)
+"""K+V per head over the arch's L2 in the convoy grid: below, at and above the cache."""
+CONVOY_FEW_KV_L2 = (1.0,)
+"""Where the grid's second CTA count (GB10's SM count) is measured."""
+
+
+def convoy_plan(arch: Arch) -> list[Case]:
+    """The convoy validation grid (issue 51): does the simulator predict the L2 misses of the
+    CUDA twin, whose CTAs are exactly the persistent CTAs the simulator places, across the
+    convoy states? CUDA 80x80 D=64, B=H=1, linear and sawtooth, causal and not, over K/V
+    pipeline depth ``CONVOY_STAGES`` x K+V per head ``CONVOY_KV_L2`` of the L2, with
+    ``misscost_ctas`` persistent CTAs (the other SMs run the DRAM streamer); and the same at
+    GB10's CTA count (48) at ``CONVOY_FEW_KV_L2``. Measured through the misscost hook with the
+    streamer off and at its highest intensity (``experiments.instruments.streamer.measure_convoy``;
+    one CTA count per invocation: ``--filter static96`` / ``--filter static48``). Its halves
+    (``convoy_half``): fitted on the many-CTA cases below and above the L2, judged on the
+    at-L2 and few-CTA cases."""
+    few = get_arch("gb10").num_sms
+    cases = []
+    for p, fractions in ((misscost_ctas(arch), CONVOY_KV_L2), (few, CONVOY_FEW_KV_L2)):
+        for causal in (False, True):
+            mode = "causal" if causal else "noncausal"
+            for frac in fractions:
+                s = kv_scaled_seqs(arch, frac, frac, 1)[0]
+                prob = Problem(B=1, H=1, S_q=s, D=64, causal=causal)
+                for st in CONVOY_STAGES:
+                    for order in (ScanOrder.linear(), ScanOrder.sawtooth()):
+                        v = Variant(Backend.CUDA, order, CtaSchedule.persistent(p),
+                                    Tiles(80, 80), stages=st)
+                        cases.append(Case(prob, v, p, f"convoy-{mode}-p{p}-kv{frac:g}"))
+    return cases
+
+
+def convoy_half(case: Case, arch: Arch) -> str:
+    """``fit`` or ``judged``: the half of the convoy grid a case belongs to, fixed before any
+    of it was measured (the many-CTA cases whose K/V is below or above the L2 fit; the at-L2
+    and few-CTA cases judge)."""
+    fit_seqs = {kv_scaled_seqs(arch, f, f, 1)[0] for f in (CONVOY_KV_L2[0], CONVOY_KV_L2[-1])}
+    many = case.variant.schedule.num_ctas == misscost_ctas(arch)
+    return "fit" if many and case.problem.S_q in fit_seqs else "judged"

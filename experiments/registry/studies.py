@@ -20,6 +20,7 @@ from spec.case import Case
 from .plans import (
     active_sms_plan,
     backward_plan,
+    convoy_plan,
     cuda_tiles_plan,
     divergence_plan,
     drift_plan,
@@ -130,6 +131,12 @@ STUDIES: dict[str, Study] = {
               "{1,2,3} x available DRAM bandwidth (a co-running streamer on the SMs the "
               "persistent kernel leaves free) x S below/above the L2 x causal",
               misscost_plan, reps=5, measure="experiments.instruments.streamer:measure_misscost"),
+        Study("convoy", "the simulator's validation grid: CUDA twin, linear vs sawtooth, "
+              "K/V pipeline depth {1,2,3,4} x K+V per head {0.5,1,1.5}x the L2 x causal, 96 "
+              "persistent CTAs, and 48 at the L2: ncu misses, time with the DRAM streamer off "
+              "and at its highest intensity",
+              convoy_plan, reps=3, groups=("dram",),
+              measure="experiments.instruments.streamer:measure_convoy"),
         Study("reuse", "reuse-distance histograms and LRU miss-ratio curves (simulator only), "
               "linear vs sawtooth vs block-parity, every arch's L2 marked",
               reuse_plan, measurable=False, simulate="experiments.simulation.simulate:reuse_rows"),

@@ -56,7 +56,7 @@ def simulate(args, console, study, arch, cases: list[Case], work: Path, run: str
             rows = hook(study.simulate)(c, arch, capacity, run=run, study=study.name)
         elif params is not None:
             rows = timed_rows(c, arch, params, None if args.capacity_mib is None else capacity,
-                              run=run, study=study.name)
+                              run=run, study=study.name, sample=not args.exact)
         else:
             rows = rows_for(simulate_case(c, arch, capacity), run=run, study=study.name,
                             arch=arch)

@@ -70,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", choices=("timed", "lockstep"), default="timed",
                    help="simulate: the timed simulator with the arch's parameters (default) or "
                         "the lock-step LRU (see experiments/simulation/simulate.py)")
+    p.add_argument("--exact", action="store_true",
+                   help="simulate: the exact timed simulator, no SHARDS sampling of large cases")
     p.add_argument("--capacity-mib", type=float,
                    help="simulated L2 capacity in MiB (an effective capacity; default: the arch's L2)")
     p.add_argument("--seq", type=lengths,

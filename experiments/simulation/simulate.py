@@ -145,11 +145,11 @@ def pipeline_params(tp: timesim.TimeParams, case: Case, arch: Arch,
 
 def timed_rows(case: Case, arch: Arch, params: calibration.ArchParams,
                capacity_bytes: int | None = None, *, run: str, study: str,
-               seed: int = 0, point: str | None = "mid") -> list[Row]:
+               seed: int = 0, point: str | None = "mid", sample: bool = True) -> list[Row]:
     """The timed simulator's rows for one case (its build's resident CTAs, the arch's
     parameters, the build's pipeline timing at ``point`` of the arch's ranges (None: the step
     model, every step one unit), at ``capacity_bytes`` when given instead of the parameters'
-    effective capacity, SHARDS at the size rule); each row's note names the parameters, where
+    effective capacity, SHARDS at the size rule unless ``sample`` is False); each row's note names the parameters, where
     they came from, the residency and any sampling error."""
     case, where = resident_of_build(case, arch)
     tp = params.time_params(arch, seed=seed)
@@ -157,7 +157,7 @@ def timed_rows(case: Case, arch: Arch, params: calibration.ArchParams,
         tp = pipeline_params(tp, case, arch, point)
     if capacity_bytes is not None:
         tp = replace(tp, capacity_bytes=int(capacity_bytes))
-    counts = timesim.simulate_case(case, tp, arch.sector_bytes, auto_sample=True)
+    counts = timesim.simulate_case(case, tp, arch.sector_bytes, auto_sample=sample)
     notes = [params.note()]
     if counts.params.sample_rate < 1:
         notes.append(f"miss counts within {_shards_error_pct():.2f}% of the exact simulator at "
