@@ -152,6 +152,26 @@ def backward_plan(arch: Arch) -> list[Case]:
     return cases
 
 
+def dqpair_plan(arch: Arch) -> list[Case]:
+    """The backward finding repeated (issue 51 item 6): the fair dQ pair of the backward study
+    (64x128 tiles, one persistent CTA per SM, occupancy 2, B=8, H=1, D=64, fp16), linear and
+    sawtooth with a reverse-order control (the same single scan direction as linear, walked
+    backwards: no reuse between consecutive items), causal and not, at the sawtooth study's S
+    (K/V per head above the L2) and at S where K+V per head is half the L2 (sawtooth has
+    nothing to win there)."""
+    p = arch.num_sms
+    cases = []
+    for s in (scaled_seq(arch), kv_scaled_seqs(arch, 0.5, 0.5, 1)[0]):
+        for causal in (False, True):
+            prob = Problem(B=8, H=1, S_q=s, D=64, causal=causal)
+            mode = "causal" if causal else "noncausal"
+            for order in (ScanOrder.linear(), ScanOrder.sawtooth(), ScanOrder.reverse()):
+                v = Variant(Backend.CUTILE, order, CtaSchedule.persistent(p), Tiles(64, 128),
+                            CUTILE_STUDY_OCCUPANCY, bwd=BackwardPass.DQ)
+                cases.append(Case(prob, v, p, f"dqpair-{mode}"))
+    return cases
+
+
 def spills_plan(arch: Arch) -> list[Case]:
     """A build that spills beside its twin that does not, same access stream: the causal cuTile
     Static pairs (B=8, 64x64, D=64, one persistent CTA per SM, the sawtooth study's length) at

@@ -21,6 +21,7 @@ from .plans import (
     active_sms_plan,
     backward_plan,
     convoy_plan,
+    dqpair_plan,
     cuda_tiles_plan,
     divergence_plan,
     drift_plan,
@@ -147,6 +148,12 @@ STUDIES: dict[str, Study] = {
               "alone, linear vs sawtooth, persistent CTAs, causal and not: L2 misses and time "
               "beside SDPA flash and cuDNN's backward",
               backward_plan, reps=5, groups=("dram",),
+              simulate="experiments.simulation.backward:backward_rows",
+              measure="experiments.measurement.backward:measure_backward"),
+        Study("dqpair", "the backward's fair dQ pair repeated: 64x128 persistent, linear, "
+              "sawtooth and a reverse-order control, causal and not, K/V per head above the L2 "
+              "and at half of it: L2 misses and time beside SDPA flash and cuDNN's backward",
+              dqpair_plan, reps=5, groups=("dram",),
               simulate="experiments.simulation.backward:backward_rows",
               measure="experiments.measurement.backward:measure_backward"),
         Study("hints", "the paper's cuTile occupancy hint (1) beside the study's (2): misses "
