@@ -75,7 +75,8 @@ class Arch:
 # the committed H100 runs are on "NVIDIA H100 80GB HBM3", the SXM5 part); GB10 273 GB/s LPDDR5x
 # (DGX Spark spec). Latencies: pointer chase on an H100 (profiles/h100/latency-20261123, near-
 # partition L2 hit 143.4 ns, DRAM 348.7 ns, unloaded); GB10 has none measured and takes the
-# H100's (LPDDR5x is likely slower, so exposed latency is understated); H200 takes the H100's.
+# H100's (LPDDR5x is likely slower, so exposed latency is understated); H200 by pointer chase
+# (profiles/h200/latency-20261128: 141.5 ns, 333.6 ns).
 _H100_LAT = (143.4e-9, 348.7e-9)
 _REGISTRY: dict[str, Arch] = {
     a.name: a
@@ -97,10 +98,10 @@ _REGISTRY: dict[str, Arch] = {
         Arch("h200", "sm_90", (9, 0), 132, 60 * MiB, 2,
              cutile_tiles=Tiles(128, 128), cutile_occupancy=1, cuda_tiles=Tiles(128, 64),
              marketing_name="NVIDIA H200",
-             memory=Memory(4.8e12, *_H100_LAT,
-                           "NVIDIA H200 SXM datasheet (4.8 TB/s HBM3e); latencies: no H200 "
-                           "measurement, the H100's measured values are assumed (the same GH100 "
-                           "die and clocks; HBM3e's latency is not known to differ)")),
+             memory=Memory(4.8e12, 141.5e-9, 333.6e-9,
+                           "NVIDIA H200 SXM datasheet (4.8 TB/s HBM3e); latencies measured by "
+                           "pointer chase, profiles/h200/latency-20261128 (L2 hit, DRAM; "
+                           "unloaded)")),
         Arch("b200", "sm_100", (10, 0), 148, 126 * MiB, 2,
              cutile_tiles=Tiles(128, 128), cutile_occupancy=1, cuda_tiles=Tiles(128, 64),
              marketing_name="NVIDIA B200"),

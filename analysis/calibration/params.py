@@ -76,6 +76,10 @@ class ArchParams:
     inputs: tuple = ()                  # what the fit read: {"use", "path", "sha256"} each
     command: str = ""                   # the command that regenerates this file byte for byte
     frozen: str = ""                    # why it cannot be regenerated (empty: it can)
+    dram_fraction: float = 0.0
+    """The pipeline model's DRAM queue: fills are served at this fraction of the arch's DRAM
+    bandwidth (``TimeParams.dram_step_sectors``, set per build from its step); 0: no queue."""
+    dram_fraction_source: str = ""      # the measured runs it was fitted on
 
     def sim_values(self) -> dict:
         """The simulator's parameters (``SIM_FIELDS``) as the mapping ``time_params`` reads."""
