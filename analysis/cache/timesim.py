@@ -136,10 +136,19 @@ from spec.problem import TileGrid
 from spec.records import UNITS, Metric, Row, Source, case_fields
 from spec.trace import WorkTable, work_table
 
-__all__ = ["TimeParams", "TimeCounts", "simulate", "simulate_case", "counts_to_rows",
-           "shards_rate", "SHARDS_TARGET", "REPLACEMENTS"]
+__all__ = ["MODEL_VERSION", "TimeParams", "TimeCounts", "simulate", "simulate_case",
+           "counts_to_rows", "shards_rate", "SHARDS_TARGET", "REPLACEMENTS"]
 
 REPLACEMENTS = ("lru", "srrip")
+
+MODEL_VERSION = "pipeline-v1 (2026-11-28)"
+"""The frozen version of the timed simulator's model, named in every simulated row's note
+(``TimeParams.note``) and in a simulated run's manifest. It covers this module and its event
+loop, ``analysis.models.steptime`` (the pipeline timing and its constants), the parameter files
+``analysis/params/*.json``, the builds' compiled facts (``experiments.registry.plans``) and the
+range point the main command uses. A change to any of them that moves a count is a new version,
+logged with the data that justified it (docs/model-changelog.md); each parameter and its source:
+docs/model-card.md."""
 
 
 @dataclass(frozen=True)
@@ -224,7 +233,8 @@ class TimeParams:
                 raise ValueError("speeds are step-time factors and must be finite and > 0")
 
     def note(self) -> str:
-        s = (f"timesim capacity={self.capacity_bytes / MiB:.2f}MiB partitions={self.partitions} "
+        s = (f"timesim model={MODEL_VERSION} capacity={self.capacity_bytes / MiB:.2f}MiB "
+             f"partitions={self.partitions} "
              f"miss_ratio={self.miss_ratio:g} jitter={self.jitter:g} seed={self.seed} "
              f"merge_window={self.merge_window:g}")
         if self.compute > 0:

@@ -90,8 +90,10 @@ def simulate(args, console, study, arch, cases: list[Case], work: Path, run: str
     label = "lockstep" if model != "timed" else "timed"
     if label == "timed" and args.capacity_mib is None:
         capacity = params.time_params(arch).capacity_bytes
+    from analysis.cache.timesim import MODEL_VERSION
     return rows, {"source": "simulated", "capacity_bytes": capacity, "model": label,
-                  **({"params": asdict(params)} if label == "timed" else {}),
+                  **({"model_version": MODEL_VERSION, "params": asdict(params)}
+                     if label == "timed" else {}),
                   "threads": workers,
                   "case_seconds": {cases[i].id: round(results[i][1], 3)
                                    for i in range(len(cases))}}

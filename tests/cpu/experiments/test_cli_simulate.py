@@ -40,8 +40,10 @@ def test_small_simulation_writes_rows_manifest_and_figures(tmp_path):
 
 def test_simulate_mode_runs_the_timed_model_and_lockstep_on_request(tmp_path):
     """The main command simulates with the timed model and the arch's parameters (gb10: the
-    defaults, not fitted), and every row's note says so; ``--model lockstep`` is the lock-step
+    defaults, not fitted) and the frozen model version, and every row's note says so (the
+    manifest records the version); ``--model lockstep`` is the lock-step
     LRU of ``experiments.simulation.simulate.simulate_case``, count for count."""
+    from analysis.cache.timesim import MODEL_VERSION
     from experiments.simulation.simulate import simulate_case
     runs = {}
     for model in ("timed", "lockstep"):
@@ -55,8 +57,12 @@ def test_simulate_mode_runs_the_timed_model_and_lockstep_on_request(tmp_path):
     assert "timed model" in stdout and params["model"] == "timed"
     assert params["params"]["arch"] == "gb10" and params["params"]["fitted"] == []
     assert all("params gb10" in r["note"] and "timesim" in r["note"] for r in rows)
+    # the frozen model version, in every row and in the run's manifest
+    assert params["model_version"] == MODEL_VERSION
+    assert all(f"model={MODEL_VERSION}" in r["note"] for r in rows)
     stdout, rows, params = runs["lockstep"]
     assert "lock-step" in stdout and params["model"] == "lockstep"
+    assert "model_version" not in params
     arch = get_arch("gb10")
     args = build_parser().parse_args(["sawtooth", "--arch", "gb10", "--seq", "8192",
                                       "--filter", "cuda"])

@@ -390,3 +390,21 @@ def test_sets_turn_the_lru_cliff_into_a_slope():
     two = timesim.simulate(t, 1, TimeParams(thrash, ways=2, **p))
     assert fa.tex_misses == fa.tex_sectors - 32 * TILE        # every K/V and Q access misses
     assert two.tex_misses < fa.tex_misses
+
+
+@pytest.mark.parametrize("pipeline", [False, True])
+def test_every_simulated_row_names_the_model_version(pipeline):
+    """The frozen model version (``timesim.MODEL_VERSION``) is in the note of every row the
+    timed simulator writes, step model and pipeline model alike."""
+    from spec import Backend, Variant
+    from spec.case import Case
+    v = Variant(Backend.CUDA, ScanOrder.sawtooth(), CtaSchedule.persistent(4), Tiles(64, 64))
+    case = Case(Problem(1, 1, 1024, 64), v, 4, "test")
+    tp = TimeParams(1 << 20, miss_ratio=3.0 if pipeline else 1.0, compute=float(pipeline),
+                    hit_latency=0.5 if pipeline else 1.0, prefetch=int(pipeline),
+                    step_source="test" if pipeline else "")
+    rows = timesim.counts_to_rows(timesim.simulate_case(case, tp), case, run="r", study="s",
+                                  arch="gb10", note="extra")
+    assert timesim.MODEL_VERSION.startswith("pipeline-v")
+    assert rows and all(f"model={timesim.MODEL_VERSION} " in r.note for r in rows)
+    assert all(("pipeline(prefetch=1" in r.note) == pipeline for r in rows)
