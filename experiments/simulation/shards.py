@@ -80,7 +80,7 @@ def run(arch_name: str, study: str, seeds: int, jobs: int) -> tuple[list[dict], 
             "sampled_misses": [min(b.tex_misses for b in sa), max(b.tex_misses for b in sa)],
             "sampled_err_pct": [round(min(errs), 4), round(max(errs), 4)]}
     every = [r["sampled_err_pct"] for r in rows]
-    summary = {"model_version": timesim.MODEL_VERSION, "arch": arch.name, "study": study,
+    summary = {"model_version": timesim.MODEL_VERSION, "arch": arch.name, "plan_study": study,
                "seeds": list(range(seeds)), "params_note": params.note(),
                "err_pct_min": min(every), "err_pct_max": max(every),
                "max_abs_err_pct": max(abs(e) for e in every), "per_case": per_case}
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))
             w.writeheader()
             w.writerows(rows)
-        write_manifest(work, command=command_line(MODULE, argv), source="simulated",
+        write_manifest(work, command=command_line(MODULE, argv), study="shards", mode="simulate",
                        wall_seconds=round(time.perf_counter() - t0, 1), **summary)
     print(f"{'case':<70} {'exact M':>17} {'sampled M':>17} {'sampled err %':>15}")
     for case, d in summary["per_case"].items():
