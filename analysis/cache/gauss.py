@@ -5,13 +5,16 @@ keeping the second value of each pair), with its state in arrays the event loop 
 Why not ``np.random`` inside the loop: numba's generator is the same stream, but its state is
 thread-local, so every draw looks it up (``__tls_get_addr``) and calls two functions that are not
 inlined; under perf that took about a quarter of the loop on the GB10 cases. The draws here are the
-same doubles bit for bit (``tests/cpu/analysis/cache/test_timesim.py`` compares a million of
+same doubles bit for bit (``tests/cpu/analysis/cache/test_eventloop.py`` compares a million of
 them per seed with ``numpy.random.RandomState``), so the simulated counts do not change.
 
 The loop draws from a buffer that ``_fill`` refills ``BUFFER`` normals at a time, in stream order:
-one call per thousand draws instead of two per draw. State: ``mt`` (int64[STATE_WORDS]) holds
-the 624 words, the next word's index, the has-a-spare flag and the buffer's next index; ``buf``
-(float64[BUFFER + 1]) the buffered normals and, last, the spare value of the last pair.
+one call per thousand draws instead of two per draw; with a jitter ``j`` the refill also computes
+each normal's step factor ``exp(j z - j^2 / 2)`` (``step_factor``, the loop's former per-step
+expression), out of the loop's dependency chain. State: ``mt`` (int64[STATE_WORDS]) holds the 624
+words, the next word's index, the has-a-spare flag and the buffer's next index; ``buf``
+(float64[BUF_WORDS]) the buffered normals, the spare value of the last pair, the jitter and the
+step factors.
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ _HAS = _N + 1        # 1 when the spare holds the second value of a pair
 _NEXT = _N + 2       # index of the next buffered normal
 STATE_WORDS = _N + 3
 BUFFER = 1024
+BUF_WORDS = 2 * BUFFER + 3   # normals, spare, (unused), jitter, step factors
 
 
 @numba.njit(cache=True, _nrt=False)
@@ -49,8 +53,9 @@ def _regenerate(mt):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, _nrt=False)
-def seed(mt, buf, s):  # pragma: no cover - compiled
-    """``np.random.seed(s)`` (``init_genrand``) into ``mt``: no spare value, the buffer empty."""
+def seed(mt, buf, s, j):  # pragma: no cover - compiled
+    """``np.random.seed(s)`` (``init_genrand``) into ``mt``: no spare value, the buffer empty;
+    ``j`` > 0: the jitter whose step factors ``step_factor`` returns."""
     x = s & 0xFFFFFFFF
     for i in range(_N):
         mt[i] = x
@@ -59,6 +64,7 @@ def seed(mt, buf, s):  # pragma: no cover - compiled
     mt[_HAS] = 0
     mt[_NEXT] = BUFFER
     buf[BUFFER] = 0.0
+    buf[BUFFER + 2] = j
 
 
 @numba.njit(cache=True, _nrt=False)
@@ -105,6 +111,21 @@ def _fill(mt, buf):  # pragma: no cover - compiled
     for i in range(BUFFER):
         buf[i] = _gauss(mt, buf)
     mt[_NEXT] = 0
+    j = buf[BUFFER + 2]
+    if j > 0:                              # the step factors exp(j z - j^2 / 2) too
+        for i in range(BUFFER):
+            buf[BUFFER + 3 + i] = math.exp(j * buf[i] - 0.5 * j * j)
+
+
+@numba.njit(cache=True, _nrt=False)
+def step_factor(mt, buf):  # pragma: no cover - compiled
+    """``exp(j z - j^2 / 2)`` of the next normal ``z`` (``j``: the jitter ``seed`` was given),
+    computed with the buffer's refill."""
+    if mt[_NEXT] >= BUFFER:
+        _fill(mt, buf)
+    i = mt[_NEXT]
+    mt[_NEXT] = i + 1
+    return buf[BUFFER + 3 + i]
 
 
 @numba.njit(cache=True, _nrt=False)
@@ -121,9 +142,21 @@ def normal(mt, buf):  # pragma: no cover - compiled
 def draws(s, n):  # pragma: no cover - compiled
     """``n`` normals after ``seed(s)`` (the test's view of the stream)."""
     mt = np.zeros(STATE_WORDS, np.int64)
-    buf = np.zeros(BUFFER + 1, np.float64)
-    seed(mt, buf, s)
+    buf = np.zeros(BUF_WORDS, np.float64)
+    seed(mt, buf, s, 0.0)
     out = np.empty(n, np.float64)
     for i in range(n):
         out[i] = normal(mt, buf)
+    return out
+
+
+@numba.njit(cache=True)
+def factors(s, j, n):  # pragma: no cover - compiled
+    """``n`` step factors after ``seed(s, j)`` (the test's view of ``step_factor``)."""
+    mt = np.zeros(STATE_WORDS, np.int64)
+    buf = np.zeros(BUF_WORDS, np.float64)
+    seed(mt, buf, s, j)
+    out = np.empty(n, np.float64)
+    for i in range(n):
+        out[i] = step_factor(mt, buf)
     return out

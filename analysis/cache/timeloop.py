@@ -15,7 +15,7 @@ import math
 import numba
 import numpy as np
 
-from analysis.cache.gauss import BUFFER, STATE_WORDS, normal
+from analysis.cache.gauss import BUF_WORDS, STATE_WORDS, normal, step_factor
 from analysis.cache.gauss import seed as seed_rng
 from analysis.cache.replacement import INF_KEY, _access, _tree_build, _tree_replay
 
@@ -49,9 +49,9 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
     occ = np.zeros(n_parts * n_sets, np.int64)
     cnt = np.zeros(10, np.int64)
     rng = np.zeros(STATE_WORDS, np.int64)     # numpy's legacy normal stream (``gauss``)
-    zbuf = np.zeros(BUFFER + 1, np.float64)
+    zbuf = np.zeros(BUF_WORDS, np.float64)
     if jitter > 0 or rate_jitter > 0:
-        seed_rng(rng, zbuf, seed)
+        seed_rng(rng, zbuf, seed, jitter)
     sub_rate = False
     for x in range(nsub):
         if not sampled[x]:
@@ -226,7 +226,7 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
             ready = t
         dur = (ready + compute - t) * rate[s]
         if jitter > 0:
-            dur *= math.exp(jitter * normal(rng, zbuf) - 0.5 * jitter * jitter)
+            dur *= step_factor(rng, zbuf)
         t_end = t + dur
         st += 1
         if sub_rate and 0 < st < L - 1:

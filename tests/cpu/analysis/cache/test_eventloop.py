@@ -17,6 +17,16 @@ def test_normal_draws_are_numpys_legacy_stream(seed):
     assert np.array_equal(gauss.draws(seed, n), np.random.RandomState(seed).standard_normal(n))
 
 
+def test_step_factors_are_the_loops_former_expression():
+    """The per-step jitter factor, computed with each refill, is ``exp(j z - j^2 / 2)`` of the
+    stream's normals as the loop computed it per step (libm's exp, here through Python's)."""
+    import math
+    j = 2.6027650007648533e-05
+    z = np.random.RandomState(4).standard_normal(5000)
+    want = [math.exp(j * x - 0.5 * j * j) for x in z]
+    assert gauss.factors(4, j, 5000).tolist() == want
+
+
 @numba.njit
 def _numba_stream(seed, n):  # pragma: no cover - compiled
     np.random.seed(seed)
