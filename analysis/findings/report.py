@@ -17,6 +17,7 @@ from analysis.data import (
     DatasetError,
     dataset,
     new_directory,
+    read_manifest,
     read_run,
     registry,
     repeated_runs,
@@ -265,6 +266,15 @@ def compute(arch: str, *, sim: bool = True, cache_dir: Path | None = None,
     return out
 
 
+def _simulated_how(ds: Dataset) -> str:
+    """How a simulated run counted, from its manifest: exact, or SHARDS-sampled (every timed
+    run before the main command turned exact on 2026-11-28 was), and the model version."""
+    p = read_manifest(ds.path).get("parameters") or {}
+    how = "sampled (SHARDS, one seed)" if p.get("sampled", not p.get("exact", False)) \
+        else "exact simulator"
+    return f"{how}, model {p.get('model_version', 'unversioned')}"
+
+
 def paper_sections(arch: str, measured: Dataset | None,
                    measured_rows: list[dict]) -> dict[str, tuple[str, list[dict]]]:
     """Section P: the paper's published GB10 values beside the committed simulated GB10 run and
@@ -279,7 +289,8 @@ def paper_sections(arch: str, measured: Dataset | None,
         measured, measured_rows = None, []
     gpu = arch
     run = measured.label if measured else "no measured run"
-    sim_name = sim.label if sim else "no simulated GB10 run"
+    sim_name = (f"{sim.label}, {_simulated_how(sim)}" if sim and sim_rows
+                else "no simulated GB10 run")
     rows = case_table(cases, sim_rows, measured_rows, gpu)
     return {
         "sP_paper_cases": (
