@@ -42,6 +42,57 @@ def test_two_ctas_hand_computed_pipeline():
     assert first.makespan == 6.0
 
 
+# The timeline below, derived by hand from analysis.cache.timeloop, for _two_ctas(3): three Q
+# tiles (keys Q0, Q1, Q2), three K/V tiles (K0-K2, V0-V2), 256 sectors each; slot 0 runs the items
+# of Q0 then Q2, slot 1 the item of Q1; every item scans K0..K2 (three steps); each item's last
+# step also stores its O tile (a miss: stores_miss). Compute 1, hit h = 0.25, fill m = 2.5.
+# An event (t, slot, step) issues the loads of its steps (the prologue st..st+p at an item's
+# first step, else step st+p), each load ready at t + h (hit), at the fill's end (a tile in
+# flight) or at t + m (miss); the step then runs from max(t, its loads' ready) for 1. Events go in
+# (t, slot) order.
+#
+# prefetch 1, L2 of 1 MiB (nothing evicted):
+#   (0, s0, 0)    Q0 K0 V0 K1 V1 miss, ready 2.5          -> 3.5
+#   (0, s1, 0)    Q1 miss; K0 V0 K1 V1 in flight (2.5)     -> 3.5
+#   (3.5, s0, 1)  K2 V2 miss (6.0); step 1 ready 2.5       -> 4.5
+#   (3.5, s1, 1)  K2 V2 in flight (6.0)                    -> 4.5
+#   (4.5, s0, 2)  store O miss; step 2 ready 6.0           -> 7.0, next item (Q2)
+#   (4.5, s1, 2)  store O miss                             -> 7.0, slot 1 done
+#   (7.0, s0, 0)  Q2 miss (9.5); K0 V0 K1 V1 hit           -> 10.5
+#   (10.5, s0, 1) K2 V2 hit (10.75); step 1 ready 7.25     -> 11.5
+#   (11.5, s0, 2) store O miss; step 2 ready 10.75         -> 12.5 = makespan
+#   24 lookups; 12 misses (the 12 first touches, 9 of them loads: DRAM fills); 12 hits, 6 of
+#   them on tiles in flight.
+# prefetch 2, 1 MiB: the prologue issues all three steps: (0, s0) 7 misses -> 3.5; (0, s1) Q1
+#   miss, 6 in flight -> 3.5; steps 1 and 2 of both issue nothing (ready 2.5): -> 4.5, -> 5.5
+#   with the two O stores; (5.5, s0, 0) Q2 miss (8.0), six hits -> 9.0; -> 10.0; O store
+#   -> 11.0 = makespan. The same 12 misses and 12 hits (6 in flight).
+# An L2 of 4 tiles (LRU over whole tiles), prefetch 1: (0, s0) Q0 K0 V0 K1 V1 miss, Q0 evicted;
+#   (0, s1) Q1 K0 V0 K1 V1 all miss, each evicting the oldest (K0 V0 K1 V1 Q1 in turn); (3.5, s0)
+#   K2 V2 miss (6.0); (3.5, s1) K2 V2 in flight (6.0); the two O stores miss (-> 7.0); (7.0, s0)
+#   Q2 K0 V0 K1 V1 miss (9.5) -> 10.5; K2 V2 miss (13.0) -> 11.5; O miss, step 2 ready 13.0
+#   -> 14.0 = makespan. 22 misses (19 loads), 2 hits, both in flight.
+# 4 tiles, prefetch 2: a prologue's seven tiles do not fit in four, so each load of slot 1's
+#   prologue finds its tile already evicted by the loads after it in slot 0's (every lookup
+#   misses, none waits on a fill); the timeline is the 1 MiB one: 11.0; 24 misses (21 loads).
+HAND = [  # prefetch, L2 bytes, makespan, misses, hits, in flight, loads from DRAM (tiles)
+    (1, 1 << 20, 12.5, 12, 12, 6, 9),
+    (2, 1 << 20, 11.0, 12, 12, 6, 9),
+    (1, 4 * TILE * 32, 14.0, 22, 2, 2, 19),
+    (2, 4 * TILE * 32, 11.0, 24, 0, 0, 21),
+]
+
+
+@pytest.mark.parametrize("prefetch, cap, makespan, misses, hits, inflight, dram", HAND)
+def test_two_ctas_hand_derived_prefetch_timeline(prefetch, cap, makespan, misses, hits,
+                                                 inflight, dram):
+    c = timesim.simulate(_two_ctas(3), 2, replace(_pipe(prefetch, 0.25, 2.5), capacity_bytes=cap))
+    assert c.makespan == makespan
+    assert (c.tex_sectors, c.tex_misses, c.tex_hits, c.inflight_hits, c.dram_fills,
+            c.cold_misses) == (24 * TILE, misses * TILE, hits * TILE, inflight * TILE,
+                               dram * TILE, 12 * TILE)
+
+
 def test_validation_of_the_pipeline_fields():
     with pytest.raises(ValueError, match="step model"):
         TimeParams(1 << 20, prefetch=1)
