@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     for run in a.runs:
         for r in csv_rows(Path(run) / "counters.csv", typed=False):
             if r["metric"] == MISSES and r.get("stat") == "median":
-                cid = next((i for i, c in fit.items() if c.variant.id == r["variant"]
+                cid = next((i for i, c in fit.items() if c.variant.id(c.problem) == r["variant"]
                             and str(c.problem.causal) == r["causal"]
                             and str(c.problem.S_q) == r["S_q"]), None)
                 if cid:
