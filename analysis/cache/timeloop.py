@@ -26,7 +26,7 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
          n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr,
          samp_kv, part_of, stores_miss, rate_jitter, srrip,
          speed, set_of, n_sets, sets, dram_svc, depth, compute,
-         hit_t):  # pragma: no cover - compiled
+         hit_t, fill_sigma):  # pragma: no cover - compiled
     numba.literally(srrip)                   # one compiled loop per policy: no branch per lookup
     numba.literally(sets)                    # and per cache shape: one set, no set lookup
     nsub = wsub.size
@@ -46,7 +46,7 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
     age = np.zeros(n_parts, np.int64)
     occ = np.zeros(n_parts * n_sets, np.int64)
     cnt = np.zeros(10, np.int64)
-    if jitter > 0 or rate_jitter > 0:
+    if jitter > 0 or rate_jitter > 0 or fill_sigma > 0:
         np.random.seed(seed)
     sub_rate = False
     for x in range(nsub):
@@ -176,6 +176,9 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
                             home = h if n_parts > 1 else p
                             if home == p:
                                 rdy = t_iss + miss_t
+                                if fill_sigma > 0 and a < 3:   # the fill's latency tail
+                                    rdy = t_iss + miss_t * math.exp(
+                                        fill_sigma * np.random.standard_normal())
                                 if a < 3:
                                     cnt[8] += w
                                     if dram_svc > 0:
@@ -192,6 +195,9 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
                                 else:
                                     cnt[7] += w
                                     rdy = t_iss + miss_t
+                                    if fill_sigma > 0 and a < 3:
+                                        rdy = t_iss + miss_t * math.exp(
+                                            fill_sigma * np.random.standard_normal())
                                     if a < 3:
                                         cnt[8] += w
                                         if dram_svc > 0:
@@ -273,7 +279,7 @@ def _run_policy(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base
                 n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr,
                 samp_kv, part_of, stores_miss, rate_jitter, srrip,
                 speed, set_of, n_sets, sets, dram_svc, depth, compute,
-                hit_t):  # pragma: no cover - compiled
+                hit_t, fill_sigma):  # pragma: no cover - compiled
     """``_run`` with its two policy flags passed as constants, so that each of its four
     specialisations is compiled (and cached on disk) inside this one function. Called from
     Python with the flags as plain booleans, ``_run`` itself would be typed again on every call:
@@ -285,17 +291,21 @@ def _run_policy(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base
             return _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
                         sampled, n_parts, resident, cap, miss_t, jitter, seed, window, n_kv,
                         samp_ptr, samp_kv, part_of, stores_miss, rate_jitter, True, speed,
-                        set_of, n_sets, True, dram_svc, depth, compute, hit_t)
+                        set_of, n_sets, True, dram_svc, depth, compute, hit_t,
+                        fill_sigma)
         return _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
                     sampled, n_parts, resident, cap, miss_t, jitter, seed, window, n_kv,
                     samp_ptr, samp_kv, part_of, stores_miss, rate_jitter, True, speed,
-                    set_of, n_sets, False, dram_svc, depth, compute, hit_t)
+                    set_of, n_sets, False, dram_svc, depth, compute, hit_t,
+                        fill_sigma)
     if sets:
         return _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
                     sampled, n_parts, resident, cap, miss_t, jitter, seed, window, n_kv,
                     samp_ptr, samp_kv, part_of, stores_miss, rate_jitter, False, speed,
-                    set_of, n_sets, True, dram_svc, depth, compute, hit_t)
+                    set_of, n_sets, True, dram_svc, depth, compute, hit_t,
+                        fill_sigma)
     return _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
                 sampled, n_parts, resident, cap, miss_t, jitter, seed, window, n_kv,
                 samp_ptr, samp_kv, part_of, stores_miss, rate_jitter, False, speed,
-                set_of, n_sets, False, dram_svc, depth, compute, hit_t)
+                set_of, n_sets, False, dram_svc, depth, compute, hit_t,
+                        fill_sigma)
