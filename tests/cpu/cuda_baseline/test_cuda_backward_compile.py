@@ -154,6 +154,23 @@ def test_backward_build_options_name_parse_and_demangle():
     assert parse_bwd_ptxas(log)[i.name].registers == 255
 
 
+def test_backward_trace_build_name_and_demangle():
+    """The trace build is its own entry point, ``flash_bwd_dkdv_trace`` with the same template
+    arguments, so every other build keeps its name; ptxas's report of it is read back to it."""
+    plain = BwdInstance(OrderKind.SAWTOOTH, ScheduleKind.PERSISTENT, BWD_TILES, 64, True,
+                        DType.FP16)
+    tr = BwdInstance(OrderKind.SAWTOOTH, ScheduleKind.PERSISTENT, BWD_TILES, 64, True,
+                     DType.FP16, trace=True)
+    assert tr.name == "flash_bwd_dkdv_trace" + plain.name[len("flash_bwd_dkdv"):]
+    assert plain.name.startswith("flash_bwd_dkdv<")
+    log = ("ptxas info    : Compiling entry function '_Z20flash_bwd_dkdv_traceIL9OrderKind1EL12"
+           "ScheduleKind2ELi64ELi128ELi64ELb1EL5DType0ELi0EEvPKtS4_S4_S4_PKfS6_PfPvS8_xxxxxxxxxxxx"
+           "iiiiiiiiiiiffPii' for 'sm_90'\n"
+           "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+           "ptxas info    : Used 231 registers, used 1 barriers\n")
+    assert parse_bwd_ptxas(log)[tr.name].registers == 231
+
+
 @pytest.mark.slow
 @pytest.mark.compile
 def test_opt_in_backward_builds_of_the_validation_half_do_not_spill():
