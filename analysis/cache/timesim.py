@@ -141,7 +141,7 @@ __all__ = ["MODEL_VERSION", "TimeParams", "TimeCounts", "simulate", "simulate_ca
 
 REPLACEMENTS = ("lru", "srrip")
 
-MODEL_VERSION = "pipeline-v1 (2026-11-28)"
+MODEL_VERSION = "pipeline-v2 (2026-11-28)"
 """The frozen version of the timed simulator's model, named in every simulated row's note
 (``TimeParams.note``) and in a simulated run's manifest. It covers this module and its event
 loop, ``analysis.models.steptime`` (the pipeline timing and its constants), the parameter files

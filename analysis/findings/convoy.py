@@ -27,6 +27,7 @@ from spec.records import Metric
 
 PREDICTIONS: dict[str, str] = {
     "pipeline-v1": "profiles/cpu/prediction-h200-convoy-20261128",
+    "pipeline-v2": "profiles/cpu/prediction-h200-convoy-v2-20261128",
 }
 """Each frozen model version's prediction of the whole grid, in the order they were made."""
 FITTED_ON_FIT_HALF = ("pipeline-v2",)
