@@ -32,10 +32,12 @@ PREDICTIONS: dict[str, str] = {
 """Each frozen model version's prediction of the whole grid, in the order they were made."""
 FITTED_ON_FIT_HALF = ("pipeline-v2",)
 """Versions with a parameter fitted on the fit half: scored on the judged half only."""
-OCCASIONS: tuple[str, ...] = (
-    "profiles/h200/convoy-20261128-occ1",
-)
-"""Measured runs of the grid on the H200, one directory per occasion and CTA count."""
+OCCASIONS: dict[str, tuple[str, ...]] = {
+    "occ1": ("profiles/h200/convoy-20261128-occ1",),
+    "occ2": ("profiles/h200/convoy-20261128-occ2", "profiles/h200/convoy48-20261128-occ2"),
+}
+"""Measured runs of the grid on the H200: each occasion (a fresh machine and process) and its
+run directories (one per CTA count)."""
 BARS = dict(judged_rel_rms_pct=25.0, depth_change_size_pct=35.0, occasions=3)
 
 
@@ -173,11 +175,12 @@ def sections(arch: str) -> dict[str, tuple[str, list[dict]]]:
         return {}
     preds = {v: predicted(read_run(Path(p)).get("counters.csv", []))
              for v, p in PREDICTIONS.items()}
-    meas = measured([(Path(o).name, read_run(Path(o)).get("counters.csv", []))
-                     for o in OCCASIONS])
+    meas = measured([(occ, read_run(Path(d)).get("counters.csv", []))
+                     for occ, dirs in OCCASIONS.items() for d in dirs])
     rows = case_rows(preds, meas, half_of)
     vers = list(PREDICTIONS)
-    order = [commit_order(p, o) for p in PREDICTIONS.values() for o in OCCASIONS]
+    order = [commit_order(p, d) for p in PREDICTIONS.values() for dirs in OCCASIONS.values()
+             for d in dirs]
     return {
         "sV_convoy": ("V. The convoy grid on the H200 (CUDA 80x80, depth 1-4, K+V 0.5-1.5x the "
                       "L2, 96 and 48 CTAs): misses per occasion and each frozen model's "
