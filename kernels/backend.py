@@ -99,19 +99,20 @@ def compiled_ctas_per_sm(variant: Variant, problem: Problem, arch) -> tuple[int,
     ``cuobjdump``'s SHARED already holds the 1 KB the system reserves per CTA: for all four of
     those builds it is the driver's static shared size plus exactly 1024 B (91312 / 90288, 99520 /
     98496, 74920 / 73896 B; ``profiles/h100/occupancy-20261125/probe.txt.xz``), so the static size
-    passed on is SHARED minus the reserve, which ``ctas_per_sm`` adds back."""
-    from .resources import resources
+    passed on is SHARED minus the reserve, which ``ctas_per_sm`` adds back. The cubin's facts are
+    kept on disk between runs (``kernels.resources.launch_facts``)."""
+    from .resources import launch_facts
     from .signatures import CompileCase
     level = variant.level if variant.level is not None else 6
     occupancy, worker_warps = compile_hints(variant, problem, arch.name, level)
-    r = resources(CompileCase.of(variant, problem, level=level), arch.sm, occupancy,
-                  worker_warps)
-    if r.threads is None:
+    threads, regs, shared = launch_facts(CompileCase.of(variant, problem, level=level), arch.sm,
+                                         occupancy, worker_warps)
+    if threads is None:
         raise RuntimeError(f"{variant.id(problem)}: the {arch.sm} cubin states no CTA size")
     limits = family.published_limits(arch)
-    static = r.shared - limits.reserved_smem_per_block
-    per_sm = limits.ctas_per_sm(r.threads, r.regs, static)
-    return per_sm, (f"resident CTAs from the {arch.sm} cubin: {r.threads} threads, {r.regs} "
+    static = shared - limits.reserved_smem_per_block
+    per_sm = limits.ctas_per_sm(threads, regs, static)
+    return per_sm, (f"resident CTAs from the {arch.sm} cubin: {threads} threads, {regs} "
                     f"registers, {static} B static shared -> {per_sm} per SM")
 
 

@@ -8,6 +8,7 @@ the GPU: the driver's attributes of the loaded cubin (``load_build``), which
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -185,6 +186,82 @@ def read_resources(cubin: bytes, cuobjdump: str | None = None) -> Resources:
 
 def resources(case, arch: str, occupancy=None, worker_warps=None) -> Resources:
     return read_resources(compile_cubin(case, arch, occupancy, worker_warps))
+
+
+LAUNCH_FACTS_DIR = "sawtooth-launch-facts"
+"""Where ``launch_facts`` keeps what it read off exported cubins: a directory beside cuda.tile's
+own cubin cache (``$CUDA_TILE_CACHE_DIR``, by default ``~/.cache/cutile-python``); no cache when
+that one is turned off."""
+
+
+@functools.cache
+def _toolchain_fingerprint() -> dict:
+    """What an exported cubin and its cuobjdump reading depend on besides the case: the sources
+    of ``kernels/`` and ``spec/`` (the kernel and the constants it imports), the installed
+    cuda-tile and NVIDIA wheels, and the tileiras, ptxas and cuobjdump files that would run (path,
+    size, mtime) with ``CUDA_HOME``. Read once per process."""
+    import hashlib
+    import importlib.metadata as md
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    for path in sorted([*root.joinpath("kernels").rglob("*.py"),
+                        *root.joinpath("spec").rglob("*.py")]):
+        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    dists = sorted({(d.metadata["Name"] or "", d.version) for d in md.distributions()
+                    if (d.metadata["Name"] or "").lower().startswith(("cuda-tile", "nvidia-"))})
+    from cuda.tile._compile import _find_compiler_bin
+    tileiras = _find_compiler_bin().path
+    tools = {}
+    for name, exe in (("tileiras", tileiras),
+                      ("ptxas", shutil.which("ptxas", path=os.path.dirname(tileiras))
+                       or shutil.which("ptxas")),
+                      ("cuobjdump", find_cuobjdump())):
+        st = os.stat(exe) if exe else None
+        tools[name] = [exe, st.st_size, st.st_mtime_ns] if st else None
+    return {"sources": h.hexdigest(), "dists": dists, "tools": tools,
+            "cuda_home": os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")}
+
+
+def launch_facts(case, arch: str, occupancy=None, worker_warps=None) -> tuple[int | None, int,
+                                                                             int]:
+    """(threads the kernel requires, registers, SHARED) of ``case``'s cubin for ``arch``, as
+    ``resources`` reads them, kept on disk (``LAUNCH_FACTS_DIR``) under a key of the case, the
+    arch, the hints and ``_toolchain_fingerprint``: a second run of the same builds reads them
+    back instead of exporting each cubin again (about 1 s per build). Any change to the kernel
+    sources or the toolchain is another key, so a stale entry is never read."""
+    import hashlib
+    import json
+    from dataclasses import asdict
+
+    from cutile_cache._env import get_cache_dir_from_env
+    base = get_cache_dir_from_env()
+    key = None
+    if base is not None:
+        try:
+            key = hashlib.sha256(json.dumps(
+                {"case": asdict(case), "arch": arch, "occupancy": occupancy,
+                 "worker_warps": worker_warps, "toolchain": _toolchain_fingerprint()},
+                sort_keys=True, default=str).encode()).hexdigest()
+        except OSError:
+            key = None                    # no toolchain to fingerprint: compile, and fail there
+    path = Path(base, LAUNCH_FACTS_DIR, f"{key}.json") if key else None
+    if path is not None and path.is_file():
+        try:
+            d = json.loads(path.read_text())
+            return d["threads"], int(d["regs"]), int(d["shared"])
+        except (OSError, ValueError, KeyError):
+            pass                          # a broken entry: read the cubin again
+    r = resources(case, arch, occupancy, worker_warps)
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False,
+                                             suffix=".tmp") as f:
+                json.dump({"threads": r.threads, "regs": r.regs, "shared": r.shared}, f)
+            os.replace(f.name, path)
+        except OSError:
+            pass                          # a read-only cache: nothing kept
+    return r.threads, r.regs, r.shared
 
 
 def compile_backward_cubin(case, arch: str, occupancy=None, worker_warps=None) -> bytes:

@@ -1,5 +1,5 @@
 """The cache state the timed simulator's event loop updates per access, compiled with numba: the
-slots' binary heap of next-event times, and each partition's (or set's) list of resident
+slots' loser tree of next-event times, and each partition's (or set's) list of resident
 half-tiles under LRU or SRRIP replacement.
 
 The helpers are compiled without numba's runtime (``_nrt=False``): with it, each call increments
@@ -9,30 +9,66 @@ took 35% of the loop's time under perf (same counts; they allocate nothing).
 from __future__ import annotations
 
 import numba
+import numpy as np
+
+INF_KEY = 0x7FF0000000000000
+"""The loser tree's key of a retired slot: the bits of +inf."""
 
 
 @numba.njit(cache=True, _nrt=False)
-def _less(time, a, b):  # pragma: no cover - compiled
-    return time[a] < time[b] or (time[a] == time[b] and a < b)
+def _tree_build(tree_k, tree_s, keys, r, m):  # pragma: no cover - compiled
+    """A loser tree over ``r`` slots keyed by ``keys`` (``m``, a power of two >= r, leaves;
+    slots past ``r`` never win): node ``k`` (1 <= k < m) holds the key and slot of the loser of
+    its match, node 0 the winner, the first slot in (key, slot) order. Leaf ``m + s`` is slot
+    ``s``. Built bottom-up through the winners of each level, kept in ``tree_*[k]`` while the
+    losers wait in ``tree_*[m + k]`` (leaves already played), then moved into place.
+
+    A key is a slot's clock as the bits of the double (``time.view(np.int64)``): clocks are
+    >= 0 (never -0.0 or NaN), where the bits order as the values do, so a match is an integer
+    comparison and its outcome a conditional move, with no branch to mispredict."""
+    for s in range(m):
+        tree_k[m + s] = keys[s] if s < r else INF_KEY
+        tree_s[m + s] = s
+    for k in range(m - 1, 0, -1):
+        ak = tree_k[2 * k]
+        a = tree_s[2 * k]
+        bk = tree_k[2 * k + 1]
+        b = tree_s[2 * k + 1]
+        if bk < ak or (bk == ak and b < a):
+            ak, a, bk, b = bk, b, ak, a
+        tree_k[k] = ak                           # the winner, for the level above
+        tree_s[k] = a
+        tree_k[m + k] = bk                       # the loser
+        tree_s[m + k] = b
+    tree_k[0] = tree_k[1]
+    tree_s[0] = tree_s[1]
+    for k in range(1, m):
+        tree_k[k] = tree_k[m + k]
+        tree_s[k] = tree_s[m + k]
 
 
 @numba.njit(cache=True, _nrt=False)
-def _sift_down(heap, n, time, i):  # pragma: no cover - compiled
-    while True:
-        l = 2 * i + 1
-        if l >= n:
-            return
-        m = l
-        r = l + 1
-        if r < n and _less(time, heap[r], heap[l]):
-            m = r
-        if _less(time, heap[m], heap[i]):
-            tmp = heap[m]
-            heap[m] = heap[i]
-            heap[i] = tmp
-            i = m
-        else:
-            return
+def _tree_replay(tree_k, tree_s, m, s, key):  # pragma: no cover - compiled
+    """The winner ``s`` (node 0) now has ``key`` (``INF_KEY``: retired): replay its matches from
+    its leaf to the root, each against the loser stored there, and return the new winner, the
+    first slot in (key, slot) order: the slot a binary heap ordered by (clock, slot) pops."""
+    w = s
+    wk = key
+    k = (m + s) >> 1
+    while k > 0:
+        lk = tree_k[k]
+        ls = tree_s[k]
+        mask = -np.int64((lk < wk) | ((lk == wk) & (ls < w)))   # -1: the loser wins
+        dk = (lk ^ wk) & mask
+        ds = (ls ^ w) & mask
+        tree_k[k] = lk ^ dk
+        tree_s[k] = ls ^ ds
+        wk ^= dk
+        w ^= ds
+        k >>= 1
+    tree_k[0] = wk
+    tree_s[0] = w
+    return w
 
 
 @numba.njit(cache=True, _nrt=False)

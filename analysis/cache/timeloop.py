@@ -1,12 +1,12 @@
 """The timed simulator's event loop, compiled with numba: CTAs advance on their own clocks through
-a binary heap of next-event times; every K/V access looks its half-tile up in the partition's
+a loser tree of next-event times; every K/V access looks its half-tile up in the partition's
 LRU list (or SRRIP buckets), merges with a fill in flight, or misses; the counters it returns are
 read by ``analysis.cache.timesim`` (the model, its parameters and the rows).
 
-The helpers the loop calls once or more per access (the heap and the replacement lists) are in
-``analysis.cache.replacement``. ``_run_policy`` is the one entry: compiled once per replacement
-policy (a literal argument), cached on disk, and it releases the GIL so that cases run on
-threads.
+The helpers the loop calls once or more per access (the loser tree and the replacement lists) are in
+``analysis.cache.replacement``. ``_run_policy`` is the one entry: it calls the loop compiled for
+the replacement policy and cache shape (one compiled function each, built on first use and cached
+on disk), which releases the GIL so that cases run on threads.
 """
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ import math
 import numba
 import numpy as np
 
-from analysis.cache.replacement import _access, _sift_down
+from analysis.cache.gauss import BUFFER, STATE_WORDS, normal
+from analysis.cache.gauss import seed as seed_rng
+from analysis.cache.replacement import INF_KEY, _access, _tree_build, _tree_replay
 
 _N_COUNTERS = 10
 (_TEX, _HIT, _MISS, _INFL, _MERGED, _FAB, _FHIT, _FMISS, _DRAM, _COLD) = range(_N_COUNTERS)
@@ -46,8 +48,10 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
     age = np.zeros(n_parts, np.int64)
     occ = np.zeros(n_parts * n_sets, np.int64)
     cnt = np.zeros(10, np.int64)
+    rng = np.zeros(STATE_WORDS, np.int64)     # numpy's legacy normal stream (``gauss``)
+    zbuf = np.zeros(BUFFER + 1, np.float64)
     if jitter > 0 or rate_jitter > 0 or fill_sigma > 0:
-        np.random.seed(seed)
+        seed_rng(rng, zbuf, seed)
     sub_rate = False
     for x in range(nsub):
         if not sampled[x]:
@@ -61,15 +65,17 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
     s_step = np.zeros(r, np.int64)
     time = np.zeros(r, np.float64)
     est = np.ones(r, np.float64)              # running mean load time (sampled mode)
-    ring_n = depth + 1                        # each slot's steps issued and not yet computed
+    ring_n = 1                                # each slot's steps issued and not yet computed
+    while ring_n < depth + 1:                 # (depth + 1 of them: a power of two that holds
+        ring_n *= 2                           # them indexes by a mask, not a division)
+    ring_m = ring_n - 1
     ring = np.zeros((r, ring_n), np.float64)  # their data-ready times, by step % ring_n
     refill = np.zeros(r, np.bool_)            # the next event re-issues a prologue (after a skip)
     skip_m = np.zeros(r, np.float64)          # the per-step cost of the last skip
-    heap = np.zeros(r, np.int64)
     rate = speed[:r].copy()                   # each slot's (SM's) constant speed factor
     if rate_jitter > 0:
         for s in range(r):
-            rate[s] *= math.exp(rate_jitter * np.random.standard_normal()
+            rate[s] *= math.exp(rate_jitter * normal(rng, zbuf)
                                 - 0.5 * rate_jitter * rate_jitter)
     n = 0
     nxt_cta = 0
@@ -80,14 +86,20 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
             break
         s_cta[s] = nxt_cta
         s_item[s] = cta_first[nxt_cta]
-        heap[n] = s
         n += 1
         nxt_cta += 1
+    leaves = 1
+    while leaves < n:
+        leaves *= 2
+    keys = time.view(np.int64)                # the clocks' bits: the loser tree's keys
+    tree_k = np.empty(2 * leaves, np.int64)   # the slots' loser tree (``_tree_build``)
+    tree_s = np.empty(2 * leaves, np.int64)
+    _tree_build(tree_k, tree_s, keys, n, leaves)
     makespan = 0.0
     dram_free = 0.0                           # when the DRAM queue has served every fill so far
 
     while n > 0:
-        s = heap[0]
+        s = tree_s[0]
         t = time[s]
         i = s_item[s]
         st = s_step[s]
@@ -109,7 +121,7 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
                 # a step issued late (after a skip) was due ``st + depth - k`` steps ago
                 t_iss = t - (st + depth - k) * skip_m[s] if refill[s] else t
                 if a == 0 or (a == 1 and k != 0):
-                    ring[s, k % ring_n] = t_iss + hit_t      # a step lasts at least a hit
+                    ring[s, k & ring_m] = t_iss + hit_t      # a step lasts at least a hit
             else:
                 if st != L - 1:
                     continue
@@ -178,7 +190,7 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
                                 rdy = t_iss + miss_t
                                 if fill_sigma > 0 and a < 3:   # the fill's latency tail
                                     rdy = t_iss + miss_t * math.exp(
-                                        fill_sigma * np.random.standard_normal())
+                                        fill_sigma * normal(rng, zbuf))
                                 if a < 3:
                                     cnt[8] += w
                                     if dram_svc > 0:
@@ -197,7 +209,7 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
                                     rdy = t_iss + miss_t
                                     if fill_sigma > 0 and a < 3:
                                         rdy = t_iss + miss_t * math.exp(
-                                            fill_sigma * np.random.standard_normal())
+                                            fill_sigma * normal(rng, zbuf))
                                     if a < 3:
                                         cnt[8] += w
                                         if dram_svc > 0:
@@ -212,15 +224,15 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
                             lrc_ready[j] = rdy
                     if sub_rate and a < 3:
                         est[s] += (rdy - t_iss - est[s]) * (1.0 / 64.0)
-                if a < 3 and rdy > ring[s, k % ring_n]:   # the O store does not stall the CTA
-                    ring[s, k % ring_n] = rdy
+                if a < 3 and rdy > ring[s, k & ring_m]:   # the O store does not stall the CTA
+                    ring[s, k & ring_m] = rdy
         refill[s] = False
-        ready = ring[s, st % ring_n]
+        ready = ring[s, st & ring_m]
         if ready < t:
             ready = t
         dur = (ready + compute - t) * rate[s]
         if jitter > 0:
-            dur *= math.exp(jitter * np.random.standard_normal() - 0.5 * jitter * jitter)
+            dur *= math.exp(jitter * normal(rng, zbuf) - 0.5 * jitter * jitter)
         t_end = t + dur
         st += 1
         if sub_rate and 0 < st < L - 1:
@@ -244,7 +256,7 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
                 m = (compute + max(0.0, max(est[s], hit_t) - depth * compute)) * rate[s]
                 extra = skip * m
                 if jitter > 0:
-                    extra += math.sqrt(skip) * jitter * m * np.random.standard_normal()
+                    extra += math.sqrt(skip) * jitter * m * normal(rng, zbuf)
                 t_end += max(extra, 0.0)
                 st = target
                 if depth > 0:                    # the skipped steps' prefetches: issue late
@@ -265,47 +277,81 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
                     nxt_cta += 1
                 else:                                   # retire the slot
                     n -= 1
-                    heap[0] = heap[n]
-                    _sift_down(heap, n, time, 0)
+                    _tree_replay(tree_k, tree_s, leaves, s, INF_KEY)
                     continue
             s_item[s] = i
         s_step[s] = st
-        _sift_down(heap, n, time, 0)
+        _tree_replay(tree_k, tree_s, leaves, s, keys[s])
     return cnt, makespan
 
 
-@numba.njit(cache=True, nogil=True)
+def _entry(srrip: bool, sets: bool):
+    """The compiled entry of ``_run`` for one policy (``_run_policy``)."""
+    return _ENTRIES[bool(srrip), bool(sets)]
+
+
 def _run_policy(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub, sampled,
                 n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr,
                 samp_kv, part_of, stores_miss, rate_jitter, srrip,
-                speed, set_of, n_sets, sets, dram_svc, depth, compute,
-                hit_t, fill_sigma):  # pragma: no cover - compiled
-    """``_run`` with its two policy flags passed as constants, so that each of its four
-    specialisations is compiled (and cached on disk) inside this one function. Called from
-    Python with the flags as plain booleans, ``_run`` itself would be typed again on every call:
+                speed, set_of, n_sets, sets, dram_svc, depth, compute, hit_t, fill_sigma):
+    """``_run`` with its two policy flags passed as constants: each of its four specialisations
+    has an entry of its own (``_run_lru``, ``_run_lru_sets``, ``_run_srrip``,
+    ``_run_srrip_sets``), compiled and cached on disk on first use, so a fresh checkout compiles
+    only the policy it runs (a quarter of the 18 s it took for all four). Called from Python with
+    the flags as plain booleans, ``_run`` itself would be typed again on every call:
     ``numba.literally`` makes the dispatcher type the call with plain booleans first, fail, and
     only then pick the literal specialisation, and that first typing (0.2 s per call) is never
     cached. ``nogil``: cases simulate on threads side by side (``experiments.runner.modes``)."""
-    if srrip:
-        if sets:
-            return _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
-                        sampled, n_parts, resident, cap, miss_t, jitter, seed, window, n_kv,
-                        samp_ptr, samp_kv, part_of, stores_miss, rate_jitter, True, speed,
-                        set_of, n_sets, True, dram_svc, depth, compute, hit_t,
-                        fill_sigma)
-        return _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
-                    sampled, n_parts, resident, cap, miss_t, jitter, seed, window, n_kv,
-                    samp_ptr, samp_kv, part_of, stores_miss, rate_jitter, True, speed,
-                    set_of, n_sets, False, dram_svc, depth, compute, hit_t,
-                        fill_sigma)
-    if sets:
-        return _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
-                    sampled, n_parts, resident, cap, miss_t, jitter, seed, window, n_kv,
-                    samp_ptr, samp_kv, part_of, stores_miss, rate_jitter, False, speed,
-                    set_of, n_sets, True, dram_svc, depth, compute, hit_t,
-                        fill_sigma)
-    return _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
-                sampled, n_parts, resident, cap, miss_t, jitter, seed, window, n_kv,
-                samp_ptr, samp_kv, part_of, stores_miss, rate_jitter, False, speed,
-                set_of, n_sets, False, dram_svc, depth, compute, hit_t,
-                        fill_sigma)
+    return _entry(srrip, sets)(
+        cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub, sampled, n_parts,
+        resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr, samp_kv, part_of,
+        stores_miss, rate_jitter, speed, set_of, n_sets, dram_svc, depth, compute, hit_t,
+        fill_sigma)
+
+
+@numba.njit(cache=True, nogil=True)
+def _run_lru(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub, sampled,
+             n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr, samp_kv,
+             part_of, stores_miss, rate_jitter, speed, set_of, n_sets, dram_svc, depth, compute,
+             hit_t, fill_sigma):  # pragma: no cover - compiled
+    return _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub, sampled,
+                n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr, samp_kv,
+                part_of, stores_miss, rate_jitter, False, speed, set_of, n_sets, False,
+                dram_svc, depth, compute, hit_t, fill_sigma)
+
+
+@numba.njit(cache=True, nogil=True)
+def _run_lru_sets(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
+                  sampled, n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr,
+                  samp_kv, part_of, stores_miss, rate_jitter, speed, set_of, n_sets, dram_svc,
+                  depth, compute, hit_t, fill_sigma):  # pragma: no cover - compiled
+    return _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub, sampled,
+                n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr, samp_kv,
+                part_of, stores_miss, rate_jitter, False, speed, set_of, n_sets, True,
+                dram_svc, depth, compute, hit_t, fill_sigma)
+
+
+@numba.njit(cache=True, nogil=True)
+def _run_srrip(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub, sampled,
+               n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr, samp_kv,
+               part_of, stores_miss, rate_jitter, speed, set_of, n_sets, dram_svc, depth,
+               compute, hit_t, fill_sigma):  # pragma: no cover - compiled
+    return _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub, sampled,
+                n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr, samp_kv,
+                part_of, stores_miss, rate_jitter, True, speed, set_of, n_sets, False,
+                dram_svc, depth, compute, hit_t, fill_sigma)
+
+
+@numba.njit(cache=True, nogil=True)
+def _run_srrip_sets(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
+                    sampled, n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr,
+                    samp_kv, part_of, stores_miss, rate_jitter, speed, set_of, n_sets, dram_svc,
+                    depth, compute, hit_t, fill_sigma):  # pragma: no cover - compiled
+    return _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub, sampled,
+                n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr, samp_kv,
+                part_of, stores_miss, rate_jitter, True, speed, set_of, n_sets, True,
+                dram_svc, depth, compute, hit_t, fill_sigma)
+
+
+_ENTRIES = {(False, False): _run_lru, (False, True): _run_lru_sets,
+            (True, False): _run_srrip, (True, True): _run_srrip_sets}
