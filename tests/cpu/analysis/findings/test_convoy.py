@@ -73,3 +73,25 @@ def test_a_fitted_version_is_scored_on_the_judged_half_only():
 def test_small_changes_read_as_none():
     assert convoy._direction(1.03) == 0 and convoy._direction(0.97) == 0
     assert convoy._direction(1.2) == 1 and convoy._direction(0.8) == -1
+
+
+def test_dqpair_rows_by_hand():
+    from analysis.findings.backward import dqpair_rows
+    lin, saw = "cutile.linear.static132.m64n128d64.occ2.dq", "cutile.sawtooth.static132.m64n128d64.occ2.dq"
+    pred = [dict(variant=v, causal="False", S_q="327680", metric=M, value=x)
+            for v, x in ((lin, 100.0), (saw, 35.0))]
+    T = Metric.KERNEL_TIME_MS
+
+    def occ(name, ml, ms, tl, ts):
+        counters = [dict(variant=v, causal="False", S_q="327680", metric=M, value=x,
+                         stat="median") for v, x in ((lin, ml), (saw, ms))]
+        timing = [dict(variant=v, causal="False", S_q="327680", metric=T, value=x,
+                       source="measured") for v, xs in ((lin, tl), (saw, ts)) for x in xs]
+        return name, counters, timing
+    (row,) = dqpair_rows(pred, [occ("a", 200.0, 140.0, [10.0, 10.2], [9.0, 9.4]),
+                                occ("b", 200.0, 130.0, [10.0, 10.0], [9.9, 10.1])])
+    assert row["order"] == "sawtooth" and row["pred_miss_ratio"] == pytest.approx(0.35)
+    assert row["a_miss_ratio"] == pytest.approx(0.7) and row["b_miss_ratio"] == pytest.approx(0.65)
+    assert row["a_time_ratio"] == pytest.approx(9.2 / 10.1) and row["a_apart"] is True
+    assert row["b_time_ratio"] == pytest.approx(1.0) and row["b_apart"] is False
+    assert (row["time_ratio_lo"], row["time_ratio_hi"]) == pytest.approx((9.2 / 10.1, 1.0))
