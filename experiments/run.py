@@ -177,9 +177,13 @@ def run(args, argv: list[str]) -> int:
     if shard.requested(args) and mode != "measure":
         raise UsageError("--gpus, --executor and --resume shard a measured run; simulate mode "
                          "runs on this CPU: leave them out")
-    if mode == "measure" and args.exact:
-        raise UsageError("--exact turns the simulator's sampling off and means nothing when "
+    if mode == "measure" and (args.exact or args.sample):
+        flag = "--exact" if args.exact else "--sample"
+        raise UsageError(f"{flag} sets how the simulator samples and means nothing when "
                          "measuring; add --mode simulate or leave it out")
+    if mode == "simulate" and args.sample and modes.sim_model(args, study) != "timed":
+        raise UsageError("--sample samples the timed simulator; the lock-step model and the reuse "
+                         "study are exact: leave it out")
     if mode == "measure" and args.capacity_mib is not None:
         raise UsageError("--capacity-mib sets the simulated L2 and means nothing when measuring; "
                          "add --mode simulate or leave it out")
@@ -197,7 +201,8 @@ def run(args, argv: list[str]) -> int:
                           resume=Path(args.resume) if args.resume else None,
                           on_kept=_KEPT.append) as (out, work):
         try:
-            given = {"seq_override": args.seq, "filter": args.filter, "exact": args.exact,
+            given = {"seq_override": args.seq, "filter": args.filter,
+                     "exact": mode == "simulate" and not args.sample,
                      "cases": [c.id for c in cases]}
             if measured and not args.resume:
                 write_incomplete(work, command=command_line(MODULE, argv), study=study.name,

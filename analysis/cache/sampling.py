@@ -28,6 +28,13 @@ case's 65 536 tile ids). The sampling error grows as the sample shrinks, so a fi
 H100 cases (``explorations/simbench.py``) valid for the larger arches."""
 
 
+SPREAD_SEEDS = 5
+"""A sampled case of a study run (``--sample``) is simulated at this many seeds (the run's and
+the next ones): its rows carry the first seed's counts and state the spread of all of them, the
+sampled model's own uncertainty, measured under the model that ran
+(``experiments.simulation.simulate.timed_rows``)."""
+
+
 def set_index(wsub: np.ndarray, sampled: np.ndarray, cap_part: int,
               ways: int) -> tuple[np.ndarray, int]:
     """(set of each half-tile, sets per partition) of an L2 partition of ``cap_part`` sectors

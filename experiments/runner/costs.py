@@ -15,7 +15,8 @@ refits them; ``tests/cpu/experiments/runner/test_costs.py`` checks that the cons
   allocated and walked for every partition's copy of every half-tile), least squares over the 92
   per-case seconds of ``profiles/cpu/simbench-20261125-shards``, ``simbench-20261125-gb10`` and
   ``simbench-20261124-exact-b200`` (GB10, H100, B200, B300; exact and SHARDS-sampled; per case
-  within -32..+54% of the measured seconds). With SHARDS sampling at rate R an item simulates
+  within -32..+54% of the measured seconds). Exact unless ``--sample``; with SHARDS sampling at
+  rate R (``SPREAD_SEEDS`` seeds per case) an item simulates
   its first and last steps and the steps whose K or V tile is in the sample (about 2R - R^2
   of them).
 - lock-step model and the reuse study (``analysis.cache.l2sim``, ``analysis.cache.reuse``):
@@ -113,6 +114,7 @@ LOCKSTEP_S_PER_ACCESS = 4.113e-8
 SIM_PROCESS_S = 3.0
 FIGURE_S = 0.5
 SHARDS_TARGET = 6554             # analysis.cache.timesim.SHARDS_TARGET (the size rule), read there too
+SPREAD_SEEDS = 5                 # analysis.cache.sampling.SPREAD_SEEDS: seeds per sampled case
 
 TIMED_B_PER_ITEM = 81            # work_items (4 x int64), the table (17 B) and its int64 temporaries
 LOCKSTEP_B_PER_ACCESS = 13       # int32 trace key + int64 stack distance (12.0 B measured), rounded up
@@ -135,17 +137,20 @@ class CaseCost:
     bytes: int
 
 
-def sim_case_cost(case: Case, arch: Arch, model: str, partitions: int = 1) -> CaseCost:
+def sim_case_cost(case: Case, arch: Arch, model: str, partitions: int = 1,
+                  sample: bool = False) -> CaseCost:
     """Seconds and bytes one case costs in simulate mode; ``model`` is ``timed``, ``lockstep``
-    or ``reuse`` (the reuse study: the lock-step trace and its stack distances)."""
+    or ``reuse`` (the reuse study: the lock-step trace and its stack distances); ``sample``: the
+    timed model SHARDS-sampled at the size rule, at ``SPREAD_SEEDS`` seeds (``--sample``)."""
     g = TileGrid(case.problem, case.variant.tiles)
     pairs = kv_pairs_per_head(g) * g.n_bh
     ids = tile_ids(case)
     if model == "timed":
         P = partitions
-        rate = min(1.0, SHARDS_TARGET / (ids * P))
+        rate = min(1.0, SHARDS_TARGET / (ids * P)) if sample else 1.0
         steps = pairs if rate >= 1 else min(pairs, 2 * g.n_work + (2 * rate - rate * rate) * pairs)
-        secs = TIMED_S_PER_STEP * steps + TIMED_S_PER_ENTRY * ids * P * P
+        runs = SPREAD_SEEDS if rate < 1 else 1
+        secs = runs * (TIMED_S_PER_STEP * steps + TIMED_S_PER_ENTRY * ids * P * P)
         mem = TIMED_B_PER_ITEM * g.n_work + timed_bytes_per_id(P) * ids
     else:
         acc = 2 * pairs + 2 * g.n_work
@@ -174,8 +179,8 @@ def longest_first(costs: list[float], workers: int) -> float:
 
 
 def sim_plan_cost(cases: list[Case], arch: Arch, model: str, workers: int, figures: int = 0,
-                  partitions: int = 1) -> PlanCost:
-    each = [sim_case_cost(c, arch, model, partitions) for c in cases]
+                  partitions: int = 1, sample: bool = False) -> PlanCost:
+    each = [sim_case_cost(c, arch, model, partitions, sample) for c in cases]
     compute = longest_first([c.seconds for c in each], workers)
     peak = SIM_BASE_BYTES + sum(sorted((c.bytes for c in each), reverse=True)[:max(1, workers)])
     parts = [("start", SIM_PROCESS_S), (f"{len(cases)} cases on {workers} thread(s)", compute)]

@@ -67,7 +67,8 @@ def simulate_estimate(args, study, arch, cases, capacity, workers: int):
         from ..simulation.simulate import model_params
         partitions = model_params(arch).time_params(arch).partitions
     figures = 0 if args.no_figures else len(drawn_with(study.name))
-    return model, costs.sim_plan_cost(cases, arch, model, workers, figures, partitions)
+    return model, costs.sim_plan_cost(cases, arch, model, workers, figures, partitions,
+                                      sample=model == "timed" and args.sample)
 
 
 def _measure_estimate(args, study, arch, cases, sessions=None, groups=None):

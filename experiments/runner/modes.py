@@ -47,7 +47,8 @@ def simulate(args, console, study, arch, cases: list[Case], work: Path, run: str
     model = sim_model(args, study)
     params = model_params(arch) if model == "timed" else None
     partitions = params.time_params(arch).partitions if params is not None else 1
-    est = [costs.sim_case_cost(c, arch, model, partitions).seconds for c in cases]
+    est = [costs.sim_case_cost(c, arch, model, partitions, sample=args.sample).seconds
+           for c in cases]
     workers = sim_workers(args, cases)
 
     def one(c: Case) -> tuple[list, float]:
@@ -56,7 +57,7 @@ def simulate(args, console, study, arch, cases: list[Case], work: Path, run: str
             rows = hook(study.simulate)(c, arch, capacity, run=run, study=study.name)
         elif params is not None:
             rows = timed_rows(c, arch, params, None if args.capacity_mib is None else capacity,
-                              run=run, study=study.name, sample=not args.exact)
+                              run=run, study=study.name, sample=args.sample)
         else:
             rows = rows_for(simulate_case(c, arch, capacity), run=run, study=study.name,
                             arch=arch)
@@ -92,8 +93,8 @@ def simulate(args, console, study, arch, cases: list[Case], work: Path, run: str
         capacity = params.time_params(arch).capacity_bytes
     from analysis.cache.timesim import MODEL_VERSION
     return rows, {"source": "simulated", "capacity_bytes": capacity, "model": label,
-                  **({"model_version": MODEL_VERSION, "params": asdict(params)}
-                     if label == "timed" else {}),
+                  **({"model_version": MODEL_VERSION, "sampled": bool(args.sample),
+                      "params": asdict(params)} if label == "timed" else {}),
                   "threads": workers,
                   "case_seconds": {cases[i].id: round(results[i][1], 3)
                                    for i in range(len(cases))}}

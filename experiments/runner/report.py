@@ -175,7 +175,9 @@ def model_label(params: dict) -> str:
     if params["model"] == "lockstep":
         return "lock-step fully associative LRU"
     p = params["params"]
-    return (f"timed model, {p['partitions']} partition(s), r={p['miss_ratio']:g}, "
+    how = ("SHARDS-sampled: each row's note states its spread over seeds"
+           if params.get("sampled") else "exact")
+    return (f"timed model, {how}, {p['partitions']} partition(s), r={p['miss_ratio']:g}, "
             f"{'fitted on ' + p['fit_study'] if p['fitted'] else 'default parameters, not fitted'}")
 
 

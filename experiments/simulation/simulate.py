@@ -6,9 +6,10 @@ GPU. Two models (``--model`` of the main command):
 - ``timed`` (the default): ``analysis.cache.timesim``, each resident CTA on its own clock, the arch's
   L2 partitions, with the arch's committed parameters (``analysis/params/<arch>.json``, fitted on
   one measured study) or, for an arch without measurements (gb10, b200, b300), the defaults
-  derived from the measured ones (``analysis.calibration.params.default_params``). Large cases are
-  sampled (SHARDS size rule) and their rows state the sampling error measured against the exact
-  simulator.
+  derived from the measured ones (``analysis.calibration.params.default_params``). Exact; with
+  ``--sample`` large cases are SHARDS-sampled (size rule) at ``SPREAD_SEEDS`` seeds, and their
+  rows state that spread and the sampled-against-exact range measured under the model that runs
+  (``SHARDS_RUN``).
 - ``lockstep``: ``analysis.cache.l2sim``, a fully associative LRU over whole tiles fed by the lock-step
   wavefront of ``spec.trace`` (the timed model's limit with miss time = hit time and no jitter).
 
@@ -28,15 +29,17 @@ import numpy as np
 
 from analysis import calibration
 from analysis.cache import l2sim, reuse, timesim
+from analysis.cache.sampling import SPREAD_SEEDS
 from analysis.data import read_manifest
 from analysis.models import steptime
 from spec import Arch, Backend, TileGrid, build_trace, get_arch, known_archs
 from spec.case import Case
 from spec.records import UNITS, Metric, Row, Source, case_fields
 
-SHARDS_RUN = "profiles/cpu/simbench-20261125-shards"
-"""The run that measured the sampled simulator against the exact one (22 GB10 and H100 cases);
-its largest miss-count error is stated in every sampled row."""
+SHARDS_RUN = "profiles/cpu/shards-gb10-20261128"
+"""The run that measured the sampled simulator against the exact one under the model that runs
+(``timesim.MODEL_VERSION``): the 16 GB10 cases of the main command at seeds 0-4, exact and sampled
+(``python -m experiments.simulation.shards``); a sampled row states its range."""
 
 
 @dataclass(frozen=True)
@@ -127,8 +130,10 @@ def resident_of_build(case: Case, arch: Arch) -> tuple[Case, str]:
 
 
 @functools.cache
-def _shards_error_pct() -> float:
-    return float(read_manifest(SHARDS_RUN)["max_shards_err_pct"])
+def shards_check() -> dict:
+    """The manifest of ``SHARDS_RUN``: its model version, seeds and the range of the sampled
+    miss counts' error against the exact ones (``err_pct_min``, ``err_pct_max``)."""
+    return read_manifest(SHARDS_RUN)
 
 
 def pipeline_params(tp: timesim.TimeParams, case: Case, arch: Arch,
@@ -150,25 +155,60 @@ def pipeline_params(tp: timesim.TimeParams, case: Case, arch: Arch,
                    **timing.units(), **queue)
 
 
-def timed_rows(case: Case, arch: Arch, params: calibration.ArchParams,
-               capacity_bytes: int | None = None, *, run: str, study: str,
-               seed: int = 0, point: str | None = "mid", sample: bool = True) -> list[Row]:
-    """The timed simulator's rows for one case (its build's resident CTAs, the arch's
-    parameters, the build's pipeline timing at ``point`` of the arch's ranges (None: the step
-    model, every step one unit), at ``capacity_bytes`` when given instead of the parameters'
-    effective capacity, SHARDS at the size rule unless ``sample`` is False); each row's note names the parameters, where
-    they came from, the residency and any sampling error."""
-    case, where = resident_of_build(case, arch)
+def timed_counts(case: Case, arch: Arch, params: calibration.ArchParams,
+                 capacity_bytes: int | None = None, *, seed: int = 0, point: str | None = "mid",
+                 sample: bool = False) -> timesim.TimeCounts:
+    """The timed simulator's counts of ``case`` as it stands (its resident CTAs already the
+    build's, ``resident_of_build``): the arch's parameters at ``seed``, the build's pipeline
+    timing at ``point`` of the arch's ranges (None: the step model, every step one unit), at
+    ``capacity_bytes`` when given instead of the parameters' effective capacity; exact, or
+    SHARDS-sampled at the size rule with ``sample``."""
     tp = params.time_params(arch, seed=seed)
     if point is not None:
         tp = pipeline_params(tp, case, arch, point, params.dram_fraction, params.fill_sigma)
     if capacity_bytes is not None:
         tp = replace(tp, capacity_bytes=int(capacity_bytes))
-    counts = timesim.simulate_case(case, tp, arch.sector_bytes, auto_sample=sample)
+    return timesim.simulate_case(case, tp, arch.sector_bytes, auto_sample=sample)
+
+
+def _spread_note(counts: timesim.TimeCounts, others: list[timesim.TimeCounts],
+                 seed: int) -> str:
+    """What a sampled row says about its uncertainty: the spread of its miss count over the
+    seeds it ran at, and the sampled-against-exact range measured under the model (``SHARDS_RUN``),
+    or that the measurement was under another model version."""
+    misses = [counts.tex_misses] + [c.tex_misses for c in others]
+    lo, hi, v = min(misses), max(misses), max(counts.tex_misses, 1)
+    s = (f"sampled, not exact: tex misses over seeds {seed}-{seed + len(misses) - 1} span "
+         f"{lo:.4g}..{hi:.4g} ({100 * (lo / v - 1):+.1f}..{100 * (hi / v - 1):+.1f}% of seed "
+         f"{seed}'s)")
+    check = shards_check()
+    name = SHARDS_RUN.rsplit("/", 1)[-1]
+    if check.get("model_version") == timesim.MODEL_VERSION:
+        s += (f"; against the exact simulator, the GB10 study's sampled misses at seeds "
+              f"{check['seeds'][0]}-{check['seeds'][-1]} were {check['err_pct_min']:+.1f}.."
+              f"{check['err_pct_max']:+.1f}% ({name})")
+    else:
+        s += (f"; no sampled-against-exact check under {timesim.MODEL_VERSION} ({name} measured "
+              f"{check.get('model_version')})")
+    return s
+
+
+def timed_rows(case: Case, arch: Arch, params: calibration.ArchParams,
+               capacity_bytes: int | None = None, *, run: str, study: str,
+               seed: int = 0, point: str | None = "mid", sample: bool = False) -> list[Row]:
+    """The timed simulator's rows for one case (its build's resident CTAs, ``timed_counts``):
+    exact, or with ``sample`` SHARDS-sampled at the size rule, then at ``SPREAD_SEEDS`` seeds
+    (``seed`` and the next ones), whose spread the note states with the sampled-against-exact
+    check of ``SHARDS_RUN``; the counts are ``seed``'s. Each row's note names the parameters,
+    where they came from and the residency."""
+    case, where = resident_of_build(case, arch)
+    kw = dict(capacity_bytes=capacity_bytes, point=point, sample=sample)
+    counts = timed_counts(case, arch, params, seed=seed, **kw)
     notes = [params.note()]
     if counts.params.sample_rate < 1:
-        notes.append(f"miss counts within {_shards_error_pct():.2f}% of the exact simulator at "
-                     f"the size rule ({SHARDS_RUN.rsplit('/', 1)[-1]})")
+        others = [timed_counts(case, arch, params, seed=seed + k, **kw)
+                  for k in range(1, SPREAD_SEEDS)]
+        notes.append(_spread_note(counts, others, seed))
     if where:
         notes.append(where)
     return timesim.counts_to_rows(counts, case, run=run, study=study, arch=arch,

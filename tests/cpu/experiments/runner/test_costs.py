@@ -78,6 +78,25 @@ def test_the_constants_are_what_the_committed_data_give():
     assert rates == {k: v for k, v in costs.RATES.items()}
 
 
+def test_the_timed_estimate_is_exact_unless_sampled_and_then_counts_every_seed():
+    """The main command simulates exactly: every K/V step of every item; ``--sample`` simulates
+    a SHARDS share of them, once per seed of the spread its rows state."""
+    from analysis.cache.sampling import SHARDS_TARGET, SPREAD_SEEDS
+    assert (costs.SHARDS_TARGET, costs.SPREAD_SEEDS) == (SHARDS_TARGET, SPREAD_SEEDS)
+    arch = get_arch("gb10")
+    c = get_study("sawtooth").plan(arch)[0]
+    g = TileGrid(c.problem, c.variant.tiles)
+    pairs = costs.kv_pairs_per_head(g) * g.n_bh
+    ids = costs.tile_ids(c)
+    entries = costs.TIMED_S_PER_ENTRY * ids
+    exact = costs.sim_case_cost(c, arch, "timed").seconds
+    assert exact == pytest.approx(costs.TIMED_S_PER_STEP * pairs + entries)
+    r = SHARDS_TARGET / ids
+    steps = 2 * g.n_work + (2 * r - r * r) * pairs
+    sampled = costs.sim_case_cost(c, arch, "timed", sample=True).seconds
+    assert sampled == pytest.approx(SPREAD_SEEDS * (costs.TIMED_S_PER_STEP * steps + entries))
+
+
 def test_the_h100_main_study_default_fits_ten_minutes_and_the_full_protocol_is_stated():
     """The model's estimate of the default protocol (3 repeats in one ncu session per group) and
     of one session per repeat, for the H100 main study; and what it says of the run the issue
@@ -100,7 +119,8 @@ def _rss_growth(arch: str, index: int, S: int, model: str) -> tuple[int, int]:
     code = f"""
 import dataclasses, json, os, threading, time
 from experiments.runner import costs
-from experiments.simulation.simulate import model_params, simulate_case, timed_rows
+from experiments.simulation.simulate import model_params, resident_of_build, simulate_case, \
+    timed_counts
 from experiments.registry.studies import get_study
 from spec import get_arch
 page = os.sysconf("SC_PAGE_SIZE")
@@ -108,8 +128,8 @@ rss = lambda: int(open("/proc/self/statm").read().split()[1]) * page
 arch = get_arch({arch!r}); c = get_study("sawtooth").plan(arch)[{index}]
 sized = lambda s: dataclasses.replace(c, problem=dataclasses.replace(c.problem, S_q=s, S_kv=s))
 p = model_params(arch)
-run = (lambda x: timed_rows(x, arch, p, run="r", study="s")) if {model!r} == "timed" else \\
-      (lambda x: simulate_case(x, arch, arch.l2_bytes))
+run = (lambda x: timed_counts(resident_of_build(x, arch)[0], arch, p, sample=True)) \\
+    if {model!r} == "timed" else (lambda x: simulate_case(x, arch, arch.l2_bytes))
 run(sized(1024))
 peak, done = [0], []
 def poll():
