@@ -6,8 +6,11 @@ of their resources; nothing here imports torch or CuPy.
 the forward's K/V scan), the CTA schedule (``GRID``: one K/V tile per CTA; ``PERSISTENT``: P
 CTAs, grid-stride over K/V tiles, where the sawtooth alternates), the tiles (TILE_M query rows
 per step, TILE_N keys per CTA), D, the causal mask, the element type and opt-in build options
-(``BwdOption``; none in the default build). The preprocess
-(``flash_bwd_delta``) and the dQ conversion (``flash_bwd_dq``) depend on D and the type only.
+(``BwdOption``; none in the default build), and whether it is the trace build
+(``flash_bwd_dkdv_trace``, which also records per CTA and step the (b, query head, Q tile, K/V
+tile) it reads; ``cuda_baseline.training.trace_dkdv``). The preprocess (``flash_bwd_delta``) and
+the dQ conversion (``flash_bwd_dq``) depend on D and the type only: they read no scan, so the
+family's only scan order is the dK/dV kernel's (dQ is reduced inside it).
 """
 from __future__ import annotations
 
@@ -80,6 +83,7 @@ class BwdInstance:
     causal: bool
     dtype: DType
     options: BwdOption = BwdOption(0)
+    trace: bool = False
 
     def __post_init__(self):
         if self.schedule not in BWD_SCHEDULES:
@@ -93,7 +97,8 @@ class BwdInstance:
     def name(self) -> str:
         c = "true" if self.causal else "false"
         opt = f", {int(self.options)}" if self.options else ""
-        return (f"flash_bwd_dkdv<OrderKind::{self.order.name}, ScheduleKind::"
+        fn = "flash_bwd_dkdv_trace" if self.trace else "flash_bwd_dkdv"
+        return (f"{fn}<OrderKind::{self.order.name}, ScheduleKind::"
                 f"{self.schedule.name}, {self.tiles.m}, {self.tiles.n}, {self.D}, {c}, "
                 f"DType::{self.dtype.name}{opt}>")
 
@@ -146,17 +151,17 @@ def ci_bwd_instances() -> list[BwdInstance]:
 _ENTRY_FN = re.compile(r"Compiling entry function '(\S+)'")
 _SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _REGS = re.compile(r"Used (\d+) registers")
-_DKDV = re.compile(r"_Z14flash_bwd_dkdvIL9OrderKind(\d)EL12ScheduleKind(\d)ELi(\d+)ELi(\d+)"
-                   r"ELi(\d+)ELb(\d)EL5DType(\d)ELi(\d+)EE")
+_DKDV = re.compile(r"_Z(14flash_bwd_dkdv|20flash_bwd_dkdv_trace)IL9OrderKind(\d)EL12ScheduleKind"
+                   r"(\d)ELi(\d+)ELi(\d+)ELi(\d+)ELb(\d)EL5DType(\d)ELi(\d+)EE")
 _SMALL = re.compile(r"_Z(15flash_bwd_delta|12flash_bwd_dq)ILi(\d+)EL5DType(\d)EE")
 
 
 def _demangle(sym: str) -> str | None:
     dtypes = list(DType)
     if d := _DKDV.search(sym):
-        return BwdInstance(OrderKind(int(d[1])), ScheduleKind(int(d[2])),
-                           Tiles(int(d[3]), int(d[4])), int(d[5]), d[6] == "1",
-                           dtypes[int(d[7])], BwdOption(int(d[8]))).name
+        return BwdInstance(OrderKind(int(d[2])), ScheduleKind(int(d[3])),
+                           Tiles(int(d[4]), int(d[5])), int(d[6]), d[7] == "1",
+                           dtypes[int(d[8])], BwdOption(int(d[9])), d[1].endswith("trace")).name
     if d := _SMALL.search(sym):
         fn = delta_name if d[1].endswith("delta") else dq_name
         return fn(int(d[2]), dtypes[int(d[3])])

@@ -5,7 +5,9 @@
 // An optional last argument of flash_bwd_dkdv selects opt-in build options (BWD_ONE_PART,
 // BWD_DQ_V4, BWD_DQ_SQUARE in flash_bwd.cuh; 0, the default build, is left out of the name).
 // The scan order of the Q loop and the CTA schedule are template parameters named like the spec's
-// enums, as in the forward.
+// enums, as in the forward. flash_bwd_dkdv_trace<same arguments> is its trace build: two more
+// kernel parameters (the record and its steps per CTA, BwdParams), so every other build keeps its
+// name and its code.
 #include "flash_bwd.cuh"
 
 template <OrderKind ORDER, ScheduleKind SCHEDULE, int TILE_M, int TILE_N, int D, bool CAUSAL,
@@ -25,6 +27,25 @@ flash_bwd_dkdv(const unsigned short* q, const unsigned short* k, const unsigned 
                       n_work, heads_per_cta, n_chunks, sawtooth_group, lse_stride, scale_log2,
                       scale};
     flash_bwd_dkdv_impl<ORDER, SCHEDULE, TILE_M, TILE_N, D, CAUSAL, DT, OPT>(p);
+}
+
+template <OrderKind ORDER, ScheduleKind SCHEDULE, int TILE_M, int TILE_N, int D, bool CAUSAL,
+          DType DT, int OPT = 0>
+__global__ void __launch_bounds__(BwdShape<TILE_M, TILE_N, D, OPT>::THREADS, 1)
+flash_bwd_dkdv_trace(const unsigned short* q, const unsigned short* k, const unsigned short* v,
+                     const unsigned short* dout, const float* lse, const float* delta,
+                     float* dq_acc, void* dk, void* dv,
+                     long long q_sb, long long q_sh, long long q_ss, long long k_sb,
+                     long long k_sh, long long k_ss, long long v_sb, long long v_sh,
+                     long long v_ss, long long do_sb, long long do_sh, long long do_ss,
+                     int H, int H_kv, int S_q, int S_kv, int n_q, int n_kv, int n_work,
+                     int heads_per_cta, int n_chunks, int sawtooth_group, int lse_stride,
+                     float scale_log2, float scale, int* trace_visits, int trace_steps) {
+    const BwdParams p{q, k, v, dout, lse, delta, dq_acc, dk, dv, q_sb, q_sh, q_ss, k_sb, k_sh,
+                      k_ss, v_sb, v_sh, v_ss, do_sb, do_sh, do_ss, H, H_kv, S_q, S_kv, n_q, n_kv,
+                      n_work, heads_per_cta, n_chunks, sawtooth_group, lse_stride, scale_log2,
+                      scale, trace_visits, trace_steps};
+    flash_bwd_dkdv_impl<ORDER, SCHEDULE, TILE_M, TILE_N, D, CAUSAL, DT, OPT, true>(p);
 }
 
 template <int D, DType DT>

@@ -48,6 +48,12 @@ struct BwdParams {
     int lse_stride;
     float scale_log2;        // scale · log2(e)
     float scale;
+    // Trace build only (flash_bwd_dkdv_trace; the fields after the ones every build reads, so
+    // the other builds' parameters and code stay as they are): per CTA and step of its scan, the
+    // (b, query head, Q tile, K/V tile) it reads, trace_visits[4 (cta trace_steps + step) + i],
+    // steps past trace_steps not recorded: the layout of spec.Visits.table().
+    int* trace_visits = nullptr;
+    int trace_steps = 0;
 };
 
 // Opt-in build options of flash_bwd_dkdv (its last template parameter, a bit set; 0 = the default
@@ -148,9 +154,11 @@ __device__ __forceinline__ void cp_async_4(unsigned dst, const float* src, bool 
 // ------------------------------------------------------------------------------------------------
 // One work item of flash_bwd_dkdv: K/V tile `kv_tile` of K/V head `bh_kv` (= b * H_kv + h_kv),
 // query heads chunk * heads_per_cta .. of its group, their Q tiles in the scan direction given.
-template <int TILE_M, int TILE_N, int D, bool CAUSAL, DType DT, int OPT>
+// `step` is the CTA's step counter over all its work items (trace builds record it, as the
+// forward's attend_q_tile does).
+template <int TILE_M, int TILE_N, int D, bool CAUSAL, DType DT, int OPT, bool TRACE>
 __device__ __forceinline__ void dkdv_tile(const BwdParams& p, unsigned char* smem, int bh_kv,
-                                          int chunk, int kv_tile, bool backward) {
+                                          int chunk, int kv_tile, bool backward, int& step) {
     using S = BwdShape<TILE_M, TILE_N, D, OPT>;
     constexpr int KS = S::KS, DB = S::DB;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -221,6 +229,14 @@ __device__ __forceinline__ void dkdv_tile(const BwdParams& p, unsigned char* sme
     for (int s = 0; s < n_steps; ++s) {
         const int st = s & 1;
         const int h = head_of(s), q0 = tile_of(s) * TILE_M;
+        if constexpr (TRACE) {
+            if (threadIdx.x == 0 && step < p.trace_steps) {
+                int* rec = p.trace_visits
+                           + 4 * (static_cast<long long>(blockIdx.x) * p.trace_steps + step);
+                rec[0] = b; rec[1] = h; rec[2] = tile_of(s); rec[3] = kv_tile;
+            }
+        }
+        ++step;
         cp_async_wait_all();
         __syncthreads();   // tile s visible; every warp left step s-1 (its stage and dS free)
         if (s + 1 < n_steps) issue_q(s + 1, st ^ 1);
@@ -448,17 +464,21 @@ __device__ __forceinline__ void dkdv_tile(const BwdParams& p, unsigned char* sme
 // n_q - j·TILE_N/TILE_M Q tiles) and the short ones fill the tail; CTAs that run together are
 // then neighbouring tiles j of every (K/V head, chunk), which still read the same Q tiles of
 // their head (tile j's scan is a suffix of tile j-1's), so the Q-side sharing in L2 remains.
+// The trace build (TRACE) records each step's visit (BwdParams); the spec's model of this deal is
+// cuda_baseline.training.dkdv_spec_schedule.
 template <OrderKind ORDER, ScheduleKind SCHEDULE, int TILE_M, int TILE_N, int D, bool CAUSAL,
-          DType DT, int OPT = 0>
+          DType DT, int OPT = 0, bool TRACE = false>
 __device__ __forceinline__ void flash_bwd_dkdv_impl(const BwdParams& p) {
     extern __shared__ __align__(128) unsigned char smem[];
     const int cta = blockIdx.x;
     const int n_rest = p.n_work / p.n_kv;   // (K/V head, chunk) pairs
+    int step = 0;
     auto item = [&](int w, int iter) {
         const int j = CAUSAL ? w / n_rest : w % p.n_kv;
         const int rest = CAUSAL ? w % n_rest : w / p.n_kv;
-        dkdv_tile<TILE_M, TILE_N, D, CAUSAL, DT, OPT>(p, smem, rest / p.n_chunks, rest % p.n_chunks, j,
-                                                 reversed_for<ORDER>(iter, cta, p.sawtooth_group));
+        dkdv_tile<TILE_M, TILE_N, D, CAUSAL, DT, OPT, TRACE>(
+            p, smem, rest / p.n_chunks, rest % p.n_chunks, j,
+            reversed_for<ORDER>(iter, cta, p.sawtooth_group), step);
     };
     if constexpr (SCHEDULE == ScheduleKind::GRID) {
         item(cta, 0);

@@ -14,6 +14,10 @@ With grouped heads, a work item covers ``heads_per_cta`` query heads of one K/V 
 the GPU (full attention) or too coarse a tail (causal: ``causal_makespan``), the group is split
 in chunks whose fp32 partials are summed afterwards.
 
+``trace_dkdv(dout, q, k, v, out, lse, ...)`` runs the dK/dV kernel's trace build once and returns
+what it visited per CTA and step, and the spec schedule of its deal (``dkdv_spec_schedule``), to
+compare with ``spec.backward_trace.backward_visits``.
+
 Parameters are laid out once per launch key, as in ``cuda_baseline.launch``; only the tensor
 addresses are written per call. Everything is issued on torch's current stream, so CUDA-graph
 capture records it. dQ's fp32 reduction makes dQ's last bits depend on the order the CTAs reach
@@ -25,7 +29,7 @@ import heapq
 import math
 import struct
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -33,7 +37,7 @@ from spec import arch as arch_registry
 from spec.family import BadInput, UnsupportedVariant, device_limits, problem_from_tensors
 from spec.orders import OrderKind, ScanOrder
 from spec.problem import Problem, Tiles, cdiv
-from spec.schedules import CtaSchedule, ScheduleKind
+from spec.schedules import CtaSchedule, ScheduleKind, WorkOrder
 from spec.variant import Backend, Variant
 
 from .backend import CudaFamily, check_strides, default_schedule, default_tiles
@@ -249,7 +253,10 @@ def plan(problem: Problem, order: ScanOrder, schedule: CtaSchedule | None,
     return BwdPlan(problem, inst, hpc, chunks, n_work, ctas)
 
 
-def _bwd_blocks(q, k, v, dout, out, causal, order, schedule, scale, tiles, options):
+def _bwd_blocks(q, k, v, dout, out, causal, order, schedule, scale, tiles, options,
+                trace: bool = False):
+    """(plan, Δ, dK/dV, dQ conversion) launches; ``trace``: the dK/dV launch is its trace build,
+    whose record pointer (the second-last argument) ``trace_dkdv`` writes."""
     import torch
     problem = problem_from_tensors(q, k, v, causal, out)
     check_strides(q, k, v, out)
@@ -266,7 +273,7 @@ def _bwd_blocks(q, k, v, dout, out, causal, order, schedule, scale, tiles, optio
     pl = plan(problem, order, schedule, lim.num_sms,
               None if tiles is None else tiles if isinstance(tiles, Tiles) else Tiles(*tiles),
               opts)
-    inst, pr = pl.instance, problem
+    inst, pr = (replace(pl.instance, trace=True) if trace else pl.instance), problem
     if inst.smem_bytes > lim.smem_per_block_optin:
         raise UnsupportedVariant(f"{inst.name} needs {inst.smem_bytes} B of shared memory, over "
                                  f"this device's {lim.smem_per_block_optin} B per block")
@@ -280,20 +287,32 @@ def _bwd_blocks(q, k, v, dout, out, causal, order, schedule, scale, tiles, optio
     delta = Block(kd.kernel.ptr, cdiv(rows * tpr, 256), 256, 0,
                   (np.uint64(0),) * 4 + tuple(i64(s) for t in (out, dout) for s in t.stride()[:3])
                   + (i32(pr.H), i32(pr.S_q), i32(ls), i64(rows)), 4, dev)
-    g = 1 if order.kind != OrderKind.SAWTOOTH else order.group
-    bt = inst.tiles
-    sl2 = math.log2(math.e) * scale
-    strides = tuple(i64(s) for t in (q, k, v, dout) for s in t.stride()[:3])
     dkdv = Block(kk.kernel.ptr, pl.ctas, inst.threads, inst.smem_bytes,
-                 (np.uint64(0),) * 9 + strides
-                 + tuple(i32(x) for x in (pr.H, pr.H_kv, pr.S_q, pr.S_kv, cdiv(pr.S_q, bt.m),
-                                          cdiv(pr.S_kv, bt.n), pl.n_work, pl.heads_per_cta,
-                                          pl.n_chunks, g, ls))
-                 + (np.float32(sl2), np.float32(scale)), 9, dev)
+                 (np.uint64(0),) * 9 + _dkdv_scalars(pl, order, scale, q, k, v, dout)
+                 + ((np.uint64(0), i32(trace_steps(pl))) if trace else ()), 9, dev)
     n = pr.B * pr.H * pr.S_q * pr.D
     dq = Block(kq.kernel.ptr, cdiv(n // 8, 256), 256, 0,
                (np.uint64(0),) * 2 + (np.float32(scale), i64(n)), 2, dev)
     return pl, delta, dkdv, dq
+
+
+def trace_steps(pl: BwdPlan) -> int:
+    """Steps of the dK/dV trace build's record per CTA: a bound on any CTA's steps (its items
+    times the longest item's), and one column to spare (a kernel that visits more than
+    ``spec.backward_trace`` prescribes leaves a mark there)."""
+    n_q = cdiv(pl.problem.S_q, pl.instance.tiles.m)
+    return cdiv(pl.n_work, pl.ctas) * pl.heads_per_cta * n_q + 1
+
+
+def _dkdv_scalars(pl: BwdPlan, order: ScanOrder, scale: float, q, k, v, dout) -> tuple:
+    """flash_bwd_dkdv's arguments after its nine pointers (strides, sizes, scales)."""
+    pr, bt = pl.problem, pl.instance.tiles
+    g = 1 if order.kind != OrderKind.SAWTOOTH else order.group
+    strides = tuple(i64(s) for t in (q, k, v, dout) for s in t.stride()[:3])
+    return (strides + tuple(i32(x) for x in (pr.H, pr.H_kv, pr.S_q, pr.S_kv, cdiv(pr.S_q, bt.m),
+                                            cdiv(pr.S_kv, bt.n), pl.n_work, pl.heads_per_cta,
+                                            pl.n_chunks, g, lse_stride(pr.S_q)))
+            + (np.float32(math.log2(math.e) * scale), np.float32(scale)))
 
 
 def backward(dout, q, k, v, out, lse, causal: bool = False, order="linear", schedule=None,
@@ -344,6 +363,56 @@ def backward(dout, q, k, v, out, lse, causal: bool = False, order="linear", sche
     return dq, dk, dv
 
 
+def trace_dkdv(dout, q, k, v, out, lse, causal: bool = False, order="linear", schedule=None,
+               scale: float | None = None, tiles=None, options=None) -> dict:
+    """Run the dK/dV kernel's trace build (``flash_bwd_dkdv_trace``) once, with ``backward``'s
+    arguments, after Δ (which zeroes the fp32 dQ accumulator): ``visits``, int32 [n_ctas,
+    ``trace_steps``, 4] of (b, query head, Q tile, K/V tile) per CTA and step, -1 where nothing
+    was recorded; ``plan``, the ``BwdPlan``; ``schedule``, ``dkdv_spec_schedule(plan)``;
+    ``build``, the instantiation's name. Compare ``visits`` with ``spec.backward_trace.
+    backward_visits(PassGrid(problem, plan tiles, "dkdv", plan.n_chunks), schedule,
+    order).table()``. Synchronises. The family has no dQ scan to trace: dQ is reduced inside
+    this kernel (``flash_bwd_dq`` only converts it)."""
+    import torch
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    pl, delta, dkdv, _ = _bwd_blocks(q, k, v, dout, out, causal, order, schedule, scale, tiles,
+                                     options, trace=True)
+    pr = pl.problem
+    _aligned(q, k, v, dout, out)
+    dev = q.device
+    f32 = torch.float32
+    with torch.cuda.device(dev):
+        visits = torch.full((pl.ctas, trace_steps(pl), 4), -1, dtype=torch.int32, device=dev)
+        dkdv.slots[-2] = visits.data_ptr()      # the record (BwdParams::trace_visits)
+        dq_acc = torch.empty((pr.B, pr.H, pr.S_q, pr.D), dtype=f32, device=dev)   # zeroed by Δ
+        dlt = torch.empty((pr.B, pr.H, lse_stride(pr.S_q)), dtype=f32, device=dev)
+        delta(out.data_ptr(), dout.data_ptr(), dlt.data_ptr(), dq_acc.data_ptr())
+        shape = k.shape if pl.n_chunks == 1 else (pr.B, pr.H_kv * pl.n_chunks, pr.S_kv, pr.D)
+        dt = q.dtype if pl.n_chunks == 1 else f32
+        dk = torch.empty(shape, dtype=dt, device=dev)
+        dv = torch.empty(shape, dtype=dt, device=dev)
+        dkdv(q.data_ptr(), k.data_ptr(), v.data_ptr(), dout.data_ptr(), lse.data_ptr(),
+             dlt.data_ptr(), dq_acc.data_ptr(), dk.data_ptr(), dv.data_ptr())
+        torch.cuda.current_stream(dev).synchronize()
+    return {"visits": visits.cpu().numpy(), "plan": pl, "schedule": dkdv_spec_schedule(pl),
+            "build": replace(pl.instance, trace=True).name}
+
+
+def dkdv_spec_schedule(pl: BwdPlan) -> CtaSchedule:
+    """The dK/dV kernel's deal of work items to CTAs (``flash_bwd_dkdv_impl``) as a spec schedule
+    on ``spec.backward_trace.PassGrid.items_grid``, whose items are (b, slot, K/V tile) with
+    slot = (K/V head, chunk) in the kernel's ``rest`` order. Full attention deals K/V tiles
+    fastest: the spec's q-major order, so the grid launch is ``CtaSchedule.grid()`` and P
+    persistent CTAs ``static<P>``. Causal deals K/V tiles slowest (longest items first): the
+    spec's head-major order, ``static<P>h``; its grid launch (item w on CTA w, iteration 0) is
+    ``static<n_work>h``, one item per CTA."""
+    if pl.problem.causal:
+        return CtaSchedule.persistent(pl.ctas, WorkOrder.HEAD_MAJOR)
+    if pl.instance.schedule == ScheduleKind.GRID:
+        return CtaSchedule.grid()
+    return CtaSchedule.persistent(pl.ctas)
+
+
 # --- compiling ahead -----------------------------------------------------------------------------
 
 def _compile_bwd(names: list[str], device: int) -> None:
@@ -355,11 +424,12 @@ def _compile_bwd(names: list[str], device: int) -> None:
 
 def training_builds(problems, orders=("linear",), schedules=(ScheduleKind.GRID,),
                     backward_tiles=(None,), arch=None,
-                    options: BwdOption = BwdOption(0)) -> tuple[set, list[str]]:
+                    options: BwdOption = BwdOption(0),
+                    trace: bool = False) -> tuple[set, list[str]]:
     """(training-forward ``Instance`` set, backward kernel names) of ``problems``: each family
     default forward (``default_tiles`` / ``default_schedule`` on ``arch``) in every order, and
     the backward builds of every order x schedule x tiles (None: the default tiles) with the
-    build ``options``."""
+    build ``options`` (``trace``: the dK/dV trace builds, ``trace_dkdv``'s)."""
     from .backend import instance_for
     fwd, bwd = set(), set()
     for pr in problems:
@@ -371,14 +441,14 @@ def training_builds(problems, orders=("linear",), schedules=(ScheduleKind.GRID,)
             for s in schedules:
                 for bt in backward_tiles:
                     bt = default_backward_tiles(pr) if bt is None else Tiles(*bt)
-                    i = BwdInstance(so.kind, s, bt, pr.D, pr.causal, pr.dtype, options)
+                    i = BwdInstance(so.kind, s, bt, pr.D, pr.causal, pr.dtype, options, trace)
                     bwd |= {i.name, delta_name(pr.D, pr.dtype), dq_name(pr.D, pr.dtype)}
     return fwd, sorted(bwd)
 
 
 def warm(problems, orders=("linear",), schedules=(ScheduleKind.GRID,), device: int = 0,
          jobs: int | None = None, backward_tiles=(None,),
-         options: BwdOption = BwdOption(0)) -> None:
+         options: BwdOption = BwdOption(0), trace: bool = False) -> None:
     """Compile ``training_builds`` in parallel processes into CuPy's disk cache; later launches
     only load them."""
     import multiprocessing
@@ -387,7 +457,7 @@ def warm(problems, orders=("linear",), schedules=(ScheduleKind.GRID,), device: i
 
     from .backend import precompile
     fwd, names = training_builds(problems, orders, schedules, backward_tiles,
-                                 arch_registry.detect(), options)
+                                 arch_registry.detect(), options, trace)
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(names)))
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as ex:

@@ -22,6 +22,10 @@ warps (384 threads; with 256 threads the fp32 dK and dV accumulators of a 128-ro
 D=128 spill), the configuration every backward build was first checked with.
 tests/cpu/kernels/test_cutile_backward_compile.py checks that every build the rule can choose is
 spill-free.
+
+``trace_backward(name, dout, q, k, v, out, lse, ...)`` runs one pass's trace build and returns
+what it visited per CTA and step (``BackwardLaunch.trace``), to compare with
+``spec.backward_trace.backward_visits``.
 """
 from __future__ import annotations
 
@@ -109,11 +113,25 @@ def _grid(cfg: PassConfig, n_items: int) -> int:
     return max(1, min(cfg.schedule.num_ctas, n_items))
 
 
+def trace_steps(problem: Problem, tiles, name: str, split: int, n_ctas: int) -> int:
+    """Steps of pass ``name``'s trace record per CTA: a bound on any CTA's steps (its items
+    times the longest item's: dK/dV a K/V tile's scan of every Q tile of its query heads, dQ a
+    Q tile's of every K/V tile) and one column to spare."""
+    p = problem
+    if name == "dkdv":
+        n_items = p.B * p.H_kv * split * cdiv(p.S_kv, tiles.n)
+        per_item = p.H // (p.H_kv * split) * cdiv(p.S_q, tiles.m)
+    else:
+        n_items = p.B * p.H * cdiv(p.S_q, tiles.m)
+        per_item = cdiv(p.S_kv, tiles.n)
+    return cdiv(n_items, n_ctas) * per_item + 1
+
+
 class BackwardLaunch:
     """The three launches of one backward call key (shapes, strides, dtypes, config)."""
 
     __slots__ = ("pre", "dkdv", "dq", "raw_stream", "launch", "device", "problem", "split",
-                 "partial_shape")
+                 "partial_shape", "config")
 
     def __init__(self, problem: Problem, cfg: BackwardConfig, scale: float, level: int,
                  device_index: int):
@@ -124,6 +142,7 @@ class BackwardLaunch:
         for name in PASSES:
             check_pass(name, getattr(cfg, name))
         self.problem = problem
+        self.config = cfg
         qk_scale = fmha.qk_scale_for(problem.D, max(level, 2), scale)
         G = problem.H // problem.H_kv
         tm = cfg.preprocess_tile_m
@@ -191,6 +210,37 @@ class BackwardLaunch:
                             + ((dk, dv) if self.split == 1 else self.partials(q))),
                 "dq": one("dq", (q, k, v, dout, lse, delta, dq))}
 
+    def trace(self, name: str, dout, q, k, v, out, lse):
+        """Δ, then the trace build of pass ``name`` ("dkdv" or "dq": ``fmha_bwd.bwd_dkdv_trace``,
+        ``bwd_dq_trace``, the pass's kernel with the same constants that also records what it
+        reads); returns its record, int32 [n_ctas, steps, 4] of (b, query head, Q tile, K/V
+        tile) per CTA and step, -1 where nothing was recorded. ``steps`` bounds every CTA's
+        steps with one column to spare (a kernel that visits more than ``spec.backward_trace``
+        prescribes leaves a mark there). Synchronises."""
+        import torch
+
+        from . import fmha_bwd
+        if name not in PASSES:
+            raise BadInput(f"backward pass {name!r}: one of {', '.join(PASSES)}")
+        kern, grid, tail = getattr(self, name)
+        pc = getattr(self.config, name)
+        steps = trace_steps(self.problem, pc.tiles, name, self.split, grid[0])
+        buf = torch.full((grid[0], steps, 4), -1, dtype=torch.int32, device=q.device)
+        delta = stat_buffer(q)
+        s = self.raw_stream(self.device)
+        pre, pre_grid, pre_tail = self.pre
+        self.launch(s, pre_grid, pre, (out, dout, delta) + pre_tail)
+        if name == "dkdv":
+            grads = ((torch.empty_like(k), torch.empty_like(v)) if self.split == 1
+                     else self.partials(q))
+            args = (q, k, v, dout, lse, delta) + grads
+        else:
+            args = (q, k, v, dout, lse, delta, torch.empty_like(q))
+        trace_kern = fmha_bwd.get_kernel(name + "_trace", pc.occupancy, pc.worker_warps)
+        self.launch(s, grid, trace_kern, args + (buf,) + tail)
+        torch.cuda.synchronize(q.device)
+        return buf.cpu().numpy()
+
 
 _LAUNCHES: dict = {}
 
@@ -244,6 +294,22 @@ def attention_backward(dout, q, k, v, out, lse, *, causal: bool, scale: float | 
     return dq, dk, dv
 
 
+def trace_backward(name: str, dout, q, k, v, out, lse, *, causal: bool,
+                   scale: float | None = None, config: BackwardConfig | None = None,
+                   order: str | ScanOrder = "linear", schedule: str | CtaSchedule | None = None,
+                   level: int = 6) -> dict:
+    """Run the trace build of backward pass ``name`` ("dkdv" or "dq") on the arguments of
+    ``attention_backward``: ``visits``, int32 [n_ctas, steps, 4] (``BackwardLaunch.trace``),
+    to compare with ``spec.backward_trace.backward_visits(PassGrid(problem, tiles, name,
+    split), schedule, order).table()``; ``tiles`` and ``split``, the pass's tiles and the dK/dV
+    group split it ran with."""
+    dout = _ready(dout)
+    launch = _new_backward(dout, q, k, v, out, lse, causal, scale, config, order, schedule,
+                           level)
+    return {"visits": launch.trace(name, dout, q, k, v, out, lse),
+            "tiles": getattr(launch.config, name).tiles, "split": launch.split}
+
+
 def _new_backward(dout, q, k, v, out, lse, causal, scale, config, order, schedule, level):
     import torch
 
@@ -267,4 +333,4 @@ def _new_backward(dout, q, k, v, out, lse, causal, scale, config, order, schedul
 
 
 __all__ = ["BackwardConfig", "PassConfig", "attention_backward", "default_backward",
-           "stat_buffer", "WorkOrder"]
+           "stat_buffer", "trace_backward", "WorkOrder"]

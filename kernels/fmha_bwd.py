@@ -26,6 +26,14 @@ The CTA schedules are ``spec.ScheduleKind`` codes: GRID (one item per CTA) and P
 (P CTAs, items dealt round-robin, q-major or head-major). Worked example (4 Q tiles, one CTA owning
 two K/V tiles, sawtooth): its 1st K/V tile reads Q tiles 0 1 2 3, its 2nd reads 3 2 1 0.
 
+The trace builds ``bwd_dkdv_trace`` and ``bwd_dq_trace`` (``kernels.backward.trace_backward``)
+are the two passes with ``TRACE`` set: one more argument, an int32 record [n_ctas, steps, 4]
+into which every step stores (b, query head, Q tile, K/V tile) as the forward's trace build does
+(``kernels.fmha._record``), the layout of ``spec.backward_trace.backward_visits(...).table()``
+(tests/gpu/test_backward_trace.py compares them). They are separate entry points, as
+``fmha_fwd_lse`` is, so ``bwd_dkdv`` and ``bwd_dq`` keep their signatures, and with ``TRACE`` a
+constant False their code is what it was before the trace builds existed.
+
 Masking. Causal is top-left (query row r sees keys 0..r, as SDPA's ``is_causal``). In dK/dV the
 Q tiles entirely above the diagonal are skipped, those crossing it run in a masked loop and the
 rest in a loop with no mask code; in dQ the K/V tiles are split like the forward's. Ragged ends
@@ -41,7 +49,7 @@ from functools import lru_cache
 
 import cuda.tile as ct
 
-from .fmha import ZERO
+from .fmha import ZERO, _record
 from .fmha_work import SCHED_GRID, SCHED_PERSISTENT, ConstBool, ConstInt, item, reversed_for
 
 
@@ -92,14 +100,17 @@ def _dkdv_step(Q, dO, LSE, Delta, k, v, dk, dv, b, h, m, qk_scale, offs_n,
     return dk, dv
 
 
-def dkdv_tile_impl(Q, K, V, dO, LSE, Delta, dK, dV, qk_scale, sm_scale, b, slot, n_tile, r,
-                   SPLIT, HEADS, TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
-                   CAUSAL: ConstBool):
+def dkdv_tile_impl(Q, K, V, dO, LSE, Delta, dK, dV, Trace, qk_scale, sm_scale, b, slot, n_tile,
+                   r, cta, step0, SPLIT, HEADS, TILE_D: ConstInt, TILE_M: ConstInt,
+                   TILE_N: ConstInt, CAUSAL: ConstBool, TRACE: ConstBool):
     """dK, dV of K/V tile ``n_tile`` of output slot (b, slot): K/V head ``slot // SPLIT`` and
     its query heads ``slot·HEADS .. slot·HEADS + HEADS − 1``, whose Q tiles are scanned forward
     (r=0) or backward (r=1; heads in reverse too). Without a split (SPLIT=1, HEADS = the group
     size) the slot is the K/V head and dK, dV are the gradients; with one, dK, dV are fp32
-    partial sums [B, H_kv·SPLIT, S_kv, D] that the host adds over the split."""
+    partial sums [B, H_kv·SPLIT, S_kv, D] that the host adds over the split.
+
+    ``TRACE`` (the trace build, ``bwd_dkdv_trace``): step ``i`` of the item stores (b, query
+    head, Q tile, ``n_tile``) at ``Trace[cta, step0 + i]``. Returns the item's steps."""
     kvh = slot // SPLIT
     n_q = ct.cdiv(Q.shape[2], TILE_M)
     k = ct.reshape(ct.load(K, index=(b, kvh, n_tile, 0), shape=(1, 1, TILE_N, TILE_D),
@@ -122,22 +133,31 @@ def dkdv_tile_impl(Q, K, V, dO, LSE, Delta, dK, dV, qk_scale, sm_scale, b, slot,
         n_free = n_q
     for g in range(0, HEADS):
         h = slot * HEADS + g + r * (HEADS - 1 - 2 * g)
+        s0 = step0 + g * (n_q - m_start)               # the trace build's step of this head
         if CAUSAL:
             # forward scan: the diagonal (masked) tiles first, ascending
             for i in range(0, (1 - r) * n_masked):
+                if TRACE:
+                    _record(Trace, cta, s0 + i, b, h, m_start + i, n_tile)
                 dk, dv = _dkdv_step(Q, dO, LSE, Delta, k, v, dk, dv, b, h, m_start + i,
                                     qk_scale, offs_n, TILE_D, TILE_M, TILE_N, True)
             for i in range(0, n_free):
                 m = m_full + i + r * (n_free - 1 - 2 * i)
+                if TRACE:
+                    _record(Trace, cta, s0 + (1 - r) * n_masked + i, b, h, m, n_tile)
                 dk, dv = _dkdv_step(Q, dO, LSE, Delta, k, v, dk, dv, b, h, m,
                                     qk_scale, offs_n, TILE_D, TILE_M, TILE_N, False)
             # backward scan: the diagonal tiles last, descending
             for i in range(0, r * n_masked):
+                if TRACE:
+                    _record(Trace, cta, s0 + n_free + i, b, h, m_full - 1 - i, n_tile)
                 dk, dv = _dkdv_step(Q, dO, LSE, Delta, k, v, dk, dv, b, h, m_full - 1 - i,
                                     qk_scale, offs_n, TILE_D, TILE_M, TILE_N, True)
         else:
             for i in range(0, n_q):
                 m = i + r * (n_q - 1 - 2 * i)
+                if TRACE:
+                    _record(Trace, cta, s0 + i, b, h, m, n_tile)
                 dk, dv = _dkdv_step(Q, dO, LSE, Delta, k, v, dk, dv, b, h, m,
                                     qk_scale, offs_n, TILE_D, TILE_M, TILE_N, False)
     dk = dk * sm_scale
@@ -145,6 +165,40 @@ def dkdv_tile_impl(Q, K, V, dO, LSE, Delta, dK, dV, qk_scale, sm_scale, b, slot,
              tile=ct.reshape(dk, (1, 1, TILE_N, TILE_D)).astype(dK.dtype))
     ct.store(dV, index=(b, slot, n_tile, 0),
              tile=ct.reshape(dv, (1, 1, TILE_N, TILE_D)).astype(dV.dtype))
+    return HEADS * (n_q - m_start)
+
+
+def bwd_dkdv_impl(Q, K, V, dO, LSE, Delta, dK, dV, Trace, qk_scale, sm_scale, N_SLOTS, SPLIT,
+                  TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, CAUSAL: ConstBool,
+                  ORDER: ConstInt, GROUP: ConstInt, SCHED: ConstInt, WORK: ConstInt,
+                  TRACE: ConstBool):
+    """The body of ``bwd_dkdv`` (and, with ``TRACE``, of ``bwd_dkdv_trace``): this CTA's work
+    items (spec ``CtaSchedule.work_items`` on ``spec.backward_trace.PassGrid.items_grid``)."""
+    cta = ct.bid(0)
+    n_kv = ct.cdiv(K.shape[2], TILE_N)
+    n_bh = K.shape[0] * N_SLOTS
+    heads = Q.shape[1] // N_SLOTS                  # query heads per item
+    if SCHED == SCHED_GRID:
+        bh = cta // n_kv
+        dkdv_tile_impl(Q, K, V, dO, LSE, Delta, dK, dV, Trace, qk_scale, sm_scale,
+                       bh // N_SLOTS, bh % N_SLOTS, cta % n_kv,
+                       reversed_for(ORDER, GROUP, 0, cta), cta, 0, SPLIT, heads, TILE_D,
+                       TILE_M, TILE_N, CAUSAL, TRACE)
+    else:
+        total = n_kv * n_bh
+        n_ctas = ct.num_blocks(0)
+        it = 0
+        step = 0
+        while it * n_ctas < total:    # a while, not a for (kernels.fmha docstring)
+            w = it * n_ctas + cta
+            bh, n_tile = item(w, n_kv, n_bh, SCHED_PERSISTENT, WORK)
+            if w < total:
+                tc = dkdv_tile_impl(Q, K, V, dO, LSE, Delta, dK, dV, Trace, qk_scale, sm_scale,
+                                    bh // N_SLOTS, bh % N_SLOTS, n_tile,
+                                    reversed_for(ORDER, GROUP, it, cta), cta, step, SPLIT,
+                                    heads, TILE_D, TILE_M, TILE_N, CAUSAL, TRACE)
+                step = step + tc
+            it = it + 1
 
 
 @ct.kernel
@@ -162,28 +216,20 @@ def bwd_dkdv(Q, K, V, dO, LSE, Delta, dK, dV, qk_scale: float, sm_scale: float,
     the GPU holds, and each scans every query head of its group. SPLIT > 1 deals a group's query
     heads over SPLIT items, each writing a partial sum; the host adds them in a fixed order
     (deterministic, no atomics)."""
-    cta = ct.bid(0)
-    n_kv = ct.cdiv(K.shape[2], TILE_N)
-    n_bh = K.shape[0] * N_SLOTS
-    heads = Q.shape[1] // N_SLOTS                  # query heads per item
-    if SCHED == SCHED_GRID:
-        bh = cta // n_kv
-        dkdv_tile_impl(Q, K, V, dO, LSE, Delta, dK, dV, qk_scale, sm_scale, bh // N_SLOTS,
-                       bh % N_SLOTS, cta % n_kv, reversed_for(ORDER, GROUP, 0, cta),
-                       SPLIT, heads, TILE_D, TILE_M, TILE_N, CAUSAL)
-    else:
-        total = n_kv * n_bh
-        n_ctas = ct.num_blocks(0)
-        it = 0
-        while it * n_ctas < total:    # a while, not a for (kernels.fmha docstring)
-            w = it * n_ctas + cta
-            bh, n_tile = item(w, n_kv, n_bh, SCHED_PERSISTENT, WORK)
-            if w < total:
-                dkdv_tile_impl(Q, K, V, dO, LSE, Delta, dK, dV, qk_scale, sm_scale,
-                               bh // N_SLOTS, bh % N_SLOTS, n_tile,
-                               reversed_for(ORDER, GROUP, it, cta), SPLIT, heads, TILE_D,
-                               TILE_M, TILE_N, CAUSAL)
-            it = it + 1
+    bwd_dkdv_impl(Q, K, V, dO, LSE, Delta, dK, dV, dK, qk_scale, sm_scale, N_SLOTS, SPLIT,
+                  TILE_D, TILE_M, TILE_N, CAUSAL, ORDER, GROUP, SCHED, WORK, False)
+
+
+@ct.kernel
+def bwd_dkdv_trace(Q, K, V, dO, LSE, Delta, dK, dV, Trace, qk_scale: float, sm_scale: float,
+                   N_SLOTS: int, SPLIT: int, TILE_D: ConstInt, TILE_M: ConstInt,
+                   TILE_N: ConstInt, CAUSAL: ConstBool, ORDER: ConstInt, GROUP: ConstInt,
+                   SCHED: ConstInt, WORK: ConstInt):
+    """The trace build of ``bwd_dkdv`` (same arguments and constants, plus ``Trace``, int32
+    [n_ctas, steps, 4]): it also stores per CTA and step the (b, query head, Q tile, K/V tile)
+    read, the layout of ``spec.backward_trace.backward_visits(...).table()``."""
+    bwd_dkdv_impl(Q, K, V, dO, LSE, Delta, dK, dV, Trace, qk_scale, sm_scale, N_SLOTS, SPLIT,
+                  TILE_D, TILE_M, TILE_N, CAUSAL, ORDER, GROUP, SCHED, WORK, True)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -212,10 +258,12 @@ def _dq_step(K, V, q, do, lse, delta, dq, b, kvh, j, qk_scale, offs_m, k_len,
     return ct.mma(ds.astype(q.dtype), ct.transpose(kt), dq)                   # [TILE_M, D]
 
 
-def dq_tile_impl(Q, K, V, dO, LSE, Delta, dQ, qk_scale, sm_scale, b, h, kvh, q_tile, r,
-                 TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, CAUSAL: ConstBool,
-                 EVEN_K: ConstBool):
-    """dQ of Q tile ``q_tile`` of head (b, h), K/V scanned forward (r=0) or backward (r=1)."""
+def dq_tile_impl(Q, K, V, dO, LSE, Delta, dQ, Trace, qk_scale, sm_scale, b, h, kvh, q_tile, r,
+                 cta, step0, TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
+                 CAUSAL: ConstBool, EVEN_K: ConstBool, TRACE: ConstBool):
+    """dQ of Q tile ``q_tile`` of head (b, h), K/V scanned forward (r=0) or backward (r=1).
+    ``TRACE`` (``bwd_dq_trace``): step ``i`` stores (b, h, ``q_tile``, K/V tile) at
+    ``Trace[cta, step0 + i]``, as the forward's ``_scan``. Returns the item's steps."""
     q_len = Q.shape[2]
     k_len = K.shape[2]
     n_kv = ct.cdiv(k_len, TILE_N)
@@ -241,21 +289,63 @@ def dq_tile_impl(Q, K, V, dO, LSE, Delta, dQ, qk_scale, sm_scale, b, h, kvh, q_t
     if CAUSAL or not EVEN_K:
         n_masked = Tc - mask_start
         for i in range(0, r * n_masked):
+            if TRACE:
+                _record(Trace, cta, step0 + i, b, h, q_tile, Tc - 1 - i)
             dq = _dq_step(K, V, q, do, lse, delta, dq, b, kvh, Tc - 1 - i, qk_scale, offs_m,
                           k_len, TILE_D, TILE_M, TILE_N, True, CAUSAL)
         for i in range(0, mask_start):
+            if TRACE:
+                _record(Trace, cta, step0 + r * n_masked + i, b, h, q_tile,
+                        i + r * (mask_start - 1 - 2 * i))
             dq = _dq_step(K, V, q, do, lse, delta, dq, b, kvh, i + r * (mask_start - 1 - 2 * i),
                           qk_scale, offs_m, k_len, TILE_D, TILE_M, TILE_N, False, CAUSAL)
         for i in range(0, (1 - r) * n_masked):
+            if TRACE:
+                _record(Trace, cta, step0 + mask_start + i, b, h, q_tile, mask_start + i)
             dq = _dq_step(K, V, q, do, lse, delta, dq, b, kvh, mask_start + i, qk_scale, offs_m,
                           k_len, TILE_D, TILE_M, TILE_N, True, CAUSAL)
     else:
         for i in range(0, Tc):
+            if TRACE:
+                _record(Trace, cta, step0 + i, b, h, q_tile, i + r * (Tc - 1 - 2 * i))
             dq = _dq_step(K, V, q, do, lse, delta, dq, b, kvh, i + r * (Tc - 1 - 2 * i),
                           qk_scale, offs_m, k_len, TILE_D, TILE_M, TILE_N, False, CAUSAL)
     dq = dq * sm_scale
     ct.store(dQ, index=(b, h, q_tile, 0),
              tile=ct.reshape(dq, (1, 1, TILE_M, TILE_D)).astype(dQ.dtype))
+    return Tc
+
+
+def bwd_dq_impl(Q, K, V, dO, LSE, Delta, dQ, Trace, qk_scale, sm_scale, H, GROUP_SIZE,
+                TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, CAUSAL: ConstBool,
+                EVEN_K: ConstBool, ORDER: ConstInt, GROUP: ConstInt, SCHED: ConstInt,
+                WORK: ConstInt, TRACE: ConstBool):
+    """The body of ``bwd_dq`` (and, with ``TRACE``, of ``bwd_dq_trace``)."""
+    cta = ct.bid(0)
+    n_q = ct.cdiv(Q.shape[2], TILE_M)
+    n_bh = Q.shape[0] * H
+    if SCHED == SCHED_GRID:
+        bh = cta // n_q
+        head = bh % H
+        dq_tile_impl(Q, K, V, dO, LSE, Delta, dQ, Trace, qk_scale, sm_scale, bh // H, head,
+                     head // GROUP_SIZE, cta % n_q, reversed_for(ORDER, GROUP, 0, cta), cta, 0,
+                     TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, TRACE)
+    else:
+        total = n_q * n_bh
+        n_ctas = ct.num_blocks(0)
+        it = 0
+        step = 0
+        while it * n_ctas < total:    # a while, not a for (kernels.fmha docstring)
+            w = it * n_ctas + cta
+            bh, q_tile = item(w, n_q, n_bh, SCHED_PERSISTENT, WORK)
+            if w < total:
+                head = bh % H
+                tc = dq_tile_impl(Q, K, V, dO, LSE, Delta, dQ, Trace, qk_scale, sm_scale,
+                                  bh // H, head, head // GROUP_SIZE, q_tile,
+                                  reversed_for(ORDER, GROUP, it, cta), cta, step, TILE_D,
+                                  TILE_M, TILE_N, CAUSAL, EVEN_K, TRACE)
+                step = step + tc
+            it = it + 1
 
 
 @ct.kernel
@@ -265,39 +355,33 @@ def bwd_dq(Q, K, V, dO, LSE, Delta, dQ, qk_scale: float, sm_scale: float, H: int
            SCHED: ConstInt, WORK: ConstInt):
     """Q, dO, dQ [B, H, S_q, D]; K, V [B, H_kv, S_kv, D]; LSE, Delta fp32 [B, H, S_q]. Work
     items (b, h, Q tile), mapped as the forward's GRID / PERSISTENT schedules."""
-    cta = ct.bid(0)
-    n_q = ct.cdiv(Q.shape[2], TILE_M)
-    n_bh = Q.shape[0] * H
-    if SCHED == SCHED_GRID:
-        bh = cta // n_q
-        head = bh % H
-        dq_tile_impl(Q, K, V, dO, LSE, Delta, dQ, qk_scale, sm_scale, bh // H, head,
-                     head // GROUP_SIZE, cta % n_q, reversed_for(ORDER, GROUP, 0, cta),
-                     TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K)
-    else:
-        total = n_q * n_bh
-        n_ctas = ct.num_blocks(0)
-        it = 0
-        while it * n_ctas < total:    # a while, not a for (kernels.fmha docstring)
-            w = it * n_ctas + cta
-            bh, q_tile = item(w, n_q, n_bh, SCHED_PERSISTENT, WORK)
-            if w < total:
-                head = bh % H
-                dq_tile_impl(Q, K, V, dO, LSE, Delta, dQ, qk_scale, sm_scale, bh // H, head,
-                             head // GROUP_SIZE, q_tile, reversed_for(ORDER, GROUP, it, cta),
-                             TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K)
-            it = it + 1
+    bwd_dq_impl(Q, K, V, dO, LSE, Delta, dQ, dQ, qk_scale, sm_scale, H, GROUP_SIZE, TILE_D,
+                TILE_M, TILE_N, CAUSAL, EVEN_K, ORDER, GROUP, SCHED, WORK, False)
+
+
+@ct.kernel
+def bwd_dq_trace(Q, K, V, dO, LSE, Delta, dQ, Trace, qk_scale: float, sm_scale: float, H: int,
+                 GROUP_SIZE: int, TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
+                 CAUSAL: ConstBool, EVEN_K: ConstBool, ORDER: ConstInt, GROUP: ConstInt,
+                 SCHED: ConstInt, WORK: ConstInt):
+    """The trace build of ``bwd_dq`` (same arguments and constants, plus ``Trace``, int32
+    [n_ctas, steps, 4]): it also stores per CTA and step the (b, h, Q tile, K/V tile) read,
+    the layout of ``spec.backward_trace.backward_visits(...).table()``."""
+    bwd_dq_impl(Q, K, V, dO, LSE, Delta, dQ, Trace, qk_scale, sm_scale, H, GROUP_SIZE, TILE_D,
+                TILE_M, TILE_N, CAUSAL, EVEN_K, ORDER, GROUP, SCHED, WORK, True)
 
 
 # ------------------------------------------------------------------------------------------------
 # hints per kernel object, created once
 # ------------------------------------------------------------------------------------------------
-KERNELS = {"preprocess": bwd_preprocess, "dkdv": bwd_dkdv, "dq": bwd_dq}
+KERNELS = {"preprocess": bwd_preprocess, "dkdv": bwd_dkdv, "dq": bwd_dq,
+           "dkdv_trace": bwd_dkdv_trace, "dq_trace": bwd_dq_trace}
 
 
 @lru_cache(maxsize=None)
 def get_kernel(name: str, occupancy: int | None = None, worker_warps: int | None = None):
-    """The backward kernel ``name`` ("preprocess", "dkdv", "dq") with these hints."""
+    """The backward kernel ``name`` ("preprocess", "dkdv", "dq"; "dkdv_trace", "dq_trace" their
+    trace builds) with these hints."""
     hints = {}
     if occupancy is not None:
         hints["occupancy"] = occupancy

@@ -267,7 +267,8 @@ def launch_facts(case, arch: str, occupancy=None, worker_warps=None) -> tuple[in
 def compile_backward_cubin(case, arch: str, occupancy=None, worker_warps=None) -> bytes:
     """The cubin of a backward build (``kernels.signatures.BackwardCase``) for ``arch``."""
     from . import fmha_bwd
-    return _export_cubin(fmha_bwd.get_kernel(case.kernel, occupancy, worker_warps), case, arch)
+    return _export_cubin(fmha_bwd.get_kernel(case.kernel_name, occupancy, worker_warps), case,
+                         arch)
 
 
 def backward_resources(case, arch: str, occupancy=None, worker_warps=None) -> Resources:

@@ -122,7 +122,9 @@ class CompileCase:
 class BackwardCase:
     """One backward build to compile (``kernels.fmha_bwd``): which kernel, the shapes, and its
     constant codes. ``lse_stride`` is the row stride of the fp32 LSE / Δ buffers
-    (``kernels.backward.stat_buffer`` pads it to a multiple of 4 elements, 16 bytes)."""
+    (``kernels.backward.stat_buffer`` pads it to a multiple of 4 elements, 16 bytes). ``trace``:
+    the pass's trace build (``bwd_dkdv_trace`` / ``bwd_dq_trace``: the same constants and one
+    more argument, the int32 record [n_ctas, steps, 4] after the pass's outputs)."""
 
     kernel: str = "dkdv"          # "preprocess" | "dkdv" | "dq"
     B: int = 1
@@ -140,6 +142,17 @@ class BackwardCase:
     sched: int = 0
     work: int = 0
     split: int = 1                # dK/dV: query heads of a group dealt over this many items
+    trace: bool = False
+    n_ctas: int = 132             # the trace build's record: [n_ctas, 64, 4]
+
+    def __post_init__(self) -> None:
+        if self.trace and self.kernel == "preprocess":
+            raise ValueError("the preprocess has no trace build (it reads no scan)")
+
+    @property
+    def kernel_name(self) -> str:
+        """The ``kernels.fmha_bwd.KERNELS`` key of this build."""
+        return self.kernel + ("_trace" if self.trace else "")
 
     def constants(self) -> tuple:
         """The kernel's constant arguments, in kernel order (``kernels.fmha_bwd``)."""
@@ -165,10 +178,14 @@ class BackwardCase:
         elif self.kernel == "dkdv":
             grad = kv if self.split == 1 else jit_like_array(
                 (self.B, self.H_kv * self.split, self.S_kv, self.D), ct.float32)
-            params = [q, kv, kv, q, stat, stat, grad, grad, f32, f32, i32, i32]
+            params = [q, kv, kv, q, stat, stat, grad, grad]
         else:
-            params = [q, kv, kv, q, stat, stat, q, f32, f32, i32, i32]
+            params = [q, kv, kv, q, stat, stat, q]
+        if self.kernel != "preprocess":
+            if self.trace:
+                params.append(jit_like_array((self.n_ctas, 64, 4), ct.int32))
+            params += [f32, f32, i32, i32]
         params += list(self.constants())
         cc = (CallingConvention.cutile_python_v2() if _needs_v2(params)
               else CallingConvention.cutile_python_v1())
-        return KernelSignature(params, cc).with_mangled_symbol("bwd_" + self.kernel)
+        return KernelSignature(params, cc).with_mangled_symbol("bwd_" + self.kernel_name)

@@ -144,3 +144,33 @@ def _run_training(jobs: list) -> list[str]:
 def warm_training(jobs, workers: int | None = None) -> list[str]:
     """``warm`` for the training path: (Problem, BackwardConfig or None: the default) jobs."""
     return _in_processes(_run_training, jobs, workers)
+
+
+def _run_backward_traces(jobs: list) -> list[str]:
+    """Each (Problem, BackwardConfig, pass name) job: the pass's trace build once
+    (``kernels.backward.trace_backward``) on random tensors of the problem, which compiles it."""
+    from dataclasses import replace
+
+    import torch
+
+    from . import backward
+    errors = []
+    for pr, cfg, name in jobs:
+        try:
+            p = replace(pr, S_q=_small(pr.S_q), S_kv=_small(pr.S_kv))
+            dt = {"fp16": torch.float16, "bf16": torch.bfloat16}[p.dtype.value]
+            q, dout, out = (torch.randn(p.B, p.H, p.S_q, p.D, device="cuda", dtype=dt)
+                            for _ in range(3))
+            k, v = (torch.randn(p.B, p.H_kv, p.S_kv, p.D, device="cuda", dtype=dt)
+                    for _ in range(2))
+            lse = backward.stat_buffer(q).zero_()
+            backward.trace_backward(name, dout, q, k, v, out, lse, causal=p.causal, config=cfg)
+        except Exception as e:  # noqa: BLE001 - reported, the real run will raise properly
+            errors.append(f"{pr.label} {cfg} {name}: {type(e).__name__}: {str(e)[:300]}")
+    return errors
+
+
+def warm_backward_traces(jobs, workers: int | None = None) -> list[str]:
+    """``warm`` for the backward's trace builds: (Problem, BackwardConfig, "dkdv" or "dq")
+    jobs."""
+    return _in_processes(_run_backward_traces, jobs, workers)

@@ -28,7 +28,7 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
          n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr,
          samp_kv, part_of, stores_miss, rate_jitter, srrip,
          speed, set_of, n_sets, sets, dram_svc, depth, compute,
-         hit_t):  # pragma: no cover - compiled
+         hit_t, fill_sigma):  # pragma: no cover - compiled
     numba.literally(srrip)                   # one compiled loop per policy: no branch per lookup
     numba.literally(sets)                    # and per cache shape: one set, no set lookup
     nsub = wsub.size
@@ -50,7 +50,7 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
     cnt = np.zeros(10, np.int64)
     rng = np.zeros(STATE_WORDS, np.int64)     # numpy's legacy normal stream (``gauss``)
     zbuf = np.zeros(BUF_WORDS, np.float64)
-    if jitter > 0 or rate_jitter > 0:
+    if jitter > 0 or rate_jitter > 0 or fill_sigma > 0:
         seed_rng(rng, zbuf, seed, jitter)
     sub_rate = False
     for x in range(nsub):
@@ -188,6 +188,9 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
                             home = h if n_parts > 1 else p
                             if home == p:
                                 rdy = t_iss + miss_t
+                                if fill_sigma > 0 and a < 3:   # the fill's latency tail
+                                    rdy = t_iss + miss_t * math.exp(
+                                        fill_sigma * normal(rng, zbuf))
                                 if a < 3:
                                     cnt[8] += w
                                     if dram_svc > 0:
@@ -204,6 +207,9 @@ def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
                                 else:
                                     cnt[7] += w
                                     rdy = t_iss + miss_t
+                                    if fill_sigma > 0 and a < 3:
+                                        rdy = t_iss + miss_t * math.exp(
+                                            fill_sigma * normal(rng, zbuf))
                                     if a < 3:
                                         cnt[8] += w
                                         if dram_svc > 0:
@@ -287,7 +293,7 @@ def _entry(srrip: bool, sets: bool):
 def _run_policy(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub, sampled,
                 n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr,
                 samp_kv, part_of, stores_miss, rate_jitter, srrip,
-                speed, set_of, n_sets, sets, dram_svc, depth, compute, hit_t):
+                speed, set_of, n_sets, sets, dram_svc, depth, compute, hit_t, fill_sigma):
     """``_run`` with its two policy flags passed as constants: each of its four specialisations
     has an entry of its own (``_run_lru``, ``_run_lru_sets``, ``_run_srrip``,
     ``_run_srrip_sets``), compiled and cached on disk on first use, so a fresh checkout compiles
@@ -299,51 +305,52 @@ def _run_policy(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base
     return _entry(srrip, sets)(
         cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub, sampled, n_parts,
         resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr, samp_kv, part_of,
-        stores_miss, rate_jitter, speed, set_of, n_sets, dram_svc, depth, compute, hit_t)
+        stores_miss, rate_jitter, speed, set_of, n_sets, dram_svc, depth, compute, hit_t,
+        fill_sigma)
 
 
 @numba.njit(cache=True, nogil=True)
 def _run_lru(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub, sampled,
              n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr, samp_kv,
              part_of, stores_miss, rate_jitter, speed, set_of, n_sets, dram_svc, depth, compute,
-             hit_t):  # pragma: no cover - compiled
+             hit_t, fill_sigma):  # pragma: no cover - compiled
     return _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub, sampled,
                 n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr, samp_kv,
                 part_of, stores_miss, rate_jitter, False, speed, set_of, n_sets, False,
-                dram_svc, depth, compute, hit_t)
+                dram_svc, depth, compute, hit_t, fill_sigma)
 
 
 @numba.njit(cache=True, nogil=True)
 def _run_lru_sets(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
                   sampled, n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr,
                   samp_kv, part_of, stores_miss, rate_jitter, speed, set_of, n_sets, dram_svc,
-                  depth, compute, hit_t):  # pragma: no cover - compiled
+                  depth, compute, hit_t, fill_sigma):  # pragma: no cover - compiled
     return _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub, sampled,
                 n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr, samp_kv,
                 part_of, stores_miss, rate_jitter, False, speed, set_of, n_sets, True,
-                dram_svc, depth, compute, hit_t)
+                dram_svc, depth, compute, hit_t, fill_sigma)
 
 
 @numba.njit(cache=True, nogil=True)
 def _run_srrip(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub, sampled,
                n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr, samp_kv,
                part_of, stores_miss, rate_jitter, speed, set_of, n_sets, dram_svc, depth,
-               compute, hit_t):  # pragma: no cover - compiled
+               compute, hit_t, fill_sigma):  # pragma: no cover - compiled
     return _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub, sampled,
                 n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr, samp_kv,
                 part_of, stores_miss, rate_jitter, True, speed, set_of, n_sets, False,
-                dram_svc, depth, compute, hit_t)
+                dram_svc, depth, compute, hit_t, fill_sigma)
 
 
 @numba.njit(cache=True, nogil=True)
 def _run_srrip_sets(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
                     sampled, n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr,
                     samp_kv, part_of, stores_miss, rate_jitter, speed, set_of, n_sets, dram_svc,
-                    depth, compute, hit_t):  # pragma: no cover - compiled
+                    depth, compute, hit_t, fill_sigma):  # pragma: no cover - compiled
     return _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub, sampled,
                 n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr, samp_kv,
                 part_of, stores_miss, rate_jitter, True, speed, set_of, n_sets, True,
-                dram_svc, depth, compute, hit_t)
+                dram_svc, depth, compute, hit_t, fill_sigma)
 
 
 _ENTRIES = {(False, False): _run_lru, (False, True): _run_lru_sets,

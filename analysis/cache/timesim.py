@@ -141,7 +141,7 @@ __all__ = ["MODEL_VERSION", "TimeParams", "TimeCounts", "simulate", "simulate_ca
 
 REPLACEMENTS = ("lru", "srrip")
 
-MODEL_VERSION = "pipeline-v1 (2026-11-28)"
+MODEL_VERSION = "pipeline-v2 (2026-11-28)"
 """The frozen version of the timed simulator's model, named in every simulated row's note
 (``TimeParams.note``) and in a simulated run's manifest. It covers this module and its event
 loop, ``analysis.models.steptime`` (the pipeline timing and its constants), the parameter files
@@ -175,6 +175,7 @@ class TimeParams:
     hit_latency: float = 1.0       # an L2 hit's latency in time units (the step model: 1)
     prefetch: int = 0              # steps whose loads are issued ahead (the K/V pipeline depth - 1)
     step_source: str = ""          # where the pipeline model's step and latencies come from
+    fill_sigma: float = 0.0        # sd of the log of each DRAM fill's latency factor (median 1)
 
     def __post_init__(self) -> None:
         if int(self.capacity_bytes) < 0:
@@ -198,6 +199,10 @@ class TimeParams:
             if not self.step_source:
                 raise ValueError("the pipeline model needs step_source (where the step and "
                                  "latencies come from)")
+        if not (self.fill_sigma >= 0.0 and math.isfinite(self.fill_sigma)):
+            raise ValueError(f"fill_sigma must be finite and >= 0, got {self.fill_sigma}")
+        if self.fill_sigma > 0 and self.compute == 0.0:
+            raise ValueError("fill_sigma is a pipeline-model parameter; set compute=1")
         if not self.jitter >= 0.0:
             raise ValueError(f"jitter must be >= 0, got {self.jitter}")
         if not self.rate_jitter >= 0.0:
@@ -246,6 +251,8 @@ class TimeParams:
             s += f" pair_slowdown={self.pair_slowdown:g}"
         if self.dram_step_sectors > 0:
             s += f" dram_step_sectors={self.dram_step_sectors:.4g}"
+        if self.fill_sigma > 0:
+            s += f" fill_sigma={self.fill_sigma:g}"
         if self.speeds is not None:
             s += f" speeds=measured({self.speeds_source})"
         if self.partitions > 1:
@@ -339,7 +346,7 @@ def simulate(table: WorkTable, resident: int, params: TimeParams,
                          set_of, np.int64(n_sets), n_sets > 1,
                          1.0 / (params.dram_step_sectors * R) if params.dram_step_sectors > 0
                          else 0.0, int(params.prefetch), float(params.compute),
-                         float(params.hit_latency))
+                         float(params.hit_latency), float(params.fill_sigma))
     c = cnt.astype(np.float64) / R if R < 1 else cnt
     v = [int(round(x)) for x in c]
     return TimeCounts(tex_sectors=v[_TEX], tex_hits=v[_HIT], tex_misses=v[_MISS],

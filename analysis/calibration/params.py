@@ -79,7 +79,10 @@ class ArchParams:
     dram_fraction: float = 0.0
     """The pipeline model's DRAM queue: fills are served at this fraction of the arch's DRAM
     bandwidth (``TimeParams.dram_step_sectors``, set per build from its step); 0: no queue."""
-    dram_fraction_source: str = ""      # the measured runs it was fitted on
+    fill_sigma: float = 0.0
+    """The pipeline model's fill latency tail: each DRAM fill takes the measured (unloaded)
+    latency times exp(fill_sigma * z), z standard normal (``TimeParams.fill_sigma``); 0: none."""
+    pipeline_source: str = ""           # the measured runs dram_fraction / fill_sigma came from
 
     def sim_values(self) -> dict:
         """The simulator's parameters (``SIM_FIELDS``) as the mapping ``time_params`` reads."""

@@ -144,6 +144,47 @@ def forward_pairs(counters: Sequence[dict], timing: Sequence[dict]) -> list[dict
     return out
 
 
+DQPAIR_PREDICTION = "profiles/cpu/prediction-h200-dqpair-20261128"
+DQPAIR_OCCASIONS = {"occ1": "profiles/h200/dqpair-20261128-occ1",
+                    "occ2": "profiles/h200/dqpair-20261128-occ2"}
+"""The fair dQ pair repeated on the H200 with a reverse-order control and a length whose K/V
+fits the L2: one run directory per occasion (a fresh machine and process each)."""
+
+
+def dqpair_rows(predicted: Sequence[dict],
+                occasions: Sequence[tuple[str, Sequence[dict], Sequence[dict]]]) -> list[dict]:
+    """One row per (causal, S, order) against linear: the predicted miss ratio, and per
+    occasion the measured miss ratio and the median time ratio (``<occ>_apart``: the samples'
+    min..max do not overlap); then the time ratio's range over the occasions."""
+    def key(r):
+        return str(r["causal"]) in ("True", "true", "1"), int(float(r["S_q"])), \
+            Variant.parse(r["variant"])[0].order.label
+    pred = {key(r): float(r["value"]) for r in predicted if r["metric"] == Metric.L2_TEX_MISSES}
+    out = []
+    for causal, s, order in sorted(k for k in pred if k[2] != "linear"):
+        lin = (causal, s, "linear")
+        row = dict(causal=causal, S_q=s, order=order,
+                   pred_miss_ratio=pred[(causal, s, order)] / pred[lin])
+        ratios = []
+        for occ, counters, timing in occasions:
+            meas = {key(r): float(r["value"]) for r in counters
+                    if r["metric"] == Metric.L2_TEX_MISSES and r.get("stat") == "median"}
+            ms = _medians(timing, lambda r: key(r) if r["variant"].startswith("cutile.") else None)
+            if (causal, s, order) in meas and lin in meas:
+                row[f"{occ}_miss_ratio"] = meas[(causal, s, order)] / meas[lin]
+            a, b = ms.get((causal, s, order)), ms.get(lin)
+            if a and b:
+                t = statistics.median(a) / statistics.median(b)
+                ratios.append(t)
+                row[f"{occ}_time_ratio"] = t
+                row[f"{occ}_apart"] = max(a) < min(b) or min(a) > max(b)
+        if ratios:
+            row.update(occasions=len(ratios), time_ratio_lo=min(ratios),
+                       time_ratio_hi=max(ratios))
+        out.append(row)
+    return out
+
+
 def sections(arch: str) -> dict:
     """The report's sections B, B2 and B3 (``analysis.findings.report``) for ``arch``: only the
     H100 has the measured run and its prediction."""
@@ -151,6 +192,15 @@ def sections(arch: str) -> dict:
 
     from analysis.data import read_run
     from analysis.data.registry import root
+    if arch == "h200":
+        occ = [(o, *(read_run(Path(d)).get(f, []) for f in ("counters.csv", "timing.csv")))
+               for o, d in DQPAIR_OCCASIONS.items()]
+        return {"sB_dqpair": (
+            f"B4. The fair dQ pair repeated on the H200 (cuTile 64x128, 132 persistent CTAs, "
+            f"B=8 D=64; {DQPAIR_PREDICTION} before the occasions "
+            f"{', '.join(DQPAIR_OCCASIONS.values())}): sawtooth and the reverse control "
+            "against linear, miss and time ratios per occasion",
+            dqpair_rows(read_run(Path(DQPAIR_PREDICTION)).get("counters.csv", []), occ))}
     if arch != "h100" or not (root() / BACKWARD_RUN).is_dir():
         return {}
     run = read_run(Path(BACKWARD_RUN))

@@ -28,6 +28,7 @@ from analysis.data.published import PAPER, check_against, read_published
 from analysis.findings.active import hit_vs_active
 from analysis.findings.backward import sections as backward_sections
 from analysis.findings.consistency import consistency
+from analysis.findings.convoy import sections as convoy_sections
 from analysis.findings.divergence import divergence_fits, divergence_points
 from analysis.findings.dram import dram_bound, spill_artifact
 from analysis.findings.drift import drift_table
@@ -166,6 +167,7 @@ def compute(arch: str, *, sim: bool = True, cache_dir: Path | None = None,
     out["sP8_spill_cost"] = ("P8b. The time a spill adds: each occupancy-1 build against its "
                              "spill-free occupancy-2 twin (measured)", spill_cost(rows))
     out.update(backward_sections(arch))
+    out.update(convoy_sections(arch))
     out["s0_consistency"] = ("0. Counter consistency: (hits + misses) / srcunit_tex sectors "
                              f"(sawtooth = its run r1 = {name['sawtooth']}; repeats listed apart)",
                              consistency({s: r for s, r in by_study.items() if r}))

@@ -137,17 +137,19 @@ def shards_check() -> dict:
 
 
 def pipeline_params(tp: timesim.TimeParams, case: Case, arch: Arch,
-                    point: str = "mid", dram_fraction: float = 0.0) -> timesim.TimeParams:
+                    point: str = "mid", dram_fraction: float = 0.0,
+                    fill_sigma: float = 0.0) -> timesim.TimeParams:
     """``tp`` with the pipeline model of ``case``'s build on ``arch``
     (``analysis.models.steptime``): its step, latencies and prefetch depth at ``point`` of the
     arch's assumed ranges, and the in-loop spills of the build the study names
     (``experiments.registry.plans.build_costs``): their time per step and the L2 their stacks hold;
-    with ``dram_fraction`` > 0, the DRAM queue at that share of the arch's bandwidth."""
+    with ``dram_fraction`` > 0, the DRAM queue at that share of the arch's bandwidth; with
+    ``fill_sigma`` > 0, the fills' latency tail."""
     from ..registry.plans import build_costs
     timing = steptime.step_timing(case, arch, point, spills=build_costs(case, arch))
-    queue = {}
+    queue: dict = dict(fill_sigma=fill_sigma)
     if dram_fraction > 0:   # fills served at this share of the DRAM bandwidth, per step of compute
-        queue = dict(dram_step_sectors=dram_fraction * arch.dram_bytes_per_s * timing.step_s
+        queue.update(dram_step_sectors=dram_fraction * arch.dram_bytes_per_s * timing.step_s
                      / arch.sector_bytes)
     return replace(tp, capacity_bytes=max(0, tp.capacity_bytes - timing.stack_l2_bytes),
                    **timing.units(), **queue)
@@ -163,7 +165,7 @@ def timed_counts(case: Case, arch: Arch, params: calibration.ArchParams,
     SHARDS-sampled at the size rule with ``sample``."""
     tp = params.time_params(arch, seed=seed)
     if point is not None:
-        tp = pipeline_params(tp, case, arch, point, params.dram_fraction)
+        tp = pipeline_params(tp, case, arch, point, params.dram_fraction, params.fill_sigma)
     if capacity_bytes is not None:
         tp = replace(tp, capacity_bytes=int(capacity_bytes))
     return timesim.simulate_case(case, tp, arch.sector_bytes, auto_sample=sample)

@@ -49,7 +49,7 @@ CROSS_LENGTHS = [(389, 517), (517, 301)]
 # K/V pipeline depths other than the default: the miss-cost study's builds (80x80, persistent,
 # linear and sawtooth) and the grid / tile-X kernels at 64x64 (cuda_baseline.source
 # stage_instances, compiled in CI); P = 7 gives every CTA several work items.
-STAGES = [1, 3]
+STAGES = [1, 3, 4]
 STAGE_CASES = [("linear", "static7", Tiles(80, 80)), ("sawtooth", "static7", Tiles(80, 80)),
                ("sawtooth", "grid", FULL_TILES), ("sawtooth", "tile2", FULL_TILES)]
 

@@ -1,6 +1,7 @@
 """CPU checks of the CUDA twin's backward: instantiation names and the host-side plan (work items,
-heads per CTA, the refusals), and (with nvcc, forced in CI) every backward build and the training
-forward (``flash_fwd_lse``) compile for sm_90; the linear and sawtooth grid builds (the default is
+heads per CTA, the refusals, the trace build's name), and (with nvcc, forced in CI) every backward
+build, the trace builds the GPU trace test launches and the training forward (``flash_fwd_lse``)
+compile for sm_90; the linear and sawtooth grid builds (the default is
 linear grid) and the training forward spill nothing, the others at most 128 B, and the training
 forward holds as many CTAs per SM as the inference build it extends (the log-sum-exp costs the
 inference path nothing: it is another entry point)."""
@@ -152,6 +153,42 @@ def test_backward_build_options_name_parse_and_demangle():
            "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
            "ptxas info    : Used 255 registers, used 1 barriers\n")
     assert parse_bwd_ptxas(log)[i.name].registers == 255
+
+
+def test_backward_trace_build_name_and_demangle():
+    """The trace build is its own entry point, ``flash_bwd_dkdv_trace`` with the same template
+    arguments, so every other build keeps its name; ptxas's report of it is read back to it."""
+    plain = BwdInstance(OrderKind.SAWTOOTH, ScheduleKind.PERSISTENT, BWD_TILES, 64, True,
+                        DType.FP16)
+    tr = BwdInstance(OrderKind.SAWTOOTH, ScheduleKind.PERSISTENT, BWD_TILES, 64, True,
+                     DType.FP16, trace=True)
+    assert tr.name == "flash_bwd_dkdv_trace" + plain.name[len("flash_bwd_dkdv"):]
+    assert plain.name.startswith("flash_bwd_dkdv<")
+    log = ("ptxas info    : Compiling entry function '_Z20flash_bwd_dkdv_traceIL9OrderKind1EL12"
+           "ScheduleKind2ELi64ELi128ELi64ELb1EL5DType0ELi0EEvPKtS4_S4_S4_PKfS6_PfPvS8_xxxxxxxxxxxx"
+           "iiiiiiiiiiiffPii' for 'sm_90'\n"
+           "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+           "ptxas info    : Used 231 registers, used 1 barriers\n")
+    assert parse_bwd_ptxas(log)[tr.name].registers == 231
+
+
+@pytest.mark.slow
+@pytest.mark.compile
+def test_backward_trace_builds_compile():
+    """Every dK/dV trace build the GPU trace test launches (tests/gpu/test_backward_trace.py)
+    compiles for sm_90, within the plain builds' spill bound (128 B)."""
+    from cuda_baseline.training import training_builds
+    from tests.gpu.test_backward_trace import HEAD_DIMS, ORDERS, cuda_problem
+    require_toolchain(nvcc_path() is not None, "nvcc (CUDA 13.0)")
+    probs = [cuda_problem(d, c) for d in HEAD_DIMS for c in (False, True)]
+    names = training_builds(probs, ORDERS, (ScheduleKind.GRID, ScheduleKind.PERSISTENT),
+                            arch=get_arch("h100"), trace=True)[1]
+    dkdv = [n for n in names if n.startswith("flash_bwd_dkdv")]
+    assert len(dkdv) == 24 and all(n.startswith("flash_bwd_dkdv_trace<") for n in dkdv)
+    res = compile_bwd_nvcc(names)
+    assert set(res) == set(names)
+    for n, r in res.items():
+        assert r.spill_store_bytes + r.spill_load_bytes <= 128, (n, r)
 
 
 @pytest.mark.slow

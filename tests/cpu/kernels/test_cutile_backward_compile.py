@@ -6,6 +6,8 @@ does not spill (at most an 8-byte stack frame, which the D=128 non-causal dK/dV 
 the base has, and no local loads in its PTX): a spilling build reads its local memory through
 L2 and would fake a locality effect in the backward study as it would in the forward's.
 A sawtooth or persistent backward build uses no more registers and stack than its linear grid twin.
+The trace builds of both passes (``bwd_dkdv_trace``, ``bwd_dq_trace``) compile under their own
+symbols and store the record.
 
 Skips locally without cuda-tile + tileiras + cuobjdump; fails in CI (REQUIRE_COMPILE=1).
 """
@@ -135,3 +137,27 @@ def test_split_dkdv_builds_do_not_spill(toolchain, D):  # noqa: F811
     case = _case("dkdv", D, True, pc, H=32, H_kv=1, split=16)
     r = read_resources(_cubin(case, pc.occupancy, pc.worker_warps))
     assert r.stack <= 8 and r.ptx["LD_LOCAL"] == 0 and r.ptx["TMA_STORE"] >= 2, r
+
+
+@pytest.mark.parametrize("kernel", ["dkdv", "dq"])
+def test_trace_builds_compile_and_store_the_record(toolchain, kernel):  # noqa: F811
+    """The trace build of each pass in the GPU trace test's configuration (64 x 128 tiles,
+    occupancy 1, 8 worker warps; sawtooth on 5 head-major persistent CTAs, causal and not)
+    compiles for sm_90 as its own kernel and has more TMA stores than the plain build (the
+    record); the plain build keeps its symbol."""
+    from dataclasses import replace
+
+    from kernels.resources import _sections, read_resources
+    from kernels.signatures import BackwardCase
+    for causal in (False, True):
+        plain = BackwardCase(kernel=kernel, H=4, H_kv=2, S_q=333, S_kv=333 if causal else 461,
+                             causal=causal, tile_m=64, tile_n=128, order=1, sched=2, work=1)
+        res = {}
+        for case in (plain, replace(plain, trace=True, n_ctas=5)):
+            cubin = _cubin(case, 1, 8)
+            text = [n for n, _, _ in _sections(cubin) if n.startswith(b".text.")]
+            assert len(text) == 1 and text[0].startswith(
+                f".text.bwd_{case.kernel_name}_".encode()), text
+            res[case.trace] = read_resources(cubin)
+            print(f"sm_90 {kernel} causal={causal} trace={case.trace}: {res[case.trace]}")
+        assert res[True].ptx["TMA_STORE"] > res[False].ptx["TMA_STORE"], res
