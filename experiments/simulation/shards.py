@@ -1,6 +1,6 @@
 """SHARDS sampling against the exact timed simulator, under the model that runs now.
 
-    python -m experiments.simulation.shards --arch gb10 --out profiles/cpu/shards-gb10-20261128
+    python -m experiments.simulation.shards --arch gb10 --out profiles/cpu/shards-gb10-20261128b
 
 Every case of a study (default: the main command's, ``sawtooth``) at seeds 0..N-1 (``--seeds``,
 default ``SPREAD_SEEDS``), each simulated exactly and SHARDS-sampled at the size rule, both

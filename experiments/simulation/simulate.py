@@ -36,7 +36,7 @@ from spec import Arch, Backend, TileGrid, build_trace, get_arch, known_archs
 from spec.case import Case
 from spec.records import UNITS, Metric, Row, Source, case_fields
 
-SHARDS_RUN = "profiles/cpu/shards-gb10-20261128"
+SHARDS_RUN = "profiles/cpu/shards-gb10-20261128b"
 """The run that measured the sampled simulator against the exact one under the model that runs
 (``timesim.MODEL_VERSION``): the 16 GB10 cases of the main command at seeds 0-4, exact and sampled
 (``python -m experiments.simulation.shards``); a sampled row states its range."""

@@ -95,5 +95,6 @@ def test_a_sampled_row_states_its_seed_spread_and_an_exact_one_nothing():
     (note,) = {r.note for r in sampled}
     assert "SHARDS R=" in note and "sampled, not exact: tex misses over seeds 0-4 span" in note
     m = shards_check()
-    assert f"{m['err_pct_min']:+.1f}..{m['err_pct_max']:+.1f}% (shards-gb10-20261128)" in note
+    name = SHARDS_RUN.rsplit("/", 1)[-1]
+    assert f"{m['err_pct_min']:+.1f}..{m['err_pct_max']:+.1f}% ({name})" in note
     assert all("SHARDS" not in r.note and "sampled" not in r.note for r in exact)
