@@ -35,6 +35,7 @@ FITTED_ON_FIT_HALF = ("pipeline-v2",)
 OCCASIONS: dict[str, tuple[str, ...]] = {
     "occ1": ("profiles/h200/convoy-20261128-occ1",),
     "occ2": ("profiles/h200/convoy-20261128-occ2", "profiles/h200/convoy48-20261128-occ2"),
+    "occ3": ("profiles/h200/convoy-20261128-occ3", "profiles/h200/convoy48-20261128-occ3"),
 }
 """Measured runs of the grid on the H200: each occasion (a fresh machine and process) and its
 run directories (one per CTA count)."""
