@@ -146,7 +146,8 @@ def forward_pairs(counters: Sequence[dict], timing: Sequence[dict]) -> list[dict
 
 DQPAIR_PREDICTION = "profiles/cpu/prediction-h200-dqpair-20261128"
 DQPAIR_OCCASIONS = {"occ1": "profiles/h200/dqpair-20261128-occ1",
-                    "occ2": "profiles/h200/dqpair-20261128-occ2"}
+                    "occ2": "profiles/h200/dqpair-20261128-occ2",
+                    "occ3": "profiles/h200/dqpair-20261128-occ3"}
 """The fair dQ pair repeated on the H200 with a reverse-order control and a length whose K/V
 fits the L2: one run directory per occasion (a fresh machine and process each)."""
 

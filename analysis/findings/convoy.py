@@ -35,6 +35,7 @@ FITTED_ON_FIT_HALF = ("pipeline-v2",)
 OCCASIONS: dict[str, tuple[str, ...]] = {
     "occ1": ("profiles/h200/convoy-20261128-occ1",),
     "occ2": ("profiles/h200/convoy-20261128-occ2", "profiles/h200/convoy48-20261128-occ2"),
+    "occ3": ("profiles/h200/convoy-20261128-occ3", "profiles/h200/convoy48-20261128-occ3"),
 }
 """Measured runs of the grid on the H200: each occasion (a fresh machine and process) and its
 run directories (one per CTA count)."""
@@ -179,8 +180,12 @@ def sections(arch: str) -> dict[str, tuple[str, list[dict]]]:
                      for occ, dirs in OCCASIONS.items() for d in dirs])
     rows = case_rows(preds, meas, half_of)
     vers = list(PREDICTIONS)
-    order = [commit_order(p, d) for p in PREDICTIONS.values() for dirs in OCCASIONS.values()
-             for d in dirs]
+    judged_dirs = {d for dirs in OCCASIONS.values() for d in dirs
+                   if any(half_of(k) == "judged" for k in measured(
+                       [("x", read_run(Path(d)).get("counters.csv", []))]))}
+    order = [dict(version=v, **commit_order(p, d)) for v, p in PREDICTIONS.items()
+             for dirs in OCCASIONS.values() for d in dirs
+             if v not in FITTED_ON_FIT_HALF or d in judged_dirs]
     return {
         "sV_convoy": ("V. The convoy grid on the H200 (CUDA 80x80, depth 1-4, K+V 0.5-1.5x the "
                       "L2, 96 and 48 CTAs): misses per occasion and each frozen model's "
@@ -190,6 +195,7 @@ def sections(arch: str) -> dict[str, tuple[str, list[dict]]]:
                               "the spread across occasions", summary(rows, vers)),
         "sV_convoy_depth": ("Vc. Pipeline depth 2 -> 3: measured and predicted ratio",
                             depth_changes(rows, vers)),
-        "sV_convoy_order": ("Vd. Each prediction entered the history before each measurement",
+        "sV_convoy_order": ("Vd. Each prediction entered the history before each measurement it "
+                            "is scored on (a fitted version: those holding judged cases)",
                             order),
     }

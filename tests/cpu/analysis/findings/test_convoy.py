@@ -95,3 +95,17 @@ def test_dqpair_rows_by_hand():
     assert row["a_time_ratio"] == pytest.approx(9.2 / 10.1) and row["a_apart"] is True
     assert row["b_time_ratio"] == pytest.approx(1.0) and row["b_apart"] is False
     assert (row["time_ratio_lo"], row["time_ratio_hi"]) == pytest.approx((9.2 / 10.1, 1.0))
+
+
+def test_the_committed_grid_was_predicted_first_and_scores_as_reported():
+    """On the committed runs: no prediction entered the history after a measurement it is
+    scored on (None only where the clone lacks the history), every case of the grid was
+    measured on at least two occasions, and pipeline-v2's judged score is what REPORT states."""
+    s = convoy.sections("h200")
+    order = s["sV_convoy_order"][1]
+    assert order and not any(r["prediction_first"] is False for r in order)
+    rows = s["sV_convoy"][1]
+    assert len(rows) == 64 and min(r["occasions"] for r in rows) >= 2
+    (v2,) = [r for r in s["sV_convoy_summary"][1] if r["version"] == "pipeline-v2"]
+    assert v2["half"] == "judged" and v2["cases"] == 32
+    assert round(v2["rel_rms_pct"], 1) == 18.8
