@@ -1,5 +1,5 @@
 """Fit one pipeline-model parameter on the fit half of the convoy grid measured on the H200
-(issue 51, items 3-4): the DRAM queue (``ArchParams.dram_fraction``) or the fills' latency tail
+(the method: docs/model-card.md): the DRAM queue (``ArchParams.dram_fraction``) or the fills' latency tail
 (``ArchParams.fill_sigma``), one at a time, and nothing else.
 
 Why this parameter. The frozen model ``pipeline-v1`` hides every fill of a build that loads one

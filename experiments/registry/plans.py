@@ -153,7 +153,7 @@ def backward_plan(arch: Arch) -> list[Case]:
 
 
 def dqpair_plan(arch: Arch) -> list[Case]:
-    """The backward finding repeated (issue 51 item 6): the fair dQ pair of the backward study
+    """The backward finding repeated: the fair dQ pair of the backward study
     (64x128 tiles, one persistent CTA per SM, occupancy 2, B=8, H=1, D=64, fp16), linear and
     sawtooth with a reverse-order control (the same single scan direction as linear, walked
     backwards: no reuse between consecutive items), causal and not, at the sawtooth study's S
@@ -421,7 +421,7 @@ CONVOY_FEW_KV_L2 = (1.0,)
 
 
 def convoy_plan(arch: Arch) -> list[Case]:
-    """The convoy validation grid (issue 51): does the simulator predict the L2 misses of the
+    """The convoy validation grid: does the simulator predict the L2 misses of the
     CUDA twin, whose CTAs are exactly the persistent CTAs the simulator places, across the
     convoy states? CUDA 80x80 D=64, B=H=1, linear and sawtooth, causal and not, over K/V
     pipeline depth ``CONVOY_STAGES`` x K+V per head ``CONVOY_KV_L2`` of the L2, with

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -99,10 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, RunDirExists) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    from ..runner.options import cpus
     t0 = time.perf_counter()
     with reserved_run_dir(a.out) as (final, work):
-        rows, summary = run(a.arch, a.study, a.seeds, a.jobs or cpus())
+        rows, summary = run(a.arch, a.study, a.seeds, a.jobs or len(os.sched_getaffinity(0)))
         with open(work / "shards.csv", "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))
             w.writeheader()
