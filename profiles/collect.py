@@ -11,7 +11,7 @@ Repeats are launches, and sessions are processes: ``repeats`` launches of every 
 split over ``sessions`` ncu sessions (each a fresh process and a fresh allocation of the inputs),
 launched round-robin inside a session (round l launches every case once). Both kinds of spread
 exist, so the orchestrator's default is one session per repeat: the H100 diagnosis
-(profiles/h100/variance-20261123) found the large cuTile cases' misses spread as much between
+(docs/history.md, section 0) found the large cuTile cases' misses spread as much between
 launches of one session as anywhere (the timing of the CTAs' progress), while on the H200 some
 CUDA cases were tight inside each session and 8% apart between two sessions on the same GPU
 (profiles/h200/sharding-20261123/divergence-g1, -g2, S=122880: 12.02 vs 12.96 M sectors; our untested
