@@ -155,11 +155,20 @@ def fit(cases: Sequence[MeasuredCase], predict: Callable[[Case, dict], float],
     return best[0], best[1], points
 
 
+OPTIONAL_FIELDS = ("dram_fraction", "fill_sigma", "pipeline_source")
+"""Pipeline-model fields (pipeline-v2) a parameter file holds only when it sets them."""
+_DEFAULTS = {f.name: f.default for f in fields(ArchParams)}
+
+
 def write_params(p: ArchParams, path: Path | None = None) -> Path:
     path = Path(path or PARAMS_DIR / f"{p.arch}.json")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({"schema": 1, **asdict(p)}, indent=1) + "\n")
+    d = asdict(p)
+    for k in OPTIONAL_FIELDS:             # absent when unused: files written before them stand
+        if d[k] == _DEFAULTS[k]:
+            del d[k]
+    tmp.write_text(json.dumps({"schema": 1, **d}, indent=1) + "\n")
     tmp.replace(path)
     return path
 
