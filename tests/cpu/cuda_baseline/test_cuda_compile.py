@@ -245,7 +245,8 @@ def test_stage_builds_compile_with_identical_pair_resources():
             by_twin.setdefault(key, {})[i.order] = (
                 i.smem_bytes, h100.ctas_per_sm(i.threads, r.registers, i.smem_bytes),
                 r.stack_bytes)
-    assert len(by_twin) == 2 * 2 * 2 * 2 and all(len(v) == 2 for v in by_twin.values())
+    depths = STAGE_RANGE[1] - STAGE_RANGE[0]            # every depth but the default
+    assert len(by_twin) == depths * 2 * 2 * 2 and all(len(v) == 2 for v in by_twin.values())
     unequal = {k: v for k, v in by_twin.items() if len(set(v.values())) != 1}
     assert not unequal, ("linear / sawtooth pairs with different (smem, CTAs per SM, stack): "
                          f"{unequal}")
