@@ -42,7 +42,7 @@ from pathlib import Path
 
 from analysis.data import DatasetError
 from analysis.data.published import PAPER
-from kernels.toolchain import scratch_dir
+from kernels.build.toolchain import scratch_dir
 from spec import InvalidProblem, detect
 from spec.arch import MiB, UnknownArch
 
@@ -256,7 +256,7 @@ def _gpu_free() -> int | None:
 
 
 _SCRATCH: list[Path] = []
-"""cuda.tile's scratch directory of this command (``kernels.toolchain.scratch_dir``)."""
+"""cuda.tile's scratch directory of this command (``kernels.build.toolchain.scratch_dir``)."""
 
 
 def _leave(code: int) -> int:

@@ -21,7 +21,7 @@ def compare(problems: list[tuple[int, int]], candidates: dict[str, MakeLauncher]
 
     from experiments.measurement.correctness import check, poisoned_like, random_inputs, reference
     from experiments.measurement.timing import sdpa_peers, time_interleaved
-    from kernels.backend import CutileFamily
+    from kernels.host.backend import CutileFamily
     from spec import Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant
 
     be = CutileFamily()

@@ -1,9 +1,9 @@
 """``python -m explorations.kernel_ab``: kernel module versions and schedules, side by side.
 
-Each contender is a (kernel module, schedule) pair: ``prod`` is ``kernels.fmha``; ``--kernel
+Each contender is a (kernel module, schedule) pair: ``prod`` is ``kernels.device.fmha``; ``--kernel
 NAME=FILE`` adds another version of the module (an earlier commit's, ``git show
-<commit>:kernels/fmha.py > FILE``, or an edited copy), launched with exactly the constants and
-compile hints ``kernels.backend.CutileFamily`` prepares for the problem's default configuration and
+<commit>:kernels/device/fmha.py > FILE``, or an edited copy), launched with exactly the constants and
+compile hints ``kernels.host.backend.CutileFamily`` prepares for the problem's default configuration and
 the contender's schedule (``default`` = the configuration's own). For each problem of the chosen
 shape-suite panels: every contender on a NaN-poisoned output, checked against the fp32
 reference; those that pass are timed interleaved with SDPA's flash and cuDNN backends, cold L2.
@@ -47,9 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     from experiments.measurement.correctness import check, poisoned_like, random_inputs, reference
     from experiments.measurement.timing import sdpa_peers, time_interleaved
     from experiments.registry.suites import shapes_problems
-    from kernels import fmha
-    from kernels.backend import CutileFamily, default_schedule
-    from kernels.choice import problem_config
+    from kernels.device import fmha
+    from kernels.host.backend import CutileFamily, default_schedule
+    from kernels.rules.choice import problem_config
     from spec import Backend, CtaSchedule, ScanOrder, Variant, get_arch
 
     mods = {"prod": fmha}

@@ -11,7 +11,7 @@ import torch
 from cuda.tile import PaddingMode, RoundingMode
 
 from explorations.harness import compare
-from kernels import fmha
+from kernels.device import fmha
 
 CI = ct.Constant[int]; CB = ct.Constant[bool]
 ZERO = PaddingMode.ZERO

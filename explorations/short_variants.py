@@ -24,7 +24,7 @@ Measured on the H100 (the short-variant run of docs/history.md): none helps (``n
 slower, ``lptsec`` 0.56-0.95x); what did was the persistent launch and, causal, its snake deal
 (``spec.schedules``), with the time lost between short CTAs shown by ncu (README there).
 
-Every edit is a literal replacement that must match once, so a change of ``kernels/fmha.py`` that
+Every edit is a literal replacement that must match once, so a change of ``kernels/device/fmha.py`` that
 moves the edited lines fails here loudly instead of producing a silently identical variant.
 """
 from __future__ import annotations
@@ -91,7 +91,7 @@ def variant(name: str, text: str) -> str:
         found = text.count(old)
         if found != count:
             raise SystemExit(f"variant {name}: expected {count} match(es) of {old[:60]!r}, "
-                             f"found {found}; kernels/fmha.py changed: update "
+                             f"found {found}; kernels/device/fmha.py changed: update "
                              "explorations/short_variants.py")
         text = text.replace(old, new)
     return text

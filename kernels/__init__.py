@@ -1,4 +1,4 @@
-"""cuTile Python (``cuda.tile``) FlashAttention forward family of the study.
+"""cuTile Python (``cuda.tile``) FlashAttention family of the study (forward and backward).
 
     import torch
     from kernels import attention
@@ -6,41 +6,37 @@
     out = attention(q, k, v, causal=True)            # eager, CUDA graphs, torch.compile alike
     out = attention(q, k, v, order="sawtooth", schedule="static132")    # a study variant
 
-- ``kernels.attention`` (``kernels.op``): the user function, a ``torch.library`` custom op
-  (``sawtooth::cutile_attention``) under ``torch.compile``, one cache lookup and one launch per
-  repeated eager call (``kernels.backend.attention``).
+Rooms by job (imports go down: host → rules, build → device; ``paper_builds`` beside host):
 
-- ``kernels.fmha``: the kernel body (one ``*_impl`` for every variant) and the ``@ct.kernel`` entry,
-  with the CTA → work mapping and the K/V index map selected by ``ct.Constant`` codes that mirror
-  ``spec.OrderKind`` / ``spec.ScheduleKind`` / ``spec.WorkOrder``.
-- ``kernels.backend``: ``CutileFamily`` (the ``spec.family.KernelFamily`` protocol) and the
-  user-facing ``attention(q, k, v, causal=..., order=..., schedule=...)``.
-- ``kernels.fmha_bwd`` / ``kernels.backward``: the backward kernels (Δ, dK/dV scanning Q tiles,
-  dQ scanning K/V tiles; spec orders and grid/persistent schedules) and their host side; the
-  forward's training build that stores the log-sum-exp is ``kernels.fmha.fmha_fwd_lse``.
-- ``kernels.signatures``: JIT-like export signatures for compile-only checks without a GPU.
-- ``kernels.toolchain``: tileiras / ptxas checks with actionable messages.
-- ``kernels.config``: the measured per-arch defaults, ``kernels/configs/<arch>.json`` (written by
-  ``python -m experiments.tuning.tune --arch h100``).
-- ``kernels.resources`` / ``kernels.warm``: build resources (spills) and parallel precompilation.
-- ``kernels.authors_toolchain``: what each build does per K/V step (``kernels.sass_loops``: MMAs,
-  spills, loads per SASS loop), compiled with the paper authors' cuda-tile 1.0.x and the
-  project's (``kernels.compile_worker`` in each toolchain's venv, ``kernels.toolchain_venv``,
-  ``kernels.cpu_driver``: a libcuda stand-in for machines without a driver).
+- ``kernels.device``: the kernel bodies (``fmha``: the forward, one ``*_impl`` for every variant;
+  ``fmha_bwd``: Δ, dK/dV, dQ), the CTA → work scheduler (``work``) and the tactic bits
+  (``tactics``), selected by ``ct.Constant`` codes that mirror ``spec.OrderKind`` /
+  ``spec.ScheduleKind`` / ``spec.WorkOrder``.
+- ``kernels.build``: export signatures for compile-only checks without a GPU (``signatures``),
+  build resources and spills (``resources``), tileiras / ptxas checks (``toolchain``).
+- ``kernels.rules``: the measured per-arch defaults (``config``, ``rules/configs/<arch>.json``,
+  written by ``python -m experiments.tuning.tune``) and the rules that pick a forward and a
+  backward configuration for a problem (``choice``, ``backward_config``, ``backward_choice``).
+- ``kernels.host``: ``CutileFamily`` (``backend``: the ``spec.family.KernelFamily`` protocol), the
+  backward's launches (``backward``), the user's ``attention()`` (``op``: ``torch.library``
+  operators ``sawtooth::cutile_attention*``; one cache lookup and one launch per repeated eager
+  call) and parallel precompilation (``warm``).
+- ``kernels.paper_builds``: the paper authors' builds compiled with their toolchain, and what each
+  build does per K/V step read off its SASS; nothing on the kernel path imports it.
 
 Importing this package does not import ``cuda.tile`` or ``torch``; the submodules that need them
 import them lazily or at their own import (``kernels.attention`` is a lazy attribute: the first
-access imports ``kernels.op``, which imports torch and registers the operators).
+access imports ``kernels.host.op``, which imports torch and registers the operators).
 """
 from spec.install import require_gpu_extra
 
-from .config import LEVELS, KernelConfig, default_config, load_arch_configs  # noqa: F401
+from .rules.config import LEVELS, KernelConfig, default_config, load_arch_configs  # noqa: F401
 
 
 def __getattr__(name: str):
     if name == "attention":
         require_gpu_extra(f"{__name__}.attention")
-        from .op import attention
+        from .host.op import attention
         globals()["attention"] = attention       # later accesses skip this hook
         return attention
     raise AttributeError(f"module 'kernels' has no attribute {name!r}")

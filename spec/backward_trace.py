@@ -6,8 +6,8 @@ CTAs running together on one head read the same K/V tile at about the same time 
 and a CTA owning several Q tiles can alternate its scan (sawtooth) so that the tiles its last
 scan touched last, still in L2, are the first of the next. The backward has the same two shapes:
 
-- ``dkdv`` (``kernels.fmha_bwd.bwd_dkdv``): a work item is one K/V tile of a K/V head (times the
-  group split, ``kernels.backward.group_split``); its CTA loads K and V once, then per step reads
+- ``dkdv`` (``kernels.device.fmha_bwd.bwd_dkdv``): a work item is one K/V tile of a K/V head (times the
+  group split, ``kernels.host.backward.group_split``); its CTA loads K and V once, then per step reads
   the Q tile ``i``, dO tile ``i`` and the LSE and Δ rows ``i`` of every query head of its group
   (causal, top-left: only the Q tiles from the diagonal on, ``i >= (n·TILE_N) // TILE_M``), and
   stores dK, dV at the end. Per step it reads Q + dO (2·TILE_M·D elements) plus 8 bytes a row
@@ -16,7 +16,7 @@ scan touched last, still in L2, are the first of the next. The backward has the 
   MMAs per step against the forward's two), so a miss weighs about half as much against a
   step's compute. Under the sawtooth order a CTA alternates its Q scan per owned K/V tile
   (heads reversed too), exactly as the forward alternates its K/V scan per Q tile.
-- ``dq`` (``kernels.fmha_bwd.bwd_dq``): a work item is one Q tile; its CTA loads Q, dO, LSE and Δ
+- ``dq`` (``kernels.device.fmha_bwd.bwd_dq``): a work item is one Q tile; its CTA loads Q, dO, LSE and Δ
   once and scans the K/V tiles like the forward (three MMAs per step): its K/V stream *is* the
   forward's (``spec.trace.visit_order`` and ``work_table`` on the same grid, schedule and order).
 
@@ -110,7 +110,7 @@ def _check_schedule(schedule: CtaSchedule) -> None:
 
 def backward_visits(pg: PassGrid, schedule: CtaSchedule, order: ScanOrder) -> Visits:
     """Per CTA and step, the (b, query head, q tile, kv tile) the pass reads, in the kernel's
-    order (``kernels.fmha_bwd``). dQ: the forward's ``visit_order``. dK/dV: each item's query
+    order (``kernels.device.fmha_bwd``). dQ: the forward's ``visit_order``. dK/dV: each item's query
     heads and, per head, its Q tiles from ``q_start`` on, all reversed when the order reverses
     the item."""
     _check_schedule(schedule)
@@ -221,7 +221,7 @@ def bytes_per_step(pg: PassGrid) -> int:
 
 
 MMAS_PER_STEP = {BackwardPass.DKDV: 4, BackwardPass.DQ: 3}
-"""Tensor-core products per step (``kernels.fmha_bwd``): dK/dV Sᵀ, dV, dPᵀ, dK; dQ S, dP, dQ.
+"""Tensor-core products per step (``kernels.device.fmha_bwd``): dK/dV Sᵀ, dV, dPᵀ, dK; dQ S, dP, dQ.
 The forward does two (S, PV)."""
 
 

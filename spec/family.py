@@ -4,7 +4,7 @@ Names (one per concept):
 
 - ``spec.Backend`` (an enum, ``cutile`` / ``cuda``) *names* the family a variant belongs to: the
   first field of a variant id and the ``backend`` column of every CSV.
-- ``KernelFamily`` (this module) is the interface a family implements: ``kernels.backend.CutileFamily`` and
+- ``KernelFamily`` (this module) is the interface a family implements: ``kernels.host.backend.CutileFamily`` and
   ``cuda_baseline.CudaFamily``; ``experiments.measurement.families.family(backend, arch)`` picks one by name.
 
 A family turns a ``Variant`` and a ``Problem`` into something launchable (``prepare``: compile,

@@ -1,4 +1,4 @@
-"""What the two families' PyTorch operators share (``kernels.op``, ``cuda_baseline.op``).
+"""What the two families' PyTorch operators share (``kernels.host.op``, ``cuda_baseline.host.op``).
 
 A ``torch.library`` operator takes tensors, scalars and strings: ``op_spelling`` turns the user
 function's order, schedule and tiles arguments (strings or spec objects) into labels and ints,

@@ -187,7 +187,7 @@ class TileGrid:
 
     def kv_item_steps(self) -> np.ndarray:
         """Q steps of each K/V tile of one (batch, head) in the dK/dV pass, per query head it
-        scans (``kernels.backward_choice`` multiplies by the heads of a grouped item)."""
+        scans (``kernels.rules.backward_choice`` multiplies by the heads of a grouped item)."""
         return np.asarray(self.q_tiles_for(np.arange(self.n_kv)), dtype=np.int64)
 
     def first_masked_kv_tile(self, i: int) -> int:
@@ -202,7 +202,7 @@ class TileGrid:
 
     def item_steps(self) -> np.ndarray:
         """K/V steps of each Q tile of one (batch, head): ``n_kv`` each, or the causal ranges.
-        With the per-step and per-item costs, what one work item costs (``kernels.choice``)."""
+        With the per-step and per-item costs, what one work item costs (``kernels.rules.choice``)."""
         return np.asarray(self.kv_tiles_for(np.arange(self.n_q)), dtype=np.int64)
 
     def masked_fraction(self) -> float:

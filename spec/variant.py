@@ -2,7 +2,7 @@
 
 ``{backend}.{order}.{schedule}.m{TILE_M}n{TILE_N}d{D}[.occ{N}][.L{level}][.st{stages}][.t{tactic}][.{pass}]``,
 e.g. ``cutile.sawtooth.static132.m64n64d64``, ``cuda.linear.static96.m80n80d64.st1`` or
-``cutile.linear.static264.m64n128d64.occ2.t4096`` (the forward's TACTIC bits, ``kernels.fmha_tactics``). The id is the
+``cutile.linear.static264.m64n128d64.occ2.t4096`` (the forward's TACTIC bits, ``kernels.device.tactics``). The id is the
 NVTX range under ncu, the ``variant`` column of every CSV and the key of the figure style table.
 Optional fields appear only when they differ from the family default, so ids of builds made before
 a knob existed stay what they were.
@@ -28,11 +28,11 @@ STAGES_TOKEN = "st"
 TACTIC_TOKEN = "t"
 """Prefix of the tactic field of a variant id (``.t4096``)."""
 TACTIC_LIMIT = 1 << 16
-"""The TACTIC constant's range (16 bits: ``kernels.fmha_tactics``)."""
+"""The TACTIC constant's range (16 bits: ``kernels.device.tactics``)."""
 
 
 class BackwardPass(enum.Enum):
-    """A kernel of the backward (``kernels.fmha_bwd``): ``dkdv`` (a CTA owns a K/V tile and
+    """A kernel of the backward (``kernels.device.fmha_bwd``): ``dkdv`` (a CTA owns a K/V tile and
     streams the Q, dO, LSE and Δ tiles) or ``dq`` (a CTA owns a Q tile and streams K/V, as the
     forward does). A variant with a pass is that kernel alone; its id ends in ``.dkdv``/``.dq``."""
 
@@ -60,7 +60,7 @@ class Variant:
     level: int | None = None       # cuTile tuning-ladder level 1..6; None: the full kernel (6)
     stages: int | None = None      # K/V pipeline depth (CUDA family); None: DEFAULT_STAGES
     bwd: BackwardPass | None = None   # a backward kernel (cuTile family); None: the forward
-    tactic: int = 0                # the cuTile forward's TACTIC bits (kernels.fmha_tactics)
+    tactic: int = 0                # the cuTile forward's TACTIC bits (kernels.device.tactics)
 
     def __post_init__(self) -> None:
         t = self.tactic

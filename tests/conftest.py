@@ -64,7 +64,7 @@ def nvcc_sm90(source: str, ptx: bool = False) -> tuple[int, str]:
     import subprocess
     import tempfile
 
-    from cuda_baseline.source import nvcc_path
+    from cuda_baseline.build.source import nvcc_path
     nvcc = nvcc_path()
     require_toolchain(nvcc is not None, "nvcc (CUDA 13.0)")
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,5 +1,5 @@
 """Per-step cost of each compiled cuTile build, as read off its SASS (a ``builds-toolchains``
-run of ``python -m kernels.authors_toolchain``): the facts a timing model of the K/V loop needs.
+run of ``python -m kernels.paper_builds.toolchains``): the facts a timing model of the K/V loop needs.
 
 A CTA's speed per K/V step sets how far concurrent CTAs drift apart, and so how long a K/V tile
 waits in L2 for its next visitor. What the compiled code does per step is the MMAs, the body's
@@ -93,7 +93,7 @@ def latest_run() -> str:
     runs = sorted(e.path for e in find(study=STUDY))
     if not runs:
         raise DatasetError("no builds-toolchains run is registered; write one with "
-                           "`python -m kernels.authors_toolchain --out profiles/cpu/"
+                           "`python -m kernels.paper_builds.toolchains --out profiles/cpu/"
                            "builds-toolchains-<date>` and register it")
     return runs[-1]
 

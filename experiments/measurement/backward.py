@@ -5,8 +5,8 @@ one profiling target, ``experiments.measurement.target``) its ncu counters.
 What is measured and why. The study asks whether the sawtooth order pays in the backward where it
 does not in the forward: a dK/dV CTA streams the Q, dO, LSE and Δ tiles of its head as the
 forward's CTA streams K and V, so a persistent CTA that alternates its scan per owned K/V tile
-finds the end of its last scan in L2. Each case is one pass of ``kernels.fmha_bwd`` launched by
-itself (``kernels.backward.BackwardLaunch.passes``): the Δ preprocess and the training forward
+finds the end of its last scan in L2. Each case is one pass of ``kernels.device.fmha_bwd`` launched by
+itself (``kernels.host.backward.BackwardLaunch.passes``): the Δ preprocess and the training forward
 that makes the log-sum-exp run before, outside the timed and profiled launches, so the counters
 are that one kernel's.
 
@@ -45,9 +45,9 @@ BACKWARD_FLOPS = 2.5
 
 
 def config_of(case: Case):
-    """The ``kernels.backward.BackwardConfig`` of a case: its tiles, occupancy, order and schedule
+    """The ``kernels.host.backward.BackwardConfig`` of a case: its tiles, occupancy, order and schedule
     in both passes (only the case's pass is launched)."""
-    from kernels.backward import BackwardConfig, PassConfig
+    from kernels.host.backward import BackwardConfig, PassConfig
     v = case.variant
     pc = PassConfig(v.tiles, v.occupancy, None, v.order, v.schedule)
     return BackwardConfig(pc, pc, split=1)
@@ -72,7 +72,7 @@ def setup(problem, seed: int) -> Setup:
     (``bwd_preprocess``), and NaN-poisoned gradient buffers."""
     import torch
 
-    from kernels import backend, backward
+    from kernels.host import backend, backward
     q, k, v = random_inputs(problem, seed)
     gen = torch.Generator(device="cuda").manual_seed(seed + 1)
     dout = torch.randn(q.shape, generator=gen, device="cuda", dtype=q.dtype)
@@ -81,7 +81,7 @@ def setup(problem, seed: int) -> Setup:
     delta = backward.stat_buffer(q)
     grads = tuple(torch.full_like(t, float("nan")) for t in (q, k, v))
     s = Setup(q, k, v, dout, out, lse, delta, grads)
-    from kernels.backward import default_backward, launch_for
+    from kernels.host.backward import default_backward, launch_for
     launch_for(problem, default_backward(problem)).passes(*args_of(s))["preprocess"]()
     return s
 
@@ -92,7 +92,7 @@ def args_of(s: Setup) -> tuple:
 
 def pass_launcher(case: Case, s: Setup):
     """The case's one kernel on ``s``'s buffers (a callable)."""
-    from kernels.backward import launch_for
+    from kernels.host.backward import launch_for
     return launch_for(case.problem, config_of(case)).passes(*args_of(s))[case.variant.bwd.value]
 
 

@@ -9,10 +9,10 @@ from spec.family import KernelFamily
 def family(backend: Backend, arch: str | None = None) -> KernelFamily:
     """The ``KernelFamily`` named ``backend``; ``arch`` must be the GPU present (None: any)."""
     if backend == Backend.CUTILE:
-        from kernels.backend import CutileFamily
+        from kernels.host.backend import CutileFamily
         return CutileFamily(arch)
     if backend == Backend.CUDA:
-        from cuda_baseline.backend import CudaFamily
+        from cuda_baseline.host.backend import CudaFamily
         return CudaFamily(arch)
     raise ValueError(f"no kernel family {backend!r}; known: "
                      f"{', '.join(b.value for b in Backend)}")

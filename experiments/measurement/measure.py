@@ -39,7 +39,7 @@ RESOURCES = (("registers", "registers", "register"), ("local_bytes", "local_byte
 profiles/h100/cuda_bench.csv.gz uses. ``threads`` (the launch's CTA size, at which
 ``ctas_per_sm`` is the driver's occupancy) is recorded with it: without it (older runs), cuTile
 builds were asked at their register-limited maximum CTA size
-(``kernels.resources.required_threads``)."""
+(``kernels.build.resources.required_threads``)."""
 DRIFT_POINTS = 300
 """Spread samples kept per drift case (the first and last step always among them)."""
 DRIFT_EVERY = 64
@@ -90,9 +90,9 @@ def precompile(cases: list[Case]) -> list[str]:
     families keep compiled kernels in a disk cache, so the timed process then only loads them).
     Returns error strings; a variant that fails here fails again, with its full message, in
     ``check_and_time``."""
-    from cuda_baseline.backend import instance_for
-    from cuda_baseline.backend import precompile as cuda_precompile
-    from kernels.warm import Job, warm
+    from cuda_baseline.host.backend import instance_for
+    from cuda_baseline.host.backend import precompile as cuda_precompile
+    from kernels.host.warm import Job, warm
     jobs = [Job(B=c.problem.B, H=c.problem.H, H_kv=c.problem.H_kv, S_q=c.problem.S_q,
                 S_kv=c.problem.S_kv, D=c.problem.D, dtype=c.problem.dtype.value,
                 causal=c.problem.causal, order=c.variant.order.label,
@@ -248,8 +248,8 @@ def measure_drift(cases: list[Case], arch: Arch, *, run: str, study: str, reps: 
     miss is the others' hit; a spread of ``k`` steps puts shared K/V tiles ``k`` tiles apart."""
     import torch
 
-    from cuda_baseline.backend import instance_for
-    from cuda_baseline.backend import precompile as cuda_precompile
+    from cuda_baseline.host.backend import instance_for
+    from cuda_baseline.host.backend import precompile as cuda_precompile
     if any(c.variant.backend != Backend.CUDA for c in cases):
         raise ValueError("the drift measurement reads %globaltimer stamps, which only the CUDA "
                          "family's trace build records")

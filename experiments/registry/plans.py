@@ -297,7 +297,7 @@ LONG_S = 131072   # "long" for every arch here: K+V of one head at D=128 is 64 M
 def longseq_plan(arch: Arch) -> list[Case]:
     """The best sawtooth-aware configuration per (D, causal) at a long sequence, beside cuDNN:
     B=1, H=16, S=128K, fp16. Each family at its arch default tiles (cuTile: the measured
-    kernels/configs entry, CUDA: the registry's), linear and sawtooth under the grid launch,
+    kernels/rules/configs entry, CUDA: the registry's), linear and sawtooth under the grid launch,
     tile-X 2 and a persistent launch of one wave of resident CTAs; timed only."""
     cases = []
     for D in (64, 128):
@@ -341,7 +341,7 @@ def cuda_tiles_plan(arch: Arch) -> list[Case]:
     (``SM90_CTAS_PER_SM`` on sm_90, one per SM elsewhere; the ``ctas_per_sm`` rows say what the
     build got), and the sectioned longest-first grid: the shape suite's persistent-vs-grid
     comparison."""
-    from cuda_baseline.source import SM90_CTAS_PER_SM, TESTED_TILES
+    from cuda_baseline.build.source import SM90_CTAS_PER_SM, TESTED_TILES
     cases = []
     for D in (64, 128):
         per_sm = SM90_CTAS_PER_SM.get((arch.cuda_tiles, D), 1) if arch.sm == "sm_90" else 1

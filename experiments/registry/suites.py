@@ -20,12 +20,12 @@ from spec.case import Case
 def default_cases(arch: Arch, prob: Problem, panel: str) -> list[Case]:
     """Each family's default ``attention()`` configuration for ``prob`` on ``arch``, linear
     order. cuTile: the configuration the rule chooses
-    (``kernels.choice.problem_config``), its default schedule and its kernel tactics; CUDA:
-    ``cuda_baseline.backend.default_tiles`` and ``default_schedule``."""
-    from cuda_baseline.backend import default_schedule as cuda_default_schedule
-    from cuda_baseline.backend import default_tiles as cuda_default_tiles
-    from kernels.backend import default_schedule
-    from kernels.choice import problem_config
+    (``kernels.rules.choice.problem_config``), its default schedule and its kernel tactics; CUDA:
+    ``cuda_baseline.host.backend.default_tiles`` and ``default_schedule``."""
+    from cuda_baseline.host.backend import default_schedule as cuda_default_schedule
+    from cuda_baseline.host.backend import default_tiles as cuda_default_tiles
+    from kernels.host.backend import default_schedule
+    from kernels.rules.choice import problem_config
     cfg = problem_config(arch.name, prob)
     sched = default_schedule(prob, cfg, cfg.tiles, arch)
     tiles = cuda_default_tiles(prob, arch)
@@ -68,8 +68,8 @@ MODEL_FAMILIES: dict[str, tuple[Problem, ...]] = {
              Problem(1, 16, 100000, 64, causal=True)),
 }
 """The model families, each at several sizes (the problem's label names its shape). None
-is a problem ``experiments.tuning.tune`` measures (``kernels.config.representatives``; a CPU test
-checks it): every one is unseen by the tuning that set kernels/configs/h100.json."""
+is a problem ``experiments.tuning.tune`` measures (``kernels.rules.config.representatives``; a CPU test
+checks it): every one is unseen by the tuning that set kernels/rules/configs/h100.json."""
 HALVES = ("tuning", "validation")
 
 
@@ -160,8 +160,8 @@ def shapes_plan(arch: Arch) -> list[Case]:
     """The shape suite (``shapes_problems``, 80 problems): each family's default
     ``attention()`` configuration per problem, linear order, timed beside SDPA's flash and cuDNN
     backends through the correctness gate. cuTile: the configuration the rule chooses
-    (``kernels.choice.problem_config``, kernels/configs/<arch>.json) and its default schedule;
-    CUDA: ``cuda_baseline.backend.default_tiles`` and ``default_schedule`` (grid launch for
+    (``kernels.rules.choice.problem_config``, kernels/rules/configs/<arch>.json) and its default schedule;
+    CUDA: ``cuda_baseline.host.backend.default_tiles`` and ``default_schedule`` (grid launch for
     full attention, longest-first over one wave of resident CTAs for causal).
 
     H100 time, estimated from profiles/h100/scaling-20261121 (per-launch medians of cuTile, CUDA,
@@ -178,11 +178,11 @@ def shapes_plan(arch: Arch) -> list[Case]:
 
 def bench_plan(arch: Arch) -> list[Case]:
     """The peer benchmark: each family's default ``attention()`` configuration (cuTile: the
-    measured kernels/configs/<arch>.json entry and its default schedule; CUDA: grid launch at the
+    measured kernels/rules/configs/<arch>.json entry and its default schedule; CUDA: grid launch at the
     registry's tiles), linear order, fp16, B=1, H=16, S in {4K, 16K, 32K}, D in {64, 128}, causal
     and not; timed beside SDPA's flash and cuDNN backends."""
-    from kernels.backend import default_schedule
-    from kernels.config import default_config
+    from kernels.host.backend import default_schedule
+    from kernels.rules.config import default_config
     cases = []
     for D in (64, 128):
         for causal in (False, True):

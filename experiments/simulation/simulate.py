@@ -14,7 +14,7 @@ GPU. Two models (``--model`` of the main command):
   wavefront of ``spec.trace`` (the timed model's limit with miss time = hit time and no jitter).
 
 Resident CTAs of a cuTile grid launch are what its build gets: the cubin exported for the arch,
-its resources under the arch's published limits (``kernels.backend.compiled_ctas_per_sm``), not
+its resources under the arch's published limits (``kernels.host.backend.compiled_ctas_per_sm``), not
 the study's occupancy request; without the compile toolchain the request stands and the rows
 say so.
 """
@@ -116,7 +116,7 @@ def resident_of_build(case: Case, arch: Arch) -> tuple[Case, str]:
         return case, ""
     if v.backend != Backend.CUTILE:
         return case, f"resident CTAs {case.resident}: the occupancy request (not compiled here)"
-    from kernels import backend
+    from kernels.host import backend
     try:
         per_sm, note = backend.compiled_ctas_per_sm(v, case.problem, arch)
     except ImportError as e:

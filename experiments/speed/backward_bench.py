@@ -56,10 +56,10 @@ def parse_variants(text: str | None) -> list[tuple[str, dict]]:
     """``--variants``: comma-separated backward configurations of the CUDA twin timed beside
     the default, each ``<TILE_M>x<TILE_N>`` (or nothing: the default tiles), optionally
     ``/<order>/<schedule>``, optionally ``+<option>...`` (build options,
-    ``cuda_baseline.bwd_source.BWD_OPTION_NAMES``), optionally ``@<D>`` to time it on the
+    ``cuda_baseline.build.bwd_source.BWD_OPTION_NAMES``), optionally ``@<D>`` to time it on the
     problems of that head dimension only (e.g. ``64x64``, ``64x128/sawtooth/static132``,
     ``128x128@64``, ``+onepart@128``, ``+onepart+dqsq+dqv4``)."""
-    from cuda_baseline.bwd_source import parse_bwd_options
+    from cuda_baseline.build.bwd_source import parse_bwd_options
     usage = "[<TILE_M>x<TILE_N>][/order[/schedule]][+option...][@D]"
     out = []
     for item in filter(None, (text or "").split(",")):
@@ -214,8 +214,8 @@ def _runs(times: list[float]) -> str:
 def run(half: str, repeats: int, only: str | None, variants=()):
     import torch
 
-    from cuda_baseline.bwd_source import parse_bwd_options
-    from cuda_baseline.training import warm
+    from cuda_baseline.build.bwd_source import parse_bwd_options
+    from cuda_baseline.host.training import warm
     from experiments.measurement.correctness import random_inputs
     from experiments.registry.suites import model_problems
     dev = torch.cuda.get_device_name()

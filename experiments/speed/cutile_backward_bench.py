@@ -9,7 +9,7 @@ configuration choice and its scan-order variant.
 Three phases, one process, one GPU:
 
 1. **tune**: each backward pass (dK/dV, dQ) of each candidate configuration
-   (``kernels.backward_choice.CANDIDATES``: tiles and hints, grid launch, linear scans), kernel
+   (``kernels.rules.backward_choice.CANDIDATES``: tiles and hints, grid launch, linear scans), kernel
    time per call (CUDA events, L2 warm, median of repeats), on every selected problem: on the
    tuning half these are the data ``python -m experiments.tuning.rulefit --backward`` fits the
    default's work model on; on the validation half (never fitted) they judge it. ``choice.csv``
@@ -30,7 +30,7 @@ Three phases, one process, one GPU:
    tests/cpu/kernels/test_cutile_backward_compile.py).
 
 4. **split** (grouped-head problems): the whole backward with the default group split of the
-   dK/dV pass (``kernels.backward.group_split``) vs none, alternated A/B.
+   dK/dV pass (``kernels.host.backward.group_split``) vs none, alternated A/B.
 
 Outputs under ``--out``: ``speed.csv``, ``tune.csv``, ``choice.csv``, ``order.csv``, ``split.csv`` and
 ``manifest.json`` (device, versions, commit). The summary prints flash/cutile and cudnn/cutile
@@ -57,7 +57,7 @@ SPLIT_FIELDS = ("family", "half", "problem", "variant", "bwd_kernels_ms", "devic
 
 
 def candidates():
-    from kernels.backward_choice import CANDIDATES
+    from kernels.rules.backward_choice import CANDIDATES
     return dict(CANDIDATES)
 
 
@@ -108,7 +108,7 @@ def _kernel_setup(pr, cfg):
     """The backward's buffers and per-pass launchers of ``cfg`` on ``pr``."""
     import torch
 
-    from kernels import backend, backward
+    from kernels.host import backend, backward
     q, k, v, dout = _inputs(pr, grad=False)
     lse = backward.stat_buffer(q)
     out = backend.attention(q, k, v, causal=pr.causal, lse=lse)
@@ -119,7 +119,7 @@ def _kernel_setup(pr, cfg):
 
 
 def tune(problems, repeats: int, dev: str):
-    from kernels.backward import BackwardConfig
+    from kernels.host.backward import BackwardConfig
     cands = candidates()
     rows = []
     for fam, half, pr in problems:
@@ -220,7 +220,7 @@ def speed(problems, repeats: int, dev: str):
 def order_ab(problems, repeats: int, dev: str):
     import torch
 
-    from kernels.backward import default_backward
+    from kernels.host.backward import default_backward
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     rows = []
     for fam, half, pr in problems:
@@ -244,7 +244,7 @@ def order_ab(problems, repeats: int, dev: str):
 def split_ab(problems, repeats: int, dev: str):
     """Grouped-head problems: the whole backward (three kernels and the partial sums' reduction)
     with the default group split vs none (split 1), alternated A/B."""
-    from kernels.backward import default_backward
+    from kernels.host.backward import default_backward
     rows = []
     for fam, half, pr in problems:
         if pr.H == pr.H_kv:
@@ -302,8 +302,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import torch
 
-    from kernels import backward
-    from kernels.warm import warm_training
+    from kernels.host import backward
+    from kernels.host.warm import warm_training
     dev = torch.cuda.get_device_name()
     t0 = time.perf_counter()
     jobs = [(pr, backward.BackwardConfig(pc, pc)) for _, _, pr in problems

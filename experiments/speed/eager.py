@@ -165,8 +165,8 @@ def family_callers(q, k, v, causal: bool, out) -> dict[str, tuple[str, Callable[
 
     import cuda_baseline
     import kernels
-    from cuda_baseline.launch import launch_for as cuda_launch_for
-    from kernels.backend import launch_for as cutile_launch_for
+    from cuda_baseline.host.launch import launch_for as cuda_launch_for
+    from kernels.host.backend import launch_for as cutile_launch_for
     ops = torch.ops.sawtooth
     return {
         "cutile.attention": ("cutile", functools.partial(kernels.attention, q, k, v,

@@ -11,7 +11,7 @@ around one call on an idle GPU, host included, l2 warm: ``experiments.speed.eage
 family's speed ratio to a peer is the peer's median time over the family's (``2.0``: twice as fast;
 times, not TFLOPS, so the S_q != S_kv causal problem, whose FLOP count is a convention, compares
 like every other). Per family: the geometric mean and the minimum over the problems where both were
-timed, the same per shape class (``kernels.config.shape_class``), and every problem the family has
+timed, the same per shape class (``kernels.rules.config.shape_class``), and every problem the family has
 no time for (failed the correctness gate or did not build): a missing problem is listed, never
 silently dropped from the mean. A peer that does not run a shape (SDPA's flash backend refuses
 ``is_causal`` with S_q != S_kv, and grouped K/V heads unless called with ``enable_gqa``) leaves that
@@ -35,7 +35,7 @@ import sys
 from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 
-from kernels.config import shape_class
+from kernels.rules.config import shape_class
 from spec import Problem
 from spec.records import Metric
 

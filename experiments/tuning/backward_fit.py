@@ -1,6 +1,6 @@
 """``python -m experiments.tuning.rulefit --backward --arch h100``: fit the backward rule's
-constants (``kernels.backward_choice``) on the registered pass timings of the model suite's tuning
-half, judge them, and write them into ``kernels/configs/<arch>-backward.json``.
+constants (``kernels.rules.backward_choice``) on the registered pass timings of the model suite's tuning
+half, judge them, and write them into ``kernels/rules/configs/<arch>-backward.json``.
 
     python -m experiments.tuning.rulefit --backward --arch h100           # fit and report
     python -m experiments.tuning.rulefit --backward --arch h100 --write [--out F]
@@ -11,7 +11,7 @@ Inputs: every registered ``tuning`` run of study ``cutile-backward-bench`` for t
 the data door and pinned by hash in the rule block. Per pass, (D, causal) key and candidate, α
 and β of ``predict = α·w + β·s`` are the non-negative least-squares fit of the relative error
 (a 50 µs problem weighs as much as a 50 ms one). A candidate whose build spills at the key
-(``kernels.backward_choice.SPILLING``) or that is the fastest spill-free one on none of the
+(``kernels.rules.backward_choice.SPILLING``) or that is the fastest spill-free one on none of the
 key's problems for that pass is dropped from it. A key with fewer than ``MIN_PROBLEMS`` problems
 is not fitted (two constants on one point would fit it exactly and say nothing): it shares the
 constants of the same D's other mask, and its problems are judged out of sample.
@@ -38,8 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
-from kernels.backward import BASE, PASSES
-from kernels.backward_choice import (
+from kernels.host.backward import BASE, PASSES
+from kernels.rules.backward_choice import (
     CANDIDATES,
     BackwardRule,
     allowed,
@@ -47,7 +47,7 @@ from kernels.backward_choice import (
     parse_rule,
     work,
 )
-from kernels.config import CONFIG_DIR, config_key
+from kernels.rules.config import CONFIG_DIR, config_key
 from spec import Problem
 
 STUDY = "cutile-backward-bench"
@@ -315,7 +315,7 @@ def rule_block(arch_name: str, runs, consts: dict, errors: dict, shared: dict,
 
 def document(arch_name: str, device: str, block: dict) -> dict:
     return {"schema": SCHEMA, "arch": arch_name, "device": device,
-            "about": "The cuTile backward's default (kernels.backward_choice): per pass, the "
+            "about": "The cuTile backward's default (kernels.rules.backward_choice): per pass, the "
                      "candidate of least predicted time under the fitted constants below.",
             "rule": block}
 

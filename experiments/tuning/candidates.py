@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from kernels.config import KernelConfig
+from kernels.rules.config import KernelConfig
 from spec import Arch
 
 
@@ -19,7 +19,7 @@ class Candidate:
     worker_warps: int | None
     schedule: str          # "persistent" (P = SMs × occupancy), "lpt" (the same, longest first),
     #                        "grid" or "glpt" (the grid, longest first in L2 sections)
-    tactic: int = 0        # kernels.fmha TACTIC bits
+    tactic: int = 0        # kernels.device.fmha TACTIC bits
 
     def config(self) -> KernelConfig:
         return KernelConfig(self.tile_m, self.tile_n, self.occupancy, self.worker_warps,
@@ -121,14 +121,14 @@ def by_speed(trials: dict, cands: list[Candidate]) -> list[Candidate]:
 
 
 def _tac(**kw) -> int:
-    from kernels.fmha_tactics import tactic_code
+    from kernels.device.tactics import tactic_code
     return tactic_code(**kw)
 
 
 def tactic_trials(D: int, causal: bool) -> list[Candidate]:
     """The kernel-tactic A/B of a (D, causal) key: the rule's most chosen configuration of the key
     (64x128 tiles at two CTAs per SM; causal: the grid longest first, else persistent CTAs) and,
-    causal, the 128x128 one, each again with one tactic of ``kernels.fmha``'s TACTIC bits: the
+    causal, the 128x128 one, each again with one tactic of ``kernels.device.fmha``'s TACTIC bits: the
     masked tiles first (the diagonal's K/V load issued beside the Q load, the item ending on the
     mask-free bulk), the bulk's loads unchecked (whole tiles), and other K/V load-latency hints
     (the pipeline depth the compiler gives each load); then two hint-only configurations: 64x128
@@ -156,7 +156,7 @@ def tactic_trials(D: int, causal: bool) -> list[Candidate]:
     if D == 128:
         out.append(Candidate(64, 128, 1, 8, "glpt" if causal else "persistent"))
     else:
-        from kernels.choice import CANDIDATES
+        from kernels.rules.choice import CANDIDATES
         out += [Candidate(c.tile_m, c.tile_n, c.occupancy, c.worker_warps, c.schedule,
                           c.tactic | _tac(prefetch_q=True))
                 for c in CANDIDATES[causal]

@@ -5,7 +5,7 @@ beside SDPA flash and cuDNN, kernel time and eager call time.
 
 The problems are the sweep's long-causal scan (``experiments.tuning.sweep.LONG_CAUSAL``: S 16K to
 128K, D 64 and 128, bf16, causal, heads halving as S doubles). Per problem: ``kernels.attention``
-(the configuration ``kernels.choice`` picks) runs once on a NaN-poisoned output and is checked
+(the configuration ``kernels.rules.choice`` picks) runs once on a NaN-poisoned output and is checked
 against the fp32 reference (``experiments.measurement.correctness``); then its prepared launch
 and the SDPA peers are timed interleaved with a cold L2 (kernel time,
 ``experiments.measurement.timing``), and ``kernels.attention`` itself and the peers' SDPA calls
@@ -59,8 +59,8 @@ def _measure(problem, arch_name: str, reps: int) -> list[dict]:
     import torch
 
     import kernels
-    from kernels.backend import launch_for
-    from kernels.choice import config_label, problem_config
+    from kernels.host.backend import launch_for
+    from kernels.rules.choice import config_label, problem_config
 
     from ..measurement.correctness import check, poisoned_like, random_inputs
     from ..measurement.timing import sdpa_peers, time_interleaved

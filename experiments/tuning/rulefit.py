@@ -1,13 +1,13 @@
 """``python -m experiments.tuning.rulefit --arch h100``: fit the configuration rule's constants
-(``kernels.choice``) on the registered sweep runs, judge it on the problems it never saw, and
-write it into ``kernels/configs/<arch>.json``.
+(``kernels.rules.choice``) on the registered sweep runs, judge it on the problems it never saw, and
+write it into ``kernels/rules/configs/<arch>.json``.
 
     python -m experiments.tuning.rulefit --arch h100                 # fit and report, write nothing
     python -m experiments.tuning.rulefit --arch h100 --write [--out F]
 
 Inputs: every registered ``tuning`` run of study ``sweep`` for the arch (``python -m
 analysis.data list``), read through the data door and pinned by hash in the rule block. Per (D,
-causal) key and configuration, α and β of ``predict = α·w + β·s`` (``kernels.choice
+causal) key and configuration, α and β of ``predict = α·w + β·s`` (``kernels.rules.choice
 .waves_and_steps``) are the non-negative least-squares fit of the *relative* error over the fit
 sets (``tuning``: the tuning half of the model families; ``shapes``: the shape suite;
 ``long``: the long-causal scan, S 16K..128K), so a 50 µs problem weighs as much as a 50 ms one. A configuration that is the fastest on none of a
@@ -35,8 +35,15 @@ from pathlib import Path
 
 import numpy as np
 
-from kernels.choice import BY_LABEL, CANDIDATES, Rule, config_label, quantities, waves_and_steps
-from kernels.config import CONFIG_DIR, config_key
+from kernels.rules.choice import (
+    BY_LABEL,
+    CANDIDATES,
+    Rule,
+    config_label,
+    quantities,
+    waves_and_steps,
+)
+from kernels.rules.config import CONFIG_DIR, config_key
 from spec import Problem, get_arch, known_archs
 from spec.arch import UnknownArch
 
@@ -133,9 +140,9 @@ def loo_regrets(sets: dict, times: dict, num_sms: int) -> dict[str, list[float]]
 
 
 def class_regrets(arch_name: str, sets: dict, times: dict) -> dict[str, list[float]]:
-    """{set: [regret]} of the shape classes' choice (``kernels.config.class_config``, what
+    """{set: [regret]} of the shape classes' choice (``kernels.rules.config.class_config``, what
     attention() ran before the rule) where that configuration was measured."""
-    from kernels.config import class_config
+    from kernels.rules.config import class_config
     out = defaultdict(list)
     for lab, (s, p) in sets.items():
         t = times.get(lab)
@@ -197,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arch", required=True, help=f"one of {', '.join(known_archs())}")
     ap.add_argument("--write", action="store_true", help="write the rule block")
     ap.add_argument("--out", type=Path, help="configs JSON to write (default "
-                    "kernels/configs/<arch>.json, with --backward <arch>-backward.json; another "
+                    "kernels/rules/configs/<arch>.json, with --backward <arch>-backward.json; another "
                     "path gets a copy of it with the rule)")
     ap.add_argument("--backward", action="store_true", help="fit the backward's rule "
                     "(experiments.tuning.backward_fit) instead of the forward's")

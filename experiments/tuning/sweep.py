@@ -1,5 +1,5 @@
 """``python -m experiments.tuning.sweep --arch h100``: every configuration the rule chooses among
-(``kernels.choice.CANDIDATES``), checked and timed on every problem of the shape suites, the data
+(``kernels.rules.choice.CANDIDATES``), checked and timed on every problem of the shape suites, the data
 ``python -m experiments.tuning.rulefit`` fits the rule's constants on and judges it with.
 
     python -m experiments.tuning.sweep --arch h100 [--sets models,scan] [--reps 10] [--out DIR]
@@ -33,7 +33,7 @@ inputs right after each problem's candidates (cold L2, interleaved with each oth
 ``config`` sdpa-flash / sdpa-cudnn, which the fit ignores).
 
 Per problem, each candidate goes through the tuner's path (``experiments.tuning.tune.measure_problem``):
-prepared by ``kernels.backend.CutileFamily`` with the candidate as its defaults, run on a NaN-poisoned
+prepared by ``kernels.host.backend.CutileFamily`` with the candidate as its defaults, run on a NaN-poisoned
 output and checked against the fp32 reference, then the passing ones timed interleaved with a cold
 L2 (kernel time, the GPU spin hides the host). A candidate that fails or spills has no time.
 Builds compile first, all problems at once, in parallel worker processes.
@@ -54,7 +54,7 @@ import sys
 import time
 from pathlib import Path
 
-from kernels.choice import CANDIDATES, config_label
+from kernels.rules.choice import CANDIDATES, config_label
 from spec import Problem, get_arch, known_archs
 from spec.arch import UnknownArch
 
@@ -102,7 +102,7 @@ def candidates_for(arch, problem: Problem, tactics: str | None = None):
     """The rule's candidates for the problem's mask, as the tuner's ``Candidate`` (with
     ``tactics``, the kernel-tactic trials after them: ``all``, or ``prefetch`` for the next-item
     Q prefetch's alone)."""
-    from kernels.fmha_tactics import TACTIC_PREFETCH_Q
+    from kernels.device.tactics import TACTIC_PREFETCH_Q
 
     from .candidates import Candidate, tactic_trials
     base = [Candidate(c.tile_m, c.tile_n, c.occupancy, c.worker_warps, c.schedule, c.tactic)

@@ -1,14 +1,14 @@
 """``python -m experiments.tuning.tune --arch h100``: measure the cuTile configurations per (D, causal) and
-write the arch's defaults, ``kernels/configs/<arch>.json``.
+write the arch's defaults, ``kernels/rules/configs/<arch>.json``.
 
     python -m experiments.tuning.tune --arch h100 [--seq 16384] [--only d64.full,d128.causal]
-                               [--out kernels/configs/h100.json] [--force]
+                               [--out kernels/rules/configs/h100.json] [--force]
     python -m experiments.tuning.tune --arch h100 --classes short,uneven [--only d64.causal] --force
 
 For each (D, causal) at B=1, H=16, fp16 and the long class's two sequence lengths (16K and 128K,
-``kernels.config.representatives``; ``--seq S`` tunes at S alone), every candidate configuration
+``kernels.rules.config.representatives``; ``--seq S`` tunes at S alone), every candidate configuration
 (tiles × occupancy hint × worker warps × default schedule) goes through the project's one path:
-prepared by ``kernels.backend.CutileFamily`` with the candidate as its defaults, run once on a NaN-poisoned
+prepared by ``kernels.host.backend.CutileFamily`` with the candidate as its defaults, run once on a NaN-poisoned
 output and checked against the fp32 reference (``experiments.measurement.correctness``); only the candidates
 that pass are timed, interleaved and with a cold L2 (``experiments.measurement.timing``), and ranked by median
 time. A wrong-but-fast candidate never wins: it is never timed. The candidates of sm_90 are those
@@ -17,17 +17,17 @@ tuned at several problems, a candidate must pass on each, and the winner has the
 geometric mean of its median times over them (the same ranking as the geometric mean of its
 slowdowns against each problem's fastest), so one size cannot pick tiles that lose at another.
 
-``--classes`` tunes shape classes instead (``kernels.config.ShapeClass``: cross, gqa, small,
+``--classes`` tunes shape classes instead (``kernels.rules.config.ShapeClass``: cross, gqa, small,
 uneven, tiny, short; the top-level (D, causal) defaults are the long class): per class, the
 (D, causal) keys that the shape suite has in that class
 (``experiments.registry.suites.shapes_problems``; ``--only`` narrows them), each at the class's problems
-(``kernels.config.representatives``: its small and large end), through the same check-then-time
+(``kernels.rules.config.representatives``: its small and large end), through the same check-then-time
 ranking; the candidates are the key's, plus for causal keys each persistent one again with the
 snake deal and with the longest-first (LPT) order. The winners go to the class's block of the
 JSON; a key where no candidate passes keeps falling back to the (D, causal) default, and its
 trials and the class's status say so. Everything else in the file is kept.
 
-Runs never autotune: they read the JSON (``kernels.config``). The JSON is written atomically and
+Runs never autotune: they read the JSON (``kernels.rules.config``). The JSON is written atomically and
 never silently replaced: an existing file needs ``--force`` (or pass another ``--out``).
 """
 from __future__ import annotations
@@ -40,7 +40,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from kernels.config import (
+from kernels.rules.config import (
     CONFIG_DIR,
     SCHEMA,
     UNMEASURED,
@@ -109,7 +109,7 @@ def measure_problem(arch: Arch, problem: Problem, cands: list[Candidate], *, rep
     timing of those that pass and do not spill."""
     import torch
 
-    from kernels.backend import CutileFamily, default_schedule
+    from kernels.host.backend import CutileFamily, default_schedule
 
     from ..measurement.correctness import check, poisoned_like, random_inputs, reference
     from ..measurement.timing import time_interleaved
@@ -147,7 +147,7 @@ def measure_problem(arch: Arch, problem: Problem, cands: list[Candidate], *, rep
 
 
 def _precompile(arch: Arch, problem: Problem, cands: list[Candidate]) -> None:
-    """Build every candidate in parallel worker processes first (``kernels.warm``), so the
+    """Build every candidate in parallel worker processes first (``kernels.host.warm``), so the
     sequential check below finds the cubins in the JIT's disk cache. A build that fails here
     fails again in the check, which reports it."""
     precompile(arch, [(problem, cands)])
@@ -155,8 +155,8 @@ def _precompile(arch: Arch, problem: Problem, cands: list[Candidate]) -> None:
 
 def precompile(arch: Arch, pairs) -> list[str]:
     """``_precompile`` over many (problem, candidates) pairs in one pool; returns the errors."""
-    from kernels.backend import default_schedule
-    from kernels.warm import Job, warm
+    from kernels.host.backend import default_schedule
+    from kernels.host.warm import Job, warm
     return warm([Job(p.B, p.H, p.H_kv, p.S_q, p.S_kv, p.D, p.dtype.value, p.causal, "linear",
                      default_schedule(p, c.config(), c.config().tiles, arch).label, c.tile_m,
                      c.tile_n, c.occupancy, worker_warps=c.worker_warps, tactic=c.tactic)
@@ -181,7 +181,7 @@ def _classes(existing: dict | None) -> dict:
 
 def document(arch: Arch, device: str, problems: dict[str, tuple[Problem, ...]],
              results: dict[str, list[Trial]], existing: dict | None) -> dict:
-    """The JSON ``kernels.config`` reads: the best passing candidate per key, and every trial;
+    """The JSON ``kernels.rules.config`` reads: the best passing candidate per key, and every trial;
     the class blocks and the rule block (``experiments.tuning.rulefit``) of ``existing`` are kept."""
     configs = dict((existing or {}).get("configs", {}))
     measured = dict((existing or {}).get("measured", {}))
@@ -342,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arch", required=True, help=f"one of {', '.join(known_archs())}")
     ap.add_argument("--seq", type=int, help="tune the (D, causal) defaults at this sequence "
                     "length alone (default: the long class's, 16K and 128K)")
-    ap.add_argument("--out", type=Path, help="JSON path (default kernels/configs/<arch>.json)")
+    ap.add_argument("--out", type=Path, help="JSON path (default kernels/rules/configs/<arch>.json)")
     ap.add_argument("--force", action="store_true", help="replace an existing JSON")
     ap.add_argument("--only", help="comma list of keys, e.g. d64.full,d128.causal")
     ap.add_argument("--classes", help=f"tune shape classes instead: comma list of "

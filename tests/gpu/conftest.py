@@ -3,8 +3,8 @@
 Each GPU test module lists what it launches as data: ``builds(arch)`` returns, per test function,
 the (variant, problem, trace build?) triples. The session fixture below gathers them for the
 selected test functions and compiles them in worker processes on every core of the machine:
-cuTile jobs through ``kernels.warm.warm`` (which fills cuda.tile's disk cache) and CUDA
-instantiations through ``cuda_baseline.backend.precompile`` (NVRTC into CuPy's disk cache, then
+cuTile jobs through ``kernels.host.warm.warm`` (which fills cuda.tile's disk cache) and CUDA
+instantiations through ``cuda_baseline.host.backend.precompile`` (NVRTC into CuPy's disk cache, then
 loaded into this process), both at once. The tests then only load what was built; the terminal
 shows ``compile: N variants in X s`` and, at the end, the time the tests themselves took.
 
@@ -21,8 +21,8 @@ _TIMES: dict[str, float] = {}
 
 
 def _jobs_and_instances(triples):
-    from cuda_baseline.backend import instance_for
-    from kernels.warm import Job
+    from cuda_baseline.host.backend import instance_for
+    from kernels.host.warm import Job
     from spec import Backend
     jobs, insts = [], []
     for v, p, trace in dict.fromkeys(triples):
@@ -54,8 +54,8 @@ def selected_builds(items, arch) -> list:
 @pytest.fixture(scope="session", autouse=True)
 def precompiled(request):
     """Compile what the selected tests launch (both families at once), then run them."""
-    from cuda_baseline.backend import precompile
-    from kernels.warm import warm
+    from cuda_baseline.host.backend import precompile
+    from kernels.host.warm import warm
     from spec import detect
 
     report = request.config.pluginmanager.get_plugin("terminalreporter")

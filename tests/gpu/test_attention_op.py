@@ -35,12 +35,12 @@ PACKED = PROBLEMS[2]    # the strided, graph and compile problem: one [B, S, 3, 
 
 def _default_variant(family: str, arch: Arch, pr: Problem) -> Variant:
     if family == "cutile":
-        from kernels.backend import default_schedule
-        from kernels.choice import problem_config
+        from kernels.host.backend import default_schedule
+        from kernels.rules.choice import problem_config
         cfg = problem_config(arch.name, pr)
         return Variant(Backend.CUTILE, ScanOrder.linear(),
                        default_schedule(pr, cfg, cfg.tiles, arch), cfg.tiles)
-    from cuda_baseline.backend import default_schedule, default_tiles
+    from cuda_baseline.host.backend import default_schedule, default_tiles
     tiles = default_tiles(pr, arch)
     return Variant(Backend.CUDA, ScanOrder.linear(), default_schedule(pr, tiles, arch), tiles)
 
@@ -63,8 +63,8 @@ def _api(family: str):
 
 def _eager_module(family: str):
     import importlib
-    return importlib.import_module("kernels.backend" if family == "cutile"
-                                   else "cuda_baseline.launch")
+    return importlib.import_module("kernels.host.backend" if family == "cutile"
+                                   else "cuda_baseline.host.launch")
 
 
 def _inputs(pr: Problem, seed: int):

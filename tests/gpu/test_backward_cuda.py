@@ -43,7 +43,7 @@ MATRIX = [
 ]
 BACKWARDS = [("linear", None), ("sawtooth", "static16"), ("reverse", None)]
 OPTIONS = ["onepart+dqsq", "onepart+dqsq+dqv4"]
-"""Opt-in backward builds (``cuda_baseline.bwd_source.BwdOption``), checked on ``OPTION_MATRIX``:
+"""Opt-in backward builds (``cuda_baseline.build.bwd_source.BwdOption``), checked on ``OPTION_MATRIX``:
 both head dims, causal and full, grouped heads, Q tiles cut by S_q (the predicated dQ rows)."""
 OPTION_MATRIX = [MATRIX[2], MATRIX[4], MATRIX[8], MATRIX[9]]
 
@@ -58,14 +58,14 @@ def builds(arch):
 @pytest.fixture(scope="module", autouse=True)
 def _compiled():
     """Every training forward and backward build the tests launch, compiled in parallel."""
-    from cuda_baseline.training import warm
+    from cuda_baseline.host.training import warm
     from spec.schedules import ScheduleKind
     extra = [Problem(B=1, H=4, H_kv=2, S_q=300, D=64, dtype="bf16", causal=True),
              Problem(B=1, H=4, H_kv=2, S_q=130, D=64, causal=True),
              Problem(B=1, H=2, S_q=100, D=64), TASK]
     warm(MATRIX + extra, orders=[o for o, _ in BACKWARDS],
          schedules=(ScheduleKind.GRID, ScheduleKind.PERSISTENT))
-    from cuda_baseline.bwd_source import parse_bwd_options
+    from cuda_baseline.build.bwd_source import parse_bwd_options
     for opts in OPTIONS:
         warm(OPTION_MATRIX, options=parse_bwd_options(opts))
 

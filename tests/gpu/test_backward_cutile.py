@@ -5,7 +5,7 @@
   fp16/bf16, causal or not, GQA and MQA, uneven and unequal S_q/S_kv, a single partial tile,
   ``scale=``), fresh random inputs and output gradients per case; the tolerance is twice SDPA's own
   error at the input precision plus a small absolute term, NaN never passes. The same gradients
-  from ``kernels.backward.attention_backward`` written into NaN-poisoned buffers: bitwise equal.
+  from ``kernels.host.backward.attention_backward`` written into NaN-poisoned buffers: bitwise equal.
 - Changing the backward's CTA schedule alone gives bitwise-identical gradients; changing its scan
   order (sawtooth, reverse) or summing a K/V head's query heads on chip instead of as fp32
   partial sums (the group split) changes rounding only.
@@ -52,9 +52,9 @@ def _ids(p: Problem) -> str:
 @pytest.fixture(scope="module", autouse=True)
 def _precompiled():
     """Compile the training builds the tests launch in parallel worker processes first
-    (``kernels.warm.warm_training``); a miss only costs a compile at the first launch."""
-    from kernels.backward import default_backward
-    from kernels.warm import warm_training
+    (``kernels.host.warm.warm_training``); a miss only costs a compile at the first launch."""
+    from kernels.host.backward import default_backward
+    from kernels.host.warm import warm_training
     jobs = [(p, None) for p in MATRIX]
     from dataclasses import replace
     jobs.append((MATRIX[4], replace(default_backward(MATRIX[4]), split=1)))
@@ -125,7 +125,7 @@ def _attention_grads(pr, q, k, v, dout, scale=None):
 def test_gradients_match_reference(pr):
     import torch
 
-    from kernels import backward
+    from kernels.host import backward
     q, k, v, dout = _inputs(pr, seed=zlib.crc32(pr.label.encode()) % 1000)
     out, grads = _attention_grads(pr, q, k, v, dout)
     ref_out, ref = _sdpa_grads(q, k, v, dout, pr.causal, None, fp32=True)
@@ -136,7 +136,7 @@ def test_gradients_match_reference(pr):
         _check(name, g, r, p)
     # the same kernels writing into NaN-poisoned buffers: every element written, same bits
     lse = backward.stat_buffer(q)
-    from kernels import backend
+    from kernels.host import backend
     o2 = backend.attention(q, k, v, causal=pr.causal, lse=lse)
     poisoned = tuple(torch.full_like(t, float("nan")) for t in (q, k, v))
     dq, dk, dv = backward.attention_backward(dout, q, k, v, o2, lse, causal=pr.causal,
@@ -169,7 +169,7 @@ def test_scale_none_is_inverse_sqrt_d():
 
 @pytest.mark.parametrize("pr", [MATRIX[4], MATRIX[6]], ids=_ids)
 def test_backward_schedule_is_bitwise_and_order_rounds_only(pr):
-    from kernels import backend, backward
+    from kernels.host import backend, backward
     q, k, v, dout = _inputs(pr, seed=5)
     lse = backward.stat_buffer(q)
     out = backend.attention(q, k, v, causal=pr.causal, lse=lse)
@@ -195,7 +195,7 @@ def test_backward_schedule_is_bitwise_and_order_rounds_only(pr):
 
 
 def test_unsupported_backward_schedule_is_one_line():
-    from kernels import backend, backward
+    from kernels.host import backend, backward
     from spec.family import UnsupportedVariant
     pr = MATRIX[0]
     q, k, v, dout = _inputs(pr, seed=1)
@@ -208,7 +208,7 @@ def test_unsupported_backward_schedule_is_one_line():
 def test_opcheck():
     import torch
 
-    import kernels.op  # noqa: F401 - registers the operators
+    import kernels.host.op  # noqa: F401 - registers the operators
     pr = Problem(B=1, H=4, H_kv=2, S_q=200, D=64, dtype="bf16", causal=True)
     q, k, v, dout = _inputs(pr, seed=2)
     leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]

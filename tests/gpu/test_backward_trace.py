@@ -2,12 +2,12 @@
 build visits exactly what ``spec.backward_trace.backward_visits`` prescribes, as the forward's
 ``test_trace_equals_spec`` checks the forward's.
 
-- cuTile: both main passes, ``kernels.fmha_bwd.bwd_dkdv_trace`` and ``bwd_dq_trace`` (run by
-  ``kernels.backward.trace_backward``), linear / sawtooth / reverse, grid and 5 persistent CTAs in
+- cuTile: both main passes, ``kernels.device.fmha_bwd.bwd_dkdv_trace`` and ``bwd_dq_trace`` (run by
+  ``kernels.host.backward.trace_backward``), linear / sawtooth / reverse, grid and 5 persistent CTAs in
   q-major and head-major order, causal and not. The configuration is fixed (64 x 128 tiles,
   no group split: each dK/dV item scans both query heads of its K/V head, so the head order
   reverses too), so the test does not depend on the fitted rule.
-- CUDA: the family's one scan, ``flash_bwd_dkdv_trace`` (``cuda_baseline.training.trace_dkdv``;
+- CUDA: the family's one scan, ``flash_bwd_dkdv_trace`` (``cuda_baseline.host.training.trace_dkdv``;
   its dQ is reduced inside the dK/dV kernel, ``flash_bwd_dq`` only converts it), linear /
   sawtooth / reverse, grid and 7 persistent CTAs, causal and not, D 64 and 128, against the
   spec's model of that kernel's deal (``dkdv_spec_schedule``). On GPUs of up to 144 SMs both
@@ -56,7 +56,7 @@ def cuda_problem(D: int, causal: bool) -> Problem:
 
 
 def _cutile_config(order: str, schedule: str):
-    from kernels.backward import BackwardConfig, PassConfig
+    from kernels.host.backward import BackwardConfig, PassConfig
     pc = PassConfig(CUTILE_TILES, 1, 8, ScanOrder.parse(order), CtaSchedule.parse(schedule))
     return BackwardConfig(pc, pc, split=1)
 
@@ -95,7 +95,7 @@ def _check(got: np.ndarray, pg: PassGrid, schedule: CtaSchedule, order: str,
 @pytest.fixture(scope="module")
 def cutile_traces():
     """Every cuTile trace build below, compiled in parallel worker processes first."""
-    from kernels.warm import warm_backward_traces
+    from kernels.host.warm import warm_backward_traces
     jobs = [(cutile_problem(c), _cutile_config(o, s), b)
             for b, o, s, c in itertools.product(PASSES, ORDERS, CUTILE_SCHEDULES, (False, True))]
     for e in warm_backward_traces(jobs):     # the test that launches the build will say why
@@ -105,7 +105,7 @@ def cutile_traces():
 @pytest.fixture(scope="module")
 def cuda_traces():
     """Every CUDA trace build below and the training forwards, compiled in parallel first."""
-    from cuda_baseline.training import warm
+    from cuda_baseline.host.training import warm
     from spec.schedules import ScheduleKind
     warm([cuda_problem(d, c) for d in HEAD_DIMS for c in (False, True)], orders=ORDERS,
          schedules=(ScheduleKind.GRID, ScheduleKind.PERSISTENT), trace=True)
@@ -116,7 +116,7 @@ def cuda_traces():
 @pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize("bwd", PASSES)
 def test_cutile_backward_trace_equals_spec(cutile_traces, bwd, order, schedule, causal):
-    from kernels import backend, backward
+    from kernels.host import backend, backward
     pr = cutile_problem(causal)
     q, k, v, dout = _inputs(pr)
     lse = backward.stat_buffer(q)
@@ -133,7 +133,7 @@ def test_cutile_backward_trace_equals_spec(cutile_traces, bwd, order, schedule, 
 @pytest.mark.parametrize("schedule", CUDA_SCHEDULES)
 @pytest.mark.parametrize("order", ORDERS)
 def test_cuda_backward_trace_equals_spec(cuda_traces, order, schedule, causal, D):
-    from cuda_baseline import training
+    from cuda_baseline.host import training
     pr = cuda_problem(D, causal)
     q, k, v, dout = _inputs(pr)
     out, lse = training.forward(q, k, v, causal=causal)

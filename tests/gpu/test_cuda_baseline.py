@@ -47,7 +47,7 @@ BF16_CASES = list(dict.fromkeys([("sawtooth", s, FULL_TILES) for s in SCHEDULES]
 # queries than keys; the instantiations are the fp16 matrix's (lengths are run-time arguments)
 CROSS_LENGTHS = [(389, 517), (517, 301)]
 # K/V pipeline depths other than the default: the miss-cost study's builds (80x80, persistent,
-# linear and sawtooth) and the grid / tile-X kernels at 64x64 (cuda_baseline.source
+# linear and sawtooth) and the grid / tile-X kernels at 64x64 (cuda_baseline.build.source
 # stage_instances, compiled in CI); P = 7 gives every CTA several work items.
 STAGES = [1, 3, 4]
 STAGE_CASES = [("linear", "static7", Tiles(80, 80)), ("sawtooth", "static7", Tiles(80, 80)),
@@ -118,14 +118,14 @@ def _default_problems() -> list[Problem]:
 
 
 def _default_variant(problem: Problem, arch: Arch) -> Variant:
-    from cuda_baseline.backend import default_schedule, default_tiles
+    from cuda_baseline.host.backend import default_schedule, default_tiles
     tiles = default_tiles(problem, arch)
     return Variant(Backend.CUDA, ScanOrder.linear(), default_schedule(problem, tiles, arch), tiles)
 
 
 @pytest.fixture(scope="session")
 def backend():
-    from cuda_baseline.backend import CudaFamily
+    from cuda_baseline.host.backend import CudaFamily
     return CudaFamily()
 
 
@@ -332,7 +332,7 @@ def test_bad_input_is_rejected_before_launch():
     with pytest.raises(BadInput, match="aligned"):         # an address off by 2 bytes
         attention(unaligned.view(1, 2, 128, 64), k, v)
     with pytest.raises(BadInput, match="prepared"):
-        from cuda_baseline.backend import CudaFamily
+        from cuda_baseline.host.backend import CudaFamily
         b = CudaFamily()
         p = b.prepare(_variant("linear", "grid", Tiles(64, 64)),
                       Problem(B=1, H=2, S_q=256, D=64))
@@ -340,8 +340,8 @@ def test_bad_input_is_rejected_before_launch():
 
 
 def test_compile_error_names_the_instantiation():
-    from cuda_baseline.backend import CompileError, _load
-    from cuda_baseline.source import Instance
+    from cuda_baseline.build.source import Instance
+    from cuda_baseline.host.backend import CompileError, _load
     from spec.orders import OrderKind
     from spec.schedules import ScheduleKind, WorkOrder
     bad = Instance(OrderKind.LINEAR, ScheduleKind.GRID, WorkOrder.Q_MAJOR, Tiles(64, 64), 96,

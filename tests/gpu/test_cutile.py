@@ -4,7 +4,7 @@ Every order × schedule × causal × D × dtype against the fp32 SDPA reference 
 experiments/measurement/correctness.py: NaN never passes, outputs poisoned first, fresh seeded inputs, uneven
 S and grouped-query heads included); changing only the CTA schedule is bitwise identical; the trace
 build visits exactly what ``spec.visit_order`` prescribes; bad input gets a clear error. Each shape
-class of kernels.config (S_q != S_kv with causal top-left aligned as SDPA's ``is_causal``, grouped
+class of kernels.rules.config (S_q != S_kv with causal top-left aligned as SDPA's ``is_causal``, grouped
 query heads, uneven S, batched short, bf16) through ``attention()``'s default configuration,
 against a reference whose mask is built explicitly.
 
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.gpu
 
 ORDERS = ["linear", "sawtooth", "sawtooth2", "reverse", "blockparity"]
 # glpt3 (a short last section) and snake7 (odd rounds dealt in reverse): the default schedules
-# of kernels/configs/h100.json besides grid, persistent and lpt
+# of kernels/rules/configs/h100.json besides grid, persistent and lpt
 SCHEDULES = ["grid", "tile2", "static7", "static7h", "lpt7", "glpt3", "snake7"]
 DTYPES = ["fp16", "bf16"]
 HEAD_DIMS = [64, 128]
@@ -66,7 +66,7 @@ ATTENTION_PROBLEM = Problem(B=1, H=8, H_kv=8, S_q=1500, S_kv=1500, D=128, causal
 
 
 def shape_class_problems() -> list[Problem]:
-    """One or more small problems per shape class (kernels.config.shape_class), both head dims:
+    """One or more small problems per shape class (kernels.rules.config.shape_class), both head dims:
     cross (fewer and more queries than keys, causal), GQA (bf16, uneven S), small (one wave of
     Q tiles, fp16 and bf16), uneven (a batch), batched short (causal and not, bf16 and fp16)."""
     out = []
@@ -101,7 +101,7 @@ def _setup(problem: Problem, seed: int):
 
 
 def _tiles(problem: Problem, arch: str | None = None) -> Tiles:
-    from kernels.config import default_config
+    from kernels.rules.config import default_config
     from spec import arch as registry
     return default_config(arch or registry.detect().name, problem.D, problem.causal).tiles
 
@@ -113,9 +113,9 @@ def _variant(order: str, schedule: str, tiles: Tiles, occupancy=None, level=None
 
 def _attention_variant(arch: Arch, pr: Problem, order: str, schedule: str | None,
                        level: int = 6) -> Variant:
-    """The variant ``kernels.backend.attention`` launches for these arguments."""
-    from kernels.backend import default_schedule
-    from kernels.choice import problem_config
+    """The variant ``kernels.host.backend.attention`` launches for these arguments."""
+    from kernels.host.backend import default_schedule
+    from kernels.rules.choice import problem_config
     cfg = problem_config(arch.name, pr)
     sched = (default_schedule(pr, cfg, cfg.tiles, arch) if schedule is None
              else CtaSchedule.parse(schedule))
@@ -166,7 +166,7 @@ def builds(arch: Arch) -> dict[str, list[tuple[Variant, Problem, bool]]]:
 @pytest.mark.parametrize("order", ORDERS)
 def test_matches_fp32_reference(order, schedule, causal, D, dtype):
     from experiments.measurement.correctness import check
-    from kernels.backend import CutileFamily
+    from kernels.host.backend import CutileFamily
     pr = problem(D, causal, dtype)
     q, k, v, out = _setup(pr, _seed(order, schedule, causal, D, dtype))
     fam = CutileFamily()
@@ -181,7 +181,7 @@ def test_schedule_alone_is_bitwise_identical(order, causal):
     """The schedule only moves work between CTAs: same order within each item -> same bits."""
     import torch
 
-    from kernels.backend import CutileFamily
+    from kernels.host.backend import CutileFamily
     pr = problem(64, causal)
     q, k, v, _ = _setup(pr, _seed("bitwise", order, causal))
     fam = CutileFamily()
@@ -201,7 +201,7 @@ def test_schedule_alone_is_bitwise_identical(order, causal):
 @pytest.mark.parametrize("schedule", TRACE_SCHEDULES)
 @pytest.mark.parametrize("order", TRACE_ORDERS)
 def test_trace_equals_spec(order, schedule, causal):
-    from kernels.backend import CutileFamily
+    from kernels.host.backend import CutileFamily
     pr = trace_problem(causal)
     tiles = _tiles(pr)
     q, k, v, out = _setup(pr, 1)
@@ -221,7 +221,7 @@ def test_attention_function_defaults_and_orders():
     import torch
 
     from experiments.measurement.correctness import check, poisoned_like
-    from kernels.backend import attention
+    from kernels.host.backend import attention
     q, k, v, _ = _setup(ATTENTION_PROBLEM, 7)
     for order, sched in ATTENTION_CALLS:
         out = attention(q, k, v, causal=True, order=order, schedule=sched, out=poisoned_like(q))
@@ -238,7 +238,7 @@ def _t(*shape, dtype=None, device="cuda"):
 def test_bad_input_messages():
     import torch
 
-    from kernels.backend import attention
+    from kernels.host.backend import attention
     q, k, v = _t(1, 2, 64, 64), _t(1, 2, 64, 64), _t(1, 2, 64, 64)
     cases = [
         ((q.cpu(), k, v), "cpu"),
@@ -265,7 +265,7 @@ def test_occupancy_is_the_drivers_at_the_launch_size():
     device's limits; for the sawtooth study's cuTile ``occ2`` build on sm_90 that is 256 threads
     and 2 per SM, what ncu shows (``profiles/h100/occupancy-20261125``), not the 1 the driver
     gives at the register-limited 512 threads."""
-    from kernels.backend import CutileFamily
+    from kernels.host.backend import CutileFamily
     from spec import arch
     from spec.family import device_limits
     prep = CutileFamily().prepare(OCC_VARIANT, OCC_PROBLEM)
@@ -276,7 +276,7 @@ def test_occupancy_is_the_drivers_at_the_launch_size():
 
 
 def test_wrong_arch_is_named():
-    from kernels.backend import attention
+    from kernels.host.backend import attention
     from spec import arch
     present = arch.detect().name
     other = "b200" if present != "b200" else "h100"
@@ -291,7 +291,7 @@ def test_tuning_ladder_levels_agree():
     import torch
 
     from experiments.measurement.correctness import check, poisoned_like
-    from kernels.backend import attention
+    from kernels.host.backend import attention
     q, k, v, _ = _setup(LADDER_PROBLEM, 11)
     for level in LADDER_LEVELS:
         out = attention(q, k, v, causal=True, order="sawtooth", schedule="static33", level=level,
@@ -308,7 +308,7 @@ def test_backward_causal_with_tall_tiles(order, D, dtype):
     """TILE_M > TILE_N: a backward causal scan starts on tiles fully masked for some rows (the
     NaN trap of cutile-notes.md §0); the finite power-of-two mask keeps every row finite."""
     from experiments.measurement.correctness import check
-    from kernels.backend import CutileFamily
+    from kernels.host.backend import CutileFamily
     pr = tall_problem(D, dtype)
     q, k, v, out = _setup(pr, _seed("tall", order, D, dtype))
     fam = CutileFamily()
@@ -344,8 +344,8 @@ def test_shape_classes_through_attention(pr):
     import torch
 
     from experiments.measurement.correctness import check, poisoned_like, reference
-    from kernels.backend import attention
-    from kernels.config import shape_class
+    from kernels.host.backend import attention
+    from kernels.rules.config import shape_class
     q, k, v, _ = _setup(pr, _seed("shape-class", pr.label))
     ref = _top_left_reference(q, k, v, pr.causal)
     if pr.S_q != pr.S_kv:

@@ -1,4 +1,4 @@
-"""GPU tests of the cuTile forward's kernel tactics (``kernels.fmha_tactics``; skipped without
+"""GPU tests of the cuTile forward's kernel tactics (``kernels.device.tactics``; skipped without
 a GPU): every tactic against the fp32 reference on a ragged, grouped problem; the next-item Q
 prefetch on every persistent schedule against the reference and, bit for bit, its TACTIC=0 twin;
 ``attention()`` launching the rule's tactic configuration by name."""
@@ -23,13 +23,13 @@ TACTIC_TILES = [(Tiles(64, 128), 2, None), (Tiles(128, 128), 1, 8), (Tiles(128, 
                                                                    t.items()))
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_tactics_match_fp32_reference(causal, tactic, tiles, occ, ww):
-    """Every kernel tactic (kernels.fmha TACTIC bits) on a ragged problem (a masked diagonal and
+    """Every kernel tactic (kernels.device.fmha TACTIC bits) on a ragged problem (a masked diagonal and
     a masked end; 128x64: the first masked tile fully masked for some rows) and grouped K/V
     heads, through the tuner's path (the configuration as the family's defaults)."""
     from experiments.measurement.correctness import check
-    from kernels.backend import CutileFamily
-    from kernels.config import KernelConfig
-    from kernels.fmha_tactics import tactic_code
+    from kernels.device.tactics import tactic_code
+    from kernels.host.backend import CutileFamily
+    from kernels.rules.config import KernelConfig
     pr = problem(128 if tiles == Tiles(64, 128) else 64, causal)   # the spill-free head dims
     code = tactic_code(**tactic)
     q, k, v, out = _setup(pr, _seed("tactic", causal, code, tiles.m, tiles.n))
@@ -56,9 +56,9 @@ def test_prefetch_matches_fp32_reference_and_its_twin(causal, schedule, tiles):
     import torch
 
     from experiments.measurement.correctness import check
-    from kernels.backend import CutileFamily
-    from kernels.config import KernelConfig
-    from kernels.fmha_tactics import tactic_code
+    from kernels.device.tactics import tactic_code
+    from kernels.host.backend import CutileFamily
+    from kernels.rules.config import KernelConfig
     pr = problem(64, causal)
     q, k, v, _ = _setup(pr, _seed("prefetch", causal, schedule, tiles.m, tiles.n))
     outs = {}
@@ -82,8 +82,8 @@ def test_attention_launches_the_rules_tactics():
 
     import kernels
     from experiments.measurement.correctness import check
-    from kernels.backend import _new_launch
-    from kernels.choice import problem_config
+    from kernels.host.backend import _new_launch
+    from kernels.rules.choice import problem_config
     from spec import get_arch
     arch = get_arch("h100")
     present = torch.cuda.get_device_name()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from cuda_baseline.bwd_source import (
+from cuda_baseline.build.bwd_source import (
     BWD_TILES,
     BwdInstance,
     BwdOption,
@@ -20,7 +20,7 @@ from cuda_baseline.bwd_source import (
     parse_bwd_options,
     parse_bwd_ptxas,
 )
-from cuda_baseline.source import (
+from cuda_baseline.build.source import (
     SM90_CTAS_PER_SM,
     TESTED_TILES,
     Instance,
@@ -63,7 +63,7 @@ def test_training_forward_name():
 
 
 def test_plan_heads_per_cta_and_refusals():
-    from cuda_baseline.training import heads_per_cta, plan
+    from cuda_baseline.host.training import heads_per_cta, plan
     # a long GQA problem keeps the whole group in one work item (no fp32 partials)
     big = Problem(B=1, H=32, H_kv=8, S_q=65536, D=128, dtype="bf16", causal=True)
     assert heads_per_cta(big, BWD_TILES, 132) == 4
@@ -81,7 +81,7 @@ def test_plan_heads_per_cta_and_refusals():
 
 
 def test_causal_heads_per_cta_follows_the_makespan_model():
-    from cuda_baseline.training import ITEM_OVERHEAD_STEPS, causal_makespan, heads_per_cta
+    from cuda_baseline.host.training import ITEM_OVERHEAD_STEPS, causal_makespan, heads_per_cta
     assert ITEM_OVERHEAD_STEPS == 2
     # 4 Q tiles, 2 K/V tiles (tile 1 sees Q tiles 2, 3), a group of 2 query heads
     pr = Problem(B=1, H=2, H_kv=1, S_q=256, D=128, dtype="bf16", causal=True)
@@ -101,8 +101,8 @@ def test_causal_heads_per_cta_follows_the_makespan_model():
 
 
 def test_default_backward_tiles_rule():
-    from cuda_baseline.bwd_source import BWD_TILES_D64
-    from cuda_baseline.training import default_backward_tiles, plan
+    from cuda_baseline.build.bwd_source import BWD_TILES_D64
+    from cuda_baseline.host.training import default_backward_tiles, plan
     # 128 keys per CTA always; 128 query rows per step at D = 64, 64 at D = 128
     for S, causal in ((64, False), (4097, True), (65536, True)):
         assert default_backward_tiles(Problem(B=1, H=2, S_q=S, D=128, causal=causal)) == BWD_TILES
@@ -177,7 +177,7 @@ def test_backward_trace_build_name_and_demangle():
 def test_backward_trace_builds_compile():
     """Every dK/dV trace build the GPU trace test launches (tests/gpu/test_backward_trace.py)
     compiles for sm_90, within the plain builds' spill bound (128 B)."""
-    from cuda_baseline.training import training_builds
+    from cuda_baseline.host.training import training_builds
     from tests.gpu.test_backward_trace import HEAD_DIMS, ORDERS, cuda_problem
     require_toolchain(nvcc_path() is not None, "nvcc (CUDA 13.0)")
     probs = [cuda_problem(d, c) for d in HEAD_DIMS for c in (False, True)]
@@ -196,7 +196,7 @@ def test_backward_trace_builds_compile():
 def test_opt_in_backward_builds_of_the_validation_half_do_not_spill():
     """Every build the bench's opt-in variants need on the validation half's model problems
     (default tiles, linear grid) compiles for sm_90 without spilling."""
-    from cuda_baseline.training import training_builds
+    from cuda_baseline.host.training import training_builds
     from experiments.registry.suites import model_problems
     require_toolchain(nvcc_path() is not None, "nvcc (CUDA 13.0)")
     probs = [pr for _, h, pr in model_problems() if h == "validation"]

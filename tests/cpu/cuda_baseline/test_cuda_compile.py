@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cuda_baseline.backend import check_variant, instance_for
-from cuda_baseline.source import (
+from cuda_baseline.build.source import (
     HEADER,
     SM90_CTAS_PER_SM,
     TESTED_TILES,
@@ -30,6 +29,7 @@ from cuda_baseline.source import (
     smem_bytes,
     stage_instances,
 )
+from cuda_baseline.host.backend import check_variant, instance_for
 from spec import get_arch
 from spec.family import UnsupportedVariant, published_limits
 from spec.orders import OrderKind, ScanOrder

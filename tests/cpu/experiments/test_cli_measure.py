@@ -84,8 +84,8 @@ def test_measure_refuses_a_simulated_capacity(tmp_path, fake_gpu):
 
 
 def test_precompile_sends_cutile_cases_to_warm_and_cuda_cases_to_nvrtc(monkeypatch):
-    import cuda_baseline.backend as cuda_backend
-    import kernels.warm as warm_mod
+    import cuda_baseline.host.backend as cuda_backend
+    import kernels.host.warm as warm_mod
     from experiments.measurement.measure import precompile
     got = {}
 

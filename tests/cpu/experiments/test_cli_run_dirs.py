@@ -162,7 +162,7 @@ def test_a_signal_leaves_no_compiler_scratch_files(tmp_path, sig):
 def test_the_compiler_scratch_directory_is_the_commands_own(monkeypatch):
     """``scratch_dir`` points cuda.tile at a directory it removes on leaving, and leaves a
     directory the user chose alone."""
-    from kernels.toolchain import SCRATCH_ENV, scratch_dir
+    from kernels.build.toolchain import SCRATCH_ENV, scratch_dir
     monkeypatch.delenv(SCRATCH_ENV, raising=False)
     import tempfile
     before = tempfile.gettempdir()

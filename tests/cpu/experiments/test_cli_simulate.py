@@ -103,8 +103,8 @@ def test_build_residency_falls_back_to_the_request_and_says_why(monkeypatch):
     """Without a cuTile compiler, or when the cubin cannot be built or read, a grid launch keeps
     the study's occupancy request and the note says so; a persistent launch is its P."""
     from experiments.simulation.simulate import resident_of_build
-    from kernels import backend
-    from kernels.toolchain import ToolchainError
+    from kernels.build.toolchain import ToolchainError
+    from kernels.host import backend
     gb10 = get_arch("gb10")
     cases = get_study("sawtooth").plan(gb10)
     grid = next(c for c in cases if c.variant.schedule.kind == ScheduleKind.TILE_X)

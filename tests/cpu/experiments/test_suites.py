@@ -9,7 +9,7 @@ def test_the_model_studies_measure_the_rules_configuration_with_its_tactics():
     rule's configuration including its kernel tactics (a study build without them would time
     another kernel than the eager call beside it)."""
     from experiments.registry.suites import default_cases, model_problems
-    from kernels.choice import problem_config
+    from kernels.rules.choice import problem_config
     arch = get_arch("h100")
     seen = set()
     for _, _, p in model_problems():

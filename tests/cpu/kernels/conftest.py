@@ -1,10 +1,10 @@
-"""Fixtures of the kernels tests: a fresh ``kernels.config.load`` cache around a test that points
+"""Fixtures of the kernels tests: a fresh ``kernels.rules.config.load`` cache around a test that points
 it at its own config file."""
 from __future__ import annotations
 
 import pytest
 
-from kernels import config
+from kernels.rules import config
 
 
 @pytest.fixture

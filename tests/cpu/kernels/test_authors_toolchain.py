@@ -1,5 +1,5 @@
-"""The per-step cost of a build read off its compiled code (``kernels.sass_loops``,
-``kernels.authors_toolchain``), and the committed dataset of the study's and the authors' builds.
+"""The per-step cost of a build read off its compiled code (``kernels.paper_builds.sass_loops``,
+``kernels.paper_builds.toolchains``), and the committed dataset of the study's and the authors' builds.
 
 The loop finder is checked on a committed ``nvdisasm -c`` excerpt of one of the project's own
 builds (cuda-tile 1.0.1, sm_121: a K/V step loop with 64 HMMA and a few spills, plus the
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from kernels import sass_loops
-from kernels.authors_toolchain import loop_role, main, study_builds
+from kernels.paper_builds import sass_loops
+from kernels.paper_builds.toolchains import loop_role, main, study_builds
 from spec.records import data_path, open_text, read_bytes
 from tests.conftest import ROOT
 
@@ -98,7 +98,7 @@ def test_sass_report_command(capsys):
 
 
 def test_missing_old_toolchain_is_one_line_exit_2(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "kernels.authors_toolchain", "--out",
+    r = subprocess.run([sys.executable, "-m", "kernels.paper_builds.toolchains", "--out",
                         str(tmp_path / "o"), "--old-venv", str(tmp_path / "none")],
                        check=False, cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 2
@@ -114,7 +114,7 @@ def test_bad_target_and_missing_listing_exit_2(tmp_path, capsys):
 
 def test_study_builds_are_the_studys_gb10_cutile_builds():
     from experiments.registry.plans import sawtooth_plan
-    from kernels.signatures import CompileCase
+    from kernels.build.signatures import CompileCase
     from spec import get_arch
     plan = [c for c in sawtooth_plan(get_arch("gb10")) if c.variant.backend.value == "cutile"]
     mine = study_builds()
@@ -194,7 +194,7 @@ def test_the_old_toolchain_has_no_hopper_target():
 
 def test_the_document_shows_the_committed_table():
     """docs/authors-toolchain.md carries the table ``--table`` prints from the committed CSV."""
-    from kernels.authors_toolchain import step_table
+    from kernels.paper_builds.toolchains import step_table
     doc = (ROOT / "docs/authors-toolchain.md").read_text()
     table = step_table(data_path(RUN, "builds.csv"))
     assert table in doc
@@ -203,17 +203,17 @@ def test_the_document_shows_the_committed_table():
 @pytest.mark.compile
 def test_the_worker_compiles_what_the_project_compiles(tmp_path):
     """End to end with the project's toolchain (the interpreter's venv): the compile worker's
-    export of a study build is byte-identical to ``kernels.resources.compile_cubin``'s, and, where
+    export of a study build is byte-identical to ``kernels.build.resources.compile_cubin``'s, and, where
     nvdisasm is installed, its SASS has one bulk K/V step loop of 64 HMMA without spills (what
     the committed dataset says of that build)."""
     import hashlib
     import importlib.util
 
-    from kernels.authors_toolchain import analyse, bulk_loops, compile_all
-    from kernels.cpu_driver import build_stub
-    from kernels.resources import compile_cubin, find_cuobjdump
-    from kernels.signatures import CompileCase
-    from kernels.toolchain_venv import SetupError
+    from kernels.build.resources import compile_cubin, find_cuobjdump
+    from kernels.build.signatures import CompileCase
+    from kernels.paper_builds.cpu_driver import build_stub
+    from kernels.paper_builds.toolchains import analyse, bulk_loops, compile_all
+    from kernels.paper_builds.venv import SetupError
     from spec import Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant
     from tests.conftest import require_toolchain
     require_toolchain(importlib.util.find_spec("cuda.tile") is not None

@@ -1,4 +1,4 @@
-"""The backward's configuration rule (kernels.backward_choice): the dK/dV pass's step counts, each
+"""The backward's configuration rule (kernels.rules.backward_choice): the dK/dV pass's step counts, each
 pass's work quantities, the committed constants, the default it gives, its smoothness and the
 one-line refusals of a bad configs file."""
 from __future__ import annotations
@@ -8,8 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from kernels import backward, backward_choice
-from kernels.backward_choice import (
+from kernels.host import backward
+from kernels.rules import backward_choice
+from kernels.rules.backward_choice import (
     CANDIDATES,
     BackwardRule,
     RuleFileError,
@@ -85,7 +86,7 @@ def test_the_committed_rule_covers_every_key_without_a_table():
                                               "d128.causal"}
         for per in rule.constants[pass_].values():
             assert per and all(a >= 0 and b > 0 for a, b in per.values())
-    # the shared keys: never fitted, they read the same D's other mask (kernels.backward_choice)
+    # the shared keys: never fitted, they read the same D's other mask (kernels.rules.backward_choice)
     assert doc["rule"]["shared"] == {"d64.causal": "d64.full", "d128.full": "d128.causal"}
     assert set(doc["rule"]["fit_error"]["dkdv"]) == {"d64.full", "d128.causal"}
 

@@ -26,7 +26,7 @@ def test_bad_scale_is_one_line(bad):
 
 
 def test_order_and_schedule_reach_both_passes():
-    from kernels.backward import default_backward
+    from kernels.host.backward import default_backward
     cfg = default_backward(Problem(1, 8, 1000, 64), "sawtooth", "static264")
     for pc in (cfg.dkdv, cfg.dq):
         assert pc.order.label == "sawtooth" and pc.schedule.label == "static264"
@@ -34,7 +34,7 @@ def test_order_and_schedule_reach_both_passes():
 
 @pytest.mark.parametrize("sched", ["lpt8", "tile2", "snake8", "glpt4"])
 def test_unsupported_backward_schedule_is_one_line(sched):
-    from kernels.backward import check_pass, default_backward
+    from kernels.host.backward import check_pass, default_backward
     cfg = default_backward(Problem(1, 8, 1000, 64), "linear", sched)
     with pytest.raises(UnsupportedVariant, match="backward") as e:
         check_pass("dkdv", cfg.dkdv)
@@ -42,7 +42,7 @@ def test_unsupported_backward_schedule_is_one_line(sched):
 
 
 def test_group_split_only_where_the_items_leave_sms_idle():
-    from kernels.backward import group_split
+    from kernels.host.backward import group_split
     assert group_split(600, 8, 528, 132) == 1       # enough items: no split
     assert group_split(200, 4, 528, 132) == 1       # every SM has an item: no split
     assert group_split(65, 32, 528, 132) == 16      # MQA, one batch: 16 of 32 heads' items

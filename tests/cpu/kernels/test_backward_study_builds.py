@@ -26,8 +26,8 @@ pytestmark = [pytest.mark.compile, pytest.mark.slow]
 
 def _resources():
     from experiments.registry.plans import backward_plan
-    from kernels.resources import backward_resources
-    from kernels.signatures import BackwardCase
+    from kernels.build.resources import backward_resources
+    from kernels.build.signatures import BackwardCase
     from spec import get_arch
     out = {}
     for c in backward_plan(get_arch("h100")):

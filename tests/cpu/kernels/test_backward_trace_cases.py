@@ -26,7 +26,7 @@ def _cutile_cases():
 
 
 def _cuda_cases(num_sms: int = 132):
-    from cuda_baseline.training import dkdv_spec_schedule, plan
+    from cuda_baseline.host.training import dkdv_spec_schedule, plan
     for order in gpu.ORDERS:
         for sched in gpu.CUDA_SCHEDULES:
             for causal in (False, True):
@@ -62,7 +62,7 @@ def _check_cases(pg, schedule, order, sched, steps):
 
 @pytest.mark.parametrize("pg, schedule, order, sched", list(_cutile_cases()))
 def test_cutile_trace_cases(pg, schedule, order, sched):
-    from kernels.backward import trace_steps
+    from kernels.host.backward import trace_steps
     want = backward_visits(pg, schedule, ScanOrder.linear()).table()
     n_ctas = want.shape[0]          # the launch: every item (grid) or P < items CTAs
     assert n_ctas == (pg.items_grid.n_work if sched == "grid" else schedule.num_ctas)
@@ -73,7 +73,7 @@ def test_cutile_trace_cases(pg, schedule, order, sched):
 
 @pytest.mark.parametrize("pg, schedule, order, sched, pl", list(_cuda_cases()))
 def test_cuda_trace_cases(pg, schedule, order, sched, pl):
-    from cuda_baseline.training import trace_steps
+    from cuda_baseline.host.training import trace_steps
     want = _check_cases(pg, schedule, order, sched, trace_steps(pl))
     assert want.shape[0] == pl.ctas
     # the cases reach items of two query heads (the head order reverses too)
@@ -83,7 +83,7 @@ def test_cuda_trace_cases(pg, schedule, order, sched, pl):
 def test_cuda_spec_schedule_of_the_kernels_deal():
     """Full attention deals K/V tiles fastest (q-major), causal slowest (head-major); the causal
     grid launch is one item per CTA in that order."""
-    from cuda_baseline.training import dkdv_spec_schedule, plan
+    from cuda_baseline.host.training import dkdv_spec_schedule, plan
     pr = gpu.cuda_problem(64, True)
     grid = plan(pr, ScanOrder.linear(), None, 132)
     assert dkdv_spec_schedule(grid).label == f"static{grid.n_work}h"

@@ -27,7 +27,7 @@ def _math_attention(q, k, v, causal, scale):
 def fake_kernels(monkeypatch):
     """backend.attention and backward.attention_backward replaced by math on CPU tensors; the
     calls are recorded."""
-    from kernels import backend, backward
+    from kernels.host import backend, backward
     calls = []
 
     def fwd(q, k, v, *, causal=False, scale=None, lse=None, out=None, **kw):
@@ -70,7 +70,7 @@ def _inputs(H=4, H_kv=2, S=24, D=64, grad=True):
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_grad_path_matches_math_and_saves_the_lse(fake_kernels, causal):
-    from kernels.op import attention
+    from kernels.host.op import attention
     q, k, v = _inputs()
     out = attention(q, k, v, causal=causal, scale=0.2)
     assert out.requires_grad and out.grad_fn is not None
@@ -85,7 +85,7 @@ def test_grad_path_matches_math_and_saves_the_lse(fake_kernels, causal):
 
 
 def test_no_grad_calls_the_plain_forward(fake_kernels):
-    from kernels.op import attention
+    from kernels.host.op import attention
     q, k, v = _inputs(grad=False)
     out = attention(q, k, v)
     assert not out.requires_grad and fake_kernels == [("fwd", False)]
@@ -96,7 +96,7 @@ def test_no_grad_calls_the_plain_forward(fake_kernels):
 
 
 def test_only_one_input_requiring_grad_still_differentiates(fake_kernels):
-    from kernels.op import attention
+    from kernels.host.op import attention
     q, k, v = _inputs(grad=False)
     v.requires_grad_(True)
     out = attention(q, k, v)
@@ -105,7 +105,7 @@ def test_only_one_input_requiring_grad_still_differentiates(fake_kernels):
 
 
 def test_double_backward_is_refused(fake_kernels):
-    from kernels.op import attention
+    from kernels.host.op import attention
     q, k, v = _inputs()
     out = attention(q, k, v)
     (gq,) = torch.autograd.grad(out.sum(), (q,), create_graph=True)
@@ -114,7 +114,7 @@ def test_double_backward_is_refused(fake_kernels):
 
 
 def test_refusals_before_any_launch(fake_kernels):
-    from kernels.op import attention
+    from kernels.host.op import attention
     from spec.family import BadInput, UnsupportedVariant
     q, k, v = _inputs()
     with pytest.raises(BadInput, match="out="):

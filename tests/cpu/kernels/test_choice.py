@@ -1,4 +1,4 @@
-"""The configuration rule (kernels.choice): its work quantities, its model, its fit
+"""The configuration rule (kernels.rules.choice): its work quantities, its model, its fit
 (experiments.tuning.rulefit) regenerating the committed constants, and the sweep's command line."""
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from experiments.tuning import rulefit, sweep
-from kernels import choice
-from kernels.choice import BY_LABEL, CANDIDATES, Rule, load_rule, problem_config, quantities
-from kernels.config import CONFIG_DIR, KernelConfig, class_config
+from kernels.rules import choice
+from kernels.rules.choice import BY_LABEL, CANDIDATES, Rule, load_rule, problem_config, quantities
+from kernels.rules.config import CONFIG_DIR, KernelConfig, class_config
 from spec import Problem
 from spec.problem import TileGrid, Tiles
 

@@ -1,7 +1,7 @@
 """Compile-only checks of the cuTile training builds (no GPU): the forward that stores the
 log-sum-exp and the three backward kernels build for sm_90 through ``export_kernel`` with JIT-like
-signatures (``kernels.signatures.BackwardCase``), and every backward configuration the default
-can choose (``kernels.backward_choice``'s candidates less its ``SPILLING`` table, and the base)
+signatures (``kernels.build.signatures.BackwardCase``), and every backward configuration the default
+can choose (``kernels.rules.backward_choice``'s candidates less its ``SPILLING`` table, and the base)
 does not spill (at most an 8-byte stack frame, which the D=128 non-causal dK/dV grid build of
 the base has, and no local loads in its PTX): a spilling build reads its local memory through
 L2 and would fake a locality effect in the backward study as it would in the forward's.
@@ -25,12 +25,12 @@ pytestmark = [pytest.mark.compile, pytest.mark.slow]
 
 
 def _cubin(case, occupancy=None, worker_warps=None) -> bytes:
-    from kernels.resources import compile_backward_cubin
+    from kernels.build.resources import compile_backward_cubin
     return compile_backward_cubin(case, "sm_90", occupancy, worker_warps)
 
 
 def _case(kernel, D, causal, pc, S=4096, **kw):
-    from kernels.signatures import BackwardCase
+    from kernels.build.signatures import BackwardCase
     kw = {"tile_m": pc.tiles.m, "tile_n": pc.tiles.n} | kw
     return BackwardCase(kernel=kernel, D=D, dtype="bf16" if D == 128 else "fp16", causal=causal,
                         S_q=S, S_kv=S, **kw)
@@ -42,9 +42,9 @@ def test_backward_candidates_spill_where_the_rule_says_and_nowhere_else(toolchai
     """Every candidate of each pass at the key: spill-free unless ``SPILLING`` lists it there
     (then the rule never takes it), so every build the default can choose, and the base, is
     spill-free; a toolchain that changes one fails here, naming it."""
-    from kernels.backward import BASE, default_backward
-    from kernels.backward_choice import CANDIDATES, SPILLING, cfg_label
-    from kernels.resources import read_resources
+    from kernels.build.resources import read_resources
+    from kernels.host.backward import BASE, default_backward
+    from kernels.rules.backward_choice import CANDIDATES, SPILLING, cfg_label
     from spec import Problem
     wrong = []
     for kernel in ("dkdv", "dq"):
@@ -60,7 +60,7 @@ def test_backward_candidates_spill_where_the_rule_says_and_nowhere_else(toolchai
         assert cfg_label(BASE) not in listed
         assert cfg_label(getattr(default_backward(Problem(1, 16, 4096, D, causal=causal)),
                                  kernel)) not in listed
-    assert not wrong, "kernels.backward_choice.SPILLING is wrong: " + "; ".join(wrong)
+    assert not wrong, "kernels.rules.backward_choice.SPILLING is wrong: " + "; ".join(wrong)
     cfg = default_backward(Problem(1, 16, 4096, D, causal=causal))
     r = read_resources(_cubin(_case("preprocess", D, causal, cfg.dkdv,
                                     tile_m=cfg.preprocess_tile_m)))
@@ -74,8 +74,8 @@ def test_sawtooth_and_persistent_dkdv_cost_nothing(toolchain, D, causal):  # noq
     sawtooth Q scan) do not spill and use the same registers. (The dQ pass with persistent CTAs
     does spill on causal problems at these tiles, 0.2-4 KB of stack: the study keeps dQ on the
     grid launch.)"""
-    from kernels.backward import default_backward
-    from kernels.resources import read_resources
+    from kernels.build.resources import read_resources
+    from kernels.host.backward import default_backward
     from spec import Problem
     from spec.orders import OrderKind
     from spec.schedules import ScheduleKind
@@ -104,10 +104,10 @@ def test_training_forward_builds(toolchain):  # noqa: F811
         export_kernel,
     )
 
-    from kernels import fmha
-    from kernels.config import default_config
-    from kernels.resources import read_resources
-    from kernels.signatures import CompileCase, jit_like_array
+    from kernels.build.resources import read_resources
+    from kernels.build.signatures import CompileCase, jit_like_array
+    from kernels.device import fmha
+    from kernels.rules.config import default_config
     for D, causal in ((64, False), (128, True)):
         cfg = default_config("h100", D, causal)
         case = CompileCase(D=D, causal=causal, tile_m=cfg.tile_m, tile_n=cfg.tile_n, S_q=1000,
@@ -129,9 +129,9 @@ def test_training_forward_builds(toolchain):  # noqa: F811
 @pytest.mark.parametrize("D", [64, 128])
 def test_split_dkdv_builds_do_not_spill(toolchain, D):  # noqa: F811
     """The dK/dV build that writes fp32 partial sums (grouped heads dealt over several items,
-    ``kernels.backward.group_split``) compiles and does not spill with the default tiles."""
-    from kernels.backward import default_backward
-    from kernels.resources import read_resources
+    ``kernels.host.backward.group_split``) compiles and does not spill with the default tiles."""
+    from kernels.build.resources import read_resources
+    from kernels.host.backward import default_backward
     from spec import Problem
     pc = default_backward(Problem(1, 32, 4096, D, H_kv=1, causal=True)).dkdv
     case = _case("dkdv", D, True, pc, H=32, H_kv=1, split=16)
@@ -147,8 +147,8 @@ def test_trace_builds_compile_and_store_the_record(toolchain, kernel):  # noqa: 
     record); the plain build keeps its symbol."""
     from dataclasses import replace
 
-    from kernels.resources import _sections, read_resources
-    from kernels.signatures import BackwardCase
+    from kernels.build.resources import _sections, read_resources
+    from kernels.build.signatures import BackwardCase
     for causal in (False, True):
         plain = BackwardCase(kernel=kernel, H=4, H_kv=2, S_q=333, S_kv=333 if causal else 461,
                              causal=causal, tile_m=64, tile_n=128, order=1, sched=2, work=1)

@@ -23,8 +23,8 @@ def _available() -> bool:
     if importlib.util.find_spec("cuda") is None or importlib.util.find_spec("cuda.tile") is None:
         return False
     try:
-        from kernels.resources import find_cuobjdump
-        from kernels.toolchain import inspect
+        from kernels.build.resources import find_cuobjdump
+        from kernels.build.toolchain import inspect
         return inspect().tileiras is not None and find_cuobjdump() is not None
     except Exception:  # noqa: BLE001
         return False
@@ -43,8 +43,8 @@ ARCHS = {"sm_90": "h100", "sm_100": "b200", "sm_121": "gb10"}
 
 
 def _case(arch_name, D, causal, order, sched, dtype="fp16", S=4096, trace=False, level=6):
-    from kernels.config import default_config
-    from kernels.signatures import CompileCase
+    from kernels.build.signatures import CompileCase
+    from kernels.rules.config import default_config
     cfg = default_config(arch_name, D, causal)
     o, g = ORDERS[order]
     s, w, x = SCHEDS[sched]
@@ -68,7 +68,7 @@ def _matrix():
 
 @pytest.mark.parametrize("sm, causal, sched, order", list(_matrix()))
 def test_every_variant_compiles(toolchain, sm, causal, sched, order):
-    from kernels.resources import compile_cubin
+    from kernels.build.resources import compile_cubin
     D = 128 if causal else 64                    # both head dims, without doubling CI time
     case, cfg = _case(ARCHS[sm], D, causal, order, sched)
     cubin = compile_cubin(case, sm, cfg.occupancy, cfg.worker_warps)
@@ -77,7 +77,7 @@ def test_every_variant_compiles(toolchain, sm, causal, sched, order):
 
 @pytest.mark.parametrize("sm", list(ARCHS))
 def test_trace_build_and_ladder_compile(toolchain, sm):
-    from kernels.resources import compile_cubin
+    from kernels.build.resources import compile_cubin
     for level in (1, 3, 6):
         case, cfg = _case(ARCHS[sm], 64, True, "sawtooth", "static", S=1000, level=level)
         assert compile_cubin(case, sm, cfg.occupancy if level >= 5 else None)[:4] == b"\x7fELF"
@@ -92,7 +92,7 @@ def _default_sched(cfg) -> str:
 @pytest.mark.parametrize("D", [64, 128])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_sm90_defaults_do_not_spill_and_sawtooth_costs_nothing(toolchain, D, causal):
-    from kernels.resources import resources
+    from kernels.build.resources import resources
     res = {}
     for order in ("linear", "sawtooth"):
         for sched in ("static", "grid"):
@@ -122,9 +122,9 @@ def test_tactic_trials_compile_without_spills(toolchain, D, causal):
     builds for sm_90 with the hints the tuner gives it and no stack, at a ragged length (masked
     diagonal and masked end)."""
     from experiments.tuning.candidates import tactic_trials
-    from kernels.backend import compile_hints, default_schedule
-    from kernels.resources import resources
-    from kernels.signatures import CompileCase
+    from kernels.build.resources import resources
+    from kernels.build.signatures import CompileCase
+    from kernels.host.backend import compile_hints, default_schedule
     from spec import Backend, Problem, ScanOrder, Variant, get_arch
     arch = get_arch("h100")
     pr = Problem(B=1, H=8, S_q=3001, S_kv=3001, D=D, dtype="bf16", causal=causal)
@@ -147,11 +147,11 @@ def test_prefetch_trials_compile_without_spills_at_short_d64(toolchain, S, causa
     the twin (a Q load before the item loop and one before each epilogue replace the load at the
     top of each item), so the bit reaches the code."""
     from experiments.tuning.candidates import tactic_trials
-    from kernels.backend import compile_hints, default_schedule
-    from kernels.config import KernelConfig
-    from kernels.fmha_tactics import TACTIC_PREFETCH_Q
-    from kernels.resources import resources
-    from kernels.signatures import CompileCase
+    from kernels.build.resources import resources
+    from kernels.build.signatures import CompileCase
+    from kernels.device.tactics import TACTIC_PREFETCH_Q
+    from kernels.host.backend import compile_hints, default_schedule
+    from kernels.rules.config import KernelConfig
     from spec import Backend, Problem, ScanOrder, Variant, get_arch
     from spec.family import published_limits
     arch = get_arch("h100")
@@ -180,8 +180,8 @@ def test_prefetch_trials_compile_without_spills_at_short_d64(toolchain, S, causa
 def test_prefetch_bit_leaves_one_item_schedules_alone(toolchain):
     """The prefetch exists only in the persistent item loop: on the grid schedule (one item per
     CTA) a build with the bit is the build without it, SASS byte for byte."""
-    from kernels.fmha_tactics import TACTIC_PREFETCH_Q
-    from kernels.resources import _sections, compile_cubin
+    from kernels.build.resources import _sections, compile_cubin
+    from kernels.device.tactics import TACTIC_PREFETCH_Q
     texts = []
     for tactic in (0, TACTIC_PREFETCH_Q):
         case, cfg = _case("h100", 64, True, "linear", "grid", S=577)
@@ -200,7 +200,7 @@ def test_signature_carries_jit_facts(toolchain):
     the alignment facts (base address divisible by 1) loses TMA: the check can fail."""
     from dataclasses import replace
 
-    from kernels.resources import resources
+    from kernels.build.resources import resources
     case, cfg = _case("h100", 64, False, "linear", "static")
     r = resources(case, "sm_90", cfg.occupancy, cfg.worker_warps)
     assert r.ptx["TMA_LOAD"] > 0 and r.ptx["WGMMA"] > 0 and r.ptx["MMA_SYNC"] == 0, r
@@ -219,9 +219,9 @@ def test_occupancy_is_taken_at_the_launch_size_from_the_cubin(toolchain):
     ``AUTHORS_OCCUPANCY``): 255 registers, one CTA per SM, though the causal sawtooth build's
     73868 B of static shared memory alone would not forbid a second on sm_121's 100 KB."""
     from experiments.registry.plans import sawtooth_plan
-    from kernels.backend import compiled_ctas_per_sm
-    from kernels.resources import compile_cubin, required_threads
-    from kernels.signatures import CompileCase
+    from kernels.build.resources import compile_cubin, required_threads
+    from kernels.build.signatures import CompileCase
+    from kernels.host.backend import compiled_ctas_per_sm
     from spec import get_arch
     h100, gb10 = get_arch("h100"), get_arch("gb10")
     tile2 = {(a.name, c.variant.order.label, c.problem.causal): c

@@ -41,7 +41,7 @@ def fake_toolchain(tmp_path, monkeypatch):
 
 
 def test_old_cuda_home_is_detected(fake_toolchain):
-    from kernels.toolchain import ToolchainError, check, inspect
+    from kernels.build.toolchain import ToolchainError, check, inspect
     tc = inspect()
     assert tc.tileiras_version == "13.4" and tc.ptxas_version == "13.0"
     assert not tc.ok
@@ -50,7 +50,7 @@ def test_old_cuda_home_is_detected(fake_toolchain):
 
 
 def test_opaque_error_is_explained(fake_toolchain):
-    from kernels.toolchain import ToolchainError, explain_compile_error
+    from kernels.build.toolchain import ToolchainError, explain_compile_error
     err = explain_compile_error(RuntimeError("rc=5: failed to compile Tile IR program"))
     assert isinstance(err, ToolchainError)
     msg = str(err)

@@ -1,4 +1,4 @@
-"""The cubin launch facts kept on disk (``kernels.resources.launch_facts``): read back under the
+"""The cubin launch facts kept on disk (``kernels.build.resources.launch_facts``): read back under the
 same key, recomputed when the sources or the toolchain change, never kept when cuda.tile's cache
 is turned off."""
 from dataclasses import dataclass
@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("cutile_cache")
 
-from kernels import resources  # noqa: E402
+from kernels.build import resources  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The shape classes on the CPU: the first matching rule, the suite's problems in the classes
-their panels name, each class's representatives; the per-class defaults (kernels.config: the
-JSON's schemas and errors) and what ``attention()`` picks from them (kernels.choice,
-kernels.backend: the config, the compile hints, the persistent CTA count, the schedule)."""
+their panels name, each class's representatives; the per-class defaults (kernels.rules.config: the
+JSON's schemas and errors) and what ``attention()`` picks from them (kernels.rules.choice,
+kernels.host.backend: the config, the compile hints, the persistent CTA count, the schedule)."""
 from __future__ import annotations
 
 import json
@@ -9,9 +9,9 @@ import json
 import pytest
 
 from experiments.registry.suites import shapes_problems
-from kernels import config
-from kernels.choice import problem_config
-from kernels.config import (
+from kernels.rules import config
+from kernels.rules.choice import problem_config
+from kernels.rules.config import (
     UNMEASURED,
     KernelConfig,
     ShapeClass,
@@ -133,7 +133,7 @@ def test_problem_config_takes_the_class_config_else_the_d_causal_default(
 
 
 def test_compile_hints_follow_the_class_config(monkeypatch, tmp_path, fresh_cache):
-    from kernels.backend import compile_hints
+    from kernels.host.backend import compile_hints
     from spec import Tiles, Variant
     short = {"tile_m": 128, "tile_n": 64, "occupancy": 1, "worker_warps": 8,
              "schedule": "grid"}
@@ -149,7 +149,7 @@ def test_a_hint_tuned_for_other_tiles_is_not_carried_over(monkeypatch, tmp_path,
     """The long d64.full default measured as 64x128 at occupancy 2: a 128x128 study build
     (longseq) gets the registry's occupancy 1 and 8 worker warps, not occupancy 2, which gave
     it a 48-64 B stack."""
-    from kernels.backend import compile_hints
+    from kernels.host.backend import compile_hints
     from spec import Tiles, Variant
     _with_file(monkeypatch, tmp_path, {"schema": 2, "configs": {"d64.full": {
         "tile_m": 64, "tile_n": 128, "occupancy": 2, "worker_warps": None, "schedule": "grid"}}})
@@ -172,7 +172,7 @@ def test_persistent_cta_count_hook():
 
 
 def test_default_schedule_of_each_named_schedule():
-    from kernels.backend import default_schedule
+    from kernels.host.backend import default_schedule
     p = Problem(1, 16, 4096, 64, causal=True)
     for name, kind in (("grid", ScheduleKind.GRID), ("persistent", ScheduleKind.PERSISTENT),
                        ("snake", ScheduleKind.SNAKE), ("lpt", ScheduleKind.LONGEST_FIRST),

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from cuda_baseline.source import SM90_CTAS_PER_SM
+from cuda_baseline.build.source import SM90_CTAS_PER_SM
 from experiments.registry.studies import get_study
 from experiments.registry.suites import shapes_problems
 from experiments.speed import shapes
-from kernels.choice import problem_config
+from kernels.rules.choice import problem_config
 from spec import Backend, CtaSchedule, Problem, ScanOrder
 from spec.problem import TileGrid, Tiles
 from spec.schedules import ScheduleKind
@@ -179,10 +179,10 @@ def test_measure_hook_adds_peer_rows_and_prints_the_summary_last(monkeypatch):
 
 def test_model_suite_halves_share_no_problem_and_the_tuner_saw_none():
     """The model families: both halves hold every family, no problem is in both, and none is a
-    problem ``experiments.tuning.tune`` measures (``kernels.config.representatives`` of every class,
+    problem ``experiments.tuning.tune`` measures (``kernels.rules.config.representatives`` of every class,
     head dim and mask): the validation half is unseen by the tuning that set the defaults."""
     from experiments.registry.suites import MODEL_FAMILIES, model_problems
-    from kernels.config import ShapeClass, representatives
+    from kernels.rules.config import ShapeClass, representatives
     rows = model_problems()
     halves = {h: {p for _, hh, p in rows if hh == h} for h in ("tuning", "validation")}
     assert not halves["tuning"] & halves["validation"]

@@ -7,10 +7,10 @@ a cache effect. Two traps this has caught:
   the seed's occupancy-2 hint, which is why the sawtooth study pins it;
 - with a ``for`` loop over work items, the linear persistent / tile-X D=128 builds at 128×128 spilled
   (176 B of stack) and their sawtooth twins did not, which made sawtooth look 1.56× faster on the
-  H100 (kernels/fmha.py docstring).
+  H100 (kernels/device/fmha.py docstring).
 
 The shapes study (the shape suite: GQA, uneven S, S_q != S_kv, bf16, batched short) and every
-configuration kernels/configs/h100.json can name (each shape class × (D, causal) key, at the
+configuration kernels/rules/configs/h100.json can name (each shape class × (D, causal) key, at the
 class's representative problem, with its default schedule) are checked the same way, each
 distinct build (JIT-like signature symbol and hints) compiled once."""
 from __future__ import annotations
@@ -30,9 +30,9 @@ CASES = [(s, c) for s in STUDIES for c in get_study(s).plan(get_arch("h100"))
 
 
 def _resources(case):
-    from kernels.backend import compile_hints
-    from kernels.resources import resources
-    from kernels.signatures import CompileCase
+    from kernels.build.resources import resources
+    from kernels.build.signatures import CompileCase
+    from kernels.host.backend import compile_hints
     occ, warps = compile_hints(case.variant, case.problem, "h100")
     return resources(CompileCase.of(case.variant, case.problem), "sm_90", occ, warps)
 
@@ -55,9 +55,9 @@ _BUILDS: dict = {}
 
 def _distinct_resources(cases) -> dict:
     """{case id: resources} of ``cases``, each distinct build compiled once (shared cache)."""
-    from kernels.backend import compile_hints
-    from kernels.resources import resources
-    from kernels.signatures import CompileCase
+    from kernels.build.resources import resources
+    from kernels.build.signatures import CompileCase
+    from kernels.host.backend import compile_hints
     out = {}
     for case in cases:
         cc = CompileCase.of(case.variant, case.problem)
@@ -88,13 +88,13 @@ def test_every_config_the_json_can_name_builds_without_spill():
     """Every configuration ``attention()`` can pick: each shape class × (D, causal) (the class's
     measured entry, or the (D, causal) default it falls back to, for keys without rule constants)
     at the class's representative problem, and every configuration the rule has constants for
-    (``kernels.choice``) at the long, the tiny and the uneven class's representative of its key
+    (``kernels.rules.choice``) at the long, the tiny and the uneven class's representative of its key
     (lengths that are multiples of 16 and one that is not: register allocation differs), each
     with its default schedule."""
     require_toolchain(_available(), "cuda-tile + tileiras + cuobjdump")
-    from kernels.backend import default_schedule
-    from kernels.choice import BY_LABEL, load_rule
-    from kernels.config import ShapeClass, class_config, representative
+    from kernels.host.backend import default_schedule
+    from kernels.rules.choice import BY_LABEL, load_rule
+    from kernels.rules.config import ShapeClass, class_config, representative
     from spec import Case, ScanOrder, Variant
     arch = get_arch("h100")
     picks = []

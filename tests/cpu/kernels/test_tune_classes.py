@@ -1,6 +1,6 @@
 """``experiments.tuning.tune --classes`` with a fake measurement: each class's keys, correctness
 before ranking, the geometric mean over a class's problems, a key where nothing passes, the
-atomic JSON that ``kernels.config`` reads back, and its one-line refusals."""
+atomic JSON that ``kernels.rules.config`` reads back, and its one-line refusals."""
 from __future__ import annotations
 
 import json
@@ -8,9 +8,9 @@ import json
 import pytest
 
 from experiments.tuning import tune
-from kernels import config
-from kernels.choice import problem_config
-from kernels.config import UNMEASURED, KernelConfig, ShapeClass, parse, representatives
+from kernels.rules import config
+from kernels.rules.choice import problem_config
+from kernels.rules.config import UNMEASURED, KernelConfig, ShapeClass, parse, representatives
 from spec import Problem
 from tests.cpu.kernels.shape_helpers import H100
 

@@ -249,7 +249,7 @@ def test_extending_simulator_block_runs_and_prints_what_the_page_shows(patched):
 @pytest.mark.slow
 @pytest.mark.compile
 def test_extending_order_compiles_in_both_families_without_spills(patched):
-    from cuda_baseline.source import nvcc_path
+    from cuda_baseline.build.source import nvcc_path
     from tests.cpu.kernels.test_cutile_compile import _available
     require_toolchain(_available(), "cuda-tile + tileiras + cuobjdump")
     require_toolchain(nvcc_path() is not None, "nvcc (CUDA 13.0)")
@@ -257,7 +257,7 @@ def test_extending_order_compiles_in_both_families_without_spills(patched):
              "tests/cpu/kernels/test_cutile_compile.py", "-k", "sm_90-staggered-static-full")
     assert r.returncode == 0 and "1 passed" in r.stdout, r.stdout[-3000:]
     r = _run(patched, "-c", """
-from cuda_baseline.source import Instance, compile_nvcc
+from cuda_baseline.build.source import Instance, compile_nvcc
 from spec.orders import OrderKind
 from spec.problem import DType, Tiles
 from spec.schedules import ScheduleKind, WorkOrder

@@ -51,7 +51,7 @@ EXPERIMENTS_TOP = ("run", "__main__")
 
 @dataclass(frozen=True)
 class Import:
-    module: str          # the importing module, e.g. "kernels.backend"
+    module: str          # the importing module, e.g. "kernels.host.backend"
     file: Path
     line: int
     target: str          # the imported module of ours, resolved, e.g. "experiments.measurement.correctness"
@@ -329,11 +329,11 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
 def test_checker_passes_a_clean_tree(tmp_path):
     root = _tree(tmp_path, {
         "spec/problem.py": "import numpy\nfrom dataclasses import dataclass\n",
-        "kernels/backend.py": "from spec.problem import X\nfrom . import fmha\nimport torch\n",
-        "kernels/fmha.py": "import spec\n",
+        "kernels/host/backend.py": "from spec.problem import X\nfrom . import fmha\nimport torch\n",
+        "kernels/device/fmha.py": "import spec\n",
         "analysis/models.py": "from spec import problem\n",
         "paper_figures/f1.py": "from analysis.models.traffic import fit\nfrom spec import Problem\n",
-        "experiments/run.py": "def f():\n    import kernels.backend, paper_figures.f1, profiles\n",
+        "experiments/run.py": "def f():\n    import kernels.host.backend, paper_figures.f1, profiles\n",
     })
     assert check(root) == []
 
@@ -348,12 +348,12 @@ def test_checker_catches_an_upward_import_with_file_line_and_rule(tmp_path):
 def test_checker_catches_a_lazy_a_sideways_and_a_dynamic_import(tmp_path):
     root = _tree(tmp_path, {
         "analysis/sim.py": "def f():\n    if True:\n        from cuda_baseline import backend\n",
-        "paper_figures/f2.py": "import importlib\nm = importlib.import_module('kernels.fmha')\n",
+        "paper_figures/f2.py": "import importlib\nm = importlib.import_module('kernels.device.fmha')\n",
         "spec/arch.py": "class A:\n    def m(self):\n        from analysis import sim\n",
     })
     msgs = check(root)
     assert any(m.startswith("analysis/sim.py:3: analysis.sim imports cuda_baseline") for m in msgs)
-    assert any(m.startswith("paper_figures/f2.py:2: paper_figures.f2 imports kernels.fmha")
+    assert any(m.startswith("paper_figures/f2.py:2: paper_figures.f2 imports kernels.device.fmha")
                and "only analysis/, spec/" in m for m in msgs)
     assert any(m.startswith("spec/arch.py:3: spec.arch imports analysis.sim")
                and "nothing of ours" in m for m in msgs)

@@ -40,6 +40,10 @@ def test_every_packaged_run_is_carried_whole():
         assert files <= carried, f"profiles/{top}: {sorted(files - carried)[:3]} not packaged"
 
 
-def test_the_kernel_configurations_are_packaged():
-    assert "configs/*.json" in _package_data()["kernels"]
-    assert list((ROOT / "kernels" / "configs").glob("*.json"))
+def test_the_kernel_configurations_and_sources_are_packaged():
+    """The cuTile rules' JSON and the CUDA family's C++ travel with a non-editable install."""
+    assert "rules/configs/*.json" in _package_data()["kernels"]
+    assert list((ROOT / "kernels" / "rules" / "configs").glob("*.json"))
+    for pattern in ("device/*.cu", "device/*.cuh"):
+        assert pattern in _package_data()["cuda_baseline"]
+        assert list((ROOT / "cuda_baseline").glob(pattern))

@@ -1,5 +1,5 @@
 """CPU checks of the CTA placement records: the CUDA trace build's per-CTA buffer layout
-(cuda_baseline.backend.unpack_trace) and the placement / drift statistics of analysis.launch.placement
+(cuda_baseline.host.backend.unpack_trace) and the placement / drift statistics of analysis.launch.placement
 on hand-made launches."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from cuda_baseline.backend import unpack_trace
+from cuda_baseline.host.backend import unpack_trace
 
 
 def _buffers(n_ctas: int, steps: int, used: list[int]):

@@ -10,12 +10,12 @@ from dataclasses import fields
 
 import pytest
 
-from cuda_baseline.source import TESTED_TILES
+from cuda_baseline.build.source import TESTED_TILES
 from experiments.measurement.measure import RESOURCES, resource_rows
 from experiments.registry.studies import STUDIES, get_study
 from experiments.registry.suites import BENCH_SEQS
 from experiments.tuning import tune
-from kernels.config import default_config
+from kernels.rules.config import default_config
 from spec import Backend, Case, CtaSchedule, Problem, ScanOrder, Tiles, Variant, get_arch
 from spec.family import PREPARED_FIELDS, BadInput, Prepared
 from spec.schedules import ScheduleKind
@@ -39,7 +39,7 @@ def test_bench_plan_is_each_familys_default_attention_configuration():
         p, v = c.problem, c.variant
         assert (p.B, p.H, p.dtype.value) == (1, 16, "fp16") and v.order == ScanOrder.linear()
         if v.backend == Backend.CUTILE:
-            cfg = default_config("h100", p.D, p.causal)     # kernels/configs/h100.json
+            cfg = default_config("h100", p.D, p.causal)     # kernels/rules/configs/h100.json
             assert v.tiles == cfg.tiles and v.occupancy == cfg.occupancy
             assert (v.schedule.kind == ScheduleKind.GRID) == (cfg.schedule == "grid")
         else:
@@ -48,7 +48,7 @@ def test_bench_plan_is_each_familys_default_attention_configuration():
 
 
 def test_cuda_tiles_plan_sweeps_every_tested_tile_and_the_persistent_builds():
-    from cuda_baseline.source import SM90_CTAS_PER_SM
+    from cuda_baseline.build.source import SM90_CTAS_PER_SM
     cases = get_study("cuda-tiles").plan(H100)
     assert all(c.variant.backend == Backend.CUDA and c.problem.S_q == 16384 for c in cases)
     for D in (64, 128):
@@ -85,10 +85,10 @@ def test_resource_rows_name_the_build_in_the_committed_metric_names():
 
 
 def test_both_families_prepare_the_same_fields_first():
-    from cuda_baseline.backend import CudaFamily
-    from cuda_baseline.backend import Prepared as CudaPrepared
-    from kernels.backend import CutileFamily
-    from kernels.backend import Prepared as CutilePrepared
+    from cuda_baseline.host.backend import CudaFamily
+    from cuda_baseline.host.backend import Prepared as CudaPrepared
+    from kernels.host.backend import CutileFamily
+    from kernels.host.backend import Prepared as CutilePrepared
     for prepared in (CutilePrepared, CudaPrepared):
         names = [f.name for f in fields(prepared)]
         assert tuple(names[:len(PREPARED_FIELDS)]) == PREPARED_FIELDS

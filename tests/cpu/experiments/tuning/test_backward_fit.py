@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from experiments.tuning import backward_fit, rulefit
-from kernels import backward
-from kernels.backward_choice import CANDIDATES, work
+from kernels.host import backward
+from kernels.rules.backward_choice import CANDIDATES, work
 from spec import Problem
 from spec.records import read_bytes
 

@@ -1,0 +1,1 @@
+"""CUDA host path: CudaFamily, the eager launches, training launches, attention() and its operators."""

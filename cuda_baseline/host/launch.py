@@ -1,0 +1,143 @@
+"""The CUDA twin's ``attention()``: one lookup and one driver launch per repeated call.
+
+The first call with a given launch key (shapes, strides, dtypes and devices of the tensors, and
+every argument) checks the tensors (``spec.family.problem_from_tensors`` and the stride rule of
+``CudaFamily``), resolves the defaults (``default_tiles``, ``default_schedule``), compiles or loads
+the instantiation and lays out its kernel parameters once: every parameter of ``flash_fwd`` but
+the four tensor addresses depends only on the key. A repeated call builds the key, looks it up,
+checks the four addresses' 16-byte alignment (the kernel's row copies), writes them into the
+parameter block and calls ``cuLaunchKernel`` on torch's current stream. CuPy's
+``RawKernel.__call__`` converts ~30 arguments and enters device and stream contexts on every call
+(100+ us per call for the whole old path); the driver call with a prepared block does
+none of that. The driver copies the parameters at launch, so reusing the block is safe, also
+under CUDA-graph capture; a lock keeps two threads from writing it at once.
+
+Nothing here imports torch or CuPy at import time.
+"""
+from __future__ import annotations
+
+import struct
+import threading
+
+from cuda_baseline.host.backend import CudaFamily, Prepared, default_schedule, default_tiles
+from spec import arch as arch_registry
+from spec.family import BadInput, problem_from_tensors
+from spec.ops import resolve_scale
+from spec.orders import ScanOrder
+from spec.problem import Tiles
+from spec.schedules import CtaSchedule
+from spec.variant import Backend, Variant
+
+_FAMILY = CudaFamily()
+_LAUNCHES: dict = {}
+_ADDRESSES = struct.Struct("<4Q")      # q, k, v, out: the first four parameters
+
+
+class Launch:
+    """A prepared launch: the kernel's function handle, its grid, and its parameter block (one
+    8-byte slot per parameter, ``kernel_params`` pointing at each; ``cuLaunchKernel`` reads each
+    parameter's own size from its slot, little-endian)."""
+
+    __slots__ = ("prepared", "fn", "n_ctas", "threads", "smem", "device", "slots", "view",
+                 "params", "lock", "launch_kernel", "raw_stream", "current_device", "empty_like",
+                 "device_guard")
+
+    def __init__(self, prepared: Prepared, args: tuple):
+        import cupy
+        import numpy as np
+        import torch
+        self.prepared = prepared
+        self.fn = prepared.kernel.kernel.ptr
+        self.n_ctas, self.threads, self.smem = prepared.n_ctas, prepared.threads, \
+            prepared.smem_bytes
+        self.device = prepared.device_index
+        self.slots = np.zeros(len(args), dtype=np.uint64)
+        for i, a in enumerate(args):                    # numpy scalars, in kernel order
+            self.slots.view(np.uint8)[8 * i:8 * i + a.nbytes] = np.frombuffer(a.tobytes(),
+                                                                               np.uint8)
+        self.view = memoryview(self.slots).cast("B")
+        base = self.slots.ctypes.data
+        self.params = np.array([base + 8 * i for i in range(len(args))], dtype=np.uint64)
+        self.lock = threading.Lock()
+        self.launch_kernel = cupy.cuda.driver.launchKernel
+        self.raw_stream = torch._C._cuda_getCurrentRawStream
+        self.current_device = torch._C._cuda_getDevice
+        self.empty_like = torch.empty_like
+        self.device_guard = torch.cuda.device
+
+    def __call__(self, q, k, v, out) -> None:
+        qp, kp, vp, op = q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr()
+        if (qp | kp | vp | op) & 15:
+            bad = [n for n, p in (("q", qp), ("k", kp), ("v", vp), ("out", op)) if p & 15]
+            raise BadInput(f"{', '.join(bad)} must start 16-byte aligned (16-byte row copies); "
+                           "call .contiguous() or .clone()")
+        if self.current_device() != self.device:
+            with self.device_guard(self.device):
+                self._launch(qp, kp, vp, op)
+        else:
+            self._launch(qp, kp, vp, op)
+
+    def _launch(self, qp: int, kp: int, vp: int, op: int) -> None:
+        with self.lock:
+            _ADDRESSES.pack_into(self.view, 0, qp, kp, vp, op)
+            self.launch_kernel(self.fn, self.n_ctas, 1, 1, self.threads, 1, 1, self.smem,
+                               self.raw_stream(self.device), self.params.ctypes.data, 0)
+
+
+def _new_launch(q, k, v, out, causal, order, schedule, tiles, stages, scale) -> Launch:
+    import torch
+    problem = problem_from_tensors(q, k, v, causal, out)
+    scale = resolve_scale(scale, problem.D)
+    order = order if isinstance(order, ScanOrder) else ScanOrder.parse(order)
+    tiles = default_tiles(problem, arch_registry.detect()) if tiles is None else (
+        tiles if isinstance(tiles, Tiles) else Tiles(*tiles))
+    if schedule is None:
+        schedule = default_schedule(problem, tiles, arch_registry.detect())
+    elif not isinstance(schedule, CtaSchedule):
+        schedule = CtaSchedule.parse(schedule)
+    variant = Variant(Backend.CUDA, order, schedule, tiles, stages=stages)
+    with torch.cuda.device(q.device):
+        prepared = _FAMILY.prepare(variant, problem)
+    o = torch.empty_like(q) if out is None else out    # out's strides follow q's when allocated
+    _FAMILY._check_tensors(prepared, q, k, v, o)       # strides: multiples of 8 elements
+    return Launch(prepared, _FAMILY._args(prepared, q, k, v, o, scale=scale))
+
+
+def attention(q, k, v, *, causal: bool = False, order: str | ScanOrder = "linear",
+              schedule: str | CtaSchedule | None = None,
+              tiles: Tiles | tuple[int, int] | None = None, stages: int | None = None, out=None,
+              scale: float | None = None):
+    """``softmax(scale q kᵀ) v`` (``scale`` None: 1/sqrt(D), else a positive float) on
+    [B, H, S, D] fp16/bf16 CUDA tensors with the raw CUDA
+    kernel (k, v: [B, H_kv, S_kv, D], H_kv dividing H; ``causal`` top-left aligned as SDPA's
+    ``is_causal``). Strides: the last dimension contiguous, the others multiples of 8 elements,
+    addresses 16-byte aligned (a [B, S, H, D] tensor transposed to [B, H, S, D] needs no copy).
+    ``order``: linear, sawtooth[X], reverse, blockparity; ``schedule``: grid, tile<X>,
+    static<P>[h], snake<P>[h], lpt<P>, glpt<G>, or None for ``default_schedule``; ``tiles``:
+    (TILE_M, TILE_N), default ``default_tiles``; ``stages``: K/V pipeline depth 1..3, default 2
+    (double buffer). Returns ``out`` (allocated like q when not given). The eager path
+    (module docstring); ``cuda_baseline.attention`` wraps it in a ``torch.library`` custom op."""
+    launch = launch_for(q, k, v, causal, order, schedule, tiles, stages, out, scale)
+    if out is None:
+        out = launch.empty_like(q)
+    launch(q, k, v, out)
+    return out
+
+
+def launch_for(q, k, v, causal=False, order="linear", schedule=None, tiles=None, stages=None,
+               out=None, scale=None) -> Launch:
+    """The cached ``Launch`` of an ``attention()`` call with these arguments (prepared on the
+    first call with its launch key); ``launch(q, k, v, out)`` runs it."""
+    try:
+        key = (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
+               v.shape, v.stride(), v.dtype, v.device, causal, order, schedule, tiles, stages,
+               None if out is None else (out.shape, out.stride(), out.dtype, out.device), scale)
+        launch = _LAUNCHES.get(key)
+    except (AttributeError, TypeError):   # not tensors, or an unhashable argument
+        problem_from_tensors(q, k, v, causal, out)      # names the tensor that is not one
+        raise BadInput(f"tiles={tiles!r}, order={order!r}, schedule={schedule!r}: pass a Tiles "
+                       "or a (TILE_M, TILE_N) tuple, and strings or spec objects") from None
+    if launch is None:
+        launch = _new_launch(q, k, v, out, causal, order, schedule, tiles, stages, scale)
+        _LAUNCHES[key] = launch
+    return launch

@@ -1,0 +1,1 @@
+"""cuTile build tools: export signatures, build resources, toolchain checks."""

@@ -1,0 +1,191 @@
+"""JIT-like export signatures, so compile-only checks (no GPU, no libcuda) see the code that runs.
+
+``KernelSignature.from_kernel_args`` needs libcuda, and a bare ``ArrayConstraint`` drops the facts
+the JIT infers from real tensors (unit strides, 16-byte divisible strides / shapes / base address,
+size-1 dims). Without them sm_90 code has no TMA (LDG + STS) and different register use, so a
+resource check on it says nothing (cutile-notes.md §4.3). ``jit_like_array`` mirrors the JIT's
+specialisation bits (the same rule as ``cuda.tile.jax``'s constraint builder).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import cuda.tile as ct
+from cuda.tile.compilation import (
+    ArrayConstraint,
+    CallingConvention,
+    KernelSignature,
+    ScalarConstraint,
+)
+
+from kernels.device import fmha
+
+_ITEMSIZE = {ct.float16: 2, ct.bfloat16: 2, ct.float32: 4, ct.int32: 4}
+
+
+def contiguous_strides(shape) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= d
+    return tuple(reversed(strides))
+
+
+def jit_like_array(shape, dtype=ct.float16, strides=None, base_aligned: bool = True,
+                   index_dtype=ct.int32) -> ArrayConstraint:
+    """The ArrayConstraint the JIT derives from a tensor of this shape/strides/alignment."""
+    strides = contiguous_strides(shape) if strides is None else tuple(strides)
+    isz = _ITEMSIZE[dtype]
+    return ArrayConstraint(
+        dtype, len(shape), index_dtype=index_dtype, stride_lower_bound_incl=0, alias_groups=(),
+        may_alias_internally=False,
+        stride_constant=tuple(1 if s == 1 else None for s in strides),
+        shape_constant=tuple(1 if d == 1 else None for d in shape),
+        stride_divisible_by=tuple(16 // isz if (s * isz) % 16 == 0 else 1 for s in strides),
+        shape_divisible_by=tuple(16 if d % 16 == 0 else 1 for d in shape),
+        base_addr_divisible_by=16 if base_aligned else 1)
+
+
+def _needs_v2(params) -> bool:
+    return any(isinstance(p, ArrayConstraint) and any(x is not None for x in p.shape_constant)
+               for p in params)
+
+
+@dataclass(frozen=True)
+class CompileCase:
+    """One variant to compile: shapes plus the constant codes (what ``CutileFamily`` launches)."""
+
+    B: int = 1
+    H: int = 16
+    H_kv: int = 16
+    S_q: int = 4096
+    S_kv: int = 4096
+    D: int = 64
+    dtype: str = "fp16"
+    causal: bool = False
+    tile_m: int = 64
+    tile_n: int = 64
+    order: int = 0
+    group: int = 1
+    sched: int = 0
+    work: int = 0
+    tiles_per_cta: int = 1
+    section: int = 1
+    level: int = 6
+    trace: bool = False
+    n_ctas: int = 132
+    aligned: bool = True     # q, k, v, out start 16-byte aligned (what the JIT sees from torch)
+    tactic: int = 0          # fmha's TACTIC bits (0: the build the studies compare)
+
+    @classmethod
+    def of(cls, variant, problem, *, trace: bool = False, level: int = 6,
+           tactic: int = 0) -> "CompileCase":
+        """The compile case of a spec ``Variant`` on a ``Problem`` (what the backend launches)."""
+        from spec.problem import TileGrid
+        o, s = variant.order, variant.schedule
+        return cls(B=problem.B, H=problem.H, H_kv=problem.H_kv, S_q=problem.S_q,
+                   S_kv=problem.S_kv, D=problem.D, dtype=problem.dtype.value,
+                   causal=problem.causal, tile_m=variant.tiles.m, tile_n=variant.tiles.n,
+                   order=int(o.kind), group=o.group, sched=int(s.kind), work=int(s.work_order),
+                   tiles_per_cta=s.tiles_per_cta, section=s.section or 1, level=level,
+                   trace=trace, tactic=tactic,
+                   n_ctas=s.grid_size(TileGrid(problem, variant.tiles)))
+
+    def constants(self) -> tuple:
+        """The kernel's constant arguments for this case (``fmha.constants``): what the export
+        specialises on and what ``CutileFamily`` launches with."""
+        return fmha.constants(
+            D=self.D, tile_m=self.tile_m, tile_n=self.tile_n, H=self.H,
+            group_size=self.H // self.H_kv, causal=self.causal,
+            even_k=self.S_kv % self.tile_n == 0, order=self.order, group=self.group,
+            sched=self.sched, work=self.work, tiles_per_cta=self.tiles_per_cta,
+            section=self.section, level=self.level, trace=self.trace, tactic=self.tactic)
+
+    def signature(self) -> KernelSignature:
+        dt = {"fp16": ct.float16, "bf16": ct.bfloat16}[self.dtype]
+        qshape = (self.B, self.H, self.S_q, self.D)
+        kvshape = (self.B, self.H_kv, self.S_kv, self.D)
+        trace_shape = (self.n_ctas, 64, 4) if self.trace else (1, 1, 4)
+        a = self.aligned
+        params = [jit_like_array(qshape, dt, base_aligned=a),
+                  jit_like_array(kvshape, dt, base_aligned=a),
+                  jit_like_array(kvshape, dt, base_aligned=a),
+                  jit_like_array(qshape, dt, base_aligned=a),
+                  jit_like_array(trace_shape, ct.int32), ScalarConstraint(ct.float32)]
+        params += list(self.constants())
+        cc = (CallingConvention.cutile_python_v2() if _needs_v2(params)
+              else CallingConvention.cutile_python_v1())
+        return KernelSignature(params, cc).with_mangled_symbol("fmha_fwd")
+
+
+@dataclass(frozen=True)
+class BackwardCase:
+    """One backward build to compile (``kernels.device.fmha_bwd``): which kernel, the shapes, and its
+    constant codes. ``lse_stride`` is the row stride of the fp32 LSE / Δ buffers
+    (``kernels.host.backward.stat_buffer`` pads it to a multiple of 4 elements, 16 bytes). ``trace``:
+    the pass's trace build (``bwd_dkdv_trace`` / ``bwd_dq_trace``: the same constants and one
+    more argument, the int32 record [n_ctas, steps, 4] after the pass's outputs)."""
+
+    kernel: str = "dkdv"          # "preprocess" | "dkdv" | "dq"
+    B: int = 1
+    H: int = 16
+    H_kv: int = 16
+    S_q: int = 4096
+    S_kv: int = 4096
+    D: int = 64
+    dtype: str = "fp16"
+    causal: bool = False
+    tile_m: int = 64
+    tile_n: int = 64
+    order: int = 0
+    group: int = 1
+    sched: int = 0
+    work: int = 0
+    split: int = 1                # dK/dV: query heads of a group dealt over this many items
+    trace: bool = False
+    n_ctas: int = 132             # the trace build's record: [n_ctas, 64, 4]
+
+    def __post_init__(self) -> None:
+        if self.trace and self.kernel == "preprocess":
+            raise ValueError("the preprocess has no trace build (it reads no scan)")
+
+    @property
+    def kernel_name(self) -> str:
+        """The ``kernels.device.fmha_bwd.KERNELS`` key of this build."""
+        return self.kernel + ("_trace" if self.trace else "")
+
+    def constants(self) -> tuple:
+        """The kernel's constant arguments, in kernel order (``kernels.device.fmha_bwd``)."""
+        if self.kernel == "preprocess":
+            return (int(self.D), int(self.tile_m))
+        tail = (bool(self.causal),)
+        if self.kernel == "dq":
+            tail += (self.S_kv % self.tile_n == 0,)
+        return ((int(self.D), int(self.tile_m), int(self.tile_n)) + tail
+                + (int(self.order), int(self.group), int(self.sched), int(self.work)))
+
+    def signature(self) -> KernelSignature:
+        dt = {"fp16": ct.float16, "bf16": ct.bfloat16}[self.dtype]
+        qshape = (self.B, self.H, self.S_q, self.D)
+        kvshape = (self.B, self.H_kv, self.S_kv, self.D)
+        sp = -(-self.S_q // 4) * 4
+        stat = jit_like_array((self.B, self.H, self.S_q), ct.float32,
+                              strides=(self.H * sp, sp, 1))
+        q, kv = jit_like_array(qshape, dt), jit_like_array(kvshape, dt)
+        f32, i32 = ScalarConstraint(ct.float32), ScalarConstraint(ct.int32)
+        if self.kernel == "preprocess":
+            params = [q, q, stat, i32]
+        elif self.kernel == "dkdv":
+            grad = kv if self.split == 1 else jit_like_array(
+                (self.B, self.H_kv * self.split, self.S_kv, self.D), ct.float32)
+            params = [q, kv, kv, q, stat, stat, grad, grad]
+        else:
+            params = [q, kv, kv, q, stat, stat, q]
+        if self.kernel != "preprocess":
+            if self.trace:
+                params.append(jit_like_array((self.n_ctas, 64, 4), ct.int32))
+            params += [f32, f32, i32, i32]
+        params += list(self.constants())
+        cc = (CallingConvention.cutile_python_v2() if _needs_v2(params)
+              else CallingConvention.cutile_python_v1())
+        return KernelSignature(params, cc).with_mangled_symbol("bwd_" + self.kernel_name)

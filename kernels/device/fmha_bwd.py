@@ -1,0 +1,398 @@
+"""FlashAttention backward in cuTile Python: Δ preprocess, a dK/dV pass and a dQ pass, with the scan
+order and CTA schedule of each pass taken from the same ``spec`` vocabulary as the forward.
+
+With ``P = exp2(Q·Kᵀ·c − LSE)`` recomputed from the forward's log-sum-exp (``c`` = scale / ln 2,
+``LSE`` in the same log2 units, ``kernels.device.fmha``) and ``Δ = rowsum(dO ∘ O)``::
+
+    dV = Pᵀ·dO        dS = P ∘ (dO·Vᵀ − Δ)        dK = scale · dSᵀ·Q        dQ = scale · dS·K
+
+Three kernels, no atomics, deterministic:
+
+- ``bwd_preprocess``: Δ per query row (reads O and dO once).
+- ``bwd_dkdv``: a work item is one K/V tile ``[TILE_N, D]`` of a K/V head; its CTA keeps K, V and
+  the fp32 dK, dV accumulators on chip and *scans the Q tiles* (Q, dO, LSE, Δ) of every query head
+  of its group (GQA/MQA: the group's dK/dV are summed on chip, never in memory). This is the
+  forward turned inside out: the streamed operand is now Q/dO (twice the bytes per step of the
+  forward's K/V), and every CTA working on the same head streams the same Q/dO tiles, so the
+  order of that scan decides how much of it a neighbour finds in L2.
+- ``bwd_dq``: a work item is one Q tile; its CTA keeps Q, dO, LSE, Δ and the dQ accumulator and
+  scans the K/V tiles, exactly like the forward (the 3-loop form of ``kernels.device.fmha``).
+
+The scan order of each pass is a ``spec.OrderKind`` code: with ``r = reversed_for(...)`` (1: this
+item's scan runs backward) a CTA owning several items (persistent) alternates its scan direction
+per item under the sawtooth order, so the first tiles of an item are the ones its previous item
+touched last (the forward's argument, applied to the Q scan of dK/dV and the K/V scan of dQ).
+The CTA schedules are ``spec.ScheduleKind`` codes: GRID (one item per CTA) and PERSISTENT
+(P CTAs, items dealt round-robin, q-major or head-major). Worked example (4 Q tiles, one CTA owning
+two K/V tiles, sawtooth): its 1st K/V tile reads Q tiles 0 1 2 3, its 2nd reads 3 2 1 0.
+
+The trace builds ``bwd_dkdv_trace`` and ``bwd_dq_trace`` (``kernels.host.backward.trace_backward``)
+are the two passes with ``TRACE`` set: one more argument, an int32 record [n_ctas, steps, 4]
+into which every step stores (b, query head, Q tile, K/V tile) as the forward's trace build does
+(``kernels.device.fmha._record``), the layout of ``spec.backward_trace.backward_visits(...).table()``
+(tests/gpu/test_backward_trace.py compares them). They are separate entry points, as
+``fmha_fwd_lse`` is, so ``bwd_dkdv`` and ``bwd_dq`` keep their signatures, and with ``TRACE`` a
+constant False their code is what it was before the trace builds existed.
+
+Masking. Causal is top-left (query row r sees keys 0..r, as SDPA's ``is_causal``). In dK/dV the
+Q tiles entirely above the diagonal are skipped, those crossing it run in a masked loop and the
+rest in a loop with no mask code; in dQ the K/V tiles are split like the forward's. Ragged ends
+need no mask in dK/dV: a Q tile's rows past ``S_q`` read as zeros (Q, dO, LSE and Δ zero-padded)
+and contribute ``Pᵀ·0 = 0`` to dV and ``0 · Q = 0`` to dK. K/V rows past ``S_kv`` only produce dK/dV
+rows that the store clips. In dQ the ragged last K/V tile is masked (``P`` set to 0 there): its
+zero K rows would give ``exp2(−LSE)``, which overflows for rows whose scores are all very negative,
+and ``inf · 0`` is NaN.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import cuda.tile as ct
+
+from kernels.device.fmha import ZERO, _record
+from kernels.device.work import (
+    SCHED_GRID,
+    SCHED_PERSISTENT,
+    ConstBool,
+    ConstInt,
+    item,
+    reversed_for,
+)
+
+
+# ------------------------------------------------------------------------------------------------
+# Δ = rowsum(dO ∘ O)
+# ------------------------------------------------------------------------------------------------
+@ct.kernel
+def bwd_preprocess(O, dO, Delta, H: int, TILE_D: ConstInt, TILE_M: ConstInt):
+    """Grid (⌈S_q/TILE_M⌉, B·H). O, dO [B, H, S_q, D]; Delta fp32 [B, H, S_q]."""
+    m = ct.bid(0)
+    bh = ct.bid(1)
+    b = bh // H
+    h = bh % H
+    o = ct.load(O, index=(b, h, m, 0), shape=(1, 1, TILE_M, TILE_D), padding_mode=ZERO)
+    do = ct.load(dO, index=(b, h, m, 0), shape=(1, 1, TILE_M, TILE_D), padding_mode=ZERO)
+    prod = ct.reshape(o, (TILE_M, TILE_D)).astype(ct.float32) \
+        * ct.reshape(do, (TILE_M, TILE_D)).astype(ct.float32)                # [TILE_M, D]
+    delta = ct.sum(prod, axis=-1)                                             # [TILE_M]
+    ct.store(Delta, index=(b, h, m), tile=ct.reshape(delta, (1, 1, TILE_M)))
+
+
+# ------------------------------------------------------------------------------------------------
+# dK, dV: one K/V tile per work item, the Q tiles of its group streamed
+# ------------------------------------------------------------------------------------------------
+def _dkdv_step(Q, dO, LSE, Delta, k, v, dk, dv, b, h, m, qk_scale, offs_n,
+               TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, MASKED: ConstBool):
+    """One Q tile ``m`` of head (b, h) against this CTA's K/V tile; returns (dk, dv)."""
+    qt = ct.load(Q, index=(b, h, 0, m), shape=(1, 1, TILE_D, TILE_M), order=(0, 1, 3, 2),
+                 padding_mode=ZERO, latency=2)
+    qt = ct.reshape(qt, (TILE_D, TILE_M))                                     # Qᵀ [D, TILE_M]
+    st = ct.mma(k, qt, ct.full((TILE_N, TILE_M), 0.0, dtype=ct.float32))      # Sᵀ [TILE_N, TILE_M]
+    lse = ct.reshape(ct.load(LSE, index=(b, h, m), shape=(1, 1, TILE_M), padding_mode=ZERO),
+                     (1, TILE_M))                                             # [1, TILE_M]
+    pt = ct.exp2(st * qk_scale - lse, flush_to_zero=True)                     # Pᵀ [TILE_N, TILE_M]
+    if MASKED:
+        offs_m = m * TILE_M + ct.arange(TILE_M, dtype=ct.int32)               # [TILE_M]
+        pt = ct.where(offs_m[None, :] >= offs_n[:, None], pt, 0.0)
+    do = ct.load(dO, index=(b, h, m, 0), shape=(1, 1, TILE_M, TILE_D), padding_mode=ZERO,
+                 latency=3)
+    do = ct.reshape(do, (TILE_M, TILE_D))                                     # [TILE_M, D]
+    dv = ct.mma(pt.astype(do.dtype), do, dv)                                  # [TILE_N, D]
+    dpt = ct.mma(v, ct.transpose(do),
+                 ct.full((TILE_N, TILE_M), 0.0, dtype=ct.float32))            # dPᵀ [TILE_N, TILE_M]
+    delta = ct.reshape(ct.load(Delta, index=(b, h, m), shape=(1, 1, TILE_M), padding_mode=ZERO),
+                       (1, TILE_M))                                           # [1, TILE_M]
+    dst = pt * (dpt - delta)                                                  # dSᵀ [TILE_N, TILE_M]
+    dk = ct.mma(dst.astype(do.dtype), ct.transpose(qt), dk)                   # [TILE_N, D]
+    return dk, dv
+
+
+def dkdv_tile_impl(Q, K, V, dO, LSE, Delta, dK, dV, Trace, qk_scale, sm_scale, b, slot, n_tile,
+                   r, cta, step0, SPLIT, HEADS, TILE_D: ConstInt, TILE_M: ConstInt,
+                   TILE_N: ConstInt, CAUSAL: ConstBool, TRACE: ConstBool):
+    """dK, dV of K/V tile ``n_tile`` of output slot (b, slot): K/V head ``slot // SPLIT`` and
+    its query heads ``slot·HEADS .. slot·HEADS + HEADS − 1``, whose Q tiles are scanned forward
+    (r=0) or backward (r=1; heads in reverse too). Without a split (SPLIT=1, HEADS = the group
+    size) the slot is the K/V head and dK, dV are the gradients; with one, dK, dV are fp32
+    partial sums [B, H_kv·SPLIT, S_kv, D] that the host adds over the split.
+
+    ``TRACE`` (the trace build, ``bwd_dkdv_trace``): step ``i`` of the item stores (b, query
+    head, Q tile, ``n_tile``) at ``Trace[cta, step0 + i]``. Returns the item's steps."""
+    kvh = slot // SPLIT
+    n_q = ct.cdiv(Q.shape[2], TILE_M)
+    k = ct.reshape(ct.load(K, index=(b, kvh, n_tile, 0), shape=(1, 1, TILE_N, TILE_D),
+                           padding_mode=ZERO), (TILE_N, TILE_D))               # [TILE_N, D]
+    v = ct.reshape(ct.load(V, index=(b, kvh, n_tile, 0), shape=(1, 1, TILE_N, TILE_D),
+                           padding_mode=ZERO), (TILE_N, TILE_D))               # [TILE_N, D]
+    offs_n = n_tile * TILE_N + ct.arange(TILE_N, dtype=ct.int32)              # [TILE_N]
+    dk = ct.full((TILE_N, TILE_D), 0.0, dtype=ct.float32)
+    dv = ct.full((TILE_N, TILE_D), 0.0, dtype=ct.float32)
+    if CAUSAL:
+        # Q tiles below m_start see none of these keys; from m_full on they see all of them
+        m_start = ct.minimum((n_tile * TILE_N) // TILE_M, n_q)
+        m_full = ct.minimum(ct.cdiv((n_tile + 1) * TILE_N, TILE_M), n_q)
+        n_masked = m_full - m_start
+        n_free = n_q - m_full
+    else:
+        m_start = 0
+        m_full = 0
+        n_masked = 0
+        n_free = n_q
+    for g in range(0, HEADS):
+        h = slot * HEADS + g + r * (HEADS - 1 - 2 * g)
+        s0 = step0 + g * (n_q - m_start)               # the trace build's step of this head
+        if CAUSAL:
+            # forward scan: the diagonal (masked) tiles first, ascending
+            for i in range(0, (1 - r) * n_masked):
+                if TRACE:
+                    _record(Trace, cta, s0 + i, b, h, m_start + i, n_tile)
+                dk, dv = _dkdv_step(Q, dO, LSE, Delta, k, v, dk, dv, b, h, m_start + i,
+                                    qk_scale, offs_n, TILE_D, TILE_M, TILE_N, True)
+            for i in range(0, n_free):
+                m = m_full + i + r * (n_free - 1 - 2 * i)
+                if TRACE:
+                    _record(Trace, cta, s0 + (1 - r) * n_masked + i, b, h, m, n_tile)
+                dk, dv = _dkdv_step(Q, dO, LSE, Delta, k, v, dk, dv, b, h, m,
+                                    qk_scale, offs_n, TILE_D, TILE_M, TILE_N, False)
+            # backward scan: the diagonal tiles last, descending
+            for i in range(0, r * n_masked):
+                if TRACE:
+                    _record(Trace, cta, s0 + n_free + i, b, h, m_full - 1 - i, n_tile)
+                dk, dv = _dkdv_step(Q, dO, LSE, Delta, k, v, dk, dv, b, h, m_full - 1 - i,
+                                    qk_scale, offs_n, TILE_D, TILE_M, TILE_N, True)
+        else:
+            for i in range(0, n_q):
+                m = i + r * (n_q - 1 - 2 * i)
+                if TRACE:
+                    _record(Trace, cta, s0 + i, b, h, m, n_tile)
+                dk, dv = _dkdv_step(Q, dO, LSE, Delta, k, v, dk, dv, b, h, m,
+                                    qk_scale, offs_n, TILE_D, TILE_M, TILE_N, False)
+    dk = dk * sm_scale
+    ct.store(dK, index=(b, slot, n_tile, 0),
+             tile=ct.reshape(dk, (1, 1, TILE_N, TILE_D)).astype(dK.dtype))
+    ct.store(dV, index=(b, slot, n_tile, 0),
+             tile=ct.reshape(dv, (1, 1, TILE_N, TILE_D)).astype(dV.dtype))
+    return HEADS * (n_q - m_start)
+
+
+def bwd_dkdv_impl(Q, K, V, dO, LSE, Delta, dK, dV, Trace, qk_scale, sm_scale, N_SLOTS, SPLIT,
+                  TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, CAUSAL: ConstBool,
+                  ORDER: ConstInt, GROUP: ConstInt, SCHED: ConstInt, WORK: ConstInt,
+                  TRACE: ConstBool):
+    """The body of ``bwd_dkdv`` (and, with ``TRACE``, of ``bwd_dkdv_trace``): this CTA's work
+    items (spec ``CtaSchedule.work_items`` on ``spec.backward_trace.PassGrid.items_grid``)."""
+    cta = ct.bid(0)
+    n_kv = ct.cdiv(K.shape[2], TILE_N)
+    n_bh = K.shape[0] * N_SLOTS
+    heads = Q.shape[1] // N_SLOTS                  # query heads per item
+    if SCHED == SCHED_GRID:
+        bh = cta // n_kv
+        dkdv_tile_impl(Q, K, V, dO, LSE, Delta, dK, dV, Trace, qk_scale, sm_scale,
+                       bh // N_SLOTS, bh % N_SLOTS, cta % n_kv,
+                       reversed_for(ORDER, GROUP, 0, cta), cta, 0, SPLIT, heads, TILE_D,
+                       TILE_M, TILE_N, CAUSAL, TRACE)
+    else:
+        total = n_kv * n_bh
+        n_ctas = ct.num_blocks(0)
+        it = 0
+        step = 0
+        while it * n_ctas < total:    # a while, not a for (kernels.device.fmha docstring)
+            w = it * n_ctas + cta
+            bh, n_tile = item(w, n_kv, n_bh, SCHED_PERSISTENT, WORK)
+            if w < total:
+                tc = dkdv_tile_impl(Q, K, V, dO, LSE, Delta, dK, dV, Trace, qk_scale, sm_scale,
+                                    bh // N_SLOTS, bh % N_SLOTS, n_tile,
+                                    reversed_for(ORDER, GROUP, it, cta), cta, step, SPLIT,
+                                    heads, TILE_D, TILE_M, TILE_N, CAUSAL, TRACE)
+                step = step + tc
+            it = it + 1
+
+
+@ct.kernel
+def bwd_dkdv(Q, K, V, dO, LSE, Delta, dK, dV, qk_scale: float, sm_scale: float,
+             N_SLOTS: int, SPLIT: int, TILE_D: ConstInt, TILE_M: ConstInt,
+             TILE_N: ConstInt, CAUSAL: ConstBool, ORDER: ConstInt, GROUP: ConstInt,
+             SCHED: ConstInt, WORK: ConstInt):
+    """Q, dO [B, H, S_q, D]; K, V [B, H_kv, S_kv, D]; dK, dV [B, N_SLOTS, S_kv, D] with
+    N_SLOTS = H_kv·SPLIT (``dkdv_tile_impl``); LSE, Delta fp32 [B, H, S_q]. Work items
+    (b, slot, K/V tile): GRID (one per CTA, K/V tiles of a slot fastest) or PERSISTENT (round
+    ``it`` takes items it·P .. it·P + P − 1; q-major: K/V tiles fastest, head-major: slots
+    fastest).
+
+    The split: with few K/V heads (MQA: one) the items number B·H_kv·⌈S_kv/TILE_N⌉, fewer than
+    the GPU holds, and each scans every query head of its group. SPLIT > 1 deals a group's query
+    heads over SPLIT items, each writing a partial sum; the host adds them in a fixed order
+    (deterministic, no atomics)."""
+    bwd_dkdv_impl(Q, K, V, dO, LSE, Delta, dK, dV, dK, qk_scale, sm_scale, N_SLOTS, SPLIT,
+                  TILE_D, TILE_M, TILE_N, CAUSAL, ORDER, GROUP, SCHED, WORK, False)
+
+
+@ct.kernel
+def bwd_dkdv_trace(Q, K, V, dO, LSE, Delta, dK, dV, Trace, qk_scale: float, sm_scale: float,
+                   N_SLOTS: int, SPLIT: int, TILE_D: ConstInt, TILE_M: ConstInt,
+                   TILE_N: ConstInt, CAUSAL: ConstBool, ORDER: ConstInt, GROUP: ConstInt,
+                   SCHED: ConstInt, WORK: ConstInt):
+    """The trace build of ``bwd_dkdv`` (same arguments and constants, plus ``Trace``, int32
+    [n_ctas, steps, 4]): it also stores per CTA and step the (b, query head, Q tile, K/V tile)
+    read, the layout of ``spec.backward_trace.backward_visits(...).table()``."""
+    bwd_dkdv_impl(Q, K, V, dO, LSE, Delta, dK, dV, Trace, qk_scale, sm_scale, N_SLOTS, SPLIT,
+                  TILE_D, TILE_M, TILE_N, CAUSAL, ORDER, GROUP, SCHED, WORK, True)
+
+
+# ------------------------------------------------------------------------------------------------
+# dQ: one Q tile per work item, the K/V tiles streamed (the forward's scan)
+# ------------------------------------------------------------------------------------------------
+def _dq_step(K, V, q, do, lse, delta, dq, b, kvh, j, qk_scale, offs_m, k_len,
+             TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, MASKED: ConstBool,
+             CAUSAL: ConstBool):
+    """One K/V tile ``j`` against this CTA's Q tile; returns dq."""
+    kt = ct.load(K, index=(b, kvh, 0, j), shape=(1, 1, TILE_D, TILE_N), order=(0, 1, 3, 2),
+                 padding_mode=ZERO, latency=2)
+    kt = ct.reshape(kt, (TILE_D, TILE_N))                                     # Kᵀ [D, TILE_N]
+    s = ct.mma(q, kt, ct.full((TILE_M, TILE_N), 0.0, dtype=ct.float32))       # [TILE_M, TILE_N]
+    p = ct.exp2(s * qk_scale - lse, flush_to_zero=True)                       # [TILE_M, TILE_N]
+    if MASKED:
+        offs_n = j * TILE_N + ct.arange(TILE_N, dtype=ct.int32)               # [TILE_N]
+        keep = offs_n[None, :] < k_len                                        # [1, TILE_N]
+        if CAUSAL:
+            keep = keep & (offs_m[:, None] >= offs_n[None, :])                # [TILE_M, TILE_N]
+        p = ct.where(keep, p, 0.0)
+    vt = ct.load(V, index=(b, kvh, 0, j), shape=(1, 1, TILE_D, TILE_N), order=(0, 1, 3, 2),
+                 padding_mode=ZERO, latency=4)
+    vt = ct.reshape(vt, (TILE_D, TILE_N))                                     # Vᵀ [D, TILE_N]
+    dp = ct.mma(do, vt, ct.full((TILE_M, TILE_N), 0.0, dtype=ct.float32))     # [TILE_M, TILE_N]
+    ds = p * (dp - delta)                                                     # [TILE_M, TILE_N]
+    return ct.mma(ds.astype(q.dtype), ct.transpose(kt), dq)                   # [TILE_M, D]
+
+
+def dq_tile_impl(Q, K, V, dO, LSE, Delta, dQ, Trace, qk_scale, sm_scale, b, h, kvh, q_tile, r,
+                 cta, step0, TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
+                 CAUSAL: ConstBool, EVEN_K: ConstBool, TRACE: ConstBool):
+    """dQ of Q tile ``q_tile`` of head (b, h), K/V scanned forward (r=0) or backward (r=1).
+    ``TRACE`` (``bwd_dq_trace``): step ``i`` stores (b, h, ``q_tile``, K/V tile) at
+    ``Trace[cta, step0 + i]``, as the forward's ``_scan``. Returns the item's steps."""
+    q_len = Q.shape[2]
+    k_len = K.shape[2]
+    n_kv = ct.cdiv(k_len, TILE_N)
+    q = ct.reshape(ct.load(Q, index=(b, h, q_tile, 0), shape=(1, 1, TILE_M, TILE_D),
+                           padding_mode=ZERO), (TILE_M, TILE_D))               # [TILE_M, D]
+    do = ct.reshape(ct.load(dO, index=(b, h, q_tile, 0), shape=(1, 1, TILE_M, TILE_D),
+                            padding_mode=ZERO), (TILE_M, TILE_D))              # [TILE_M, D]
+    lse = ct.reshape(ct.load(LSE, index=(b, h, q_tile), shape=(1, 1, TILE_M), padding_mode=ZERO),
+                     (TILE_M, 1))                                             # [TILE_M, 1]
+    delta = ct.reshape(ct.load(Delta, index=(b, h, q_tile), shape=(1, 1, TILE_M),
+                               padding_mode=ZERO), (TILE_M, 1))               # [TILE_M, 1]
+    offs_m = q_tile * TILE_M + ct.arange(TILE_M, dtype=ct.int32)              # [TILE_M]
+    dq = ct.full((TILE_M, TILE_D), 0.0, dtype=ct.float32)
+    if CAUSAL:
+        m_end = ct.minimum((q_tile + 1) * TILE_M, q_len)
+        Tc = ct.minimum(ct.cdiv(m_end, TILE_N), n_kv)
+        mask_start = ct.minimum((q_tile * TILE_M) // TILE_N, Tc)
+    else:
+        Tc = n_kv
+        mask_start = n_kv
+    if not EVEN_K:
+        mask_start = ct.minimum(mask_start, n_kv - 1)
+    if CAUSAL or not EVEN_K:
+        n_masked = Tc - mask_start
+        for i in range(0, r * n_masked):
+            if TRACE:
+                _record(Trace, cta, step0 + i, b, h, q_tile, Tc - 1 - i)
+            dq = _dq_step(K, V, q, do, lse, delta, dq, b, kvh, Tc - 1 - i, qk_scale, offs_m,
+                          k_len, TILE_D, TILE_M, TILE_N, True, CAUSAL)
+        for i in range(0, mask_start):
+            if TRACE:
+                _record(Trace, cta, step0 + r * n_masked + i, b, h, q_tile,
+                        i + r * (mask_start - 1 - 2 * i))
+            dq = _dq_step(K, V, q, do, lse, delta, dq, b, kvh, i + r * (mask_start - 1 - 2 * i),
+                          qk_scale, offs_m, k_len, TILE_D, TILE_M, TILE_N, False, CAUSAL)
+        for i in range(0, (1 - r) * n_masked):
+            if TRACE:
+                _record(Trace, cta, step0 + mask_start + i, b, h, q_tile, mask_start + i)
+            dq = _dq_step(K, V, q, do, lse, delta, dq, b, kvh, mask_start + i, qk_scale, offs_m,
+                          k_len, TILE_D, TILE_M, TILE_N, True, CAUSAL)
+    else:
+        for i in range(0, Tc):
+            if TRACE:
+                _record(Trace, cta, step0 + i, b, h, q_tile, i + r * (Tc - 1 - 2 * i))
+            dq = _dq_step(K, V, q, do, lse, delta, dq, b, kvh, i + r * (Tc - 1 - 2 * i),
+                          qk_scale, offs_m, k_len, TILE_D, TILE_M, TILE_N, False, CAUSAL)
+    dq = dq * sm_scale
+    ct.store(dQ, index=(b, h, q_tile, 0),
+             tile=ct.reshape(dq, (1, 1, TILE_M, TILE_D)).astype(dQ.dtype))
+    return Tc
+
+
+def bwd_dq_impl(Q, K, V, dO, LSE, Delta, dQ, Trace, qk_scale, sm_scale, H, GROUP_SIZE,
+                TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, CAUSAL: ConstBool,
+                EVEN_K: ConstBool, ORDER: ConstInt, GROUP: ConstInt, SCHED: ConstInt,
+                WORK: ConstInt, TRACE: ConstBool):
+    """The body of ``bwd_dq`` (and, with ``TRACE``, of ``bwd_dq_trace``)."""
+    cta = ct.bid(0)
+    n_q = ct.cdiv(Q.shape[2], TILE_M)
+    n_bh = Q.shape[0] * H
+    if SCHED == SCHED_GRID:
+        bh = cta // n_q
+        head = bh % H
+        dq_tile_impl(Q, K, V, dO, LSE, Delta, dQ, Trace, qk_scale, sm_scale, bh // H, head,
+                     head // GROUP_SIZE, cta % n_q, reversed_for(ORDER, GROUP, 0, cta), cta, 0,
+                     TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, TRACE)
+    else:
+        total = n_q * n_bh
+        n_ctas = ct.num_blocks(0)
+        it = 0
+        step = 0
+        while it * n_ctas < total:    # a while, not a for (kernels.device.fmha docstring)
+            w = it * n_ctas + cta
+            bh, q_tile = item(w, n_q, n_bh, SCHED_PERSISTENT, WORK)
+            if w < total:
+                head = bh % H
+                tc = dq_tile_impl(Q, K, V, dO, LSE, Delta, dQ, Trace, qk_scale, sm_scale,
+                                  bh // H, head, head // GROUP_SIZE, q_tile,
+                                  reversed_for(ORDER, GROUP, it, cta), cta, step, TILE_D,
+                                  TILE_M, TILE_N, CAUSAL, EVEN_K, TRACE)
+                step = step + tc
+            it = it + 1
+
+
+@ct.kernel
+def bwd_dq(Q, K, V, dO, LSE, Delta, dQ, qk_scale: float, sm_scale: float, H: int,
+           GROUP_SIZE: int, TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
+           CAUSAL: ConstBool, EVEN_K: ConstBool, ORDER: ConstInt, GROUP: ConstInt,
+           SCHED: ConstInt, WORK: ConstInt):
+    """Q, dO, dQ [B, H, S_q, D]; K, V [B, H_kv, S_kv, D]; LSE, Delta fp32 [B, H, S_q]. Work
+    items (b, h, Q tile), mapped as the forward's GRID / PERSISTENT schedules."""
+    bwd_dq_impl(Q, K, V, dO, LSE, Delta, dQ, dQ, qk_scale, sm_scale, H, GROUP_SIZE, TILE_D,
+                TILE_M, TILE_N, CAUSAL, EVEN_K, ORDER, GROUP, SCHED, WORK, False)
+
+
+@ct.kernel
+def bwd_dq_trace(Q, K, V, dO, LSE, Delta, dQ, Trace, qk_scale: float, sm_scale: float, H: int,
+                 GROUP_SIZE: int, TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
+                 CAUSAL: ConstBool, EVEN_K: ConstBool, ORDER: ConstInt, GROUP: ConstInt,
+                 SCHED: ConstInt, WORK: ConstInt):
+    """The trace build of ``bwd_dq`` (same arguments and constants, plus ``Trace``, int32
+    [n_ctas, steps, 4]): it also stores per CTA and step the (b, h, Q tile, K/V tile) read,
+    the layout of ``spec.backward_trace.backward_visits(...).table()``."""
+    bwd_dq_impl(Q, K, V, dO, LSE, Delta, dQ, Trace, qk_scale, sm_scale, H, GROUP_SIZE, TILE_D,
+                TILE_M, TILE_N, CAUSAL, EVEN_K, ORDER, GROUP, SCHED, WORK, True)
+
+
+# ------------------------------------------------------------------------------------------------
+# hints per kernel object, created once
+# ------------------------------------------------------------------------------------------------
+KERNELS = {"preprocess": bwd_preprocess, "dkdv": bwd_dkdv, "dq": bwd_dq,
+           "dkdv_trace": bwd_dkdv_trace, "dq_trace": bwd_dq_trace}
+
+
+@lru_cache(maxsize=None)
+def get_kernel(name: str, occupancy: int | None = None, worker_warps: int | None = None):
+    """The backward kernel ``name`` ("preprocess", "dkdv", "dq"; "dkdv_trace", "dq_trace" their
+    trace builds) with these hints."""
+    hints = {}
+    if occupancy is not None:
+        hints["occupancy"] = occupancy
+    if worker_warps is not None:
+        hints["num_worker_warps"] = worker_warps
+    kern = KERNELS[name]
+    return kern.replace_hints(**hints) if hints else kern

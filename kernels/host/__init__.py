@@ -1,0 +1,1 @@
+"""cuTile host path: CutileFamily, the backward launches, attention() and its operators, warm-up."""

@@ -1,0 +1,387 @@
+"""The cuTile family (``spec.family.KernelFamily``) and the user-facing ``attention()``.
+
+    >>> from kernels import backend
+    >>> out = backend.attention(q, k, v, causal=True, order="sawtooth", schedule="static132")
+
+``CutileFamily.prepare(variant, problem)`` resolves tiles / occupancy (the arch's measured defaults,
+``kernels/rules/configs/<arch>.json``), the constant codes and the launch grid, and reads the build's
+resources (registers, local memory, shared memory, CTAs per SM) off its JIT-like export loaded by
+the driver; ``run`` launches on ``torch.cuda.current_stream()``; ``trace`` runs the trace build and
+returns ``spec.family.TRACE_KEYS``. Nothing here autotunes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from kernels.rules.choice import problem_config
+from kernels.rules.config import KernelConfig, persistent_ctas, registry_config
+from spec import arch as arch_registry
+from spec import family
+from spec.family import BadInput, UnsupportedVariant, problem_from_tensors
+from spec.ops import resolve_scale
+from spec.orders import OrderKind, ScanOrder
+from spec.problem import Problem, TileGrid, Tiles
+from spec.schedules import CtaSchedule, ScheduleKind, section_heads
+from spec.variant import Backend, Variant
+
+MAX_TILE = 256
+
+
+@dataclass(frozen=True)
+class Prepared(family.Prepared):
+    """A variant ready to launch: ``spec.family.Prepared`` and the launch details."""
+
+    arch: str
+    num_sms: int
+    occupancy: int | None
+    worker_warps: int | None
+    level: int
+    consts: tuple             # constant kernel arguments without the trailing TRACE flag
+    qk_scale: float
+    tactic: int = 0           # the kernels.device.fmha TACTIC bits in ``consts``
+
+    @property
+    def resident_ctas(self) -> int:
+        return self.ctas_per_sm * self.num_sms
+
+
+def _present_arch():
+    a = arch_registry.detect()
+    if a is None:
+        raise UnsupportedVariant("no CUDA GPU is present (torch.cuda.is_available() is False); "
+                                 "the cuTile kernels need an NVIDIA GPU of compute capability "
+                                 "8.0 or newer and driver r580+")
+    return a
+
+
+def _check_arch(requested: str | None):
+    """The present GPU's Arch; an error naming both when ``requested`` is another arch."""
+    present = _present_arch()
+    if requested is None:
+        return present
+    want = arch_registry.get(requested)     # UnknownArch lists the known names
+    same = want.name == present.name        # detect() maps the device onto the registry
+    if not same:
+        raise UnsupportedVariant(
+            f"arch {requested!r} ({want.marketing_name}, {want.sm}) was requested, but the GPU "
+            f"present is {present.marketing_name} ({present.name}, sm_"
+            f"{present.compute_capability[0]}{present.compute_capability[1]}); pass "
+            f"arch={present.name!r} or arch=None")
+    return present
+
+
+def compile_hints(variant: Variant, problem: Problem, arch: str, level: int = 6,
+                  defaults: KernelConfig | None = None) -> tuple[int | None, int | None]:
+    """(occupancy, num_worker_warps) hints a variant is compiled with on ``arch`` (no GPU needed):
+    the variant's own occupancy, else that of the configuration measured with its tiles
+    (``defaults``, else the arch's measured default for the problem's shape class), else the
+    registry's (``registry_config``: a hint tuned for other tiles is not carried over, e.g. the
+    occupancy 2 of 64x128 tiles onto a 128x128 study build, where it costs a stack); neither below
+    ladder level 5."""
+    if level < 5:
+        return None, None
+    base = defaults or problem_config(arch, problem)
+    if variant.tiles != base.tiles:
+        base = registry_config(arch, variant.tiles)
+    occupancy = variant.occupancy if variant.occupancy is not None else base.occupancy
+    return occupancy, base.worker_warps
+
+
+def compiled_ctas_per_sm(variant: Variant, problem: Problem, arch) -> tuple[int, str]:
+    """CTAs per SM of the build ``prepare`` would launch on ``arch`` (an ``Arch``), without its
+    GPU: the cubin exported for ``arch.sm`` with the same compile hints, its registers and shared
+    memory (``cuobjdump``) and required CTA size (``required_threads``) under the arch's
+    published limits (``spec.family.published_limits``). Returns (CTAs per SM, a note naming
+    those resources). On the H100 this gives the 2 per SM ncu shows for the sawtooth study's
+    ``occ2`` builds (256 threads, 128 registers, 98 KB).
+
+    ``cuobjdump``'s SHARED already holds the 1 KB the system reserves per CTA: for all four of
+    those builds it is the driver's static shared size plus exactly 1024 B (91312 / 90288, 99520 /
+    98496, 74920 / 73896 B; ``profiles/h100/occupancy-20261125/probe.txt.xz``), so the static size
+    passed on is SHARED minus the reserve, which ``ctas_per_sm`` adds back. The cubin's facts are
+    kept on disk between runs (``kernels.build.resources.launch_facts``)."""
+    from kernels.build.resources import launch_facts
+    from kernels.build.signatures import CompileCase
+    level = variant.level if variant.level is not None else 6
+    occupancy, worker_warps = compile_hints(variant, problem, arch.name, level)
+    threads, regs, shared = launch_facts(CompileCase.of(variant, problem, level=level), arch.sm,
+                                         occupancy, worker_warps)
+    if threads is None:
+        raise RuntimeError(f"{variant.id(problem)}: the {arch.sm} cubin states no CTA size")
+    limits = family.published_limits(arch)
+    static = shared - limits.reserved_smem_per_block
+    per_sm = limits.ctas_per_sm(threads, regs, static)
+    return per_sm, (f"resident CTAs from the {arch.sm} cubin: {threads} threads, {regs} "
+                    f"registers, {static} B static shared -> {per_sm} per SM")
+
+
+class CutileFamily:
+    """cuTile FlashAttention forward family. ``arch=None`` uses the GPU present; a named arch must
+    be the GPU present. The tuning-ladder level is the variant's (``Variant.level``, None: 6).
+    ``defaults`` replaces the arch's measured configuration as the source of the compile hints
+    (``experiments.tuning.tune`` prepares every candidate configuration this way)."""
+
+    name = "cutile"
+
+    def __init__(self, arch: str | None = None, defaults: KernelConfig | None = None):
+        self.requested_arch = arch
+        self.defaults = defaults
+
+    # --------------------------------------------------------------------------------------
+    def prepare(self, variant: Variant, problem: Problem, tactic: int | None = None) -> Prepared:
+        """``tactic``: the kernel's TACTIC bits (``kernels.device.tactics``); None takes the
+        variant's (``Variant.tactic``), else the ``defaults`` configuration's (0 without one),
+        and a scan order other than linear always gets 0 (the studies' builds)."""
+        if variant.backend != Backend.CUTILE:
+            raise UnsupportedVariant(f"variant backend {variant.backend.value!r}; this is the "
+                                     "cutile backend")
+        arch = _check_arch(self.requested_arch)
+        tiles = variant.tiles
+        for name, v in (("TILE_M", tiles.m), ("TILE_N", tiles.n)):
+            if v & (v - 1) or v > MAX_TILE:
+                raise UnsupportedVariant(f"{name}={v}: cuTile tiles must be powers of two up to "
+                                         f"{MAX_TILE} (e.g. 64 or 128)")
+        level = variant.level if variant.level is not None else 6
+        if level not in range(1, 7):
+            raise UnsupportedVariant(f"tuning-ladder level {level!r}; accepted: 1..6")
+        occupancy, worker_warps = compile_hints(variant, problem, arch.name, level, self.defaults)
+        sched = variant.schedule
+        g = TileGrid(problem, tiles)
+        import torch
+
+        from kernels.build.resources import load_build
+        from kernels.build.signatures import CompileCase
+        from kernels.device import fmha
+        if tactic is None:
+            tactic = variant.tactic or (self.defaults.tactic if self.defaults is not None else 0)
+        if variant.order.kind != OrderKind.LINEAR:
+            tactic = 0
+        case = CompileCase.of(variant, problem, level=level, tactic=tactic)
+        consts = case.constants()[:-1]           # the trace flag is passed at launch
+        b = load_build(case, arch.sm, occupancy, worker_warps, torch.cuda.current_device())
+        return Prepared(variant, problem, sched.grid_size(g), b.threads, b.registers,
+                        b.local_bytes, b.smem_bytes, b.ctas_per_sm, b.symbol, arch.name,
+                        arch.num_sms, occupancy, worker_warps, level, consts,
+                        fmha.qk_scale_for(problem.D, level), tactic)
+
+    def _launch(self, p: Prepared, q, k, v, out, trace_buf, trace: bool) -> None:
+        import cuda.tile as ct
+        import torch
+
+        from kernels.build.toolchain import explain_compile_error
+        from kernels.device import fmha
+        got = problem_from_tensors(q, k, v, p.problem.causal, out)
+        if replace(got, causal=p.problem.causal) != p.problem:
+            raise BadInput(f"tensors describe {got.label}, but the kernel was prepared for "
+                           f"{p.problem.label}")
+        kern = fmha.get_kernel(p.occupancy, p.worker_warps)
+        args = (q, k, v, out, trace_buf, p.qk_scale) + p.consts + (bool(trace),)
+        try:
+            ct.launch(torch.cuda.current_stream(), (p.n_ctas, 1, 1), kern, args)
+        except Exception as e:  # noqa: BLE001 - only toolchain failures are rewrapped
+            err = explain_compile_error(e)
+            if err is e:
+                raise
+            raise err from e
+
+    def run(self, prepared: Prepared, q, k, v, out) -> None:
+        self._launch(prepared, q, k, v, out, _dummy_trace(q.device), trace=False)
+
+    def trace(self, prepared: Prepared, q, k, v, out, every: int = 1) -> dict:
+        """Run the trace build; returns ``spec.family.TRACE_KEYS``: ``visits`` int32
+        [n_ctas, max_steps + 1, 4] padded with -1 (one spare step column: a kernel that visits
+        more than the spec leaves a mark there), ``build``, the trace build's symbol, and the timing
+        and placement keys None (cuTile has no timer or SM-id intrinsic). It records every step:
+        ``every`` other than 1 is refused (a stride only thins timing stamps, which it has none
+        of)."""
+        if every != 1:
+            raise BadInput(f"every={every}: the cuTile trace build records every step's visit "
+                           "and no timing; sparse stamps are the CUDA trace build's")
+        import torch
+
+        from spec.trace import visit_order
+        g = TileGrid(prepared.problem, prepared.variant.tiles)
+        steps = visit_order(g, prepared.variant.schedule, prepared.variant.order).table().shape[1]
+        buf = torch.full((prepared.n_ctas, steps + 1, 4), -1, dtype=torch.int32, device=q.device)
+        self._launch(prepared, q, k, v, out, buf, trace=True)
+        torch.cuda.synchronize()
+        from kernels.build.signatures import CompileCase
+        build = CompileCase.of(prepared.variant, prepared.problem, trace=True,
+                               level=prepared.level, tactic=prepared.tactic).signature().symbol
+        return {"visits": buf.cpu().numpy(), "time_ns": None, "smid": None, "start_ns": None,
+                "end_ns": None, "build": build, "every": 1}
+
+
+_DUMMIES: dict = {}
+
+
+def _dummy_trace(device):
+    import torch
+    key = str(device)
+    if key not in _DUMMIES:
+        _DUMMIES[key] = torch.zeros((1, 1, 4), dtype=torch.int32, device=device)
+    return _DUMMIES[key]
+
+
+# ------------------------------------------------------------------------------------------
+# the plain function: one lookup and one launch per repeated call
+# ------------------------------------------------------------------------------------------
+_FAMILIES: dict = {}
+_LAUNCHES: dict = {}
+
+
+def default_schedule(problem: Problem, cfg: KernelConfig, tiles: Tiles,
+                     arch: arch_registry.Arch) -> CtaSchedule:
+    """The schedule a configuration names for ``problem`` on ``arch``: the grid launch, the grid
+    launch longest first within L2 sections of heads (``spec.schedules.section_heads``), or P
+    persistent CTAs (``kernels.rules.config.persistent_ctas``) in q-major order (grid-stride or snake
+    deal) or longest causal rows first (LPT)."""
+    if cfg.schedule == "grid":
+        return CtaSchedule.grid()
+    if cfg.schedule == "glpt":
+        return CtaSchedule.sectioned_longest_first(section_heads(problem, arch.l2_bytes))
+    p = persistent_ctas(cfg, TileGrid(problem, tiles).n_work, arch.num_sms)
+    persistent = {"persistent": CtaSchedule.persistent, "snake": CtaSchedule.snake,
+                  "lpt": CtaSchedule.longest_first}
+    return persistent[cfg.schedule](p)
+
+
+class Launch:
+    """One prepared launch of ``attention()``: what a repeated call with the same launch key
+    does, and nothing else (the tensors were checked when the key was first seen; shapes,
+    strides, dtypes and devices are in the key, so they are the checked ones).
+
+    ``ct.launch`` takes the raw stream handle of torch's current stream on the tensors' device
+    (``torch._C._cuda_getCurrentRawStream``: about 0.3 us, where ``torch.cuda.current_stream()``
+    builds a Python stream object each call).
+
+    ``scale`` is the softmax scale (None: 1/sqrt(D)); with ``save_lse`` the launch is the
+    training build (``fmha.fmha_fwd_lse``, same constants) and a call passes the fp32 LSE
+    buffer it fills."""
+
+    __slots__ = ("prepared", "grid", "kernel", "tail", "device", "empty_like", "raw_stream",
+                 "launch", "save_lse")
+
+    def __init__(self, prepared: Prepared, device_index: int, scale: float | None = None,
+                 save_lse: bool = False):
+        import cuda.tile as ct
+        import torch
+
+        from kernels.device import fmha
+        self.prepared = prepared
+        self.grid = (prepared.n_ctas, 1, 1)
+        self.save_lse = save_lse
+        self.kernel = fmha.get_kernel(prepared.occupancy, prepared.worker_warps, save_lse)
+        qk_scale = fmha.qk_scale_for(prepared.problem.D, prepared.level, scale)
+        if save_lse:
+            self.tail = (qk_scale,) + prepared.consts
+        else:
+            self.tail = (_dummy_trace(torch.device("cuda", device_index)), qk_scale) \
+                + prepared.consts + (False,)
+        self.device = device_index
+        self.empty_like = torch.empty_like
+        self.raw_stream = torch._C._cuda_getCurrentRawStream
+        self.launch = ct.launch
+
+    def __call__(self, q, k, v, out, lse=None) -> None:
+        args = (q, k, v, out) if lse is None else (q, k, v, out, lse)
+        try:
+            self.launch(self.raw_stream(self.device), self.grid, self.kernel, args + self.tail)
+        except Exception as e:  # noqa: BLE001 - only toolchain failures are rewrapped
+            from kernels.build.toolchain import explain_compile_error
+            err = explain_compile_error(e)
+            if err is e:
+                raise
+            raise err from e
+
+
+def _new_launch(q, k, v, out, causal, order, schedule, tiles, occupancy, arch, level,
+                scale=None, save_lse=False) -> Launch:
+    """Check the tensors (``spec.family.problem_from_tensors``), resolve the configuration
+    (the arch's measured defaults for the problem's shape class unless given) and prepare it."""
+    problem = problem_from_tensors(q, k, v, causal, out)
+    scale = resolve_scale(scale, problem.D) if scale is not None else None
+    if save_lse and level < 2:
+        raise UnsupportedVariant(f"level={level}: the training forward (log-sum-exp for the "
+                                 "backward pass) needs tuning-ladder level 2 or above (exp2)")
+    fam = _FAMILIES.get(arch) or _FAMILIES.setdefault(arch, CutileFamily(arch))
+    present = _check_arch(arch)
+    cfg = problem_config(present.name, problem)
+    tiles = cfg.tiles if tiles is None else tiles if isinstance(tiles, Tiles) else Tiles(*tiles)
+    order = order if isinstance(order, ScanOrder) else ScanOrder.parse(order)
+    if schedule is None:
+        schedule = default_schedule(problem, cfg, tiles, present)
+    elif not isinstance(schedule, CtaSchedule):
+        schedule = CtaSchedule.parse(schedule)
+    # the configuration's kernel tactics go with its tiles (the ladder's hints from level 4) on
+    # the linear scan (the studies' other orders are built without them)
+    tactic = (cfg.tactic if level >= 4 and tiles == cfg.tiles and order.kind == OrderKind.LINEAR
+              else 0)
+    variant = Variant(Backend.CUTILE, order, schedule, tiles, occupancy,
+                      None if level == 6 else level, tactic=tactic)
+    import torch
+    with torch.cuda.device(q.device):
+        return Launch(fam.prepare(variant, problem), q.device.index, scale, save_lse)
+
+
+def attention(q, k, v, *, causal: bool = False, order: str | ScanOrder = "linear",
+              schedule: str | CtaSchedule | None = None,
+              tiles: Tiles | tuple[int, int] | None = None, occupancy: int | None = None,
+              arch: str | None = None, level: int = 6, out=None, scale: float | None = None,
+              lse=None):
+    """Attention forward ``softmax(q kᵀ · scale) v`` with the cuTile kernel family.
+
+    q: [B, H, S_q, D]; k, v: [B, H_kv, S_kv, D] (H_kv divides H); fp16 or bf16 on one CUDA GPU;
+    D in (64, 128); any strides with the last dimension contiguous (a [B, S, H, D] tensor
+    transposed to [B, H, S, D] needs no copy). ``causal`` masks top-left aligned (query row r
+    sees keys 0..r, as SDPA's ``is_causal``). ``order``: "linear", "sawtooth[X]", "reverse",
+    "blockparity" or a ScanOrder. ``schedule``: "grid", "tile<X>", "static<P>", "static<P>h",
+    "snake<P>", "lpt<P>", "glpt<G>", a CtaSchedule, or None for the measured default. The
+    defaults are those of the arch and the problem's shape class
+    (``kernels.rules.choice.problem_config``), read from ``kernels/rules/configs/<arch>.json``; ``tiles``
+    (a Tiles or (TILE_M, TILE_N)) and ``occupancy`` override them. ``scale`` is SDPA's
+    ``scale=`` (None: 1/sqrt(D)). ``lse``, an fp32 [B, H, S_q] tensor (last dimension
+    contiguous), selects the training build, which also stores each row's log-sum-exp there
+    (``kernels.device.fmha``; the backward pass reads it). Returns ``out`` (allocated like q when not
+    given). This function does not differentiate: ``kernels.attention`` does.
+
+    The host path: the first call with a given launch key (shapes, strides, dtypes and devices
+    of the tensors, and every argument) checks the tensors, resolves the configuration and
+    compiles or loads the build; a repeated call builds the key, looks it up and launches. This
+    is the eager path; ``kernels.attention`` wraps it in a ``torch.library`` custom op for
+    ``torch.compile``."""
+    launch = launch_for(q, k, v, causal, order, schedule, tiles, occupancy, arch, level, out,
+                        scale, lse is not None)
+    if out is None:
+        out = launch.empty_like(q)
+    launch(q, k, v, out, lse)
+    return out
+
+
+def launch_for(q, k, v, causal=False, order="linear", schedule=None, tiles=None,
+               occupancy=None, arch=None, level=6, out=None, scale=None,
+               save_lse=False) -> Launch:
+    """The cached ``Launch`` of an ``attention()`` call with these arguments (prepared on the
+    first call with its launch key); ``launch(q, k, v, out)`` runs it."""
+    try:
+        key = (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
+               v.shape, v.stride(), v.dtype, v.device, causal, order, schedule, tiles,
+               occupancy, arch, level,
+               None if out is None else (out.shape, out.stride(), out.dtype, out.device),
+               scale, save_lse)
+        launch = _LAUNCHES.get(key)
+    except (AttributeError, TypeError):   # not tensors, or an unhashable argument
+        problem_from_tensors(q, k, v, causal, out)      # names the tensor that is not one
+        resolve_scale(scale, q.shape[-1])               # names a scale that is not a number
+        raise BadInput(f"tiles={tiles!r}, order={order!r}, schedule={schedule!r}: pass a Tiles "
+                       "or a (TILE_M, TILE_N) tuple, and strings or spec objects") from None
+    if launch is None:
+        launch = _new_launch(q, k, v, out, causal, order, schedule, tiles, occupancy, arch, level,
+                             scale, save_lse)
+        _LAUNCHES[key] = launch
+    return launch
+
+
+__all__ = ["CutileFamily", "Launch", "Prepared", "attention", "launch_for", "BadInput",
+           "UnsupportedVariant",
+           "OrderKind", "ScheduleKind"]

@@ -1,0 +1,335 @@
+"""The cuTile backward pass on the host: configuration, buffers and the three launches.
+
+    >>> from kernels import backend, backward
+    >>> lse = backward.stat_buffer(q)                       # fp32 [B, H, S_q]
+    >>> out = backend.attention(q, k, v, causal=True, lse=lse)      # the training forward
+    >>> dq, dk, dv = backward.attention_backward(dout, q, k, v, out, lse, causal=True)
+
+``attention_backward`` runs ``fmha_bwd.bwd_preprocess`` (Δ), ``bwd_dkdv`` and ``bwd_dq`` on torch's
+current stream; nothing is synchronised, so a CUDA graph captures the three launches. The scan
+order and CTA schedule of the two main passes are spec objects (``ScanOrder``, ``CtaSchedule``:
+the grid launch or P persistent CTAs, q-major or head-major), so the locality studies of the
+forward apply to the backward unchanged.
+
+The default configuration (``default_backward``) comes from a fitted work model of each pass, the
+forward's kind of rule (``kernels.rules.backward_choice``): per pass, the candidate tiles and hints of
+least predicted time under the constants of ``kernels/rules/configs/h100-backward.json`` (written by
+``python -m experiments.tuning.rulefit --backward``; fitted on the H100 and read on every GPU),
+the grid launch and linear scans; the two passes choose independently. Where there are no
+constants for the problem's (D, causal) key (a fit whose data held no problem of that D at
+either mask, or a package installed without its data files) both passes take ``BASE``: 64-row Q tiles and 128-row K/V tiles with 8 worker
+warps (384 threads; with 256 threads the fp32 dK and dV accumulators of a 128-row K/V tile at
+D=128 spill), the configuration every backward build was first checked with.
+tests/cpu/kernels/test_cutile_backward_compile.py checks that every build the rule can choose is
+spill-free.
+
+``trace_backward(name, dout, q, k, v, out, lse, ...)`` runs one pass's trace build and returns
+what it visited per CTA and step (``BackwardLaunch.trace``), to compare with
+``spec.backward_trace.backward_visits``.
+"""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+
+from kernels.rules.backward_choice import FIX, RuleFileError, parse_rule
+from kernels.rules.backward_config import (  # noqa: F401 - the backward's names, re-exported
+    BACKWARD_SCHEDULES,
+    BASE,
+    PASSES,
+    BackwardConfig,
+    PassConfig,
+    group_split,
+)
+from kernels.rules.config import CONFIG_DIR
+from spec.family import BadInput, UnsupportedVariant
+from spec.orders import ScanOrder
+from spec.problem import Problem, cdiv
+from spec.schedules import CtaSchedule, ScheduleKind, WorkOrder
+
+
+def default_backward(problem: Problem, order: str | ScanOrder = "linear",
+                     schedule: str | CtaSchedule | None = None) -> BackwardConfig:
+    """The default configuration (module docstring); ``order`` and ``schedule`` (spec labels,
+    e.g. "sawtooth" and "static132") replace both passes' scan order and schedule."""
+    order = order if isinstance(order, ScanOrder) else ScanOrder.parse(order)
+    if schedule is None:
+        schedule = CtaSchedule.grid()
+    elif not isinstance(schedule, CtaSchedule):
+        schedule = CtaSchedule.parse(schedule)
+    rule = _rule()
+    dkdv, dq = (rule.choose(problem) if rule is not None else None) or (BASE, BASE)
+    return BackwardConfig(PassConfig(dkdv.tiles, dkdv.occupancy, dkdv.worker_warps, order,
+                                     schedule),
+                          PassConfig(dq.tiles, dq.occupancy, dq.worker_warps, order, schedule))
+
+
+CONFIG = CONFIG_DIR / "h100-backward.json"
+CONFIG_SCHEMA = 2
+
+
+@lru_cache(maxsize=1)
+def _rule():
+    """The fitted rule of ``CONFIG`` (``kernels.rules.backward_choice.BackwardRule``); None when the
+    file is absent (a non-editable install without package data). A file this code cannot read
+    is a one-line ``RuleFileError`` naming the command that rewrites it."""
+    if not CONFIG.exists():
+        return None
+    try:
+        doc = json.loads(CONFIG.read_text())
+    except (OSError, ValueError) as e:
+        raise RuleFileError(f"{CONFIG}: not readable JSON ({type(e).__name__}); {FIX}") from None
+    if not isinstance(doc, dict) or doc.get("schema") != CONFIG_SCHEMA:
+        got = doc.get("schema") if isinstance(doc, dict) else None
+        raise RuleFileError(f"{CONFIG}: schema {got!r}, this code reads {CONFIG_SCHEMA} (a "
+                            f"fitted rule block, no per-key table); {FIX}")
+    return parse_rule(doc.get("rule"), str(CONFIG))
+
+
+def check_pass(name: str, cfg: PassConfig) -> None:
+    """One line for what the backward kernels do not build."""
+    if cfg.schedule.kind not in BACKWARD_SCHEDULES:
+        raise UnsupportedVariant(
+            f"backward {name} schedule {cfg.schedule.label!r}: the backward kernels take the "
+            "grid launch ('grid') or P persistent CTAs ('static<P>', 'static<P>h')")
+    for axis, t in (("m", cfg.tiles.m), ("n", cfg.tiles.n)):
+        if t & (t - 1) or not 16 <= t <= 256:
+            raise UnsupportedVariant(f"backward {name} tile {axis}={t}: powers of two 16..256")
+
+
+def stat_buffer(q):
+    """An fp32 [B, H, S_q] buffer for the log-sum-exp or Δ, its row stride padded to 16 bytes
+    (so the kernels' loads of it are TMA copies whatever S_q is)."""
+    import torch
+    B, H, S, _ = q.shape
+    sp = (S + 3) // 4 * 4
+    return torch.empty_strided((B, H, S), (H * sp, sp, 1), dtype=torch.float32, device=q.device)
+
+
+def _grid(cfg: PassConfig, n_items: int) -> int:
+    if cfg.schedule.kind == ScheduleKind.GRID:
+        return n_items
+    return max(1, min(cfg.schedule.num_ctas, n_items))
+
+
+def trace_steps(problem: Problem, tiles, name: str, split: int, n_ctas: int) -> int:
+    """Steps of pass ``name``'s trace record per CTA: a bound on any CTA's steps (its items
+    times the longest item's: dK/dV a K/V tile's scan of every Q tile of its query heads, dQ a
+    Q tile's of every K/V tile) and one column to spare."""
+    p = problem
+    if name == "dkdv":
+        n_items = p.B * p.H_kv * split * cdiv(p.S_kv, tiles.n)
+        per_item = p.H // (p.H_kv * split) * cdiv(p.S_q, tiles.m)
+    else:
+        n_items = p.B * p.H * cdiv(p.S_q, tiles.m)
+        per_item = cdiv(p.S_kv, tiles.n)
+    return cdiv(n_items, n_ctas) * per_item + 1
+
+
+class BackwardLaunch:
+    """The three launches of one backward call key (shapes, strides, dtypes, config)."""
+
+    __slots__ = ("pre", "dkdv", "dq", "raw_stream", "launch", "device", "problem", "split",
+                 "partial_shape", "config")
+
+    def __init__(self, problem: Problem, cfg: BackwardConfig, scale: float, level: int,
+                 device_index: int):
+        import cuda.tile as ct
+        import torch
+
+        from kernels.device import fmha, fmha_bwd
+        for name in PASSES:
+            check_pass(name, getattr(cfg, name))
+        self.problem = problem
+        self.config = cfg
+        qk_scale = fmha.qk_scale_for(problem.D, max(level, 2), scale)
+        G = problem.H // problem.H_kv
+        tm = cfg.preprocess_tile_m
+        self.pre = (fmha_bwd.get_kernel("preprocess"),
+                    (cdiv(problem.S_q, tm), problem.B * problem.H, 1),
+                    (problem.H, problem.D, tm))
+        a = cfg.dkdv
+        n_items = problem.B * problem.H_kv * cdiv(problem.S_kv, a.tiles.n)
+        sms = torch.cuda.get_device_properties(device_index).multi_processor_count
+        self.split = cfg.split or group_split(n_items, G, 2 * sms * (a.occupancy or 1), sms)
+        if G % self.split:
+            raise UnsupportedVariant(f"backward split {self.split} does not divide the "
+                                     f"{G} query heads per K/V head")
+        self.partial_shape = (problem.B, problem.H_kv * self.split, problem.S_kv, problem.D)
+        self.dkdv = (fmha_bwd.get_kernel("dkdv", a.occupancy, a.worker_warps),
+                     (_grid(a, n_items * self.split), 1, 1),
+                     (qk_scale, scale, problem.H_kv * self.split, self.split, problem.D,
+                      a.tiles.m, a.tiles.n,
+                      problem.causal, int(a.order.kind), a.order.group, int(a.schedule.kind),
+                      int(a.schedule.work_order)))
+        d = cfg.dq
+        n_items = problem.B * problem.H * cdiv(problem.S_q, d.tiles.m)
+        self.dq = (fmha_bwd.get_kernel("dq", d.occupancy, d.worker_warps),
+                   (_grid(d, n_items), 1, 1),
+                   (qk_scale, scale, problem.H, G, problem.D, d.tiles.m, d.tiles.n,
+                    problem.causal, problem.S_kv % d.tiles.n == 0, int(d.order.kind),
+                    d.order.group, int(d.schedule.kind), int(d.schedule.work_order)))
+        self.raw_stream = torch._C._cuda_getCurrentRawStream
+        self.launch = ct.launch
+        self.device = device_index
+
+    def __call__(self, dout, q, k, v, out, lse, delta, dq, dk, dv) -> None:
+        s = self.raw_stream(self.device)
+        kern, grid, tail = self.pre
+        self.launch(s, grid, kern, (out, dout, delta) + tail)
+        kern, grid, tail = self.dkdv
+        if self.split == 1:
+            self.launch(s, grid, kern, (q, k, v, dout, lse, delta, dk, dv) + tail)
+        else:
+            pk, pv = self.partials(q)
+            self.launch(s, grid, kern, (q, k, v, dout, lse, delta, pk, pv) + tail)
+            self.reduce(pk, dk)
+            self.reduce(pv, dv)
+        kern, grid, tail = self.dq
+        self.launch(s, grid, kern, (q, k, v, dout, lse, delta, dq) + tail)
+
+    def partials(self, q):
+        """The fp32 partial dK, dV buffers of a split launch."""
+        import torch
+        return (torch.empty(self.partial_shape, dtype=torch.float32, device=q.device),
+                torch.empty(self.partial_shape, dtype=torch.float32, device=q.device))
+
+    def reduce(self, partial, grad) -> None:
+        """grad = the partials summed over the split, in a fixed order (deterministic)."""
+        B, _, S, D = self.partial_shape
+        grad.copy_(partial.view(B, -1, self.split, S, D).sum(2))
+
+    def passes(self, dout, q, k, v, out, lse, delta, dq, dk, dv) -> dict:
+        """Each kernel's launch alone (name -> callable), for timing a pass by itself."""
+        def one(name, args):
+            kern, grid, tail = getattr(self, name)
+            return lambda: self.launch(self.raw_stream(self.device), grid, kern, args + tail)
+        return {"preprocess": one("pre", (out, dout, delta)),
+                "dkdv": one("dkdv", (q, k, v, dout, lse, delta)
+                            + ((dk, dv) if self.split == 1 else self.partials(q))),
+                "dq": one("dq", (q, k, v, dout, lse, delta, dq))}
+
+    def trace(self, name: str, dout, q, k, v, out, lse):
+        """Δ, then the trace build of pass ``name`` ("dkdv" or "dq": ``fmha_bwd.bwd_dkdv_trace``,
+        ``bwd_dq_trace``, the pass's kernel with the same constants that also records what it
+        reads); returns its record, int32 [n_ctas, steps, 4] of (b, query head, Q tile, K/V
+        tile) per CTA and step, -1 where nothing was recorded. ``steps`` bounds every CTA's
+        steps with one column to spare (a kernel that visits more than ``spec.backward_trace``
+        prescribes leaves a mark there). Synchronises."""
+        import torch
+
+        from kernels.device import fmha_bwd
+        if name not in PASSES:
+            raise BadInput(f"backward pass {name!r}: one of {', '.join(PASSES)}")
+        kern, grid, tail = getattr(self, name)
+        pc = getattr(self.config, name)
+        steps = trace_steps(self.problem, pc.tiles, name, self.split, grid[0])
+        buf = torch.full((grid[0], steps, 4), -1, dtype=torch.int32, device=q.device)
+        delta = stat_buffer(q)
+        s = self.raw_stream(self.device)
+        pre, pre_grid, pre_tail = self.pre
+        self.launch(s, pre_grid, pre, (out, dout, delta) + pre_tail)
+        if name == "dkdv":
+            grads = ((torch.empty_like(k), torch.empty_like(v)) if self.split == 1
+                     else self.partials(q))
+            args = (q, k, v, dout, lse, delta) + grads
+        else:
+            args = (q, k, v, dout, lse, delta, torch.empty_like(q))
+        trace_kern = fmha_bwd.get_kernel(name + "_trace", pc.occupancy, pc.worker_warps)
+        self.launch(s, grid, trace_kern, args + (buf,) + tail)
+        torch.cuda.synchronize(q.device)
+        return buf.cpu().numpy()
+
+
+_LAUNCHES: dict = {}
+
+
+def launch_for(problem: Problem, config: BackwardConfig, scale: float | None = None,
+               level: int = 6, device_index: int = 0) -> BackwardLaunch:
+    """A new ``BackwardLaunch`` (uncached) of ``config`` on ``problem``."""
+    from spec.ops import resolve_scale
+    return BackwardLaunch(problem, config, resolve_scale(scale, problem.D), level, device_index)
+
+
+def _ready(t):
+    """``t`` if the kernels can read it (last dimension contiguous, no broadcast dimension),
+    else a contiguous copy (autograd may hand an expanded gradient, stride 0)."""
+    if t.stride(-1) == 1 and all(s != 0 or n == 1 for s, n in zip(t.stride(), t.shape)):
+        return t
+    return t.contiguous()
+
+
+def attention_backward(dout, q, k, v, out, lse, *, causal: bool, scale: float | None = None,
+                       config: BackwardConfig | None = None, order: str | ScanOrder = "linear",
+                       schedule: str | CtaSchedule | None = None, level: int = 6,
+                       grads=None):
+    """(dq, dk, dv) of ``out = attention(q, k, v, causal, scale)`` for the upstream gradient
+    ``dout``; ``lse`` is what the training forward stored (``stat_buffer``). dk, dv have k's
+    shape (GQA/MQA: the group's query heads summed). ``config`` (else ``default_backward`` with
+    ``order`` / ``schedule``) picks the kernels' tiles, hints, scan orders and schedules.
+    ``grads``: (dq, dk, dv) buffers to write (the tests poison them), else new ones.
+
+    A repeated call with the same key (shapes, strides, dtypes, device and arguments) looks the
+    prepared launches up and launches; the first one checks the tensors and resolves the
+    configuration."""
+    import torch
+    dout = _ready(dout)
+    try:
+        key = (q.shape, q.stride(), k.shape, k.stride(), v.stride(), dout.stride(), out.stride(),
+               lse.shape, lse.stride(), lse.dtype, q.dtype, k.dtype, v.dtype, dout.dtype,
+               out.dtype, q.device, causal, scale, config, order, schedule, level)
+        launch = _LAUNCHES.get(key)
+    except TypeError:
+        key, launch = None, None
+    if launch is None:
+        launch = _new_backward(dout, q, k, v, out, lse, causal, scale, config, order, schedule,
+                               level)
+        if key is not None:
+            _LAUNCHES[key] = launch
+    delta = stat_buffer(q)
+    dq, dk, dv = grads if grads is not None else (torch.empty_like(q), torch.empty_like(k),
+                                                    torch.empty_like(v))
+    launch(dout, q, k, v, out, lse, delta, dq, dk, dv)
+    return dq, dk, dv
+
+
+def trace_backward(name: str, dout, q, k, v, out, lse, *, causal: bool,
+                   scale: float | None = None, config: BackwardConfig | None = None,
+                   order: str | ScanOrder = "linear", schedule: str | CtaSchedule | None = None,
+                   level: int = 6) -> dict:
+    """Run the trace build of backward pass ``name`` ("dkdv" or "dq") on the arguments of
+    ``attention_backward``: ``visits``, int32 [n_ctas, steps, 4] (``BackwardLaunch.trace``),
+    to compare with ``spec.backward_trace.backward_visits(PassGrid(problem, tiles, name,
+    split), schedule, order).table()``; ``tiles`` and ``split``, the pass's tiles and the dK/dV
+    group split it ran with."""
+    dout = _ready(dout)
+    launch = _new_backward(dout, q, k, v, out, lse, causal, scale, config, order, schedule,
+                           level)
+    return {"visits": launch.trace(name, dout, q, k, v, out, lse),
+            "tiles": getattr(launch.config, name).tiles, "split": launch.split}
+
+
+def _new_backward(dout, q, k, v, out, lse, causal, scale, config, order, schedule, level):
+    import torch
+
+    from spec.family import problem_from_tensors
+    from spec.ops import resolve_scale
+    problem = problem_from_tensors(q, k, v, causal, dout)
+    problem_from_tensors(q, k, v, causal, out)
+    if tuple(lse.shape) != (problem.B, problem.H, problem.S_q) or lse.dtype != torch.float32 \
+            or lse.stride(-1) != 1:
+        raise BadInput(f"lse {tuple(lse.shape)} {lse.dtype}: the training forward's fp32 "
+                       f"[B, H, S_q] = {(problem.B, problem.H, problem.S_q)} log-sum-exp "
+                       "(kernels.host.backward.stat_buffer)")
+    if level < 2:
+        raise UnsupportedVariant(f"level={level}: the backward reads a log-sum-exp in exp2 units, "
+                                 "which the forward stores from level 2 on")
+    sc = resolve_scale(scale, problem.D)
+    if config is None:
+        config = default_backward(problem, order, schedule)
+    with torch.cuda.device(q.device):
+        return BackwardLaunch(problem, config, sc, level, q.device.index)
+
+
+__all__ = ["BackwardConfig", "PassConfig", "attention_backward", "default_backward",
+           "stat_buffer", "trace_backward", "WorkOrder"]

@@ -1,0 +1,1 @@
+"""cuTile configuration rules: per-arch defaults (configs/*.json) and the forward/backward choice."""
