@@ -167,18 +167,23 @@ def family_callers(q, k, v, causal: bool, out) -> dict[str, tuple[str, Callable[
     import kernels
     from cuda_baseline.host.launch import launch_for as cuda_launch_for
     from kernels.host.backend import launch_for as cutile_launch_for
+    from spec.front import knob_text
     ops = torch.ops.sawtooth
+    knobs = {api.family.name: knob_text(api.family.knobs)        # the families' defaults
+             for api in (kernels.attention, cuda_baseline.attention)}
     return {
         "cutile.attention": ("cutile", functools.partial(kernels.attention, q, k, v,
                                                          causal=causal)),
         "cutile.op": ("cutile", functools.partial(ops.cutile_attention, q, k, v, causal,
-                                                  "linear", None, None, None, None, None, 6)),
+                                                  "linear", None, None, None, None, False,
+                                                  "linear", None, None, None, knobs["cutile"])),
         "cutile.launch": ("cutile", functools.partial(cutile_launch_for(q, k, v, causal),
                                                       q, k, v, out)),
         "cuda.attention": ("cuda", functools.partial(cuda_baseline.attention, q, k, v,
                                                      causal=causal)),
         "cuda.op": ("cuda", functools.partial(ops.cuda_attention, q, k, v, causal, "linear",
-                                              None, None, None, None)),
+                                              None, None, None, None, False, "linear", None,
+                                              None, None, knobs["cuda"])),
         "cuda.launch": ("cuda", functools.partial(cuda_launch_for(q, k, v, causal),
                                                   q, k, v, out)),
     }

@@ -235,3 +235,80 @@ def test_bad_input_eager_and_compiled(family):
         err = traced.value
         assert isinstance(err, BadInput) or line in str(err), \
             f"{what} under torch.compile: {type(err).__name__}: {str(err)[:600]}"
+
+
+# ------------------------------------------------------------------------------------------------
+# the one front: the same arguments, the same meaning, in both families
+# ------------------------------------------------------------------------------------------------
+def test_public_signatures_are_equal_but_for_the_documented_knobs():
+    import inspect
+
+    import cuda_baseline
+    import kernels
+    from spec.front import SHARED
+    sigs = {n: inspect.signature(f.attention) for n, f in (("cutile", kernels),
+                                                            ("cuda", cuda_baseline))}
+    knobs = {"cutile": ["occupancy", "arch", "level"], "cuda": ["stages", "backward_options"]}
+    for name, sig in sigs.items():
+        params = list(sig.parameters)
+        assert params[:3] == ["q", "k", "v"]
+        assert params[3:3 + len(SHARED)] == list(SHARED), name
+        assert params[3 + len(SHARED):] == knobs[name], name
+    shared = [[p for n, p in s.parameters.items() if n in SHARED] for s in sigs.values()]
+    assert shared[0] == shared[1]
+    for f in (kernels.attention, cuda_baseline.attention):
+        assert "backward_order" in f.__doc__ and all(k in f.__doc__ for k in
+                                                      knobs[f.family.name])
+    with pytest.raises(TypeError, match="stages"):
+        kernels.attention(*[None] * 3, stages=2)
+
+
+def _direct_grads(family, q, k, v, dout, causal, forward_order, order, schedule):
+    """(dq, dk, dv) from the family's kernels called directly, below the front."""
+    if family == "cutile":
+        from kernels.host import backend, backward
+        lse = backward.stat_buffer(q)
+        out = backend.attention(q, k, v, causal=causal, order=forward_order, lse=lse)
+        return backward.attention_backward(dout, q, k, v, out, lse, causal=causal, order=order,
+                                           schedule=schedule)
+    from cuda_baseline.host import training
+    out, lse = training.forward(q, k, v, causal, forward_order, None, None, None)
+    return training.backward(dout, q, k, v, out, lse, causal, order, schedule, None, None, None)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_order_drives_the_backward_the_same_way(family):
+    """``order=`` is the backward's scan order too, in both families, unless ``backward_order``
+    names another: the gradients through ``attention()`` are the direct backward's of that
+    order (dK, dV bit for bit; dQ too in cuTile, whose dQ pass does not accumulate atomically),
+    and the reverse scan's differ from the linear scan's (a backward that ignored the order
+    would equal the linear one)."""
+    import torch
+
+    import cuda_baseline
+    import kernels
+    attention = kernels.attention if family == "cutile" else cuda_baseline.attention
+    pr = Problem(B=1, H=4, H_kv=2, S_q=640, S_kv=640, D=64, dtype="bf16", causal=True)
+    g = torch.Generator(device="cuda").manual_seed(7)
+    q, k, v, dout = (torch.randn(pr.B, h, pr.S_q, pr.D, device="cuda", dtype=torch.bfloat16,
+                                 generator=g) for h in (pr.H, pr.H_kv, pr.H_kv, pr.H))
+    got = {}
+    for order, border, bsched in (("reverse", None, None), ("linear", None, None),
+                                  ("reverse", "linear", None),
+                                  ("sawtooth", None, "static8")):
+        leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+        out = attention(*leaves, causal=True, order=order, backward_order=border,
+                        backward_schedule=bsched)
+        out.backward(dout)
+        grads = [t.grad for t in leaves]
+        want = _direct_grads(family, q, k, v, dout, True, order, border or order, bsched)
+        assert torch.equal(grads[1], want[1]) and torch.equal(grads[2], want[2]), (order, border)
+        if family == "cutile":
+            assert torch.equal(grads[0], want[0]), (order, border)
+        else:
+            assert torch.allclose(grads[0].float(), want[0].float(), atol=2e-2, rtol=2e-2)
+        got[(order, border)] = grads
+    lin = _direct_grads(family, q, k, v, dout, True, "reverse", "linear", None)
+    rev = got[("reverse", None)]
+    assert any(not torch.equal(a, b) for a, b in zip(lin[1:], rev[1:])), \
+        "the reverse backward equals the linear one on the same forward: a test that cannot fail"

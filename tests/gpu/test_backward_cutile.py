@@ -208,18 +208,23 @@ def test_unsupported_backward_schedule_is_one_line():
 def test_opcheck():
     import torch
 
-    import kernels.host.op  # noqa: F401 - registers the operators
+    from kernels.host.op import CutileFront  # registers the operators
+    from spec.front import knob_text
     pr = Problem(B=1, H=4, H_kv=2, S_q=200, D=64, dtype="bf16", causal=True)
     q, k, v, dout = _inputs(pr, seed=2)
     leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
-    args = (*leaves, True, "linear", None, None, None, None, None, 6, None, True)
+    knobs = knob_text(CutileFront.knobs)
+    args = (*leaves, True, "linear", None, None, None, None, True, "linear", None, None, None,
+            knobs)
     torch.library.opcheck(torch.ops.sawtooth.cutile_attention.default, args)
-    args = (*leaves, False, "linear", None, None, None, None, None, 6, 0.2, True)
+    args = (*leaves, False, "sawtooth", None, None, None, 0.2, True, "linear", None, None, None,
+            knobs)
     torch.library.opcheck(torch.ops.sawtooth.cutile_attention.default, args)
     out, lse = torch.ops.sawtooth.cutile_attention(q, k, v, True, "linear", None, None, None,
-                                                   None, None, 6, None, True)
+                                                   None, True, "linear", None, None, None, knobs)
     torch.library.opcheck(torch.ops.sawtooth.cutile_attention_backward.default,
-                          (dout, q, k, v, out, lse, True, None, "linear", None))
+                          (dout, q, k, v, out, lse, True, None, "linear", None, None, None,
+                           knobs))
 
 
 def test_refusals_are_one_line():
