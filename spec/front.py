@@ -27,8 +27,8 @@ imports torch; ``spec``'s package import does not import it.
 """
 from __future__ import annotations
 
+import ast
 import inspect
-import json
 from functools import lru_cache
 from typing import Any, Callable, Optional
 
@@ -54,7 +54,8 @@ class Family:
     (out, lse or None): the eager forward (``out`` None: allocate like q), with ``save_lse`` the
     training build that also stores the log-sum-exp. ``backward(dout, q, k, v, out, lse, causal,
     scale, order, schedule, tiles, **knobs)`` returns (dq, dk, dv). ``lse_like(q)`` allocates the
-    log-sum-exp buffer the training forward returns (also on fake tensors). ``check(q, k, v,
+    log-sum-exp buffer the training forward returns and ``grad_like(t)`` a gradient of ``t`` as
+``backward`` lays it out (both also on fake tensors). ``check(q, k, v,
     causal, out)`` is the metadata check the fake implementations run while tracing.
     ``check_training(knobs)`` refuses, in one line, knobs that have no backward."""
 
@@ -70,6 +71,10 @@ class Family:
     def lse_like(self, q) -> Tensor:
         raise NotImplementedError
 
+    def grad_like(self, t) -> Tensor:
+        """The layout ``backward`` returns a gradient of ``t`` in (also on fake tensors)."""
+        return torch.empty_like(t)
+
     def check(self, q, k, v, causal, out=None) -> None:
         check_metadata(q, k, v, causal, out)
 
@@ -84,12 +89,17 @@ def _tiles(tile_m, tile_n):
 
 @lru_cache(maxsize=None)
 def _knobs(text: str) -> dict:
-    return json.loads(text)
+    """The knobs back from ``knob_text``: each ``name=repr(value)`` (None, a number or a string)."""
+    if not text:
+        return {}
+    return {n: ast.literal_eval(v) for n, v in (item.split("=", 1) for item in text.split("|"))}
 
 
+@torch.compiler.assume_constant_result
 def knob_text(knobs: dict) -> str:
-    """The operators' ``knobs`` argument: the family's knobs as JSON (a schema takes no dict)."""
-    return json.dumps(knobs, sort_keys=True)
+    """The operators' ``knobs`` argument (a schema takes no dict): ``name=repr(value)`` joined by
+    ``|``, sorted by name; under ``torch.compile`` a constant of the traced graph."""
+    return "|".join(f"{n}={v!r}" for n, v in sorted(knobs.items()))
 
 
 def _scale_arg(scale) -> Optional[float]:
@@ -160,7 +170,7 @@ def register(fam: Family) -> Callable:
 
     @backward_op.register_fake
     def _(dout, q, k, v, out, lse, causal, scale, order, schedule, tile_m, tile_n, knobs):
-        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        return fam.grad_like(q), fam.grad_like(k), fam.grad_like(v)
 
     def setup_context(ctx, inputs, output):
         (q, k, v, causal, _, _, _, _, scale, save_lse, border, bschedule, btm, btn,

@@ -68,6 +68,9 @@ class CudaFront(Family):
         B, H, S, _ = q.shape
         return q.new_empty((B, H, S), dtype=torch.float32)
 
+    def grad_like(self, t):
+        return t.new_empty(t.shape)           # training.backward returns contiguous gradients
+
     def check(self, q, k, v, causal, out=None):
         check_metadata(q, k, v, causal, out)
         check_strides(q, k, v, out)
