@@ -44,7 +44,7 @@ from analysis.data import DatasetError
 from analysis.data.published import PAPER
 from kernels.toolchain import scratch_dir
 from spec import InvalidProblem, detect
-from spec.arch import MiB, UnknownArch
+from spec.arch import MiB, UnknownArch, no_gpu_reason
 
 from .registry.studies import STUDIES, UnknownStudy
 from .rundirs.journal import Journal
@@ -161,11 +161,12 @@ def run(args, argv: list[str]) -> int:
     workers = modes.sim_workers(args, cases)
     elsewhere = args.executor == "slurm"             # the Slurm jobs have the GPUs, not this host
     has_gpu = args.mode != "simulate" and (elsewhere or _has_cuda_gpu())
+    absent = "" if has_gpu or args.mode == "simulate" else no_gpu_reason()
     if args.dry_run:
         try:
-            mode, _ = resolve_mode(args.mode, study, has_gpu, elsewhere)
+            mode, _ = resolve_mode(args.mode, study, has_gpu, elsewhere, absent)
             why = (f"--mode {args.mode}: this command would {mode.upper()}"
-                   + (" (no CUDA GPU found here)" if mode == "simulate" and not has_gpu
+                   + (f" ({absent})" if mode == "simulate" and not has_gpu
                       and args.mode == "auto" else ""))
         except UsageError as e:
             why = f"--mode {args.mode}: this command would stop: {e}"
@@ -173,7 +174,7 @@ def run(args, argv: list[str]) -> int:
         if args.gpus is not None:
             shard.print_plan(console, args, study, cases)
         return 0
-    mode, why = resolve_mode(args.mode, study, has_gpu, elsewhere)
+    mode, why = resolve_mode(args.mode, study, has_gpu, elsewhere, absent)
     if shard.requested(args) and mode != "measure":
         raise UsageError("--gpus, --executor and --resume shard a measured run; simulate mode "
                          "runs on this CPU: leave them out")
@@ -192,7 +193,7 @@ def run(args, argv: list[str]) -> int:
     if not shard.requested(args) and not args.resume:
         check_limits(args, mode, study, arch, cases, capacity, workers,
                      _gpu_free() if mode == "measure" else None)
-    console.print(f"[bold yellow]{why}[/]")
+    console.print(why, style="bold yellow", markup=False)
     t0 = time.perf_counter()
     measured = mode == "measure"
     with reserved_run_dir(args.out, lambda: default_run_dir(arch.name, study.name, mode),

@@ -36,8 +36,10 @@ def output_root() -> Path:
     return checkout() or Path.cwd()
 
 
-GPU_EXTRA = ("install the GPU extra: python -m pip install 'sawtooth-locality[gpu]' "
-             "(in a checkout: python -m pip install -e '.[gpu]')")
+GPU_EXTRA = ("install the GPU extra from a clone's root: python -m pip install -e '.[gpu]' "
+             "(the project is not on PyPI)")
+"""How to get torch, CuPy, cuda-tile and ncu-report: the ``gpu`` extra of ``pyproject.toml``,
+installed from a clone (no package index serves the project)."""
 
 
 def require_gpu_extra(what: str, modules: tuple[str, ...] = ("torch",)) -> None:

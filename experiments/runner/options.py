@@ -144,8 +144,10 @@ def require_present(arch, what: str):
     return present
 
 
-def resolve_mode(requested: str, study, has_gpu: bool, elsewhere: bool = False) -> tuple[str, str]:
-    """(mode, one-line reason). ``elsewhere``: the GPUs are those of Slurm jobs, not this host's."""
+def resolve_mode(requested: str, study, has_gpu: bool, elsewhere: bool = False,
+                 absent: str = "no CUDA GPU found") -> tuple[str, str]:
+    """(mode, one-line reason). ``elsewhere``: the GPUs are those of Slurm jobs, not this host's;
+    ``absent``: why there is no GPU (``spec.arch.no_gpu_reason``: torch missing or no device)."""
     can_measure = study.measurable
     timed_only = (f"study {study.name!r} is GPU-only: it measures time, and the simulator "
                   "predicts L2 counters, not time")
@@ -162,16 +164,15 @@ def resolve_mode(requested: str, study, has_gpu: bool, elsewhere: bool = False) 
         if not has_gpu:
             fix = ("use --mode simulate" if simulatable(study) else
                    "run it on a GPU machine or with --executor slurm")
-            raise UsageError("--mode measure needs a CUDA GPU and none was found "
-                             f"(torch.cuda.is_available() is False); {fix}")
+            raise UsageError(f"--mode measure needs a CUDA GPU: {absent}; {fix}")
         return "measure", f"measuring {where} (--mode measure)"
     if has_gpu and can_measure:
         return "measure", (f"auto: measuring {where}" if elsewhere
                            else "auto: CUDA GPU found, measuring")
     if not simulatable(study):
-        raise UsageError(f"{timed_only}; it needs a CUDA GPU and none was found: run it on a "
+        raise UsageError(f"{timed_only}; it needs a CUDA GPU ({absent}): run it on a "
                          "GPU machine")
-    why = "no CUDA GPU found" if not has_gpu else f"study {study.name!r} is simulator-only"
+    why = absent if not has_gpu else f"study {study.name!r} is simulator-only"
     return "simulate", f"auto: {why}, SIMULATING: every number below is a prediction of the L2 simulator"
 
 
