@@ -67,6 +67,7 @@ from .runner.options import (  # noqa: F401 - re-exported
     build_parser,
     capacity_bounds,
     checked,
+    refuse_measure_only,
     resolve_mode,
 )
 from .runner.options import plan as _plan  # noqa: F401 - re-exported
@@ -178,6 +179,10 @@ def run(args, argv: list[str]) -> int:
     if shard.requested(args) and mode != "measure":
         raise UsageError("--gpus, --executor and --resume shard a measured run; simulate mode "
                          "runs on this CPU: leave them out")
+    if mode == "simulate":
+        refuse_measure_only(args, "--mode simulate" if args.mode == "simulate" else
+                            absent.split(";")[0] if not has_gpu else
+                            f"study {study.name!r} is simulator-only")
     if mode == "measure" and (args.exact or args.sample):
         flag = "--exact" if args.exact else "--sample"
         raise UsageError(f"{flag} sets how the simulator samples and means nothing when "
