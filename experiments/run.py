@@ -51,6 +51,8 @@ from .rundirs.journal import Journal
 from .rundirs.rundir import (
     BadRunDir,
     RunDirExists,
+    check_creatable,
+    check_free,
     command_line,
     default_run_dir,
     reserved_run_dir,
@@ -198,6 +200,9 @@ def run(args, argv: list[str]) -> int:
     if not shard.requested(args) and not args.resume:
         check_limits(args, mode, study, arch, cases, capacity, workers,
                      _gpu_free() if mode == "measure" else None)
+    if args.out is not None and not args.resume:    # before the first line: an --out taken or
+        check_free(Path(args.out))                  # in the way is one line and nothing else
+        check_creatable(Path(args.out))
     console.print(why, style="bold yellow", markup=False)
     t0 = time.perf_counter()
     measured = mode == "measure"

@@ -159,3 +159,14 @@ def test_measure_only_options_are_refused_on_a_simulated_run(tmp_path, capsys, f
     assert named in err and "this run simulates (--mode simulate)" in err and "leave" in err
     assert len(err.strip().splitlines()) == 1 and not out.exists()
     assert main(["sawtooth", "--arch", "gb10", "--dry-run", *flags]) == 0
+
+
+def test_an_out_in_the_way_is_refused_before_the_mode_line(tmp_path):
+    """``--out`` taken or below a file: one line on stderr, nothing on stdout (not even the line
+    that says the run simulates)."""
+    f = tmp_path / "taken"
+    f.write_text("mine")
+    for out in (f, f / "run"):
+        r = cli("sawtooth", "--arch", "gb10", "--out", str(out))
+        assert r.returncode == 2 and r.stdout == "", r.stdout
+        assert len(r.stderr.strip().splitlines()) == 1 and f.read_text() == "mine"
