@@ -151,7 +151,8 @@ def _write(args, argv, console, study, arch, cases, capacity, mode, out, work) -
 
 def run(args, argv: list[str]) -> int:
     from rich.console import Console
-    console = Console(width=None if sys.stdout.isatty() else 150)
+    # a terminal's width, or COLUMNS when set (a narrow log); else 150 for a pipe or file
+    console = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 150)
     if args.list:
         for s in STUDIES.values():
             figs = (f"figures: {', '.join(s.figures)}" if s.figures else
@@ -244,9 +245,10 @@ def run(args, argv: list[str]) -> int:
                   "twin" + (f"; left out at this width: {', '.join(left_out)}" if left_out else "")
                   + f"; every {mode}d value is in "
                   + ', '.join(f for f in files if f.endswith('.csv'))
-                  + (f"; published: the paper's GB10 counts, never fitted, in {PAPER}/"
-                     "published.csv (not in the run directory); vs published: the "
-                     f"{mode}d count's error against them" if published else ""))
+                  + (f"; paper: the paper's published GB10 counts, never fitted (the "
+                     f"registered dataset {PAPER}, file published.csv.xz; not in the run "
+                     f"directory); err: the {mode}d count's error against them"
+                     if published else ""))
     if mode == "simulate":
         for line in fits_notes(cases, capacity):
             console.print(f"[yellow]{line}[/]")
