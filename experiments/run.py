@@ -44,13 +44,15 @@ from analysis.data import DatasetError
 from analysis.data.published import PAPER
 from kernels.build.toolchain import scratch_dir
 from spec import InvalidProblem, detect
-from spec.arch import MiB, UnknownArch
+from spec.arch import MiB, UnknownArch, no_gpu_reason
 
 from .registry.studies import STUDIES, UnknownStudy
 from .rundirs.journal import Journal
 from .rundirs.rundir import (
     BadRunDir,
     RunDirExists,
+    check_creatable,
+    check_free,
     command_line,
     default_run_dir,
     reserved_run_dir,
@@ -67,6 +69,7 @@ from .runner.options import (  # noqa: F401 - re-exported
     build_parser,
     capacity_bounds,
     checked,
+    refuse_measure_only,
     resolve_mode,
 )
 from .runner.options import plan as _plan  # noqa: F401 - re-exported
@@ -148,7 +151,8 @@ def _write(args, argv, console, study, arch, cases, capacity, mode, out, work) -
 
 def run(args, argv: list[str]) -> int:
     from rich.console import Console
-    console = Console(width=None if sys.stdout.isatty() else 150)
+    # a terminal's width, or COLUMNS when set (a narrow log); else 150 for a pipe or file
+    console = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 150)
     if args.list:
         for s in STUDIES.values():
             figs = (f"figures: {', '.join(s.figures)}" if s.figures else
@@ -161,11 +165,12 @@ def run(args, argv: list[str]) -> int:
     workers = modes.sim_workers(args, cases)
     elsewhere = args.executor == "slurm"             # the Slurm jobs have the GPUs, not this host
     has_gpu = args.mode != "simulate" and (elsewhere or _has_cuda_gpu())
+    absent = "" if has_gpu or args.mode == "simulate" else no_gpu_reason()
     if args.dry_run:
         try:
-            mode, _ = resolve_mode(args.mode, study, has_gpu, elsewhere)
+            mode, _ = resolve_mode(args.mode, study, has_gpu, elsewhere, absent)
             why = (f"--mode {args.mode}: this command would {mode.upper()}"
-                   + (" (no CUDA GPU found here)" if mode == "simulate" and not has_gpu
+                   + (f" ({absent})" if mode == "simulate" and not has_gpu
                       and args.mode == "auto" else ""))
         except UsageError as e:
             why = f"--mode {args.mode}: this command would stop: {e}"
@@ -173,10 +178,14 @@ def run(args, argv: list[str]) -> int:
         if args.gpus is not None:
             shard.print_plan(console, args, study, cases)
         return 0
-    mode, why = resolve_mode(args.mode, study, has_gpu, elsewhere)
+    mode, why = resolve_mode(args.mode, study, has_gpu, elsewhere, absent)
     if shard.requested(args) and mode != "measure":
         raise UsageError("--gpus, --executor and --resume shard a measured run; simulate mode "
                          "runs on this CPU: leave them out")
+    if mode == "simulate":
+        refuse_measure_only(args, "--mode simulate" if args.mode == "simulate" else
+                            absent.split(";")[0] if not has_gpu else
+                            f"study {study.name!r} is simulator-only")
     if mode == "measure" and (args.exact or args.sample):
         flag = "--exact" if args.exact else "--sample"
         raise UsageError(f"{flag} sets how the simulator samples and means nothing when "
@@ -192,7 +201,10 @@ def run(args, argv: list[str]) -> int:
     if not shard.requested(args) and not args.resume:
         check_limits(args, mode, study, arch, cases, capacity, workers,
                      _gpu_free() if mode == "measure" else None)
-    console.print(f"[bold yellow]{why}[/]")
+    if args.out is not None and not args.resume:    # before the first line: an --out taken or
+        check_free(Path(args.out))                  # in the way is one line and nothing else
+        check_creatable(Path(args.out))
+    console.print(why, style="bold yellow", markup=False)
     t0 = time.perf_counter()
     measured = mode == "measure"
     with reserved_run_dir(args.out, lambda: default_run_dir(arch.name, study.name, mode),
@@ -233,9 +245,10 @@ def run(args, argv: list[str]) -> int:
                   "twin" + (f"; left out at this width: {', '.join(left_out)}" if left_out else "")
                   + f"; every {mode}d value is in "
                   + ', '.join(f for f in files if f.endswith('.csv'))
-                  + (f"; published: the paper's GB10 counts, never fitted, in {PAPER}/"
-                     "published.csv (not in the run directory); vs published: the "
-                     f"{mode}d count's error against them" if published else ""))
+                  + (f"; paper: the paper's published GB10 counts, never fitted (the "
+                     f"registered dataset {PAPER}, file published.csv.xz; not in the run "
+                     f"directory); err: the {mode}d count's error against them"
+                     if published else ""))
     if mode == "simulate":
         for line in fits_notes(cases, capacity):
             console.print(f"[yellow]{line}[/]")

@@ -85,7 +85,7 @@ def report_lines(report: list[dict], rows: list[dict], verbose: bool) -> list[st
 def run_cli(argv, modules, prog: str = "python -m paper_figures", description: str = "") -> int:
     from rich.console import Console
 
-    from analysis.data import DatasetError, default_runs, load_rows
+    from analysis.data import DatasetError, default_runs, load_rows, output_problem
 
     from .drawing import render, summary
     ap = argparse.ArgumentParser(prog=prog, description=description)
@@ -110,6 +110,10 @@ def run_cli(argv, modules, prog: str = "python -m paper_figures", description: s
     named = [run_dir(r) for r in a.run] if a.run else None
     runs = named or [d.path for d in default_runs(a.arch, a.source)]
     out = a.out or default_out(a.arch, named)
+    problem = output_problem(out)
+    if problem:                                       # before any run is read or line printed
+        err(problem)
+        return 2
     try:
         rows = load_rows(runs)
         wrong = arch_mismatch(rows, a.arch)

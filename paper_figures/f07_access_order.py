@@ -48,12 +48,19 @@ def plot(data: dict, arch: str | None = None):
     return fig
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=Path("."))
+    ap.add_argument("--out", type=Path, default=Path("."),
+                    help="directory to write F7.png into (an F7.png there is never overwritten)")
     a = ap.parse_args(argv)
+    target = a.out / "F7.png"
+    if target.exists() or (a.out.exists() and not a.out.is_dir()):
+        taken = target if target.exists() else a.out
+        print(f"error: {taken} exists; pass another --out directory", file=sys.stderr)
+        return 2
     a.out.mkdir(parents=True, exist_ok=True)
-    plot(load()).savefig(a.out / "F7.png", dpi=150)
+    plot(load()).savefig(target, dpi=150)
+    return 0
 
 
 if __name__ == "__main__":

@@ -123,6 +123,17 @@ def get(name: str) -> Arch:
         raise UnknownArch(f"unknown arch {name!r}; known: {', '.join(known())}") from None
 
 
+def no_gpu_reason() -> str:
+    """Why ``detect()`` finds no GPU, in words: torch not installed (and how to install it) is
+    told apart from torch present without a usable CUDA device."""
+    import importlib.util
+
+    from .install import GPU_EXTRA
+    if importlib.util.find_spec("torch") is None:
+        return f"torch is not installed, so no GPU can be used; to measure, {GPU_EXTRA}"
+    return "no CUDA GPU found (torch is installed; torch.cuda.is_available() is False)"
+
+
 def detect() -> Arch | None:
     """The current CUDA device as an ``Arch`` (registry defaults, live SM count and L2 size).
 

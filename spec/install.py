@@ -14,7 +14,9 @@ runs the main command and the dry-run read. Two things follow, defined here once
 """
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+from importlib import metadata
 from pathlib import Path
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
@@ -36,8 +38,10 @@ def output_root() -> Path:
     return checkout() or Path.cwd()
 
 
-GPU_EXTRA = ("install the GPU extra: python -m pip install 'sawtooth-locality[gpu]' "
-             "(in a checkout: python -m pip install -e '.[gpu]')")
+GPU_EXTRA = ("install the GPU extra from a clone's root: python -m pip install -e '.[gpu]' "
+             "(the project is not on PyPI)")
+"""How to get torch, CuPy, cuda-tile and ncu-report: the ``gpu`` extra of ``pyproject.toml``,
+installed from a clone (no package index serves the project)."""
 
 
 def require_gpu_extra(what: str, modules: tuple[str, ...] = ("torch",)) -> None:
@@ -47,3 +51,33 @@ def require_gpu_extra(what: str, modules: tuple[str, ...] = ("torch",)) -> None:
     if missing:
         raise ModuleNotFoundError(f"{what} needs {', '.join(missing)}, which is not installed; "
                                   f"{GPU_EXTRA}", name=missing[0])
+
+
+DISTRIBUTION = "sawtooth-locality"
+"""The project's name in ``pyproject.toml`` (what ``importlib.metadata`` knows it by)."""
+PACKAGES = ("spec", "analysis", "experiments", "kernels", "cuda_baseline", "profiles",
+            "paper_figures")
+
+
+def source_sha256(root: Path = PACKAGE_ROOT) -> str:
+    """SHA-256 over every file of the project's packages under ``root`` (path and content, in
+    path order; compiled caches left out): names the exact code that ran where no git commit
+    can (an installed package, a copy without history)."""
+    h = hashlib.sha256()
+    for pkg in PACKAGES:
+        for f in sorted((root / pkg).rglob("*")):
+            if f.is_file() and "__pycache__" not in f.parts and f.suffix != ".pyc":
+                h.update(f.relative_to(root).as_posix().encode() + b"\0")
+                h.update(hashlib.sha256(f.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def code_identity(root: Path = PACKAGE_ROOT) -> dict:
+    """``{"package", "version", "source_sha256"}``: the distribution's name and installed version
+    (None when it is not installed) and ``source_sha256``; recorded in a run's provenance when
+    there is no git commit to name."""
+    try:
+        version = metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        version = None
+    return {"package": DISTRIBUTION, "version": version, "source_sha256": source_sha256(root)}

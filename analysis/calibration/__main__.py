@@ -38,7 +38,7 @@ from analysis.calibration.simcheck import (
     validate,
     write_rows,
 )
-from analysis.data import DatasetError, registry
+from analysis.data import DatasetError, output_problem, registry
 from spec.arch import get as get_arch
 from spec.records import Metric
 
@@ -86,6 +86,9 @@ def main(argv=None) -> int:
     if not (registry.relative(root) is not None or root.is_dir()):
         print(f"error: no measured data at {root}; pass --root DIR", file=sys.stderr)
         return 2
+    if a.out is not None and a.out.exists() and not a.out.is_dir():
+        print(f"error: --out {a.out} is a file; pass a directory", file=sys.stderr)
+        return 2
     if a.command == "defaults":
         p = cp.derived_params(arch)
         path = cp.write_params(p, a.out / f"{arch.name}.json" if a.out else None)
@@ -105,6 +108,10 @@ def main(argv=None) -> int:
                            "sample_rate": 1.0 if a.exact else "auto"}
     if a.out is None:
         print(f"error: {a.command} needs --out DIR", file=sys.stderr)
+        return 2
+    problem = output_problem(a.out)                 # before any simulation: never overwritten
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     if a.command == "sectors":
         a.out.mkdir(parents=True, exist_ok=True)

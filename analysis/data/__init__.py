@@ -25,9 +25,11 @@ from analysis.data.select import (
 from analysis.data.tables import (
                                     DATA_FILES,
                                     RUN_DIR,
+                                    check_run_dir,
                                     csv_rows,
                                     load_rows,
                                     new_directory,
+                                    output_problem,
                                     read_file,
                                     read_manifest,
                                     read_run,
@@ -42,4 +44,4 @@ __all__ = ["DatasetError", "Entry", "content_hash", "entry", "find", "instrument
            "csv_rows", "ANY", "Dataset", "candidates", "dataset", "default_runs", "discover",
            "repeated_runs", "repeats_of", "select", "DATA_FILES", "RUN_DIR", "load_rows",
            "new_directory", "read_file", "read_manifest", "read_run", "read_table", "resolve",
-           "run_of", "stored", "timing_rows"]
+           "run_of", "stored", "timing_rows", "check_run_dir", "output_problem"]

@@ -76,6 +76,11 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     try:
         if a.cmd == "list":
+            held = sorted({e.arch for e in registry.entries().values()})
+            if a.arch is not None and a.arch not in held:
+                print(f"error: --arch {a.arch}: no registered run; the registry holds "
+                      f"{', '.join(held)}", file=sys.stderr)
+                return 2
             for e in registry.find(arch=a.arch, role=a.role):
                 print(f"{e.role:<10} {e.arch:<5} {e.study or '-':<12} profiles/{e.path}"
                       + ("  (default)" if e.default else ""))

@@ -46,6 +46,10 @@ def entry_fields(rel: str, role: str, default: bool = False) -> dict:
 def _tree(m: dict) -> str:
     g = m.get("git") if isinstance(m.get("git"), dict) else {}
     if not g.get("commit"):
+        if g.get("source_sha256"):          # an installed package or a copy without git
+            return (f"no git commit ({g.get('source', 'no checkout')}): {g.get('package')} "
+                    f"{g.get('version') or '(version unknown)'}, code sha256 "
+                    f"{g['source_sha256'][:12]}")
         return "not recorded"
     return f"commit {g['commit'][:10]}" + (" with uncommitted changes (dirty)" if g.get("dirty")
                                            else " (clean)")

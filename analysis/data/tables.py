@@ -119,31 +119,59 @@ def read_table(path: Path) -> list[dict]:
     return rows
 
 
-def read_run(run_dir: Path) -> dict[str, list[dict]]:
-    """``{file name: rows}`` of every data file of a run directory. Errors (``DatasetError``): the
-    directory is absent, holds none of ``DATA_FILES``, lacks a file its manifest promises, or a
-    file is unreadable (``read_table``)."""
+def check_run_dir(run_dir: Path) -> tuple[Path, list[str]]:
+    """(directory, data files present) of a run named by its directory or its ``manifest.json``,
+    checked before any work reads it. ``DatasetError`` (one line naming the fix): the directory is
+    absent or a file, an interrupted run, lacks a file its manifest promises, or holds none of
+    ``DATA_FILES``."""
     given = Path(run_dir)
     if given.name == "manifest.json":
         given = given.parent
     d = resolve(given)
     if not d.is_dir():
-        raise DatasetError(f"{d}: no such run directory; pass a directory written by "
+        what = "a file, not a run directory" if d.exists() else "no such run directory"
+        raise DatasetError(f"{d}: {what}; pass a directory written by "
                            f"python -m experiments.run (or one under profiles/<arch>/)")
     manifest = read_manifest(d)
     if incomplete(manifest):
         raise DatasetError(f"{d}: an interrupted run, not complete (\"complete\": false in its "
                            f"manifest); finish it with python -m experiments.run --resume {d}")
-    want = expected_files(manifest)
-    present = {f: p for f in DATA_FILES if (p := data_path(d, f)) is not None}
-    for f in want:
+    present = [f for f in DATA_FILES if data_path(d, f) is not None]
+    for f in expected_files(manifest):
         if f not in present:
             raise DatasetError(f"{d / f}: missing, but the run's manifest.json says it was "
                                f"written; restore it (git checkout, or re-run the study)")
     if not present:
         raise DatasetError(f"{d}: none of {', '.join(DATA_FILES)} is there; pass a run directory "
                            f"written by python -m experiments.run")
-    return {f: read_table(p) for f, p in present.items()}
+    return d, present
+
+
+def output_problem(out_dir: Path, flag: str = "--out") -> str | None:
+    """Why ``out_dir`` cannot be a new output directory, in one line naming the fix (None: it
+    can): checked before any work, so that nothing is computed or printed for an output that
+    would then be refused. It must be absent or an empty directory, below a directory (not a
+    file) that this user may write in."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        kind = "a file" if not out_dir.is_dir() else "a directory with files in it"
+        return (f"{flag} {out_dir} already exists ({kind}); pass a new directory (outputs are "
+                "never overwritten or mixed with older ones)")
+    up = out_dir.absolute().parent
+    while not up.exists():
+        up = up.parent
+    if not up.is_dir():
+        return f"{flag} {out_dir}: {up} is a file, not a directory; pass a new directory"
+    if not os.access(up, os.W_OK | os.X_OK):
+        return f"{flag} {out_dir}: no permission to write in {up}; pass another {flag}"
+    return None
+
+
+def read_run(run_dir: Path) -> dict[str, list[dict]]:
+    """``{file name: rows}`` of every data file of a run directory. Errors (``DatasetError``): those
+    of ``check_run_dir``, or a file is unreadable (``read_table``)."""
+    d, present = check_run_dir(run_dir)
+    return {f: read_table(data_path(d, f)) for f in present}
 
 
 def read_file(path: Path | str) -> bytes:

@@ -7,10 +7,10 @@ import sys
 import time
 from pathlib import Path
 
-from analysis.data import DatasetError, discover
+from analysis.data import DatasetError, check_run_dir, dataset, discover, output_problem
 from analysis.data.registry import root
-from analysis.findings.report import compute, markdown, write_report
-from spec import get_arch
+from analysis.findings.report import NAMEABLE, compute, markdown, write_report
+from spec import get_arch, known_archs
 from spec.arch import UnknownArch
 
 
@@ -19,11 +19,30 @@ def default_cache() -> Path:
     return Path(base) / "sawtooth-findings"
 
 
+def named_runs_problem(runs: list[Path], arch: str) -> str | None:
+    """Why a ``--run`` cannot be read, in one line (None: every one can), before any work: a
+    missing path or a file, a run without data, one of another arch, or of a study no section
+    reads (which would otherwise be ignored and the committed findings printed instead)."""
+    for r in runs:
+        try:
+            d, _ = check_run_dir(r)
+            ds = dataset(d, arch)
+        except DatasetError as e:
+            return f"--run {e}"
+        if ds.arch != arch:
+            return f"--run {r} is a run of {ds.arch}, not {arch}: pass --arch {ds.arch}"
+        if ds.study not in NAMEABLE:
+            return (f"--run {r} is a run of the study {ds.study!r}, which no findings section "
+                    f"reads; pass a run of {', '.join(NAMEABLE)}")
+    return None
+
+
 def main(argv=None) -> int:
     from analysis.findings import __doc__ as doc
     ap = argparse.ArgumentParser(prog="python -m analysis.findings",
                                  description=doc.splitlines()[0])
-    ap.add_argument("--arch", required=True, help="h100 or h200 (committed profiles/<arch>/)")
+    ap.add_argument("--arch", required=True,
+                    help=f"one of {', '.join(known_archs())} (its committed profiles/<arch>/)")
     ap.add_argument("--run", type=Path, action="append", default=[],
                     help="run directory that replaces the selected run of its study (repeatable)")
     ap.add_argument("--out", type=Path,
@@ -42,6 +61,10 @@ def main(argv=None) -> int:
     except UnknownArch as e:
         err(str(e))
         return 2
+    problem = named_runs_problem(a.run, a.arch)
+    if problem:
+        err(problem)
+        return 2
     if not a.run and not discover(a.arch):
         err(f"no stored runs for {a.arch} (profiles/{a.arch}/ or runs/{a.arch}/); run a study "
             f"first (python -m experiments.run <study> --arch {a.arch}) or pass --run DIR")
@@ -51,9 +74,9 @@ def main(argv=None) -> int:
         err("--cache must be outside the repository")
         return 2
     out = a.out / a.arch if a.out else None
-    if out is not None and out.exists() and (not out.is_dir() or any(out.iterdir())):
-        err(f"{out} already exists; pass a new --out directory (reports are never overwritten "
-            f"or mixed)")
+    problem = output_problem(out) if out is not None else None
+    if problem:
+        err(problem)
         return 2
     t0 = time.perf_counter()
     log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731

@@ -67,6 +67,9 @@ SPILL_ARTIFACT = "longseq-forloop-spill-20261121"
 
 STUDIES = ("sawtooth", "traffic", "divergence", "l1l2", "active-sms", "drift", "longseq",
            "misscost")
+NAMEABLE = STUDIES + ("hints",)
+"""The studies whose selected run ``--run`` may replace (the sections read them through ``Runs``);
+a named run of another study is refused rather than ignored."""
 
 
 class Runs:
@@ -104,7 +107,9 @@ class Runs:
 
     def repeats(self, study: str) -> list[Dataset]:
         """The best run of ``study`` that has repeats (``-r2``, ...) and them
-        (``data.repeated_runs``); the selected run alone when none has."""
+        (``data.repeated_runs``); the selected run alone when none has; a named run alone."""
+        if study in self.named:
+            return [self.named[study]]
         runs = repeated_runs(self.arch, study)
         if runs:
             return runs

@@ -38,7 +38,7 @@ from dataclasses import asdict, is_dataclass
 from importlib import metadata
 from pathlib import Path
 
-from spec.install import checkout, output_root
+from spec.install import checkout, code_identity, output_root
 from spec.records import SCHEMA_VERSION
 
 from .journal import Journal, write_text_atomically
@@ -317,7 +317,9 @@ def command_line(module: str, argv: list[str]) -> str:
 def git_state() -> dict:
     """Commit and dirty flag of the tree. A copy without git history (e.g. a working tree shipped
     to a GPU machine) can name its commit in $SAWTOOTH_GIT_COMMIT; otherwise it is recorded as
-    unknown (None), never guessed; so is an installed package's (it is no checkout)."""
+    unknown (None), never guessed; so is an installed package's (it is no checkout). Where no
+    commit is known the package version and a hash of the code that ran are recorded instead
+    (``spec.install.code_identity``)."""
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=tree, capture_output=True, text=True,
                               timeout=10).stdout.strip()
@@ -325,16 +327,17 @@ def git_state() -> dict:
         return {"commit": os.environ["SAWTOOTH_GIT_COMMIT"], "dirty": None,
                 "source": "SAWTOOTH_GIT_COMMIT"}
     tree = checkout()
-    if tree is None:
-        return {"commit": None, "dirty": None, "source": "installed package"}
+    if tree is None:                        # the version and a hash of the code name it instead
+        return {"commit": None, "dirty": None, "source": "installed package", **code_identity()}
     try:
         commit = git("rev-parse", "--verify", "-q", "HEAD^{commit}")
         dirty = bool(git("status", "--porcelain", "--untracked-files=no")) if commit else None
     except (OSError, subprocess.SubprocessError):
         commit, dirty = "", None
     if not re.fullmatch(r"[0-9a-f]{40}", commit):
-        commit, dirty = "", None
-    return {"commit": commit or None, "dirty": dirty}
+        return {"commit": None, "dirty": None, "source": "checkout without git history",
+                **code_identity()}
+    return {"commit": commit, "dirty": dirty}
 
 
 def package_versions() -> dict:

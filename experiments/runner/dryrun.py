@@ -132,7 +132,7 @@ def print_plan(console, args, study, arch, cases: list[Case], capacity: int, mod
     acc = [costs.tile_accesses(c) for c in cases]
     console.print(f"work: {len(cases)} cases, {sum(acc) / 1e6:,.1f} M tile accesses (largest "
                   f"case {max(acc) / 1e6:,.1f} M)")
-    console.print(mode_line)
+    console.print(mode_line, markup=False)
     if simulatable(study):
         model, est = simulate_estimate(args, study, arch, cases, capacity, workers)
         name = {"timed": "timed model", "lockstep": "lock-step model",

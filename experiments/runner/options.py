@@ -88,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-figures", action="store_true", help="skip drawing figures")
     p.add_argument("--reps", type=int, help="timed repetitions per variant (measure; default: "
                    "the study's)")
-    p.add_argument("--seed", type=int, default=0, help="input generator seed (measure)")
+    p.add_argument("--seed", type=int, help="input generator seed (measure; default 0)")
     p.add_argument("--jobs", type=int, help=f"simulate: cases simulated at once, one thread each "
                    f"(default: the CPUs this process may use, {cpus()} here)")
     p.add_argument("--time-limit", type=float, metavar="MIN", default=DEFAULT_TIME_LIMIT_MIN,
@@ -104,8 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"every ncu metric group of the protocol ({','.join(DEFAULT_GROUPS)}: "
                      "the consistency checks across groups too) instead of the study's own; "
                      "--dry-run states what it costs")
-    p.add_argument("--repeats", type=int, default=DEFAULT_REPEATS,
-                   help="profiled launches per case and metric group (median, min..max; "
+    p.add_argument("--repeats", type=int,
+                   help="profiled launches per case and metric group (measure; median, min..max; "
                         f"default {DEFAULT_REPEATS})")
     p.add_argument("--sessions", type=int,
                    help="ncu sessions (fresh processes, fresh allocations) the repeats are split "
@@ -144,8 +144,10 @@ def require_present(arch, what: str):
     return present
 
 
-def resolve_mode(requested: str, study, has_gpu: bool, elsewhere: bool = False) -> tuple[str, str]:
-    """(mode, one-line reason). ``elsewhere``: the GPUs are those of Slurm jobs, not this host's."""
+def resolve_mode(requested: str, study, has_gpu: bool, elsewhere: bool = False,
+                 absent: str = "no CUDA GPU found") -> tuple[str, str]:
+    """(mode, one-line reason). ``elsewhere``: the GPUs are those of Slurm jobs, not this host's;
+    ``absent``: why there is no GPU (``spec.arch.no_gpu_reason``: torch missing or no device)."""
     can_measure = study.measurable
     timed_only = (f"study {study.name!r} is GPU-only: it measures time, and the simulator "
                   "predicts L2 counters, not time")
@@ -162,16 +164,15 @@ def resolve_mode(requested: str, study, has_gpu: bool, elsewhere: bool = False) 
         if not has_gpu:
             fix = ("use --mode simulate" if simulatable(study) else
                    "run it on a GPU machine or with --executor slurm")
-            raise UsageError("--mode measure needs a CUDA GPU and none was found "
-                             f"(torch.cuda.is_available() is False); {fix}")
+            raise UsageError(f"--mode measure needs a CUDA GPU: {absent}; {fix}")
         return "measure", f"measuring {where} (--mode measure)"
     if has_gpu and can_measure:
         return "measure", (f"auto: measuring {where}" if elsewhere
                            else "auto: CUDA GPU found, measuring")
     if not simulatable(study):
-        raise UsageError(f"{timed_only}; it needs a CUDA GPU and none was found: run it on a "
+        raise UsageError(f"{timed_only}; it needs a CUDA GPU ({absent}): run it on a "
                          "GPU machine")
-    why = "no CUDA GPU found" if not has_gpu else f"study {study.name!r} is simulator-only"
+    why = absent if not has_gpu else f"study {study.name!r} is simulator-only"
     return "simulate", f"auto: {why}, SIMULATING: every number below is a prediction of the L2 simulator"
 
 
@@ -222,9 +223,31 @@ def study_groups(study) -> tuple[str, ...]:
     return study.groups or DEFAULT_GROUPS
 
 
+MEASURE_ONLY = ("--groups", "--full-protocol", "--repeats", "--sessions", "--reps", "--seed",
+                "--no-profile", "--profile")
+"""Options that set how the GPU is measured (timing, ncu, inputs): a simulated run refuses them
+(``refuse_measure_only``) rather than ignore them."""
+
+
+def refuse_measure_only(args, cause: str) -> None:
+    """A simulated run given measure-only options: one line naming them, why this run simulates
+    (``cause``) and the fix. ``args.measure_only`` is set by ``check_profiling``."""
+    given = getattr(args, "measure_only", [])
+    if given:
+        one = len(given) == 1
+        raise UsageError(f"{', '.join(given)} only appl{'ies' if one else 'y'} when measuring "
+                         f"on a GPU, and this run simulates ({cause}); leave "
+                         f"{'it' if one else 'them'} out (--dry-run shows the measured cost)")
+
+
 def check_profiling(args, study) -> None:
     """The ncu options (one line naming the fix); ``args.groups`` becomes the groups to collect
-    (``--groups``, every group with ``--full-protocol``, else the study's)."""
+    (``--groups``, every group with ``--full-protocol``, else the study's); the measure-only
+    options given are noted in ``args.measure_only`` before their defaults are filled in."""
+    args.measure_only = [f for f in MEASURE_ONLY
+                         if getattr(args, f[2:].replace("-", "_")) not in (None, False)]
+    args.seed = 0 if args.seed is None else args.seed
+    args.repeats = DEFAULT_REPEATS if args.repeats is None else args.repeats
     if args.groups is None:
         args.groups = ",".join(DEFAULT_GROUPS if args.full_protocol else study_groups(study))
     try:

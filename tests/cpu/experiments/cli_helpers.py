@@ -8,8 +8,8 @@ import sys
 from tests.conftest import ROOT
 
 
-def cli(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "experiments.run", *args], cwd=cwd,
+def cli(*args, cwd=ROOT, env=None):
+    return subprocess.run([sys.executable, "-m", "experiments.run", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=600)
 
 

@@ -140,3 +140,33 @@ def test_bad_profiling_options_are_refused_before_any_work(tmp_path, capsys, fla
     err = capsys.readouterr().err
     assert rc == 2 and msg in err and len(err.strip().splitlines()) == 1
     assert not out.exists() and not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--mode", "simulate", "--repeats", "3"], "--repeats only applies"),
+    (["--mode", "simulate", "--groups", "dram", "--seed", "1"], "--groups, --seed only apply"),
+    (["--mode", "simulate", "--reps", "5"], "--reps only applies"),
+    (["--mode", "simulate", "--sessions", "1", "--no-profile"], "--sessions, --no-profile"),
+    (["--mode", "simulate", "--full-protocol"], "--full-protocol only applies"),
+])
+def test_measure_only_options_are_refused_on_a_simulated_run(tmp_path, capsys, flags, named):
+    """A simulated run does not silently ignore the measuring options: one line naming them,
+    exit 2, nothing written; ``--dry-run`` still takes them (it prints the measured cost)."""
+    from experiments.run import main
+    out = tmp_path / "run"
+    assert main(["sawtooth", "--arch", "gb10", "--out", str(out), *flags]) == 2
+    err = capsys.readouterr().err
+    assert named in err and "this run simulates (--mode simulate)" in err and "leave" in err
+    assert len(err.strip().splitlines()) == 1 and not out.exists()
+    assert main(["sawtooth", "--arch", "gb10", "--dry-run", *flags]) == 0
+
+
+def test_an_out_in_the_way_is_refused_before_the_mode_line(tmp_path):
+    """``--out`` taken or below a file: one line on stderr, nothing on stdout (not even the line
+    that says the run simulates)."""
+    f = tmp_path / "taken"
+    f.write_text("mine")
+    for out in (f, f / "run"):
+        r = cli("sawtooth", "--arch", "gb10", "--out", str(out))
+        assert r.returncode == 2 and r.stdout == "", r.stdout
+        assert len(r.stderr.strip().splitlines()) == 1 and f.read_text() == "mine"

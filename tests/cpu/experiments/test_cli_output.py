@@ -38,12 +38,47 @@ def test_results_table_reads_in_80_columns(study):
     for c in cases:                                      # every variant id whole, on one line
         assert c.variant.id(c.problem) in text
     assert "…" not in text
-    assert "Δ misses" in text and "-30.0%" in text      # the change against the linear twin
+    assert "Δ miss" in text and "-30.0%" in text        # the change against the linear twin
     assert left_out                                     # something had to go at 80 columns ...
     wide = Console(width=200, record=True, color_system=None)
     table, none = summary_table(cases, rows, "t", wide.width)
     wide.print(table)
     assert none == [] and "TFLOPS" in wide.export_text()     # ... and nothing at 200
+
+
+def test_gb10_main_study_keeps_the_papers_columns_at_80_columns():
+    """The main command's table at 80 columns: every variant id whole, and beside the simulated
+    misses the paper's published count and the error against it (other columns go first)."""
+    from rich.console import Console
+
+    from experiments.run import published_misses, summary_table
+    cases = get_study("sawtooth").plan(get_arch("gb10"))
+    rows = _rows_for(cases, {Metric.L2_TEX_MISSES: 3.7e8, Metric.NONCOMPULSORY_MISSES: 1.2e8})
+    console = Console(width=80, record=True, color_system=None)
+    table, left_out = summary_table(cases, rows, "SIMULATED", console.width,
+                                    published_misses("gb10"))
+    console.print(table)
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    header = next(ln for ln in text.splitlines() if ln.startswith("variant"))
+    assert header.split()[-2:] == ["paper", "err"], header
+    assert "paper" not in left_out and "err" not in left_out and "non-comp." in left_out
+    for c in cases:
+        assert c.variant.id(c.problem) in text
+
+
+def test_main_command_footer_names_the_stored_published_file(tmp_path):
+    """At COLUMNS=80 (a narrow terminal or log) the run prints its table at 80 columns, and the
+    footer names the published dataset by its registered name and its stored file (.xz)."""
+    import os
+    r = cli("sawtooth", "--arch", "gb10", "--filter", r"cuda\..*b1h1", "--no-figures",
+            "--out", str(tmp_path / "r"), env=os.environ | {"COLUMNS": "80"})
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert max(len(line) for line in out.splitlines() if not line.startswith("simulate:")) <= 80
+    flat = " ".join(out.split())
+    assert "registered dataset profiles/gb10/paper-2601.16032, file published.csv.xz" in flat
+    assert "paper-2601.16032/published.csv " not in flat and " err " in out
 
 
 def test_results_table_names_problems_that_differ_beyond_b_and_s():

@@ -175,3 +175,26 @@ def test_the_compiler_scratch_directory_is_the_commands_own(monkeypatch):
     monkeypatch.setenv(SCRATCH_ENV, "/somewhere/mine")
     with scratch_dir() as d:
         assert d is None and os.environ[SCRATCH_ENV] == "/somewhere/mine"
+
+
+def test_provenance_without_git_names_the_version_and_a_hash_of_the_code(tmp_path, monkeypatch):
+    """An installed package (no checkout) records no commit, but the package version and a
+    SHA-256 of its code, which changes with any file of the packages; the run's README says so."""
+    import shutil
+
+    from analysis.data.catalogue import _tree
+    from experiments.rundirs import rundir
+    from spec import install
+    monkeypatch.delenv("SAWTOOTH_GIT_COMMIT", raising=False)
+    monkeypatch.setattr(rundir, "checkout", lambda: None)
+    g = rundir.git_state()
+    assert g["commit"] is None and g["source"] == "installed package"
+    assert g["package"] == "sawtooth-locality" and "version" in g
+    assert len(g["source_sha256"]) == 64 and g["source_sha256"] == install.source_sha256()
+    assert "code sha256 " + g["source_sha256"][:12] in _tree({"git": g})
+    for pkg in install.PACKAGES:                         # a tiny copy: the hash follows the code
+        (tmp_path / pkg).mkdir()
+    shutil.copy(ROOT / "spec" / "install.py", tmp_path / "spec" / "install.py")
+    before = install.source_sha256(tmp_path)
+    (tmp_path / "spec" / "install.py").write_text("changed")
+    assert install.source_sha256(tmp_path) != before

@@ -102,6 +102,30 @@ def test_measure_without_a_gpu_suggests_only_what_works(tmp_path):
     one_line_exit_2(r, "use --mode simulate")
 
 
+def test_a_missing_torch_is_told_apart_from_a_missing_gpu(monkeypatch):
+    """Without torch the reason names torch and how to install it from a clone; with torch and
+    no device it names the device check. Measure mode and auto mode both carry the reason."""
+    import importlib.util
+
+    from spec import arch as A
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "torch" else real(name, *a))
+    missing = A.no_gpu_reason()
+    assert "torch is not installed" in missing and "pip install -e '.[gpu]'" in missing
+    assert "is_available" not in missing and "sawtooth-locality[" not in missing
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object())
+    present = A.no_gpu_reason()
+    assert "no CUDA GPU found" in present and "torch is installed" in present
+    study = get_study("sawtooth")
+    for reason in (missing, present):
+        mode, why = R.resolve_mode("auto", study, False, absent=reason)
+        assert mode == "simulate" and reason in why
+        with pytest.raises(R.UsageError, match="use --mode simulate") as e:
+            R.resolve_mode("measure", study, False, absent=reason)
+        assert reason in str(e.value)
+
+
 def test_mode_has_help():
     text = " ".join(cli("--help").stdout.split())
     assert "--mode {auto,measure,simulate} measure: run the kernels on the GPU" in text
@@ -110,7 +134,8 @@ def test_mode_has_help():
 def test_dry_run_says_what_each_mode_costs_and_what_auto_does():
     out = " ".join(cli("sawtooth", "--arch", "h100", "--dry-run").stdout.split())
     if not HAS_GPU:
-        assert "--mode auto: this command would SIMULATE (no CUDA GPU found here)" in out
+        from spec.arch import no_gpu_reason
+        assert f"--mode auto: this command would SIMULATE ({no_gpu_reason()})" in out
     assert re.search(r"simulate \(timed model, 50 MiB L2\): about [\d.]+ (s|min) on \d+ "
                      r"thread\(s\), peak memory about [\d.]+ (MiB|GiB)", out), out
     m = re.search(r"measure \(one NVIDIA H100 80GB HBM3\): about ([\d.]+) min = start and "

@@ -303,3 +303,58 @@ def test_a_compressed_data_file_reads_as_the_plain_one(tmp_path, suffix):
     with pytest.raises(DS.DatasetError) as e:
         DS.read_run(packed)
     assert "\n" not in str(e.value) and f"counters.csv{suffix}" in str(e.value)
+
+
+@pytest.mark.parametrize("kind", ["missing", "file", "empty-dir", "other-study", "other-arch"])
+def test_findings_refuses_a_bad_named_run_before_any_work(kind, tmp_path):
+    """``--run`` is checked first: a missing path, a file, a directory without data, a run of a
+    study no section reads or of another arch is one line and exit 2, and the committed findings
+    are never printed in its place."""
+    path = {"missing": tmp_path / "nope", "file": tmp_path / "f.txt",
+            "empty-dir": tmp_path / "empty"}.get(kind)
+    if kind == "file":
+        path.write_text("x")
+    elif kind == "empty-dir":
+        path.mkdir()
+    elif kind in ("other-study", "other-arch"):
+        m = _manifest("convoy" if kind == "other-study" else "traffic")
+        if kind == "other-arch":
+            m["arch"] = {"name": "h200"}
+        path = _run_dir(tmp_path, "run", m, GOOD_BYTES)
+    r = _cmd("analysis.findings", "--arch", "h100", "--no-sim", "--run", str(path))
+    assert r.returncode == 2 and r.stdout == "", r.stdout[-300:]
+    assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("error: --run ")
+    want = {"missing": "no such run directory", "file": "a file, not a run directory",
+            "empty-dir": "none of counters.csv", "other-study": "no findings section reads",
+            "other-arch": "pass --arch h200"}[kind]
+    assert want in r.stderr, r.stderr
+
+
+def test_findings_refuses_an_output_that_is_a_file_before_any_work(tmp_path):
+    f = tmp_path / "taken"
+    f.write_text("mine")
+    r = _cmd("analysis.findings", "--arch", "h100", "--no-sim", "--out", str(f))
+    assert r.returncode == 2 and r.stdout == "" and "is a file, not a directory" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and f.read_text() == "mine"
+
+
+@pytest.mark.parametrize("cmd", [
+    ("paper_figures", "--arch", "h100", "--out", "{file}"),
+    ("paper_figures", "--arch", "h100", "--out", "{file}/sub"),
+    ("paper_figures.f07_access_order", "--out", "{file}"),
+    ("analysis.calibration", "validate", "--arch", "h100", "--out", "{full}"),
+    ("analysis.calibration", "defaults", "--arch", "gb10", "--out", "{file}"),
+    ("analysis.data", "list", "--arch", "nope"),
+])
+def test_outputs_and_inputs_are_checked_before_any_work(cmd, tmp_path):
+    """An output in the way (a file, a directory with files) or an arch with nothing registered
+    is one line and exit 2, printed before anything else; the file in the way is kept."""
+    f = tmp_path / "taken"
+    f.write_text("mine")
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "old.csv").write_text("old")
+    r = _cmd(*[a.format(file=f, full=full) for a in cmd])
+    assert r.returncode == 2 and r.stdout == "", (r.stdout[-300:], r.stderr)
+    assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("error: "), r.stderr
+    assert f.read_text() == "mine" and sorted(p.name for p in full.iterdir()) == ["old.csv"]
