@@ -16,7 +16,7 @@ INF_KEY = 0x7FF0000000000000
 
 
 @numba.njit(cache=True, _nrt=False)
-def _tree_build(tree_k, tree_s, keys, r, m):  # pragma: no cover - compiled
+def tree_build(tree_k, tree_s, keys, r, m):  # pragma: no cover - compiled
     """A loser tree over ``r`` slots keyed by ``keys`` (``m``, a power of two >= r, leaves;
     slots past ``r`` never win): node ``k`` (1 <= k < m) holds the key and slot of the loser of
     its match, node 0 the winner, the first slot in (key, slot) order. Leaf ``m + s`` is slot
@@ -48,7 +48,7 @@ def _tree_build(tree_k, tree_s, keys, r, m):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, _nrt=False)
-def _tree_replay(tree_k, tree_s, m, s, key):  # pragma: no cover - compiled
+def tree_replay(tree_k, tree_s, m, s, key):  # pragma: no cover - compiled
     """The winner ``s`` (node 0) now has ``key`` (``INF_KEY``: retired): replay its matches from
     its leaf to the root, each against the loser stored there, and return the new winner, the
     first slot in (key, slot) order: the slot a binary heap ordered by (clock, slot) pops."""
@@ -160,7 +160,7 @@ def _lookup_srrip(j, p, w, prev, nxt, bhead, btail, pb, age, present, occ, cap, 
 
 
 @numba.njit(cache=True, _nrt=False)
-def _access(srrip, j, p, w, prev, nxt, head, tail, pb, age, present, occ, cap, wsub,
+def access(srrip, j, p, w, prev, nxt, head, tail, pb, age, present, occ, cap, wsub,
             base):  # pragma: no cover - compiled
     """One lookup under the replacement policy: LRU (``head``/``tail`` one list per partition)
     or SRRIP (four lists per partition)."""

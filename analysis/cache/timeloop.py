@@ -3,355 +3,479 @@ a loser tree of next-event times; every K/V access looks its half-tile up in the
 LRU list (or SRRIP buckets), merges with a fill in flight, or misses; the counters it returns are
 read by ``analysis.cache.timesim`` (the model, its parameters and the rows).
 
-The helpers the loop calls once or more per access (the loser tree and the replacement lists) are in
-``analysis.cache.replacement``. ``_run_policy`` is the one entry: it calls the loop compiled for
-the replacement policy and cache shape (one compiled function each, built on first use and cached
-on disk), which releases the GIL so that cases run on threads.
+One event is one step of one slot, the slot with the earliest clock:
+
+1. ``_issue``: the step's loads (and the O store at an item's last step) go to the L2, each tile
+   as one half-tile per partition (``_half``): a hit is ready a hit latency later, a hit on a fill
+   in flight when the fill is (``inflight``), a miss when its fill is (``_fill_ready``: the miss
+   latency, its log-normal tail, the DRAM queue);
+2. ``_step_end``: the step lasts until its loads are ready plus the compute, times the slot's
+   speed and jitter factors; in sampled mode a run of steps touching only unsampled half-tiles is
+   skipped at the running mean load time (``_skip``);
+3. ``_advance``: the slot moves on to its next step, item or CTA, or retires.
+
+The inputs are three named tuples (``Work``: the work items; ``Cache``: the L2's shape and
+placement; ``Clock``: the time model's parameters) and the state two more (``Lines``: the
+resident half-tiles and their fills; ``Slots``: the resident CTAs, their clocks and loser tree).
+The counters are one array indexed by the names below (``COUNTERS``: ``TimeCounts``' fields).
+
+The helpers the loop calls once or more per access (the loser tree and the replacement lists) are
+in ``analysis.cache.replacement``. ``run`` is the one entry: it calls the loop compiled for the
+replacement policy and cache shape (``entry``), which releases the GIL so that cases run on
+threads.
 """
 from __future__ import annotations
 
+import functools
 import math
+from typing import NamedTuple
 
 import numba
 import numpy as np
 
 from analysis.cache.gauss import BUF_WORDS, STATE_WORDS, normal, step_factor
 from analysis.cache.gauss import seed as seed_rng
-from analysis.cache.replacement import INF_KEY, _access, _tree_build, _tree_replay
+from analysis.cache.replacement import INF_KEY, access, tree_build, tree_replay
 
-_N_COUNTERS = 10
-(_TEX, _HIT, _MISS, _INFL, _MERGED, _FAB, _FHIT, _FMISS, _DRAM, _COLD) = range(_N_COUNTERS)
+COUNTERS = ("tex_sectors", "tex_hits", "tex_misses", "inflight_hits", "merged_sectors",
+            "fabric_sectors", "fabric_hits", "fabric_misses", "dram_fills", "cold_misses")
+"""The counters ``run`` returns, in order: ``analysis.cache.timesim.TimeCounts``' fields."""
+(TEX, HIT, MISS, INFLIGHT, MERGED, FABRIC, FABRIC_HIT, FABRIC_MISS, DRAM, COLD) = range(
+    len(COUNTERS))
+
+Q, K, V, O = range(4)   # a step's accesses, in the order it issues them
+
+
+class Work(NamedTuple):
+    """The work items (``spec.trace.WorkTable``) and, per K/V head, the sorted K/V positions
+    whose K or V half-tiles are sampled (CSR: ``samp_kv[samp_ptr[h]:samp_ptr[h + 1]]``)."""
+
+    cta_first: np.ndarray          # CTA c runs items cta_first[c] .. cta_first[c + 1] - 1
+    length: np.ndarray             # each item's steps (K/V tiles)
+    reverse: np.ndarray            # the item scans its K/V tiles backwards
+    q_key: np.ndarray              # the item's Q tile id
+    o_key: np.ndarray              # the item's O tile id
+    kv_row: np.ndarray             # the item's first K/V position (head * n_kv)
+    k_base: int                    # tile id of K position 0 (V: v_base)
+    v_base: int
+    n_kv: int                      # K/V tiles per head
+    samp_ptr: np.ndarray
+    samp_kv: np.ndarray
+
+
+class Cache(NamedTuple):
+    """The L2's shape: half-tiles (``sub = key * n_parts + half``) and their sectors, which are
+    sampled, each partition's (or set's) capacity in sectors and the partition of each slot."""
+
+    wsub: np.ndarray               # sectors per half-tile
+    sampled: np.ndarray            # the half-tile enters the cache model (SHARDS)
+    all_sampled: bool              # exact: no running mean, no skips
+    n_parts: int
+    part_of: np.ndarray            # each slot's (SM's) local partition
+    set_of: np.ndarray             # each half-tile's set (with several sets)
+    n_sets: int
+    cap: np.ndarray                # sectors each (partition, set) list holds
+    window: float                  # the request coalescer's window (0: off)
+    stores_miss: bool              # an O store to an absent half-tile is a lookup miss
+
+
+class Clock(NamedTuple):
+    """The time model (``analysis.cache.timesim``'s docstring), in units of a step."""
+
+    resident: int                  # CTA slots
+    speed: np.ndarray              # each slot's constant step-time factor
+    hit_t: float
+    miss_t: float
+    compute: float
+    depth: int                     # steps whose loads are issued ahead
+    jitter: float
+    rate_jitter: float
+    fill_sigma: float
+    dram_svc: float                # time DRAM takes per sector (0: no queue)
+    seed: int
+
+
+class Lines(NamedTuple):
+    """The cache state: entry ``j = partition * nsub + sub`` in its (partition, set) list
+    (``analysis.cache.replacement``), when its fill is done, its last coalescer request."""
+
+    prev: np.ndarray
+    nxt: np.ndarray
+    head: np.ndarray
+    tail: np.ndarray
+    pb: np.ndarray                 # SRRIP: each entry's list
+    age: np.ndarray
+    present: np.ndarray
+    occ: np.ndarray
+    fill: np.ndarray               # when the entry's fill is (was) done
+    lrc_t: np.ndarray              # when the partition last received a request for it
+    lrc_ready: np.ndarray          # and when that request was ready
+    seen: np.ndarray               # the half-tile was touched before (cold misses)
+
+
+class Slots(NamedTuple):
+    """The resident CTA slots: what each runs, its clock, the loads it has issued ahead, and
+    the loser tree of the clocks (``analysis.cache.replacement.tree_build``)."""
+
+    cta: np.ndarray
+    item: np.ndarray
+    step: np.ndarray
+    time: np.ndarray
+    keys: np.ndarray               # the clocks' bits: the loser tree's keys
+    tree_k: np.ndarray
+    tree_s: np.ndarray
+    est: np.ndarray                # running mean load time (sampled mode)
+    ring: np.ndarray               # data-ready times of the steps issued, by step % ring size
+    refill: np.ndarray             # the next event re-issues a prologue (after a skip)
+    skip_m: np.ndarray             # the per-step cost of the last skip
+    rate: np.ndarray               # each slot's constant speed factor
 
 
 @numba.njit(cache=True)
-def _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub, sampled,
-         n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr,
-         samp_kv, part_of, stores_miss, rate_jitter, srrip,
-         speed, set_of, n_sets, sets, dram_svc, depth, compute,
-         hit_t, fill_sigma):  # pragma: no cover - compiled
-    numba.literally(srrip)                   # one compiled loop per policy: no branch per lookup
-    numba.literally(sets)                    # and per cache shape: one set, no set lookup
-    nsub = wsub.size
-    n_ctas = cta_first.size - 1
-    tot = n_parts * nsub
-    prev = np.full(tot, -1, np.int64)
-    nxt = np.full(tot, -1, np.int64)
-    present = np.zeros(tot, np.bool_)
-    fill = np.zeros(tot, np.float64)
-    lrc_t = np.full(tot if window > 0 else 0, -np.inf)
-    lrc_ready = np.zeros(tot if window > 0 else 0)
-    seen = np.zeros(nsub, np.bool_)
-    lists = n_parts * 4 if srrip else n_parts * n_sets
-    head = np.full(lists, -1, np.int64)
-    tail = np.full(lists, -1, np.int64)
-    pb = np.zeros(tot if srrip else 0, np.int64)       # SRRIP: each entry's list
-    age = np.zeros(n_parts, np.int64)
-    occ = np.zeros(n_parts * n_sets, np.int64)
-    cnt = np.zeros(10, np.int64)
-    rng = np.zeros(STATE_WORDS, np.int64)     # numpy's legacy normal stream (``gauss``)
-    zbuf = np.zeros(BUF_WORDS, np.float64)
-    if jitter > 0 or rate_jitter > 0 or fill_sigma > 0:
-        seed_rng(rng, zbuf, seed, jitter)
-    sub_rate = False
-    for x in range(nsub):
-        if not sampled[x]:
-            sub_rate = True
-            break
+def _new_lines(cache, srrip):  # pragma: no cover - compiled
+    tot = cache.n_parts * cache.wsub.size
+    win = tot if cache.window > 0 else 0
+    lists = cache.n_parts * 4 if srrip else cache.n_parts * cache.n_sets
+    return Lines(np.full(tot, -1, np.int64), np.full(tot, -1, np.int64),
+                 np.full(lists, -1, np.int64), np.full(lists, -1, np.int64),
+                 np.zeros(tot if srrip else 0, np.int64), np.zeros(cache.n_parts, np.int64),
+                 np.zeros(tot, np.bool_), np.zeros(cache.n_parts * cache.n_sets, np.int64),
+                 np.zeros(tot, np.float64), np.full(win, -np.inf), np.zeros(win),
+                 np.zeros(cache.wsub.size, np.bool_))
 
-    # slots: the CTA, item and step each runs, and its clock
-    r = min(resident, n_ctas)
-    s_cta = np.zeros(r, np.int64)
-    s_item = np.zeros(r, np.int64)
-    s_step = np.zeros(r, np.int64)
-    time = np.zeros(r, np.float64)
-    est = np.ones(r, np.float64)              # running mean load time (sampled mode)
+
+@numba.njit(cache=True, _nrt=False)
+def _next_cta(cta_first, c):  # pragma: no cover - compiled
+    """The first CTA from ``c`` on that has items (or the number of CTAs)."""
+    n_ctas = cta_first.size - 1
+    while c < n_ctas and cta_first[c + 1] == cta_first[c]:
+        c += 1
+    return c
+
+
+@numba.njit(cache=True)
+def _new_slots(work, clock, rng, zbuf):  # pragma: no cover - compiled
+    """The slots, their speed factors drawn, filled with the first CTAs in launch order (CTAs
+    without items finish at once); returns them, the slots running and the next CTA."""
+    r = min(clock.resident, work.cta_first.size - 1)
     ring_n = 1                                # each slot's steps issued and not yet computed
-    while ring_n < depth + 1:                 # (depth + 1 of them: a power of two that holds
+    while ring_n < clock.depth + 1:           # (depth + 1 of them: a power of two that holds
         ring_n *= 2                           # them indexes by a mask, not a division)
-    ring_m = ring_n - 1
-    ring = np.zeros((r, ring_n), np.float64)  # their data-ready times, by step % ring_n
-    refill = np.zeros(r, np.bool_)            # the next event re-issues a prologue (after a skip)
-    skip_m = np.zeros(r, np.float64)          # the per-step cost of the last skip
-    rate = speed[:r].copy()                   # each slot's (SM's) constant speed factor
-    if rate_jitter > 0:
+    rate = clock.speed[:r].copy()
+    if clock.rate_jitter > 0:
         for s in range(r):
-            rate[s] *= math.exp(rate_jitter * normal(rng, zbuf)
-                                - 0.5 * rate_jitter * rate_jitter)
+            rate[s] *= math.exp(clock.rate_jitter * normal(rng, zbuf)
+                                - 0.5 * clock.rate_jitter * clock.rate_jitter)
+    cta = np.zeros(r, np.int64)
+    item = np.zeros(r, np.int64)
     n = 0
     nxt_cta = 0
-    for s in range(r):                        # launch order; CTAs without items finish at once
-        while nxt_cta < n_ctas and cta_first[nxt_cta + 1] == cta_first[nxt_cta]:
-            nxt_cta += 1
-        if nxt_cta == n_ctas:
+    for s in range(r):
+        nxt_cta = _next_cta(work.cta_first, nxt_cta)
+        if nxt_cta == work.cta_first.size - 1:
             break
-        s_cta[s] = nxt_cta
-        s_item[s] = cta_first[nxt_cta]
+        cta[s] = nxt_cta
+        item[s] = work.cta_first[nxt_cta]
         n += 1
         nxt_cta += 1
     leaves = 1
     while leaves < n:
         leaves *= 2
-    keys = time.view(np.int64)                # the clocks' bits: the loser tree's keys
-    tree_k = np.empty(2 * leaves, np.int64)   # the slots' loser tree (``_tree_build``)
-    tree_s = np.empty(2 * leaves, np.int64)
-    _tree_build(tree_k, tree_s, keys, n, leaves)
+    time = np.zeros(r, np.float64)
+    slots = Slots(cta, item, np.zeros(r, np.int64), time, time.view(np.int64),
+                  np.empty(2 * leaves, np.int64), np.empty(2 * leaves, np.int64),
+                  np.ones(r, np.float64), np.zeros((r, ring_n), np.float64),
+                  np.zeros(r, np.bool_), np.zeros(r, np.float64), rate)
+    tree_build(slots.tree_k, slots.tree_s, slots.keys, n, leaves)
+    return slots, n, nxt_cta
+
+
+@numba.njit(cache=True, _nrt=False)
+def _lookup(srrip, cache, lines, part, sub, sj, w):  # pragma: no cover - compiled
+    """Look half-tile ``sub`` (set ``sj``) up in partition ``part``: True on a hit."""
+    nsub = cache.wsub.size
+    return access(srrip, part * nsub + sub, part * cache.n_sets + sj, w, lines.prev,
+                  lines.nxt, lines.head, lines.tail, lines.pb, lines.age, lines.present,
+                  lines.occ, cache.cap, cache.wsub, part * nsub)
+
+
+@numba.njit(cache=True, _nrt=False)
+def _fill_ready(clock, cnt, rng, zbuf, t_iss, w, load, dram_free):  # pragma: no cover
+    """When a fill issued at ``t_iss`` is ready, and when DRAM has served every fill so far: a
+    load's fill reads DRAM (its latency tail, then its place in the DRAM queue); a store's
+    (``stores_miss``) reads nothing."""
+    rdy = t_iss + clock.miss_t
+    if load:
+        if clock.fill_sigma > 0:             # the fill's latency tail
+            rdy = t_iss + clock.miss_t * math.exp(clock.fill_sigma * normal(rng, zbuf))
+        cnt[DRAM] += w
+        if clock.dram_svc > 0:
+            dram_free = max(dram_free, t_iss) + w * clock.dram_svc
+            rdy = max(rdy, dram_free)
+    return rdy, dram_free
+
+
+@numba.njit(cache=True, _nrt=False)
+def _allocate(srrip, cache, lines, part, sub, sj, w, t):  # pragma: no cover - compiled
+    """A store's lookup of half-tile ``sub`` in partition ``part``: it allocates the line (most
+    recently used) and, where it was absent, its data is there at ``t`` (no fill)."""
+    j = part * cache.wsub.size + sub
+    if not _lookup(srrip, cache, lines, part, sub, sj, w) and lines.present[j]:
+        lines.fill[j] = t
+
+
+@numba.njit(cache=True, _nrt=False)
+def _store(srrip, cache, lines, cnt, p, home, sub, sj, t):  # pragma: no cover - compiled
+    """An O store that never misses: it writes whole sectors, so it is a lookup that hits (no
+    fill, no DRAM read); it allocates the half-tile locally and, homed across, at its home."""
+    w = cache.wsub[sub]
+    cnt[TEX] += w
+    cnt[HIT] += w
+    _allocate(srrip, cache, lines, p, sub, sj, w, t)
+    if home != p:
+        cnt[FABRIC] += w
+        cnt[FABRIC_HIT] += w
+        _allocate(srrip, cache, lines, home, sub, sj, w, t)
+
+
+@numba.njit(cache=True, _nrt=False)
+def _load(srrip, cache, clock, lines, cnt, rng, zbuf, p, home, sub, sj, t, t_iss, load,
+          dram_free):  # pragma: no cover - compiled
+    """A load (or a store that can miss) of half-tile ``sub`` from partition ``p`` at ``t``
+    (issued at ``t_iss``): coalesced before the L2, a hit (on a fill in flight: ready when it
+    is), or a miss filled from its home partition over the fabric or from DRAM. Returns when it
+    is ready and when DRAM has served every fill so far."""
+    w = cache.wsub[sub]
+    nsub = cache.wsub.size
+    j = p * nsub + sub
+    if cache.window > 0 and t - lines.lrc_t[j] < cache.window:
+        cnt[MERGED] += w                                      # coalesced before L2
+        return max(lines.lrc_ready[j], t_iss + clock.hit_t), dram_free
+    cnt[TEX] += w
+    if not lines.seen[sub]:
+        lines.seen[sub] = True
+        cnt[COLD] += w
+    if _lookup(srrip, cache, lines, p, sub, sj, w):
+        cnt[HIT] += w
+        if lines.fill[j] > t_iss:
+            cnt[INFLIGHT] += w
+            rdy = lines.fill[j]
+        else:
+            rdy = t_iss + clock.hit_t
+    else:
+        cnt[MISS] += w
+        if home == p:
+            rdy, dram_free = _fill_ready(clock, cnt, rng, zbuf, t_iss, w, load, dram_free)
+        else:
+            cnt[FABRIC] += w
+            jh = home * nsub + sub
+            if _lookup(srrip, cache, lines, home, sub, sj, w):
+                cnt[FABRIC_HIT] += w
+                rdy = lines.fill[jh] if lines.fill[jh] > t_iss else t_iss + clock.hit_t
+            else:
+                cnt[FABRIC_MISS] += w
+                rdy, dram_free = _fill_ready(clock, cnt, rng, zbuf, t_iss, w, load, dram_free)
+                if lines.present[jh]:
+                    lines.fill[jh] = rdy
+        if lines.present[j]:
+            lines.fill[j] = rdy
+    if cache.window > 0:
+        lines.lrc_t[j] = t
+        lines.lrc_ready[j] = rdy
+    return rdy, dram_free
+
+
+@numba.njit(cache=True, _nrt=False)
+def _half(srrip, sets, cache, clock, lines, slots, cnt, rng, zbuf, s, a, key, h, t, t_iss,
+          dram_free):  # pragma: no cover - compiled
+    """Access ``a`` of slot ``s`` to the half ``h`` of tile ``key``; returns when its data is
+    ready and when DRAM has served every fill so far. An unsampled half-tile costs the slot's
+    running mean of sampled loads (at least a hit)."""
+    sub = key * cache.n_parts + h
+    if not cache.sampled[sub]:
+        return t_iss + max(slots.est[s], clock.hit_t), dram_free
+    p = cache.part_of[s]
+    home = h if cache.n_parts > 1 else p
+    sj = cache.set_of[sub] if sets else 0          # the half-tile's set (0: one set)
+    if a == O and not cache.stores_miss:
+        _store(srrip, cache, lines, cnt, p, home, sub, sj, t)
+        return t + clock.hit_t, dram_free
+    rdy, dram_free = _load(srrip, cache, clock, lines, cnt, rng, zbuf, p, home, sub, sj, t,
+                           t_iss, a != O, dram_free)
+    if not cache.all_sampled and a != O:
+        slots.est[s] += (rdy - t_iss - slots.est[s]) * (1.0 / 64.0)
+    return rdy, dram_free
+
+
+@numba.njit(cache=True, _nrt=False)
+def _tile_key(work, i, k, a):  # pragma: no cover - compiled
+    """The tile id access ``a`` of step ``k`` of item ``i`` reads (or writes)."""
+    if a == Q:
+        return work.q_key[i]
+    if a == O:
+        return work.o_key[i]
+    kv = work.length[i] - 1 - k if work.reverse[i] else k
+    return (work.k_base if a == K else work.v_base) + work.kv_row[i] + kv
+
+
+@numba.njit(cache=True, _nrt=False)
+def _issue(srrip, sets, work, cache, clock, lines, slots, cnt, rng, zbuf, s, t,
+           dram_free):  # pragma: no cover - compiled
+    """Issue the loads of slot ``s``'s event at ``t``: at an item's first step (or after a
+    skip) the prologue, steps st..st+depth; later the one step ``depth`` ahead of the one
+    starting; each step's data-ready time goes into the slot's ring (the O store, at the item's
+    last step, does not stall the CTA). Returns when DRAM has served every fill so far."""
+    i = slots.item[s]
+    st = slots.step[s]
+    L = work.length[i]
+    late = slots.refill[s]
+    k_lo = st if st == 0 or late else st + clock.depth
+    k_hi = min(st + clock.depth, L - 1)
+    m = slots.ring.shape[1] - 1
+    for k in range(k_lo, k_hi + 1):
+        # a step issued late (after a skip) was due ``st + depth - k`` steps ago
+        t_iss = t - (st + clock.depth - k) * slots.skip_m[s] if late else t
+        slots.ring[s, k & m] = t_iss + clock.hit_t            # a step lasts at least a hit
+        for a in range(Q if k == 0 else K, V + 1):
+            key = _tile_key(work, i, k, a)
+            for h in range(cache.n_parts):
+                rdy, dram_free = _half(srrip, sets, cache, clock, lines, slots, cnt, rng, zbuf,
+                                       s, a, key, h, t, t_iss, dram_free)
+                if rdy > slots.ring[s, k & m]:
+                    slots.ring[s, k & m] = rdy
+    if st == L - 1:
+        for h in range(cache.n_parts):
+            _, dram_free = _half(srrip, sets, cache, clock, lines, slots, cnt, rng, zbuf, s, O,
+                                 work.o_key[i], h, t, t, dram_free)
+    slots.refill[s] = False
+    return dram_free
+
+
+@numba.njit(cache=True)
+def _skip(work, clock, slots, rng, zbuf, s, st, t_end):  # pragma: no cover - compiled
+    """Skip ahead to the next step that touches a sampled half-tile (or the item's last step):
+    the skipped steps touch only unsampled tiles and cost the running mean. Returns the slot's
+    clock and step after the skip."""
+    i = slots.item[s]
+    L = work.length[i]
+    hd = work.kv_row[i] // work.n_kv
+    lst = work.samp_kv[work.samp_ptr[hd]:work.samp_ptr[hd + 1]]
+    if work.reverse[i]:
+        idx = np.searchsorted(lst, L - 1 - st, side="right") - 1
+        target = L - 1 - lst[idx] if idx >= 0 else L - 1
+    else:
+        idx = np.searchsorted(lst, st)
+        target = lst[idx] if idx < lst.size else L - 1
+    if target > L - 1:
+        target = L - 1
+    skip = target - st
+    if skip > 0:
+        # each skipped step lasts the mean load time (at least a hit step) times the slot's
+        # speed factor; their jitter factors (mean 1, sd ~jitter) sum to about
+        # skip + sqrt(skip) * jitter * z
+        m = (clock.compute + max(0.0, max(slots.est[s], clock.hit_t)
+                                 - clock.depth * clock.compute)) * slots.rate[s]
+        extra = skip * m
+        if clock.jitter > 0:
+            extra += math.sqrt(skip) * clock.jitter * m * normal(rng, zbuf)
+        t_end += max(extra, 0.0)
+        st = target
+        if clock.depth > 0:                  # the skipped steps' prefetches: issue late
+            slots.refill[s] = True
+            slots.skip_m[s] = m
+    return t_end, st
+
+
+@numba.njit(cache=True)
+def _step_end(work, cache, clock, slots, rng, zbuf, s, t):  # pragma: no cover - compiled
+    """When slot ``s``'s step, begun at ``t``, ends: when its loads are ready (not before
+    ``t``) plus the compute, times the slot's speed and jitter factors, and then any skip.
+    Returns that time and the slot's next step."""
+    st = slots.step[s]
+    ready = slots.ring[s, st & (slots.ring.shape[1] - 1)]
+    if ready < t:
+        ready = t
+    dur = (ready + clock.compute - t) * slots.rate[s]
+    if clock.jitter > 0:
+        dur *= step_factor(rng, zbuf)
+    t_end = t + dur
+    st += 1
+    if not cache.all_sampled and 0 < st < work.length[slots.item[s]] - 1:
+        t_end, st = _skip(work, clock, slots, rng, zbuf, s, st, t_end)
+    return t_end, st
+
+
+@numba.njit(cache=True, _nrt=False)
+def _advance(work, slots, s, st, t_end, nxt_cta):  # pragma: no cover - compiled
+    """Slot ``s`` to ``t_end`` and step ``st``: past its item's last step on to its next item,
+    past its CTA's last item the next CTA in launch order, or, with none left, retired. Returns
+    whether it still runs and the next CTA to launch."""
+    slots.time[s] = t_end
+    leaves = slots.tree_k.size // 2
+    if st == work.length[slots.item[s]]:
+        st = 0
+        i = slots.item[s] + 1
+        if i == work.cta_first[slots.cta[s] + 1]:
+            nxt_cta = _next_cta(work.cta_first, nxt_cta)
+            if nxt_cta == work.cta_first.size - 1:
+                tree_replay(slots.tree_k, slots.tree_s, leaves, s, INF_KEY)
+                return False, nxt_cta
+            slots.cta[s] = nxt_cta
+            i = work.cta_first[nxt_cta]
+            nxt_cta += 1
+        slots.item[s] = i
+    slots.step[s] = st
+    tree_replay(slots.tree_k, slots.tree_s, leaves, s, slots.keys[s])
+    return True, nxt_cta
+
+
+@numba.njit(cache=True)
+def _loop(work, cache, clock, srrip, sets):  # pragma: no cover - compiled
+    """Run every event; returns the counters and the makespan."""
+    numba.literally(srrip)                   # one compiled loop per policy: no branch per lookup
+    numba.literally(sets)                    # and per cache shape: one set, no set lookup
+    cnt = np.zeros(len(COUNTERS), np.int64)
+    rng = np.zeros(STATE_WORDS, np.int64)     # numpy's legacy normal stream (``gauss``)
+    zbuf = np.zeros(BUF_WORDS, np.float64)
+    if clock.jitter > 0 or clock.rate_jitter > 0 or clock.fill_sigma > 0:
+        seed_rng(rng, zbuf, clock.seed, clock.jitter)
+    lines = _new_lines(cache, srrip)
+    slots, n, nxt_cta = _new_slots(work, clock, rng, zbuf)
     makespan = 0.0
     dram_free = 0.0                           # when the DRAM queue has served every fill so far
-
     while n > 0:
-        s = tree_s[0]
-        t = time[s]
-        i = s_item[s]
-        st = s_step[s]
-        L = length[i]
-        # the steps whose loads this event issues: at an item's first step (or after a skip) the
-        # prologue, steps st..st+depth; later the one step ``depth`` ahead of the one starting
-        if st == 0 or refill[s]:
-            k_lo = st
-        else:
-            k_lo = st + depth
-        k_hi = min(st + depth, L - 1)
-        n_jobs = 3 * (k_hi - k_lo + 1) if k_hi >= k_lo else 0
-        for jb in range(n_jobs + 1):
-            if jb < n_jobs:
-                k = k_lo + jb // 3
-                a = jb % 3
-                if a == 0 and k != 0:
-                    continue
-                # a step issued late (after a skip) was due ``st + depth - k`` steps ago
-                t_iss = t - (st + depth - k) * skip_m[s] if refill[s] else t
-                if a == 0 or (a == 1 and k != 0):
-                    ring[s, k & ring_m] = t_iss + hit_t      # a step lasts at least a hit
-            else:
-                if st != L - 1:
-                    continue
-                k = st
-                a = 3
-                t_iss = t
-            kv = L - 1 - k if reverse[i] else k
-            if a == 0:
-                key = q_key[i]
-            elif a == 1:
-                key = k_base + kv_row[i] + kv
-            elif a == 2:
-                key = v_base + kv_row[i] + kv
-            else:
-                key = o_key[i]
-            p = part_of[s]
-            for h in range(n_parts):
-                sub = key * n_parts + h
-                sj = set_of[sub] if sets else 0          # the half-tile's set (0: one set)
-                if not sampled[sub]:
-                    rdy = t_iss + max(est[s], hit_t)   # the mean sampled load, at least a hit
-                elif a == 3 and not stores_miss:
-                    # a store writes whole sectors: a lookup that never misses (no fill, no DRAM
-                    # read); it allocates the line locally and, homed across, at its home
-                    w = wsub[sub]
-                    j = p * nsub + sub
-                    rdy = t + hit_t
-                    cnt[0] += w
-                    cnt[1] += w
-                    if not _access(srrip, j, p * n_sets + sj, w, prev, nxt, head,
-                                   tail, pb, age, present, occ, cap, wsub,
-                                   p * nsub) and present[j]:
-                        fill[j] = t
-                    home = h if n_parts > 1 else p
-                    if home != p:
-                        cnt[5] += w
-                        cnt[6] += w
-                        jh = home * nsub + sub
-                        if not _access(srrip, jh, home * n_sets + sj, w, prev, nxt,
-                                       head, tail, pb, age, present, occ, cap, wsub,
-                                       home * nsub) and present[jh]:
-                            fill[jh] = t
-                else:
-                    w = wsub[sub]
-                    j = p * nsub + sub
-                    if window > 0 and t - lrc_t[j] < window:
-                        cnt[4] += w                                   # coalesced before L2
-                        rdy = max(lrc_ready[j], t_iss + hit_t)
-                    else:
-                        cnt[0] += w
-                        if not seen[sub]:
-                            seen[sub] = True
-                            cnt[9] += w
-                        if _access(srrip, j, p * n_sets + sj, w, prev, nxt, head,
-                                   tail, pb, age, present, occ, cap, wsub, p * nsub):
-                            cnt[1] += w
-                            if fill[j] > t_iss:
-                                cnt[3] += w
-                                rdy = fill[j]
-                            else:
-                                rdy = t_iss + hit_t
-                        else:
-                            cnt[2] += w
-                            home = h if n_parts > 1 else p
-                            if home == p:
-                                rdy = t_iss + miss_t
-                                if fill_sigma > 0 and a < 3:   # the fill's latency tail
-                                    rdy = t_iss + miss_t * math.exp(
-                                        fill_sigma * normal(rng, zbuf))
-                                if a < 3:
-                                    cnt[8] += w
-                                    if dram_svc > 0:
-                                        dram_free = max(dram_free, t_iss) + w * dram_svc
-                                        rdy = max(rdy, dram_free)
-                            else:
-                                cnt[5] += w
-                                jh = home * nsub + sub
-                                if _access(srrip, jh, home * n_sets + sj, w, prev,
-                                           nxt, head, tail, pb, age, present, occ, cap, wsub,
-                                           home * nsub):
-                                    cnt[6] += w
-                                    rdy = fill[jh] if fill[jh] > t_iss else t_iss + hit_t
-                                else:
-                                    cnt[7] += w
-                                    rdy = t_iss + miss_t
-                                    if fill_sigma > 0 and a < 3:
-                                        rdy = t_iss + miss_t * math.exp(
-                                            fill_sigma * normal(rng, zbuf))
-                                    if a < 3:
-                                        cnt[8] += w
-                                        if dram_svc > 0:
-                                            dram_free = max(dram_free, t_iss) + w * dram_svc
-                                            rdy = max(rdy, dram_free)
-                                    if present[jh]:
-                                        fill[jh] = rdy
-                            if present[j]:
-                                fill[j] = rdy
-                        if window > 0:
-                            lrc_t[j] = t
-                            lrc_ready[j] = rdy
-                    if sub_rate and a < 3:
-                        est[s] += (rdy - t_iss - est[s]) * (1.0 / 64.0)
-                if a < 3 and rdy > ring[s, k & ring_m]:   # the O store does not stall the CTA
-                    ring[s, k & ring_m] = rdy
-        refill[s] = False
-        ready = ring[s, st & ring_m]
-        if ready < t:
-            ready = t
-        dur = (ready + compute - t) * rate[s]
-        if jitter > 0:
-            dur *= step_factor(rng, zbuf)
-        t_end = t + dur
-        st += 1
-        if sub_rate and 0 < st < L - 1:
-            # skip ahead to the next step that touches a sampled half-tile (or the item's last
-            # step): the skipped steps touch only unsampled tiles and cost the running mean
-            hd = kv_row[i] // n_kv
-            lst = samp_kv[samp_ptr[hd]:samp_ptr[hd + 1]]
-            if reverse[i]:
-                idx = np.searchsorted(lst, L - 1 - st, side="right") - 1
-                target = L - 1 - lst[idx] if idx >= 0 else L - 1
-            else:
-                idx = np.searchsorted(lst, st)
-                target = lst[idx] if idx < lst.size else L - 1
-            if target > L - 1:
-                target = L - 1
-            skip = target - st
-            if skip > 0:
-                # each skipped step lasts the mean load time (at least a hit step) times the
-                # slot's speed factor; their jitter factors (mean 1, sd ~jitter) sum to about
-                # skip + sqrt(skip) * jitter * z
-                m = (compute + max(0.0, max(est[s], hit_t) - depth * compute)) * rate[s]
-                extra = skip * m
-                if jitter > 0:
-                    extra += math.sqrt(skip) * jitter * m * normal(rng, zbuf)
-                t_end += max(extra, 0.0)
-                st = target
-                if depth > 0:                    # the skipped steps' prefetches: issue late
-                    refill[s] = True
-                    skip_m[s] = m
+        s = slots.tree_s[0]
+        t = slots.time[s]
+        dram_free = _issue(srrip, sets, work, cache, clock, lines, slots, cnt, rng, zbuf, s, t,
+                           dram_free)
+        t_end, st = _step_end(work, cache, clock, slots, rng, zbuf, s, t)
         if t_end > makespan:
             makespan = t_end
-        time[s] = t_end
-        if st == L:
-            st = 0
-            i += 1
-            if i == cta_first[s_cta[s] + 1]:
-                while nxt_cta < n_ctas and cta_first[nxt_cta + 1] == cta_first[nxt_cta]:
-                    nxt_cta += 1
-                if nxt_cta < n_ctas:
-                    s_cta[s] = nxt_cta
-                    i = cta_first[nxt_cta]
-                    nxt_cta += 1
-                else:                                   # retire the slot
-                    n -= 1
-                    _tree_replay(tree_k, tree_s, leaves, s, INF_KEY)
-                    continue
-            s_item[s] = i
-        s_step[s] = st
-        _tree_replay(tree_k, tree_s, leaves, s, keys[s])
+        alive, nxt_cta = _advance(work, slots, s, st, t_end, nxt_cta)
+        if not alive:
+            n -= 1
     return cnt, makespan
 
 
-def _entry(srrip: bool, sets: bool):
-    """The compiled entry of ``_run`` for one policy (``_run_policy``)."""
-    return _ENTRIES[bool(srrip), bool(sets)]
+@functools.cache
+def entry(srrip: bool, sets: bool):
+    """The loop compiled for one replacement policy and cache shape, with the flags as
+    constants: each of the four is a function of its own, compiled and cached on disk on first
+    use, so a fresh checkout compiles only the policy it runs. Called from Python with the flags
+    as plain booleans, ``_loop`` itself would be typed again on every call: ``numba.literally``
+    makes the dispatcher type the call with plain booleans first, fail, and only then pick the
+    literal specialisation, and that first typing (0.2 s per call) is never cached. ``nogil``:
+    cases simulate on threads side by side (``experiments.runner.modes``)."""
+    srrip, sets = bool(srrip), bool(sets)
+
+    @numba.njit(cache=True, nogil=True)
+    def run_policy(work, cache, clock):  # pragma: no cover - compiled
+        return _loop(work, cache, clock, srrip, sets)
+
+    return run_policy
 
 
-def _run_policy(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub, sampled,
-                n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr,
-                samp_kv, part_of, stores_miss, rate_jitter, srrip,
-                speed, set_of, n_sets, sets, dram_svc, depth, compute, hit_t, fill_sigma):
-    """``_run`` with its two policy flags passed as constants: each of its four specialisations
-    has an entry of its own (``_run_lru``, ``_run_lru_sets``, ``_run_srrip``,
-    ``_run_srrip_sets``), compiled and cached on disk on first use, so a fresh checkout compiles
-    only the policy it runs (a quarter of the 18 s it took for all four). Called from Python with
-    the flags as plain booleans, ``_run`` itself would be typed again on every call:
-    ``numba.literally`` makes the dispatcher type the call with plain booleans first, fail, and
-    only then pick the literal specialisation, and that first typing (0.2 s per call) is never
-    cached. ``nogil``: cases simulate on threads side by side (``experiments.runner.modes``)."""
-    return _entry(srrip, sets)(
-        cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub, sampled, n_parts,
-        resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr, samp_kv, part_of,
-        stores_miss, rate_jitter, speed, set_of, n_sets, dram_svc, depth, compute, hit_t,
-        fill_sigma)
-
-
-@numba.njit(cache=True, nogil=True)
-def _run_lru(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub, sampled,
-             n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr, samp_kv,
-             part_of, stores_miss, rate_jitter, speed, set_of, n_sets, dram_svc, depth, compute,
-             hit_t, fill_sigma):  # pragma: no cover - compiled
-    return _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub, sampled,
-                n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr, samp_kv,
-                part_of, stores_miss, rate_jitter, False, speed, set_of, n_sets, False,
-                dram_svc, depth, compute, hit_t, fill_sigma)
-
-
-@numba.njit(cache=True, nogil=True)
-def _run_lru_sets(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
-                  sampled, n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr,
-                  samp_kv, part_of, stores_miss, rate_jitter, speed, set_of, n_sets, dram_svc,
-                  depth, compute, hit_t, fill_sigma):  # pragma: no cover - compiled
-    return _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub, sampled,
-                n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr, samp_kv,
-                part_of, stores_miss, rate_jitter, False, speed, set_of, n_sets, True,
-                dram_svc, depth, compute, hit_t, fill_sigma)
-
-
-@numba.njit(cache=True, nogil=True)
-def _run_srrip(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub, sampled,
-               n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr, samp_kv,
-               part_of, stores_miss, rate_jitter, speed, set_of, n_sets, dram_svc, depth,
-               compute, hit_t, fill_sigma):  # pragma: no cover - compiled
-    return _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub, sampled,
-                n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr, samp_kv,
-                part_of, stores_miss, rate_jitter, True, speed, set_of, n_sets, False,
-                dram_svc, depth, compute, hit_t, fill_sigma)
-
-
-@numba.njit(cache=True, nogil=True)
-def _run_srrip_sets(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub,
-                    sampled, n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr,
-                    samp_kv, part_of, stores_miss, rate_jitter, speed, set_of, n_sets, dram_svc,
-                    depth, compute, hit_t, fill_sigma):  # pragma: no cover - compiled
-    return _run(cta_first, length, reverse, q_key, o_key, kv_row, k_base, v_base, wsub, sampled,
-                n_parts, resident, cap, miss_t, jitter, seed, window, n_kv, samp_ptr, samp_kv,
-                part_of, stores_miss, rate_jitter, True, speed, set_of, n_sets, True,
-                dram_svc, depth, compute, hit_t, fill_sigma)
-
-
-_ENTRIES = {(False, False): _run_lru, (False, True): _run_lru_sets,
-            (True, False): _run_srrip, (True, True): _run_srrip_sets}
+def run(work: Work, cache: Cache, clock: Clock, srrip: bool) -> tuple[np.ndarray, float]:
+    """The counters (indexed by ``COUNTERS``' positions) and the makespan of one simulation,
+    under SRRIP or LRU replacement, with one set per partition or ``cache.n_sets``."""
+    return entry(srrip, cache.n_sets > 1)(work, cache, clock)

@@ -117,19 +117,7 @@ import numpy as np
 
 from analysis.cache.sampling import SHARDS_TARGET, sampled_subkeys, set_index, shards_rate
 from analysis.cache.smmap import slot_paired_odd, slot_partitions
-from analysis.cache.timeloop import (
-    _COLD,
-    _DRAM,
-    _FAB,
-    _FHIT,
-    _FMISS,
-    _HIT,
-    _INFL,
-    _MERGED,
-    _MISS,
-    _TEX,
-    _run_policy,
-)
+from analysis.cache.timeloop import COUNTERS, Cache, Clock, Work, run
 from spec.arch import Arch, MiB
 from spec.case import Case
 from spec.problem import TileGrid
@@ -337,22 +325,19 @@ def simulate(table: WorkTable, resident: int, params: TimeParams,
         speed[:] = params.speeds
     elif params.pair_slowdown > 0:
         speed[slot_paired_odd(params.placement, slots)] += params.pair_slowdown
-    cnt, makespan = _run_policy(table.cta_first, table.length, table.reverse, table.q_key, table.o_key,
-                         table.kv_row, np.int64(table.k_base), np.int64(table.v_base), wsub,
-                         sampled, P, int(resident), cap, float(params.miss_ratio),
-                         float(params.jitter), int(params.seed), float(params.merge_window),
-                         np.int64(n_kv), samp_ptr, samp_kv, part_of, bool(params.stores_miss),
-                         float(params.rate_jitter), params.replacement == "srrip", speed,
-                         set_of, np.int64(n_sets), n_sets > 1,
-                         1.0 / (params.dram_step_sectors * R) if params.dram_step_sectors > 0
-                         else 0.0, int(params.prefetch), float(params.compute),
-                         float(params.hit_latency), float(params.fill_sigma))
+    work = Work(table.cta_first, table.length, table.reverse, table.q_key, table.o_key,
+                table.kv_row, int(table.k_base), int(table.v_base), int(n_kv), samp_ptr, samp_kv)
+    cache = Cache(wsub, sampled, bool(sampled.all()), P, part_of, set_of, int(n_sets), cap,
+                  float(params.merge_window), bool(params.stores_miss))
+    dram_svc = 1.0 / (params.dram_step_sectors * R) if params.dram_step_sectors > 0 else 0.0
+    clock = Clock(int(resident), speed, float(params.hit_latency), float(params.miss_ratio),
+                  float(params.compute), int(params.prefetch), float(params.jitter),
+                  float(params.rate_jitter), float(params.fill_sigma), dram_svc,
+                  int(params.seed))
+    cnt, makespan = run(work, cache, clock, params.replacement == "srrip")
     c = cnt.astype(np.float64) / R if R < 1 else cnt
-    v = [int(round(x)) for x in c]
-    return TimeCounts(tex_sectors=v[_TEX], tex_hits=v[_HIT], tex_misses=v[_MISS],
-                      inflight_hits=v[_INFL], merged_sectors=v[_MERGED], fabric_sectors=v[_FAB],
-                      fabric_hits=v[_FHIT], fabric_misses=v[_FMISS], dram_fills=v[_DRAM],
-                      cold_misses=v[_COLD], makespan=float(makespan), params=params)
+    counts = dict(zip(COUNTERS, (int(round(x)) for x in c)))
+    return TimeCounts(**counts, makespan=float(makespan), params=params)
 
 
 def simulate_case(case: Case, params: TimeParams, sector_bytes: int = 32,

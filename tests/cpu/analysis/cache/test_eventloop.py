@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from analysis.cache import gauss
-from analysis.cache.replacement import INF_KEY, _tree_build, _tree_replay
+from analysis.cache.replacement import INF_KEY, tree_build, tree_replay
 
 
 @pytest.mark.parametrize("seed", [0, 1, 7, 2**32 - 1])
@@ -55,7 +55,7 @@ def test_loser_tree_pops_in_clock_then_slot_order(slots):
         leaves *= 2
     tree_k = np.empty(2 * leaves, np.int64)
     tree_s = np.empty(2 * leaves, np.int64)
-    _tree_build(tree_k, tree_s, keys, slots, leaves)
+    tree_build(tree_k, tree_s, keys, slots, leaves)
     heap = [(0.0, s) for s in range(slots)]
     heapq.heapify(heap)
     live = slots
@@ -65,8 +65,8 @@ def test_loser_tree_pops_in_clock_then_slot_order(slots):
         assert (time[s], s) == want
         if rng.random() < 0.02:                              # retire
             live -= 1
-            _tree_replay(tree_k, tree_s, leaves, s, INF_KEY)
+            tree_replay(tree_k, tree_s, leaves, s, INF_KEY)
             continue
         time[s] += float(rng.integers(0, 3))                  # 0: a tie with itself
         heapq.heappush(heap, (time[s], s))
-        _tree_replay(tree_k, tree_s, leaves, s, keys[s])
+        tree_replay(tree_k, tree_s, leaves, s, keys[s])

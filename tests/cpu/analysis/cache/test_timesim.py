@@ -175,7 +175,7 @@ def _replay(lookup, seq, cap, srrip):
     pb, age = np.zeros(n, np.int64), np.zeros(1, np.int64)
     present, occ = np.zeros(n, np.bool_), np.zeros(1, np.int64)
     cap_a, w = np.array([cap], np.int64), np.ones(n, np.int64)
-    return [bool(replacement._access(srrip, j, 0, 1, prev, nxt, head, tail, pb, age, present, occ,
+    return [bool(replacement.access(srrip, j, 0, 1, prev, nxt, head, tail, pb, age, present, occ,
                                  cap_a, w, 0)) for j in seq]   # partition 0: base 0
 
 

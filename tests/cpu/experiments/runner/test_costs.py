@@ -160,7 +160,7 @@ def test_the_memory_estimate_bounds_what_the_simulator_takes(arch, index, S, mod
 
 def test_the_timed_kernel_compiles_once_and_loads_from_the_disk_cache():
     """Three cases of different shapes and both partition layouts: one compiled signature of
-    the event loop (its LRU entry, ``timeloop._run_lru``) per process, and in a second process
+    the event loop (its LRU entry, ``timeloop.entry(False, False)``) per process, and in a second process
     that one comes from numba's disk cache (no compile at all)."""
     code = """
 import json
@@ -174,7 +174,7 @@ for a in ("gb10", "h100"):
     for c in get_study("sawtooth").plan(arch)[7:10]:
         c = dataclasses.replace(c, problem=dataclasses.replace(c.problem, S_q=4096, S_kv=4096))
         timed_rows(c, arch, model_params(arch), run="r", study="s")
-d = timeloop._run_lru
+d = timeloop.entry(False, False)
 print(json.dumps([len(d.signatures), sum(d.stats.cache_hits.values()), sum(d.stats.cache_misses.values())]))
 """
     got = []
