@@ -74,7 +74,7 @@ def test_main_command_and_its_next_hint_run_from_another_directory(installed):
     assert "SIMULATED" in r.stdout
     runs = list((work / "runs" / "gb10" / "sawtooth").iterdir())
     assert len(runs) == 1 and (runs[0] / "counters.csv").stat().st_size > 0
-    import json                                              # no commit: version and code hash
+    import json  # no commit: version and code hash
     git = json.loads((runs[0] / "manifest.json").read_text())["git"]
     assert git["commit"] is None and git["version"] and len(git["source_sha256"]) == 64, git
     assert not (site / "runs").exists()                      # nothing written into the install
