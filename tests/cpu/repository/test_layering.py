@@ -21,6 +21,8 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
 
 # package -> the packages of ours it may import (itself always included)
@@ -47,6 +49,14 @@ the GPU, simulation on the CPU), the instruments and the user-speed studies buil
 sharding, the runner of ``python -m experiments.run``, tuning. Above them only the CLI entry
 ``experiments.run``, which nothing of the package imports."""
 EXPERIMENTS_TOP = ("run", "__main__")
+
+KERNELS_ORDER = ("device", "build", "rules", "host", "paper_builds")
+"""kernels/ rooms by job, bottom first: device code (kernel bodies, the work scheduler, tactic
+bits), build tools (export signatures, resources, toolchain checks), configuration rules, the
+host path (the family, the backward's launches, ``attention()``), and the paper authors' builds
+(which nothing on the kernel path imports). The package's ``__init__`` re-exports from them."""
+CUDA_ORDER = ("build", "host")
+"""cuda_baseline/ rooms by job, bottom first (its C++ lives in ``device/``, data not modules)."""
 
 
 @dataclass(frozen=True)
@@ -231,6 +241,8 @@ def subpackage_violations(imports: list[Import], root: Path, package: str,
         where = f"{imp.file.relative_to(root)}:{imp.line}: {imp.module} imports {imp.target}"
         mine = a[1] if len(a) > 1 else None
         theirs = b[1]
+        if mine is None:            # the package's __init__: its public names, from any room
+            continue
         if theirs in top:
             out.append(f"{where}: {package}.{theirs} is an entry point; nothing imports it")
             continue
@@ -269,6 +281,33 @@ def test_analysis_subpackages_form_a_stack():
     assert not top, f"modules outside the subpackages: {[f.name for f in top]}"
     problems = analysis_violations(imports, ROOT)
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("package,order", [("kernels", KERNELS_ORDER),
+                                           ("cuda_baseline", CUDA_ORDER)])
+def test_kernel_families_are_rooms_by_job_in_a_stack(package, order):
+    """Each family shows its jobs: at most six rooms (subpackages or modules) beside its
+    ``__init__``, each a floor of ``order``, imports only downward between them."""
+    rooms = {p.stem if p.suffix == ".py" else p.name for p in (ROOT / package).iterdir()
+             if (p.suffix == ".py" and p.name != "__init__.py")
+             or (p.is_dir() and (p / "__init__.py").is_file())}
+    assert len(rooms) <= 6 and rooms == set(order), (package, sorted(rooms))
+    imports = [i for f in source_files(ROOT, [package])
+               for i in imports_of(ROOT, f, set(ALLOWED))]
+    problems = subpackage_violations(imports, ROOT, package, order)
+    assert not problems, "\n".join(problems)
+
+
+def test_the_kernels_rule_catches_an_upward_import(tmp_path):
+    (tmp_path / "kernels" / "device").mkdir(parents=True)
+    (tmp_path / "kernels" / "host").mkdir()
+    for f in ("__init__.py", "device/__init__.py", "host/__init__.py", "host/op.py"):
+        (tmp_path / "kernels" / f).write_text("")
+    (tmp_path / "kernels" / "device" / "fmha.py").write_text("from kernels.host import op\n")
+    imports = [i for f in source_files(tmp_path, ["kernels"])
+               for i in imports_of(tmp_path, f, {"kernels"})]
+    msgs = subpackage_violations(imports, tmp_path, "kernels", KERNELS_ORDER)
+    assert len(msgs) == 1 and "kernels.device may import only kernels.{device}" in msgs[0]
 
 
 def test_experiments_subpackages_form_a_stack():
