@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from analysis.data.registry import DatasetError, find, open_path
 from analysis.data.tables import csv_rows
+from spec.paper import paper_build
 
 STUDY = "builds-toolchains"
 
@@ -71,21 +72,14 @@ class BuildSteps:
         return sum(lp.length for lp in b) / len(b) if b else 0.0
 
 
-_AUTHORS_FILES = {("static", "linear"): "AttentionFMHAFullyStatic",
-                  ("static", "sawtooth"): "AttentionFMHAFullyStaticAlt",
-                  ("tile2", "linear"): "AttentionFMHATile",
-                  ("tile2", "sawtooth"): "AttentionFMHATileAlt"}
-
-
 def authors_build(schedule: str, order: str, causal: bool) -> str:
     """The id of the paper's published build with this schedule (static | tile2), scan order
-    (linear | sawtooth) and mask: the build the authors ran for that GB10 count."""
+    (linear | sawtooth) and mask (``spec.paper``): the build the authors ran for that GB10
+    count."""
     try:
-        name = _AUTHORS_FILES[schedule, order]
-    except KeyError:
-        raise DatasetError(f"no published build for schedule {schedule!r}, order {order!r}; "
-                           f"the paper has {sorted(_AUTHORS_FILES)}") from None
-    return f"authors.{name}.{'causal' if causal else 'noncausal'}"
+        return paper_build(schedule, order).id(causal)
+    except ValueError as e:
+        raise DatasetError(str(e)) from None
 
 
 def latest_run() -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from analysis.models.steptime import BuildCosts
 from spec import Arch, Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant, get_arch
 from spec.case import Case
+from spec.paper import AUTHORS_CUDA_TILE, AUTHORS_OCCUPANCY, PAPER_S, paper_build
 from spec.schedules import WorkOrder, section_heads
 from spec.variant import BackwardPass
 
@@ -22,29 +23,11 @@ def misscost_ctas(arch: Arch) -> int:
     return max(8, (3 * arch.num_sms // 4) // 8 * 8)
 
 
-PAPER_S = 131072            # the paper's sequence length on GB10
 CUTILE_STUDY_OCCUPANCY = 2  # the seed kernel's hint: spill-free on sm_90, two CTAs per SM
-AUTHORS_OCCUPANCY = 1
-"""The occupancy the paper's cuTile builds compile to (SchrodingerZhu/AttnFMHA: Static linear
-``occupancy=1``; Static sawtooth and both Tile-based builds no hint). Without a hint tileiras
-gives the same cubin as with 1 (sm_121 and sm_90 alike: 255 registers, identical shared memory),
-so one CTA per SM: on GB10 the Tile-based launch keeps 48 CTAs resident, not 96. The GB10
-sawtooth study simulates these builds; elsewhere the study keeps occupancy 2 (at 255 registers
-the causal builds spill on sm_90: 680-1888 B of stack)."""
+"""On GB10 the sawtooth study simulates the paper's builds (``spec.paper.AUTHORS_OCCUPANCY``: one
+CTA per SM, so the tile-based launch keeps 48 CTAs resident, not 96); elsewhere it keeps
+occupancy 2 (at 255 registers the causal builds spill on sm_90: 680-1888 B of stack)."""
 PAPER_L2 = get_arch("gb10").l2_bytes
-AUTHORS_TOOLCHAIN = "cuda-tile 1.0.x, tileiras 13.1.80"
-"""The toolchain the paper's cuTile builds were most likely compiled with (the releases before the
-authors' counts; 1.1.0 already rejects their sawtooth sources)."""
-AUTHORS_BUILDS: dict[tuple[str, str], str] = {
-    ("persistent", "linear"): "authors.AttentionFMHAFullyStatic",
-    ("persistent", "sawtooth"): "authors.AttentionFMHAFullyStaticAlt",
-    ("tile", "linear"): "authors.AttentionFMHATile",
-    ("tile", "sawtooth"): "authors.AttentionFMHATileAlt",
-}
-"""The paper's cuTile kernel that each GB10 case of the sawtooth study stands for (SchrodingerZhu/
-AttnFMHA), by (schedule, order); ``.causal`` / ``.noncausal`` name its two builds."""
-AUTHORS_CUDA_TILE = "1.0.1"
-"""The cuda-tile release of ``AUTHORS_TOOLCHAIN`` whose cubins the GB10 study reads."""
 
 SM90_BUILDS: dict[tuple[str, str, bool, int], BuildCosts] = {
     ("persistent", "linear", True, 1): BuildCosts(8.0, 680, 140560),
@@ -69,8 +52,8 @@ def build_costs(case: Case, arch: Arch) -> BuildCosts:
     sched = "persistent" if v.schedule.is_persistent else "tile"
     if arch.name == "gb10":
         from analysis.data.steps import step_costs
-        name = AUTHORS_BUILDS[(sched, v.order.label)]
-        name += ".causal" if case.problem.causal else ".noncausal"
+        name = paper_build("static" if sched == "persistent" else "tile2",
+                           v.order.label).id(case.problem.causal)
         b = step_costs()[(name, AUTHORS_CUDA_TILE, arch.sm)]
         return BuildCosts(b.bulk_spill_per_step, b.stack, b.shared,
                           f"build {name}, cuda-tile {b.cuda_tile} / tileiras {b.tileiras}")

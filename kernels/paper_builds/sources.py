@@ -15,12 +15,19 @@ import subprocess
 from pathlib import Path
 
 from kernels.paper_builds.compile_worker import Build
+from spec.paper import (
+    PAPER_B,
+    PAPER_BUILDS,
+    PAPER_D,
+    PAPER_H,
+    PAPER_NUM_VSM,
+    PAPER_S,
+    PAPER_TILE,
+    PAPER_TILE_X,
+)
 
-FILES = {"AttentionFMHAFullyStatic.py": ("static", "linear"),
-         "AttentionFMHAFullyStaticAlt.py": ("static", "sawtooth"),
-         "AttentionFMHATile.py": ("tile2", "linear"),
-         "AttentionFMHATileAlt.py": ("tile2", "sawtooth")}
-S, B, H, D, TILE, NUM_VSM, TILE_X = 131072, 8, 1, 64, 64, 48, 2
+S, B, H, D = PAPER_S, PAPER_B, PAPER_H, PAPER_D
+TILE, NUM_VSM, TILE_X = PAPER_TILE, PAPER_NUM_VSM, PAPER_TILE_X
 
 
 def _read(repo: Path, name: str) -> tuple[str, str | None]:
@@ -69,7 +76,8 @@ def builds(repo: Path, scratch: Path) -> tuple[list, str | None]:
     reproducible."""
     out, commit = [], None
     arr = ("array", (B, H, S, D), "f16")
-    for name, (sched, order) in FILES.items():
+    for build in PAPER_BUILDS:
+        name, sched, order = f"{build.stem}.py", build.schedule, build.order
         src, commit = _read(repo, name)
         text, occ = kernel_source(src)
         where = scratch / f"attnfmha-{(commit or 'copy')[:12]}"
@@ -83,7 +91,6 @@ def builds(repo: Path, scratch: Path) -> tuple[list, str | None]:
                       ("const", causal), ("const", S % TILE == 0))
             tail = ((("const", NUM_VSM), ("i32", S)) if sched == "static"
                     else (("const", TILE_X),))
-            mode = "causal" if causal else "noncausal"
-            out.append(Build(f"authors.{Path(name).stem}.{mode}", "authors", causal, order, sched,
+            out.append(Build(build.id(causal), "authors", causal, order, sched,
                              str(path), "fmha_kernel", occ, common + tail))
     return out, commit

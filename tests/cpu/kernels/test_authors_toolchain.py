@@ -240,10 +240,14 @@ def test_the_worker_compiles_what_the_project_compiles(tmp_path):
 
 def test_each_study_build_has_its_authors_twin_in_the_dataset():
     """Every GB10 study build maps to the published build of the same schedule, order and mask
-    (``analysis.data.steps.authors_build``), and the twin compiled with 1.0.1 is in the run."""
+    (``spec.paper``, the one table of the paper's builds), and the twin compiled with the authors'
+    cuda-tile is in the run."""
     from analysis.data.steps import authors_build, step_costs
+    from spec.paper import AUTHORS_CUDA_TILE, PAPER_BUILDS
     c = step_costs(str(RUN.relative_to(ROOT / "profiles")))
     for b in study_builds():
-        twin = c[authors_build(b.schedule, b.order, b.causal), "1.0.1", "sm_121"]
+        twin = c[authors_build(b.schedule, b.order, b.causal), AUTHORS_CUDA_TILE, "sm_121"]
         assert (twin.schedule, twin.order, twin.causal) == (b.schedule, b.order, b.causal)
     assert authors_build("static", "linear", True) == "authors.AttentionFMHAFullyStatic.causal"
+    assert {(b.schedule, b.order) for b in PAPER_BUILDS} == {
+        (s, o) for s in ("static", "tile2") for o in ("linear", "sawtooth")}
