@@ -264,15 +264,30 @@ def find_files(arch: str, pattern: str) -> list[Path]:
     return sorted(out)
 
 
+def _stored(e: dict) -> dict:
+    """An entry as stored: the fields at their defaults (``Entry``) and parameters that are None
+    left out (``Entry(**stored)`` reads it back the same)."""
+    out = {k: v for k, v in e.items() if k in _REQUIRED or v != _DEFAULTS.get(k)}
+    if isinstance(out.get("parameters"), dict):
+        out["parameters"] = {k: v for k, v in out["parameters"].items() if v is not None}
+        if not out["parameters"]:
+            del out["parameters"]
+    return out
+
+
+_REQUIRED = ("path", "role", "arch", "sha256")
+_DEFAULTS = {"study": None, "source": None, "parameters": {}, "default": False, "command": None}
+
+
 def write(doc_entries: list[dict]) -> Path:
-    """Write the registry (sorted by path) atomically."""
+    """Write the registry (sorted by path) atomically, each entry without its default fields."""
     p = profiles_dir() / REGISTRY
     body = {"schema": SCHEMA,
             "about": "Every committed input the code may read, with its role and content hash "
                      "(analysis/data/registry.py). Re-pin one with `python -m analysis.data "
                      "register profiles/<path> --role <role>`; verify all with `python -m "
                      "analysis.data check`.",
-            "entries": sorted(doc_entries, key=lambda e: e["path"])}
+            "entries": sorted((_stored(e) for e in doc_entries), key=lambda e: e["path"])}
     tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
     lines = ",\n".join("  " + json.dumps(e, sort_keys=False) for e in body.pop("entries"))
     head = json.dumps(body, indent=1)[:-2]
