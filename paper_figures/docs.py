@@ -55,7 +55,8 @@ def main(argv=None) -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     for mod in mods:
         fig = mod.plot(mod.load(rows), a.arch)
-        finish(fig, rows, mod.FIGURE, a.arch, runs_drawn(rows, mod.FIGURE))
+        finish(fig, rows, mod.FIGURE, a.arch, runs_drawn(rows, mod.FIGURE), None,
+               getattr(mod, "ROWS", None))
         data = _png(fig)
         plt.close(fig)
         tmp = a.out / f".{mod.FIGURE}.png.tmp-{os.getpid()}"
