@@ -1,7 +1,7 @@
 """The figure modules and what each declares: its id (``FIGURE``) and the studies it reads
 (``STUDIES``), the one place that link is written.
 
-The declarations are read from the modules' source (two literal assignments each), not by
+The declarations are read from the modules' source (literal assignments), not by
 importing them: plan-only commands (``python -m experiments.run --list``, ``--dry-run``) ask which
 figures a study feeds, and importing every figure module means matplotlib and the analysis layer
 (about a second). ``tests/cpu/paper_figures/test_figure_links.py`` checks that what is read here is what the
@@ -34,11 +34,15 @@ def _declared(module: str) -> tuple[str, tuple[str, ...]]:
     for node in ast.parse(path.read_text(), str(path)).body:
         target = (node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1
                   else node.target if isinstance(node, ast.AnnAssign) else None)
-        if isinstance(target, ast.Name) and target.id in ("FIGURE", "STUDIES"):
-            try:
-                found[target.id] = ast.literal_eval(node.value)
-            except ValueError:
-                raise BadDeclaration(f"{path}: {target.id} must be a literal") from None
+        pairs = ([(target, node.value)] if isinstance(target, ast.Name) else
+                 list(zip(target.elts, node.value.elts))       # FIGURE, STUDIES = "F1", (...)
+                 if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple) else [])
+        for name, value in pairs:
+            if isinstance(name, ast.Name) and name.id in ("FIGURE", "STUDIES"):
+                try:
+                    found[name.id] = ast.literal_eval(value)
+                except ValueError:
+                    raise BadDeclaration(f"{path}: {name.id} must be a literal") from None
     figure, studies = found.get("FIGURE"), found.get("STUDIES")
     if not isinstance(figure, str) or not (isinstance(studies, tuple)
                                            and all(isinstance(s, str) for s in studies)):

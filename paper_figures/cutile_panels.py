@@ -10,6 +10,7 @@ from spec.records import Metric
 
 from .bars import MISS_LABEL, grouped_bars, miss_bars
 from .data import Skip, one_run, select
+from .modules import figure_module
 from .published import paper_panel, with_paper
 from .style import gpu_name, seq_label
 
@@ -45,3 +46,10 @@ def plot_misses(data: dict, figure: str, causal: bool, arch: str | None):
         title=f"{figure}: cuTile {mode}, B={data['B']}, S={seq_label(data['S'])}, "
               f"64×64 tiles, {gpu_name(arch)}"
               + (f"\n{data['run']['note']}" if data["run"]["note"] else "")), data)
+
+
+def misses_module(name: str, figure: str, causal: bool) -> tuple:
+    """``(ROWS, load, plot, main)`` of F9a (``causal`` False) or F10a (True)."""
+    return figure_module(name, {"backend": "cutile", "causal": causal},
+                         lambda rows: load_misses(rows, causal=causal),
+                         lambda data, arch=None: plot_misses(data, figure, causal, arch))

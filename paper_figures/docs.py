@@ -1,6 +1,6 @@
 """``python -m paper_figures.docs``: the figures REPORT.md shows inline, redrawn from the committed
 runs into ``docs/figures/`` as small PNGs (the same figures ``python -m paper_figures --arch h100``
-draws, with their titles and footers, at 72 dpi and 64 colours to keep the repository small).
+draws, with their titles and footers, at 60 dpi and 16 colours to keep the repository small).
 
     python -m paper_figures.docs                 # replaces docs/figures/<figure>.png
 
@@ -25,13 +25,13 @@ DPI = 60
 
 
 def _png(fig) -> bytes:
-    """The figure as a palette PNG (64 colours): a third of the size of the RGBA one."""
+    """The figure as a palette PNG (16 colours): a fifth of the size of the RGBA one."""
     from PIL import Image
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI)
     im = Image.open(io.BytesIO(buf.getvalue())).convert("RGB")
     out = io.BytesIO()
-    im.quantize(colors=64, method=Image.Quantize.MEDIANCUT).save(out, format="png", optimize=True)
+    im.quantize(colors=16, method=Image.Quantize.MEDIANCUT).save(out, format="png", optimize=True)
     return out.getvalue()
 
 
@@ -55,7 +55,8 @@ def main(argv=None) -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     for mod in mods:
         fig = mod.plot(mod.load(rows), a.arch)
-        finish(fig, rows, mod.FIGURE, a.arch, runs_drawn(rows, mod.FIGURE))
+        finish(fig, rows, mod.FIGURE, a.arch, runs_drawn(rows, mod.FIGURE), None,
+               getattr(mod, "ROWS", None))
         data = _png(fig)
         plt.close(fig)
         tmp = a.out / f".{mod.FIGURE}.png.tmp-{os.getpid()}"

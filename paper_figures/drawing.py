@@ -47,40 +47,77 @@ def runs_drawn(rows: list[dict], figure: str) -> list[str]:
     return []
 
 
-def simulated_params(rows: list[dict], figure: str, drawn: list[str] | None = None) -> str:
-    """What the simulated rows a figure drew assumed: the words of their notes that every one of
-    them has, in order (the simulator and its parameters, ``timesim capacity=24.00MiB
-    partitions=1 miss_ratio=1 ... params gb10: f=1 r=1 (defaults, not fitted)``, or the lock-step
-    capacity; a per-case value such as a SHARDS rate drops out), so that a figure names the
-    parameters its simulated numbers came from; '' when it drew none. ``drawn``: the figure's
-    ``runs_drawn``, when the caller has them."""
-    drawn = set(runs_drawn(rows, figure) if drawn is None else drawn)
-    notes = sorted({r["note"] for r in rows if r.get("source") == "simulated" and r.get("note")
-                    and r["study"] in figure_studies()[figure] and run_name(run_of(r)) in drawn})
+def _simulated(rows: list[dict], figure: str, drawn: list[str], select: dict | None) -> list:
+    """The simulated rows a figure drew: of its studies, in its runs, and matching ``select``
+    (the figure module's ``ROWS``: e.g. only the causal cuTile rows of F10a)."""
+    studies = figure_studies()[figure]
+    return [r for r in rows if r.get("source") == "simulated" and r["study"] in studies
+            and run_name(run_of(r)) in drawn
+            and all(r.get(k) == v for k, v in (select or {}).items())]
+
+
+_PARAMS = re.compile(r"params \S+?(?::[^;(]*\([^)]*\))?(?=;|$)")
+
+
+def simulated_params(rows: list[dict], figure: str, drawn: list[str] | None = None,
+                     select: dict | None = None) -> str:
+    """What the simulated rows a figure drew assumed, written for those rows: whether they are
+    causal, the simulator's settings every one of them shares (the ``key=value`` head of their
+    notes, ``timesim model=... partitions=1 ...``: a per-case value such as a SHARDS rate, a step
+    time or a capacity drops out) and their parameter set (``params gb10: f=1 r=1 (defaults,
+    not fitted)``); '' when it drew none. The prose of a note (where a step time was measured,
+    on which problem) is per case and stays in the run's CSV: intersecting it word by word
+    made a salad. ``drawn``: the figure's ``runs_drawn``; ``select``: its ``ROWS``."""
+    drawn = runs_drawn(rows, figure) if drawn is None else drawn
+    sim = _simulated(rows, figure, drawn, select)
+    notes = sorted({r["note"] for r in sim if r.get("note")})
     if not notes:
         return ""
-    shared = set.intersection(*(set(n.split()) for n in notes))
-    return " ".join(w for w in notes[0].split() if w in shared)
+    heads = [n.split(" pipeline(")[0].split(";")[0].split() for n in notes]
+    shared = set.intersection(*(set(h) for h in heads))
+    words = [w for w in heads[0] if w in shared]
+    params = {m.group(0) for n in notes for m in _PARAMS.finditer(n)}
+    words += sorted(params) if len(params) == 1 else []
+    causal = {bool(r["causal"]) for r in sim if r.get("causal") is not None}
+    setting = ({True: "causal rows: ", False: "non-causal rows: "}[causal.pop()]
+               if len(causal) == 1 else "causal and non-causal rows: " if causal else "")
+    return setting + " ".join(words)
 
 
 FOOTER_PT = 6
 _CAPACITY = re.compile(r"capacity=([\d.]+)MiB")
+_STACKS = re.compile(r"stacks [^:;]*: ([\d.]+) MiB in L2")
 
 
-def context(rows: list[dict], figure: str, arch: str | None, drawn: list[str]) -> str:
+def context(rows: list[dict], figure: str, arch: str | None, drawn: list[str],
+            select: dict | None = None) -> str:
     """The GPU and its L2 for a title, and the simulated capacity when the figure drew simulated
-    rows ('NVIDIA GB10 (gb10), L2 24 MiB; simulated L2 20 MiB')."""
+    rows ('NVIDIA GB10 (gb10), L2 24 MiB; simulated L2 20 MiB'). A capacity below the arch's L2
+    says why when the rows' notes do: a build whose register stacks spill keeps them in L2, and
+    the simulator gives the K/V tiles only the rest ('simulated L2 21.98 MiB usable of 24 MiB:
+    2.0 MiB holds a build's spilled stacks')."""
     text = gpu_name(arch)
+    l2 = None
     try:
         from spec import get_arch
-        text += f", L2 {get_arch(arch).l2_bytes / 2**20:g} MiB"
+        l2 = get_arch(arch).l2_bytes / 2**20
+        text += f", L2 {l2:g} MiB"
     except Exception:       # noqa: BLE001 - an arch outside the registry: its name alone
         pass
-    caps = sorted({float(m.group(1)) for r in rows
-                   if r.get("source") == "simulated" and r["study"] in figure_studies()[figure]
-                   and run_name(run_of(r)) in drawn and (m := _CAPACITY.search(r.get("note") or ""))})
-    if caps:
-        text += "; simulated L2 " + " / ".join(f"{c:g}" for c in caps) + " MiB"
+    caps: dict[float, set[str]] = {}
+    for r in _simulated(rows, figure, drawn, select):
+        if m := _CAPACITY.search(r.get("note") or ""):
+            st = _STACKS.search(r["note"])
+            caps.setdefault(float(m.group(1)), set()).update([st.group(1)] if st else [])
+    parts = []
+    for cap, stacks in sorted(caps.items(), reverse=True):
+        if stacks and l2 is not None and cap < l2:
+            parts.append(f"{cap:g} MiB usable of {l2:g} MiB ({' / '.join(sorted(stacks))} MiB "
+                         "holds a build's spilled stacks)")
+        else:
+            parts.append(f"{cap:g} MiB")
+    if parts:
+        text += "; simulated L2 " + ", ".join(parts)
     return text
 
 
@@ -148,19 +185,20 @@ def _dirty_runs(rows: list[dict]) -> dict[str, str]:
 
 
 def finish(fig, rows: list[dict], figure: str, arch: str | None, drawn: list[str],
-           shown: list[str] | None = None) -> None:
+           shown: list[str] | None = None, select: dict | None = None) -> None:
     """What every drawn figure carries: the GPU, its L2 and any simulated capacity in the title
     (a figure of data);
     at its foot, the runs it drew (``shown``: their names as the reader should see them) and the
-    parameters of its simulated rows."""
+    parameters of its simulated rows. ``select``: the figure module's ``ROWS`` (the title and
+    the foot speak of those rows only)."""
     if figure_studies().get(figure):              # a figure of data (F7 is a diagram of the orders)
-        _stamp_title(fig, context(rows, figure, arch, drawn), arch)
+        _stamp_title(fig, context(rows, figure, arch, drawn, select), arch)
     dirty = _dirty_runs(rows)
     names = shown if shown is not None else drawn
     names = [f"{n} (commit {dirty[d]} + uncommitted edits)" if d in dirty else n
              for n, d in zip(names, drawn)]
     lines = [f"data: {', '.join(names)}"] if drawn else []
-    sim = simulated_params(rows, figure, drawn)
+    sim = simulated_params(rows, figure, drawn, select)
     if sim:
         lines.append(f"simulated: {sim}")
     if lines:
@@ -191,7 +229,7 @@ def render(rows: list[dict], arch: str, out_dir: Path, modules, console=None,
                 continue
             drawn = runs_drawn(rows, mod.FIGURE)
             shown = [display.get(d, d) for d in drawn]
-            finish(fig, rows, mod.FIGURE, arch, drawn, shown)
+            finish(fig, rows, mod.FIGURE, arch, drawn, shown, getattr(mod, "ROWS", None))
             paths = []
             for ext in ("png", "pdf"):
                 fig.savefig(tmp / f"{mod.FIGURE}.{ext}", dpi=150)

@@ -1,25 +1,8 @@
-"""F2: L1/L2 counters vs persistent CTA count at the long sequence length of the l1l2 study (CUDA):
-all and L1TEX-sourced L2 sectors and L1 sectors (left axis), L1 hits (right axis, log)."""
-import sys
+"""F2: L1/L2 counters vs persistent CTAs (CUDA), the l1l2 study's long S (``l1l2_panels``)."""
+from .l1l2_panels import sweep_module
 
-from .l1l2_panels import load_sweep, plot_sweep
-
-FIGURE = "F2"
-STUDIES: tuple[str, ...] = ("l1l2",)
-
-
-def load(rows):
-    return load_sweep(rows, "long")
-
-
-def plot(data, arch=None):
-    return plot_sweep(data, FIGURE, arch)
-
-
-def main(argv=None):
-    from .cli import figure_main
-    return figure_main(__name__, argv)
-
+FIGURE, STUDIES = "F2", ("l1l2",)
+ROWS, load, plot, main = sweep_module(__name__, FIGURE, "long")
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

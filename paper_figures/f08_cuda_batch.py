@@ -18,6 +18,8 @@ from .style import gpu_name, seq_label
 
 FIGURE = "F8a"
 STUDIES: tuple[str, ...] = ("sawtooth",)
+ROWS = {"backend": "cuda"}
+"""The rows it draws (``drawing.finish`` titles and notes them alone)."""
 
 
 def load(rows: list[dict]) -> dict:

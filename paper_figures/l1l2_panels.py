@@ -14,6 +14,7 @@ from spec.records import Metric
 
 from . import lines
 from .data import Skip, mean_by, require, sources
+from .modules import figure_module
 from .style import gpu_name, seq_label
 
 LEFT = (Metric.L2_SECTORS, Metric.L2_TEX_SECTORS, Metric.L1_SECTORS)
@@ -75,3 +76,9 @@ def plot_sweep(data: dict, figure: str, arch: str | None):
                     f"B=H=1, {data['T']}×{data['T']} tiles\n{gpu_name(arch)}", data["sources"],
                 size=9)
     return fig
+
+
+def sweep_module(name: str, figure: str, which: str) -> tuple:
+    """``(ROWS, load, plot, main)`` of F1 (``which`` "short") or F2 ("long")."""
+    return figure_module(name, None, lambda rows: load_sweep(rows, which),
+                         lambda data, arch=None: plot_sweep(data, figure, arch))

@@ -14,6 +14,7 @@ from analysis.data.published import schedule_kind
 from .bars import grouped_bars
 from .cutile_panels import _schedule_name
 from .data import Skip, one_run, sources, tflops_stats
+from .modules import figure_module
 from .published import paper_panel, with_paper
 from .style import gpu_name, seq_label
 
@@ -95,3 +96,17 @@ def plot_cutile(data: dict, figure: str, causal: bool, arch: str | None):
         errors=data["errors"], peers=data["peers"],
         title=f"{figure}: cuTile {mode} throughput, B={data['B']}, S={seq_label(data['S'])}, "
               f"64×64 tiles\n{gpu_name(arch)}" + _note(data)), data)
+
+
+def cuda_batch_module(name: str, figure: str, quantity: str) -> tuple:
+    """``(ROWS, load, plot, main)`` of F8b (``quantity`` "tflops") or F8c ("ms")."""
+    return figure_module(name, {"backend": "cuda", "causal": False},
+                         lambda rows: load_cuda_batch(rows, quantity),
+                         lambda data, arch=None: plot_cuda_batch(data, figure, quantity, arch))
+
+
+def cutile_module(name: str, figure: str, causal: bool) -> tuple:
+    """``(ROWS, load, plot, main)`` of F9b (``causal`` False) or F10b (True)."""
+    return figure_module(name, {"backend": "cutile", "causal": causal},
+                         lambda rows: load_cutile(rows, causal=causal),
+                         lambda data, arch=None: plot_cutile(data, figure, causal, arch))

@@ -17,6 +17,7 @@ from spec.records import Metric
 
 from . import lines
 from .data import Skip, mean_by, select, sources
+from .modules import figure_module
 from .style import gpu_name
 
 # the paper's two L2 counters, and the L1 sectors: on Hopper the L2 counts fall below the loads
@@ -104,3 +105,9 @@ def plot_mode(data: dict, figure: str, arch: str | None):
                      f"H={ref['H']}, D={ref['D']}, {ref['tile_m']}×{ref['tile_n']} tiles\n"
                      f"{gpu_name(arch)}", data["sources"] | {"model"}, size=9)
     return fig
+
+
+def mode_module(name: str, figure: str, causal: bool) -> tuple:
+    """``(ROWS, load, plot, main)`` of F3 (``causal`` False) or F4 (True)."""
+    return figure_module(name, {"causal": causal}, lambda rows: load_mode(rows, causal=causal),
+                         lambda data, arch=None: plot_mode(data, figure, arch))

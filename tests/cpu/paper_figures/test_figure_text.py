@@ -196,3 +196,31 @@ def test_a_full_disk_while_figures_are_written_is_one_line(tmp_path, monkeypatch
     err = capsys.readouterr().err
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "no space left" in err
     assert not any(tmp_path.iterdir())
+
+
+def _foot(fig) -> str:
+    return " ".join(next(t.get_text() for t in fig.texts if t.get_gid() == "footer").split())
+
+
+@pytest.mark.parametrize("figure, setting", [("F8a", "non-causal"), ("F9a", "non-causal"),
+                                             ("F10a", "causal")])
+def test_each_figure_notes_its_own_rows(figure, setting):
+    """The foot of a figure drawn from simulated rows is written for the rows it drew (its
+    module's ``ROWS``, as ``render`` passes them): it names their causal setting and never the
+    other one, and holds no prose shared word by word across notes. The title explains a
+    simulated L2 below the arch's (the L2 a spilling build's stacks hold)."""
+    rows = load_rows([ROOT / "profiles/gb10/sawtooth-20261128b"])
+    mod = next(m for m in FIGURES if m.FIGURE == figure)
+    fig = mod.plot(mod.load(rows), "gb10")
+    finish(fig, rows, figure, "gb10", runs_drawn(rows, figure), None, mod.ROWS)
+    foot = _foot(fig)
+    assert f"simulated: {setting} rows: timesim model=" in foot, foot
+    other = "causal" if setting == "non-causal" else "non-causal"
+    assert f" {other} " not in foot.replace(f"{setting} rows", "") and "H100" not in foot, foot
+    assert "params gb10: f=1 r=1 (defaults, not fitted)" in foot
+    title = _title(fig)
+    if figure == "F10a":
+        assert "21.98 MiB usable of 24 MiB (2.0 MiB holds a build's spilled stacks)" in title
+    else:
+        assert "usable" not in title and "simulated L2 24 MiB" in title, title
+    plt.close(fig)
