@@ -36,12 +36,13 @@ from cuda_baseline.build.source import (
 from spec import arch as arch_registry
 from spec import family
 from spec.family import BadInput, UnsupportedVariant, device_limits, problem_from_tensors
-from spec.orders import OrderKind
+from spec.orders import OrderKind, ScanOrder
 from spec.problem import Problem, TileGrid, Tiles, cdiv
 from spec.schedules import CtaSchedule, ScheduleKind, WorkOrder
 from spec.variant import DEFAULT_STAGES, Backend, Variant
 
 __all__ = ["CudaFamily", "Prepared", "check_strides", "default_schedule", "default_tiles",
+           "default_variant",
            "instance_for",
            "check_variant", "CompileError"]
 
@@ -321,6 +322,24 @@ SM90_DEFAULT_TILES = {(128, False): Tiles(64, 64)}
 sm_90: full attention at D=128, 64x64 grid 6.394 ms against 128x64 6.726 ms (1.05x; B=1, H=16,
 S=16K, H100, profiles/h100/cuda-tiles-20261123). Causal keeps 128x64 under its LPT default
 (3.302 ms, faster than any grid launch there)."""
+
+
+def default_variant(problem: Problem, arch: arch_registry.Arch | None, *,
+                    order: str | ScanOrder = "linear", schedule: str | CtaSchedule | None = None,
+                    tiles: Tiles | tuple[int, int] | None = None,
+                    stages: int | None = None) -> Variant:
+    """The CUDA forward that ``attention()`` runs for ``problem`` on ``arch`` (None: no GPU, the
+    H100's defaults), and the one place its defaults are resolved: ``default_tiles`` and
+    ``default_schedule``, each overridden by what is given. The studies' default cases, the
+    benches, the training forward and ``attention()`` all take their build from here."""
+    tiles = default_tiles(problem, arch) if tiles is None else (
+        tiles if isinstance(tiles, Tiles) else Tiles(*tiles))
+    order = order if isinstance(order, ScanOrder) else ScanOrder.parse(order)
+    if schedule is None:
+        schedule = default_schedule(problem, tiles, arch or arch_registry.get("h100"))
+    elif not isinstance(schedule, CtaSchedule):
+        schedule = CtaSchedule.parse(schedule)
+    return Variant(Backend.CUDA, order, schedule, tiles, stages=stages)
 
 
 def default_tiles(problem: Problem, arch: arch_registry.Arch | None) -> Tiles:

@@ -2,7 +2,7 @@
 
 The first call with a given launch key (shapes, strides, dtypes and devices of the tensors, and
 every argument) checks the tensors (``spec.family.problem_from_tensors`` and the stride rule of
-``CudaFamily``), resolves the defaults (``default_tiles``, ``default_schedule``), compiles or loads
+``CudaFamily``), resolves the defaults (``default_variant``), compiles or loads
 the instantiation and lays out its kernel parameters once: every parameter of ``flash_fwd`` but
 the four tensor addresses depends only on the key. A repeated call builds the key, looks it up,
 checks the four addresses' 16-byte alignment (the kernel's row copies), writes them into the
@@ -19,14 +19,13 @@ from __future__ import annotations
 import struct
 import threading
 
-from cuda_baseline.host.backend import CudaFamily, Prepared, default_schedule, default_tiles
+from cuda_baseline.host.backend import CudaFamily, Prepared, default_variant
 from spec import arch as arch_registry
 from spec.family import BadInput, problem_from_tensors
 from spec.ops import resolve_scale
 from spec.orders import ScanOrder
 from spec.problem import Tiles
 from spec.schedules import CtaSchedule
-from spec.variant import Backend, Variant
 
 _FAMILY = CudaFamily()
 _LAUNCHES: dict = {}
@@ -88,14 +87,8 @@ def _new_launch(q, k, v, out, causal, order, schedule, tiles, stages, scale) -> 
     import torch
     problem = problem_from_tensors(q, k, v, causal, out)
     scale = resolve_scale(scale, problem.D)
-    order = order if isinstance(order, ScanOrder) else ScanOrder.parse(order)
-    tiles = default_tiles(problem, arch_registry.detect()) if tiles is None else (
-        tiles if isinstance(tiles, Tiles) else Tiles(*tiles))
-    if schedule is None:
-        schedule = default_schedule(problem, tiles, arch_registry.detect())
-    elif not isinstance(schedule, CtaSchedule):
-        schedule = CtaSchedule.parse(schedule)
-    variant = Variant(Backend.CUDA, order, schedule, tiles, stages=stages)
+    variant = default_variant(problem, arch_registry.detect(), order=order, schedule=schedule,
+                              tiles=tiles, stages=stages)
     with torch.cuda.device(q.device):
         prepared = _FAMILY.prepare(variant, problem)
     o = torch.empty_like(q) if out is None else out    # out's strides follow q's when allocated

@@ -45,13 +45,12 @@ from cuda_baseline.build.bwd_source import (
     parse_bwd_options,
 )
 from cuda_baseline.build.source import CompileError
-from cuda_baseline.host.backend import CudaFamily, check_strides, default_schedule, default_tiles
+from cuda_baseline.host.backend import CudaFamily, check_strides, default_variant
 from spec import arch as arch_registry
 from spec.family import BadInput, UnsupportedVariant, device_limits, problem_from_tensors
 from spec.orders import OrderKind, ScanOrder
 from spec.problem import Problem, Tiles, cdiv
 from spec.schedules import CtaSchedule, ScheduleKind, WorkOrder
-from spec.variant import Backend, Variant
 
 _FAMILY = CudaFamily()
 _KERNELS: dict[tuple[int, str], object] = {}
@@ -121,14 +120,10 @@ def _aligned(*ts) -> None:
 def _fwd_block(q, k, v, causal, order, schedule, tiles, scale):
     import torch
     problem = problem_from_tensors(q, k, v, causal)
-    order = order if isinstance(order, ScanOrder) else ScanOrder.parse(order)
-    arch = arch_registry.detect()
-    tiles = default_tiles(problem, arch) if tiles is None else (
-        tiles if isinstance(tiles, Tiles) else Tiles(*tiles))
-    schedule = default_schedule(problem, tiles, arch) if schedule is None else (
-        schedule if isinstance(schedule, CtaSchedule) else CtaSchedule.parse(schedule))
+    variant = default_variant(problem, arch_registry.detect(), order=order, schedule=schedule,
+                              tiles=tiles)
     with torch.cuda.device(q.device):
-        p = _FAMILY.prepare(Variant(Backend.CUDA, order, schedule, tiles), problem, lse=True)
+        p = _FAMILY.prepare(variant, problem, lse=True)
     check_strides(q, k, v)
     o = torch.empty_like(q)
     base = _FAMILY._args(p, q, k, v, o, scale=scale)
@@ -426,17 +421,15 @@ def training_builds(problems, orders=("linear",), schedules=(ScheduleKind.GRID,)
                     options: BwdOption = BwdOption(0),
                     trace: bool = False) -> tuple[set, list[str]]:
     """(training-forward ``Instance`` set, backward kernel names) of ``problems``: each family
-    default forward (``default_tiles`` / ``default_schedule`` on ``arch``) in every order, and
+    default forward (``default_variant`` on ``arch``) in every order, and
     the backward builds of every order x schedule x tiles (None: the default tiles) with the
     build ``options`` (``trace``: the dK/dV trace builds, ``trace_dkdv``'s)."""
     from cuda_baseline.host.backend import instance_for
     fwd, bwd = set(), set()
     for pr in problems:
-        ft = default_tiles(pr, arch)
-        fs = default_schedule(pr, ft, arch)
         for o in orders:
             so = o if isinstance(o, ScanOrder) else ScanOrder.parse(o)
-            fwd.add(instance_for(Variant(Backend.CUDA, so, fs, ft), pr, lse=True))
+            fwd.add(instance_for(default_variant(pr, arch, order=so), pr, lse=True))
             for s in schedules:
                 for bt in backward_tiles:
                     bt = default_backward_tiles(pr) if bt is None else Tiles(*bt)

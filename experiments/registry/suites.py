@@ -13,28 +13,21 @@ The registry entries are in ``experiments.registry.studies``; the measure hooks 
 """
 from __future__ import annotations
 
-from spec import Arch, Backend, CtaSchedule, Problem, ScanOrder, Variant
+from spec import Arch, Problem
 from spec.case import Case
 
 
 def default_cases(arch: Arch, prob: Problem, panel: str) -> list[Case]:
-    """Each family's default ``attention()`` configuration for ``prob`` on ``arch``, linear
-    order. cuTile: the configuration the rule chooses
-    (``kernels.rules.choice.problem_config``), its default schedule and its kernel tactics; CUDA:
-    ``cuda_baseline.host.backend.default_tiles`` and ``default_schedule``."""
-    from cuda_baseline.host.backend import default_schedule as cuda_default_schedule
-    from cuda_baseline.host.backend import default_tiles as cuda_default_tiles
-    from kernels.host.backend import default_schedule
+    """Each family's default ``attention()`` build for ``prob`` on ``arch``, linear order: the
+    families' ``default_variant`` (the one place their defaults are resolved), so a study times
+    the build ``attention()`` runs."""
+    from cuda_baseline.host.backend import default_variant as cuda_default
+    from kernels.host.backend import default_variant as cutile_default
     from kernels.rules.choice import problem_config
     cfg = problem_config(arch.name, prob)
-    sched = default_schedule(prob, cfg, cfg.tiles, arch)
-    tiles = cuda_default_tiles(prob, arch)
-    return [Case(prob, Variant(Backend.CUTILE, ScanOrder.linear(), sched, cfg.tiles,
-                               cfg.occupancy, tactic=cfg.tactic),
+    return [Case(prob, cutile_default(prob, arch),
                  arch.resident_ctas(cfg.ctas_per_sm or cfg.occupancy or 1), panel),
-            Case(prob, Variant(Backend.CUDA, ScanOrder.linear(),
-                               cuda_default_schedule(prob, tiles, arch), tiles),
-                 arch.num_sms, panel)]
+            Case(prob, cuda_default(prob, arch), arch.num_sms, panel)]
 
 
 MODEL_FAMILIES: dict[str, tuple[Problem, ...]] = {
@@ -177,23 +170,9 @@ def shapes_plan(arch: Arch) -> list[Case]:
 
 
 def bench_plan(arch: Arch) -> list[Case]:
-    """The peer benchmark: each family's default ``attention()`` configuration (cuTile: the
-    measured kernels/rules/configs/<arch>.json entry and its default schedule; CUDA: grid launch at the
-    registry's tiles), linear order, fp16, B=1, H=16, S in {4K, 16K, 32K}, D in {64, 128}, causal
-    and not; timed beside SDPA's flash and cuDNN backends."""
-    from kernels.host.backend import default_schedule
-    from kernels.rules.config import default_config
-    cases = []
-    for D in (64, 128):
-        for causal in (False, True):
-            cfg = default_config(arch.name, D, causal)
-            panel = f"bench-d{D}-{'causal' if causal else 'noncausal'}"
-            for S in BENCH_SEQS:
-                prob = Problem(1, 16, S, D, causal=causal)
-                sched = default_schedule(prob, cfg, cfg.tiles, arch)
-                cases.append(Case(prob, Variant(Backend.CUTILE, ScanOrder.linear(), sched,
-                                                cfg.tiles, cfg.occupancy),
-                                  arch.resident_ctas(cfg.occupancy or 1), panel))
-                cases.append(Case(prob, Variant(Backend.CUDA, ScanOrder.linear(), CtaSchedule.grid(),
-                                                arch.cuda_tiles), arch.num_sms, panel))
-    return cases
+    """The peer benchmark: each family's default ``attention()`` build (``default_cases``),
+    linear order, fp16, B=1, H=16, S in {4K, 16K, 32K}, D in {64, 128}, causal and not; timed
+    beside SDPA's flash and cuDNN backends."""
+    return [c for D in (64, 128) for causal in (False, True) for S in BENCH_SEQS
+            for c in default_cases(arch, Problem(1, 16, S, D, causal=causal),
+                                   f"bench-d{D}-{'causal' if causal else 'noncausal'}")]

@@ -246,6 +246,36 @@ def default_schedule(problem: Problem, cfg: KernelConfig, tiles: Tiles,
     return persistent[cfg.schedule](p)
 
 
+def default_variant(problem: Problem, arch: arch_registry.Arch, *,
+                    order: str | ScanOrder = "linear", schedule: str | CtaSchedule | None = None,
+                    tiles: Tiles | tuple[int, int] | None = None, occupancy: int | None = None,
+                    level: int = 6) -> Variant:
+    """The cuTile forward that ``attention()`` runs for ``problem`` on ``arch``, and the one place
+    its defaults are resolved: the configuration the arch's rule chooses for the problem
+    (``kernels.rules.choice.problem_config``: tiles, occupancy hint, schedule, tactic bits), its
+    schedule (``default_schedule``), each overridden by what is given. The studies' default
+    cases, the benches and ``attention()`` all take their build from here. The tactic bits go
+    with the configuration's tiles on the linear scan from ladder level 4 (the studies' other
+    orders are built without them); the occupancy is the hint the build is compiled with
+    (``compile_hints``: the configuration's for its tiles, the registry's for others, none below
+    level 5)."""
+    cfg = problem_config(arch.name, problem)
+    tiles = cfg.tiles if tiles is None else tiles if isinstance(tiles, Tiles) else Tiles(*tiles)
+    order = order if isinstance(order, ScanOrder) else ScanOrder.parse(order)
+    if schedule is None:
+        schedule = default_schedule(problem, cfg, tiles, arch)
+    elif not isinstance(schedule, CtaSchedule):
+        schedule = CtaSchedule.parse(schedule)
+    tactic = (cfg.tactic if level >= 4 and tiles == cfg.tiles and order.kind == OrderKind.LINEAR
+              else 0)
+    variant = Variant(Backend.CUTILE, order, schedule, tiles, occupancy,
+                      None if level == 6 else level, tactic=tactic)
+    if occupancy is None:
+        variant = replace(variant, occupancy=compile_hints(variant, problem, arch.name, level,
+                                                           cfg)[0])
+    return variant
+
+
 class Launch:
     """One prepared launch of ``attention()``: what a repeated call with the same launch key
     does, and nothing else (the tensors were checked when the key was first seen; shapes,
@@ -305,20 +335,8 @@ def _new_launch(q, k, v, out, causal, order, schedule, tiles, occupancy, arch, l
         raise UnsupportedVariant(f"level={level}: the training forward (log-sum-exp for the "
                                  "backward pass) needs tuning-ladder level 2 or above (exp2)")
     fam = _FAMILIES.get(arch) or _FAMILIES.setdefault(arch, CutileFamily(arch))
-    present = _check_arch(arch)
-    cfg = problem_config(present.name, problem)
-    tiles = cfg.tiles if tiles is None else tiles if isinstance(tiles, Tiles) else Tiles(*tiles)
-    order = order if isinstance(order, ScanOrder) else ScanOrder.parse(order)
-    if schedule is None:
-        schedule = default_schedule(problem, cfg, tiles, present)
-    elif not isinstance(schedule, CtaSchedule):
-        schedule = CtaSchedule.parse(schedule)
-    # the configuration's kernel tactics go with its tiles (the ladder's hints from level 4) on
-    # the linear scan (the studies' other orders are built without them)
-    tactic = (cfg.tactic if level >= 4 and tiles == cfg.tiles and order.kind == OrderKind.LINEAR
-              else 0)
-    variant = Variant(Backend.CUTILE, order, schedule, tiles, occupancy,
-                      None if level == 6 else level, tactic=tactic)
+    variant = default_variant(problem, _check_arch(arch), order=order, schedule=schedule,
+                              tiles=tiles, occupancy=occupancy, level=level)
     import torch
     with torch.cuda.device(q.device):
         return Launch(fam.prepare(variant, problem), q.device.index, scale, save_lse)

@@ -110,8 +110,6 @@ def _run_training(jobs: list) -> list[str]:
     from kernels.host import backend, backward
     from kernels.rules.choice import problem_config
     from spec import detect
-    from spec.orders import ScanOrder
-    from spec.variant import Backend, Variant
     errors = []
     for pr, cfg in jobs:
         try:
@@ -122,10 +120,8 @@ def _run_training(jobs: list) -> list[str]:
             v = torch.randn_like(k)
             # the forward configuration of the real problem, on the small one
             arch = detect()
-            fcfg = problem_config(arch.name, pr)
-            var = Variant(Backend.CUTILE, ScanOrder.linear(),
-                          backend.default_schedule(pr, fcfg, fcfg.tiles, arch), fcfg.tiles,
-                          fcfg.occupancy)
+            fcfg = problem_config(arch.name, pr)     # its compile hints, for the small problem
+            var = backend.default_variant(pr, arch)
             launch = backend.Launch(backend.CutileFamily(defaults=fcfg).prepare(var, p),
                                     torch.cuda.current_device(), None, True)
             lse = backward.stat_buffer(q)

@@ -312,3 +312,39 @@ def test_order_drives_the_backward_the_same_way(family):
     rev = got[("reverse", None)]
     assert any(not torch.equal(a, b) for a, b in zip(lin[1:], rev[1:])), \
         "the reverse backward equals the linear one on the same forward: a test that cannot fail"
+
+
+class _Prepared(Exception):
+    """Raised by a patched ``prepare`` with the variant ``attention()`` resolved."""
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_attention_builds_what_the_studies_time(family, monkeypatch):
+    """For every problem of the model and shape suites, ``attention()`` prepares the very
+    variant the studies time (``experiments.registry.suites.default_cases``): both come from
+    the family's ``default_variant``."""
+    import torch
+
+    from experiments.registry.suites import default_cases, model_problems, shapes_problems
+    from spec import detect
+    if family == "cutile":
+        from kernels.host import backend as fam
+        cls = fam.CutileFamily
+    else:
+        from cuda_baseline.host import backend as b
+        from cuda_baseline.host import launch as fam
+        cls = b.CudaFamily
+
+    def prepare(self, variant, problem, *a, **kw):
+        raise _Prepared(variant)
+    monkeypatch.setattr(cls, "prepare", prepare)
+    arch = detect()
+    problems = [p for *_, p in model_problems()] + [p for _, p in shapes_problems()]
+    dt = {"fp16": torch.float16, "bf16": torch.bfloat16}
+    for pr in dict.fromkeys(problems):
+        q = torch.empty(pr.B, pr.H, pr.S_q, pr.D, device="cuda", dtype=dt[pr.dtype.value])
+        kv = torch.empty(pr.B, pr.H_kv, pr.S_kv, pr.D, device="cuda", dtype=q.dtype)
+        want = default_cases(arch, pr, "x")[0 if family == "cutile" else 1].variant
+        with pytest.raises(_Prepared) as got:
+            fam.launch_for(q, kv, kv, pr.causal)
+        assert got.value.args[0] == want, pr.label
