@@ -69,7 +69,12 @@ class Family:
         raise NotImplementedError
 
     def lse_like(self, q) -> Tensor:
-        raise NotImplementedError
+        """[B, H, S_q] fp32, rows padded to 16 bytes: the log-sum-exp layout of both families
+        (the cuTile kernels read it with TMA copies, which need 16-byte row strides)."""
+        B, H, S, _ = q.shape
+        sp = (S + 3) // 4 * 4
+        return torch.empty_strided((B, H, S), (H * sp, sp, 1), dtype=torch.float32,
+                                   device=q.device)
 
     def grad_like(self, t) -> Tensor:
         """The layout ``backward`` returns a gradient of ``t`` in (also on fake tensors)."""

@@ -23,8 +23,6 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-import torch
-
 from cuda_baseline.build.bwd_source import BWD_OPTION_NAMES, parse_bwd_options
 from cuda_baseline.host import launch, training
 from cuda_baseline.host.backend import check_strides
@@ -63,10 +61,6 @@ class CudaFront(Family):
                  stages=None, backward_options=None):
         return training.backward(dout, q, k, v, out, lse, causal, order, schedule,
                                  resolve_scale(scale, q.shape[-1]), tiles, backward_options)
-
-    def lse_like(self, q):
-        B, H, S, _ = q.shape
-        return q.new_empty((B, H, S), dtype=torch.float32)
 
     def grad_like(self, t):
         return t.new_empty(t.shape)           # training.backward returns contiguous gradients

@@ -59,8 +59,10 @@ i32, i64 = np.int32, np.int64
 
 
 def lse_stride(S_q: int) -> int:
-    """Row length of the LSE and Δ buffers ([B, H, S_q] fp32, unpadded)."""
-    return S_q
+    """Row length of the LSE and Δ buffers ([B, H, S_q] fp32): rows padded to 16 bytes, the
+    layout of both families' log-sum-exp (``spec.front.Family.lse_like``; the cuTile kernels
+    read it with TMA copies, which need 16-byte row strides)."""
+    return (S_q + 3) // 4 * 4
 
 
 class Block:
@@ -144,7 +146,8 @@ def forward(q, k, v, causal: bool = False, order="linear", schedule=None, tiles=
     block, pr = hit
     _aligned(q, k, v)
     out = torch.empty_like(q)
-    lse = torch.empty((pr.B, pr.H, lse_stride(pr.S_q)), dtype=torch.float32, device=q.device)
+    lse = torch.empty((pr.B, pr.H, lse_stride(pr.S_q)), dtype=torch.float32,
+                      device=q.device)[..., :pr.S_q]
     with torch.cuda.device(q.device):
         block(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr())
     return out, lse

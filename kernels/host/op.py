@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import torch
-
 from kernels.host import backend, backward
 from spec.family import UnsupportedVariant, problem_from_tensors
 from spec.front import ATTENTION_DOC, Family, make_attention
@@ -51,12 +49,6 @@ class CutileFront(Family):
                                              dataclasses.replace(base.dq, tiles=tiles))
         return backward.attention_backward(dout, q, k, v, out, lse, causal=causal, scale=scale,
                                            config=config, order=order, schedule=schedule)
-
-    def lse_like(self, q):
-        B, H, S, _ = q.shape
-        sp = (S + 3) // 4 * 4
-        return torch.empty_strided((B, H, S), (H * sp, sp, 1), dtype=torch.float32,
-                                   device=q.device)
 
     def check_training(self, knobs):
         if knobs["level"] < 2:
