@@ -31,7 +31,7 @@ struct BwdParams {
     const unsigned short* k;
     const unsigned short* v;
     const unsigned short* dout;
-    const float* lse;        // [B*H, lse_stride]: rows padded to 16 B;: log2-domain log-sum-exp of the scaled scores
+    const float* lse;        // [B*H, lse_stride]: rows padded to 16 B, log2-domain log-sum-exp of the scaled scores
     const float* delta;      // [B*H, lse_stride]: rowsum(dO ∘ O)
     float* dq_acc;           // [B, H, S_q, D] fp32, zeroed before the launch
     void* dk;                // [B, H_kv, S_kv, D] 16-bit, or fp32 partials [B, H_kv*n_chunks, S_kv, D]
