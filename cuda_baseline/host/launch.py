@@ -6,7 +6,8 @@ every argument) checks the tensors (``spec.family.problem_from_tensors`` and the
 the instantiation and lays out its kernel parameters once: every parameter of ``flash_fwd`` but
 the four tensor addresses depends only on the key. A repeated call builds the key, looks it up,
 checks the four addresses' 16-byte alignment (the kernel's row copies), writes them into the
-parameter block and calls ``cuLaunchKernel`` on torch's current stream. CuPy's
+parameter block and calls ``cuLaunchKernel`` on torch's current stream (``Block``, also the
+training launches' packer). CuPy's
 ``RawKernel.__call__`` converts ~30 arguments and enters device and stream contexts on every call
 (100+ us per call for the whole old path); the driver call with a prepared block does
 none of that. The driver copies the parameters at launch, so reusing the block is safe, also
@@ -29,37 +30,56 @@ from spec.schedules import CtaSchedule
 
 _FAMILY = CudaFamily()
 _LAUNCHES: dict = {}
-_ADDRESSES = struct.Struct("<4Q")      # q, k, v, out: the first four parameters
 
 
-class Launch:
-    """A prepared launch: the kernel's function handle, its grid, and its parameter block (one
-    8-byte slot per parameter, ``kernel_params`` pointing at each; ``cuLaunchKernel`` reads each
-    parameter's own size from its slot, little-endian)."""
+class Block:
+    """One prepared launch: the kernel's function handle, its grid, block and shared memory, and
+    its parameter block (one 8-byte slot per parameter, ``params`` pointing at each;
+    ``cuLaunchKernel`` reads each parameter's own size from its slot, little-endian) whose first
+    ``n_ptrs`` slots, the tensor addresses, are written per call. The driver copies the
+    parameters at launch, so reusing the block is safe, also under CUDA-graph capture; a lock
+    keeps two threads from writing it at once."""
 
-    __slots__ = ("prepared", "fn", "n_ctas", "threads", "smem", "device", "slots", "view",
-                 "params", "lock", "launch_kernel", "raw_stream", "current_device", "empty_like",
-                 "device_guard")
+    __slots__ = ("fn", "grid", "threads", "smem", "device", "slots", "view", "params", "pack",
+                 "lock", "launch_kernel", "raw_stream")
 
-    def __init__(self, prepared: Prepared, args: tuple):
+    def __init__(self, fn, grid: int, threads: int, smem: int, args: tuple, n_ptrs: int,
+                 device: int):
         import cupy
         import numpy as np
         import torch
-        self.prepared = prepared
-        self.fn = prepared.kernel.kernel.ptr
-        self.n_ctas, self.threads, self.smem = prepared.n_ctas, prepared.threads, \
-            prepared.smem_bytes
-        self.device = prepared.device_index
+        self.fn, self.grid, self.threads, self.smem, self.device = fn, grid, threads, smem, device
         self.slots = np.zeros(len(args), dtype=np.uint64)
         for i, a in enumerate(args):                    # numpy scalars, in kernel order
             self.slots.view(np.uint8)[8 * i:8 * i + a.nbytes] = np.frombuffer(a.tobytes(),
                                                                                np.uint8)
         self.view = memoryview(self.slots).cast("B")
-        base = self.slots.ctypes.data
-        self.params = np.array([base + 8 * i for i in range(len(args))], dtype=np.uint64)
+        self.params = np.array([self.slots.ctypes.data + 8 * i for i in range(len(args))],
+                               dtype=np.uint64)
+        self.pack = struct.Struct(f"<{n_ptrs}Q").pack_into
         self.lock = threading.Lock()
         self.launch_kernel = cupy.cuda.driver.launchKernel
         self.raw_stream = torch._C._cuda_getCurrentRawStream
+
+    def __call__(self, *ptrs: int) -> None:
+        with self.lock:
+            self.pack(self.view, 0, *ptrs)
+            self.launch_kernel(self.fn, self.grid, 1, 1, self.threads, 1, 1, self.smem,
+                               self.raw_stream(self.device), self.params.ctypes.data, 0)
+
+
+class Launch(Block):
+    """The forward's prepared launch (a ``Block`` whose first four parameters are q, k, v, out),
+    with the checks a repeated call still needs: the addresses' 16-byte alignment and the
+    tensors' device."""
+
+    __slots__ = ("prepared", "current_device", "empty_like", "device_guard")
+
+    def __init__(self, prepared: Prepared, args: tuple):
+        import torch
+        super().__init__(prepared.kernel.kernel.ptr, prepared.n_ctas, prepared.threads,
+                         prepared.smem_bytes, args, 4, prepared.device_index)
+        self.prepared = prepared
         self.current_device = torch._C._cuda_getDevice
         self.empty_like = torch.empty_like
         self.device_guard = torch.cuda.device
@@ -72,15 +92,9 @@ class Launch:
                            "call .contiguous() or .clone()")
         if self.current_device() != self.device:
             with self.device_guard(self.device):
-                self._launch(qp, kp, vp, op)
+                Block.__call__(self, qp, kp, vp, op)
         else:
-            self._launch(qp, kp, vp, op)
-
-    def _launch(self, qp: int, kp: int, vp: int, op: int) -> None:
-        with self.lock:
-            _ADDRESSES.pack_into(self.view, 0, qp, kp, vp, op)
-            self.launch_kernel(self.fn, self.n_ctas, 1, 1, self.threads, 1, 1, self.smem,
-                               self.raw_stream(self.device), self.params.ctypes.data, 0)
+            Block.__call__(self, qp, kp, vp, op)
 
 
 def _new_launch(q, k, v, out, causal, order, schedule, tiles, stages, scale) -> Launch:

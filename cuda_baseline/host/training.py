@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import heapq
 import math
-import struct
-import threading
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -46,6 +44,7 @@ from cuda_baseline.build.bwd_source import (
 )
 from cuda_baseline.build.source import CompileError
 from cuda_baseline.host.backend import CudaFamily, check_strides, default_variant
+from cuda_baseline.host.launch import Block
 from spec import arch as arch_registry
 from spec.family import BadInput, UnsupportedVariant, device_limits, problem_from_tensors
 from spec.orders import OrderKind, ScanOrder
@@ -63,34 +62,6 @@ def lse_stride(S_q: int) -> int:
     layout of both families' log-sum-exp (``spec.front.Family.lse_like``; the cuTile kernels
     read it with TMA copies, which need 16-byte row strides)."""
     return (S_q + 3) // 4 * 4
-
-
-class Block:
-    """One prepared launch: function, grid, block, shared memory and a parameter block whose
-    first ``n_ptrs`` slots (tensor addresses) are written per call."""
-
-    def __init__(self, fn, grid: int, threads: int, smem: int, args: tuple, n_ptrs: int,
-                 device: int):
-        import cupy
-        import torch
-        self.fn, self.grid, self.threads, self.smem, self.device = fn, grid, threads, smem, device
-        self.slots = np.zeros(len(args), dtype=np.uint64)
-        for i, a in enumerate(args):
-            self.slots.view(np.uint8)[8 * i:8 * i + a.nbytes] = np.frombuffer(a.tobytes(),
-                                                                               np.uint8)
-        self.view = memoryview(self.slots).cast("B")
-        self.params = np.array([self.slots.ctypes.data + 8 * i for i in range(len(args))],
-                               dtype=np.uint64)
-        self.pack = struct.Struct(f"<{n_ptrs}Q").pack_into
-        self.lock = threading.Lock()
-        self.launch_kernel = cupy.cuda.driver.launchKernel
-        self.raw_stream = torch._C._cuda_getCurrentRawStream
-
-    def __call__(self, *ptrs: int) -> None:
-        with self.lock:
-            self.pack(self.view, 0, *ptrs)
-            self.launch_kernel(self.fn, self.grid, 1, 1, self.threads, 1, 1, self.smem,
-                               self.raw_stream(self.device), self.params.ctypes.data, 0)
 
 
 def _bwd_kernel(name: str, device: int, smem: int = 0):
