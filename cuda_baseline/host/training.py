@@ -124,6 +124,19 @@ def forward(q, k, v, causal: bool = False, order="linear", schedule=None, tiles=
     return out, lse
 
 
+def _padded_rows(lse, pr: Problem):
+    """``lse`` in the layout the kernels index ([B, H, S_q] rows of ``lse_stride``): as given
+    when it is (the forward's), else copied into it (a caller's or a traced graph's contiguous
+    copy)."""
+    ls = lse_stride(pr.S_q)
+    if lse.stride() == (pr.H * ls, ls, 1):
+        return lse
+    import torch
+    buf = torch.empty((pr.B, pr.H, ls), dtype=torch.float32, device=lse.device)[..., :pr.S_q]
+    buf.copy_(lse)
+    return buf
+
+
 # --- backward ------------------------------------------------------------------------------------
 
 ITEM_OVERHEAD_STEPS = 2
@@ -306,6 +319,7 @@ def backward(dout, q, k, v, out, lse, causal: bool = False, order="linear", sche
                                         tiles, options)
     pl, delta, dkdv, dqk = hit
     pr = pl.problem
+    lse = _padded_rows(lse, pr)
     _aligned(q, k, v, dout, out)
     dev = q.device
     f32 = torch.float32
@@ -346,6 +360,7 @@ def trace_dkdv(dout, q, k, v, out, lse, causal: bool = False, order="linear", sc
     pl, delta, dkdv, _ = _bwd_blocks(q, k, v, dout, out, causal, order, schedule, scale, tiles,
                                      options, trace=True)
     pr = pl.problem
+    lse = _padded_rows(lse, pr)
     _aligned(q, k, v, dout, out)
     dev = q.device
     f32 = torch.float32
