@@ -22,12 +22,17 @@ from dataclasses import dataclass
 from enum import IntFlag
 from pathlib import Path
 
+from cuda_baseline.build.source import (
+    BASE_OPTIONS,
+    HEADER,
+    SOURCE_DIR,
+    CompileError,
+    Resources,
+    nvcc_path,
+)
 from spec.orders import OrderKind
 from spec.problem import DType, Tiles
 from spec.schedules import ScheduleKind
-
-from cuda_baseline.build.source import (BASE_OPTIONS, HEADER, SOURCE_DIR, CompileError, Resources,
-                                         nvcc_path)
 
 BWD_HEADER = SOURCE_DIR / "flash_bwd.cuh"
 BWD_ENTRY = SOURCE_DIR / "flash_bwd.cu"
