@@ -16,7 +16,7 @@ spec.family.KernelFamily. Importing this package needs neither a GPU, CuPy nor t
 is a lazy attribute: the first access imports torch and registers the operators); compiling and
 launching do.
 """
-from spec.install import require_gpu_extra
+from spec.install import lazy_attributes
 
 from .build.source import TESTED_TILES, Instance, Resources
 from .host.backend import CompileError, CudaFamily, Prepared, check_variant, instance_for
@@ -25,10 +25,4 @@ __all__ = ["CompileError", "CudaFamily", "Prepared", "attention", "check_variant
            "instance_for", "Instance", "Resources", "TESTED_TILES"]
 
 
-def __getattr__(name: str):
-    if name == "attention":
-        require_gpu_extra(f"{__name__}.attention")
-        from .host.op import attention
-        globals()["attention"] = attention       # later accesses skip this hook
-        return attention
-    raise AttributeError(f"module 'cuda_baseline' has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, {"attention": "host.op"})

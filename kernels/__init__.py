@@ -28,15 +28,8 @@ Importing this package does not import ``cuda.tile`` or ``torch``; the submodule
 import them lazily or at their own import (``kernels.attention`` is a lazy attribute: the first
 access imports ``kernels.host.op``, which imports torch and registers the operators).
 """
-from spec.install import require_gpu_extra
+from spec.install import lazy_attributes
 
 from .rules.config import LEVELS, KernelConfig, default_config, load_arch_configs  # noqa: F401
 
-
-def __getattr__(name: str):
-    if name == "attention":
-        require_gpu_extra(f"{__name__}.attention")
-        from .host.op import attention
-        globals()["attention"] = attention       # later accesses skip this hook
-        return attention
-    raise AttributeError(f"module 'kernels' has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, {"attention": "host.op"})

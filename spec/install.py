@@ -81,3 +81,20 @@ def code_identity(root: Path = PACKAGE_ROOT) -> dict:
     except metadata.PackageNotFoundError:
         version = None
     return {"package": DISTRIBUTION, "version": version, "source_sha256": source_sha256(root)}
+
+
+def lazy_attributes(package: str, names: dict[str, str]):
+    """The ``__getattr__`` of a kernel family's package: each of ``names`` (attribute ->
+    submodule, e.g. ``{"attention": "host.op"}``) imports its submodule (torch, the operators'
+    registration) on first access only, after checking that torch is installed
+    (``require_gpu_extra``), so importing the package needs neither."""
+    import importlib
+
+    def __getattr__(name: str):
+        if name in names:
+            require_gpu_extra(f"{package}.{name}")
+            value = getattr(importlib.import_module(f"{package}.{names[name]}"), name)
+            setattr(importlib.import_module(package), name, value)      # later accesses skip
+            return value
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+    return __getattr__

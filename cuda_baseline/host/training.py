@@ -137,6 +137,20 @@ def _padded_rows(lse, pr: Problem):
     return buf
 
 
+def _delta_pass(pl: BwdPlan, delta, q, k, v, dout, out, lse):
+    """The backward's first launch (on the current device): Δ = rowsum(dO ∘ O) into a padded
+    buffer, which also zeroes the fp32 dQ accumulator. Returns (lse in the kernels' layout, the
+    dQ accumulator, Δ)."""
+    import torch
+    pr = pl.problem
+    lse = _padded_rows(lse, pr)
+    _aligned(q, k, v, dout, out)
+    dq_acc = torch.empty((pr.B, pr.H, pr.S_q, pr.D), dtype=torch.float32, device=q.device)
+    dlt = torch.empty((pr.B, pr.H, lse_stride(pr.S_q)), dtype=torch.float32, device=q.device)
+    delta(out.data_ptr(), dout.data_ptr(), dlt.data_ptr(), dq_acc.data_ptr())
+    return lse, dq_acc, dlt
+
+
 # --- backward ------------------------------------------------------------------------------------
 
 ITEM_OVERHEAD_STEPS = 2
@@ -319,14 +333,10 @@ def backward(dout, q, k, v, out, lse, causal: bool = False, order="linear", sche
                                         tiles, options)
     pl, delta, dkdv, dqk = hit
     pr = pl.problem
-    lse = _padded_rows(lse, pr)
-    _aligned(q, k, v, dout, out)
     dev = q.device
     f32 = torch.float32
     with torch.cuda.device(dev):
-        dq_acc = torch.empty((pr.B, pr.H, pr.S_q, pr.D), dtype=f32, device=dev)   # zeroed by Δ
-        dlt = torch.empty((pr.B, pr.H, lse_stride(pr.S_q)), dtype=f32, device=dev)
-        delta(out.data_ptr(), dout.data_ptr(), dlt.data_ptr(), dq_acc.data_ptr())
+        lse, dq_acc, dlt = _delta_pass(pl, delta, q, k, v, dout, out, lse)
         if pl.n_chunks == 1:
             dk = torch.empty(k.shape, dtype=q.dtype, device=dev)
             dv = torch.empty(k.shape, dtype=q.dtype, device=dev)
@@ -360,16 +370,12 @@ def trace_dkdv(dout, q, k, v, out, lse, causal: bool = False, order="linear", sc
     pl, delta, dkdv, _ = _bwd_blocks(q, k, v, dout, out, causal, order, schedule, scale, tiles,
                                      options, trace=True)
     pr = pl.problem
-    lse = _padded_rows(lse, pr)
-    _aligned(q, k, v, dout, out)
     dev = q.device
     f32 = torch.float32
     with torch.cuda.device(dev):
         visits = torch.full((pl.ctas, trace_steps(pl), 4), -1, dtype=torch.int32, device=dev)
         dkdv.slots[-2] = visits.data_ptr()      # the record (BwdParams::trace_visits)
-        dq_acc = torch.empty((pr.B, pr.H, pr.S_q, pr.D), dtype=f32, device=dev)   # zeroed by Δ
-        dlt = torch.empty((pr.B, pr.H, lse_stride(pr.S_q)), dtype=f32, device=dev)
-        delta(out.data_ptr(), dout.data_ptr(), dlt.data_ptr(), dq_acc.data_ptr())
+        lse, dq_acc, dlt = _delta_pass(pl, delta, q, k, v, dout, out, lse)
         shape = k.shape if pl.n_chunks == 1 else (pr.B, pr.H_kv * pl.n_chunks, pr.S_kv, pr.D)
         dt = q.dtype if pl.n_chunks == 1 else f32
         dk = torch.empty(shape, dtype=dt, device=dev)

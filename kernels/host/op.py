@@ -1,11 +1,5 @@
 """``kernels.attention``: the cuTile family behind the one front (``spec.front``).
-
-    >>> import torch
-    >>> from kernels import attention
-    >>> q, k, v = (torch.randn(2, 8, 1000, 64, device="cuda", dtype=torch.bfloat16)
-    ...            for _ in range(3))
-    >>> out = attention(q, k, v, causal=True)               # eager: one lookup, one launch
-    >>> out = torch.compile(lambda q, k, v: attention(q, k, v), fullgraph=True)(q, k, v)
+The user's examples are in the ``kernels`` package docstring.
 
 The operators are ``sawtooth::cutile_attention`` (returns (out, lse)), ``..._out`` and
 ``..._backward``, registered by ``spec.front.register``. The forward is

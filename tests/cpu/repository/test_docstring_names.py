@@ -7,7 +7,8 @@ renamed leaves its old name in prose that no import checks: this test is that ch
 Resolution is static (``ast``; nothing is imported, so the GPU modules are read on any machine):
 a module's names are what it defines, assigns or imports at top level, a class's are its methods,
 class-level assignments and annotations and the ``self.x`` it assigns, and a module-level
-``__getattr__`` adds the names it compares ``name`` with (a lazy attribute). An imported name is
+``__getattr__`` adds the names it compares ``name`` with, or the strings of the call that makes it
+(a lazy attribute). An imported name is
 followed to the module it comes from. A dotted name ending in a file suffix (``registry.json``)
 is a file name, not a module path.
 """
@@ -108,6 +109,10 @@ def module_names(module: str) -> dict[str, object]:
                 for e in ast.walk(t):
                     if isinstance(e, ast.Name):
                         out[e.id] = n
+                        if e.id == "__getattr__" and n.value is not None:   # a made hook
+                            for c in ast.walk(n.value):
+                                if isinstance(c, ast.Constant) and isinstance(c.value, str):
+                                    out.setdefault(c.value, ("lazy",))
         elif isinstance(n, ast.ImportFrom):
             src = _absolute(module, path, n)
             for a in n.names:
