@@ -28,8 +28,9 @@ Everything is compiled for sm_90. Usage::
 ``--limit K`` takes K builds spread evenly over the enumeration (a sample); ``--match`` keeps the
 builds whose name the regular expression finds, ``--names FILE`` those listed. ``--source DIR``
 fingerprints the checkout at DIR (e.g. ``git archive`` of another commit unpacked there): this
-file runs there as a script, importing DIR's packages and test lists. ``--compare`` prints the builds whose fingerprints differ or that only one
-file has, and exits 1 if there are any, 0 if the files agree, 2 on unreadable input.
+file runs there as a script, importing DIR's packages and test lists. ``--compare`` prints the
+builds whose fingerprints differ or that only one file has, and exits 1 if there are any, 0 if
+the files agree, 2 on unreadable input.
 """
 from __future__ import annotations
 
@@ -55,10 +56,11 @@ SCHEMA = 1
 # naming
 # ------------------------------------------------------------------------------------------------
 def _case_label(case) -> str:
-    """A dataclass case by its fields that differ from the defaults (stable across commits)."""
+    """A dataclass case by its fields that differ from the defaults, in name order (stable
+    across commits that reorder or regroup the fields)."""
     default = type(case)()
-    parts = [f"{f.name}={getattr(case, f.name)}" for f in dataclasses.fields(case)
-             if getattr(case, f.name) != getattr(default, f.name)]
+    parts = [f"{n}={getattr(case, n)}" for n in sorted(f.name for f in dataclasses.fields(case))
+             if getattr(case, n) != getattr(default, n)]
     return ",".join(parts)
 
 

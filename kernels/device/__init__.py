@@ -1,1 +1,1 @@
-"""cuTile device code: kernel bodies, the CTA → work scheduler, tactic bits (see kernels/__init__)."""
+"""cuTile device code: kernel bodies, the CTA → work scheduler, tactic bits (kernels/__init__)."""
