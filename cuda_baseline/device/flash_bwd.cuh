@@ -270,8 +270,7 @@ __device__ __forceinline__ void dkdv_tile(const BwdParams& p, unsigned char* sme
                     for (int np = 0; np < NB / 2; ++np) {
                         unsigned bq[4];
                         ldmatrix_x4(bq, sB + (nb0 / 2 + np) * 16 * (D * 2) + kstep(k_lane, ks));
-                        mma_16816<DT>(acc[2 * np], a, bq[0], bq[1]);
-                        mma_16816<DT>(acc[2 * np + 1], a, bq[2], bq[3]);
+                        mma_b_pair<DT>(acc, np, a, bq);
                     }
                 }
             };
@@ -305,8 +304,7 @@ __device__ __forceinline__ void dkdv_tile(const BwdParams& p, unsigned char* sme
                 for (int dp = 0; dp < DB / 2; ++dp) {
                     unsigned bv[4];
                     ldmatrix_x4_trans(bv, sdO + (nb0 / 2 + kk) * 16 * (D * 2) + kstep(v_lane, dp));
-                    mma_16816<DT>(dv[2 * dp], a, bv[0], bv[1]);
-                    mma_16816<DT>(dv[2 * dp + 1], a, bv[2], bv[3]);
+                    mma_b_pair<DT>(dv, dp, a, bv);
                 }
             }
             // ---- dPᵀ = V_w dOᵀ; dSᵀ = Pᵀ ∘ (dPᵀ - Δ[query]) --------------------------------------
@@ -340,8 +338,7 @@ __device__ __forceinline__ void dkdv_tile(const BwdParams& p, unsigned char* sme
                 for (int dp = 0; dp < DB / 2; ++dp) {
                     unsigned bq[4];
                     ldmatrix_x4_trans(bq, sQ + (nb0 / 2 + kk) * 16 * (D * 2) + kstep(v_lane, dp));
-                    mma_16816<DT>(dk[2 * dp], a, bq[0], bq[1]);
-                    mma_16816<DT>(dk[2 * dp + 1], a, bq[2], bq[3]);
+                    mma_b_pair<DT>(dk, dp, a, bq);
                 }
             }
         }
@@ -367,11 +364,7 @@ __device__ __forceinline__ void dkdv_tile(const BwdParams& p, unsigned char* sme
                 unsigned bk[4];
                 ldmatrix_x4_trans(bk, sK + kk * 16 * (D * 2)
                                           + kstep(v_lane, dpart * (S::DBW / 2) + dp));
-#pragma unroll
-                for (int qi = 0; qi < S::QPW; ++qi) {
-                    mma_16816<DT>(dq_all[qi][2 * dp], a[qi], bk[0], bk[1]);
-                    mma_16816<DT>(dq_all[qi][2 * dp + 1], a[qi], bk[2], bk[3]);
-                }
+                mma_b_pair<DT>(dq_all, dp, a, bk);
             }
         }
 #pragma unroll

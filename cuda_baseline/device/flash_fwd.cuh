@@ -177,6 +177,22 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const unsigned (&a)[4],
     }
 }
 
+// The products of one ldmatrix_x4 B operand, which holds two 8-column blocks (b0, b1 and b2, b3):
+// acc[2p] += A * (b0, b1) and acc[2p+1] += A * (b2, b3), for one A fragment or for each of the
+// MREP fragments of a warp's row slices.
+template <DType DT, int N>
+__device__ __forceinline__ void mma_b_pair(float (&acc)[N][4], int p, const unsigned (&a)[4],
+                                           const unsigned (&b)[4]) {
+    mma_16816<DT>(acc[2 * p], a, b[0], b[1]);
+    mma_16816<DT>(acc[2 * p + 1], a, b[2], b[3]);
+}
+template <DType DT, int MREP, int N>
+__device__ __forceinline__ void mma_b_pair(float (&acc)[MREP][N][4], int p,
+                                           const unsigned (&a)[MREP][4], const unsigned (&b)[4]) {
+#pragma unroll
+    for (int mi = 0; mi < MREP; ++mi) mma_b_pair<DT>(acc[mi], p, a[mi], b);
+}
+
 // Two floats -> one register of two 16-bit values, lo in the low half (round to nearest).
 template <DType DT>
 __device__ __forceinline__ unsigned pack2(float lo, float hi) {
@@ -410,11 +426,7 @@ __device__ __forceinline__ void attend_q_tile(const FwdParams& p, unsigned char*
             for (int np = 0; np < NB / 2; ++np) {
                 unsigned bk[4];
                 ldmatrix_x4(bk, kbase + np * 16 * (D * 2) + kstep(k_lane, ks));
-#pragma unroll
-                for (int mi = 0; mi < MREP; ++mi) {
-                    mma_16816<DT>(s_acc[mi][2 * np], a[mi], bk[0], bk[1]);
-                    mma_16816<DT>(s_acc[mi][2 * np + 1], a[mi], bk[2], bk[3]);
-                }
+                mma_b_pair<DT>(s_acc, np, a, bk);
             }
         }
 
@@ -493,11 +505,7 @@ __device__ __forceinline__ void attend_q_tile(const FwdParams& p, unsigned char*
             for (int dp = 0; dp < DB / 2; ++dp) {
                 unsigned bv[4];
                 ldmatrix_x4_trans(bv, vbase + kk * 16 * (D * 2) + kstep(v_lane, dp));
-#pragma unroll
-                for (int mi = 0; mi < MREP; ++mi) {
-                    mma_16816<DT>(o_acc[mi][2 * dp], a[mi], bv[0], bv[1]);
-                    mma_16816<DT>(o_acc[mi][2 * dp + 1], a[mi], bv[2], bv[3]);
-                }
+                mma_b_pair<DT>(o_acc, dp, a, bv);
             }
         }
     }
