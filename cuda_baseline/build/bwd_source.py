@@ -8,15 +8,15 @@ CTAs, grid-stride over K/V tiles, where the sawtooth alternates), the tiles (TIL
 per step, TILE_N keys per CTA), D, the causal mask, the element type and opt-in build options
 (``BwdOption``; none in the default build), and whether it is the trace build
 (``flash_bwd_dkdv_trace``, which also records per CTA and step the (b, query head, Q tile, K/V
-tile) it reads; ``cuda_baseline.host.training.trace_dkdv``). The preprocess (``flash_bwd_delta``) and
-the dQ conversion (``flash_bwd_dq``) depend on D and the type only: they read no scan, so the
-family's only scan order is the dK/dV kernel's (dQ is reduced inside it).
+tile) it reads; ``cuda_baseline.host.training.trace_dkdv``). The preprocess
+(``flash_bwd_delta``) and the dQ conversion (``flash_bwd_dq``) depend on D and the type only:
+they read no scan, so the family's only scan order is the dK/dV kernel's (dQ is reduced inside
+it).
 """
 from __future__ import annotations
 
 import hashlib
 import re
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from enum import IntFlag
@@ -25,10 +25,11 @@ from pathlib import Path
 from cuda_baseline.build.source import (
     BASE_OPTIONS,
     HEADER,
+    SCHEDULE_HEADER,
     SOURCE_DIR,
-    CompileError,
     Resources,
-    nvcc_path,
+    nvcc_cubin,
+    parse_resources,
 )
 from spec.orders import OrderKind
 from spec.problem import DType, Tiles
@@ -136,7 +137,8 @@ def bwd_source_text() -> str:
 def bwd_compile_options() -> tuple[str, ...]:
     """As the forward's: the headers' hash is an option, so CuPy's cache (keyed on the .cu text)
     is invalidated when only a header changes."""
-    h = hashlib.sha256(b"".join(f.read_bytes() for f in (HEADER, BWD_HEADER, BWD_ENTRY)))
+    h = hashlib.sha256(b"".join(f.read_bytes()
+                                for f in (SCHEDULE_HEADER, HEADER, BWD_HEADER, BWD_ENTRY)))
     return BASE_OPTIONS + (f"-I{SOURCE_DIR}", f"-DFLASH_BWD_SOURCE={h.hexdigest()[:16]}")
 
 
@@ -153,9 +155,6 @@ def ci_bwd_instances() -> list[BwdInstance]:
             for c in (False, True) for dt in DType]
 
 
-_ENTRY_FN = re.compile(r"Compiling entry function '(\S+)'")
-_SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
-_REGS = re.compile(r"Used (\d+) registers")
 _DKDV = re.compile(r"_Z(14flash_bwd_dkdv|20flash_bwd_dkdv_trace)IL9OrderKind(\d)EL12ScheduleKind"
                    r"(\d)ELi(\d+)ELi(\d+)ELi(\d+)ELb(\d)EL5DType(\d)ELi(\d+)EE")
 _SMALL = re.compile(r"_Z(15flash_bwd_delta|12flash_bwd_dq)ILi(\d+)EL5DType(\d)EE")
@@ -175,34 +174,16 @@ def _demangle(sym: str) -> str | None:
 
 def parse_bwd_ptxas(log: str) -> dict[str, Resources]:
     """Resources per backward instantiation name from ``-Xptxas -v`` output."""
-    out: dict[str, Resources] = {}
-    cur, spill = None, None
-    for line in log.splitlines():
-        if m := _ENTRY_FN.search(line):
-            cur, spill = _demangle(m.group(1)), None
-        elif (m := _SPILL.search(line)) and cur:
-            spill = (int(m[1]), int(m[2]), int(m[3]))
-        elif (m := _REGS.search(line)) and cur and spill:
-            out[cur] = Resources(int(m[1]), spill[1], spill[2], spill[0])
-            cur, spill = None, None
-    return out
+    return parse_resources(log, _demangle)
 
 
 def compile_bwd_nvcc(names: list[str], arch: str = "sm_90") -> dict[str, Resources]:
     """Compile the named backward kernels to one cubin with nvcc; their resources by name."""
-    nvcc = nvcc_path()
-    if nvcc is None:
-        raise CompileError("nvcc not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)")
+    text = "\n".join(['#include "flash_bwd.cu"', "static void* const k[] = {",
+                      *[f"    (void*)&{n}," for n in names], "};", ""])
     with tempfile.TemporaryDirectory(prefix="flash_bwd_") as tmp:
-        cu, cubin = Path(tmp) / "unit.cu", Path(tmp) / "unit.cubin"
-        cu.write_text("\n".join(['#include "flash_bwd.cu"', "static void* const k[] = {",
-                                 *[f"    (void*)&{n}," for n in names], "};", ""]))
-        cmd = [nvcc, f"-arch={arch}", "-cubin", "-Xptxas", "-v", "-ftz=true",
-               *bwd_compile_options(), "-o", str(cubin), str(cu)]
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        if r.returncode:
-            raise CompileError(f"nvcc failed ({' '.join(cmd)}):\n{r.stdout}{r.stderr}")
-        return parse_bwd_ptxas(r.stdout + r.stderr)
+        return parse_bwd_ptxas(nvcc_cubin(text, bwd_compile_options(), Path(tmp) / "unit.cu",
+                                          arch))
 
 
 def bwd_names(insts: list[BwdInstance]) -> list[str]:

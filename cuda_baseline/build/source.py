@@ -29,6 +29,7 @@ from spec.variant import DEFAULT_STAGES, STAGE_RANGE
 SOURCE_DIR = Path(__file__).resolve().parents[1] / "device"   # the .cu / .cuh files
 HEADER = SOURCE_DIR / "flash_fwd.cuh"
 ENTRY = SOURCE_DIR / "flash_fwd.cu"
+SCHEDULE_HEADER = SOURCE_DIR / "schedule.cuh"   # the CTA scheduler, included by HEADER
 
 # Tile edges the family is built and tested for (the paper's 80 x 80 among them). Other multiples
 # of 16 up to MAX_TILE compile too; TILE_M, TILE_N in TESTED_TILES are the ones CI and the GPU
@@ -114,7 +115,7 @@ def source_text() -> str:
 def source_digest() -> str:
     """Hash of the kernel sources: part of the compile options, so that CuPy's on-disk cache (keyed
     on the .cu text) is invalidated when only the header changes."""
-    h = hashlib.sha256(HEADER.read_bytes() + ENTRY.read_bytes())
+    h = hashlib.sha256(SCHEDULE_HEADER.read_bytes() + HEADER.read_bytes() + ENTRY.read_bytes())
     return h.hexdigest()[:16]
 
 
@@ -221,19 +222,14 @@ _DEMANGLE = re.compile(r"_Z(9flash_fwd|16flash_fwd_staged|13flash_fwd_lse)IL9Ord
                        r"EL5DType(\d)E(?:Lb(\d)E(?:Li(\d+)E)?)?E")
 
 
-def parse_ptxas(log: str) -> dict[str, Resources]:
-    """Resources per instantiation name from ``-Xptxas -v`` output."""
+def parse_resources(log: str, name_of) -> dict[str, Resources]:
+    """Resources per kernel from ``-Xptxas -v`` output, keyed by ``name_of(mangled symbol)``
+    (kernels it maps to None are left out)."""
     out: dict[str, Resources] = {}
     cur, spill = None, None
-    dtypes = list(DType)
     for line in log.splitlines():
         if m := _MANGLE.search(line):
-            d = _DEMANGLE.search(m.group(1))
-            cur = None if d is None else Instance(
-                OrderKind(int(d[2])), ScheduleKind(int(d[3])), WorkOrder(int(d[4])),
-                Tiles(int(d[5]), int(d[6])), int(d[7]), d[8] == "1", dtypes[int(d[9])],
-                d[10] == "1", int(d[11]) if d[11] else DEFAULT_STAGES,
-                lse=d[1] == "13flash_fwd_lse").name
+            cur, spill = name_of(m.group(1)), None
         elif (m := _SPILL.search(line)) and cur:
             spill = (int(m[1]), int(m[2]), int(m[3]))
         elif (m := _REGS.search(line)) and cur and spill:
@@ -242,30 +238,55 @@ def parse_ptxas(log: str) -> dict[str, Resources]:
     return out
 
 
+def _instance_name(sym: str) -> str | None:
+    d = _DEMANGLE.search(sym)
+    return None if d is None else Instance(
+        OrderKind(int(d[2])), ScheduleKind(int(d[3])), WorkOrder(int(d[4])),
+        Tiles(int(d[5]), int(d[6])), int(d[7]), d[8] == "1", list(DType)[int(d[9])],
+        d[10] == "1", int(d[11]) if d[11] else DEFAULT_STAGES,
+        lse=d[1] == "13flash_fwd_lse").name
+
+
+def parse_ptxas(log: str) -> dict[str, Resources]:
+    """Resources per instantiation name from ``-Xptxas -v`` output."""
+    return parse_resources(log, _instance_name)
+
+
+def nvcc_cubin(text: str, options, cu: Path, arch: str = "sm_90") -> str:
+    """Compile the translation unit ``text`` (written to ``cu``, the cubin beside it) with nvcc
+    and ``-Xptxas -v``; returns the compiler's log. Raises CompileError with the log."""
+    nvcc = nvcc_path()
+    if nvcc is None:
+        raise CompileError("nvcc not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)")
+    cu.write_text(text)
+    # -ftz=true: CuPy adds it to every NVRTC compile, so nvcc builds the same code
+    cmd = [nvcc, f"-arch={arch}", "-cubin", "-Xptxas", "-v", "-ftz=true", *options,
+           "-o", str(cu.with_suffix(".cubin")), str(cu)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        raise CompileError(f"nvcc failed ({' '.join(cmd)}):\n{r.stdout}{r.stderr}")
+    return r.stdout + r.stderr
+
+
 def compile_nvcc(instances: list[Instance], arch: str = "sm_90", jobs: int | None = None,
                  chunk: int = 60, workdir: str | None = None) -> dict[str, Resources]:
     """Compile instances to cubins with nvcc (``jobs`` processes in parallel, ``chunk`` kernels per
     translation unit) and return their resources. Raises CompileError with the compiler's log and
     the instantiations of the failing unit."""
-    nvcc = nvcc_path()
-    if nvcc is None:
+    if nvcc_path() is None:
         raise CompileError("nvcc not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)")
     jobs = jobs or os.cpu_count() or 1
     parts = [instances[i:i + chunk] for i in range(0, len(instances), chunk)]
     tmp = Path(workdir or tempfile.mkdtemp(prefix="flash_fwd_"))
 
     def one(k: int) -> dict[str, Resources]:
-        cu, cubin = tmp / f"unit{k}.cu", tmp / f"unit{k}.cubin"
-        cu.write_text(translation_unit(parts[k]))
-        # -ftz=true: CuPy adds it to every NVRTC compile, so nvcc builds the same code
-        cmd = [nvcc, f"-arch={arch}", "-cubin", "-Xptxas", "-v", "-ftz=true", *compile_options(),
-               "-o", str(cubin), str(cu)]
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        if r.returncode:
+        try:
+            log = nvcc_cubin(translation_unit(parts[k]), compile_options(), tmp / f"unit{k}.cu",
+                             arch)
+        except CompileError as e:
             names = "\n  ".join(i.name for i in parts[k])
-            raise CompileError(f"nvcc failed ({' '.join(cmd)}) on the unit with:\n  {names}\n"
-                               f"compiler output:\n{r.stdout}{r.stderr}")
-        return parse_ptxas(r.stdout + r.stderr)
+            raise CompileError(f"{e}\non the unit with:\n  {names}") from None
+        return parse_ptxas(log)
 
     res: dict[str, Resources] = {}
     with ThreadPoolExecutor(max_workers=jobs) as ex:

@@ -10,41 +10,34 @@
 // name and its code.
 #include "flash_bwd.cuh"
 
+// Both dK/dV entry points take the same plain scalar parameters (what cupy.RawKernel passes)
+// and read them as one BwdParams (BWD_FIELDS: the same names in BwdParams order).
+#define BWD_PARAMS                                                                              \
+    const unsigned short *q, const unsigned short *k, const unsigned short *v,                  \
+        const unsigned short *dout, const float *lse, const float *delta, float *dq_acc,        \
+        void *dk, void *dv, long long q_sb, long long q_sh, long long q_ss, long long k_sb,     \
+        long long k_sh, long long k_ss, long long v_sb, long long v_sh, long long v_ss,         \
+        long long do_sb, long long do_sh, long long do_ss, int H, int H_kv, int S_q, int S_kv,  \
+        int n_q, int n_kv, int n_work, int heads_per_cta, int n_chunks, int sawtooth_group,     \
+        int lse_stride, float scale_log2, float scale
+#define BWD_FIELDS                                                                              \
+    q, k, v, dout, lse, delta, dq_acc, dk, dv, q_sb, q_sh, q_ss, k_sb, k_sh, k_ss, v_sb, v_sh,   \
+        v_ss, do_sb, do_sh, do_ss, H, H_kv, S_q, S_kv, n_q, n_kv, n_work, heads_per_cta,        \
+        n_chunks, sawtooth_group, lse_stride, scale_log2, scale
+
 template <OrderKind ORDER, ScheduleKind SCHEDULE, int TILE_M, int TILE_N, int D, bool CAUSAL,
           DType DT, int OPT = 0>
 __global__ void __launch_bounds__(BwdShape<TILE_M, TILE_N, D, OPT>::THREADS, 1)
-flash_bwd_dkdv(const unsigned short* q, const unsigned short* k, const unsigned short* v,
-               const unsigned short* dout, const float* lse, const float* delta, float* dq_acc,
-               void* dk, void* dv,
-               long long q_sb, long long q_sh, long long q_ss, long long k_sb, long long k_sh,
-               long long k_ss, long long v_sb, long long v_sh, long long v_ss, long long do_sb,
-               long long do_sh, long long do_ss,
-               int H, int H_kv, int S_q, int S_kv, int n_q, int n_kv, int n_work,
-               int heads_per_cta, int n_chunks, int sawtooth_group, int lse_stride,
-               float scale_log2, float scale) {
-    const BwdParams p{q, k, v, dout, lse, delta, dq_acc, dk, dv, q_sb, q_sh, q_ss, k_sb, k_sh,
-                      k_ss, v_sb, v_sh, v_ss, do_sb, do_sh, do_ss, H, H_kv, S_q, S_kv, n_q, n_kv,
-                      n_work, heads_per_cta, n_chunks, sawtooth_group, lse_stride, scale_log2,
-                      scale};
+flash_bwd_dkdv(BWD_PARAMS) {
+    const BwdParams p{BWD_FIELDS};
     flash_bwd_dkdv_impl<ORDER, SCHEDULE, TILE_M, TILE_N, D, CAUSAL, DT, OPT>(p);
 }
 
 template <OrderKind ORDER, ScheduleKind SCHEDULE, int TILE_M, int TILE_N, int D, bool CAUSAL,
           DType DT, int OPT = 0>
 __global__ void __launch_bounds__(BwdShape<TILE_M, TILE_N, D, OPT>::THREADS, 1)
-flash_bwd_dkdv_trace(const unsigned short* q, const unsigned short* k, const unsigned short* v,
-                     const unsigned short* dout, const float* lse, const float* delta,
-                     float* dq_acc, void* dk, void* dv,
-                     long long q_sb, long long q_sh, long long q_ss, long long k_sb,
-                     long long k_sh, long long k_ss, long long v_sb, long long v_sh,
-                     long long v_ss, long long do_sb, long long do_sh, long long do_ss,
-                     int H, int H_kv, int S_q, int S_kv, int n_q, int n_kv, int n_work,
-                     int heads_per_cta, int n_chunks, int sawtooth_group, int lse_stride,
-                     float scale_log2, float scale, int* trace_visits, int trace_steps) {
-    const BwdParams p{q, k, v, dout, lse, delta, dq_acc, dk, dv, q_sb, q_sh, q_ss, k_sb, k_sh,
-                      k_ss, v_sb, v_sh, v_ss, do_sb, do_sh, do_ss, H, H_kv, S_q, S_kv, n_q, n_kv,
-                      n_work, heads_per_cta, n_chunks, sawtooth_group, lse_stride, scale_log2,
-                      scale, trace_visits, trace_steps};
+flash_bwd_dkdv_trace(BWD_PARAMS, int* trace_visits, int trace_steps) {
+    const BwdParams p{BWD_FIELDS, trace_visits, trace_steps};
     flash_bwd_dkdv_impl<ORDER, SCHEDULE, TILE_M, TILE_N, D, CAUSAL, DT, OPT, true>(p);
 }
 

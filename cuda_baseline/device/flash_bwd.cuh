@@ -167,8 +167,8 @@ __device__ __forceinline__ void dkdv_tile(const BwdParams& p, unsigned char* sme
     const int group = p.H / p.H_kv;
     const int h_first = h_kv * group + chunk * p.heads_per_cta;
     const int k0 = kv_tile * TILE_N;
-    // Q tiles that see this K/V tile: all, or (causal, top-left) those holding a query >= k0.
-    const int i_first = CAUSAL ? min(k0 / TILE_M, p.n_q) : 0;
+    // Q tiles that see this K/V tile: i_first .. n_q - 1
+    const int i_first = first_q_tile_of_kv_tile<TILE_M, CAUSAL>(k0, p.n_q);
     const int per_head = p.n_q - i_first;
     const int n_steps = per_head * p.heads_per_cta;
 
@@ -255,24 +255,28 @@ __device__ __forceinline__ void dkdv_tile(const BwdParams& p, unsigned char* sme
         for (int part = 0; part < S::QPARTS; ++part) {
             constexpr int NB = S::QP / 8, PP = S::QP / 16;
             const int nb0 = part * NB;   // first 8-query block of the part
+            // acc = A_w Bᵀ [16 keys, QP queries]: this warp's 16 rows of the K/V-side tile at sA
+            // against the part's QP rows of the Q-side tile at sB (Sᵀ = K_w Qᵀ, dPᵀ = V_w dOᵀ)
+            auto rows_by_part = [&](float (&acc)[NB][4], unsigned sA, unsigned sB) {
+#pragma unroll
+                for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) acc[nb][e] = 0.f;
+#pragma unroll
+                for (int ks = 0; ks < KS; ++ks) {
+                    unsigned a[4];
+                    ldmatrix_x4(a, sA + kstep(a_lane, ks));
+#pragma unroll
+                    for (int np = 0; np < NB / 2; ++np) {
+                        unsigned bq[4];
+                        ldmatrix_x4(bq, sB + (nb0 / 2 + np) * 16 * (D * 2) + kstep(k_lane, ks));
+                        mma_b_pair<DT>(acc, np, a, bq);
+                    }
+                }
+            };
             // ---- Sᵀ = K_w Qᵀ [16 keys, QP queries] ------------------------------------------------
             float sc[NB][4];
-#pragma unroll
-            for (int nb = 0; nb < NB; ++nb)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) sc[nb][e] = 0.f;
-#pragma unroll
-            for (int ks = 0; ks < KS; ++ks) {
-                unsigned a[4];
-                ldmatrix_x4(a, sK + kstep(a_lane, ks));
-#pragma unroll
-                for (int np = 0; np < NB / 2; ++np) {
-                    unsigned bq[4];
-                    ldmatrix_x4(bq, sQ + (nb0 / 2 + np) * 16 * (D * 2) + kstep(k_lane, ks));
-                    mma_16816<DT>(sc[2 * np], a, bq[0], bq[1]);
-                    mma_16816<DT>(sc[2 * np + 1], a, bq[2], bq[3]);
-                }
-            }
+            rows_by_part(sc, sK, sQ);
             // ---- Pᵀ = exp2(Sᵀ scale log2e - LSE[query]); masked: keys past S_kv, queries past
             // S_q, (causal) keys after the query. Element (nb, e): key k0 + 16 w + g + 8 (e/2),
             // query q0 + 8 (nb0 + nb) + 2 t + e%2.
@@ -300,28 +304,12 @@ __device__ __forceinline__ void dkdv_tile(const BwdParams& p, unsigned char* sme
                 for (int dp = 0; dp < DB / 2; ++dp) {
                     unsigned bv[4];
                     ldmatrix_x4_trans(bv, sdO + (nb0 / 2 + kk) * 16 * (D * 2) + kstep(v_lane, dp));
-                    mma_16816<DT>(dv[2 * dp], a, bv[0], bv[1]);
-                    mma_16816<DT>(dv[2 * dp + 1], a, bv[2], bv[3]);
+                    mma_b_pair<DT>(dv, dp, a, bv);
                 }
             }
             // ---- dPᵀ = V_w dOᵀ; dSᵀ = Pᵀ ∘ (dPᵀ - Δ[query]) --------------------------------------
             float dp_acc[NB][4];
-#pragma unroll
-            for (int nb = 0; nb < NB; ++nb)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) dp_acc[nb][e] = 0.f;
-#pragma unroll
-            for (int ks = 0; ks < KS; ++ks) {
-                unsigned a[4];
-                ldmatrix_x4(a, sV + kstep(a_lane, ks));
-#pragma unroll
-                for (int np = 0; np < NB / 2; ++np) {
-                    unsigned bo[4];
-                    ldmatrix_x4(bo, sdO + (nb0 / 2 + np) * 16 * (D * 2) + kstep(k_lane, ks));
-                    mma_16816<DT>(dp_acc[2 * np], a, bo[0], bo[1]);
-                    mma_16816<DT>(dp_acc[2 * np + 1], a, bo[2], bo[3]);
-                }
-            }
+            rows_by_part(dp_acc, sV, sdO);
             unsigned ds_pk[NB][2];   // dSᵀ in 16-bit: rows g and g+8, queries 8 nb + 2t, +1
 #pragma unroll
             for (int nb = 0; nb < NB; ++nb) {
@@ -350,8 +338,7 @@ __device__ __forceinline__ void dkdv_tile(const BwdParams& p, unsigned char* sme
                 for (int dp = 0; dp < DB / 2; ++dp) {
                     unsigned bq[4];
                     ldmatrix_x4_trans(bq, sQ + (nb0 / 2 + kk) * 16 * (D * 2) + kstep(v_lane, dp));
-                    mma_16816<DT>(dk[2 * dp], a, bq[0], bq[1]);
-                    mma_16816<DT>(dk[2 * dp + 1], a, bq[2], bq[3]);
+                    mma_b_pair<DT>(dk, dp, a, bq);
                 }
             }
         }
@@ -377,11 +364,7 @@ __device__ __forceinline__ void dkdv_tile(const BwdParams& p, unsigned char* sme
                 unsigned bk[4];
                 ldmatrix_x4_trans(bk, sK + kk * 16 * (D * 2)
                                           + kstep(v_lane, dpart * (S::DBW / 2) + dp));
-#pragma unroll
-                for (int qi = 0; qi < S::QPW; ++qi) {
-                    mma_16816<DT>(dq_all[qi][2 * dp], a[qi], bk[0], bk[1]);
-                    mma_16816<DT>(dq_all[qi][2 * dp + 1], a[qi], bk[2], bk[3]);
-                }
+                mma_b_pair<DT>(dq_all, dp, a, bk);
             }
         }
 #pragma unroll
@@ -480,13 +463,7 @@ __device__ __forceinline__ void flash_bwd_dkdv_impl(const BwdParams& p) {
             p, smem, rest / p.n_chunks, rest % p.n_chunks, j,
             reversed_for<ORDER>(iter, cta, p.sawtooth_group), step);
     };
-    if constexpr (SCHEDULE == ScheduleKind::GRID) {
-        item(cta, 0);
-    } else {
-        static_assert(SCHEDULE == ScheduleKind::PERSISTENT, "grid or persistent");
-        for (int iter = 0; iter * static_cast<int>(gridDim.x) + cta < p.n_work; ++iter)
-            item(iter * gridDim.x + cta, iter);
-    }
+    for_each_strided_item<SCHEDULE>(p.n_work, item);
 }
 
 // Δ = rowsum(dO ∘ O): D/8 threads per row, 16-byte loads, fp32 sum. The same threads zero the

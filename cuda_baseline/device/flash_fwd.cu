@@ -14,44 +14,36 @@
 // stride of the trace build's stamps) is read only by trace builds.
 #include "flash_fwd.cuh"
 
+// Every entry point takes the same plain scalar parameters (what cupy.RawKernel passes) and
+// reads them as one FwdParams: the tensors, then the strides, sizes and scale (FWD_PARAMS), the
+// same names in FwdParams order (FWD_FIELDS), the launch bounds of a tile shape.
+#define FWD_PARAMS                                                                              \
+    const unsigned short *q, const unsigned short *k, const unsigned short *v, unsigned short *o
+#define FWD_SCALARS                                                                             \
+    long long q_sb, long long q_sh, long long q_ss, long long k_sb, long long k_sh,             \
+        long long k_ss, long long v_sb, long long v_sh, long long v_ss, long long o_sb,         \
+        long long o_sh, long long o_ss, int H, int H_kv, int S_q, int S_kv, int n_q, int n_kv,  \
+        int n_work, int tiles_per_cta, int section, int sawtooth_group, float scale_log2
+#define FWD_FIELDS                                                                              \
+    q, k, v, o, q_sb, q_sh, q_ss, k_sb, k_sh, k_ss, v_sb, v_sh, v_ss, o_sb, o_sh, o_ss, H, H_kv, \
+        S_q, S_kv, n_q, n_kv, n_work, tiles_per_cta, section, sawtooth_group, scale_log2
+#define FWD_TRACE_PARAMS                                                                        \
+    int *trace_visits, unsigned long long *trace_ns, int trace_steps, int trace_every
+#define FWD_BOUNDS                                                                              \
+    __launch_bounds__(FwdShape<TILE_M, TILE_N, D>::THREADS, FwdShape<TILE_M, TILE_N, D>::MIN_CTAS)
+
 template <OrderKind ORDER, ScheduleKind SCHEDULE, WorkOrder WORK, int TILE_M, int TILE_N, int D,
           bool CAUSAL, DType DT, bool TRACE>
-__global__ void
-__launch_bounds__(FwdShape<TILE_M, TILE_N, D>::THREADS, FwdShape<TILE_M, TILE_N, D>::MIN_CTAS)
-flash_fwd(const unsigned short* q, const unsigned short* k, const unsigned short* v,
-          unsigned short* o,
-          long long q_sb, long long q_sh, long long q_ss, long long k_sb, long long k_sh,
-          long long k_ss, long long v_sb, long long v_sh, long long v_ss, long long o_sb,
-          long long o_sh, long long o_ss,
-          int H, int H_kv, int S_q, int S_kv, int n_q, int n_kv, int n_work, int tiles_per_cta,
-          int section, int sawtooth_group, float scale_log2,
-          int* trace_visits, unsigned long long* trace_ns, int trace_steps, int trace_every) {
-    // Plain scalar parameters (what cupy.RawKernel passes); the body reads them as one struct.
-    const FwdParams p{q, k, v, o, q_sb, q_sh, q_ss, k_sb, k_sh, k_ss, v_sb, v_sh, v_ss,
-                      o_sb, o_sh, o_ss, H, H_kv, S_q, S_kv, n_q, n_kv, n_work, tiles_per_cta,
-                      section, sawtooth_group, scale_log2, trace_visits, trace_ns, trace_steps,
-                      trace_every};
+__global__ void FWD_BOUNDS flash_fwd(FWD_PARAMS, FWD_SCALARS, FWD_TRACE_PARAMS) {
+    const FwdParams p{FWD_FIELDS, trace_visits, trace_ns, trace_steps, trace_every};
     flash_fwd_impl<ORDER, SCHEDULE, WORK, TILE_M, TILE_N, D, CAUSAL, DT, TRACE, DEFAULT_STAGES>(p);
 }
 
 template <OrderKind ORDER, ScheduleKind SCHEDULE, WorkOrder WORK, int TILE_M, int TILE_N, int D,
           bool CAUSAL, DType DT, bool TRACE, int STAGES>
-__global__ void
-__launch_bounds__(FwdShape<TILE_M, TILE_N, D>::THREADS, FwdShape<TILE_M, TILE_N, D>::MIN_CTAS)
-flash_fwd_staged(const unsigned short* q, const unsigned short* k, const unsigned short* v,
-                 unsigned short* o,
-                 long long q_sb, long long q_sh, long long q_ss, long long k_sb, long long k_sh,
-                 long long k_ss, long long v_sb, long long v_sh, long long v_ss, long long o_sb,
-                 long long o_sh, long long o_ss,
-                 int H, int H_kv, int S_q, int S_kv, int n_q, int n_kv, int n_work,
-                 int tiles_per_cta, int section, int sawtooth_group, float scale_log2,
-                 int* trace_visits, unsigned long long* trace_ns, int trace_steps,
-                 int trace_every) {
+__global__ void FWD_BOUNDS flash_fwd_staged(FWD_PARAMS, FWD_SCALARS, FWD_TRACE_PARAMS) {
     static_assert(STAGES != DEFAULT_STAGES, "the default depth is the flash_fwd entry point");
-    const FwdParams p{q, k, v, o, q_sb, q_sh, q_ss, k_sb, k_sh, k_ss, v_sb, v_sh, v_ss,
-                      o_sb, o_sh, o_ss, H, H_kv, S_q, S_kv, n_q, n_kv, n_work, tiles_per_cta,
-                      section, sawtooth_group, scale_log2, trace_visits, trace_ns, trace_steps,
-                      trace_every};
+    const FwdParams p{FWD_FIELDS, trace_visits, trace_ns, trace_steps, trace_every};
     flash_fwd_impl<ORDER, SCHEDULE, WORK, TILE_M, TILE_N, D, CAUSAL, DT, TRACE, STAGES>(p);
 }
 
@@ -60,20 +52,8 @@ flash_fwd_staged(const unsigned short* q, const unsigned short* k, const unsigne
 // nothing for it; no trace build.
 template <OrderKind ORDER, ScheduleKind SCHEDULE, WorkOrder WORK, int TILE_M, int TILE_N, int D,
           bool CAUSAL, DType DT>
-__global__ void
-__launch_bounds__(FwdShape<TILE_M, TILE_N, D>::THREADS, FwdShape<TILE_M, TILE_N, D>::MIN_CTAS)
-flash_fwd_lse(const unsigned short* q, const unsigned short* k, const unsigned short* v,
-              unsigned short* o, float* lse,
-              long long q_sb, long long q_sh, long long q_ss, long long k_sb, long long k_sh,
-              long long k_ss, long long v_sb, long long v_sh, long long v_ss, long long o_sb,
-              long long o_sh, long long o_ss,
-              int H, int H_kv, int S_q, int S_kv, int n_q, int n_kv, int n_work,
-              int tiles_per_cta, int section, int sawtooth_group, float scale_log2,
-              int lse_stride) {
-    const FwdParams p{q, k, v, o, q_sb, q_sh, q_ss, k_sb, k_sh, k_ss, v_sb, v_sh, v_ss,
-                      o_sb, o_sh, o_ss, H, H_kv, S_q, S_kv, n_q, n_kv, n_work, tiles_per_cta,
-                      section, sawtooth_group, scale_log2, nullptr, nullptr, 0, 1, lse,
-                      lse_stride};
+__global__ void FWD_BOUNDS flash_fwd_lse(FWD_PARAMS, float* lse, FWD_SCALARS, int lse_stride) {
+    const FwdParams p{FWD_FIELDS, nullptr, nullptr, 0, 1, lse, lse_stride};
     flash_fwd_impl<ORDER, SCHEDULE, WORK, TILE_M, TILE_N, D, CAUSAL, DT, false, DEFAULT_STAGES,
                    true>(p);
 }

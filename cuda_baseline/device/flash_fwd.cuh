@@ -34,6 +34,8 @@ enum class ScheduleKind : int {
 enum class WorkOrder : int { Q_MAJOR = 0, HEAD_MAJOR = 1 };
 enum class DType : int { FP16 = 0, BF16 = 1 };
 
+#include "schedule.cuh"   // the CTA scheduler: work items, tile ranges, scan direction
+
 // Everything the kernel reads besides its template parameters. Tensors are [B, H, S, D] with the
 // last dimension contiguous; strides are in elements.
 struct FwdParams {
@@ -175,6 +177,22 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const unsigned (&a)[4],
     }
 }
 
+// The products of one ldmatrix_x4 B operand, which holds two 8-column blocks (b0, b1 and b2, b3):
+// acc[2p] += A * (b0, b1) and acc[2p+1] += A * (b2, b3), for one A fragment or for each of the
+// MREP fragments of a warp's row slices.
+template <DType DT, int N>
+__device__ __forceinline__ void mma_b_pair(float (&acc)[N][4], int p, const unsigned (&a)[4],
+                                           const unsigned (&b)[4]) {
+    mma_16816<DT>(acc[2 * p], a, b[0], b[1]);
+    mma_16816<DT>(acc[2 * p + 1], a, b[2], b[3]);
+}
+template <DType DT, int MREP, int N>
+__device__ __forceinline__ void mma_b_pair(float (&acc)[MREP][N][4], int p,
+                                           const unsigned (&a)[MREP][4], const unsigned (&b)[4]) {
+#pragma unroll
+    for (int mi = 0; mi < MREP; ++mi) mma_b_pair<DT>(acc[mi], p, a[mi], b);
+}
+
 // Two floats -> one register of two 16-bit values, lo in the low half (round to nearest).
 template <DType DT>
 __device__ __forceinline__ unsigned pack2(float lo, float hi) {
@@ -256,17 +274,6 @@ __device__ __forceinline__ void load_tile_async(unsigned dst, const unsigned sho
 }
 
 // ------------------------------------------------------------------------------------------------
-// Scan order: does the CTA walk the K/V tiles of its `iter`-th work item backwards? One name in
-// Python, C++ and cuTile: spec ScanOrder.reversed_for, kernels/device/fmha.py reversed_for, this function.
-template <OrderKind ORDER>
-__device__ __forceinline__ bool reversed_for(int iter, int cta, int sawtooth_group) {
-    if constexpr (ORDER == OrderKind::LINEAR) return false;
-    else if constexpr (ORDER == OrderKind::REVERSE) return true;
-    else if constexpr (ORDER == OrderKind::SAWTOOTH) return (iter / sawtooth_group) & 1;
-    else return cta & 1;   // BLOCK_PARITY: the ablation, direction by CTA index
-}
-
-// ------------------------------------------------------------------------------------------------
 // One work item: Q tile `q_tile` of batch*head `bh`, all its K/V tiles, O written once.
 // `step` is the CTA's step counter over all its work items (trace builds record it).
 //
@@ -290,8 +297,7 @@ __device__ __forceinline__ void attend_q_tile(const FwdParams& p, unsigned char*
     const int b = bh / p.H, h = bh % p.H, h_kv = h / (p.H / p.H_kv);
     const int q0 = q_tile * TILE_M;
     const int q_rows = min(TILE_M, p.S_q - q0);
-    // K/V tiles this Q tile reads: all, or (causal) up to the one holding its last row's diagonal.
-    const int n_steps = CAUSAL ? min((q0 + q_rows + TILE_N - 1) / TILE_N, p.n_kv) : p.n_kv;
+    const int n_steps = kv_tiles_of_q_tile<TILE_N, CAUSAL>(q0, q_rows, p.n_kv);
     const unsigned short* qg = p.q + b * p.q_sb + h * p.q_sh + q0 * p.q_ss;
     const unsigned short* kg = p.k + b * p.k_sb + h_kv * p.k_sh;
     const unsigned short* vg = p.v + b * p.v_sb + h_kv * p.v_sh;
@@ -420,11 +426,7 @@ __device__ __forceinline__ void attend_q_tile(const FwdParams& p, unsigned char*
             for (int np = 0; np < NB / 2; ++np) {
                 unsigned bk[4];
                 ldmatrix_x4(bk, kbase + np * 16 * (D * 2) + kstep(k_lane, ks));
-#pragma unroll
-                for (int mi = 0; mi < MREP; ++mi) {
-                    mma_16816<DT>(s_acc[mi][2 * np], a[mi], bk[0], bk[1]);
-                    mma_16816<DT>(s_acc[mi][2 * np + 1], a[mi], bk[2], bk[3]);
-                }
+                mma_b_pair<DT>(s_acc, np, a, bk);
             }
         }
 
@@ -503,11 +505,7 @@ __device__ __forceinline__ void attend_q_tile(const FwdParams& p, unsigned char*
             for (int dp = 0; dp < DB / 2; ++dp) {
                 unsigned bv[4];
                 ldmatrix_x4_trans(bv, vbase + kk * 16 * (D * 2) + kstep(v_lane, dp));
-#pragma unroll
-                for (int mi = 0; mi < MREP; ++mi) {
-                    mma_16816<DT>(o_acc[mi][2 * dp], a[mi], bv[0], bv[1]);
-                    mma_16816<DT>(o_acc[mi][2 * dp + 1], a[mi], bv[2], bv[3]);
-                }
+                mma_b_pair<DT>(o_acc, dp, a, bv);
             }
         }
     }
@@ -542,7 +540,7 @@ __device__ __forceinline__ void attend_q_tile(const FwdParams& p, unsigned char*
 }
 
 // ------------------------------------------------------------------------------------------------
-// CTA schedule: which work items (bh, q_tile) this CTA processes, in which order (spec/schedules.py).
+// The kernel body: this CTA's work items (schedule.cuh), one attend_q_tile each.
 template <OrderKind ORDER, ScheduleKind SCHEDULE, WorkOrder WORK, int TILE_M, int TILE_N, int D,
           bool CAUSAL, DType DT, bool TRACE, int STAGES, bool LSE = false>
 __device__ __forceinline__ void flash_fwd_impl(const FwdParams& p) {
@@ -557,54 +555,11 @@ __device__ __forceinline__ void flash_fwd_impl(const FwdParams& p) {
             p.trace_visits[4 * cta_records + cta] = static_cast<int>(sm_id());
         }
     }
-    if constexpr (SCHEDULE == ScheduleKind::GRID) {
-        // One Q tile per CTA, Q tile fastest: CTA c = q + n_q * bh.
+    for_each_work_item<SCHEDULE, WORK>(p.n_q, p.n_work, p.tiles_per_cta, p.section,
+                                       [&](int bh, int q_tile, int iter) {
         attend_q_tile<TILE_M, TILE_N, D, CAUSAL, DT, TRACE, STAGES, LSE>(
-            p, smem, cta / p.n_q, cta % p.n_q, reversed_for<ORDER>(0, cta, p.sawtooth_group), step);
-    } else if constexpr (SCHEDULE == ScheduleKind::SECTIONED_LONGEST_FIRST) {
-        // One Q tile per CTA, longest first within sections of G heads, heads fastest.
-        const int n_bh = p.n_work / p.n_q, G = p.section;
-        const int sec = cta / (G * p.n_q), within = cta % (G * p.n_q);
-        const int heads = min(G, n_bh - sec * G);            // the last section may be short
-        attend_q_tile<TILE_M, TILE_N, D, CAUSAL, DT, TRACE, STAGES, LSE>(
-            p, smem, sec * G + within % heads, p.n_q - 1 - within / heads,
-            reversed_for<ORDER>(0, cta, p.sawtooth_group), step);
-    } else if constexpr (SCHEDULE == ScheduleKind::TILE_X) {
-        // X consecutive Q tiles of one head per CTA: CTA c = group + n_groups * bh.
-        const int n_groups = (p.n_q + p.tiles_per_cta - 1) / p.tiles_per_cta;
-        const int bh = cta / n_groups, first = (cta % n_groups) * p.tiles_per_cta;
-        for (int k = 0; k < p.tiles_per_cta && first + k < p.n_q; ++k)
-            attend_q_tile<TILE_M, TILE_N, D, CAUSAL, DT, TRACE, STAGES, LSE>(
-                p, smem, bh, first + k, reversed_for<ORDER>(k, cta, p.sawtooth_group), step);
-    } else {
-        // Persistent: exactly P = gridDim.x CTAs; in round `iter` they take work items
-        // iter * P .. iter * P + P - 1.
-        // PERSISTENT (grid-stride): CTA c takes item iter * P + c; q-major: w -> (bh = w / n_q,
-        // q = w % n_q); head-major: (w % BH, w / BH).
-        // SNAKE: the same items and mapping, dealt in snake order: CTA c takes iter * P + c in
-        // even rounds and iter * P + P - 1 - c in odd ones.
-        // LONGEST_FIRST: items sorted longest first (q = n_q - 1 - w / BH, bh = w % BH), dealt in
-        // snake order.
-        const int n_bh = p.n_work / p.n_q;
-        const int P = gridDim.x;
-        for (int iter = 0; iter * P < p.n_work; ++iter) {
-            int w = iter * P + cta, bh, q;
-            if constexpr (SCHEDULE == ScheduleKind::LONGEST_FIRST || SCHEDULE == ScheduleKind::SNAKE) {
-                if (iter & 1) w = iter * P + P - 1 - cta;
-                if (w >= p.n_work) continue;    // the last round, dealt from either end
-            } else {
-                if (w >= p.n_work) break;
-            }
-            if constexpr (SCHEDULE == ScheduleKind::LONGEST_FIRST) {
-                bh = w % n_bh; q = p.n_q - 1 - w / n_bh;
-            } else {
-                if constexpr (WORK == WorkOrder::HEAD_MAJOR) { bh = w % n_bh; q = w / n_bh; }
-                else { bh = w / p.n_q; q = w % p.n_q; }
-            }
-            attend_q_tile<TILE_M, TILE_N, D, CAUSAL, DT, TRACE, STAGES, LSE>(
-                p, smem, bh, q, reversed_for<ORDER>(iter, cta, p.sawtooth_group), step);
-        }
-    }
+            p, smem, bh, q_tile, reversed_for<ORDER>(iter, cta, p.sawtooth_group), step);
+    });
     if constexpr (TRACE) {
         if (threadIdx.x == 0) p.trace_ns[cta_records + gridDim.x + cta] = global_timer_ns();
     }

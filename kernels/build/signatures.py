@@ -52,8 +52,9 @@ def _needs_v2(params) -> bool:
 
 
 @dataclass(frozen=True)
-class CompileCase:
-    """One variant to compile: shapes plus the constant codes (what ``CutileFamily`` launches)."""
+class BuildShape:
+    """What every build to compile has: the problem's shapes, the tiles and the scan-order and
+    CTA-schedule codes (``spec.OrderKind``, ``spec.ScheduleKind``, ``spec.WorkOrder``)."""
 
     B: int = 1
     H: int = 16
@@ -69,6 +70,25 @@ class CompileCase:
     group: int = 1
     sched: int = 0
     work: int = 0
+
+    def _tensors(self, aligned: bool = True):
+        """(element type, a JIT-like Q-shaped array, a K/V-shaped one)."""
+        dt = {"fp16": ct.float16, "bf16": ct.bfloat16}[self.dtype]
+        return (dt, jit_like_array((self.B, self.H, self.S_q, self.D), dt, base_aligned=aligned),
+                jit_like_array((self.B, self.H_kv, self.S_kv, self.D), dt, base_aligned=aligned))
+
+
+def _signature(params: list, symbol: str) -> KernelSignature:
+    cc = (CallingConvention.cutile_python_v2() if _needs_v2(params)
+          else CallingConvention.cutile_python_v1())
+    return KernelSignature(params, cc).with_mangled_symbol(symbol)
+
+
+@dataclass(frozen=True)
+class CompileCase(BuildShape):
+    """One forward variant to compile: shapes plus the constant codes (what ``CutileFamily``
+    launches)."""
+
     tiles_per_cta: int = 1
     section: int = 1
     level: int = 6
@@ -102,45 +122,22 @@ class CompileCase:
             section=self.section, level=self.level, trace=self.trace, tactic=self.tactic)
 
     def signature(self) -> KernelSignature:
-        dt = {"fp16": ct.float16, "bf16": ct.bfloat16}[self.dtype]
-        qshape = (self.B, self.H, self.S_q, self.D)
-        kvshape = (self.B, self.H_kv, self.S_kv, self.D)
+        _, q, kv = self._tensors(self.aligned)
         trace_shape = (self.n_ctas, 64, 4) if self.trace else (1, 1, 4)
-        a = self.aligned
-        params = [jit_like_array(qshape, dt, base_aligned=a),
-                  jit_like_array(kvshape, dt, base_aligned=a),
-                  jit_like_array(kvshape, dt, base_aligned=a),
-                  jit_like_array(qshape, dt, base_aligned=a),
-                  jit_like_array(trace_shape, ct.int32), ScalarConstraint(ct.float32)]
-        params += list(self.constants())
-        cc = (CallingConvention.cutile_python_v2() if _needs_v2(params)
-              else CallingConvention.cutile_python_v1())
-        return KernelSignature(params, cc).with_mangled_symbol("fmha_fwd")
+        params = [q, kv, kv, q, jit_like_array(trace_shape, ct.int32),
+                  ScalarConstraint(ct.float32)]
+        return _signature(params + list(self.constants()), "fmha_fwd")
 
 
 @dataclass(frozen=True)
-class BackwardCase:
-    """One backward build to compile (``kernels.device.fmha_bwd``): which kernel, the shapes, and its
-    constant codes. ``lse_stride`` is the row stride of the fp32 LSE / Δ buffers
-    (``kernels.host.backward.stat_buffer`` pads it to a multiple of 4 elements, 16 bytes). ``trace``:
-    the pass's trace build (``bwd_dkdv_trace`` / ``bwd_dq_trace``: the same constants and one
-    more argument, the int32 record [n_ctas, steps, 4] after the pass's outputs)."""
+class BackwardCase(BuildShape):
+    """One backward build to compile (``kernels.device.fmha_bwd``): which kernel, the shapes,
+    and its constant codes. The fp32 LSE / Δ buffers have a row stride padded to a multiple of 4
+    elements, 16 bytes (``kernels.host.backward.stat_buffer``). ``trace``: the pass's trace build
+    (``bwd_dkdv_trace`` / ``bwd_dq_trace``: the same constants and one more argument, the int32
+    record [n_ctas, steps, 4] after the pass's outputs)."""
 
     kernel: str = "dkdv"          # "preprocess" | "dkdv" | "dq"
-    B: int = 1
-    H: int = 16
-    H_kv: int = 16
-    S_q: int = 4096
-    S_kv: int = 4096
-    D: int = 64
-    dtype: str = "fp16"
-    causal: bool = False
-    tile_m: int = 64
-    tile_n: int = 64
-    order: int = 0
-    group: int = 1
-    sched: int = 0
-    work: int = 0
     split: int = 1                # dK/dV: query heads of a group dealt over this many items
     trace: bool = False
     n_ctas: int = 132             # the trace build's record: [n_ctas, 64, 4]
@@ -165,13 +162,10 @@ class BackwardCase:
                 + (int(self.order), int(self.group), int(self.sched), int(self.work)))
 
     def signature(self) -> KernelSignature:
-        dt = {"fp16": ct.float16, "bf16": ct.bfloat16}[self.dtype]
-        qshape = (self.B, self.H, self.S_q, self.D)
-        kvshape = (self.B, self.H_kv, self.S_kv, self.D)
+        _, q, kv = self._tensors()
         sp = -(-self.S_q // 4) * 4
         stat = jit_like_array((self.B, self.H, self.S_q), ct.float32,
                               strides=(self.H * sp, sp, 1))
-        q, kv = jit_like_array(qshape, dt), jit_like_array(kvshape, dt)
         f32, i32 = ScalarConstraint(ct.float32), ScalarConstraint(ct.int32)
         if self.kernel == "preprocess":
             params = [q, q, stat, i32]
@@ -185,7 +179,4 @@ class BackwardCase:
             if self.trace:
                 params.append(jit_like_array((self.n_ctas, 64, 4), ct.int32))
             params += [f32, f32, i32, i32]
-        params += list(self.constants())
-        cc = (CallingConvention.cutile_python_v2() if _needs_v2(params)
-              else CallingConvention.cutile_python_v1())
-        return KernelSignature(params, cc).with_mangled_symbol("bwd_" + self.kernel_name)
+        return _signature(params + list(self.constants()), "bwd_" + self.kernel_name)

@@ -1,20 +1,21 @@
-"""Split-Q FlashAttention forward in cuTile Python: one kernel body, pluggable K/V order and CTA schedule.
+"""Split-Q FlashAttention forward in cuTile Python: one kernel body, pluggable K/V order and CTA
+schedule.
 
-Each CTA holds one Q tile ``[TILE_M, D]`` at a time and streams the K/V tiles of its head through an
-online softmax (fp32 running max ``m``, sum ``l`` and accumulator), then writes ``O`` once. What the
-variants change is *which* work items a CTA takes (the CTA schedule) and *in which order* it walks
-the K/V tiles of each (the scan order); both are ``ct.Constant`` parameters whose integer codes are
-the spec's enums (``spec.OrderKind``, ``spec.ScheduleKind``, ``spec.WorkOrder``), so every variant is
-a separate compile with its branches folded away and nothing is switched at run time inside the
-K/V loop.
+Each CTA holds one Q tile ``[TILE_M, D]`` at a time and streams the K/V tiles of its head through
+an online softmax (fp32 running max ``m``, sum ``l`` and accumulator), then writes ``O`` once. What
+the variants change is *which* work items a CTA takes (the CTA schedule, ``kernels.device.work``)
+and *in which order* it walks the K/V tiles of each (the scan order); both are ``ct.Constant``
+parameters whose integer codes are the spec's enums (``spec.OrderKind``, ``spec.ScheduleKind``,
+``spec.WorkOrder``), so every variant is a separate compile with its branches folded away and
+nothing is switched at run time inside the K/V loop.
 
 The K/V loop (the "3-loop" form, cutile-notes.md §5.3). For a Q tile the visited K/V tiles are
 ``0 .. Tc-1``; the ones from ``mask_start`` on need an element mask (causal diagonal, ragged end of
 S_kv). With ``r`` = 1 for a backward scan and 0 for a forward one::
 
-    for i in range(r * n_masked):          j = Tc - 1 - i                 # backward: masked tiles first
-    for i in range(mask_start):            j = i + r*(mask_start-1-2i)    # unmasked bulk, either way
-    for i in range((1 - r) * n_masked):    j = mask_start + i             # forward: masked tiles last
+    for i in range(r * n_masked):        j = Tc - 1 - i                # backward: masked first
+    for i in range(mask_start):          j = i + r*(mask_start-1-2i)   # unmasked bulk, either way
+    for i in range((1 - r) * n_masked):  j = mask_start + i            # forward: masked last
 
 No loop has an ``if`` inside, so the front end's loop-split pass is not needed, the masked and
 unmasked bodies are separate, and for the linear order (``r`` a compile-time 0) the SASS is that of
@@ -60,20 +61,29 @@ from cuda.tile import PaddingMode, RoundingMode
 
 from kernels.device.tactics import (
     LATENCY_K,
+    LATENCY_K_SHIFT,
     LATENCY_V,
+    LATENCY_V_SHIFT,
     TACTIC_MASKED_FIRST,
     TACTIC_NO_BOUNDS,
     TACTIC_PREFETCH_Q,
+    has_tactic,
+    tactic_latency,
 )
 from kernels.device.work import (
-    SCHED_GRID,
-    SCHED_SECTIONED,
-    SCHED_TILE_X,
     ConstBool,
     ConstInt,
-    deal,
-    item,
+    kv_range,
+    one_item,
+    persistent,
     reversed_for,
+    work_bh,
+    work_bound,
+    work_live,
+    work_peek,
+    work_start,
+    work_tile,
+    work_valid,
 )
 
 NEG_BIG = -2.0 ** 100    # finite mask value, a power of two: see the module docstring (NaN trap)
@@ -97,16 +107,17 @@ def _record(Trace, cta, step, b, h, q_tile, j):
     ct.store(Trace, index=(cta, step, 0), tile=ct.reshape(row, (1, 1, 4)))
 
 
-def _kv_step(q, K, V, b, kvh, j, m_i, l_i, acc, qk_scale, offs_m, k_len,
-             TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, MASKED: ConstBool,
-             CAUSAL: ConstBool, LEVEL: ConstInt, TACTIC: ConstInt):
-    """One K/V tile of the online softmax; returns the new (m, l, acc)."""
-    lat_k = LATENCY_K if (TACTIC // 16) % 16 == 0 else (TACTIC // 16) % 16
-    lat_v = LATENCY_V if (TACTIC // 256) % 16 == 0 else (TACTIC // 256) % 16
+def _kv_step(q, K, V, b, kvh, j, m_i, l_i, acc, qk_scale, offs_m, k_len, cfg,
+             MASKED: ConstBool):
+    """One K/V tile of the online softmax (``MASKED``: with the element mask); returns the new
+    (m, l, acc)."""
+    TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, LEVEL, TRACE, SAVE_LSE, TACTIC = cfg
+    lat_k = tactic_latency(TACTIC, LATENCY_K_SHIFT, LATENCY_K)
+    lat_v = tactic_latency(TACTIC, LATENCY_V_SHIFT, LATENCY_V)
     # S = Q Kᵀ ---------------------------------------------------------------------------------
     if LEVEL >= 3:
         # K loaded already transposed: the TMA box is read as [D, TILE_N]
-        if LEVEL >= 4 and (TACTIC // TACTIC_NO_BOUNDS) % 2 == 1 and not MASKED:
+        if LEVEL >= 4 and has_tactic(TACTIC, TACTIC_NO_BOUNDS) and not MASKED:
             kt = ct.load(K, index=(b, kvh, 0, j), shape=(1, 1, TILE_D, TILE_N),
                          order=(0, 1, 3, 2), latency=lat_k, check_bounds=False)
         elif LEVEL >= 4:
@@ -140,7 +151,7 @@ def _kv_step(q, K, V, b, kvh, j, m_i, l_i, acc, qk_scale, offs_m, k_len,
     l_i = l_i * alpha + ct.sum(p, axis=-1, keepdims=True)                     # [TILE_M, 1]
     acc = acc * alpha                                                         # [TILE_M, D]
     # O += P V ---------------------------------------------------------------------------------
-    if LEVEL >= 4 and (TACTIC // TACTIC_NO_BOUNDS) % 2 == 1 and not MASKED:
+    if LEVEL >= 4 and has_tactic(TACTIC, TACTIC_NO_BOUNDS) and not MASKED:
         v = ct.load(V, index=(b, kvh, j, 0), shape=(1, 1, TILE_N, TILE_D),
                     latency=lat_v, check_bounds=False)
     elif LEVEL >= 4:
@@ -153,11 +164,9 @@ def _kv_step(q, K, V, b, kvh, j, m_i, l_i, acc, qk_scale, offs_m, k_len,
     return m_ij, l_i, acc
 
 
-def attention_tile_impl(Q, K, V, Out, Trace, LSE, qk_scale, b, h, kvh, q_tile, r, cta, step0,
-                        TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
-                        CAUSAL: ConstBool, EVEN_K: ConstBool, LEVEL: ConstInt,
-                        TRACE: ConstBool, SAVE_LSE: ConstBool, TACTIC: ConstInt):
-    """The kernel body: one Q tile of head (b, h), K/V scanned forward (r=0) or backward (r=1).
+def attention_tile(Q, K, V, Out, Trace, LSE, qk_scale, b, h, kvh, q_tile, r, cta, step0, cfg):
+    """One work item: one Q tile of head (b, h), K/V scanned forward (r=0) or backward (r=1).
+    ``cfg`` is the build's constants (``fmha_fwd_impl``).
 
     With ``SAVE_LSE`` (the training build, ``fmha_fwd_lse``) it also stores each row's
     log-sum-exp in the kernel's log2 units, ``m + log2(l)`` with ``m`` the row maximum of
@@ -165,11 +174,11 @@ def attention_tile_impl(Q, K, V, Out, Trace, LSE, qk_scale, b, h, kvh, q_tile, r
     probabilities as ``exp2(qk · qk_scale − LSE)`` without a second softmax. Without it the
     branch is folded away and the build is the inference one.
 
-    Returns the number of K/V steps taken (``Tc``), which the schedules add to the CTA's step
+    Returns the number of K/V steps taken (``Tc``), which the kernel body adds to the CTA's step
     counter of the trace build."""
     m_i, l_i, acc, Tc = _scan(Q, K, V, Trace, 0, qk_scale, b, h, kvh, q_tile, r, cta, step0,
-                              TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, LEVEL, TRACE, TACTIC, True)
-    _epilogue(Out, LSE, m_i, l_i, acc, b, h, q_tile, TILE_M, TILE_D, LEVEL, SAVE_LSE)
+                              cfg, True)
+    _epilogue(Out, LSE, m_i, l_i, acc, b, h, q_tile, cfg)
     return Tc
 
 
@@ -179,12 +188,11 @@ def _load_q(Q, b, h, q_tile, TILE_M: ConstInt, TILE_D: ConstInt):
     return ct.reshape(q, (TILE_M, TILE_D))                                    # [TILE_M, D]
 
 
-def _scan(Q, K, V, Trace, q_in, qk_scale, b, h, kvh, q_tile, r, cta, step0,
-          TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, CAUSAL: ConstBool,
-          EVEN_K: ConstBool, LEVEL: ConstInt, TRACE: ConstBool, TACTIC: ConstInt,
+def _scan(Q, K, V, Trace, q_in, qk_scale, b, h, kvh, q_tile, r, cta, step0, cfg,
           LOAD_Q: ConstBool):
     """The K/V scan of one Q tile (``LOAD_Q``: loaded here, else the tile ``q_in``): returns the
     online softmax's (m, l, acc, Tc)."""
+    TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, LEVEL, TRACE, SAVE_LSE, TACTIC = cfg
     q_len = Q.shape[2]
     k_len = K.shape[2]
     n_kv = ct.cdiv(k_len, TILE_N)
@@ -197,56 +205,46 @@ def _scan(Q, K, V, Trace, q_in, qk_scale, b, h, kvh, q_tile, r, cta, step0,
     l_i = ct.full((TILE_M, 1), 0.0, dtype=ct.float32)
     acc = ct.full((TILE_M, TILE_D), 0.0, dtype=ct.float32)
 
-    if CAUSAL:
-        # rows [q_tile*TILE_M, m_end) see keys 0..row (top-left aligned, as SDPA's is_causal)
-        m_end = ct.minimum((q_tile + 1) * TILE_M, q_len)
-        Tc = ct.minimum(ct.cdiv(m_end, TILE_N), n_kv)
-        mask_start = ct.minimum((q_tile * TILE_M) // TILE_N, Tc)
-    else:
-        Tc = n_kv
-        mask_start = n_kv
-    if not EVEN_K:
-        mask_start = ct.minimum(mask_start, n_kv - 1)
-
+    Tc, mask_start = kv_range(q_tile, q_len, n_kv, TILE_M, TILE_N, CAUSAL, EVEN_K)
     if CAUSAL or not EVEN_K:
         n_masked = Tc - mask_start
         # mf = 1: the masked tiles (diagonal / ragged end) first, descending (a backward scan;
         # with TACTIC_MASKED_FIRST a forward one too)
-        mf = 1 if TACTIC % 2 == TACTIC_MASKED_FIRST else r
+        mf = 1 if has_tactic(TACTIC, TACTIC_MASKED_FIRST) else r
         for i in range(0, mf * n_masked):
             j = Tc - 1 - i
             if TRACE:
                 _record(Trace, cta, step0 + i, b, h, q_tile, j)
             m_i, l_i, acc = _kv_step(q, K, V, b, kvh, j, m_i, l_i, acc, qk_scale, offs_m, k_len,
-                                     TILE_D, TILE_M, TILE_N, True, CAUSAL, LEVEL, TACTIC)
+                                     cfg, True)
         # the unmasked bulk, ascending or descending
         for i in range(0, mask_start):
             j = i + r * (mask_start - 1 - 2 * i)
             if TRACE:
                 _record(Trace, cta, step0 + mf * n_masked + i, b, h, q_tile, j)
             m_i, l_i, acc = _kv_step(q, K, V, b, kvh, j, m_i, l_i, acc, qk_scale, offs_m, k_len,
-                                     TILE_D, TILE_M, TILE_N, False, CAUSAL, LEVEL, TACTIC)
+                                     cfg, False)
         # forward scan: the masked tiles come last, ascending
         for i in range(0, (1 - mf) * n_masked):
             j = mask_start + i
             if TRACE:
                 _record(Trace, cta, step0 + mask_start + i, b, h, q_tile, j)
             m_i, l_i, acc = _kv_step(q, K, V, b, kvh, j, m_i, l_i, acc, qk_scale, offs_m, k_len,
-                                     TILE_D, TILE_M, TILE_N, True, CAUSAL, LEVEL, TACTIC)
+                                     cfg, True)
     else:
         for i in range(0, Tc):
             j = i + r * (Tc - 1 - 2 * i)
             if TRACE:
                 _record(Trace, cta, step0 + i, b, h, q_tile, j)
             m_i, l_i, acc = _kv_step(q, K, V, b, kvh, j, m_i, l_i, acc, qk_scale, offs_m, k_len,
-                                     TILE_D, TILE_M, TILE_N, False, CAUSAL, LEVEL, TACTIC)
+                                     cfg, False)
 
     return m_i, l_i, acc, Tc
 
 
-def _epilogue(Out, LSE, m_i, l_i, acc, b, h, q_tile, TILE_M: ConstInt, TILE_D: ConstInt,
-              LEVEL: ConstInt, SAVE_LSE: ConstBool):
+def _epilogue(Out, LSE, m_i, l_i, acc, b, h, q_tile, cfg):
     """O = acc / l into ``Out`` (and, ``SAVE_LSE``, the rows' log-sum-exp into ``LSE``)."""
+    TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, LEVEL, TRACE, SAVE_LSE, TACTIC = cfg
     if LEVEL >= 6:
         acc = ct.truediv(acc, l_i, flush_to_zero=True, rounding_mode=RoundingMode.APPROX)
     else:
@@ -259,88 +257,65 @@ def _epilogue(Out, LSE, m_i, l_i, acc, b, h, q_tile, TILE_M: ConstInt, TILE_D: C
 
 
 # ------------------------------------------------------------------------------------------------
-# the entry: CTA -> work mapping
+# the kernel body: this CTA's work items (kernels.device.work), one attention_tile each
 # ------------------------------------------------------------------------------------------------
-def fmha_fwd_impl(Q, K, V, Out, Trace, LSE, qk_scale, H, QUERY_GROUP_SIZE,
-                  TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
-                  CAUSAL: ConstBool, EVEN_K: ConstBool, ORDER: ConstInt, GROUP: ConstInt,
-                  SCHED: ConstInt, WORK: ConstInt, TILES_PER_CTA: ConstInt, SECTION: ConstInt,
-                  LEVEL: ConstInt, TRACE: ConstBool, SAVE_LSE: ConstBool, TACTIC: ConstInt):
-    """Maps this CTA to its work items (spec ``CtaSchedule.work_items``) and runs the body."""
+def fmha_fwd_impl(Q, K, V, Out, Trace, LSE, qk_scale, H, QUERY_GROUP_SIZE, sched, cfg):
+    """Walks this CTA's work items (spec ``CtaSchedule.work_items``) with the work iterator and
+    runs ``attention_tile`` on each. With ``TACTIC_PREFETCH_Q`` on a persistent schedule the
+    next item's Q tile is loaded before this item's epilogue and carried over (the scan takes
+    the carried tile).
+
+    The constants come in two tuples: ``sched`` = (ORDER, GROUP, SCHED, WORK, TILES_PER_CTA,
+    SECTION), which items and in which scan direction, and ``cfg`` = (TILE_D, TILE_M, TILE_N,
+    CAUSAL, EVEN_K, LEVEL, TRACE, SAVE_LSE, TACTIC), what one item computes (``attention_tile``
+    and the helpers under it take ``cfg`` whole)."""
+    ORDER, GROUP, SCHED, WORK, TILES_PER_CTA, SECTION = sched
+    TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, LEVEL, TRACE, SAVE_LSE, TACTIC = cfg
     cta = ct.bid(0)
     n_q = ct.cdiv(Q.shape[2], TILE_M)
     n_bh = Q.shape[0] * H
-    if SCHED == SCHED_GRID or SCHED == SCHED_SECTIONED:
-        if SCHED == SCHED_GRID:
-            # one Q tile per CTA; cta = q + n_q * bh
-            bh = cta // n_q
-            q_tile = cta % n_q
-        else:
-            # one Q tile per CTA, longest first within sections of SECTION heads, heads fastest
-            sec = cta // (SECTION * n_q)
-            within = cta % (SECTION * n_q)
-            heads = ct.minimum(SECTION, n_bh - sec * SECTION)   # the last section may be short
-            bh = sec * SECTION + within % heads
-            q_tile = n_q - 1 - within // heads
+    ws = work_start(cta, n_q, n_bh, SCHED, TILES_PER_CTA, SECTION)
+    if one_item(SCHED):
+        bh = work_bh(ws, 0, cta, n_q, n_bh, SCHED, WORK)
+        q_tile = work_tile(ws, 0, cta, n_q, n_bh, SCHED, WORK)
         head = bh % H
-        attention_tile_impl(Q, K, V, Out, Trace, LSE, qk_scale, bh // H, head,
-                            head // QUERY_GROUP_SIZE, q_tile,
-                            reversed_for(ORDER, GROUP, 0, cta), cta, 0,
-                            TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, LEVEL, TRACE, SAVE_LSE,
-                            TACTIC)
-    elif SCHED == SCHED_TILE_X:
-        # X consecutive Q tiles of one head per CTA; cta = group + n_groups * bh
-        n_groups = ct.cdiv(n_q, TILES_PER_CTA)
-        bh = cta // n_groups
-        q0 = (cta % n_groups) * TILES_PER_CTA
-        head = bh % H
-        n_here = ct.minimum(n_q - q0, TILES_PER_CTA)
-        step = 0
-        k = 0
-        while k < n_here:        # a while, not a for (module docstring)
-            tc = attention_tile_impl(Q, K, V, Out, Trace, LSE, qk_scale, bh // H, head,
-                                     head // QUERY_GROUP_SIZE, q0 + k,
-                                     reversed_for(ORDER, GROUP, k, cta), cta, step,
-                                     TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, LEVEL, TRACE,
-                                     SAVE_LSE, TACTIC)
-            step = step + tc
-            k = k + 1
+        attention_tile(Q, K, V, Out, Trace, LSE, qk_scale, bh // H, head,
+                       head // QUERY_GROUP_SIZE, q_tile, reversed_for(ORDER, GROUP, 0, cta), cta,
+                       0, cfg)
     else:
-        # persistent: in round `it` the P CTAs take items it*P .. it*P + P - 1; grid-stride
-        # (cta takes it*P + cta), or the snake deal (odd rounds reversed) of the same items
-        # (SNAKE) or of the items sorted longest first, heads fastest (LPT) (spec.schedules)
-        total = n_q * n_bh
-        n_ctas = ct.num_blocks(0)
-        PREFETCH = (TACTIC // TACTIC_PREFETCH_Q) % 2 == 1
+        PERSISTENT = persistent(SCHED)
+        PREFETCH = PERSISTENT and has_tactic(TACTIC, TACTIC_PREFETCH_Q)
         if PREFETCH:     # the first item's Q (a CTA has one: the grid is at most the items)
-            bh, q_tile = item(ct.minimum(deal(0, cta, n_ctas, SCHED), total - 1), n_q, n_bh,
-                               SCHED, WORK)
+            bh, q_tile = work_peek(ws, 0, cta, n_q, n_bh, SCHED, WORK)
             q = _load_q(Q, bh // H, bh % H, q_tile, TILE_M, TILE_D)
+        if PERSISTENT:
+            group_head = 0
+        else:            # a tile-X CTA's items share one head: taken once, before the loop
+            group_head = work_bh(ws, 0, cta, n_q, n_bh, SCHED, WORK) % H
+        bound = work_bound(ws, n_q, SCHED, TILES_PER_CTA)
         it = 0
         step = 0
-        while it * n_ctas < total:   # a while, not a for (module docstring)
-            w = deal(it, cta, n_ctas, SCHED)
-            bh, q_tile = item(w, n_q, n_bh, SCHED, WORK)
-            if w < total:
-                head = bh % H
+        while work_valid(ws, it, bound, SCHED):   # a while, not a for (module docstring)
+            bh = work_bh(ws, it, cta, n_q, n_bh, SCHED, WORK)
+            q_tile = work_tile(ws, it, cta, n_q, n_bh, SCHED, WORK)
+            if work_live(ws, it, cta, SCHED):
+                if PERSISTENT:
+                    head = bh % H
+                else:
+                    head = group_head
                 r = reversed_for(ORDER, GROUP, it, cta)
                 if PREFETCH:
                     m_i, l_i, acc, tc = _scan(Q, K, V, Trace, q, qk_scale, bh // H, head,
                                               head // QUERY_GROUP_SIZE, q_tile, r, cta, step,
-                                              TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, LEVEL,
-                                              TRACE, TACTIC, False)
+                                              cfg, False)
                     # the next item's Q load, issued before this item's epilogue and carried
                     # (the last item loads a clamped, valid tile it never uses)
-                    nbh, nq = item(ct.minimum(deal(it + 1, cta, n_ctas, SCHED), total - 1),
-                                    n_q, n_bh, SCHED, WORK)
+                    nbh, nq = work_peek(ws, it + 1, cta, n_q, n_bh, SCHED, WORK)
                     q = _load_q(Q, nbh // H, nbh % H, nq, TILE_M, TILE_D)
-                    _epilogue(Out, LSE, m_i, l_i, acc, bh // H, head, q_tile, TILE_M, TILE_D,
-                              LEVEL, SAVE_LSE)
+                    _epilogue(Out, LSE, m_i, l_i, acc, bh // H, head, q_tile, cfg)
                 else:
-                    tc = attention_tile_impl(Q, K, V, Out, Trace, LSE, qk_scale, bh // H, head,
-                                             head // QUERY_GROUP_SIZE, q_tile, r, cta, step,
-                                             TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, LEVEL,
-                                             TRACE, SAVE_LSE, TACTIC)
+                    tc = attention_tile(Q, K, V, Out, Trace, LSE, qk_scale, bh // H, head,
+                                        head // QUERY_GROUP_SIZE, q_tile, r, cta, step, cfg)
                 step = step + tc
             it = it + 1
 
@@ -353,9 +328,9 @@ def fmha_fwd(Q, K, V, Out, Trace, qk_scale: float, H: ConstInt, QUERY_GROUP_SIZE
              LEVEL: ConstInt, TACTIC: ConstInt, TRACE: ConstBool):
     """Q [B,H,S_q,D], K/V [B,H_kv,S_kv,D], Out like Q; Trace int32 [n_ctas, max_steps, 4] (read
     only when TRACE)."""
-    fmha_fwd_impl(Q, K, V, Out, Trace, Trace, qk_scale, H, QUERY_GROUP_SIZE, TILE_D, TILE_M,
-                  TILE_N, CAUSAL, EVEN_K, ORDER, GROUP, SCHED, WORK, TILES_PER_CTA, SECTION,
-                  LEVEL, TRACE, False, TACTIC)
+    fmha_fwd_impl(Q, K, V, Out, Trace, Trace, qk_scale, H, QUERY_GROUP_SIZE,
+                  (ORDER, GROUP, SCHED, WORK, TILES_PER_CTA, SECTION),
+                  (TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, LEVEL, TRACE, False, TACTIC))
 
 
 @ct.kernel
@@ -366,9 +341,9 @@ def fmha_fwd_lse(Q, K, V, Out, LSE, qk_scale: float, H: ConstInt, QUERY_GROUP_SI
                  LEVEL: ConstInt, TACTIC: ConstInt):
     """The training forward: ``fmha_fwd`` (same constants, without the trace flag) that also
     stores the log-sum-exp, LSE fp32 [B, H, S_q] (last dimension contiguous)."""
-    fmha_fwd_impl(Q, K, V, Out, LSE, LSE, qk_scale, H, QUERY_GROUP_SIZE, TILE_D, TILE_M, TILE_N,
-                  CAUSAL, EVEN_K, ORDER, GROUP, SCHED, WORK, TILES_PER_CTA, SECTION, LEVEL,
-                  False, True, TACTIC)
+    fmha_fwd_impl(Q, K, V, Out, LSE, LSE, qk_scale, H, QUERY_GROUP_SIZE,
+                  (ORDER, GROUP, SCHED, WORK, TILES_PER_CTA, SECTION),
+                  (TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, LEVEL, False, True, TACTIC))
 
 
 # ------------------------------------------------------------------------------------------------

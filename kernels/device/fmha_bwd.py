@@ -29,8 +29,9 @@ two K/V tiles, sawtooth): its 1st K/V tile reads Q tiles 0 1 2 3, its 2nd reads 
 The trace builds ``bwd_dkdv_trace`` and ``bwd_dq_trace`` (``kernels.host.backward.trace_backward``)
 are the two passes with ``TRACE`` set: one more argument, an int32 record [n_ctas, steps, 4]
 into which every step stores (b, query head, Q tile, K/V tile) as the forward's trace build does
-(``kernels.device.fmha._record``), the layout of ``spec.backward_trace.backward_visits(...).table()``
-(tests/gpu/test_backward_trace.py compares them). They are separate entry points, as
+(``kernels.device.fmha._record``), the layout of
+``spec.backward_trace.backward_visits(...).table()`` (tests/gpu/test_backward_trace.py compares
+them). They are separate entry points, as
 ``fmha_fwd_lse`` is, so ``bwd_dkdv`` and ``bwd_dq`` keep their signatures, and with ``TRACE`` a
 constant False their code is what it was before the trace builds existed.
 
@@ -51,12 +52,18 @@ import cuda.tile as ct
 
 from kernels.device.fmha import ZERO, _record
 from kernels.device.work import (
-    SCHED_GRID,
-    SCHED_PERSISTENT,
     ConstBool,
     ConstInt,
-    item,
+    kv_range,
+    one_item,
+    q_range,
     reversed_for,
+    work_bh,
+    work_bound,
+    work_live,
+    work_start,
+    work_tile,
+    work_valid,
 )
 
 
@@ -107,9 +114,8 @@ def _dkdv_step(Q, dO, LSE, Delta, k, v, dk, dv, b, h, m, qk_scale, offs_n,
     return dk, dv
 
 
-def dkdv_tile_impl(Q, K, V, dO, LSE, Delta, dK, dV, Trace, qk_scale, sm_scale, b, slot, n_tile,
-                   r, cta, step0, SPLIT, HEADS, TILE_D: ConstInt, TILE_M: ConstInt,
-                   TILE_N: ConstInt, CAUSAL: ConstBool, TRACE: ConstBool):
+def dkdv_tile(Q, K, V, dO, LSE, Delta, dK, dV, Trace, qk_scale, sm_scale, b, slot, n_tile,
+              r, cta, step0, SPLIT, HEADS, cfg):
     """dK, dV of K/V tile ``n_tile`` of output slot (b, slot): K/V head ``slot // SPLIT`` and
     its query heads ``slot·HEADS .. slot·HEADS + HEADS − 1``, whose Q tiles are scanned forward
     (r=0) or backward (r=1; heads in reverse too). Without a split (SPLIT=1, HEADS = the group
@@ -117,7 +123,9 @@ def dkdv_tile_impl(Q, K, V, dO, LSE, Delta, dK, dV, Trace, qk_scale, sm_scale, b
     partial sums [B, H_kv·SPLIT, S_kv, D] that the host adds over the split.
 
     ``TRACE`` (the trace build, ``bwd_dkdv_trace``): step ``i`` of the item stores (b, query
-    head, Q tile, ``n_tile``) at ``Trace[cta, step0 + i]``. Returns the item's steps."""
+    head, Q tile, ``n_tile``) at ``Trace[cta, step0 + i]``. Returns the item's steps.
+    ``cfg`` = (TILE_D, TILE_M, TILE_N, CAUSAL, TRACE), the build's constants."""
+    TILE_D, TILE_M, TILE_N, CAUSAL, TRACE = cfg
     kvh = slot // SPLIT
     n_q = ct.cdiv(Q.shape[2], TILE_M)
     k = ct.reshape(ct.load(K, index=(b, kvh, n_tile, 0), shape=(1, 1, TILE_N, TILE_D),
@@ -127,15 +135,12 @@ def dkdv_tile_impl(Q, K, V, dO, LSE, Delta, dK, dV, Trace, qk_scale, sm_scale, b
     offs_n = n_tile * TILE_N + ct.arange(TILE_N, dtype=ct.int32)              # [TILE_N]
     dk = ct.full((TILE_N, TILE_D), 0.0, dtype=ct.float32)
     dv = ct.full((TILE_N, TILE_D), 0.0, dtype=ct.float32)
+    # Q tiles below m_start see none of these keys; from m_full on they see all of them
+    m_start, m_full = q_range(n_tile, n_q, TILE_M, TILE_N, CAUSAL)
     if CAUSAL:
-        # Q tiles below m_start see none of these keys; from m_full on they see all of them
-        m_start = ct.minimum((n_tile * TILE_N) // TILE_M, n_q)
-        m_full = ct.minimum(ct.cdiv((n_tile + 1) * TILE_N, TILE_M), n_q)
         n_masked = m_full - m_start
         n_free = n_q - m_full
     else:
-        m_start = 0
-        m_full = 0
         n_masked = 0
         n_free = n_q
     for g in range(0, HEADS):
@@ -176,34 +181,35 @@ def dkdv_tile_impl(Q, K, V, dO, LSE, Delta, dK, dV, Trace, qk_scale, sm_scale, b
 
 
 def bwd_dkdv_impl(Q, K, V, dO, LSE, Delta, dK, dV, Trace, qk_scale, sm_scale, N_SLOTS, SPLIT,
-                  TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, CAUSAL: ConstBool,
-                  ORDER: ConstInt, GROUP: ConstInt, SCHED: ConstInt, WORK: ConstInt,
-                  TRACE: ConstBool):
+                  sched, cfg):
     """The body of ``bwd_dkdv`` (and, with ``TRACE``, of ``bwd_dkdv_trace``): this CTA's work
-    items (spec ``CtaSchedule.work_items`` on ``spec.backward_trace.PassGrid.items_grid``)."""
+    items (spec ``CtaSchedule.work_items`` on ``spec.backward_trace.PassGrid.items_grid``,
+    through the forward's work iterator, ``kernels.device.work``), one ``dkdv_tile`` each.
+    ``sched`` = (ORDER, GROUP, SCHED, WORK); ``cfg`` as ``dkdv_tile``'s."""
+    ORDER, GROUP, SCHED, WORK = sched
+    TILE_D, TILE_M, TILE_N, CAUSAL, TRACE = cfg
     cta = ct.bid(0)
     n_kv = ct.cdiv(K.shape[2], TILE_N)
     n_bh = K.shape[0] * N_SLOTS
     heads = Q.shape[1] // N_SLOTS                  # query heads per item
-    if SCHED == SCHED_GRID:
-        bh = cta // n_kv
-        dkdv_tile_impl(Q, K, V, dO, LSE, Delta, dK, dV, Trace, qk_scale, sm_scale,
-                       bh // N_SLOTS, bh % N_SLOTS, cta % n_kv,
-                       reversed_for(ORDER, GROUP, 0, cta), cta, 0, SPLIT, heads, TILE_D,
-                       TILE_M, TILE_N, CAUSAL, TRACE)
+    ws = work_start(cta, n_kv, n_bh, SCHED, 1, 1)
+    if one_item(SCHED):
+        bh = work_bh(ws, 0, cta, n_kv, n_bh, SCHED, WORK)
+        dkdv_tile(Q, K, V, dO, LSE, Delta, dK, dV, Trace, qk_scale, sm_scale, bh // N_SLOTS,
+                  bh % N_SLOTS, work_tile(ws, 0, cta, n_kv, n_bh, SCHED, WORK),
+                  reversed_for(ORDER, GROUP, 0, cta), cta, 0, SPLIT, heads, cfg)
     else:
-        total = n_kv * n_bh
-        n_ctas = ct.num_blocks(0)
+        bound = work_bound(ws, n_kv, SCHED, 1)
         it = 0
         step = 0
-        while it * n_ctas < total:    # a while, not a for (kernels.device.fmha docstring)
-            w = it * n_ctas + cta
-            bh, n_tile = item(w, n_kv, n_bh, SCHED_PERSISTENT, WORK)
-            if w < total:
-                tc = dkdv_tile_impl(Q, K, V, dO, LSE, Delta, dK, dV, Trace, qk_scale, sm_scale,
-                                    bh // N_SLOTS, bh % N_SLOTS, n_tile,
-                                    reversed_for(ORDER, GROUP, it, cta), cta, step, SPLIT,
-                                    heads, TILE_D, TILE_M, TILE_N, CAUSAL, TRACE)
+        while work_valid(ws, it, bound, SCHED):   # a while, not a for (fmha's docstring)
+            bh = work_bh(ws, it, cta, n_kv, n_bh, SCHED, WORK)
+            n_tile = work_tile(ws, it, cta, n_kv, n_bh, SCHED, WORK)
+            if work_live(ws, it, cta, SCHED):
+                tc = dkdv_tile(Q, K, V, dO, LSE, Delta, dK, dV, Trace, qk_scale, sm_scale,
+                               bh // N_SLOTS, bh % N_SLOTS, n_tile,
+                               reversed_for(ORDER, GROUP, it, cta), cta, step, SPLIT, heads,
+                               cfg)
                 step = step + tc
             it = it + 1
 
@@ -214,7 +220,7 @@ def bwd_dkdv(Q, K, V, dO, LSE, Delta, dK, dV, qk_scale: float, sm_scale: float,
              TILE_N: ConstInt, CAUSAL: ConstBool, ORDER: ConstInt, GROUP: ConstInt,
              SCHED: ConstInt, WORK: ConstInt):
     """Q, dO [B, H, S_q, D]; K, V [B, H_kv, S_kv, D]; dK, dV [B, N_SLOTS, S_kv, D] with
-    N_SLOTS = H_kv·SPLIT (``dkdv_tile_impl``); LSE, Delta fp32 [B, H, S_q]. Work items
+    N_SLOTS = H_kv·SPLIT (``dkdv_tile``); LSE, Delta fp32 [B, H, S_q]. Work items
     (b, slot, K/V tile): GRID (one per CTA, K/V tiles of a slot fastest) or PERSISTENT (round
     ``it`` takes items it·P .. it·P + P − 1; q-major: K/V tiles fastest, head-major: slots
     fastest).
@@ -224,7 +230,7 @@ def bwd_dkdv(Q, K, V, dO, LSE, Delta, dK, dV, qk_scale: float, sm_scale: float,
     heads over SPLIT items, each writing a partial sum; the host adds them in a fixed order
     (deterministic, no atomics)."""
     bwd_dkdv_impl(Q, K, V, dO, LSE, Delta, dK, dV, dK, qk_scale, sm_scale, N_SLOTS, SPLIT,
-                  TILE_D, TILE_M, TILE_N, CAUSAL, ORDER, GROUP, SCHED, WORK, False)
+                  (ORDER, GROUP, SCHED, WORK), (TILE_D, TILE_M, TILE_N, CAUSAL, False))
 
 
 @ct.kernel
@@ -236,7 +242,7 @@ def bwd_dkdv_trace(Q, K, V, dO, LSE, Delta, dK, dV, Trace, qk_scale: float, sm_s
     [n_ctas, steps, 4]): it also stores per CTA and step the (b, query head, Q tile, K/V tile)
     read, the layout of ``spec.backward_trace.backward_visits(...).table()``."""
     bwd_dkdv_impl(Q, K, V, dO, LSE, Delta, dK, dV, Trace, qk_scale, sm_scale, N_SLOTS, SPLIT,
-                  TILE_D, TILE_M, TILE_N, CAUSAL, ORDER, GROUP, SCHED, WORK, True)
+                  (ORDER, GROUP, SCHED, WORK), (TILE_D, TILE_M, TILE_N, CAUSAL, True))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -265,12 +271,13 @@ def _dq_step(K, V, q, do, lse, delta, dq, b, kvh, j, qk_scale, offs_m, k_len,
     return ct.mma(ds.astype(q.dtype), ct.transpose(kt), dq)                   # [TILE_M, D]
 
 
-def dq_tile_impl(Q, K, V, dO, LSE, Delta, dQ, Trace, qk_scale, sm_scale, b, h, kvh, q_tile, r,
-                 cta, step0, TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
-                 CAUSAL: ConstBool, EVEN_K: ConstBool, TRACE: ConstBool):
+def dq_tile(Q, K, V, dO, LSE, Delta, dQ, Trace, qk_scale, sm_scale, b, h, kvh, q_tile, r,
+            cta, step0, cfg):
     """dQ of Q tile ``q_tile`` of head (b, h), K/V scanned forward (r=0) or backward (r=1).
     ``TRACE`` (``bwd_dq_trace``): step ``i`` stores (b, h, ``q_tile``, K/V tile) at
-    ``Trace[cta, step0 + i]``, as the forward's ``_scan``. Returns the item's steps."""
+    ``Trace[cta, step0 + i]``, as the forward's ``_scan``. Returns the item's steps.
+    ``cfg`` = (TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, TRACE), the build's constants."""
+    TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, TRACE = cfg
     q_len = Q.shape[2]
     k_len = K.shape[2]
     n_kv = ct.cdiv(k_len, TILE_N)
@@ -284,15 +291,7 @@ def dq_tile_impl(Q, K, V, dO, LSE, Delta, dQ, Trace, qk_scale, sm_scale, b, h, k
                                padding_mode=ZERO), (TILE_M, 1))               # [TILE_M, 1]
     offs_m = q_tile * TILE_M + ct.arange(TILE_M, dtype=ct.int32)              # [TILE_M]
     dq = ct.full((TILE_M, TILE_D), 0.0, dtype=ct.float32)
-    if CAUSAL:
-        m_end = ct.minimum((q_tile + 1) * TILE_M, q_len)
-        Tc = ct.minimum(ct.cdiv(m_end, TILE_N), n_kv)
-        mask_start = ct.minimum((q_tile * TILE_M) // TILE_N, Tc)
-    else:
-        Tc = n_kv
-        mask_start = n_kv
-    if not EVEN_K:
-        mask_start = ct.minimum(mask_start, n_kv - 1)
+    Tc, mask_start = kv_range(q_tile, q_len, n_kv, TILE_M, TILE_N, CAUSAL, EVEN_K)
     if CAUSAL or not EVEN_K:
         n_masked = Tc - mask_start
         for i in range(0, r * n_masked):
@@ -323,34 +322,35 @@ def dq_tile_impl(Q, K, V, dO, LSE, Delta, dQ, Trace, qk_scale, sm_scale, b, h, k
     return Tc
 
 
-def bwd_dq_impl(Q, K, V, dO, LSE, Delta, dQ, Trace, qk_scale, sm_scale, H, GROUP_SIZE,
-                TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, CAUSAL: ConstBool,
-                EVEN_K: ConstBool, ORDER: ConstInt, GROUP: ConstInt, SCHED: ConstInt,
-                WORK: ConstInt, TRACE: ConstBool):
-    """The body of ``bwd_dq`` (and, with ``TRACE``, of ``bwd_dq_trace``)."""
+def bwd_dq_impl(Q, K, V, dO, LSE, Delta, dQ, Trace, qk_scale, sm_scale, H, GROUP_SIZE, sched,
+                cfg):
+    """The body of ``bwd_dq`` (and, with ``TRACE``, of ``bwd_dq_trace``): the forward's work
+    items through its work iterator, one ``dq_tile`` each. ``sched`` = (ORDER, GROUP, SCHED,
+    WORK); ``cfg`` as ``dq_tile``'s."""
+    ORDER, GROUP, SCHED, WORK = sched
+    TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, TRACE = cfg
     cta = ct.bid(0)
     n_q = ct.cdiv(Q.shape[2], TILE_M)
     n_bh = Q.shape[0] * H
-    if SCHED == SCHED_GRID:
-        bh = cta // n_q
+    ws = work_start(cta, n_q, n_bh, SCHED, 1, 1)
+    if one_item(SCHED):
+        bh = work_bh(ws, 0, cta, n_q, n_bh, SCHED, WORK)
         head = bh % H
-        dq_tile_impl(Q, K, V, dO, LSE, Delta, dQ, Trace, qk_scale, sm_scale, bh // H, head,
-                     head // GROUP_SIZE, cta % n_q, reversed_for(ORDER, GROUP, 0, cta), cta, 0,
-                     TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, TRACE)
+        dq_tile(Q, K, V, dO, LSE, Delta, dQ, Trace, qk_scale, sm_scale, bh // H, head,
+                head // GROUP_SIZE, work_tile(ws, 0, cta, n_q, n_bh, SCHED, WORK),
+                reversed_for(ORDER, GROUP, 0, cta), cta, 0, cfg)
     else:
-        total = n_q * n_bh
-        n_ctas = ct.num_blocks(0)
+        bound = work_bound(ws, n_q, SCHED, 1)
         it = 0
         step = 0
-        while it * n_ctas < total:    # a while, not a for (kernels.device.fmha docstring)
-            w = it * n_ctas + cta
-            bh, q_tile = item(w, n_q, n_bh, SCHED_PERSISTENT, WORK)
-            if w < total:
+        while work_valid(ws, it, bound, SCHED):   # a while, not a for (fmha's docstring)
+            bh = work_bh(ws, it, cta, n_q, n_bh, SCHED, WORK)
+            q_tile = work_tile(ws, it, cta, n_q, n_bh, SCHED, WORK)
+            if work_live(ws, it, cta, SCHED):
                 head = bh % H
-                tc = dq_tile_impl(Q, K, V, dO, LSE, Delta, dQ, Trace, qk_scale, sm_scale,
-                                  bh // H, head, head // GROUP_SIZE, q_tile,
-                                  reversed_for(ORDER, GROUP, it, cta), cta, step, TILE_D,
-                                  TILE_M, TILE_N, CAUSAL, EVEN_K, TRACE)
+                tc = dq_tile(Q, K, V, dO, LSE, Delta, dQ, Trace, qk_scale, sm_scale, bh // H,
+                             head, head // GROUP_SIZE, q_tile,
+                             reversed_for(ORDER, GROUP, it, cta), cta, step, cfg)
                 step = step + tc
             it = it + 1
 
@@ -362,8 +362,8 @@ def bwd_dq(Q, K, V, dO, LSE, Delta, dQ, qk_scale: float, sm_scale: float, H: int
            SCHED: ConstInt, WORK: ConstInt):
     """Q, dO, dQ [B, H, S_q, D]; K, V [B, H_kv, S_kv, D]; LSE, Delta fp32 [B, H, S_q]. Work
     items (b, h, Q tile), mapped as the forward's GRID / PERSISTENT schedules."""
-    bwd_dq_impl(Q, K, V, dO, LSE, Delta, dQ, dQ, qk_scale, sm_scale, H, GROUP_SIZE, TILE_D,
-                TILE_M, TILE_N, CAUSAL, EVEN_K, ORDER, GROUP, SCHED, WORK, False)
+    bwd_dq_impl(Q, K, V, dO, LSE, Delta, dQ, dQ, qk_scale, sm_scale, H, GROUP_SIZE,
+                (ORDER, GROUP, SCHED, WORK), (TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, False))
 
 
 @ct.kernel
@@ -374,8 +374,8 @@ def bwd_dq_trace(Q, K, V, dO, LSE, Delta, dQ, Trace, qk_scale: float, sm_scale: 
     """The trace build of ``bwd_dq`` (same arguments and constants, plus ``Trace``, int32
     [n_ctas, steps, 4]): it also stores per CTA and step the (b, h, Q tile, K/V tile) read,
     the layout of ``spec.backward_trace.backward_visits(...).table()``."""
-    bwd_dq_impl(Q, K, V, dO, LSE, Delta, dQ, Trace, qk_scale, sm_scale, H, GROUP_SIZE, TILE_D,
-                TILE_M, TILE_N, CAUSAL, EVEN_K, ORDER, GROUP, SCHED, WORK, True)
+    bwd_dq_impl(Q, K, V, dO, LSE, Delta, dQ, Trace, qk_scale, sm_scale, H, GROUP_SIZE,
+                (ORDER, GROUP, SCHED, WORK), (TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, True))
 
 
 # ------------------------------------------------------------------------------------------------

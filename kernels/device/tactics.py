@@ -1,5 +1,6 @@
-"""The forward kernel's tactic bits (``kernels.device.fmha``'s ``TACTIC`` constant; 0 is every study's
-build, whose code no bit changes).
+"""The forward kernel's tactic bits (``kernels.device.fmha``'s ``TACTIC`` constant; 0 is every
+study's build, whose code no bit changes), decoded in the kernels through ``has_tactic`` and
+``tactic_latency`` only.
 
 * bit 0 (``TACTIC_MASKED_FIRST``): the masked tiles first in a forward scan too (FlashAttention's
   order: the diagonal's K/V load is issued beside the Q load and the item ends on the mask-free
@@ -22,6 +23,19 @@ from __future__ import annotations
 TACTIC_MASKED_FIRST, TACTIC_NO_BOUNDS = 1, 2
 TACTIC_PREFETCH_Q = 4096
 LATENCY_K, LATENCY_V = 2, 4    # the ladder's level-4 hints; TACTIC bits 4-7 / 8-11 replace them
+LATENCY_K_SHIFT, LATENCY_V_SHIFT = 16, 256     # the fields' lowest bit, as a multiplier
+
+
+def has_tactic(TACTIC, BIT):
+    """Whether the TACTIC constant sets the one-bit tactic ``BIT`` (a ``TACTIC_*`` value); the
+    kernels branch on it at compile time."""
+    return (TACTIC // BIT) % 2 == 1
+
+
+def tactic_latency(TACTIC, SHIFT, DEFAULT):
+    """The 4-bit latency field at ``SHIFT`` (``LATENCY_K_SHIFT`` / ``LATENCY_V_SHIFT``), or the
+    ladder's ``DEFAULT`` where the field is 0."""
+    return DEFAULT if (TACTIC // SHIFT) % 16 == 0 else (TACTIC // SHIFT) % 16
 
 
 def tactic_code(*, masked_first=False, no_bounds=False, latency_k=0, latency_v=0,
@@ -31,4 +45,5 @@ def tactic_code(*, masked_first=False, no_bounds=False, latency_k=0, latency_v=0
         raise ValueError(f"latency_k={latency_k}, latency_v={latency_v}: a load latency hint "
                          "is 1..10 (0: the default)")
     return (TACTIC_MASKED_FIRST * bool(masked_first) + TACTIC_NO_BOUNDS * bool(no_bounds)
-            + (latency_k << 4) + (latency_v << 8) + TACTIC_PREFETCH_Q * bool(prefetch_q))
+            + latency_k * LATENCY_K_SHIFT + latency_v * LATENCY_V_SHIFT
+            + TACTIC_PREFETCH_Q * bool(prefetch_q))
