@@ -6,9 +6,9 @@
     out = attention(q, k, v, causal=True)            # eager, CUDA graphs, torch.compile alike
     out = attention(q, k, v, order="sawtooth", schedule="static132", tiles=(80, 80))
 
-The CUDA C++ twin of the cuTile family (kernels/): one templated kernel (device/flash_fwd.cuh, entry in
-device/flash_fwd.cu) whose scan order, CTA schedule, tiles, head dim, causal mask, element type and
-trace build are template parameters named like the spec's enums. ``attention(q, k, v, ...)`` is
+The CUDA C++ twin of the cuTile family (kernels/): one templated kernel (device/flash_fwd.cuh, entry
+in device/flash_fwd.cu) whose scan order, CTA schedule, tiles, head dim, causal mask, element type
+and trace build are template parameters named like the spec's enums. ``attention(q, k, v, ...)`` is
 the user function (``cuda_baseline.host.op``: a ``torch.library`` custom op,
 ``sawtooth::cuda_attention``, under ``torch.compile``; one cache lookup and one driver launch per
 repeated eager call, ``cuda_baseline.host.launch``); ``CudaFamily`` implements

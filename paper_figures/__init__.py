@@ -2,11 +2,11 @@
 
 Each figure is one module with ``FIGURE`` (its id), ``STUDIES`` (the studies whose rows it reads:
 the one declaration of that link, which ``experiments``' study registry, its dry-run estimate and
-its skip messages read through ``paper_figures.catalogue``), ``load(rows)`` (raises ``Skip`` with the reason
-when the data is not there), ``plot(data, arch)`` (a matplotlib Figure) and ``main()`` (that one
-figure from the command line). A table module also has ``table(data, arch)`` -> (columns, rows):
-``render`` writes it as ``<id>.csv`` and ``<id>.md`` beside the drawn PNG/PDF. ``render`` draws
-every figure the rows allow and reports the others as skipped, with the reason.
+its skip messages read through ``paper_figures.catalogue``), ``load(rows)`` (raises ``Skip`` with
+the reason when the data is not there), ``plot(data, arch)`` (a matplotlib Figure) and ``main()``
+(that one figure from the command line). A table module also has ``table(data, arch)`` -> (columns,
+rows): ``render`` writes it as ``<id>.csv`` and ``<id>.md`` beside the drawn PNG/PDF. ``render``
+draws every figure the rows allow and reports the others as skipped, with the reason.
 
 Which runs: ``analysis.data`` selects them (the rule in its docstring; the findings report
 uses the same one) or the user names them. Each figure states the run(s) it drew in a line at its

@@ -125,7 +125,8 @@ def plot(data: dict, arch: str | None = None):
     groups = [f"{LABEL[p]}\n{'causal' if c else 'non-causal'}"
               + ("" if t == "m64n64" else f"\n{t[1:].replace('n', 'x')}")
               for p, c, t in (GROUPS[g] for g in data["keep"])]
-    fig, (a, b) = plt.subplots(1, 2, figsize=(13 + 2 * max(0, len(groups) - 4), 4.4), constrained_layout=True)
+    fig, (a, b) = plt.subplots(1, 2, figsize=(13 + 2 * max(0, len(groups) - 4), 4.4),
+                               constrained_layout=True)
     grouped_bars(groups, data["misses"], ax=a, ylabel="L2 misses (M sectors, log)",
                  title="L2 misses" + (" (hatched: the prediction)" if data["measured"]
                                       else ""))

@@ -4,8 +4,8 @@
 The declarations are read from the modules' source (literal assignments), not by
 importing them: plan-only commands (``python -m experiments.run --list``, ``--dry-run``) ask which
 figures a study feeds, and importing every figure module means matplotlib and the analysis layer
-(about a second). ``tests/cpu/paper_figures/test_figure_links.py`` checks that what is read here is what the
-imported modules hold.
+(about a second). ``tests/cpu/paper_figures/test_figure_links.py`` checks that what is read here
+is what the imported modules hold.
 """
 from __future__ import annotations
 

@@ -28,7 +28,8 @@ HITS, MISSES = Metric.L2_TEX_HITS, Metric.L2_TEX_MISSES
 def load(rows: list[dict]) -> dict:
     for study in ("active-sms", "l1l2"):
         got = [r for r in select(rows, study=study, causal=False)
-               if r["metric"] in (HITS, MISSES, Metric.L1_SECTORS) and persistent_ctas(r["schedule"])]
+               if r["metric"] in (HITS, MISSES, Metric.L1_SECTORS)
+               and persistent_ctas(r["schedule"])]
         if got:
             break
     else:

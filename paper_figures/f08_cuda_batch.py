@@ -26,7 +26,8 @@ def load(rows: list[dict]) -> dict:
     rows, run = one_run(rows, "sawtooth")
     rows = select(rows, study="sawtooth", backend="cuda", metric=Metric.L2_TEX_MISSES)
     if not rows:
-        raise Skip("no CUDA rows of the sawtooth study (lts__t_sectors_srcunit_tex_lookup_miss.sum)")
+        raise Skip("no CUDA rows of the sawtooth study "
+                   "(lts__t_sectors_srcunit_tex_lookup_miss.sum)")
     batches = sorted({r["B"] for r in rows})
     series, errors = miss_bars(rows, lambda r: r["B"], batches)
     return {"groups": [f"B={b}" for b in batches], "series": series, "errors": errors,

@@ -72,9 +72,9 @@ def plot_sweep(data: dict, figure: str, arch: str | None):
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = right.get_legend_handles_labels()
     fig.legend(h1 + h2, l1 + l2, fontsize=7, loc="outside lower center", ncols=4)
-    lines.title(ax, f"{figure}: L1/L2 counters vs active SMs, CUDA split-Q, S={seq_label(data['S'])}, "
-                    f"B=H=1, {data['T']}×{data['T']} tiles\n{gpu_name(arch)}", data["sources"],
-                size=9)
+    lines.title(ax, f"{figure}: L1/L2 counters vs active SMs, CUDA split-Q, "
+                    f"S={seq_label(data['S'])}, B=H=1, {data['T']}×{data['T']} tiles\n"
+                    f"{gpu_name(arch)}", data["sources"], size=9)
     return fig
 
 

@@ -49,7 +49,8 @@ def load(rows: list[dict]) -> dict:
             errs[k] = ([ser[lv]["tflops_lo"] if lv in ser else math.nan for lv in levels],
                        [ser[lv]["tflops_hi"] if lv in ser else math.nan for lv in levels])
         peers = {(s["backend"], s["source"]): s["tflops"] for s in stats.values()
-                 if s["backend"] in PEERS and (s["D"], s["causal"], s["B"], s["H"], s["S_q"]) == key}
+                 if s["backend"] in PEERS
+                 and (s["D"], s["causal"], s["B"], s["H"], s["S_q"]) == key}
         out.append(dict(D=D, causal=causal, B=B, H=H, S=S, series=vals, errors=errs,
                         peers=peers, groups=[f"L{lv}\n{LEVELS.get(lv, '')}" for lv in levels]))
     return {"panels": out, "sources": sources(steps)}

@@ -95,7 +95,8 @@ def plot(data: dict, arch: str | None = None):
                       + "/".join(f"{m}×{n}" for m, n in data["tiles"][b])
                       for b in KERNELS if data["tiles"].get(b))
     measured = "measured" if data["sources"] == {"measured"} else "drawn"
-    head = (f"longseq: TFLOP/s at B={p0['B']}, H={p0['H']}, S={seq_label(p0['S'])} (tiles: {tiles}); "
+    head = (f"longseq: TFLOP/s at B={p0['B']}, H={p0['H']}, S={seq_label(p0['S'])} "
+            f"(tiles: {tiles}); "
             f"numbers over bars: sawtooth vs linear" + title_suffix(data["sources"]))
     where = f"{measured} on {data['device'] or gpu_name(arch)}"
     if data.get("command"):

@@ -35,7 +35,8 @@ STAGE_COLOR = {1: "#C44E52", 2: "#4C72B0", 3: "#55A868"}
 def load(rows: list[dict]) -> dict:
     runs = runs_of(rows, "misscost")
     if not runs:
-        raise Skip("no rows of the misscost study (python -m experiments.run misscost --arch <arch>)")
+        raise Skip("no rows of the misscost study "
+                   "(python -m experiments.run misscost --arch <arch>)")
     arch = next(iter(runs.values()))[0]["arch"]
     facts = FACTS.get(arch)
     if facts is None:

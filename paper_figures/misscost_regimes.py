@@ -59,8 +59,9 @@ def plot(data: dict, arch: str | None = None):
         for i, (r, x) in enumerate(sorted(zip(rows, xs), key=lambda rx: (rx[0]["stages"], rx[1]))):
             ax.scatter(x, r["stages"], s=130, marker="s", color=VERDICT_COLOR[r["verdict"]],
                        edgecolor="black", linewidth=0.4, zorder=3)
-            ax.annotate(f"{r['mean_pct']:+.1f}", (x, r["stages"]), xytext=(0, 9 if i % 2 else -14),
-                        textcoords="offset points", ha="center", fontsize=6)   # alternate: no overlap
+            ax.annotate(f"{r['mean_pct']:+.1f}", (x, r["stages"]),
+                        xytext=(0, 9 if i % 2 else -14),   # alternate: no overlap
+                        textcoords="offset points", ha="center", fontsize=6)
         ax.scatter(gb10, DEFAULT_STAGES, s=150, marker="*", color="gold", edgecolor="black",
                    zorder=4)
         ax.annotate("GB10\n(prediction)", (gb10, DEFAULT_STAGES), xytext=(0, -20),

@@ -79,8 +79,8 @@ def plot(data: dict, arch: str | None = None):
         bot.set_ylim(bottom=0)
         bot.set_ylabel("accesses (M sectors, symlog)")
         bot.set_xlabel("reuse distance (MiB, log2 bins; lower edge)")
-        top.set_title(f"{backend}, {'causal' if causal else 'non-causal'}, B={B}, H={H}, S={seq_label(S)}, "
-                      f"{tm}×{tn}, {sched}", fontsize=8)
+        top.set_title(f"{backend}, {'causal' if causal else 'non-causal'}, B={B}, H={H}, "
+                      f"S={seq_label(S)}, {tm}×{tn}, {sched}", fontsize=8)
         lines.legend(top, loc="upper right", fontsize=6)
         lines.legend(bot, loc="upper left", fontsize=6)
     lines.title(fig, "reuse: LRU miss-ratio curves and reuse distances of one head, fully "

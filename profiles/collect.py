@@ -14,10 +14,10 @@ exist, so the orchestrator's default is one session per repeat: the H100 diagnos
 (docs/history.md, section 0) found the large cuTile cases' misses spread as much between
 launches of one session as anywhere (the timing of the CTAs' progress), while on the H200 some
 CUDA cases were tight inside each session and 8% apart between two sessions on the same GPU
-(profiles/h200/sharding-20261123/divergence-g1, -g2, S=122880: 12.02 vs 12.96 M sectors; our untested
-hypothesis: a fresh allocation puts K/V at other physical addresses, which the L2 hashes onto other
-slices and partitions). Fewer sessions than repeats is cheaper and measures
-the launch-to-launch spread only. Sessions run group by group inside a session index, so slow
+(profiles/h200/sharding-20261123/divergence-g1, -g2, S=122880: 12.02 vs 12.96 M sectors; our
+untested hypothesis: a fresh allocation puts K/V at other physical addresses, which the L2 hashes
+onto other slices and partitions). Fewer sessions than repeats is cheaper and measures the
+launch-to-launch spread only. Sessions run group by group inside a session index, so slow
 drift of the GPU (clocks, temperature) spreads over all groups.
 
 Cost: ``sessions x groups`` target processes (Python start-up, the build of every case), plus ncu's
@@ -30,8 +30,9 @@ rows flagged ``failed`` (``profiles.counters``). If no session succeeds at all, 
 
 API for the orchestrator::
 
-    col = profile_cases(tool, [python, "-m", "experiments.measurement.target", plan], [c.id for c in cases],
-                        run_dir / "ncu", groups=metrics.DEFAULT_GROUPS, repeats=3)
+    col = profile_cases(tool, [python, "-m", "experiments.measurement.target", plan],
+                        [c.id for c in cases], run_dir / "ncu",
+                        groups=metrics.DEFAULT_GROUPS, repeats=3)
     rows = to_rows(col, cases, run=run, study=study, arch=arch)   # arch: spec.Arch
     manifest["ncu"] = col.settings
 """

@@ -3,7 +3,10 @@
 ``parse_raw_csv`` reads ``ncu --import R --csv --page raw --print-units base``: a header row of
 column names, a row of units, then one row per profiled kernel in launch order. With ``--nvtx``
 the export has a ``thread Domain:Push/Pop_Range:...`` column holding each kernel's NVTX range
-stack, e.g. ``521  "<default domain>:cuda.linear.static132.m80n80d64 b1h1s16384d64.fp16.full:none:..."``.
+stack, e.g.::
+
+    521  "<default domain>:cuda.linear.static132.m80n80d64 b1h1s16384d64.fp16.full:none:..."
+
 ``to_rows`` pairs kernels with cases by that range name (the case id), so a stray or missing
 launch is an error rather than a silent shift of every later row.
 """

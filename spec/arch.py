@@ -69,8 +69,9 @@ class Arch:
 # published numbers this project has not read off a device: detect() replaces them with the
 # device's own when run there.
 # cuTile defaults on sm_90 (h100, h200): 128x128 tiles at occupancy 1, the fastest spill-free
-# configuration measured on an H100 for D in {64, 128}, causal or not (kernels/rules/configs/h100.json,
-# which also carries the 8 worker warps these tiles need to stay spill-free).
+# configuration measured on an H100 for D in {64, 128}, causal or not
+# (kernels/rules/configs/h100.json, which also carries the 8 worker warps these tiles need to stay
+# spill-free).
 # Memory: H100 SXM5 80 GB HBM3 3.35 TB/s and H200 SXM 141 GB HBM3e 4.8 TB/s (NVIDIA datasheets;
 # the committed H100 runs are on "NVIDIA H100 80GB HBM3", the SXM5 part); GB10 273 GB/s LPDDR5x
 # (DGX Spark spec). Latencies: pointer chase on an H100 (profiles/h100/latency-20261123, near-

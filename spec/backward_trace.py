@@ -6,18 +6,18 @@ CTAs running together on one head read the same K/V tile at about the same time 
 and a CTA owning several Q tiles can alternate its scan (sawtooth) so that the tiles its last
 scan touched last, still in L2, are the first of the next. The backward has the same two shapes:
 
-- ``dkdv`` (``kernels.device.fmha_bwd.bwd_dkdv``): a work item is one K/V tile of a K/V head (times the
-  group split, ``kernels.host.backward.group_split``); its CTA loads K and V once, then per step reads
-  the Q tile ``i``, dO tile ``i`` and the LSE and Δ rows ``i`` of every query head of its group
-  (causal, top-left: only the Q tiles from the diagonal on, ``i >= (n·TILE_N) // TILE_M``), and
-  stores dK, dV at the end. Per step it reads Q + dO (2·TILE_M·D elements) plus 8 bytes a row
-  of statistics: at TILE_M = TILE_N and D = 64 that is 3% more than the forward's K + V (four
-  streamed operands, but two of them are rows, not tiles), for twice the tensor-core work (four
-  MMAs per step against the forward's two), so a miss weighs about half as much against a
-  step's compute. Under the sawtooth order a CTA alternates its Q scan per owned K/V tile
-  (heads reversed too), exactly as the forward alternates its K/V scan per Q tile.
-- ``dq`` (``kernels.device.fmha_bwd.bwd_dq``): a work item is one Q tile; its CTA loads Q, dO, LSE and Δ
-  once and scans the K/V tiles like the forward (three MMAs per step): its K/V stream *is* the
+- ``dkdv`` (``kernels.device.fmha_bwd.bwd_dkdv``): a work item is one K/V tile of a K/V head (times
+  the group split, ``kernels.host.backward.group_split``); its CTA loads K and V once, then per step
+  reads the Q tile ``i``, dO tile ``i`` and the LSE and Δ rows ``i`` of every query head of its
+  group (causal, top-left: only the Q tiles from the diagonal on, ``i >= (n·TILE_N) // TILE_M``),
+  and stores dK, dV at the end. Per step it reads Q + dO (2·TILE_M·D elements) plus 8 bytes a row of
+  statistics: at TILE_M = TILE_N and D = 64 that is 3% more than the forward's K + V (four streamed
+  operands, but two of them are rows, not tiles), for twice the tensor-core work (four MMAs per step
+  against the forward's two), so a miss weighs about half as much against a step's compute. Under
+  the sawtooth order a CTA alternates its Q scan per owned K/V tile (heads reversed too), exactly as
+  the forward alternates its K/V scan per Q tile.
+- ``dq`` (``kernels.device.fmha_bwd.bwd_dq``): a work item is one Q tile; its CTA loads Q, dO, LSE
+  and Δ once and scans the K/V tiles like the forward (three MMAs per step): its K/V stream *is* the
   forward's (``spec.trace.visit_order`` and ``work_table`` on the same grid, schedule and order).
 
 Worked example (one head, 4 Q and 4 K/V tiles, 2 persistent CTAs, sawtooth, dK/dV): CTA 0 owns

@@ -1,17 +1,19 @@
-"""The interface both kernel families implement, the facts they report, and the input checks they share.
+"""The interface both kernel families implement, the facts they report, and the input checks they
+share.
 
 Names (one per concept):
 
 - ``spec.Backend`` (an enum, ``cutile`` / ``cuda``) *names* the family a variant belongs to: the
   first field of a variant id and the ``backend`` column of every CSV.
-- ``KernelFamily`` (this module) is the interface a family implements: ``kernels.host.backend.CutileFamily`` and
-  ``cuda_baseline.CudaFamily``; ``experiments.measurement.families.family(backend, arch)`` picks one by name.
+- ``KernelFamily`` (this module) is the interface a family implements:
+  ``kernels.host.backend.CutileFamily`` and ``cuda_baseline.CudaFamily``;
+  ``experiments.measurement.families.family(backend, arch)`` picks one by name.
 
 A family turns a ``Variant`` and a ``Problem`` into something launchable (``prepare``: compile,
 read the build's resources), launches it on the torch current stream (``run``), and runs its trace
 build (``trace``), which records per CTA and step the (b, h, q_tile, kv_tile) visited so a GPU test
-can compare it with ``spec.visit_order``. Both return the same ``Prepared`` fields (``PREPARED_FIELDS``)
-and the same ``trace`` keys (``TRACE_KEYS``).
+can compare it with ``spec.visit_order``. Both return the same ``Prepared`` fields
+(``PREPARED_FIELDS``) and the same ``trace`` keys (``TRACE_KEYS``).
 
 Why the resources are part of the interface: a build that spills reads its local memory through
 L2, so its L2 misses include spill traffic and a locality comparison between two builds is only
@@ -168,7 +170,8 @@ def problem_from_tensors(q, k, v, causal: bool, out=None) -> Problem:
     names = {"q": q, "k": k, "v": v} | ({"out": out} if out is not None else {})
     for name, t in names.items():
         if not hasattr(t, "is_cuda") or not hasattr(t, "dim"):
-            raise BadInput(f"{name} must be a torch.Tensor on a CUDA device, got {type(t).__name__}")
+            raise BadInput(f"{name} must be a torch.Tensor on a CUDA device, "
+                           f"got {type(t).__name__}")
         if not t.is_cuda:
             raise BadInput(f"{name} is on {t.device}; move it to the GPU first (tensor.cuda())")
         if t.dim() != 4:

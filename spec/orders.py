@@ -2,12 +2,13 @@
 
 The locality argument (paper §Sawtooth; reuse distance after Mattson 1970). A CTA that processes
 several Q tiles one after another scans the same ``N`` K/V tiles each time. In the *linear* order
-every scan runs ``0 .. N-1``: when tile ``j`` is read again, all ``N`` tiles were touched since, so its
-LRU stack distance is ``N - 1`` for every ``j``, and once ``N`` tiles exceed the cache every access
-misses. The *sawtooth* order flips direction on every other scan (``0..N-1``, then ``N-1..0``):
-the tiles the previous scan touched last are touched first, and tile ``j`` has stack distance
-``N - 1 - j`` (entering a backward scan) or ``j`` (entering a forward one), mean ``(N-1)/2``. With a
-cache of ``C < N`` tiles, each scan then misses ``N - C`` tiles instead of ``N``.
+every scan runs ``0 .. N-1``: when tile ``j`` is read again, all ``N`` tiles were touched since, so
+its LRU stack distance is ``N - 1`` for every ``j``, and once ``N`` tiles exceed the cache every
+access misses. The *sawtooth* order flips direction on every other scan (``0..N-1``, then
+``N-1..0``): the tiles the previous scan touched last are touched first, and tile ``j`` has stack
+distance ``N - 1 - j`` (entering a backward scan) or ``j`` (entering a forward one), mean
+``(N-1)/2``. With a cache of ``C < N`` tiles, each scan then misses ``N - C`` tiles instead of
+``N``.
 
 Worked example, N = 4 tiles, cache of 2 tiles, 3 scans:
 

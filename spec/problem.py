@@ -4,9 +4,9 @@ Everything here is pure arithmetic on frozen dataclasses; the kernels, the trace
 models all read tile counts and causal ranges from this one place.
 
 Causal masking follows PyTorch SDPA's ``is_causal`` (top-left aligned): query row ``r`` attends to
-key columns ``0..r``. A Q tile ``i`` covers rows ``[i*TILE_M, min((i+1)*TILE_M, S_q))`` and therefore
-needs K/V tiles ``0 .. kv_tiles_for(i) - 1``; the tiles from ``first_masked_kv_tile(i)`` on straddle
-the diagonal and need the element mask, the ones before it are fully visible.
+key columns ``0..r``. A Q tile ``i`` covers rows ``[i*TILE_M, min((i+1)*TILE_M, S_q))`` and
+therefore needs K/V tiles ``0 .. kv_tiles_for(i) - 1``; the tiles from ``first_masked_kv_tile(i)``
+on straddle the diagonal and need the element mask, the ones before it are fully visible.
 """
 from __future__ import annotations
 
@@ -63,7 +63,8 @@ class Tiles:
                 raise InvalidProblem(f"{name}={v!r} must be a positive integer (e.g. 64)")
             if v % 16:
                 raise InvalidProblem(
-                    f"{name}={v} must be a multiple of 16 (tensor-core fragment size); try 64 or 80")
+                    f"{name}={v} must be a multiple of 16 (tensor-core fragment size); "
+                    "try 64 or 80")
 
     @property
     def label(self) -> str:
@@ -116,7 +117,8 @@ class Problem:
 
     @property
     def flops(self) -> float:
-        """Forward FLOPs, 4·B·H·S_q·S_kv·D, halved for causal (the convention of the paper and FA)."""
+        """Forward FLOPs, 4·B·H·S_q·S_kv·D, halved for causal (the convention of the paper and
+        FA)."""
         f = 4.0 * self.B * self.H * self.S_q * self.S_kv * self.D
         return f / 2 if self.causal else f
 
@@ -191,7 +193,8 @@ class TileGrid:
         return np.asarray(self.q_tiles_for(np.arange(self.n_kv)), dtype=np.int64)
 
     def first_masked_kv_tile(self, i: int) -> int:
-        """First K/V tile that needs an element mask for Q tile ``i`` (causal diagonal or ragged end)."""
+        """First K/V tile that needs an element mask for Q tile ``i`` (causal diagonal or ragged
+        end)."""
         tc = self.kv_tiles_for(i)
         first = tc
         if self.problem.causal:
@@ -202,7 +205,8 @@ class TileGrid:
 
     def item_steps(self) -> np.ndarray:
         """K/V steps of each Q tile of one (batch, head): ``n_kv`` each, or the causal ranges.
-        With the per-step and per-item costs, what one work item costs (``kernels.rules.choice``)."""
+        With the per-step and per-item costs, what one work item costs
+        (``kernels.rules.choice``)."""
         return np.asarray(self.kv_tiles_for(np.arange(self.n_q)), dtype=np.int64)
 
     def masked_fraction(self) -> float:

@@ -203,7 +203,8 @@ class CtaSchedule:
         return self.num_ctas
 
     def work_items(self, g: TileGrid) -> WorkItems:
-        """Every work item of the problem, grouped by CTA in launch order, each CTA's in its order."""
+        """Every work item of the problem, grouped by CTA in launch order, each CTA's in its
+        order."""
         n_q, n_bh = g.n_q, g.n_bh
         if self.kind == ScheduleKind.GRID:
             cta = np.arange(g.n_work, dtype=np.int64)

@@ -2,10 +2,10 @@
 
 ``{backend}.{order}.{schedule}.m{TILE_M}n{TILE_N}d{D}[.occ{N}][.L{level}][.st{stages}][.t{tactic}][.{pass}]``,
 e.g. ``cutile.sawtooth.static132.m64n64d64``, ``cuda.linear.static96.m80n80d64.st1`` or
-``cutile.linear.static264.m64n128d64.occ2.t4096`` (the forward's TACTIC bits, ``kernels.device.tactics``). The id is the
-NVTX range under ncu, the ``variant`` column of every CSV and the key of the figure style table.
-Optional fields appear only when they differ from the family default, so ids of builds made before
-a knob existed stay what they were.
+``cutile.linear.static264.m64n128d64.occ2.t4096`` (the forward's TACTIC bits,
+``kernels.device.tactics``). The id is the NVTX range under ncu, the ``variant`` column of every
+CSV and the key of the figure style table. Optional fields appear only when they differ from the
+family default, so ids of builds made before a knob existed stay what they were.
 """
 from __future__ import annotations
 
@@ -65,7 +65,8 @@ class Variant:
     def __post_init__(self) -> None:
         t = self.tactic
         if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < TACTIC_LIMIT:
-            raise ValueError(f"tactic={t!r}: the TACTIC bits are an integer in 0..{TACTIC_LIMIT - 1}")
+            raise ValueError(f"tactic={t!r}: the TACTIC bits are an integer in "
+                             f"0..{TACTIC_LIMIT - 1}")
         if t and (self.backend != Backend.CUTILE or self.bwd is not None
                   or self.order.kind != OrderKind.LINEAR):
             raise ValueError(f"tactic={t}: kernel tactics are bits of the cuTile forward's linear "

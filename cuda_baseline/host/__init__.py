@@ -1,1 +1,2 @@
-"""CUDA host path: CudaFamily, the eager launches, training launches, attention() and its operators."""
+"""CUDA host path: CudaFamily, the eager launches, training launches, attention() and its
+operators."""

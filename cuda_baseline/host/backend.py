@@ -2,8 +2,8 @@
 
 ``prepare`` validates the variant against the problem and the device, compiles the instantiation
 with ``cupy.RawModule(name_expressions=...)`` (NVRTC, cached on disk by CuPy) and reads its
-resources; ``run`` launches it on torch's current stream (so CUDA events time it); ``trace`` runs the
-trace build, which records per CTA and step the (b, h, q_tile, kv_tile) visited and the
+resources; ``run`` launches it on torch's current stream (so CUDA events time it); ``trace`` runs
+the trace build, which records per CTA and step the (b, h, q_tile, kv_tile) visited and the
 ``%globaltimer`` at the start of the step, and per CTA the SM it ran on (``%smid``) and its start
 and end stamps.
 
@@ -315,7 +315,7 @@ def unpack_trace(visits: np.ndarray, times: np.ndarray, n_ctas: int, steps: int)
             "end_ns": times[cells + n_ctas:].copy()}
 
 
-# -- the defaults of attention() (cuda_baseline.host.launch) ----------------------------------------
+# -- the defaults of attention() (cuda_baseline.host.launch) ---------------------------------------
 
 SM90_DEFAULT_TILES = {(128, False): Tiles(64, 64)}
 """(D, causal) -> the default tiles where a measurement beat the registry's ``cuda_tiles`` on

@@ -4,10 +4,10 @@
     >>> out = backend.attention(q, k, v, causal=True, order="sawtooth", schedule="static132")
 
 ``CutileFamily.prepare(variant, problem)`` resolves tiles / occupancy (the arch's measured defaults,
-``kernels/rules/configs/<arch>.json``), the constant codes and the launch grid, and reads the build's
-resources (registers, local memory, shared memory, CTAs per SM) off its JIT-like export loaded by
-the driver; ``run`` launches on ``torch.cuda.current_stream()``; ``trace`` runs the trace build and
-returns ``spec.family.TRACE_KEYS``. Nothing here autotunes.
+``kernels/rules/configs/<arch>.json``), the constant codes and the launch grid, and reads the
+build's resources (registers, local memory, shared memory, CTAs per SM) off its JIT-like export
+loaded by the driver; ``run`` launches on ``torch.cuda.current_stream()``; ``trace`` runs the trace
+build and returns ``spec.family.TRACE_KEYS``. Nothing here autotunes.
 """
 from __future__ import annotations
 
@@ -234,8 +234,8 @@ def default_schedule(problem: Problem, cfg: KernelConfig, tiles: Tiles,
                      arch: arch_registry.Arch) -> CtaSchedule:
     """The schedule a configuration names for ``problem`` on ``arch``: the grid launch, the grid
     launch longest first within L2 sections of heads (``spec.schedules.section_heads``), or P
-    persistent CTAs (``kernels.rules.config.persistent_ctas``) in q-major order (grid-stride or snake
-    deal) or longest causal rows first (LPT)."""
+    persistent CTAs (``kernels.rules.config.persistent_ctas``) in q-major order (grid-stride or
+    snake deal) or longest causal rows first (LPT)."""
     if cfg.schedule == "grid":
         return CtaSchedule.grid()
     if cfg.schedule == "glpt":
@@ -356,12 +356,12 @@ def attention(q, k, v, *, causal: bool = False, order: str | ScanOrder = "linear
     "blockparity" or a ScanOrder. ``schedule``: "grid", "tile<X>", "static<P>", "static<P>h",
     "snake<P>", "lpt<P>", "glpt<G>", a CtaSchedule, or None for the measured default. The
     defaults are those of the arch and the problem's shape class
-    (``kernels.rules.choice.problem_config``), read from ``kernels/rules/configs/<arch>.json``; ``tiles``
-    (a Tiles or (TILE_M, TILE_N)) and ``occupancy`` override them. ``scale`` is SDPA's
+    (``kernels.rules.choice.problem_config``), read from ``kernels/rules/configs/<arch>.json``;
+    ``tiles`` (a Tiles or (TILE_M, TILE_N)) and ``occupancy`` override them. ``scale`` is SDPA's
     ``scale=`` (None: 1/sqrt(D)). ``lse``, an fp32 [B, H, S_q] tensor (last dimension
     contiguous), selects the training build, which also stores each row's log-sum-exp there
-    (``kernels.device.fmha``; the backward pass reads it). Returns ``out`` (allocated like q when not
-    given). This function does not differentiate: ``kernels.attention`` does.
+    (``kernels.device.fmha``; the backward pass reads it). Returns ``out`` (allocated like q when
+    not given). This function does not differentiate: ``kernels.attention`` does.
 
     The host path: the first call with a given launch key (shapes, strides, dtypes and devices
     of the tensors, and every argument) checks the tensors, resolves the configuration and

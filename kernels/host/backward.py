@@ -12,14 +12,15 @@ the grid launch or P persistent CTAs, q-major or head-major), so the locality st
 forward apply to the backward unchanged.
 
 The default configuration (``default_backward``) comes from a fitted work model of each pass, the
-forward's kind of rule (``kernels.rules.backward_choice``): per pass, the candidate tiles and hints of
-least predicted time under the constants of ``kernels/rules/configs/h100-backward.json`` (written by
-``python -m experiments.tuning.rulefit --backward``; fitted on the H100 and read on every GPU),
-the grid launch and linear scans; the two passes choose independently. Where there are no
-constants for the problem's (D, causal) key (a fit whose data held no problem of that D at
-either mask, or a package installed without its data files) both passes take ``BASE``: 64-row Q tiles and 128-row K/V tiles with 8 worker
-warps (384 threads; with 256 threads the fp32 dK and dV accumulators of a 128-row K/V tile at
-D=128 spill), the configuration every backward build was first checked with.
+forward's kind of rule (``kernels.rules.backward_choice``): per pass, the candidate tiles and hints
+of least predicted time under the constants of ``kernels/rules/configs/h100-backward.json``
+(written by ``python -m experiments.tuning.rulefit --backward``; fitted on the H100 and read on
+every GPU), the grid launch and linear scans; the two passes choose independently. Where there are
+no constants for the problem's (D, causal) key (a fit whose data held no problem of that D at
+either mask, or a package installed without its data files) both passes take ``BASE``: 64-row Q
+tiles and 128-row K/V tiles with 8 worker warps (384 threads; with 256 threads the fp32 dK and dV
+accumulators of a 128-row K/V tile at D=128 spill), the configuration every backward build was
+first checked with.
 tests/cpu/kernels/test_cutile_backward_compile.py checks that every build the rule can choose is
 spill-free.
 

@@ -142,7 +142,8 @@ def warm_training(jobs, workers: int | None = None) -> list[str]:
 
 def _run_backward_traces(jobs: list) -> list[str]:
     """Each (Problem, BackwardConfig, pass name) job: the pass's trace build once
-    (``kernels.host.backward.trace_backward``) on random tensors of the problem, which compiles it."""
+    (``kernels.host.backward.trace_backward``) on random tensors of the problem, which compiles
+    it."""
     from dataclasses import replace
 
     import torch

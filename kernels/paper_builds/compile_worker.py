@@ -1,10 +1,11 @@
 """Compile cuTile kernels to cubins inside one toolchain's virtualenv, without a GPU.
 
-    <venv>/bin/python -m kernels.paper_builds.compile_worker jobs.json      # one JSON result line per job
+    # one JSON result line per job
+    <venv>/bin/python -m kernels.paper_builds.compile_worker jobs.json
 
-Run by ``kernels.paper_builds.toolchains`` with that venv's python, so each cuda-tile release compiles
-with its own front end and its own tileiras. A job names a kernel (a module of ours, or a file of
-kernel source), its arguments as the JIT would see them, the occupancy hint and the target:
+Run by ``kernels.paper_builds.toolchains`` with that venv's python, so each cuda-tile release
+compiles with its own front end and its own tileiras. A job names a kernel (a module of ours, or a
+file of kernel source), its arguments as the JIT would see them, the occupancy hint and the target:
 
     {"module": "kernels.device.fmha" | "/path/k.py", "function": "fmha_fwd", "occupancy": 1,
      "target": "sm_121", "out": "/tmp/x.cubin",
@@ -13,8 +14,9 @@ kernel source), its arguments as the JIT would see them, the occupancy hint and 
 Arrays are contiguous and 16-byte aligned, the facts the JIT reads off a torch tensor. cuda-tile
 1.0.x types the arguments of ``compile_tile`` from ``__cuda_array_interface__`` and takes the
 target from the device (here: the job's); later releases export through ``export_kernel`` with
-``kernels.build.signatures.jit_like_array``, the project's compile-only path. cuda-tile needs libcuda at
-import: on a machine without a driver, ``kernels/paper_builds/cpu_driver/libcuda_stub.c`` stands in for it.
+``kernels.build.signatures.jit_like_array``, the project's compile-only path. cuda-tile needs
+libcuda at import: on a machine without a driver, ``kernels/paper_builds/cpu_driver/libcuda_stub.c``
+stands in for it.
 """
 from __future__ import annotations
 

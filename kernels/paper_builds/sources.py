@@ -36,7 +36,8 @@ def _read(repo: Path, name: str) -> tuple[str, str | None]:
                               check=False, capture_output=True, text=True)
         return (repo / name).read_text(), head.stdout.strip() or None
     git = ["git", f"--git-dir={repo}"]
-    src = subprocess.run(git + ["show", f"HEAD:{name}"], check=False, capture_output=True, text=True)
+    src = subprocess.run(git + ["show", f"HEAD:{name}"],
+                         check=False, capture_output=True, text=True)
     if src.returncode != 0:
         raise FileNotFoundError(f"{repo}: no {name} (expected a copy of SchrodingerZhu/AttnFMHA)")
     head = subprocess.run(git + ["rev-parse", "HEAD"], check=False, capture_output=True, text=True)

@@ -1,9 +1,9 @@
 """What each build does per K/V step, read from its compiled code, with two cuTile toolchains.
 
-    python -m kernels.paper_builds.toolchains --out DIR           # compile, disassemble, write the CSV
-    python -m kernels.paper_builds.toolchains --dry-run           # the plan; checks nothing is missing
-    python -m kernels.paper_builds.toolchains --sass LISTING      # loops of one ``nvdisasm -c`` listing
-    python -m kernels.paper_builds.toolchains --table CSV         # the per-build table of a builds.csv
+    python -m kernels.paper_builds.toolchains --out DIR       # compile, disassemble, write the CSV
+    python -m kernels.paper_builds.toolchains --dry-run       # the plan; checks nothing is missing
+    python -m kernels.paper_builds.toolchains --sass LISTING  # loops of one ``nvdisasm -c`` listing
+    python -m kernels.paper_builds.toolchains --table CSV     # the per-build table of a builds.csv
 
 A build's speed per K/V step decides how far its concurrent CTAs drift apart, so how often a K/V
 tile is still in L2 when the next CTA asks for it. The step cost is the code of the K/V loops: its
@@ -17,9 +17,9 @@ causal and not) and, when a copy of the authors' repository is given, their four
 both causal modes (``kernels.paper_builds.sources``).
 
 Per cubin: registers, stack, shared memory, CTA size and CTAs per SM under the target's published
-limits; per loop of its SASS (``kernels.paper_builds.sass_loops``): length, MMAs, LDL/STL, global and TMA
-loads. One CSV row per build x toolchain x target x loop (``builds.csv.gz``), and ``manifest.json``
-with the versions, the authors' commit and the sha256 of every cubin.
+limits; per loop of its SASS (``kernels.paper_builds.sass_loops``): length, MMAs, LDL/STL, global
+and TMA loads. One CSV row per build x toolchain x target x loop (``builds.csv.gz``), and
+``manifest.json`` with the versions, the authors' commit and the sha256 of every cubin.
 
 The old toolchain lives in its own virtualenv (``--old-venv``, default ``.venv-ct10`` in the
 checkout):
@@ -69,9 +69,10 @@ FIELDS = ("build", "source", "causal", "order", "schedule", "toolchain", "target
 
 
 def study_builds() -> list[Build]:
-    """The sawtooth study's eight GB10 cuTile builds, as ``experiments.registry.plans.sawtooth_plan``
-    plans them (B = 8, H = 1, S = 128K, D = 64, fp16, 64x64 tiles, occupancy 1; Static on every
-    SM and Tile-based X = 2); a CPU test checks the two agree."""
+    """The sawtooth study's eight GB10 cuTile builds, as
+    ``experiments.registry.plans.sawtooth_plan`` plans them (B = 8, H = 1, S = 128K, D = 64, fp16,
+    64x64 tiles, occupancy 1; Static on every SM and Tile-based X = 2); a CPU test checks the two
+    agree."""
     from kernels.build.signatures import CompileCase
     gb10 = get_arch("gb10")
     out = []
@@ -110,7 +111,8 @@ def compile_all(venv: Path, builds: list[Build], targets: list[str], workdir: Pa
     env["PATH"] = f"{venv_tool(venv, 'tileiras').parent}:{env.get('PATH', '')}"
     env["PYTHONPATH"] = str(repo)
     env["CUDA_TILE_TEMP_DIR"] = str(workdir)
-    proc = subprocess.run([str(venv / "bin" / "python"), "-m", "kernels.paper_builds.compile_worker", str(jf)],
+    proc = subprocess.run([str(venv / "bin" / "python"), "-m",
+                           "kernels.paper_builds.compile_worker", str(jf)],
                           check=False, capture_output=True, text=True, env=env, cwd=repo)
     lines = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
     if len(lines) != len(jobs):
@@ -358,7 +360,8 @@ def main(argv=None) -> int:
             return 0
         if a.table:
             if not a.table.is_file():
-                raise SetupError(f"{a.table}: no such file; pass a builds.csv.gz this command wrote")
+                raise SetupError(f"{a.table}: no such file; "
+                                 "pass a builds.csv.gz this command wrote")
             print(step_table(a.table))
             return 0
         if a.sass:
@@ -389,8 +392,8 @@ def main(argv=None) -> int:
         if a.out is None:
             raise SetupError("pass --out DIR (a new directory) or --dry-run")
         return run(a.out, a.old_venv, a.new_venv, a.authors, targets, repo,
-                   "python -m kernels.paper_builds.toolchains " + " ".join(sys.argv[1:] if argv is None
-                                                                     else argv))
+                   "python -m kernels.paper_builds.toolchains "
+                   + " ".join(sys.argv[1:] if argv is None else argv))
     except (SetupError, ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

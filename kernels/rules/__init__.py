@@ -1,1 +1,2 @@
-"""cuTile configuration rules: per-arch defaults (configs/*.json) and the forward/backward choice."""
+"""cuTile configuration rules: per-arch defaults (configs/*.json) and the forward/backward
+choice."""

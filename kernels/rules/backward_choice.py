@@ -1,12 +1,12 @@
 """The backward's configuration rule: each pass's tiles and hints from a fitted work model of the
-pass, the forward's model (``kernels.rules.choice``) applied to the two kernels of ``kernels.device.fmha_bwd``,
-never from the nearest tuned shape.
+pass, the forward's model (``kernels.rules.choice``) applied to the two kernels of
+``kernels.device.fmha_bwd``, never from the nearest tuned shape.
 
 The two passes have different work items, so they choose independently:
 
 - **dK/dV**: an item is one K/V tile of a K/V head (``B·H_kv·⌈S_kv/tile_n⌉`` of them, times the
-  group split of ``kernels.rules.backward_config.group_split`` when the grouped heads' items leave SMs
-  idle); its CTA scans the Q tiles that reach its keys (``spec.TileGrid.kv_item_steps``: all of
+  group split of ``kernels.rules.backward_config.group_split`` when the grouped heads' items leave
+  SMs idle); its CTA scans the Q tiles that reach its keys (``spec.TileGrid.kv_item_steps``: all of
   them, or causal from the diagonal to the end) of each query head it is dealt. A step loads a
   Q and a dO tile and runs four MMAs (Sᵀ, dV, dPᵀ, dK), twice a forward step's, and items
   differ in length under a causal mask (the first K/V tile scans every Q tile, the last one
@@ -28,8 +28,8 @@ the same D and the other mask (the rule block's ``shared``): the per-step work (
 ``tile_m × tile_n × D`` step) and the per-item work (loading and storing ``D``-wide tiles) are
 the same, the causal diagonal's masked steps aside; its own problems judge the borrowed
 constants out of sample. A key with no constants at all (another arch's file, a package without
-data) takes ``kernels.rules.backward_config.BASE`` in both passes, the configuration every build was first
-checked with. Resident CTAs per SM are the build's occupancy hint (1 for the 8-worker-warp
+data) takes ``kernels.rules.backward_config.BASE`` in both passes, the configuration every build
+was first checked with. Resident CTAs per SM are the build's occupancy hint (1 for the 8-worker-warp
 builds); the SM count is that of the GPU the constants were fitted on (the rule predicts that
 GPU; another reads the same file).
 
@@ -149,7 +149,8 @@ FIX = "re-run python -m experiments.tuning.rulefit --backward --arch h100 --writ
 def parse_rule(block: dict | None, where: str = "configs") -> BackwardRule | None:
     """A backward configs file's ``rule`` block::
 
-        {"num_sms": 132, "constants": {"dkdv": {"d64.full": {"m64n64occ2": [α, β], ...}}, "dq": ...},
+        {"num_sms": 132,
+         "constants": {"dkdv": {"d64.full": {"m64n64occ2": [α, β], ...}}, "dq": ...},
          "shared": {"d64.causal": "d64.full"}, ...}
 
     None when the file has none; a block that names an unknown pass, key or candidate, or whose

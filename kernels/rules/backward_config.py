@@ -1,6 +1,6 @@
-"""The backward's configuration vocabulary, shared by its host side (``kernels.host.backward``) and its
-rule (``kernels.rules.backward_choice``): the passes, a pass's configuration, the base configuration
-and the group split of the dK/dV pass's grouped heads."""
+"""The backward's configuration vocabulary, shared by its host side (``kernels.host.backward``) and
+its rule (``kernels.rules.backward_choice``): the passes, a pass's configuration, the base
+configuration and the group split of the dK/dV pass's grouped heads."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -18,9 +18,10 @@ What decides how long a configuration takes on a problem (``spec.TileGrid``):
 
 The model: an item of ``s`` steps costs ``α + β·s`` microseconds on a slot of a full GPU (α,
 β per configuration and (D, causal) key, fitted by least squares on the tuning half of the
-shape suite: ``python -m experiments.tuning.rulefit``). Items of equal length (non-causal) finish in
-``⌈items/SMs⌉ / CTAs-per-SM`` waves (``waves_and_steps``); unequal ones (causal, dealt longest
-first or in balanced rounds) in ``max(Σ cost / slots, longest item)``. The rule picks the configuration of least predicted time.
+shape suite: ``python -m experiments.tuning.rulefit``). Items of equal length (non-causal) finish
+in ``⌈items/SMs⌉ / CTAs-per-SM`` waves (``waves_and_steps``); unequal ones (causal, dealt longest
+first or in balanced rounds) in ``max(Σ cost / slots, longest item)``. The rule picks the
+configuration of least predicted time.
 Because every prediction moves smoothly with the quantities (up to the wave count the hardware
 itself has), the choice changes only where two predictions cross: there are no class borders,
 and a problem between two tuned shapes is predicted, not assigned to either.
@@ -166,8 +167,9 @@ def parse_rule(block: dict | None, where: str = "configs") -> Rule | None:
 
 
 def load_rule(arch: str) -> Rule | None:
-    """The rule of ``kernels/rules/configs/<arch>.json`` (or of the arch it shares a die with); parsed
-    per call, which only a new launch key makes (``kernels.host.backend``'s launch cache)."""
+    """The rule of ``kernels/rules/configs/<arch>.json`` (or of the arch it shares a die with);
+    parsed per call, which only a new launch key makes (``kernels.host.backend``'s launch
+    cache)."""
     return parse_rule(load(arch).rule, f"kernels/rules/configs/{arch}.json")
 
 

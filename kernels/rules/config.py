@@ -3,9 +3,10 @@ file, the tuned (D, causal) defaults and the shape classes.
 
 Runs never autotune. They read ``kernels/rules/configs/<arch>.json``. What ``attention()`` runs is
 chosen by the fitted work model of ``kernels.rules.choice`` (the file's ``rule`` block, written by
-``python -m experiments.tuning.rulefit``); the tuned blocks below (written by ``python -m
-experiments.tuning.tune``) are its fallback for a (D, causal) key without rule constants, and the arch
-registry's ``cutile_tiles`` / ``cutile_occupancy`` (spec/arch.py) theirs for keys the file lacks.
+``python -m experiments.tuning.rulefit``); the tuned blocks below (written by
+``python -m experiments.tuning.tune``) are its fallback for a (D, causal) key without rule
+constants, and the arch registry's ``cutile_tiles`` / ``cutile_occupancy`` (spec/arch.py) theirs for
+keys the file lacks.
 
 Why shape classes: a configuration tuned at B=1, H=16, S=16K (the benchmark's shapes) fills the
 GPU with hundreds of long work items. A batch of short sequences, a ragged last tile, grouped K/V
@@ -148,10 +149,10 @@ def representatives(cls: ShapeClass, D: int, causal: bool) -> tuple[Problem, ...
 
     Two ends, because the best tiles move with the size inside a class: at D=128 non-causal,
     64x128 tiles at two CTAs per SM ran 5% faster than 128x128 at S=16K and 13% slower at
-    S=128K (H100, one tuning run: ``measured`` in profiles/h100/tune-trials-20261125), where K/V per head
-    (64 MiB) outgrows the L2, so that each K/V tile, now read by twice as many Q tiles, is more
-    often read from DRAM (the likely cause, not profiled). ``experiments.tuning.tune`` ranks a candidate by the
-    geometric mean of its times over these problems."""
+    S=128K (H100, one tuning run: ``measured`` in profiles/h100/tune-trials-20261125), where K/V
+    per head (64 MiB) outgrows the L2, so that each K/V tile, now read by twice as many Q tiles, is
+    more often read from DRAM (the likely cause, not profiled). ``experiments.tuning.tune`` ranks a
+    candidate by the geometric mean of its times over these problems."""
     shapes = {
         ShapeClass.LONG: (dict(B=1, H=16, S_q=16384), dict(B=1, H=16, S_q=131072)),
         ShapeClass.TINY: (dict(B=16, H=16, S_q=512), dict(B=32, H=16, S_q=512)),
@@ -182,8 +183,8 @@ UNMEASURED = "unmeasured, falls back to the d/causal default"
 
 @dataclass(frozen=True)
 class ArchConfigs:
-    """A parsed ``kernels/rules/configs/<arch>.json``: the (D, causal) defaults (the long class) and,
-    per other class, its measured keys and status."""
+    """A parsed ``kernels/rules/configs/<arch>.json``: the (D, causal) defaults (the long class)
+    and, per other class, its measured keys and status."""
 
     base: dict          # key -> KernelConfig
     classes: dict       # class name -> {key -> KernelConfig}
@@ -223,7 +224,8 @@ def parse(data: dict, where: str = "configs") -> ArchConfigs:
     bad = sorted(set(raw) - known)
     if bad:
         raise ValueError(f"{where}: unknown shape class {', '.join(bad)}; known: "
-                         f"{', '.join(sorted(known))} (the long class is the top-level configs); {fix}")
+                         f"{', '.join(sorted(known))} (the long class is the top-level configs); "
+                         f"{fix}")
     classes = {name: configs(raw.get(name, {}).get("configs", {}), f"classes.{name}")
                for name in sorted(known)}
     status = {name: raw.get(name, {}).get("status", UNMEASURED) for name in sorted(known)}
@@ -262,8 +264,8 @@ def default_config(arch: str, D: int, causal: bool) -> KernelConfig:
 
 def class_config(arch: str, problem: Problem) -> KernelConfig:
     """The configuration of ``problem``'s shape class for (D, causal), else the (D, causal)
-    default (``default_config``): what ``kernels.rules.choice.problem_config`` falls back to for a key
-    the arch's rule has no constants for."""
+    default (``default_config``): what ``kernels.rules.choice.problem_config`` falls back to for a
+    key the arch's rule has no constants for."""
     cls = shape_class(problem)
     key = config_key(problem.D, problem.causal)
     cfg = load(arch).classes.get(cls.value, {}).get(key)
