@@ -25,6 +25,15 @@ def _has_gpu() -> bool:
 HAS_GPU = _has_gpu()
 
 
+def pytest_addoption(parser):
+    """The GPU runner's options (tests/gpu/conftest.py, tests/gpu/__main__.py)."""
+    parser.addoption("--gpu-warm-only", action="store_true", default=False,
+                     help="compile what the collected GPU tests launch (their builds and each "
+                          "module's prewarm()) in parallel, then stop without running a test")
+    parser.addoption("--gpu-nodeids", default=None,
+                     help="with --gpu-warm-only: write the collected test ids to this file")
+
+
 def _named_files_only(config) -> bool:
     """Whether every path on the command line names a test file or a test (not a directory)."""
     args = [a.split("::")[0] for a in config.args]
