@@ -14,9 +14,11 @@
    every test (copy it to tests/gpu/costs.json to plan the next run with them); ``junit-*.xml``.
 
 The exit code is non-zero when the warm step or any shard failed, a shard collected nothing
-(pytest's 5), or the shards together did not report exactly the collected tests.
+(pytest's 5), the shards together did not report exactly the collected tests, or no test
+passed (every one skipped: no GPU).
 
-    python -m tests.gpu [--shards N] [--log-dir DIR] [--timeout S] [-- PYTEST-ARGS...]
+    python -m tests.gpu [--shards N] [--log-dir DIR] [--timeout S] [--targets PATH...]
+                        [-- PYTEST-ARGS...]
 """
 from __future__ import annotations
 
@@ -50,6 +52,8 @@ def _args(argv):
                    help="seconds after which a step is stopped and counted as failed")
     p.add_argument("--costs", type=Path, default=COSTS, help="measured seconds per test id")
     p.add_argument("--plan-only", action="store_true", help="collect, print the plan, stop")
+    p.add_argument("--targets", nargs="+", default=TARGETS + EXTRA,
+                   help="test paths (default: tests/gpu and the CPU modules that need torch)")
     p.add_argument("pytest_args", nargs="*", help="after --: passed to every pytest process")
     return p.parse_args(argv)
 
@@ -90,12 +94,12 @@ def main(argv=None) -> int:
         lines.append(s)
 
     t_all = time.perf_counter()
-    say(f"GPU suite: {' '.join(TARGETS + EXTRA)}; caches {env['CUDA_TILE_CACHE_DIR']}, "
+    say(f"GPU suite: {' '.join(a.targets)}; caches {env['CUDA_TILE_CACHE_DIR']}, "
         f"{env['CUPY_CACHE_DIR']}; log {logdir}")
     ids_file = logdir / "collected.txt"
-    warm_cmd = [*pytest, *TARGETS, *EXTRA, "--gpu-warm-only", f"--gpu-nodeids={ids_file}"]
+    warm_cmd = [*pytest, *a.targets, "--gpu-warm-only", f"--gpu-nodeids={ids_file}"]
     if a.plan_only:
-        warm_cmd = [*pytest, *TARGETS, *EXTRA, "--collect-only"]
+        warm_cmd = [*pytest, *a.targets, "--collect-only"]
     rc_warm, t_warm = _run(warm_cmd, env, logdir / "warm.log", a.timeout)
     warm_text = (logdir / "warm.log").read_text(errors="replace")
     if a.plan_only:
@@ -176,7 +180,10 @@ def main(argv=None) -> int:
         f"{counts['skipped']} skipped of {len(ids)} collected")
     if missing:
         say(f"not reported by any shard ({len(missing)}): " + ", ".join(missing[:20]))
-    ok = not failed_shards and not missing and counts["failed"] == counts["error"] == 0
+    if not counts["passed"]:
+        say("no test passed: every test skipped (no GPU?) or none ran")
+    ok = (not failed_shards and not missing and counts["failed"] == counts["error"] == 0
+          and counts["passed"] > 0)
     say("GPU suite: " + ("PASSED" if ok else f"FAILED (shards {failed_shards or 'ok'})"))
     (logdir / "gpu-suite.log").write_text("\n".join(lines) + "\n")
     print(f"log: {logdir / 'gpu-suite.log'}")

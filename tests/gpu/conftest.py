@@ -104,22 +104,24 @@ def compile_builds(by_module: dict[str, list], parallel: bool = True) -> tuple[i
 
 
 def prewarm_modules(items) -> list[str]:
-    """Run ``prewarm()`` of every test module with selected items, side by side (each compiles
-    its module's training or trace builds in its own worker processes); the error lines."""
+    """Run ``prewarm()`` of every test module with selected items, each in its own Python
+    process, side by side (each compiles its module's training or trace builds in its own
+    worker processes; separate processes keep the two families' in-process loaders apart);
+    the error lines."""
+    import subprocess
+    import sys
     mods = list(dict.fromkeys(getattr(i, "module", None) for i in items))
-    mods = [m for m in mods if m is not None and hasattr(m, "prewarm")]
-    errors: list[str] = []
-
-    def one(m):
-        try:
-            errors.extend(m.prewarm() or [])
-        except Exception as e:  # noqa: BLE001 - the tests that need the builds will say why
-            errors.append(f"{m.__name__}.prewarm: {type(e).__name__}: {str(e)[:300]}")
-    threads = [threading.Thread(target=one, args=(m,)) for m in mods]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    names = [m.__name__ for m in mods if m is not None and hasattr(m, "prewarm")]
+    code = ("import sys, importlib; m = importlib.import_module(sys.argv[1]); "
+            "[print('warm:', e) for e in (m.prewarm() or [])]")
+    procs = [(n, subprocess.Popen([sys.executable, "-c", code, n], stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)) for n in names]
+    errors = []
+    for n, p in procs:
+        out, _ = p.communicate()
+        errors += [f"{n}: {ln[6:]}" for ln in out.splitlines() if ln.startswith("warm: ")]
+        if p.returncode != 0:
+            errors.append(f"{n}.prewarm exited {p.returncode}: {out[-500:]}")
     return errors
 
 
@@ -133,6 +135,11 @@ def pytest_runtestloop(session):
         with open(out, "w") as f:
             f.writelines(i.nodeid + "\n" for i in session.items)
     report = session.config.pluginmanager.get_plugin("terminalreporter")
+    if detect() is None:        # no GPU (the runner's CPU test): every test will skip
+        if report is not None:
+            report.write_line(f"\nwarm: {len(session.items)} tests collected; no GPU, nothing "
+                              "compiled")
+        return True
     t0 = time.perf_counter()
     errors: list[str] = []
     mods = threading.Thread(target=lambda: errors.extend(prewarm_modules(session.items)))

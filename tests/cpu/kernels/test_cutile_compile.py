@@ -195,8 +195,8 @@ def test_prefetch_bit_leaves_one_item_schedules_alone(toolchain):
 def test_signature_carries_jit_facts(toolchain):
     """Without the JIT's alignment facts sm_90 loses TMA; with them the loads are TMA tensor
     copies and the products warpgroup MMAs. Checked on the PTX tileiras embeds in every cubin
-    (``cp.async.bulk.tensor`` is UTMALDG in SASS, ``wgmma.mma_async`` HGMMA), so it runs
-    without nvdisasm; the SASS is checked too where nvdisasm is installed. A signature without
+    (``cp.async.bulk.tensor`` is UTMALDG in SASS, ``wgmma.mma_async`` HGMMA), and the SASS
+    (nvdisasm, from the compile extra: a skip without it, a failure under REQUIRE_COMPILE). A signature without
     the alignment facts (base address divisible by 1) loses TMA: the check can fail."""
     from dataclasses import replace
 
@@ -204,8 +204,9 @@ def test_signature_carries_jit_facts(toolchain):
     case, cfg = _case("h100", 64, False, "linear", "static")
     r = resources(case, "sm_90", cfg.occupancy, cfg.worker_warps)
     assert r.ptx["TMA_LOAD"] > 0 and r.ptx["WGMMA"] > 0 and r.ptx["MMA_SYNC"] == 0, r
-    if r.sass is not None:
-        assert r.sass.get("UTMALDG", 0) > 0 and r.sass.get("HGMMA", 0) > 0, r
+    from tests.conftest import require_toolchain
+    require_toolchain(r.sass is not None, "nvdisasm (pip nvidia-cuda-nvdisasm, the compile extra)")
+    assert r.sass.get("UTMALDG", 0) > 0 and r.sass.get("HGMMA", 0) > 0, r
     bare = resources(replace(case, aligned=False), "sm_90", cfg.occupancy, cfg.worker_warps)
     assert bare.ptx["TMA_LOAD"] == 0, f"an unaligned signature still uses TMA: {bare}"
 

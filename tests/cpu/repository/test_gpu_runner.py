@@ -140,3 +140,38 @@ def test_junit_results_give_back_the_node_ids(tmp_path):
     assert gp.load_costs(p) == {}
     p.write_text('{"a::b": 2}')
     assert gp.load_costs(p) == {"a::b": 2.0}
+
+
+def _runner(tmp_path, *targets, shards=2):
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+    log = tmp_path / "log"
+    r = subprocess.run([sys.executable, "-m", "tests.gpu", "--shards", str(shards), "--log-dir",
+                        str(log), "--cache-dir", str(tmp_path / "cache"), "--targets", *targets],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return r, log
+
+
+def test_runner_end_to_end_on_the_cpu(tmp_path):
+    """``python -m tests.gpu`` without a GPU: the warm step collects and compiles nothing, the
+    shards run their tests (a CPU test passes, the GPU ones skip), one combined log with each
+    shard's exit code and time, the durations of every test; exit 0."""
+    me = "tests/cpu/repository/test_gpu_runner.py"
+    r, log = _runner(tmp_path, "tests/gpu/test_drift.py", f"{me}::test_cover_check_can_fail",
+                     f"{me}::test_plan_costs_measured_then_estimated")
+    text = (log / "gpu-suite.log").read_text()
+    assert r.returncode == 0, text[-3000:]
+    assert "GPU suite: PASSED" in text and " 0 failed, 0 errors" in text, text[-2000:]
+    assert "shard 0: exit 0" in text and "shard 1: exit 0" in text
+    import json
+    assert len(json.loads((log / "durations.json").read_text())) == 4
+
+
+def test_runner_fails_when_nothing_is_collected_or_nothing_passes(tmp_path):
+    r, log = _runner(tmp_path / "a", "tests/gpu/test_no_such_module.py")
+    assert r.returncode != 0
+    assert "the warm step failed or collected nothing" in (log / "gpu-suite.log").read_text()
+    r, log = _runner(tmp_path / "b", "tests/gpu/test_drift.py")        # every test skips here
+    assert r.returncode != 0 and "no test passed" in (log / "gpu-suite.log").read_text()
