@@ -6,12 +6,12 @@
    cuTile cache (``$CUDA_TILE_CACHE_DIR``) and one CuPy cache (``$CUPY_CACHE_DIR``) shared by
    all the processes below; it runs no test.
 2. **Shards**: the ids are dealt to ``--shards`` pytest processes by cost (tests/gpu/plan.py:
-   measured seconds from ``tests/gpu/costs.json`` where known, else estimates); they run side by
+   measured seconds from a ``costs.json`` beside it where known, else estimates); they run side by
    side on the one GPU with ``SAWTOOTH_GPU_WARMED=1`` (every launch loads its build from the
    caches).
 3. **Log**: ``<log-dir>/gpu-suite.log`` holds the plan, the warm step's output, each shard's
    output with its wall time and exit code, and a summary; ``durations.json`` the seconds of
-   every test (copy it to tests/gpu/costs.json to plan the next run with them); ``junit-*.xml``.
+   every test (copy it to ``costs.json`` in this directory to plan the next run with them); ``junit-*.xml``.
 
 The exit code is non-zero when the warm step or any shard failed, a shard collected nothing
 (pytest's 5), the shards together did not report exactly the collected tests, or no test
