@@ -40,6 +40,34 @@ def _named_files_only(config) -> bool:
     return bool(args) and all(Path(a).suffix == ".py" for a in args)
 
 
+WORKERS_ENV = "SAWTOOTH_TEST_WORKERS"
+MAX_WORKERS = 8
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """A CPU run over directories (the README's ``python -m pytest -q tests``, .ci/run's ``-m
+    slow`` step) is spread over the machine's cores by pytest-xdist (the ``test`` extra), one
+    test file per worker at a time (``--dist loadfile``: a module's fixtures are built once):
+    ``$SAWTOOTH_TEST_WORKERS`` workers, else one per core up to ``MAX_WORKERS``. Not where a GPU
+    is present (the GPU suite has its own runner, ``python -m tests.gpu``), not for named files
+    or tests, ``--collect-only`` or an explicit ``-n``; ``SAWTOOTH_TEST_WORKERS=0`` runs in one
+    process. Runs before xdist's own hook, which then starts the workers."""
+    opt = config.option
+    if (not config.pluginmanager.hasplugin("xdist") or getattr(opt, "numprocesses", None)
+            is not None or os.environ.get("PYTEST_XDIST_WORKER") or opt.collectonly
+            or getattr(opt, "usepdb", False) or config.getoption("--gpu-warm-only")
+            or HAS_GPU or _named_files_only(config)):
+        return None
+    n = os.environ.get(WORKERS_ENV)
+    n = int(n) if n and n.isdigit() else min(MAX_WORKERS, len(os.sched_getaffinity(0)))
+    if n > 1:
+        opt.numprocesses = n
+        if opt.dist == "no":
+            opt.dist = "loadfile"
+    return None
+
+
 def pytest_collection_modifyitems(config, items):
     """GPU tests skip without a GPU. ``slow`` tests (compile matrices, installs, regenerations,
     documented commands) are left out of a run over directories (``python -m pytest -q tests``,

@@ -55,15 +55,15 @@ def _case(arch_name, D, causal, order, sched, dtype="fp16", S=4096, trace=False,
 
 
 def _matrix():
-    """Every order × schedule code on every arch; sm_90 (the measured GPU) in both causal modes,
-    the others in one mode per cell (alternating), to keep CI at a few minutes on 2 cores. The
-    sawtooth group factor X only changes a constant divisor (covered on the GPU)."""
-    for sm in ARCHS:
-        for i, (order, sched) in enumerate((o, s) for o in ORDERS for s in SCHEDS):
-            modes = (False, True) if sm == "sm_90" else ((i + (sm == "sm_121")) % 2 == 1,)
-            for causal in modes:
-                yield pytest.param(sm, causal, sched, order,
-                                   id=f"{sm}-{order}-{sched}-{'causal' if causal else 'full'}")
+    """Pairwise (tests/pairwise.py) over arch × order × schedule code × mask: every order meets
+    every schedule code (the full 24), and every arch meets every order, every schedule code and
+    both masks. The GPU suite runs every order × schedule on sm_90. The sawtooth group factor X
+    only changes a constant divisor (covered on the GPU)."""
+    from tests.pairwise import pairwise
+    for order, sched, sm, causal in pairwise([list(ORDERS), list(SCHEDS), list(ARCHS),
+                                              [False, True]]):
+        yield pytest.param(sm, causal, sched, order,
+                           id=f"{sm}-{order}-{sched}-{'causal' if causal else 'full'}")
 
 
 @pytest.mark.parametrize("sm, causal, sched, order", list(_matrix()))
