@@ -175,3 +175,22 @@ def test_runner_fails_when_nothing_is_collected_or_nothing_passes(tmp_path):
     assert "the warm step failed or collected nothing" in (log / "gpu-suite.log").read_text()
     r, log = _runner(tmp_path / "b", "tests/gpu/test_drift.py")        # every test skips here
     assert r.returncode != 0 and "no test passed" in (log / "gpu-suite.log").read_text()
+
+
+def test_the_warm_step_compiles_the_tactic_builds_the_tests_launch():
+    """The tactics module lists its builds with the family defaults they need (tactic bits,
+    worker warps), and the warm jobs carry them: the warm step compiles what the tests launch,
+    not their tactic-free twins."""
+    from kernels.device.tactics import tactic_code
+    from spec import get_arch
+    from tests.gpu import test_cutile_tactics as tt
+    from tests.gpu.conftest import _jobs_and_instances
+    b = tt.builds(get_arch("h200"))
+    jobs, insts = _jobs_and_instances(b["test_tactics_match_fp32_reference"])
+    assert not insts
+    assert {j.tactic for j in jobs} == {tactic_code(**t) for t in tt.TACTICS}
+    assert {(j.tile_m, j.tile_n, j.worker_warps) for j in jobs} == \
+        {(tl.m, tl.n, ww) for tl, _, ww in tt.TACTIC_TILES}
+    jobs, _ = _jobs_and_instances(b["test_prefetch_matches_fp32_reference_and_its_twin"])
+    assert {j.tactic for j in jobs} == {0, tactic_code(prefetch_q=True)}
+    assert len(jobs) == 2 * len(tt.PREFETCH_CASES)
