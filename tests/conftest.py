@@ -25,10 +25,47 @@ def _has_gpu() -> bool:
 HAS_GPU = _has_gpu()
 
 
+def pytest_addoption(parser):
+    """The GPU runner's options (tests/gpu/conftest.py, tests/gpu/__main__.py)."""
+    parser.addoption("--gpu-warm-only", action="store_true", default=False,
+                     help="compile what the collected GPU tests launch (their builds and each "
+                          "module's prewarm()) in parallel, then stop without running a test")
+    parser.addoption("--gpu-nodeids", default=None,
+                     help="with --gpu-warm-only: write the collected test ids to this file")
+
+
 def _named_files_only(config) -> bool:
     """Whether every path on the command line names a test file or a test (not a directory)."""
     args = [a.split("::")[0] for a in config.args]
     return bool(args) and all(Path(a).suffix == ".py" for a in args)
+
+
+WORKERS_ENV = "SAWTOOTH_TEST_WORKERS"
+MAX_WORKERS = 8
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """A CPU run over directories (the README's ``python -m pytest -q tests``, .ci/run's ``-m
+    slow`` step) is spread over the machine's cores by pytest-xdist (the ``test`` extra), one
+    test file per worker at a time (``--dist loadfile``: a module's fixtures are built once):
+    ``$SAWTOOTH_TEST_WORKERS`` workers, else one per core up to ``MAX_WORKERS``. Not where a GPU
+    is present (the GPU suite has its own runner, ``python -m tests.gpu``), not for named files
+    or tests, ``--collect-only`` or an explicit ``-n``; ``SAWTOOTH_TEST_WORKERS=0`` runs in one
+    process. Runs before xdist's own hook, which then starts the workers."""
+    opt = config.option
+    if (not config.pluginmanager.hasplugin("xdist") or getattr(opt, "numprocesses", None)
+            is not None or os.environ.get("PYTEST_XDIST_WORKER") or opt.collectonly
+            or getattr(opt, "usepdb", False) or config.getoption("--gpu-warm-only")
+            or HAS_GPU or _named_files_only(config)):
+        return None
+    n = os.environ.get(WORKERS_ENV)
+    n = int(n) if n and n.isdigit() else min(MAX_WORKERS, len(os.sched_getaffinity(0)))
+    if n > 1:
+        opt.numprocesses = n
+        if opt.dist == "no":
+            opt.dist = "loadfile"
+    return None
 
 
 def pytest_collection_modifyitems(config, items):
@@ -79,9 +116,12 @@ def nvcc_sm90(source: str, ptx: bool = False) -> tuple[int, str]:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    """How many documented commands ran (tests/cpu/repository/test_documented_commands.py)."""
-    mod = sys.modules.get("tests.cpu.repository.test_documented_commands")
-    if mod is not None and getattr(mod, "RAN", None):
-        total = len(mod.COMMANDS)
-        terminalreporter.write_line(f"documented commands: {len(mod.RAN)} of {total} ran "
+    """How many documented commands ran (tests/cpu/repository/test_documented_commands.py): its
+    passed cases, counted from the reports (so also when pytest-xdist ran them in workers)."""
+    ran = [r for r in terminalreporter.stats.get("passed", [])
+           if getattr(r, "when", "") == "call"
+           and "test_documented_commands.py::test_documented_command_runs" in r.nodeid]
+    if ran:
+        from tests.cpu.repository.test_documented_commands import COMMANDS
+        terminalreporter.write_line(f"documented commands: {len(ran)} of {len(COMMANDS)} ran "
                                     f"(README.md, REPORT.md, docs/*.md)")

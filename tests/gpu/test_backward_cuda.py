@@ -3,9 +3,10 @@
 - Gradients of q, k, v against the fp32 reference (SDPA's math on upcast inputs) over the variant
   matrix (D 64 / 128, fp16 / bf16, causal / full, grouped and multi-query heads, unequal and
   uneven S_q / S_kv, one-row queries, a non-default scale, the backward's scan orders and
-  schedules, the opt-in build options), fresh random inputs and output gradient, the gradient
-  buffers poisoned with NaN (freed NaN blocks of the gradients' and the fp32 dQ accumulator's
-  sizes, which the caching allocator hands to the backward's allocations). Tolerance per tensor: twice SDPA's own error at the input precision (its default
+  schedules, the opt-in build options), fresh random inputs and output gradient, every buffer
+  the forward and backward allocate (out, LSE, Δ, the fp32 dQ accumulator, the fp32 split
+  partials, the gradients) filled with NaN at its allocation (tests/gpu/poison.py) and checked
+  to hold no NaN afterwards. Tolerance per tensor: twice SDPA's own error at the input precision (its default
   backend, grouped heads expanded) plus ``ABS_TOL``; NaN never passes.
 - No silent detached output: the output requires grad; ``out=`` or a build without a backward
   (``stages=1``) refuse in one line; the inference op called directly still differentiates.
@@ -24,6 +25,7 @@ import pytest
 
 from spec import Problem
 from spec.family import BadInput
+from tests.gpu.poison import poisoned_allocations, unwritten
 
 pytestmark = pytest.mark.gpu
 
@@ -55,19 +57,33 @@ def builds(arch):
     return {}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _compiled():
-    """Every training forward and backward build the tests launch, compiled in parallel."""
+def _jobs() -> int | None:
+    """Compile processes: every core, or one after the runner's warm step (cache hits only)."""
+    from tests.gpu.conftest import warmed
+    return 1 if warmed() else None
+
+
+def prewarm() -> list[str]:
+    """Every training forward and backward build the tests launch, compiled in parallel into
+    CuPy's disk cache (and the forwards loaded here)."""
+    from cuda_baseline.build.bwd_source import parse_bwd_options
     from cuda_baseline.host.training import warm
     from spec.schedules import ScheduleKind
     extra = [Problem(B=1, H=4, H_kv=2, S_q=300, D=64, dtype="bf16", causal=True),
              Problem(B=1, H=4, H_kv=2, S_q=130, D=64, causal=True),
              Problem(B=1, H=2, S_q=100, D=64), TASK]
     warm(MATRIX + extra, orders=[o for o, _ in BACKWARDS],
-         schedules=(ScheduleKind.GRID, ScheduleKind.PERSISTENT))
-    from cuda_baseline.build.bwd_source import parse_bwd_options
+         schedules=(ScheduleKind.GRID, ScheduleKind.PERSISTENT), jobs=_jobs())
     for opts in OPTIONS:
-        warm(OPTION_MATRIX, options=parse_bwd_options(opts))
+        warm(OPTION_MATRIX, options=parse_bwd_options(opts), jobs=_jobs())
+    return []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _compiled():
+    """``prewarm()`` in this process (after the runner's warm step every build is a CuPy disk
+    cache hit; the forwards' modules must still be loaded here)."""
+    prewarm()
 
 
 def _ids(p: Problem) -> str:
@@ -119,24 +135,16 @@ def _peer(fn, *args):
         return fn(*args)
 
 
-def _poison(pr: Problem, dtype) -> None:
-    """Allocate NaN blocks of the gradients' sizes and free them: the backward's outputs of
-    those sizes then start as NaN, so an element the kernels never write shows."""
-    import torch
-    blocks = [torch.full((pr.B, h, s, pr.D), float("nan"), device="cuda", dtype=dt)
-              for h, s, dt in ((pr.H, pr.S_q, dtype), (pr.H_kv, pr.S_kv, dtype),
-                               (pr.H_kv, pr.S_kv, dtype), (pr.H, pr.S_q, torch.float32))]
-    del blocks
-
-
 def _check_grads(pr: Problem, fn, seed: int, scale=None) -> list[str]:
     import torch
     q, k, v, dout = _inputs(pr, seed)
     ref = _grads(_ref, q, k, v, dout, pr.causal, scale)
     peer = _peer(_grads, _sdpa, q, k, v, dout, pr.causal, scale)
-    _poison(pr, q.dtype)
-    got = _grads(fn, q, k, v, dout, pr.causal, scale)
-    bad = []
+    _grads(fn, q, k, v, dout, pr.causal, scale)    # builds the cached launch set-ups first
+    with poisoned_allocations() as made:     # every output and scratch buffer starts as NaN
+        got = _grads(fn, q, k, v, dout, pr.causal, scale)
+    assert len(made) >= 4, f"only {len(made)} poisoned allocations: the poisoning missed"
+    bad = [f"left unwritten: {b}" for b in unwritten(made, pr.S_q)]
     for name, g, p, r in zip(("out", "dq", "dk", "dv"), got, peer, ref):
         assert g.shape == r.shape, (name, g.shape, r.shape)
         err = (g.float() - r).abs()

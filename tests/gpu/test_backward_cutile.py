@@ -5,7 +5,10 @@
   fp16/bf16, causal or not, GQA and MQA, uneven and unequal S_q/S_kv, a single partial tile,
   ``scale=``), fresh random inputs and output gradients per case; the tolerance is twice SDPA's own
   error at the input precision plus a small absolute term, NaN never passes. The same gradients
-  from ``kernels.host.backward.attention_backward`` written into NaN-poisoned buffers: bitwise equal.
+  from ``kernels.host.backward.attention_backward`` with the LSE and every buffer it allocates
+  (Δ, the fp32 split partials, the gradients) NaN-poisoned (tests/gpu/poison.py): each
+  overwritten, the gradients bitwise equal. The matrix adds one problem per configuration the
+  forward and backward rules can choose (tests/rule_witnesses.py).
 - Changing the backward's CTA schedule alone gives bitwise-identical gradients; changing its scan
   order (sawtooth, reverse) or summing a K/V head's query heads on chip instead of as fp32
   partial sums (the group split) changes rounding only.
@@ -24,6 +27,8 @@ import zlib
 import pytest
 
 from spec import Problem
+from tests.gpu.poison import poisoned_allocations, unwritten
+from tests.rule_witnesses import witnesses
 
 pytestmark = pytest.mark.gpu
 
@@ -45,25 +50,50 @@ MATRIX = [
 ]
 
 
+def _rule_arch() -> str:
+    from spec import detect
+    present = detect()
+    return present.name if present is not None else "h200"
+
+
+RULE_MATRIX = witnesses(_rule_arch(), MATRIX)
+"""One problem per (kernel, D, causal, configuration) the forward and backward rules can choose
+that ``MATRIX`` does not already exercise (tests/rule_witnesses.py; audit G2)."""
+
+
 def _ids(p: Problem) -> str:
     return p.label
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _precompiled():
-    """Compile the training builds the tests launch in parallel worker processes first
-    (``kernels.host.warm.warm_training``); a miss only costs a compile at the first launch."""
-    from kernels.host.backward import default_backward
-    from kernels.host.warm import warm_training
-    jobs = [(p, None) for p in MATRIX]
+def training_jobs() -> list:
+    """The (problem, backward config or None: the default) training builds the tests launch."""
     from dataclasses import replace
+
+    from kernels.host.backward import default_backward
+    jobs = [(p, None) for p in MATRIX + RULE_MATRIX]
     jobs.append((MATRIX[4], replace(default_backward(MATRIX[4]), split=1)))
     for p in (MATRIX[4], MATRIX[6]):
         jobs += [(p, default_backward(p, o, s)) for o, s in (
             ("linear", "static7"), ("linear", "static5h"), ("sawtooth", "static7"),
             ("reverse", None), ("sawtooth2", "static5h"))]
-    for e in warm_training(jobs):     # the test that launches the build will say why
-        print("precompile:", e)
+    return jobs
+
+
+def prewarm() -> list[str]:
+    """Compile the training builds in parallel worker processes
+    (``kernels.host.warm.warm_training``); the error lines."""
+    from kernels.host.warm import warm_training
+    return warm_training(training_jobs())
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _precompiled():
+    """The builds compiled first (skipped after the runner's warm step: every launch then loads
+    from the disk cache); a miss only costs a compile at the first launch."""
+    from tests.gpu.conftest import warmed
+    if not warmed():
+        for e in prewarm():     # the test that launches the build will say why
+            print("precompile:", e)
 
 
 def _inputs(pr: Problem, seed: int):
@@ -121,7 +151,7 @@ def _attention_grads(pr, q, k, v, dout, scale=None):
     return out.detach(), grads
 
 
-@pytest.mark.parametrize("pr", MATRIX, ids=_ids)
+@pytest.mark.parametrize("pr", MATRIX + RULE_MATRIX, ids=_ids)
 def test_gradients_match_reference(pr):
     import torch
 
@@ -134,16 +164,29 @@ def test_gradients_match_reference(pr):
     for name, g, r, p in zip(("dq", "dk", "dv"), grads, ref, peer):
         assert g.shape == r.shape, f"{name} shape {tuple(g.shape)} != {tuple(r.shape)}"
         _check(name, g, r, p)
-    # the same kernels writing into NaN-poisoned buffers: every element written, same bits
-    lse = backward.stat_buffer(q)
+    # the same kernels writing into NaN-poisoned buffers (the LSE, and every buffer the backward
+    # allocates: Δ, the fp32 split partials, the gradients): every element written, same bits
+    lse = backward.stat_buffer(q).fill_(float("nan"))
     from kernels.host import backend
     o2 = backend.attention(q, k, v, causal=pr.causal, lse=lse)
-    poisoned = tuple(torch.full_like(t, float("nan")) for t in (q, k, v))
-    dq, dk, dv = backward.attention_backward(dout, q, k, v, o2, lse, causal=pr.causal,
-                                             grads=poisoned)
+    assert not torch.isnan(lse).any(), "the forward left LSE elements unwritten"
+    dq, dk, dv = _poisoned_backward(dout, q, k, v, o2, lse, causal=pr.causal)
     for name, a, b in zip(("dq", "dk", "dv"), (dq, dk, dv), grads):
         assert not torch.isnan(a).any(), f"{name}: an element was not written"
         assert torch.equal(a, b), f"{name}: the direct call differs from the autograd one"
+
+
+def _poisoned_backward(dout, q, k, v, out, lse, **kw):
+    """``attention_backward`` with every buffer it allocates poisoned (tests/gpu/poison.py),
+    after one plain call that builds the launch; asserts each was overwritten."""
+    from kernels.host import backward
+    backward.attention_backward(dout, q, k, v, out, lse, **kw)
+    with poisoned_allocations() as made:
+        got = backward.attention_backward(dout, q, k, v, out, lse, **kw)
+    assert len(made) >= 4, f"only {len(made)} poisoned allocations: the poisoning missed"
+    bad = unwritten(made, q.shape[2])
+    assert not bad, f"{kw}: left unwritten: {bad}"
+    return got
 
 
 @pytest.mark.parametrize("scale", [0.3, 0.05, 1.0])
@@ -173,23 +216,22 @@ def test_backward_schedule_is_bitwise_and_order_rounds_only(pr):
     q, k, v, dout = _inputs(pr, seed=5)
     lse = backward.stat_buffer(q)
     out = backend.attention(q, k, v, causal=pr.causal, lse=lse)
-    base = backward.attention_backward(dout, q, k, v, out, lse, causal=pr.causal)
+    base = _poisoned_backward(dout, q, k, v, out, lse, causal=pr.causal)
     _, ref = _sdpa_grads(q, k, v, dout, pr.causal, None, fp32=True)
     _, peer = _sdpa_grads(q, k, v, dout, pr.causal, None, fp32=False)
     for sched in ("static7", "static5h"):
-        got = backward.attention_backward(dout, q, k, v, out, lse, causal=pr.causal,
-                                          schedule=sched)
+        got = _poisoned_backward(dout, q, k, v, out, lse, causal=pr.causal, schedule=sched)
         for name, a, b in zip(("dq", "dk", "dv"), got, base):
             assert (a == b).all(), f"{sched}: {name} differs from the grid launch's"
     for order, sched in (("sawtooth", "static7"), ("reverse", None), ("sawtooth2", "static5h")):
-        got = backward.attention_backward(dout, q, k, v, out, lse, causal=pr.causal,
-                                          order=order, schedule=sched)
+        got = _poisoned_backward(dout, q, k, v, out, lse, causal=pr.causal, order=order,
+                                 schedule=sched)
         for name, g, r, p in zip(("dq", "dk", "dv"), got, ref, peer):
             _check(f"{order}/{sched} {name}", g, r, p)
     if pr.H != pr.H_kv:     # the group's sum on chip (split 1) instead of fp32 partial sums
         from dataclasses import replace
-        got = backward.attention_backward(dout, q, k, v, out, lse, causal=pr.causal,
-                                          config=replace(backward.default_backward(pr), split=1))
+        got = _poisoned_backward(dout, q, k, v, out, lse, causal=pr.causal,
+                                 config=replace(backward.default_backward(pr), split=1))
         for name, g, r, p in zip(("dq", "dk", "dv"), got, ref, peer):
             _check(f"split1 {name}", g, r, p)
 

@@ -92,23 +92,48 @@ def _check(got: np.ndarray, pg: PassGrid, schedule: CtaSchedule, order: str,
     np.testing.assert_array_equal(got[:, :want.shape[1]], want)
 
 
+def _cutile_trace_jobs() -> list:
+    return [(cutile_problem(c), _cutile_config(o, s), b)
+            for b, o, s, c in itertools.product(PASSES, ORDERS, CUTILE_SCHEDULES, (False, True))]
+
+
+def _warm_cuda_traces() -> None:
+    from cuda_baseline.host.training import warm
+    from spec.schedules import ScheduleKind
+    warm([cuda_problem(d, c) for d in HEAD_DIMS for c in (False, True)], orders=ORDERS,
+         schedules=(ScheduleKind.GRID, ScheduleKind.PERSISTENT), trace=True,
+         jobs=_jobs())
+
+
+def _jobs() -> int | None:
+    """Compile processes: every core, or one after the runner's warm step (cache hits only)."""
+    from tests.gpu.conftest import warmed
+    return 1 if warmed() else None
+
+
+def prewarm() -> list[str]:
+    """Every trace build below (both families), compiled in parallel worker processes."""
+    from kernels.host.warm import warm_backward_traces
+    _warm_cuda_traces()
+    return warm_backward_traces(_cutile_trace_jobs())
+
+
 @pytest.fixture(scope="module")
 def cutile_traces():
-    """Every cuTile trace build below, compiled in parallel worker processes first."""
+    """Every cuTile trace build below, compiled in parallel worker processes first (skipped
+    after the runner's warm step: the launches then load from the disk cache)."""
     from kernels.host.warm import warm_backward_traces
-    jobs = [(cutile_problem(c), _cutile_config(o, s), b)
-            for b, o, s, c in itertools.product(PASSES, ORDERS, CUTILE_SCHEDULES, (False, True))]
-    for e in warm_backward_traces(jobs):     # the test that launches the build will say why
-        print("precompile:", e)
+    from tests.gpu.conftest import warmed
+    if not warmed():
+        for e in warm_backward_traces(_cutile_trace_jobs()):   # the test will say why
+            print("precompile:", e)
 
 
 @pytest.fixture(scope="module")
 def cuda_traces():
-    """Every CUDA trace build below and the training forwards, compiled in parallel first."""
-    from cuda_baseline.host.training import warm
-    from spec.schedules import ScheduleKind
-    warm([cuda_problem(d, c) for d in HEAD_DIMS for c in (False, True)], orders=ORDERS,
-         schedules=(ScheduleKind.GRID, ScheduleKind.PERSISTENT), trace=True)
+    """Every CUDA trace build below and the training forwards, compiled in parallel first (a
+    CuPy disk-cache hit each after the runner's warm step)."""
+    _warm_cuda_traces()
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])

@@ -1,6 +1,6 @@
 """GPU tests of the cuTile FlashAttention family (skipped without a GPU).
 
-Every order × schedule × causal × D × dtype against the fp32 SDPA reference (the rule of
+Every order × schedule, and pairwise every other pair of causal, D and dtype, against the fp32 SDPA reference (the rule of
 experiments/measurement/correctness.py: NaN never passes, outputs poisoned first, fresh seeded inputs, uneven
 S and grouped-query heads included); changing only the CTA schedule is bitwise identical; the trace
 build visits exactly what ``spec.visit_order`` prescribes; bad input gets a clear error. Each shape
@@ -26,6 +26,7 @@ from spec.problem import TileGrid, Tiles
 from spec.schedules import CtaSchedule
 from spec.trace import visit_order
 from spec.variant import Backend, Variant
+from tests.pairwise import pairwise
 
 pytestmark = pytest.mark.gpu
 
@@ -43,6 +44,16 @@ TRACE_SCHEDULES = SCHEDULES + ["tile3", "static5", "snake5"]
 TALL_ORDERS = ["reverse", "sawtooth", "blockparity"]
 TALL = Tiles(128, 64)
 ATTENTION_CALLS = list(itertools.product(["linear", "sawtooth"], [None, "lpt132", "tile2"]))
+# The reference matrix and the trace matrix are pairwise (tests/pairwise.py): every order meets
+# every schedule (the full order x schedule product, 35 and 60 builds) and every value of each
+# other axis meets every value of every other axis at least once.
+REFERENCE_CASES = pairwise([ORDERS, SCHEDULES, (False, True), HEAD_DIMS, DTYPES])
+TRACE_CASES = pairwise([TRACE_ORDERS, TRACE_SCHEDULES, (False, True)])
+
+
+def _case_id(*vals) -> str:
+    return "-".join({False: "full", True: "causal"}.get(v, str(v)) if isinstance(v, bool)
+                    else str(v) for v in vals)
 LADDER_LEVELS = range(1, 7)
 
 
@@ -129,8 +140,7 @@ def builds(arch: Arch) -> dict[str, list[tuple[Variant, Problem, bool]]]:
     out = {
         "test_matches_fp32_reference": [
             (_variant(o, s, _tiles(p, a)), p, False)
-            for o, s, c, d, dt in itertools.product(ORDERS, SCHEDULES, (False, True), HEAD_DIMS,
-                                                    DTYPES)
+            for o, s, c, d, dt in REFERENCE_CASES
             for p in [problem(d, c, dt)]],
         "test_schedule_alone_is_bitwise_identical": [
             (_variant(o, s, _tiles(p, a)), p, False)
@@ -138,7 +148,7 @@ def builds(arch: Arch) -> dict[str, list[tuple[Variant, Problem, bool]]]:
             for p in [problem(64, c)]],
         "test_trace_equals_spec": [
             (_variant(o, s, _tiles(p, a)), p, True)
-            for o, s, c in itertools.product(TRACE_ORDERS, TRACE_SCHEDULES, (False, True))
+            for o, s, c in TRACE_CASES
             for p in [trace_problem(c)]],
         "test_attention_function_defaults_and_orders": [
             (_attention_variant(arch, ATTENTION_PROBLEM, o, s), ATTENTION_PROBLEM, False)
@@ -159,11 +169,8 @@ def builds(arch: Arch) -> dict[str, list[tuple[Variant, Problem, bool]]]:
     return out
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("D", HEAD_DIMS)
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("schedule", SCHEDULES)
-@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("order,schedule,causal,D,dtype", REFERENCE_CASES,
+                         ids=[_case_id(*c) for c in REFERENCE_CASES])
 def test_matches_fp32_reference(order, schedule, causal, D, dtype):
     from experiments.measurement.correctness import check
     from kernels.host.backend import CutileFamily
@@ -197,9 +204,8 @@ def test_schedule_alone_is_bitwise_identical(order, causal):
         assert torch.equal(o.view(torch.int16), ref.view(torch.int16)), f"{s} differs from grid"
 
 
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("schedule", TRACE_SCHEDULES)
-@pytest.mark.parametrize("order", TRACE_ORDERS)
+@pytest.mark.parametrize("order,schedule,causal", TRACE_CASES,
+                         ids=[_case_id(*c) for c in TRACE_CASES])
 def test_trace_equals_spec(order, schedule, causal):
     from kernels.host.backend import CutileFamily
     pr = trace_problem(causal)

@@ -9,6 +9,7 @@ import pytest
 from spec import Problem
 from spec.problem import Tiles
 from tests.gpu.test_cutile import _seed, _setup, _variant, problem
+from tests.pairwise import pairwise
 
 pytestmark = pytest.mark.gpu
 
@@ -18,10 +19,35 @@ TACTICS = [dict(masked_first=True), dict(no_bounds=True), dict(masked_first=True
 TACTIC_TILES = [(Tiles(64, 128), 2, None), (Tiles(128, 128), 1, 8), (Tiles(128, 64), 2, None)]
 
 
-@pytest.mark.parametrize("tiles,occ,ww", TACTIC_TILES, ids=["64x128", "128x128ww8", "128x64"])
-@pytest.mark.parametrize("tactic", TACTICS, ids=lambda t: "-".join(f"{k}{v}" for k, v in
-                                                                   t.items()))
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+TILE_IDS = {Tiles(64, 128): "64x128", Tiles(128, 128): "128x128ww8", Tiles(128, 64): "128x64"}
+# pairwise (tests/pairwise.py): every tactic with every tile shape and with causal and full
+TACTIC_CASES = [(c, t, *tt) for c, t, tt in pairwise([(False, True), TACTICS, TACTIC_TILES])]
+
+
+def builds(arch) -> dict[str, list]:
+    """Per test: the (variant, problem, trace build?, family defaults) it launches; the session
+    precompile (tests/gpu/conftest.py) compiles them in parallel."""
+    from kernels.device.tactics import tactic_code
+    from kernels.rules.config import KernelConfig
+    out = {"test_tactics_match_fp32_reference": [
+        (_variant("linear", "static7", tl, occ),
+         problem(128 if tl == Tiles(64, 128) else 64, c), False,
+         KernelConfig(tl.m, tl.n, occ, ww, tactic=tactic_code(**t)))
+        for c, t, tl, occ, ww in TACTIC_CASES]}
+    out["test_prefetch_matches_fp32_reference_and_its_twin"] = [
+        (_variant("linear", s, tl, 2), problem(64, c), False,
+         KernelConfig(tl.m, tl.n, 2, None, tactic=code))
+        for c, s, tl in PREFETCH_CASES for code in (0, tactic_code(prefetch_q=True))]
+    return out
+
+
+def _tactic_id(t: dict) -> str:
+    return "-".join(f"{k}{v}" for k, v in t.items())
+
+
+@pytest.mark.parametrize("causal,tactic,tiles,occ,ww", TACTIC_CASES,
+                         ids=[f"{'causal' if c else 'full'}-{_tactic_id(t)}-{TILE_IDS[tl]}"
+                              for c, t, tl, _, _ in TACTIC_CASES])
 def test_tactics_match_fp32_reference(causal, tactic, tiles, occ, ww):
     """Every kernel tactic (kernels.device.fmha TACTIC bits) on a ragged problem (a masked diagonal and
     a masked end; 128x64: the first masked tile fully masked for some rows) and grouped K/V
@@ -42,11 +68,14 @@ def test_tactics_match_fp32_reference(causal, tactic, tiles, occ, ww):
 
 
 PREFETCH_SCHEDULES = ["static7", "static7h", "lpt7", "snake7"]
+PREFETCH_TILES = [Tiles(64, 128), Tiles(128, 64)]
+# pairwise: every persistent schedule with both tile shapes and with causal and full
+PREFETCH_CASES = pairwise([(False, True), PREFETCH_SCHEDULES, PREFETCH_TILES])
 
 
-@pytest.mark.parametrize("tiles", [Tiles(64, 128), Tiles(128, 64)], ids=["64x128", "128x64"])
-@pytest.mark.parametrize("schedule", PREFETCH_SCHEDULES)
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("causal,schedule,tiles", PREFETCH_CASES,
+                         ids=[f"{'causal' if c else 'full'}-{s}-{TILE_IDS[t]}"
+                              for c, s, t in PREFETCH_CASES])
 def test_prefetch_matches_fp32_reference_and_its_twin(causal, schedule, tiles):
     """The next-item Q prefetch (TACTIC_PREFETCH_Q) on the persistent schedules (7 CTAs: many
     items per CTA and a ragged last round, the deal reversed on odd rounds for lpt and snake)

@@ -228,3 +228,39 @@ def test_a_killed_runs_stale_lock_does_not_block_its_resume(fake, tmp_path, caps
     fake.fault = None
     assert _main("--resume", str(tmp_path / "run-incomplete")) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_journal_refuses_an_entry_recorded_for_other_cases(tmp_path):
+    """``Journal.get`` with the piece's case ids: the same ids give the entry back, other ids
+    (the plan changed) are a ``JournalMismatch`` naming the entry, no ids skip the check."""
+    from experiments.rundirs.journal import Journal, JournalMismatch
+    j = Journal(tmp_path)
+    j.put("check-0000", {"cases": ["a", "b"], "passed": 2})
+    assert j.get("check-0000", ["a", "b"])[0]["passed"] == 2
+    for other in (["a"], ["b", "a"], ["a", "b", "c"], []):
+        with pytest.raises(JournalMismatch, match="check-0000.json: recorded for cases"):
+            j.get("check-0000", other)
+    assert j.get("check-0000")[0]["cases"] == ["a", "b"]
+    assert j.get("check-0001", ["a"]) is None
+
+
+def test_resume_after_the_plan_changed_is_refused(fake, tmp_path, capsys):
+    """A journal entry whose cases are not the piece's any more (the plan changed between the
+    stop and the resume) stops the resume before anything is measured or published: the pieces
+    of two plans are never merged."""
+    out, inc = tmp_path / "run", tmp_path / "run-incomplete"
+    fake.fault = ("check", 2, "sigterm")
+    assert _main(*ARGS, "--out", str(out)) == 143
+    entry = inc / "journal" / "check-0000.json"
+    rec = json.loads(entry.read_text())
+    assert rec["cases"]
+    rec["cases"] = rec["cases"][:-1] + ["cuda.some.other.case"]
+    entry.write_text(json.dumps(rec))
+    capsys.readouterr()
+    fake.fault = None
+    fake.calls = {"precompile": 0, "check": [], "ncu": []}
+    assert _main("--resume", str(inc)) == 1
+    err = capsys.readouterr().err
+    assert "JournalMismatch" in err and "check-0000.json: recorded for cases" in err
+    assert fake.calls["check"] == [] and fake.calls["ncu"] == []
+    assert not out.exists() and inc.is_dir()

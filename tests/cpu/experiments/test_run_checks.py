@@ -201,7 +201,7 @@ def test_simulated_counts_do_not_depend_on_the_threads(tmp_path):
     got = []
     for jobs in ("1", "2"):
         out = tmp_path / f"j{jobs}"
-        r = cli("sawtooth", "--arch", "gb10", "--seq", "8192", "--no-figures", "--jobs", jobs,
+        r = cli("sawtooth", "--arch", "gb10", "--seq", "4096", "--no-figures", "--jobs", jobs,
                 "--out", str(out))
         assert r.returncode == 0, r.stderr
         got.append([{k: v for k, v in x.items() if k != "run"}

@@ -55,15 +55,15 @@ def _case(arch_name, D, causal, order, sched, dtype="fp16", S=4096, trace=False,
 
 
 def _matrix():
-    """Every order × schedule code on every arch; sm_90 (the measured GPU) in both causal modes,
-    the others in one mode per cell (alternating), to keep CI at a few minutes on 2 cores. The
-    sawtooth group factor X only changes a constant divisor (covered on the GPU)."""
-    for sm in ARCHS:
-        for i, (order, sched) in enumerate((o, s) for o in ORDERS for s in SCHEDS):
-            modes = (False, True) if sm == "sm_90" else ((i + (sm == "sm_121")) % 2 == 1,)
-            for causal in modes:
-                yield pytest.param(sm, causal, sched, order,
-                                   id=f"{sm}-{order}-{sched}-{'causal' if causal else 'full'}")
+    """Pairwise (tests/pairwise.py) over arch × order × schedule code × mask: every order meets
+    every schedule code (the full 24), and every arch meets every order, every schedule code and
+    both masks. The GPU suite runs every order × schedule on sm_90. The sawtooth group factor X
+    only changes a constant divisor (covered on the GPU)."""
+    from tests.pairwise import pairwise
+    for order, sched, sm, causal in pairwise([list(ORDERS), list(SCHEDS), list(ARCHS),
+                                              [False, True]]):
+        yield pytest.param(sm, causal, sched, order,
+                           id=f"{sm}-{order}-{sched}-{'causal' if causal else 'full'}")
 
 
 @pytest.mark.parametrize("sm, causal, sched, order", list(_matrix()))
@@ -195,8 +195,8 @@ def test_prefetch_bit_leaves_one_item_schedules_alone(toolchain):
 def test_signature_carries_jit_facts(toolchain):
     """Without the JIT's alignment facts sm_90 loses TMA; with them the loads are TMA tensor
     copies and the products warpgroup MMAs. Checked on the PTX tileiras embeds in every cubin
-    (``cp.async.bulk.tensor`` is UTMALDG in SASS, ``wgmma.mma_async`` HGMMA), so it runs
-    without nvdisasm; the SASS is checked too where nvdisasm is installed. A signature without
+    (``cp.async.bulk.tensor`` is UTMALDG in SASS, ``wgmma.mma_async`` HGMMA), and the SASS
+    (nvdisasm, from the compile extra: a skip without it, a failure under REQUIRE_COMPILE). A signature without
     the alignment facts (base address divisible by 1) loses TMA: the check can fail."""
     from dataclasses import replace
 
@@ -204,8 +204,9 @@ def test_signature_carries_jit_facts(toolchain):
     case, cfg = _case("h100", 64, False, "linear", "static")
     r = resources(case, "sm_90", cfg.occupancy, cfg.worker_warps)
     assert r.ptx["TMA_LOAD"] > 0 and r.ptx["WGMMA"] > 0 and r.ptx["MMA_SYNC"] == 0, r
-    if r.sass is not None:
-        assert r.sass.get("UTMALDG", 0) > 0 and r.sass.get("HGMMA", 0) > 0, r
+    from tests.conftest import require_toolchain
+    require_toolchain(r.sass is not None, "nvdisasm (pip nvidia-cuda-nvdisasm, the compile extra)")
+    assert r.sass.get("UTMALDG", 0) > 0 and r.sass.get("HGMMA", 0) > 0, r
     bare = resources(replace(case, aligned=False), "sm_90", cfg.occupancy, cfg.worker_warps)
     assert bare.ptx["TMA_LOAD"] == 0, f"an unaligned signature still uses TMA: {bare}"
 
