@@ -555,11 +555,21 @@ __device__ __forceinline__ void flash_fwd_impl(const FwdParams& p) {
             p.trace_visits[4 * cta_records + cta] = static_cast<int>(sm_id());
         }
     }
-    for_each_work_item<SCHEDULE, WORK>(p.n_q, p.n_work, p.tiles_per_cta, p.section,
-                                       [&](int bh, int q_tile, int iter) {
+    // A one-item schedule calls the body directly, not through for_each_work_item's callable:
+    // through a lambda the trace builds of the reverse and block-parity orders compile to
+    // different SASS (the step counter, captured by reference, is promoted later), and those
+    // builds keep the code they were measured with.
+    if constexpr (one_item<SCHEDULE>()) {
+        const WorkItem w = one_work_item<SCHEDULE>(p.n_q, p.n_work, p.section);
         attend_q_tile<TILE_M, TILE_N, D, CAUSAL, DT, TRACE, STAGES, LSE>(
-            p, smem, bh, q_tile, reversed_for<ORDER>(iter, cta, p.sawtooth_group), step);
-    });
+            p, smem, w.bh, w.q_tile, reversed_for<ORDER>(0, cta, p.sawtooth_group), step);
+    } else {
+        for_each_work_item<SCHEDULE, WORK>(p.n_q, p.n_work, p.tiles_per_cta, p.section,
+                                           [&](int bh, int q_tile, int iter) {
+            attend_q_tile<TILE_M, TILE_N, D, CAUSAL, DT, TRACE, STAGES, LSE>(
+                p, smem, bh, q_tile, reversed_for<ORDER>(iter, cta, p.sawtooth_group), step);
+        });
+    }
     if constexpr (TRACE) {
         if (threadIdx.x == 0) p.trace_ns[cta_records + gridDim.x + cta] = global_timer_ns();
     }

@@ -81,6 +81,33 @@ __device__ __forceinline__ void for_each_strided_item(int n_work, Body&& body) {
     }
 }
 
+// One work item: Q tile q_tile of batch*head bh.
+struct WorkItem {
+    int bh, q_tile;
+};
+
+// Whether the schedule gives each CTA exactly one item (GRID, SECTIONED_LONGEST_FIRST).
+template <ScheduleKind SCHEDULE>
+__host__ __device__ constexpr bool one_item() {
+    return SCHEDULE == ScheduleKind::GRID || SCHEDULE == ScheduleKind::SECTIONED_LONGEST_FIRST;
+}
+
+// This CTA's one item under a one-item schedule (for_each_work_item's first two cases; the
+// forward kernel calls its body with it directly, flash_fwd_impl says why).
+template <ScheduleKind SCHEDULE>
+__device__ __forceinline__ WorkItem one_work_item(int n_q, int n_work, int section) {
+    static_assert(one_item<SCHEDULE>(), "GRID or SECTIONED_LONGEST_FIRST");
+    const int cta = blockIdx.x;
+    if constexpr (SCHEDULE == ScheduleKind::GRID) {
+        return {cta / n_q, cta % n_q};
+    } else {
+        const int n_bh = n_work / n_q, G = section;
+        const int sec = cta / (G * n_q), within = cta % (G * n_q);
+        const int heads = min(G, n_bh - sec * G);            // the last section may be short
+        return {sec * G + within % heads, n_q - 1 - within / heads};
+    }
+}
+
 // This CTA's work items (bh, q_tile) of n_work = n_bh * n_q, in order (spec CtaSchedule.work_items).
 // GRID: one Q tile per CTA, Q tile fastest: CTA c = q + n_q * bh. SECTIONED_LONGEST_FIRST: one Q
 // tile per CTA, longest first within sections of `section` heads, heads fastest. TILE_X:
@@ -92,13 +119,9 @@ template <ScheduleKind SCHEDULE, WorkOrder WORK, typename Body>
 __device__ __forceinline__ void for_each_work_item(int n_q, int n_work, int tiles_per_cta,
                                                    int section, Body&& body) {
     const int cta = blockIdx.x;
-    if constexpr (SCHEDULE == ScheduleKind::GRID) {
-        body(cta / n_q, cta % n_q, 0);
-    } else if constexpr (SCHEDULE == ScheduleKind::SECTIONED_LONGEST_FIRST) {
-        const int n_bh = n_work / n_q, G = section;
-        const int sec = cta / (G * n_q), within = cta % (G * n_q);
-        const int heads = min(G, n_bh - sec * G);            // the last section may be short
-        body(sec * G + within % heads, n_q - 1 - within / heads, 0);
+    if constexpr (one_item<SCHEDULE>()) {
+        const WorkItem w = one_work_item<SCHEDULE>(n_q, n_work, section);
+        body(w.bh, w.q_tile, 0);
     } else if constexpr (SCHEDULE == ScheduleKind::TILE_X) {
         const int n_groups = (n_q + tiles_per_cta - 1) / tiles_per_cta;
         const int bh = cta / n_groups, first = (cta % n_groups) * tiles_per_cta;

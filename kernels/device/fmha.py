@@ -297,25 +297,32 @@ def fmha_fwd_impl(Q, K, V, Out, Trace, LSE, qk_scale, H, QUERY_GROUP_SIZE, sched
         step = 0
         while work_valid(ws, it, bound, SCHED):   # a while, not a for (module docstring)
             bh = work_bh(ws, it, cta, n_q, n_bh, SCHED, WORK)
-            q_tile = work_tile(ws, it, cta, n_q, n_bh, SCHED, WORK)
-            if work_live(ws, it, cta, SCHED):
-                if PERSISTENT:
+            if PERSISTENT:
+                q_tile = work_tile(ws, it, cta, n_q, n_bh, SCHED, WORK)
+                if work_live(ws, it, cta, SCHED):
                     head = bh % H
-                else:
-                    head = group_head
-                r = reversed_for(ORDER, GROUP, it, cta)
-                if PREFETCH:
-                    m_i, l_i, acc, tc = _scan(Q, K, V, Trace, q, qk_scale, bh // H, head,
-                                              head // QUERY_GROUP_SIZE, q_tile, r, cta, step,
-                                              cfg, False)
-                    # the next item's Q load, issued before this item's epilogue and carried
-                    # (the last item loads a clamped, valid tile it never uses)
-                    nbh, nq = work_peek(ws, it + 1, cta, n_q, n_bh, SCHED, WORK)
-                    q = _load_q(Q, nbh // H, nbh % H, nq, TILE_M, TILE_D)
-                    _epilogue(Out, LSE, m_i, l_i, acc, bh // H, head, q_tile, cfg)
-                else:
-                    tc = attention_tile(Q, K, V, Out, Trace, LSE, qk_scale, bh // H, head,
-                                        head // QUERY_GROUP_SIZE, q_tile, r, cta, step, cfg)
+                    r = reversed_for(ORDER, GROUP, it, cta)
+                    if PREFETCH:
+                        m_i, l_i, acc, tc = _scan(Q, K, V, Trace, q, qk_scale, bh // H, head,
+                                                  head // QUERY_GROUP_SIZE, q_tile, r, cta,
+                                                  step, cfg, False)
+                        # the next item's Q load, issued before this item's epilogue and
+                        # carried (the last item loads a clamped, valid tile it never uses)
+                        nbh, nq = work_peek(ws, it + 1, cta, n_q, n_bh, SCHED, WORK)
+                        q = _load_q(Q, nbh // H, nbh % H, nq, TILE_M, TILE_D)
+                        _epilogue(Out, LSE, m_i, l_i, acc, bh // H, head, q_tile, cfg)
+                    else:
+                        tc = attention_tile(Q, K, V, Out, Trace, LSE, qk_scale, bh // H, head,
+                                            head // QUERY_GROUP_SIZE, q_tile, r, cta, step,
+                                            cfg)
+                    step = step + tc
+            else:
+                # tile-X: the tile and the scan direction asked for after the head's indices,
+                # in the call (the order of the integer ops decides the trace builds' SASS)
+                tc = attention_tile(Q, K, V, Out, Trace, LSE, qk_scale, bh // H, group_head,
+                                    group_head // QUERY_GROUP_SIZE,
+                                    work_tile(ws, it, cta, n_q, n_bh, SCHED, WORK),
+                                    reversed_for(ORDER, GROUP, it, cta), cta, step, cfg)
                 step = step + tc
             it = it + 1
 
