@@ -89,8 +89,15 @@ def resume_line(work: Path) -> str:
 
 
 def check_free(path: Path) -> None:
-    """Raise RunDirExists when ``path`` holds a run (finished, or one in progress)."""
-    if path.exists() or path.is_symlink():
+    """Raise RunDirExists when ``path`` holds a run (finished, or one in progress), BadRunDir
+    when the system refuses the name itself (too long, a NUL byte)."""
+    try:
+        if "\0" in str(path):
+            raise ValueError("a NUL byte in the name")
+        taken = path.exists() or path.is_symlink()
+    except (OSError, ValueError) as e:
+        raise _cannot(path, e) from None
+    if taken:
         raise RunDirExists(f"output directory {path} already exists; runs are never overwritten: "
                            "pass another --out or remove it")
     owner = _lock_owner(_lock_path(path))

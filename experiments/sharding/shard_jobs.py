@@ -163,8 +163,9 @@ def single_gpu_argv(job: ShardJob, out: Path) -> list[str]:
     a = job.args
     ids = "|".join(re.escape(c.id) for c in job.cases)
     argv = [job.study, "--arch", job.arch, "--mode", "measure", "--out", str(out),
-            "--no-figures", "--filter", f"^(?:{ids})$", "--seed", str(a.seed),
-            "--groups", a.groups, "--repeats", str(a.repeats)]
+            "--no-figures", "--filter", f"^(?:{ids})$"]
+    for flag, value in (("--seed", a.seed), ("--groups", a.groups), ("--repeats", a.repeats)):
+        argv += [flag, str(value)] if value is not None else []     # None: the run's default
     argv += ["--sessions", str(a.sessions)] if a.sessions is not None else []
     argv += ["--seq", ",".join(map(str, a.seq))] if a.seq is not None else []
     argv += ["--reps", str(a.reps)] if a.reps is not None else []

@@ -15,10 +15,8 @@ from experiments.measurement.measure import RESOURCES, resource_rows
 from experiments.registry.studies import STUDIES, get_study
 from experiments.registry.suites import BENCH_SEQS
 from experiments.tuning import tune
-from kernels.rules.config import default_config
 from spec import Backend, Case, CtaSchedule, Problem, ScanOrder, Tiles, Variant, get_arch
 from spec.family import PREPARED_FIELDS, BadInput, Prepared
-from spec.schedules import ScheduleKind
 
 H100 = get_arch("h100")
 
@@ -35,15 +33,13 @@ def test_bench_plan_is_each_familys_default_attention_configuration():
     cases = get_study("bench").plan(H100)
     shapes = {(c.problem.S_q, c.problem.D, c.problem.causal) for c in cases}
     assert shapes == {(s, d, c) for s in BENCH_SEQS for d in (64, 128) for c in (False, True)}
+    from cuda_baseline.host.backend import default_variant as cuda_default
+    from kernels.host.backend import default_variant as cutile_default
     for c in cases:
         p, v = c.problem, c.variant
         assert (p.B, p.H, p.dtype.value) == (1, 16, "fp16") and v.order == ScanOrder.linear()
-        if v.backend == Backend.CUTILE:
-            cfg = default_config("h100", p.D, p.causal)     # kernels/rules/configs/h100.json
-            assert v.tiles == cfg.tiles and v.occupancy == cfg.occupancy
-            assert (v.schedule.kind == ScheduleKind.GRID) == (cfg.schedule == "grid")
-        else:
-            assert v.schedule == CtaSchedule.grid() and v.tiles == H100.cuda_tiles
+        default = cutile_default if v.backend == Backend.CUTILE else cuda_default
+        assert v == default(p, H100), c.id          # the build attention() runs
     assert len(cases) == 2 * len(shapes) and len({c.id for c in cases}) == len(cases)
 
 

@@ -36,7 +36,7 @@ def test_compare_exit_codes_and_names(tmp_path, capsys):
 def test_enumeration_is_stable_and_sampled_evenly():
     builds = fp.enumerate_builds("both")
     names = [n for n, _ in builds]
-    assert len(names) == len(set(names)) > 2000
+    assert len(names) == len(set(names)) > 1500        # both families, every test list
     assert names == [n for n, _ in fp.enumerate_builds("both")]
     assert {n.split(".")[0] for n in names} == {"cutile", "cuda"}
     picked = fp.sample(builds, 4, None)
