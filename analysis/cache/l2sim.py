@@ -33,7 +33,7 @@ from typing import Sequence
 import numba
 import numpy as np
 
-from analysis.cache.reuse import _key_and_weights, stack_distances
+from analysis.cache.reuse import key_and_weights, stack_distances
 from spec.arch import Arch, MiB
 from spec.records import UNITS, Metric, Row, Source, case_fields
 
@@ -66,7 +66,7 @@ def hits_at(distances: np.ndarray, key: np.ndarray, weights: np.ndarray | None,
 
     Cheaper than a full ``miss_ratio_curve`` when only a few capacities are wanted.
     """
-    key, w = _key_and_weights(key, weights)
+    key, w = key_and_weights(key, weights)
     caps = np.atleast_1d(np.asarray(capacities, dtype=np.int64))
     distances = np.ascontiguousarray(distances, dtype=np.int64)
     if len(key) != len(distances):

@@ -11,7 +11,7 @@ from spec.case import Case
 from ..registry.lengths import kv_bytes_per_head
 
 
-def _count(x: float) -> str:
+def si_count(x: float) -> str:
     """Counts with an SI suffix (the full values are in the CSV)."""
     for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(x) >= scale:
@@ -89,10 +89,10 @@ def shape_columns(varies: set[str]) -> list:
 
 
 # (key, header, format) of the results; dropped from the right when the table is too wide
-_RESULTS = (("d_miss", "Δ misses", "{:+.1f}%".format), ("miss", "misses", _count),
+_RESULTS = (("d_miss", "Δ misses", "{:+.1f}%".format), ("miss", "misses", si_count),
             ("d_ms", "Δ time", "{:+.1f}%".format), ("ms", "time ms", "{:.3f}".format),
-            ("d_nc", "Δ non-comp.", "{:+.1f}%".format), ("nc", "non-comp.", _count),
-            ("tf", "TFLOPS", "{:.1f}".format), ("pub", "published", _count),
+            ("d_nc", "Δ non-comp.", "{:+.1f}%".format), ("nc", "non-comp.", si_count),
+            ("tf", "TFLOPS", "{:.1f}".format), ("pub", "published", si_count),
             ("err", "vs published", "{:+.1f}%".format))
 
 
