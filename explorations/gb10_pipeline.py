@@ -32,12 +32,13 @@ and memory parts, beside the published one) and prints them.
 from __future__ import annotations
 
 import argparse
-import csv
 import itertools
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
+
+from spec.records import write_dicts
 
 POINTS = ("lo", "mid", "hi")
 
@@ -127,13 +128,6 @@ def pairs(rows: list[dict]) -> list[dict]:
     return out
 
 
-def _write(path: Path, rows: list[dict]) -> None:
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="directory to create (must not exist)")
@@ -155,9 +149,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     rows, times, pair_rows = run(args.jobs, speeds, latencies)
     out.mkdir(parents=True)
-    _write(out / "grid.csv", rows)
-    _write(out / "times.csv", times)
-    _write(out / "pairs.csv", pair_rows)
+    write_dicts(out / "grid.csv", rows)
+    write_dicts(out / "times.csv", times)
+    write_dicts(out / "pairs.csv", pair_rows)
     # a report at the fixed points: nothing is scored, ranked or picked against the paper
     print("speed latency family variant B causal | simulated / published misses (M) | "
           "simulated / published time (ms)")

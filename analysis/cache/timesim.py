@@ -122,7 +122,7 @@ from analysis.cache.timeloop import COUNTERS, Cache, Clock, Work, run
 from spec.arch import Arch, MiB
 from spec.case import Case
 from spec.problem import TileGrid
-from spec.records import UNITS, Metric, Row, Source, case_fields
+from spec.records import Metric, Row, case_fields, simulated_rows
 from spec.trace import WorkTable, work_table
 
 __all__ = ["MODEL_VERSION", "TimeParams", "TimeCounts", "simulate", "simulate_case",
@@ -374,6 +374,4 @@ def counts_to_rows(counts: TimeCounts, case: Case, *, run: str, study: str, arch
         Metric.INFLIGHT_SECTORS: counts.inflight_hits,
         Metric.MAKESPAN_STEPS: counts.makespan,
     }
-    return [Row(run=run, study=study, arch=arch_name, metric=m, value=float(x), unit=UNITS[m],
-                source=Source.SIMULATED.value, note=full_note, **fields)
-            for m, x in values.items()]
+    return simulated_rows(values, fields, run=run, study=study, arch=arch_name, note=full_note)

@@ -18,7 +18,6 @@ Every number here is simulated against measured; the simulated side names its pa
 """
 from __future__ import annotations
 
-import csv
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
@@ -41,6 +40,7 @@ STUDIES = ("divergence", "sawtooth", "active-sms", "l1l2", "traffic", "longseq")
 FIT_GRID = {"capacity_fraction": (0.25, 0.35, 0.5, 0.7, 1.0)}
 """The fixed grid every arch is fitted on, chosen before looking at any fit (miss_ratio is derived
 from timing, not searched: the divergence study cannot tell r = 1, 3, 9 apart)."""
+from spec.records import write_dicts
 
 
 def sim_params(arch: Arch, p: dict, seed: int = 0) -> TimeParams:
@@ -252,11 +252,6 @@ def write_rows(path: Path, rows: Sequence) -> None:
     rows = list(rows)
     if not rows:
         return
-    d0 = rows[0] if isinstance(rows[0], dict) else asdict(rows[0])
     tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(d0))
-        w.writeheader()
-        for r in rows:
-            w.writerow(r if isinstance(r, dict) else asdict(r))
+    write_dicts(tmp, (r if isinstance(r, dict) else asdict(r) for r in rows))
     tmp.replace(path)
