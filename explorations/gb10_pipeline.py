@@ -38,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
+from experiments.rundirs.rundir import BadRunDir, RunDirExists, check_new
 from spec.records import write_dicts
 
 POINTS = ("lo", "mid", "hi")
@@ -144,8 +145,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: unknown point {bad[0]!r}; use lo, mid or hi", file=sys.stderr)
         return 2
     out = Path(args.out)
-    if out.exists():
-        print(f"error: {out} already exists; choose a new --out directory", file=sys.stderr)
+    try:
+        check_new(out)
+    except (BadRunDir, RunDirExists) as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
     rows, times, pair_rows = run(args.jobs, speeds, latencies)
     out.mkdir(parents=True)
