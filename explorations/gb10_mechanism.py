@@ -42,14 +42,14 @@ writes ``gb10.csv.gz`` and ``h100.csv.gz`` (one row per candidate and case) and 
 from __future__ import annotations
 
 import argparse
-import csv
-import gzip
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+
+from spec.records import write_dicts
 
 GB10_TC_US = (0.53, 0.8, 1.53)
 H100_TC_US = 0.53
@@ -197,10 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = [r for arch in a.arch.split(",") for r in run_arch(arch, only=only)]
     a.out.mkdir(parents=True)
     for arch in a.arch.split(","):
-        with gzip.open(a.out / f"{arch}.csv.gz", "wt", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(r for r in rows if r["arch"] == arch)
+        write_dicts(a.out / f"{arch}.csv.gz", (r for r in rows if r["arch"] == arch),
+                    list(rows[0]))
     lines = summarise(rows)       # a report: nothing is scored or picked against the paper
     (a.out / "summary.txt").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -32,12 +32,14 @@ and memory parts, beside the published one) and prints them.
 from __future__ import annotations
 
 import argparse
-import csv
 import itertools
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
+
+from experiments.rundirs.rundir import BadRunDir, RunDirExists, check_new
+from spec.records import write_dicts
 
 POINTS = ("lo", "mid", "hi")
 
@@ -127,13 +129,6 @@ def pairs(rows: list[dict]) -> list[dict]:
     return out
 
 
-def _write(path: Path, rows: list[dict]) -> None:
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="directory to create (must not exist)")
@@ -150,14 +145,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: unknown point {bad[0]!r}; use lo, mid or hi", file=sys.stderr)
         return 2
     out = Path(args.out)
-    if out.exists():
-        print(f"error: {out} already exists; choose a new --out directory", file=sys.stderr)
+    try:
+        check_new(out)
+    except (BadRunDir, RunDirExists) as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
     rows, times, pair_rows = run(args.jobs, speeds, latencies)
     out.mkdir(parents=True)
-    _write(out / "grid.csv", rows)
-    _write(out / "times.csv", times)
-    _write(out / "pairs.csv", pair_rows)
+    write_dicts(out / "grid.csv", rows)
+    write_dicts(out / "times.csv", times)
+    write_dicts(out / "pairs.csv", pair_rows)
     # a report at the fixed points: nothing is scored, ranked or picked against the paper
     print("speed latency family variant B causal | simulated / published misses (M) | "
           "simulated / published time (ms)")

@@ -39,7 +39,6 @@ the seconds are upper bounds of what the code needs.
 from __future__ import annotations
 
 import argparse
-import csv
 import resource
 import signal
 import sys
@@ -53,7 +52,7 @@ from experiments.registry.plans import sawtooth_plan
 from experiments.rundirs import rundir
 from experiments.simulation.simulate import resident_of_build
 from spec import CtaSchedule, Problem, ScanOrder, TileGrid, Tiles, get_arch
-from spec.records import write_csv
+from spec.records import write_csv, write_dicts
 from spec.trace import work_table
 
 
@@ -288,16 +287,9 @@ def main(argv=None) -> int:
                                       f"exact; {built[case.id][1] or 'persistent: P CTAs'}"))
                 print(f"E {case.id}: {ex.tex_misses / 1e6:.1f}M "
                       f"[{pred[-1]['lo'] / 1e6:.1f}, {pred[-1]['hi'] / 1e6:.1f}]", flush=True)
-            with open(work / "gb10_predictions.csv", "w", newline="") as fh:
-                w = csv.DictWriter(fh, fieldnames=list(pred[0]))
-                w.writeheader()
-                w.writerows(pred)
+            write_dicts(work / "gb10_predictions.csv", pred)
             write_csv(work / "gb10_counters.csv", tidy)
-        with open(work / "simbench.csv", "w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=list(asdict(rows[0])))
-            w.writeheader()
-            for r in rows:
-                w.writerow(asdict(r))
+        write_dicts(work / "simbench.csv", [asdict(r) for r in rows])
         rundir.write_manifest(
             work, command=rundir.command_line("explorations.simbench", list(argv or sys.argv[1:])),
             source="simulated", wall_seconds=time.perf_counter() - t_all,

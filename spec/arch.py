@@ -79,6 +79,10 @@ class Arch:
 # H100's (LPDDR5x is likely slower, so exposed latency is understated); H200 by pointer chase
 # (profiles/h200/latency-20261128: 141.5 ns, 333.6 ns).
 _H100_LAT = (143.4e-9, 348.7e-9)
+_DATACENTER_BUILDS = dict(cutile_tiles=Tiles(128, 128), cutile_occupancy=1,
+                          cuda_tiles=Tiles(128, 64))
+"""The default builds of the datacenter parts (Hopper, Blackwell B200/B300), one for all of
+them: 128x128 cuTile tiles, one cuTile CTA per SM, 128x64 CUDA tiles."""
 _REGISTRY: dict[str, Arch] = {
     a.name: a
     for a in (
@@ -90,24 +94,24 @@ _REGISTRY: dict[str, Arch] = {
                            "GB10 measurement, the H100's measured values are assumed (LPDDR5x is "
                            "likely slower, so exposed latency is understated)")),
         Arch("h100", "sm_90", (9, 0), 132, 50 * MiB, 2,
-             cutile_tiles=Tiles(128, 128), cutile_occupancy=1, cuda_tiles=Tiles(128, 64),
+             **_DATACENTER_BUILDS,
              marketing_name="NVIDIA H100 80GB HBM3",
              memory=Memory(3.35e12, *_H100_LAT,
                            "NVIDIA H100 SXM5 datasheet (3.35 TB/s HBM3); latencies measured by "
                            "pointer chase, profiles/h100/latency-20261123 (near-partition L2 hit, "
                            "DRAM; unloaded)")),
         Arch("h200", "sm_90", (9, 0), 132, 60 * MiB, 2,
-             cutile_tiles=Tiles(128, 128), cutile_occupancy=1, cuda_tiles=Tiles(128, 64),
+             **_DATACENTER_BUILDS,
              marketing_name="NVIDIA H200",
              memory=Memory(4.8e12, 141.5e-9, 333.6e-9,
                            "NVIDIA H200 SXM datasheet (4.8 TB/s HBM3e); latencies measured by "
                            "pointer chase, profiles/h200/latency-20261128 (L2 hit, DRAM; "
                            "unloaded)")),
         Arch("b200", "sm_100", (10, 0), 148, 126 * MiB, 2,
-             cutile_tiles=Tiles(128, 128), cutile_occupancy=1, cuda_tiles=Tiles(128, 64),
+             **_DATACENTER_BUILDS,
              marketing_name="NVIDIA B200"),
         Arch("b300", "sm_103", (10, 3), 148, 126 * MiB, 2,
-             cutile_tiles=Tiles(128, 128), cutile_occupancy=1, cuda_tiles=Tiles(128, 64),
+             **_DATACENTER_BUILDS,
              marketing_name="NVIDIA B300"),
     )
 }

@@ -11,10 +11,11 @@ import csv
 import enum
 import gzip
 import io
+import itertools
 import lzma
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from .problem import Problem, Tiles
 from .variant import Variant
@@ -189,14 +190,36 @@ def case_fields(problem: Problem, variant: Variant | None = None,
     return d
 
 
+def simulated_rows(values: dict[str, float], case: dict, *, run: str, study: str, arch: str,
+                   note: str) -> list[Row]:
+    """One ``source=simulated`` row per metric of ``values`` (in its unit, ``UNITS``) for the
+    case whose columns are ``case`` (``case_fields``); ``note`` names the simulator and every
+    parameter it ran with."""
+    return [Row(run=run, study=study, arch=arch, metric=m, value=float(v), unit=UNITS[m],
+                source=Source.SIMULATED.value, note=note, **case)
+            for m, v in values.items()]
+
+
 def write_csv(path: Path, rows: Iterable[Row]) -> int:
     """Write rows as CSV with the schema's columns; returns the number written."""
+    return write_dicts(path, (asdict(r) for r in rows), COLUMNS)
+
+
+def write_dicts(path: Path, rows: Iterable[dict], columns: Sequence[str] | None = None) -> int:
+    """Write dicts as CSV (``read_dicts`` reads them back), compressed by the path's suffix
+    (``COMPRESSED``); the columns are ``columns``, else the first row's keys. Returns the number
+    of rows written (none: the file holds no header either)."""
+    it = iter(rows)
+    first = next(it, None)
+    if columns is None and first is None:
+        return 0
+    opener = COMPRESSED.get(Path(path).suffix, open)
     n = 0
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
+    with opener(path, "wt", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(columns if columns is not None else first))
         w.writeheader()
-        for r in rows:
-            w.writerow(asdict(r))
+        for r in (() if first is None else itertools.chain((first,), it)):
+            w.writerow(r)
             n += 1
     return n
 

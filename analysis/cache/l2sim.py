@@ -33,9 +33,9 @@ from typing import Sequence
 import numba
 import numpy as np
 
-from analysis.cache.reuse import _key_and_weights, stack_distances
+from analysis.cache.reuse import key_and_weights, stack_distances
 from spec.arch import Arch, MiB
-from spec.records import UNITS, Metric, Row, Source, case_fields
+from spec.records import Metric, Row, case_fields, simulated_rows
 
 __all__ = ["L2Counts", "simulate", "simulate_capacities", "counts_to_rows", "hits_at"]
 
@@ -66,7 +66,7 @@ def hits_at(distances: np.ndarray, key: np.ndarray, weights: np.ndarray | None,
 
     Cheaper than a full ``miss_ratio_curve`` when only a few capacities are wanted.
     """
-    key, w = _key_and_weights(key, weights)
+    key, w = key_and_weights(key, weights)
     caps = np.atleast_1d(np.asarray(capacities, dtype=np.int64))
     distances = np.ascontiguousarray(distances, dtype=np.int64)
     if len(key) != len(distances):
@@ -185,6 +185,4 @@ def counts_to_rows(counts: L2Counts, problem, *, run: str, study: str, arch: str
         Metric.COLD_MISSES: counts.cold_misses,
         Metric.NONCOMPULSORY_MISSES: counts.noncompulsory_misses,
     }
-    return [Row(run=run, study=study, arch=arch_name, metric=m, value=float(v), unit=UNITS[m],
-                source=Source.SIMULATED.value, note=full_note, **case)
-            for m, v in values.items()]
+    return simulated_rows(values, case, run=run, study=study, arch=arch_name, note=full_note)

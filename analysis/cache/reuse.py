@@ -45,7 +45,8 @@ import numba
 import numpy as np
 
 __all__ = ["stack_distances", "trace_stack_distances", "access_weights", "Histogram",
-           "distance_histogram", "exact_histogram", "MissRatioCurve", "miss_ratio_curve"]
+           "distance_histogram", "exact_histogram", "MissRatioCurve", "miss_ratio_curve",
+           "key_and_weights"]
 
 COLD = -1
 """Distance given to a first (compulsory) access."""
@@ -177,7 +178,9 @@ def _log2_hist_kernel(dist, key, w, n_bins):  # pragma: no cover - compiled
 # --------------------------------------------------------------------------------------------
 # public API
 # --------------------------------------------------------------------------------------------
-def _key_and_weights(key, weights) -> tuple[np.ndarray, np.ndarray]:
+def key_and_weights(key, weights) -> tuple[np.ndarray, np.ndarray]:
+    """A trace's keys as dense non-negative int32 ids and each key's weight in sectors (1 each
+    when ``weights`` is None): the form every stack-distance pass here and ``l2sim`` reads."""
     key = np.ascontiguousarray(key)
     if key.dtype != np.int32:
         if key.size and (key.min() < np.iinfo(np.int32).min or key.max() > np.iinfo(np.int32).max):
@@ -214,7 +217,7 @@ def stack_distances(key: np.ndarray, weights: np.ndarray | None = None) -> np.nd
     >>> stack_distances(np.array([0, 1, 2, 2, 1, 0], np.int32), np.array([1, 10, 100])).tolist()
     [-1, -1, -1, 0, 100, 110]
     """
-    key, w = _key_and_weights(key, weights)
+    key, w = key_and_weights(key, weights)
     out = np.empty(key.size, dtype=np.int64)
     if key.size:
         _stack_distances_kernel(key, w, out)
@@ -270,7 +273,7 @@ def distance_histogram(distances: np.ndarray, key: np.ndarray | None = None,
     if weights is not None:
         if key is None:
             raise ValueError("a weighted histogram needs the key of each access")
-        key, w = _key_and_weights(key, weights)
+        key, w = key_and_weights(key, weights)
         if len(key) != len(distances):
             raise ValueError("key and distances differ in length")
     else:
@@ -347,7 +350,7 @@ def miss_ratio_curve(distances: np.ndarray, key: np.ndarray,
     >>> mrc.misses([0, 2, 3, 100]).tolist()
     [6, 6, 3, 3]
     """
-    key, w = _key_and_weights(key, weights)
+    key, w = key_and_weights(key, weights)
     distances = np.ascontiguousarray(distances, dtype=np.int64)
     if len(key) != len(distances):
         raise ValueError("key and distances differ in length")

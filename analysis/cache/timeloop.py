@@ -36,6 +36,7 @@ import numpy as np
 from analysis.cache.gauss import BUF_WORDS, STATE_WORDS, normal, step_factor
 from analysis.cache.gauss import seed as seed_rng
 from analysis.cache.replacement import INF_KEY, access, tree_build, tree_replay
+from spec.trace import Tensor
 
 COUNTERS = ("tex_sectors", "tex_hits", "tex_misses", "inflight_hits", "merged_sectors",
             "fabric_sectors", "fabric_hits", "fabric_misses", "dram_fills", "cold_misses")
@@ -43,7 +44,7 @@ COUNTERS = ("tex_sectors", "tex_hits", "tex_misses", "inflight_hits", "merged_se
 (TEX, HIT, MISS, INFLIGHT, MERGED, FABRIC, FABRIC_HIT, FABRIC_MISS, DRAM, COLD) = range(
     len(COUNTERS))
 
-Q, K, V, O = range(4)   # a step's accesses, in the order it issues them
+Q, K, V, O = (int(t) for t in Tensor)   # a step's accesses, in the order it issues them
 
 
 class Work(NamedTuple):

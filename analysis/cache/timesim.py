@@ -19,16 +19,16 @@ The model, one step of one slot at its time ``t`` (times in units of a hit step)
   is a hit that waits for the fill (``merged``: not a second miss). ``miss_ratio`` is the step
   time of a miss over that of a hit, not the load latencies' ratio: with a K/V double buffer the
   fill hides behind a step of compute, and the measured step and latencies give 1
-  (``analysis.calibration.fixed.miss_ratio_from_timing``). A CTA that misses then runs no slower than
-  one that hits, and the clocks carry no force that pulls CTAs back together;
-- **the pipeline model** (``compute = 1``, the default of ``experiments.simulation.simulate``; the build's
-  timing from ``analysis.models.steptime``): the time unit is one step of the build's compute;
-  a hit is ready ``hit_latency`` after it is issued, a fill ``miss_ratio`` after; the loads of
-  step ``n`` are issued when step ``n - prefetch`` begins (an item's first ``prefetch + 1``
-  steps at its start), and a step begins when its loads are ready and the previous step is done,
-  and lasts one unit. A fill longer than ``prefetch`` steps stalls the CTA that missed: the force
-  that keeps a convoy together. The step model below is its limit (``compute = 0``,
-  ``hit_latency = 1``, ``prefetch = 0``);
+  (``analysis.calibration.fixed.miss_ratio_from_timing``). A CTA that misses then runs no slower
+  than one that hits, and the clocks carry no force that pulls CTAs back together;
+- **the pipeline model** (``compute = 1``, the default of ``experiments.simulation.simulate``; the
+  build's timing from ``analysis.models.steptime``): the time unit is one step of the build's
+  compute; a hit is ready ``hit_latency`` after it is issued, a fill ``miss_ratio`` after; the loads
+  of step ``n`` are issued when step ``n - prefetch`` begins (an item's first ``prefetch + 1`` steps
+  at its start), and a step begins when its loads are ready and the previous step is done, and lasts
+  one unit. A fill longer than ``prefetch`` steps stalls the CTA that missed: the force that keeps a
+  convoy together. The step model below is its limit (``compute = 0``, ``hit_latency = 1``,
+  ``prefetch = 0``);
 - the step lasts until its loads are ready (at least 1; the O store does not stall), times the
   slot's constant speed factor and a per-step log-normal factor ``exp(jitter·z − jitter²/2)``.
   The constant factor is ``1 + pair_slowdown`` for the slower slot of a busy SM pair (the odd SM
@@ -38,8 +38,8 @@ The model, one step of one slot at its time ``t`` (times in units of a hit step)
   ``exp(rate_jitter·z_s − rate_jitter²/2)`` drawn once per slot; draws from one seeded
   generator. Constant factors because measured drift grows linearly with the steps run, which
   a per-step random walk (slope 0.5) cannot give. Or, with ``speeds``, each slot's factor as
-  measured on a launch of the same kernel (``analysis.launch.drift.Completions``: the finish times of
-  its work items, seen by ``explorations/drift_spy.py``), which replaces the pair term: the
+  measured on a launch of the same kernel (``analysis.launch.drift.Completions``: the finish
+  times of its work items, seen by ``explorations/drift_spy.py``), which replaces the pair term: the
   spread those measurements show (0.01-0.75% between CTAs, cuTile and CUDA alike) is 2-10x what
   the pair term gives (``profiles/h100/drift-spy-20261125``);
 - when a CTA's last step ends, its slot takes the next CTA in launch order (grid and tile-X
@@ -52,7 +52,8 @@ With ``miss_ratio = 1``, ``jitter = 0``, one partition and no merge window every
 (``tests/cpu/analysis/cache/test_timesim.py``).
 
 The cache is an exact LRU over whole tiles weighted by their sectors (the same cache as
-``analysis.cache.l2sim``: a tile is resident iff the sectors used since its last use, plus its own, fit).
+``analysis.cache.l2sim``: a tile is resident iff the sectors used since its last use, plus its
+own, fit).
 
 **Replacement** (``replacement``): ``"lru"`` (the default, and ``analysis.cache.l2sim``'s) or
 ``"srrip"`` (2-bit re-reference prediction, Jaleel et al., ISCA 2010: a miss inserted at RRPV 2,
@@ -64,18 +65,18 @@ at the capacity into a slope. Neither alternative predicts the H100 better out o
 ``scan --set ways=...``).
 
 **Two partitions** (``partitions=2``, Hopper and Blackwell; ``../shared/l2-ncu-notes.md`` §1). Every
-tile is split into two halves, each homed in one partition: the tile-granular form of a fine
-address interleave that sends half of every tile's sectors to each side. Which partition slot
-``s`` sits on is ``placement``: ``"alternate"`` (``s % 2``, the first model), an arch name, whose
-committed measured map is used (``analysis.cache.smmap``: on the H100 a launch's first 8 CTAs share one
+tile is split into two halves, each homed in one partition: the tile-granular form of a fine address
+interleave that sends half of every tile's sectors to each side. Which partition slot ``s`` sits on
+is ``placement``: ``"alternate"`` (``s % 2``, the first model), an arch name, whose committed
+measured map is used (``analysis.cache.smmap``: on the H100 a launch's first 8 CTAs share one
 partition, a full launch runs CTAs 0-15 and 64-113 on one side), or one chip's
-``experiments.instruments.smmap`` run directory (the map differs between chips of one arch: REPORT.md
-section 7d). A request first looks up the SM's local partition (the ``srcunit_tex`` lookup ncu
-counts). A local miss on a half homed on the other side looks that half up in its home
-partition over the fabric (``srcunit_ltcfabric``; a fabric hit
-costs a hit) and fills both: the local copy duplicates the line, so data read from both sides
-occupies twice its size and the *effective* capacity depends on the traffic. DRAM fills are the
-local-home tex misses plus the fabric misses. Each partition holds ``capacity_bytes / 2``.
+``experiments.instruments.smmap`` run directory (the map differs between chips of one arch:
+REPORT.md section 7d). A request first looks up the SM's local partition (the ``srcunit_tex`` lookup
+ncu counts). A local miss on a half homed on the other side looks that half up in its home partition
+over the fabric (``srcunit_ltcfabric``; a fabric hit costs a hit) and fills both: the local copy
+duplicates the line, so data read from both sides occupies twice its size and the *effective*
+capacity depends on the traffic. DRAM fills are the local-home tex misses plus the fabric misses.
+Each partition holds ``capacity_bytes / 2``.
 
 **Stores** (``stores_miss``). ``stores_miss=True`` counts an O store to an absent tile as a miss,
 as ``analysis.cache.l2sim`` and the paper's cold line do. The H100 does not: in every launch of
@@ -90,23 +91,23 @@ before the L2: it is not a lookup at all (no sector, hit or miss is counted) and
 the request it joined is. This is the mechanism behind "L2 sectors ≈ 0.35..0.58 of the loads"
 (REPORT.md §1). ``merged_sectors`` counts what it removed.
 
-**SHARDS sampling** (``sample_rate R < 1``; Waldspurger et al., FAST 2015). Only a spatial
-sample of the tiles enters the cache model; the cache holds ``R · capacity`` and every count is
-scaled by ``1/R``. The sample is systematic, every ``1/R``-th tile id (``sampled_subkeys``), not
-SHARDS' hash: a head's K (or V) tiles have consecutive ids in scan order, so every window of a
-scan holds the same share of samples. With a hashed sample the share fluctuates from window to
-window (binomial), and where the misses change steeply as a scan's working set crosses the
-capacity those fluctuations do not average out: with the clocks held equal (no jitter) the
-hashed sample gave +8% misses on the GB10 cuTile Static causal case at R = 0.1, the systematic
-one −0.5% (``explorations/simbench.py`` section F). Unsampled accesses cost the slot's running mean of sampled load
-times, at least a hit step (a step lasts at least one, so a mean below one, from waits on fills
-already under way, would make the sampled clocks run fast), so the clocks still see misses; a
-run of steps that touch only unsampled tiles is skipped at that cost times the slot's speed
-factor. With ``miss_ratio = 1`` a step lasts exactly its speed and jitter factors whatever it
-loads, so the sampled clocks then differ from the exact ones only in the jitter's realisation
-(one draw per skipped run instead of one per step), whose own spread (the exact model's
-seed-to-seed spread, ``explorations/simbench.py`` section G) bounds how close any such scheme
-can come. Every sampled row states ``R`` and the error measured against the exact simulator.
+**SHARDS sampling** (``sample_rate R < 1``; Waldspurger et al., FAST 2015). Only a spatial sample of
+the tiles enters the cache model; the cache holds ``R · capacity`` and every count is scaled by
+``1/R``. The sample is systematic, every ``1/R``-th tile id (``sampled_subkeys``), not SHARDS' hash:
+a head's K (or V) tiles have consecutive ids in scan order, so every window of a scan holds the same
+share of samples. With a hashed sample the share fluctuates from window to window (binomial), and
+where the misses change steeply as a scan's working set crosses the capacity those fluctuations do
+not average out: with the clocks held equal (no jitter) the hashed sample gave +8% misses on the
+GB10 cuTile Static causal case at R = 0.1, the systematic one −0.5% (``explorations/simbench.py``
+section F). Unsampled accesses cost the slot's running mean of sampled load times, at least a hit
+step (a step lasts at least one, so a mean below one, from waits on fills already under way, would
+make the sampled clocks run fast), so the clocks still see misses; a run of steps that touch only
+unsampled tiles is skipped at that cost times the slot's speed factor. With ``miss_ratio = 1`` a
+step lasts exactly its speed and jitter factors whatever it loads, so the sampled clocks then differ
+from the exact ones only in the jitter's realisation (one draw per skipped run instead of one per
+step), whose own spread (the exact model's seed-to-seed spread, ``explorations/simbench.py`` section
+G) bounds how close any such scheme can come. Every sampled row states ``R`` and the error measured
+against the exact simulator.
 """
 from __future__ import annotations
 
@@ -121,7 +122,7 @@ from analysis.cache.timeloop import COUNTERS, Cache, Clock, Work, run
 from spec.arch import Arch, MiB
 from spec.case import Case
 from spec.problem import TileGrid
-from spec.records import UNITS, Metric, Row, Source, case_fields
+from spec.records import Metric, Row, case_fields, simulated_rows
 from spec.trace import WorkTable, work_table
 
 __all__ = ["MODEL_VERSION", "TimeParams", "TimeCounts", "simulate", "simulate_case",
@@ -373,6 +374,4 @@ def counts_to_rows(counts: TimeCounts, case: Case, *, run: str, study: str, arch
         Metric.INFLIGHT_SECTORS: counts.inflight_hits,
         Metric.MAKESPAN_STEPS: counts.makespan,
     }
-    return [Row(run=run, study=study, arch=arch_name, metric=m, value=float(x), unit=UNITS[m],
-                source=Source.SIMULATED.value, note=full_note, **fields)
-            for m, x in values.items()]
+    return simulated_rows(values, fields, run=run, study=study, arch=arch_name, note=full_note)

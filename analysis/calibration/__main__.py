@@ -29,11 +29,11 @@ from analysis.calibration.fitting import cmd_fit, device_map
 from analysis.calibration.simcheck import (
     STABLE_SPREAD,
     STUDIES,
-    _params,
     parse_set,
     sawtooth_signs,
     scan,
     sector_rows,
+    sim_params,
     summarize,
     validate,
     write_rows,
@@ -136,7 +136,7 @@ def main(argv=None) -> int:
         try:
             key, values = parse_set(a.scan_set)
             for v in values:          # refuse bad values before any simulation
-                _params(arch, pd | {key: v})
+                sim_params(arch, pd | {key: v})
         except ValueError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2

@@ -18,7 +18,6 @@ Every number here is simulated against measured; the simulated side names its pa
 """
 from __future__ import annotations
 
-import csv
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
@@ -32,7 +31,7 @@ from spec.arch import Arch
 from spec.case import Case
 
 __all__ = ["ErrorRow", "SignRow", "ScanRow", "predict", "validate", "summarize",
-           "sawtooth_signs", "scan", "parse_set", "STABLE_SPREAD", "STUDIES"]
+           "sawtooth_signs", "scan", "parse_set", "sim_params", "STABLE_SPREAD", "STUDIES"]
 
 STABLE_SPREAD = 0.15
 """Cases whose run-to-run range exceeds this fraction of their median are judged by range
@@ -41,9 +40,13 @@ STUDIES = ("divergence", "sawtooth", "active-sms", "l1l2", "traffic", "longseq")
 FIT_GRID = {"capacity_fraction": (0.25, 0.35, 0.5, 0.7, 1.0)}
 """The fixed grid every arch is fitted on, chosen before looking at any fit (miss_ratio is derived
 from timing, not searched: the divergence study cannot tell r = 1, 3, 9 apart)."""
+from spec.records import write_dicts
 
 
-def _params(arch: Arch, p: dict, seed: int = 0) -> TimeParams:
+def sim_params(arch: Arch, p: dict, seed: int = 0) -> TimeParams:
+    """The timed simulator's parameters for ``arch`` from a parameter dict ``p`` (its simulator
+    fields; ``sample_rate`` a number or ``"auto"``, which simulates exact here and lets
+    ``predict`` apply the size rule); raises ValueError on a value the model refuses."""
     rate = p.get("sample_rate", 1.0)
     return cp.time_params(arch, {k: v for k, v in p.items() if k in cp.SIM_FIELDS}, seed,
                            1.0 if rate == "auto" else float(rate))
@@ -52,7 +55,7 @@ def _params(arch: Arch, p: dict, seed: int = 0) -> TimeParams:
 def predict(case: Case, arch: Arch, p: dict, seed: int = 0) -> TimeCounts:
     """The timed simulator's counts for one case under parameter dict ``p`` (``sample_rate``
     a number, or ``"auto"`` for the SHARDS size rule)."""
-    return simulate_case(case, _params(arch, p, seed), arch.sector_bytes,
+    return simulate_case(case, sim_params(arch, p, seed), arch.sector_bytes,
                          auto_sample=p.get("sample_rate") == "auto")
 
 
@@ -183,7 +186,7 @@ def sector_rows(measured: Sequence[cm.MeasuredCase], arch: Arch, p: dict,
     from analysis.models.traffic import sector_accesses
     out = []
     for m in measured:
-        tp = _params(arch, p)
+        tp = sim_params(arch, p)
         loads = sector_accesses(m.case.problem, m.case.variant.tiles, arch.sector_bytes).total
         merged = merged_sector_accesses(m.case, tp, arch.sector_bytes, window)
         out.append(SectorRow(arch.name, m.study, m.key, m.median, float(loads), float(merged),
@@ -249,11 +252,6 @@ def write_rows(path: Path, rows: Sequence) -> None:
     rows = list(rows)
     if not rows:
         return
-    d0 = rows[0] if isinstance(rows[0], dict) else asdict(rows[0])
     tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(d0))
-        w.writeheader()
-        for r in rows:
-            w.writerow(r if isinstance(r, dict) else asdict(r))
+    write_dicts(tmp, (r if isinstance(r, dict) else asdict(r) for r in rows))
     tmp.replace(path)

@@ -3,7 +3,6 @@ and its output (markdown tables on stdout; with an output directory, one CSV per
 markdown file, written as a new directory atomically)."""
 from __future__ import annotations
 
-import csv
 import math
 from pathlib import Path
 from typing import Sequence
@@ -58,7 +57,7 @@ from analysis.findings.traffic import traffic_model_error
 from analysis.findings.validation import simcheck_summaries
 from analysis.models.timemodel import FACTS
 from spec import get_arch
-from spec.records import Metric
+from spec.records import Metric, write_dicts
 
 HINTS_PREDICTION = "profiles/cpu/prediction-h100-hints-20261126"
 """The simulated counts of the hints study, committed before its H100 runs (section P5)."""
@@ -117,6 +116,16 @@ class Runs:
         return repeats_of(ds) if ds else []
 
 
+def _predicted_vs_measured(arch: str, prediction: str, run: str) -> list[dict]:
+    """The pipeline model's committed prediction against the H100 run it predicted (no rows on
+    another arch): misses and time per case (``pipeline_check``)."""
+    if arch != "h100":
+        return []
+    measured = read_run(run)
+    return pipeline_check(read_run(prediction).get("counters.csv", []),
+                          measured.get("counters.csv", []), measured.get("timing.csv", []))
+
+
 def compute(arch: str, *, sim: bool = True, cache_dir: Path | None = None,
             max_accesses: int = 180_000_000, runs: Sequence[Path] = (), log=print) -> dict[str, tuple[str, list[dict]]]:
     """All sections for ``arch``: ``{name: (title, rows)}``. ``runs``: run directories that replace
@@ -146,12 +155,7 @@ def compute(arch: str, *, sim: bool = True, cache_dir: Path | None = None,
     out["sP5_hints_repeats"] = ("P5b. The hints study's sawtooth-vs-linear changes per run and "
                                 "occupancy (section 5c's rule)",
                                 by_occupancy(hints, sawtooth_repeats))
-    if arch == "h100":
-        run = read_run(PIPELINE_RUN)
-        rows = pipeline_check(read_run(PIPELINE_PREDICTION).get("counters.csv", []),
-                              run.get("counters.csv", []), run.get("timing.csv", []))
-    else:
-        rows = []
+    rows = _predicted_vs_measured(arch, PIPELINE_PREDICTION, PIPELINE_RUN)
     out["sP7_pipeline"] = ("P7. The pipeline model against the H100 run it predicted (CUDA "
                            f"80x80, 96 CTAs, S=327680, K/V pipeline depth 1-3; "
                            f"{PIPELINE_PREDICTION} committed before {PIPELINE_RUN}): misses "
@@ -159,12 +163,7 @@ def compute(arch: str, *, sim: bool = True, cache_dir: Path | None = None,
                            rows)
     out["sP7_pipeline_summary"] = ("P7b. Its scores: relative RMS error of misses and times, "
                                    "cases within 25%", pipeline_summary(rows) if rows else [])
-    if arch == "h100":
-        run = read_run(SPILLS_RUN)
-        rows = pipeline_check(read_run(SPILLS_PREDICTION).get("counters.csv", []),
-                              run.get("counters.csv", []), run.get("timing.csv", []))
-    else:
-        rows = []
+    rows = _predicted_vs_measured(arch, SPILLS_PREDICTION, SPILLS_RUN)
     out["sP8_spills"] = ("P8. A build that spills in its step loop beside its spill-free twin "
                          f"(causal cuTile Static 64x64, 132 CTAs, S=262144, occupancy 1 and 2; "
                          f"{SPILLS_PREDICTION} committed before {SPILLS_RUN}): misses and time, "
@@ -360,10 +359,7 @@ def write_csv(path: Path, rows: list[dict]) -> None:
     cols: list[str] = []
     for r in rows:
         cols += [k for k in r if k not in cols]
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=cols)
-        w.writeheader()
-        w.writerows(rows)
+    write_dicts(path, rows, cols)
 
 
 def write_report(out_dir: Path, arch: str, sections: dict[str, tuple[str, list[dict]]],

@@ -23,11 +23,11 @@ the step: hit and miss latencies enter as fractions of it (``units``).
   beside the Q tile, minus one (its K and V arrive by TMA from a producer loop of their own);
   otherwise one step ahead (``CUTILE_PREFETCH``).
 - **Latencies**: the arch registry's (``spec.arch.Memory``): measured by pointer chase on the
-  H100 (unloaded); for an arch without a measurement, a stated range (``LatencyRange``).
+  H100 (unloaded); for an arch without a measurement, a stated range (``Range``).
 - **Step compute**: measured on the H100 for a reference build of each family (``REFERENCE``,
   seconds per step of one CTA alone on its SM), scaled by the step's FLOPs (tile M x N x D) and
   by the resident CTAs per SM (CTAs sharing an SM share its issue slots); on another arch,
-  scaled by a stated speed ratio range (``SpeedRange``: between the ratio of SM clocks, if the
+  scaled by a stated speed ratio range (``Range``: between the ratio of SM clocks, if the
   step is issue-bound, and the ratio of dense fp16 tensor rates per SM, if it is MMA-bound); plus,
   for a build that spills inside its step loop, its in-loop local accesses at the cost one
   measured on the H100 (``SPILL_S_PER_ACCESS``), and its stacks' share of the L2 (``BuildCosts``).
@@ -65,10 +65,13 @@ H100_CLOCK_HZ = 1.98e9
 
 
 @dataclass(frozen=True)
-class SpeedRange:
-    """How much longer a step takes on ``arch`` than on the H100, as a range: ``lo`` if a step is
-    bound by instruction issue (the ratio of SM clocks), ``hi`` if by the tensor cores (the ratio
-    of dense fp16 tensor FLOP/s per SM); ``mid`` their geometric mean. Published figures only."""
+class Range:
+    """A quantity nothing here measured, stated as a range from published figures (or an
+    assumption, said in ``source``); ``mid`` is the geometric mean of its ends. Two kinds:
+    how much longer a step takes on an arch than on the H100 (``SPEED``: ``lo`` if a step is
+    bound by instruction issue, the ratio of SM clocks; ``hi`` if by the tensor cores, the ratio
+    of dense fp16 tensor FLOP/s per SM), and a DRAM fill latency in seconds (``DRAM_LATENCY``:
+    the H100's unloaded value as the floor and a stated ceiling)."""
 
     lo: float
     hi: float
@@ -78,36 +81,26 @@ class SpeedRange:
     def mid(self) -> float:
         return math.sqrt(self.lo * self.hi)
 
-
-@dataclass(frozen=True)
-class LatencyRange:
-    """An arch's DRAM fill latency where nothing measured it: the H100's unloaded value as the
-    floor and a stated ceiling; ``mid`` their geometric mean."""
-
-    lo_s: float
-    hi_s: float
-    source: str
-
-    @property
-    def mid_s(self) -> float:
-        return math.sqrt(self.lo_s * self.hi_s)
+    def at(self, point: str) -> float:
+        """The value at ``point`` of the range: ``"lo"``, ``"mid"`` or ``"hi"``."""
+        return {"lo": self.lo, "mid": self.mid, "hi": self.hi}[point]
 
 
-SPEED: dict[str, SpeedRange] = {
-    "h100": SpeedRange(1.0, 1.0, "measured on the H100"),
-    "h200": SpeedRange(1.0, 1.0, "the H100's SM (same GH100 die and clocks)"),
-    "gb10": SpeedRange(H100_CLOCK_HZ / 2.55e9, (989e12 / 132) / (125e12 / 48),
-                       "GB10 SM clock up to 2.55 GHz (Chips and Cheese, 'Analyzing Nvidia GB10's "
-                       "GPU') against the H100's 1.98 GHz; dense fp16 tensor rate per SM: H100 "
-                       "SXM 989 TFLOP/s / 132 SMs, GB10 about 125 TFLOP/s (1 PFLOP sparse FP4 / "
-                       "8) / 48 SMs"),
+SPEED: dict[str, Range] = {
+    "h100": Range(1.0, 1.0, "measured on the H100"),
+    "h200": Range(1.0, 1.0, "the H100's SM (same GH100 die and clocks)"),
+    "gb10": Range(H100_CLOCK_HZ / 2.55e9, (989e12 / 132) / (125e12 / 48),
+                  "GB10 SM clock up to 2.55 GHz (Chips and Cheese, 'Analyzing Nvidia GB10's "
+                  "GPU') against the H100's 1.98 GHz; dense fp16 tensor rate per SM: H100 "
+                  "SXM 989 TFLOP/s / 132 SMs, GB10 about 125 TFLOP/s (1 PFLOP sparse FP4 / "
+                  "8) / 48 SMs"),
 }
 
-DRAM_LATENCY: dict[str, LatencyRange] = {
-    "gb10": LatencyRange(348.7e-9, 1.0e-6,
-                         "no GB10 measurement: from the H100's unloaded HBM3 latency (floor) to "
-                         "1 us for LPDDR5X behind the NVLink-C2C link to the CPU die's memory "
-                         "controllers, under load (an assumption)"),
+DRAM_LATENCY: dict[str, Range] = {
+    "gb10": Range(348.7e-9, 1.0e-6,
+                  "no GB10 measurement: from the H100's unloaded HBM3 latency (floor) to "
+                  "1 us for LPDDR5X behind the NVLink-C2C link to the CPU die's memory "
+                  "controllers, under load (an assumption)"),
 }
 
 L1_BYTES: dict[str, int] = {"h100": 256 << 10, "h200": 256 << 10, "gb10": 128 << 10}
@@ -194,7 +187,7 @@ def step_timing(case: Case, arch: Arch, point: str = "mid", *, spills: BuildCost
     rng_speed = SPEED.get(arch.name)
     if rng_speed is None:
         raise ValueError(f"no step speed for {arch.name}: add it to analysis.models.steptime.SPEED")
-    scale = {"lo": rng_speed.lo, "mid": rng_speed.mid, "hi": rng_speed.hi}[speed]
+    scale = rng_speed.at(speed)
     per_sm = max(1, -(-case.resident // arch.num_sms))
     step = t_ref * (4 * t.m * t.n * case.problem.D / flops_ref) * scale * per_sm
     mem = arch.memory
@@ -203,7 +196,7 @@ def step_timing(case: Case, arch: Arch, point: str = "mid", *, spills: BuildCost
              f"x{per_sm} CTAs per SM"]
     rng = DRAM_LATENCY.get(arch.name)
     if rng is not None:
-        miss = {"lo": rng.lo_s, "mid": rng.mid_s, "hi": rng.hi_s}[latency]
+        miss = rng.at(latency)
         notes.append(f"DRAM {miss * 1e9:.0f} ns ({latency} of the assumed range)")
     elif mem and mem.dram_s:
         miss = mem.dram_s

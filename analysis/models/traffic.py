@@ -32,15 +32,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from spec.problem import cdiv
+
 __all__ = ["Shape", "Traffic", "sector_accesses", "sector_accesses_closed_form",
            "paper_sector_accesses", "cold_misses", "cold_misses_closed_form", "noncompulsory",
-           "kv_sectors", "mape", "ModelError", "model_error", "MiB"]
+           "kv_sectors", "mape", "ModelError", "model_error", "MiB", "as_shape"]
 
 MiB = 1 << 20
-
-
-def _cdiv(a, b):
-    return -(-a // b)
 
 
 # --------------------------------------------------------------------------------------------
@@ -91,11 +89,11 @@ class Shape:
 
     @property
     def n_q(self) -> int:
-        return _cdiv(self.S_q, self.T_m)
+        return cdiv(self.S_q, self.T_m)
 
     @property
     def n_kv(self) -> int:
-        return _cdiv(self.S_kv, self.T_n)
+        return cdiv(self.S_kv, self.T_n)
 
     @property
     def group(self) -> int:
@@ -109,12 +107,12 @@ class Shape:
     def q_tile_sectors(self) -> np.ndarray:
         """Sectors of each Q (and O) tile: ``ceil(rows·D·E / C)``, the last tile partial."""
         rows = np.minimum(self.T_m, self.S_q - np.arange(self.n_q, dtype=np.int64) * self.T_m)
-        return _cdiv(rows * self.D * self.E, self.C)
+        return cdiv(rows * self.D * self.E, self.C)
 
     def kv_tile_sectors(self) -> np.ndarray:
         """Sectors of each K (and each V) tile."""
         rows = np.minimum(self.T_n, self.S_kv - np.arange(self.n_kv, dtype=np.int64) * self.T_n)
-        return _cdiv(rows * self.D * self.E, self.C)
+        return cdiv(rows * self.D * self.E, self.C)
 
     def kv_tiles_for(self, i) -> np.ndarray:
         """``Tc(i)``: K/V tiles ``0..Tc-1`` Q tile ``i`` reads (causal: top-left diagonal, as
@@ -123,14 +121,15 @@ class Shape:
         if not self.causal:
             return np.full(i.shape, self.n_kv, dtype=np.int64)
         last_row = np.minimum((i + 1) * self.T_m, self.S_q)
-        return np.minimum(_cdiv(last_row, self.T_n), self.n_kv)
+        return np.minimum(cdiv(last_row, self.T_n), self.n_kv)
 
     def kv_prefix(self) -> np.ndarray:
         """``kv_prefix[t]`` = sectors of K tiles ``0..t-1`` (the same for V)."""
         return np.concatenate([[0], np.cumsum(self.kv_tile_sectors())]).astype(np.int64)
 
 
-def _shape(x, tiles=None, sector_bytes: int = 32) -> Shape:
+def as_shape(x, tiles=None, sector_bytes: int = 32) -> Shape:
+    """``x`` as a ``Shape``: itself, or a spec Problem with its Tiles (the models take either)."""
     if isinstance(x, Shape):
         return x
     if tiles is None:
@@ -170,7 +169,7 @@ def sector_accesses(shape, tiles=None, sector_bytes: int = 32) -> Traffic:
     >>> sector_accesses(Shape(S_q=256, D=64, T_m=64, T_n=64)).total     # 8S(1 + S/T) = 10240
     10240
     """
-    s = _shape(shape, tiles, sector_bytes)
+    s = as_shape(shape, tiles, sector_bytes)
     qs = s.q_tile_sectors()
     tc = s.kv_tiles_for(np.arange(s.n_q))
     kv_per_head = int(s.kv_prefix()[tc].sum())
@@ -191,7 +190,7 @@ def sector_accesses_closed_form(shape, tiles=None, sector_bytes: int = 32) -> fl
     >>> sector_accesses_closed_form(Shape(S_q=4096, D=64, causal=True))   # 8S(S/2T + 3/2)
     1097728.0
     """
-    s = _shape(shape, tiles, sector_bytes)
+    s = as_shape(shape, tiles, sector_bytes)
     r2 = 2.0 * s.row_sectors
     Sq, Skv, Tm, Tn = float(s.S_q), float(s.S_kv), float(s.T_m), float(s.T_n)
     if not s.causal:
@@ -225,7 +224,7 @@ def cold_misses(shape, tiles=None, sector_bytes: int = 32) -> int:
     >>> cold_misses(Shape(S_q=1024, D=64))                  # 4·S·D·E/C = 16S
     16384
     """
-    s = _shape(shape, tiles, sector_bytes)
+    s = as_shape(shape, tiles, sector_bytes)
     qo = 2 * s.B * s.H * int(s.q_tile_sectors().sum())
     touched = int(s.kv_tiles_for(s.n_q - 1))
     kv = 2 * s.B * s.H_kv * int(s.kv_prefix()[touched])
@@ -234,7 +233,7 @@ def cold_misses(shape, tiles=None, sector_bytes: int = 32) -> int:
 
 def cold_misses_closed_form(shape, tiles=None, sector_bytes: int = 32) -> float:
     """``B·(H·2·S_q + H_kv·2·S_kv')·D·E/C`` with ``S_kv' = min(S_kv, S_q)`` when causal."""
-    s = _shape(shape, tiles, sector_bytes)
+    s = as_shape(shape, tiles, sector_bytes)
     skv = min(s.S_kv, s.S_q) if s.causal else s.S_kv
     return s.B * (s.H * 2.0 * s.S_q + s.H_kv * 2.0 * skv) * s.row_sectors
 
@@ -246,7 +245,7 @@ def noncompulsory(measured, cold):
 
 def kv_sectors(shape, tiles=None, sector_bytes: int = 32) -> int:
     """K+V sectors of one K/V head (``KV = 2·S_kv·D·E/C`` for whole tiles)."""
-    s = _shape(shape, tiles, sector_bytes)
+    s = as_shape(shape, tiles, sector_bytes)
     return 2 * int(s.kv_prefix()[-1])
 
 

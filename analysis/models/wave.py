@@ -76,8 +76,9 @@ from typing import Iterable, Sequence
 import numpy as np
 from scipy import optimize
 
-from analysis.models.traffic import MiB, Shape, _cdiv, _shape, cold_misses, kv_sectors, mape
+from analysis.models.traffic import MiB, Shape, as_shape, cold_misses, kv_sectors, mape
 from spec.orders import OrderKind, ScanOrder
+from spec.problem import cdiv
 from spec.records import Metric
 
 __all__ = ["wave_misses", "wave_misses_paper", "CEffFit", "fit_c_eff", "fit_c_eff_rows"]
@@ -163,7 +164,7 @@ def _wave_terms(s: Shape, P: int, order) -> _WaveTerms:
     U = s.B * s.H_kv
     n_items = U * L
     # the K/V heads each wave streams: units w_first..w_last
-    wg = np.arange(_cdiv(n_items, P), dtype=np.int64)
+    wg = np.arange(cdiv(n_items, P), dtype=np.int64)
     w_first = (wg * P) // L
     w_last = (np.minimum(wg * P + P, n_items) - 1) // L
     # the waves each unit appears in
@@ -199,7 +200,7 @@ def wave_misses(shape, P: int, c_eff: float, order="linear", tiles=None,
     >>> wave_misses(s, P=16, c_eff=24576, order="sawtooth") - cold_misses(s)    # 3 · (KV − C)
     24576.0
     """
-    s = _shape(shape, tiles, sector_bytes)
+    s = as_shape(shape, tiles, sector_bytes)
     return float(_wave_terms(s, P, order).misses(c_eff)[0])
 
 
@@ -238,7 +239,7 @@ def wave_misses_paper(shape, P: int, c_eff: float, order="linear", tiles=None,
     transitions flip direction, the rest cost like linear). ``cold`` is the exact cold count
     (``B·H·4·S·D·E/C`` for whole tiles and no GQA).
     """
-    s = _shape(shape, tiles, sector_bytes)
+    s = as_shape(shape, tiles, sector_bytes)
     return float(_paper_terms(s, P, order).misses(c_eff)[0])
 
 
@@ -299,7 +300,7 @@ def fit_c_eff(S_values: Sequence[int], measured_misses: Sequence[float], *, shap
     >>> round(fit_c_eff(S, y, shape=s, P=32, order="sawtooth").c_eff_sectors)
     150000
     """
-    base = _shape(shape, tiles, sector_bytes)
+    base = as_shape(shape, tiles, sector_bytes)
     S = np.asarray(S_values, dtype=np.int64)
     y = np.asarray(measured_misses, dtype=np.float64)
     if S.shape != y.shape or S.ndim != 1 or len(S) == 0:

@@ -46,14 +46,7 @@ import numpy as np
 
 from spec import detect, get_arch
 
-from ..rundirs.rundir import (
-    RunDirExists,
-    check_creatable,
-    check_free,
-    command_line,
-    reserved_run_dir,
-    write_manifest,
-)
+from ..rundirs.rundir import RunDirExists, check_new, command_line, reserved_run_dir, write_manifest
 
 MiB = 2**20
 TLB_SAFE_BYTES = 512 * MiB
@@ -245,8 +238,7 @@ def _checked(a: argparse.Namespace):
     if a.out is None and not a.dry_run:
         raise ValueError("--out DIR is required (a new directory); or pass --dry-run")
     if a.out is not None:
-        check_creatable(a.out)
-        check_free(a.out)
+        check_new(a.out)
     return arch, sizes
 
 

@@ -28,7 +28,6 @@ memory, repeat, CTA index, SM, the SM's group). ``python -m experiments.instrume
 from __future__ import annotations
 
 import argparse
-import csv
 import statistics
 import sys
 from pathlib import Path
@@ -36,15 +35,9 @@ from pathlib import Path
 import numpy as np
 
 from spec import detect, get_arch
+from spec.records import write_dicts
 
-from ..rundirs.rundir import (
-    RunDirExists,
-    check_creatable,
-    check_free,
-    command_line,
-    reserved_run_dir,
-    write_manifest,
-)
+from ..rundirs.rundir import RunDirExists, check_new, command_line, reserved_run_dir, write_manifest
 from .latency import successor_offsets, visit_order
 
 SOURCE = r"""
@@ -179,8 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     try:
         arch = get_arch(a.arch)
-        check_creatable(a.out)
-        check_free(a.out)
+        check_new(a.out)
         dev = detect()
         if dev is None:
             raise ValueError("no CUDA GPU here: run this on the GPU machine")
@@ -193,10 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     from ..measurement.measure import device_facts
     with reserved_run_dir(a.out) as (final, work):
         rows, facts = measure()
-        with open(work / "smmap.csv", "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+        write_dicts(work / "smmap.csv", rows)
         write_manifest(work, command=command_line("experiments.instruments.smmap", argv), arch=arch.name,
                        device=device_facts(), **facts)
     print(f"wrote {final}/smmap.csv")

@@ -82,6 +82,14 @@ def hook(name: str) -> Callable:
     return getattr(importlib.import_module(module), attr)
 
 
+_SUITE_RUN = dict(profiled=False, reps=15, eager=True, measure="experiments.speed.shapes:measure")
+"""How the shape suites run: timed (kernel and eager call) by the shapes engine, not profiled."""
+
+_BACKWARD_RUN = dict(reps=5, groups=("dram",),
+                     simulate="experiments.simulation.backward:backward_rows",
+                     measure="experiments.measurement.backward:measure_backward")
+"""How the backward studies run: the backward engines, measured and simulated alike."""
+
 STUDIES: dict[str, Study] = {
     s.name: s
     for s in (
@@ -112,14 +120,12 @@ STUDIES: dict[str, Study] = {
         Study("shapes", "the shape suite (benchmark, batched short, GQA, uneven, S_q != "
               "S_kv): each family's default attention() beside SDPA flash and cuDNN; geometric "
               "mean and minimum of the ratio to cuDNN per family",
-              shapes_plan, profiled=False, reps=15, eager=True,
-              measure="experiments.speed.shapes:measure"),
+              shapes_plan, **_SUITE_RUN),
         Study("models", "the model families (encoders, ViTs, diffusion U-Nets, LLM "
               "prefill with grouped and multi-query heads, chunks against a longer K/V, long "
               "causal) in a tuning and a validation half: each family's default attention() "
               "beside SDPA flash and cuDNN, kernel time and eager call time",
-              models_plan, profiled=False, reps=15, eager=True,
-              measure="experiments.speed.shapes:measure"),
+              models_plan, **_SUITE_RUN),
         Study("hostpath", "host time per call of each family's attention() (eager path, "
               "operator, prepared launch) beside SDPA flash and cuDNN over 10,000 calls, and "
               "the eager call time of each (the host-path study)",
@@ -147,15 +153,11 @@ STUDIES: dict[str, Study] = {
         Study("backward", "the backward's scan order: dK/dV (Q scan) and dQ (K/V scan) kernels "
               "alone, linear vs sawtooth, persistent CTAs, causal and not: L2 misses and time "
               "beside SDPA flash and cuDNN's backward",
-              backward_plan, reps=5, groups=("dram",),
-              simulate="experiments.simulation.backward:backward_rows",
-              measure="experiments.measurement.backward:measure_backward"),
+              backward_plan, **_BACKWARD_RUN),
         Study("dqpair", "the backward's fair dQ pair repeated: 64x128 persistent, linear, "
               "sawtooth and a reverse-order control, causal and not, K/V per head above the L2 "
               "and at half of it: L2 misses and time beside SDPA flash and cuDNN's backward",
-              dqpair_plan, reps=5, groups=("dram",),
-              simulate="experiments.simulation.backward:backward_rows",
-              measure="experiments.measurement.backward:measure_backward"),
+              dqpair_plan, **_BACKWARD_RUN),
         Study("hints", "the paper's cuTile occupancy hint (1) beside the study's (2): misses "
               "and time of the non-causal Static and Tile-based pairs",
               hints_plan, groups=("dram",)),

@@ -156,6 +156,13 @@ def check_creatable(path: Path) -> None:
             return
 
 
+def check_new(path: Path) -> None:
+    """Raise BadRunDir or RunDirExists, naming the fix, unless a new run can be written at
+    ``path``: the directory can be created and holds no run (finished or in progress)."""
+    check_creatable(path)
+    check_free(path)
+
+
 def _cannot(path: Path, e: Exception) -> BadRunDir:
     return BadRunDir(f"output directory {path} cannot be created: "
                      f"{getattr(e, 'strerror', None) or e}; pass another --out")
@@ -199,8 +206,7 @@ def sweep_stale(parent: Path, remove: bool = True) -> list[str]:
 def _reserve(path: Path) -> list[Path]:
     """Create the parents and the lock of ``path`` atomically; returns the parents it created."""
     try:
-        check_creatable(path)
-        check_free(path)
+        check_new(path)
         made = _missing_parents(path)
     except (OSError, ValueError) as e:
         if isinstance(e, (RunDirExists, BadRunDir)):

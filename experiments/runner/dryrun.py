@@ -16,7 +16,7 @@ from ..registry.lengths import describe_scale
 from . import costs
 from .costs import duration, size
 from .options import UsageError, simulatable
-from .report import _count, fit_table, heading, panels, shape_columns
+from .report import fit_table, heading, panels, shape_columns, si_count
 
 
 def available_memory() -> int | None:
@@ -41,7 +41,7 @@ def plan_table(cases: list[Case], width: int, title: str):
                           "S": c.problem.S_q, "problem": c.problem.label,
                           "ctas": c.resident, "acc": costs.tile_accesses(c)})
     cols = shape_columns(varies) + [("ctas", "resident CTAs", str),
-                                    ("acc", "tile accesses", _count)]
+                                    ("acc", "tile accesses", si_count)]
     return fit_table(cells, cols, width, title)
 
 
@@ -160,7 +160,7 @@ def check_limits(args, mode: str, study, arch, cases, capacity, workers: int,
         free, what, peak = gpu_free, "the GPU has", measure_peak_bytes(cases, arch)
     top = max(cases, key=costs.tile_accesses)
     why = (f"{mode} is estimated at about {duration(est.seconds)} and {size(peak)} of memory at "
-           f"peak (largest case {top.id}: {_count(costs.tile_accesses(top))} tile accesses)")
+           f"peak (largest case {top.id}: {si_count(costs.tile_accesses(top))} tile accesses)")
     fix = "pass a smaller --seq or a --filter, or --force to run it anyway"
     if free is not None and peak > free:
         raise UsageError(f"{why}, and {what} {size(free)} free; {fix}")

@@ -11,7 +11,7 @@ from spec.case import Case
 from ..registry.lengths import kv_bytes_per_head
 
 
-def _count(x: float) -> str:
+def si_count(x: float) -> str:
     """Counts with an SI suffix (the full values are in the CSV)."""
     for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(x) >= scale:
@@ -91,10 +91,10 @@ def shape_columns(varies: set[str]) -> list:
 # (key, header, format) of the results, left out from the right when the table is too wide: the
 # paper's count and the error against it come right after the misses, so that they stay at 80
 # columns (GB10's main study: the variant id, B, Δ, the misses and these two: 80)
-_RESULTS = (("d_miss", "Δ miss", "{:+.1f}%".format), ("miss", "misses", _count),
-            ("pub", "paper", _count), ("err", "err", "{:+.0f}%".format),
+_RESULTS = (("d_miss", "Δ miss", "{:+.1f}%".format), ("miss", "misses", si_count),
+            ("pub", "paper", si_count), ("err", "err", "{:+.0f}%".format),
             ("d_ms", "Δ time", "{:+.1f}%".format), ("ms", "time ms", "{:.3f}".format),
-            ("d_nc", "Δ non-comp.", "{:+.1f}%".format), ("nc", "non-comp.", _count),
+            ("d_nc", "Δ non-comp.", "{:+.1f}%".format), ("nc", "non-comp.", si_count),
             ("tf", "TFLOPS", "{:.1f}".format))
 
 

@@ -61,8 +61,8 @@ from .shard_jobs import (  # noqa: F401
     ShardError,
     ShardJob,
     Submitted,
-    _gpu_names,
     finished,
+    gpu_names,
     host_gpus,
     make_executor,
     measure_on_this_gpu,
@@ -283,7 +283,7 @@ def measure_sharded(args, argv: list[str], console, study, arch, cases: list[Cas
         subs = submit(jobs, gpus[:len(jobs)] if gpus else None, opts, logs, measure)
         wait(subs, console)
     merged = merge(work, cases, run)
-    names = _gpu_names(merged.params["devices"])
+    names = gpu_names(merged.params["devices"])
     if len(names) > 1:
         raise ShardError(f"the shards ran on different GPUs ({', '.join(sorted(names))}); a study's "
                          "GPUs must all be the arch it names: pick one GPU type "

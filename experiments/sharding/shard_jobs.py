@@ -388,7 +388,8 @@ def merge(work: Path, cases: list[Case], run: str) -> Merged:
     return Merged(rows, params, missing)
 
 
-def _gpu_names(devices: list[dict]) -> set[str]:
+def gpu_names(devices: list[dict]) -> set[str]:
+    """The GPU names the devices of a sharded run's manifest report."""
     return {d.get("gpu") for d in devices if d.get("gpu")}
 
 

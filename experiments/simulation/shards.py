@@ -14,7 +14,6 @@ sampled tex misses, the sampled one's error), a manifest whose ``err_pct_min`` /
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import sys
 import time
@@ -23,15 +22,9 @@ from pathlib import Path
 
 from analysis.cache.sampling import SPREAD_SEEDS
 from spec import get_arch
+from spec.records import write_dicts
 
-from ..rundirs.rundir import (
-    RunDirExists,
-    check_creatable,
-    check_free,
-    command_line,
-    reserved_run_dir,
-    write_manifest,
-)
+from ..rundirs.rundir import RunDirExists, check_new, command_line, reserved_run_dir, write_manifest
 
 MODULE = "experiments.simulation.shards"
 
@@ -95,18 +88,14 @@ def main(argv: list[str] | None = None) -> int:
         get_arch(a.arch)
         if a.seeds < 1:
             raise ValueError("--seeds must be >= 1")
-        check_creatable(a.out)
-        check_free(a.out)
+        check_new(a.out)
     except (ValueError, RunDirExists) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
     with reserved_run_dir(a.out) as (final, work):
         rows, summary = run(a.arch, a.study, a.seeds, a.jobs or len(os.sched_getaffinity(0)))
-        with open(work / "shards.csv", "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+        write_dicts(work / "shards.csv", rows)
         write_manifest(work, command=command_line(MODULE, argv), study="shards", mode="simulate",
                        wall_seconds=round(time.perf_counter() - t0, 1), **summary)
     print(f"{'case':<70} {'exact M':>17} {'sampled M':>17} {'sampled err %':>15}")

@@ -217,6 +217,20 @@ def speed(problems, repeats: int, dev: str):
     return rows
 
 
+def _alternated(what: str, fns: dict, ref: str, repeats: int, case: tuple, dev: str,
+                suffix: str = "") -> list[tuple]:
+    """Time the builds ``fns`` alternated A/B ``repeats`` times, each sample ``n`` calls (as
+    many as ``fns[ref]`` needs): one row per build, its median, labelled ``name + suffix``."""
+    n = _calls_for(fns[ref])
+    samples = {o: [] for o in fns}
+    for _ in range(repeats):
+        for o, fn in fns.items():
+            samples[o].append(_events_ms(fn, n, 1))
+    rows = [(*case, f"{o}{suffix}", statistics.median(s), dev) for o, s in samples.items()]
+    print(what, case[2], " ".join(f"{r[3]}={r[4]:.3f}" for r in rows), flush=True)
+    return rows
+
+
 def order_ab(problems, repeats: int, dev: str):
     import torch
 
@@ -229,15 +243,8 @@ def order_ab(problems, repeats: int, dev: str):
         for order in ("linear", "sawtooth"):
             launch, args = _kernel_setup(pr, default_backward(pr, order, f"static{p_ctas}"))
             fns[order] = launch.passes(*args)["dkdv"]
-        n = _calls_for(fns["linear"])
-        samples = {o: [] for o in fns}
-        for _ in range(repeats):
-            for o, fn in fns.items():
-                samples[o].append(_events_ms(fn, n, 1))
-        for o, s in samples.items():
-            rows.append((fam, half, pr.label, f"{o}.static{p_ctas}", statistics.median(s), dev))
-        print("order", pr.label, " ".join(f"{r[3]}={r[4]:.3f}" for r in rows
-                                          if r[2] == pr.label), flush=True)
+        rows += _alternated("order", fns, "linear", repeats, (fam, half, pr.label), dev,
+                            f".static{p_ctas}")
     return rows
 
 
@@ -253,15 +260,7 @@ def split_ab(problems, repeats: int, dev: str):
         for name, split in (("split-rule", None), ("split1", 1)):
             launch, args = _kernel_setup(pr, replace(default_backward(pr), split=split))
             fns[name] = lambda launch=launch, args=args: launch(*args)
-        n = _calls_for(fns["split1"])
-        samples = {o: [] for o in fns}
-        for _ in range(repeats):
-            for o, fn in fns.items():
-                samples[o].append(_events_ms(fn, n, 1))
-        for o, s_ in samples.items():
-            rows.append((fam, half, pr.label, o, statistics.median(s_), dev))
-        print("split", pr.label, " ".join(f"{r[3]}={r[4]:.3f}" for r in rows
-                                          if r[2] == pr.label), flush=True)
+        rows += _alternated("split", fns, "split1", repeats, (fam, half, pr.label), dev)
     return rows
 
 

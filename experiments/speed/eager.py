@@ -306,34 +306,34 @@ def stored_lines(rows) -> list[str]:
     return lines
 
 
-def stored_run_rows(argv: list[str] | None, prog: str, what: str):
-    """The timing rows of the one run directory a re-printing command names (through the data
-    door: a committed run is verified), or None after one line on stderr (the caller exits 2)."""
+def print_stored(argv: list[str] | None, prog: str, what: str,
+                 lines_of: Callable[[list[dict]], list[str]], missing: str) -> int:
+    """Re-print a stored run: the timing rows of the one run directory ``argv`` names (through
+    the data door: a committed run is verified), as ``lines_of`` writes them. Exit status 2
+    after one line on stderr when the argument is not one run (usage: ``prog <what>``) or the
+    run holds nothing to print (``missing``: what it lacks and what to pass)."""
     from analysis.data import DatasetError, timing_rows
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         print(f"error: usage: python -m {prog} <{what}>", file=sys.stderr)
-        return None
+        return 2
     try:
-        return timing_rows(Path(argv[0]))
+        rows = timing_rows(Path(argv[0]))
     except DatasetError as e:
         print(f"error: {e}", file=sys.stderr)
-        return None
-
-
-def main(argv: list[str] | None = None) -> int:
-    rows = stored_run_rows(argv, "experiments.speed.eager", "hostpath run directory")
-    if rows is None:
         return 2
-    path = Path((sys.argv[1:] if argv is None else argv)[0])
-    lines = stored_lines(rows)
+    lines = lines_of(rows) if rows else []
     if not lines:
-        print(f"error: {path} has no hostpath rows; pass a hostpath run directory",
-              file=sys.stderr)
+        print(f"error: {Path(argv[0])} {missing}", file=sys.stderr)
         return 2
     for line in lines:
         print(line)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return print_stored(argv, "experiments.speed.eager", "hostpath run directory", stored_lines,
+                        "has no hostpath rows; pass a hostpath run directory")
 
 
 if __name__ == "__main__":

@@ -33,13 +33,12 @@ import math
 import statistics
 import sys
 from dataclasses import asdict, dataclass, is_dataclass
-from pathlib import Path
 
 from kernels.rules.config import shape_class
 from spec import Problem
 from spec.records import Metric
 
-from .eager import EAGER_CALL_MS, stored_run_rows
+from .eager import EAGER_CALL_MS, print_stored
 
 FAMILIES = ("cutile", "cuda")
 CUDNN, FLASH = "sdpa-cudnn", "sdpa-flash"
@@ -287,17 +286,10 @@ def eager_call_rows(passed, arch, *, run: str, study: str, seed: int, reps: int)
 
 
 def main(argv: list[str] | None = None) -> int:
-    rows = stored_run_rows(argv, "experiments.speed.shapes", "run directory or timing.csv")
-    if rows is None:
-        return 2
-    path = Path((sys.argv[1:] if argv is None else argv)[0])
-    if not rows:
-        print(f"error: {path} holds no timing.csv; pass a shapes run directory (it holds "
-              "timing.csv) or the CSV itself", file=sys.stderr)
-        return 2
-    for line in summary_lines(rows) + half_lines(rows):
-        print(line)
-    return 0
+    return print_stored(argv, "experiments.speed.shapes", "run directory or timing.csv",
+                        lambda rows: summary_lines(rows) + half_lines(rows),
+                        "holds no timing.csv; pass a shapes run directory (it holds timing.csv) "
+                        "or the CSV itself")
 
 
 if __name__ == "__main__":
