@@ -318,8 +318,10 @@ def enumerate_builds(family: str = "both", cuda_all: bool = False) -> list:
 # ------------------------------------------------------------------------------------------------
 def text_sections(cubin: bytes) -> list[bytes]:
     """The contents of the cubin's ``.text.*`` sections, in section-name order."""
-    from kernels.build.resources import _sections
-    return [cubin[o:o + n] for name, o, n in sorted(_sections(cubin))
+    from kernels.build import resources
+    # a checkout before the name went public (``--source`` of an older commit) calls it _sections
+    sections = getattr(resources, "elf_sections", None) or getattr(resources, "_sections")
+    return [cubin[o:o + n] for name, o, n in sorted(sections(cubin))
             if name.startswith(b".text.")]
 
 

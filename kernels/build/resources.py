@@ -101,7 +101,7 @@ def required_threads(cubin: bytes) -> int | None:
     per SM (limit 2 by registers and by shared memory, ``profiles/h100/occupancy-20261125``).
     Each record is a 4-byte header (format, attribute, 16-bit value or payload size); only the
     ``EIFMT_SVAL`` format carries a payload."""
-    for name, off, size in _sections(cubin):
+    for name, off, size in elf_sections(cubin):
         if not name.startswith(b".nv.info."):
             continue
         i = off
@@ -114,7 +114,7 @@ def required_threads(cubin: bytes) -> int | None:
     return None
 
 
-_RES = re.compile(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)\s+LOCAL:(\d+)")
+PTXAS_RESOURCES = re.compile(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)\s+LOCAL:(\d+)")
 _OPS = ("HGMMA", "HMMA", "UTMALDG", "UTMASTG", "LDG", "STG", "LDL", "STL", "MUFU", "BAR")
 
 
@@ -126,7 +126,7 @@ _PTX_OPS = {"TMA_LOAD": re.compile(r"cp\.async\.bulk\.tensor\.\w+\.shared::\w+\.
             "LD_LOCAL": re.compile(r"\bld\.local"), "ST_LOCAL": re.compile(r"\bst\.local")}
 
 
-def _sections(cubin: bytes):
+def elf_sections(cubin: bytes):
     """(name, offset, size) of every section of a 64-bit ELF."""
     if cubin[:4] != b"\x7fELF" or cubin[4] != 2:
         raise ValueError("not a 64-bit ELF cubin")
@@ -141,7 +141,7 @@ def _sections(cubin: bytes):
 
 def embedded_ptx(cubin: bytes) -> str | None:
     """The PTX text tileiras embeds in the cubin (section ``.nv_debug_ptx_txt``), or None."""
-    for name, off, size in _sections(cubin):
+    for name, off, size in elf_sections(cubin):
         if name == PTX_SECTION:
             return cubin[off:off + size].decode("utf-8", "replace")
     return None
@@ -165,7 +165,7 @@ def read_resources(cubin: bytes, cuobjdump: str | None = None) -> Resources:
                              text=True, check=True).stdout
         # SASS needs nvdisasm (pip nvidia-cuda-nvdisasm): without it cuobjdump fails
         sass = subprocess.run([tool, "-sass", path], capture_output=True, text=True)
-    m = _RES.search(res)
+    m = PTXAS_RESOURCES.search(res)
     if not m:
         raise RuntimeError(f"could not parse cuobjdump --dump-resource-usage output:\n{res}")
     counts = None

@@ -46,7 +46,7 @@ def jit_like_array(shape, dtype=ct.float16, strides=None, base_aligned: bool = T
         base_addr_divisible_by=16 if base_aligned else 1)
 
 
-def _needs_v2(params) -> bool:
+def needs_v2(params) -> bool:
     return any(isinstance(p, ArrayConstraint) and any(x is not None for x in p.shape_constant)
                for p in params)
 
@@ -79,7 +79,7 @@ class BuildShape:
 
 
 def _signature(params: list, symbol: str) -> KernelSignature:
-    cc = (CallingConvention.cutile_python_v2() if _needs_v2(params)
+    cc = (CallingConvention.cutile_python_v2() if needs_v2(params)
           else CallingConvention.cutile_python_v1())
     return KernelSignature(params, cc).with_mangled_symbol(symbol)
 

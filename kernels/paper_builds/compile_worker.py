@@ -110,7 +110,7 @@ def _compile_export(job: dict, out: Path) -> None:
         export_kernel,
     )
 
-    from kernels.build.signatures import _needs_v2, jit_like_array
+    from kernels.build.signatures import jit_like_array, needs_v2
     dts = {"f16": ct.float16, "f32": ct.float32, "i32": ct.int32}
     params = []
     for kind, *rest in job["args"]:
@@ -123,7 +123,7 @@ def _compile_export(job: dict, out: Path) -> None:
     kern = _load_kernel(job["module"], job["function"])
     if job["occupancy"] is not None:
         kern = kern.replace_hints(occupancy=job["occupancy"])
-    cc = (CallingConvention.cutile_python_v2() if _needs_v2(params)
+    cc = (CallingConvention.cutile_python_v2() if needs_v2(params)
           else CallingConvention.cutile_python_v1())
     sig = KernelSignature(params, cc).with_mangled_symbol(job["function"])
     export_kernel(kern, [sig], str(out), gpu_code=job["target"], output_format="cubin")

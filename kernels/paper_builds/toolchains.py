@@ -126,7 +126,7 @@ def analyse(cubin: bytes, target: str, tools_venvs: tuple[Path, ...] = ()
             ) -> tuple[dict, list[sass_loops.Loop], sass_loops.Function]:
     """Resources (cuobjdump), CTAs per SM under the target's published limits, and the loops of
     the SASS (nvdisasm) of one cubin."""
-    from kernels.build.resources import _RES, required_threads
+    from kernels.build.resources import PTXAS_RESOURCES, required_threads
     with tempfile.TemporaryDirectory() as d:
         p = Path(d) / "k.cubin"
         p.write_bytes(cubin)
@@ -134,7 +134,7 @@ def analyse(cubin: bytes, target: str, tools_venvs: tuple[Path, ...] = ()
                               str(p)], capture_output=True, text=True, check=True).stdout
         sass = subprocess.run([str(find_tool("nvdisasm", tools_venvs)), "-c", str(p)],
                               capture_output=True, text=True, check=True).stdout
-    regs, stack, shared, _ = (int(g) for g in _RES.search(res).groups())
+    regs, stack, shared, _ = (int(g) for g in PTXAS_RESOURCES.search(res).groups())
     threads = required_threads(cubin)
     limits = published_limits(get_arch(TARGETS[target]))
     per_sm = limits.ctas_per_sm(threads, regs, shared - limits.reserved_smem_per_block)

@@ -147,7 +147,7 @@ def test_trace_builds_compile_and_store_the_record(toolchain, kernel):  # noqa: 
     record); the plain build keeps its symbol."""
     from dataclasses import replace
 
-    from kernels.build.resources import _sections, read_resources
+    from kernels.build.resources import elf_sections, read_resources
     from kernels.build.signatures import BackwardCase
     for causal in (False, True):
         plain = BackwardCase(kernel=kernel, H=4, H_kv=2, S_q=333, S_kv=333 if causal else 461,
@@ -155,7 +155,7 @@ def test_trace_builds_compile_and_store_the_record(toolchain, kernel):  # noqa: 
         res = {}
         for case in (plain, replace(plain, trace=True, n_ctas=5)):
             cubin = _cubin(case, 1, 8)
-            text = [n for n, _, _ in _sections(cubin) if n.startswith(b".text.")]
+            text = [n for n, _, _ in elf_sections(cubin) if n.startswith(b".text.")]
             assert len(text) == 1 and text[0].startswith(
                 f".text.bwd_{case.kernel_name}_".encode()), text
             res[case.trace] = read_resources(cubin)

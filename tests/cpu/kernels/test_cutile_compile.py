@@ -180,14 +180,14 @@ def test_prefetch_trials_compile_without_spills_at_short_d64(toolchain, S, causa
 def test_prefetch_bit_leaves_one_item_schedules_alone(toolchain):
     """The prefetch exists only in the persistent item loop: on the grid schedule (one item per
     CTA) a build with the bit is the build without it, SASS byte for byte."""
-    from kernels.build.resources import _sections, compile_cubin
+    from kernels.build.resources import compile_cubin, elf_sections
     from kernels.device.tactics import TACTIC_PREFETCH_Q
     texts = []
     for tactic in (0, TACTIC_PREFETCH_Q):
         case, cfg = _case("h100", 64, True, "linear", "grid", S=577)
         case = dataclasses.replace(case, tactic=tactic)
         cubin = compile_cubin(case, "sm_90", cfg.occupancy, cfg.worker_warps)
-        texts.append(b"".join(cubin[o:o + n] for name, o, n in sorted(_sections(cubin))
+        texts.append(b"".join(cubin[o:o + n] for name, o, n in sorted(elf_sections(cubin))
                               if name.startswith(b".text.")))
     assert texts[0] and texts[0] == texts[1]
 
