@@ -113,7 +113,8 @@ def main(argv=None) -> int:
     say(f"plan: {len(shards)} shards, costs measured for {known} of {len(ids)} tests "
         f"({a.costs.name if known else 'estimates only'})")
     for s in shards:
-        say(f"  shard {s.index}: {len(s.nodeids):4d} tests, predicted {s.cost:6.0f} s: "
+        say(f"  shard {s.index}{' (alone, last)' if s.alone else ''}: {len(s.nodeids):4d} tests, "
+            f"predicted {s.cost:6.0f} s: "
             + ", ".join(sorted({Path(u.path).stem for u in s.units})))
     if a.plan_only or rc_warm != 0 or not ids:
         if rc_warm != 0 or not ids:
@@ -123,29 +124,34 @@ def main(argv=None) -> int:
         return 0 if a.plan_only and ids else 1
 
     env["SAWTOOTH_GPU_WARMED"] = "1"
-    procs = []
     t0 = time.perf_counter()
-    for s in shards:
-        xml = logdir / f"junit-{s.index}.xml"
-        argfile = logdir / f"shard-{s.index}.args"
-        argfile.write_text("".join(x + "\n" for x in s.args))
-        cmd = [*pytest, f"--junitxml={xml}", *s.args]
-        f = open(logdir / f"shard-{s.index}.log", "w")
-        procs.append((s, subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=f,
-                                          stderr=subprocess.STDOUT, start_new_session=True),
-                      f, time.perf_counter()))
     results = {}
-    for s, p, f, start in procs:
-        left = max(1.0, a.timeout - (time.perf_counter() - t0))
-        try:
-            rc = p.wait(timeout=left)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-            rc = 124
-            f.write(f"\n(stopped after {a.timeout:.0f} s)\n")
-        f.close()
-        results[s.index] = (rc, time.perf_counter() - start)
+
+    def start(s):
+        xml = logdir / f"junit-{s.index}.xml"
+        (logdir / f"shard-{s.index}.args").write_text("".join(x + "\n" for x in s.args))
+        f = open(logdir / f"shard-{s.index}.log", "w")
+        return (s, subprocess.Popen([*pytest, f"--junitxml={xml}", *s.args], cwd=ROOT, env=env,
+                                    stdout=f, stderr=subprocess.STDOUT, start_new_session=True),
+                f, time.perf_counter())
+
+    def finish(procs):
+        for s, p, f, began in procs:
+            left = max(1.0, a.timeout - (time.perf_counter() - t0))
+            try:
+                rc = p.wait(timeout=left)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+                rc = 124
+                f.write(f"\n(stopped after {a.timeout:.0f} s)\n")
+            f.close()
+            results[s.index] = (rc, time.perf_counter() - began)
+
+    finish([start(s) for s in shards if not s.alone])      # side by side on the GPU
+    for s in shards:
+        if s.alone:                                           # then each by itself
+            finish([start(s)])
 
     outcomes: dict[str, tuple[str, float]] = {}
     say()

@@ -3,7 +3,8 @@
 The unit of work is a test function with all its parameter cases (its module's fixtures and its
 builds stay in one process; a module of ``WHOLE_MODULES`` is one unit), cut into chunks of cases where one function alone would cost more
 than half a shard's fair share. Units go largest first to the least-loaded shard (ties: the lower
-shard), so the plan is deterministic for the same test ids and costs. A unit's cost is the sum
+shard), so the plan is deterministic for the same test ids and costs. The tests of
+``ALONE`` (timing instruments) form one last shard that runs after the others, alone. A unit's cost is the sum
 of its cases' costs: the measured seconds of ``costs`` (a ``durations.json`` a previous run
 wrote, committed as ``costs.json`` beside this module) where known, else the function's estimate in
 ``FUNCTION_COST``, else the module's in ``MODULE_COST``, else ``DEFAULT_COST``. Every shard also
@@ -33,6 +34,10 @@ MODULE_COST = {          # seconds per case after the warm step (profiles/h200/g
 }
 WHOLE_MODULES = {       # kept in one unit: CuPy caches their instantiations per module set
     "tests/gpu/test_cuda_baseline.py",       # (tests/gpu/conftest.py ``compile_builds``)
+}
+ALONE = {               # timing instruments: they measure the GPU, so nothing else may run on it
+    "tests/gpu/test_latency.py",
+    "tests/gpu/test_drift.py",
 }
 FUNCTION_COST = {        # the long single cases: training loops, compiled graphs
     "test_copy_task_trains_to_sdpa_loss": 25.0,
@@ -76,8 +81,11 @@ class Unit:
 
 @dataclass
 class Shard:
+    """The tests one pytest process runs; an ``alone`` shard runs after the others, by itself
+    on the GPU (``ALONE``)."""
     index: int
     units: list[Unit] = field(default_factory=list)
+    alone: bool = False
 
     @property
     def cost(self) -> float:
@@ -123,11 +131,15 @@ def plan(nodeids: list[str], costs: dict[str, float] | None, n_shards: int) -> l
     node id once, balanced by cost (module docstring)."""
     if n_shards < 1:
         raise ValueError(f"n_shards {n_shards}: at least 1")
-    us = units(nodeids, costs or {}, n_shards)
+    alone = [n for n in nodeids if split_id(n)[0] in ALONE]
+    us = units([n for n in nodeids if split_id(n)[0] not in ALONE], costs or {}, n_shards)
     shards = [Shard(i) for i in range(min(n_shards, len(us)))]
     for u in sorted(us, key=lambda u: (-u.cost, u.path, u.function, u.nodeids)):
         min(shards, key=lambda s: (s.cost, s.index)).units.append(u)
-    return [s for s in shards if s.units]
+    shards = [s for s in shards if s.units]
+    if alone:
+        shards.append(Shard(len(shards), units(alone, costs or {}, 1), alone=True))
+    return shards
 
 
 def load_costs(path: Path) -> dict[str, float]:

@@ -194,3 +194,18 @@ def test_the_warm_step_compiles_the_tactic_builds_the_tests_launch():
     jobs, _ = _jobs_and_instances(b["test_prefetch_matches_fp32_reference_and_its_twin"])
     assert {j.tactic for j in jobs} == {0, tactic_code(prefetch_q=True)}
     assert len(jobs) == 2 * len(tt.PREFETCH_CASES)
+
+
+def test_timing_instruments_run_last_and_alone():
+    """The tests of ``ALONE`` (they time the GPU) are one last shard, never beside another: a
+    1 MiB pointer chase timed while other shards' kernels ran read 788.7 ns per load, slower
+    than the 480 MiB (DRAM) chase's 379.6 ns, and passed alone
+    (profiles/h200/gpu-tests-20261128c)."""
+    ids = _ids() + ["tests/gpu/test_latency.py::test_chase", "tests/gpu/test_drift.py::test_d[1]"]
+    shards = gp.plan(ids, _costs(), 4)
+    last = shards[-1]
+    assert last.alone and sorted(last.nodeids) == sorted(ids[-2:])
+    assert not any(s.alone for s in shards[:-1])
+    assert not any(i in s.nodeids for s in shards[:-1] for i in ids[-2:])
+    assert [s.index for s in shards] == list(range(len(shards)))
+    assert not any(s.alone for s in gp.plan(_ids(), _costs(), 4))
