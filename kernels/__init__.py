@@ -21,8 +21,8 @@ Rooms by job (imports go down: host → rules, build → device; ``paper_builds`
   backward's launches (``backward``), the user's ``attention()`` (``op``: ``torch.library``
   operators ``sawtooth::cutile_attention*``; one cache lookup and one launch per repeated eager
   call) and parallel precompilation (``warm``).
-- ``kernels.paper_builds``: the paper authors' builds compiled with their toolchain, and what each
-  build does per K/V step read off its SASS; nothing on the kernel path imports it.
+- ``kernels.paper_builds``: the paper authors' builds under their toolchain, per-step SASS
+  costs; off the kernel path.
 
 Importing this package does not import ``cuda.tile`` or ``torch``; the submodules that need them
 import them lazily or at their own import (``kernels.attention`` is a lazy attribute: the first

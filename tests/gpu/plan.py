@@ -35,7 +35,7 @@ MODULE_COST = {          # seconds per case after the warm step (profiles/h200/g
 WHOLE_MODULES = {       # kept in one unit: CuPy caches their instantiations per module set
     "tests/gpu/test_cuda_baseline.py",       # (tests/gpu/conftest.py ``compile_builds``)
 }
-ALONE = {               # timing instruments: they measure the GPU, so nothing else may run on it
+ALONE = {               # timing instruments: nothing else may run on the GPU beside them
     "tests/gpu/test_latency.py",
     "tests/gpu/test_drift.py",
 }

@@ -197,10 +197,9 @@ def test_the_warm_step_compiles_the_tactic_builds_the_tests_launch():
 
 
 def test_timing_instruments_run_last_and_alone():
-    """The tests of ``ALONE`` (they time the GPU) are one last shard, never beside another: a
-    1 MiB pointer chase timed while other shards' kernels ran read 788.7 ns per load, slower
-    than the 480 MiB (DRAM) chase's 379.6 ns, and passed alone
-    (profiles/h200/gpu-tests-20261128c)."""
+    """``ALONE``'s tests (they time the GPU) are one last shard, never beside another
+    (profiles/h200/gpu-tests-20261128c: a 1 MiB chase timed beside other shards read 788.7 ns
+    per load)."""
     ids = _ids() + ["tests/gpu/test_latency.py::test_chase", "tests/gpu/test_drift.py::test_d[1]"]
     shards = gp.plan(ids, _costs(), 4)
     last = shards[-1]
