@@ -18,6 +18,9 @@ The inputs are three named tuples (``Work``: the work items; ``Cache``: the L2's
 placement; ``Clock``: the time model's parameters) and the state two more (``Lines``: the
 resident half-tiles and their fills; ``Slots``: the resident CTAs, their clocks and loser tree).
 The counters are one array indexed by the names below (``COUNTERS``: ``TimeCounts``' fields).
+The step functions are inlined into ``_events`` (numba's ``inline="always"``), which runs
+without numba's runtime: called as functions, each call copies the named tuples (15x slower),
+and with the runtime every read through a tuple counts references (8x slower).
 
 The helpers the loop calls once or more per access (the loser tree and the replacement lists) are
 in ``analysis.cache.replacement``. ``run`` is the one entry: it calls the loop compiled for the
@@ -145,7 +148,7 @@ def _new_lines(cache, srrip):  # pragma: no cover - compiled
                  np.zeros(cache.wsub.size, np.bool_))
 
 
-@numba.njit(cache=True, _nrt=False)
+@numba.njit(inline="always")
 def _next_cta(cta_first, c):  # pragma: no cover - compiled
     """The first CTA from ``c`` on that has items (or the number of CTAs)."""
     n_ctas = cta_first.size - 1
@@ -191,7 +194,7 @@ def _new_slots(work, clock, rng, zbuf):  # pragma: no cover - compiled
     return slots, n, nxt_cta
 
 
-@numba.njit(cache=True, _nrt=False)
+@numba.njit(inline="always")
 def _lookup(srrip, cache, lines, part, sub, sj, w):  # pragma: no cover - compiled
     """Look half-tile ``sub`` (set ``sj``) up in partition ``part``: True on a hit."""
     nsub = cache.wsub.size
@@ -200,7 +203,7 @@ def _lookup(srrip, cache, lines, part, sub, sj, w):  # pragma: no cover - compil
                   lines.occ, cache.cap, cache.wsub, part * nsub)
 
 
-@numba.njit(cache=True, _nrt=False)
+@numba.njit(inline="always")
 def _fill_ready(clock, cnt, rng, zbuf, t_iss, w, load, dram_free):  # pragma: no cover
     """When a fill issued at ``t_iss`` is ready, and when DRAM has served every fill so far: a
     load's fill reads DRAM (its latency tail, then its place in the DRAM queue); a store's
@@ -216,7 +219,7 @@ def _fill_ready(clock, cnt, rng, zbuf, t_iss, w, load, dram_free):  # pragma: no
     return rdy, dram_free
 
 
-@numba.njit(cache=True, _nrt=False)
+@numba.njit(inline="always")
 def _allocate(srrip, cache, lines, part, sub, sj, w, t):  # pragma: no cover - compiled
     """A store's lookup of half-tile ``sub`` in partition ``part``: it allocates the line (most
     recently used) and, where it was absent, its data is there at ``t`` (no fill)."""
@@ -225,7 +228,7 @@ def _allocate(srrip, cache, lines, part, sub, sj, w, t):  # pragma: no cover - c
         lines.fill[j] = t
 
 
-@numba.njit(cache=True, _nrt=False)
+@numba.njit(inline="always")
 def _store(srrip, cache, lines, cnt, p, home, sub, sj, t):  # pragma: no cover - compiled
     """An O store that never misses: it writes whole sectors, so it is a lookup that hits (no
     fill, no DRAM read); it allocates the half-tile locally and, homed across, at its home."""
@@ -239,7 +242,7 @@ def _store(srrip, cache, lines, cnt, p, home, sub, sj, t):  # pragma: no cover -
         _allocate(srrip, cache, lines, home, sub, sj, w, t)
 
 
-@numba.njit(cache=True, _nrt=False)
+@numba.njit(inline="always")
 def _load(srrip, cache, clock, lines, cnt, rng, zbuf, p, home, sub, sj, t, t_iss, load,
           dram_free):  # pragma: no cover - compiled
     """A load (or a store that can miss) of half-tile ``sub`` from partition ``p`` at ``t``
@@ -286,7 +289,7 @@ def _load(srrip, cache, clock, lines, cnt, rng, zbuf, p, home, sub, sj, t, t_iss
     return rdy, dram_free
 
 
-@numba.njit(cache=True, _nrt=False)
+@numba.njit(inline="always")
 def _half(srrip, sets, cache, clock, lines, slots, cnt, rng, zbuf, s, a, key, h, t, t_iss,
           dram_free):  # pragma: no cover - compiled
     """Access ``a`` of slot ``s`` to the half ``h`` of tile ``key``; returns when its data is
@@ -308,7 +311,7 @@ def _half(srrip, sets, cache, clock, lines, slots, cnt, rng, zbuf, s, a, key, h,
     return rdy, dram_free
 
 
-@numba.njit(cache=True, _nrt=False)
+@numba.njit(inline="always")
 def _tile_key(work, i, k, a):  # pragma: no cover - compiled
     """The tile id access ``a`` of step ``k`` of item ``i`` reads (or writes)."""
     if a == Q:
@@ -319,7 +322,7 @@ def _tile_key(work, i, k, a):  # pragma: no cover - compiled
     return (work.k_base if a == K else work.v_base) + work.kv_row[i] + kv
 
 
-@numba.njit(cache=True, _nrt=False)
+@numba.njit(inline="always")
 def _issue(srrip, sets, work, cache, clock, lines, slots, cnt, rng, zbuf, s, t,
            dram_free):  # pragma: no cover - compiled
     """Issue the loads of slot ``s``'s event at ``t``: at an item's first step (or after a
@@ -352,7 +355,7 @@ def _issue(srrip, sets, work, cache, clock, lines, slots, cnt, rng, zbuf, s, t,
     return dram_free
 
 
-@numba.njit(cache=True)
+@numba.njit(inline="always")
 def _skip(work, clock, slots, rng, zbuf, s, st, t_end):  # pragma: no cover - compiled
     """Skip ahead to the next step that touches a sampled half-tile (or the item's last step):
     the skipped steps touch only unsampled tiles and cost the running mean. Returns the slot's
@@ -387,7 +390,7 @@ def _skip(work, clock, slots, rng, zbuf, s, st, t_end):  # pragma: no cover - co
     return t_end, st
 
 
-@numba.njit(cache=True)
+@numba.njit(inline="always")
 def _step_end(work, cache, clock, slots, rng, zbuf, s, t):  # pragma: no cover - compiled
     """When slot ``s``'s step, begun at ``t``, ends: when its loads are ready (not before
     ``t``) plus the compute, times the slot's speed and jitter factors, and then any skip.
@@ -406,7 +409,7 @@ def _step_end(work, cache, clock, slots, rng, zbuf, s, t):  # pragma: no cover -
     return t_end, st
 
 
-@numba.njit(cache=True, _nrt=False)
+@numba.njit(inline="always")
 def _advance(work, slots, s, st, t_end, nxt_cta):  # pragma: no cover - compiled
     """Slot ``s`` to ``t_end`` and step ``st``: past its item's last step on to its next item,
     past its CTA's last item the next CTA in launch order, or, with none left, retired. Returns
@@ -442,6 +445,16 @@ def _loop(work, cache, clock, srrip, sets):  # pragma: no cover - compiled
         seed_rng(rng, zbuf, clock.seed, clock.jitter)
     lines = _new_lines(cache, srrip)
     slots, n, nxt_cta = _new_slots(work, clock, rng, zbuf)
+    makespan = _events(srrip, sets, work, cache, clock, lines, slots, cnt, rng, zbuf, n, nxt_cta)
+    return cnt, makespan
+
+
+@numba.njit(cache=True, _nrt=False)
+def _events(srrip, sets, work, cache, clock, lines, slots, cnt, rng, zbuf, n,
+            nxt_cta):  # pragma: no cover - compiled
+    """Every event, earliest clock first, until the last slot retires; returns the makespan.
+    Compiled without numba's runtime: it allocates nothing, and with it every read of a state
+    array through its named tuple would count a reference (an atomic add) up and down."""
     makespan = 0.0
     dram_free = 0.0                           # when the DRAM queue has served every fill so far
     while n > 0:
@@ -455,7 +468,7 @@ def _loop(work, cache, clock, srrip, sets):  # pragma: no cover - compiled
         alive, nxt_cta = _advance(work, slots, s, st, t_end, nxt_cta)
         if not alive:
             n -= 1
-    return cnt, makespan
+    return makespan
 
 
 @functools.cache
