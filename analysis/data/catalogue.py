@@ -108,7 +108,7 @@ def catalogue_text() -> str:
         for e in sorted((e for e in ents if e.arch == arch), key=lambda e: (e.role, e.path)):
             m = _manifest(e.path)
             cmd = (e.command or "").replace("|", "\\|")
-            cmd = cmd if len(cmd) <= 90 else cmd[:87] + "..."
+            cmd = cmd if len(cmd) <= 64 else cmd[:61] + "..."       # whole in registry.json
             out.append(f"| `{e.path}`{' *' if e.default else ''} | {e.role} | {e.study or '-'} | "
                        f"{e.source or '-'} | {_tree(m)} | {f'`{cmd}`' if cmd else 'see its README'} |")
         out.append("")
