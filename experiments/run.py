@@ -256,7 +256,8 @@ def run(args, argv: list[str]) -> int:
     if not args.no_figures:
         for line in _figure_lines(study, report, str(out / "figures")):
             console.print(line)
-    console.print(f"next: python -m paper_figures --arch {arch.name} --run {shlex.quote(str(out))}")
+    hint = f"python -m paper_figures --arch {arch.name} --run {shlex.quote(str(out))}"
+    console.print(f"next: {hint}", soft_wrap=True, markup=False)   # one line, however narrow
     return 0
 
 

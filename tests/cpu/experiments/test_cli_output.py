@@ -75,7 +75,9 @@ def test_main_command_footer_names_the_stored_published_file(tmp_path):
             "--out", str(tmp_path / "r"), env=os.environ | {"COLUMNS": "80"})
     assert r.returncode == 0, r.stderr
     out = r.stdout
-    assert max(len(line) for line in out.splitlines() if not line.startswith("simulate:")) <= 80
+    assert max(len(line) for line in out.splitlines()         # the next: hint is one command
+               if not line.startswith(("simulate:", "next: "))) <= 80   # to copy: never wrapped
+    assert sum(line.startswith("next: python -m paper_figures") for line in out.splitlines()) == 1
     flat = " ".join(out.split())
     assert "registered dataset profiles/gb10/paper-2601.16032, file published.csv.xz" in flat
     assert "paper-2601.16032/published.csv " not in flat and " err " in out

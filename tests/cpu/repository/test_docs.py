@@ -254,8 +254,9 @@ def test_extending_order_compiles_in_both_families_without_spills(patched):
     require_toolchain(_available(), "cuda-tile + tileiras + cuobjdump")
     require_toolchain(nvcc_path() is not None, "nvcc (CUDA 13.0)")
     r = _run(patched, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-             "tests/cpu/kernels/test_cutile_compile.py", "-k", "sm_90-staggered-static-full")
-    assert r.returncode == 0 and "1 passed" in r.stdout, r.stdout[-3000:]
+             "tests/cpu/kernels/test_cutile_compile.py", "-k", "sm_90 and staggered")
+    # the matrix is pairwise: every (target, order) pair compiles, whatever schedule it meets
+    assert r.returncode == 0 and " passed" in r.stdout, r.stdout[-3000:]
     r = _run(patched, "-c", """
 from cuda_baseline.build.source import Instance, compile_nvcc
 from spec.orders import OrderKind
