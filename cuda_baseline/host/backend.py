@@ -14,6 +14,7 @@ and NVRTC's log).
 """
 from __future__ import annotations
 
+import json
 import math
 import multiprocessing
 import os
@@ -132,12 +133,62 @@ def _compile_worker(names: list[str], device_index: int) -> None:
         _module(names).compile()
 
 
+GROUPS_FILE = "sawtooth-groups.json"
+"""The module grouping of the instantiations compiled under one ``$CUPY_CACHE_DIR``."""
+
+
+def _groups_path():
+    from pathlib import Path
+    d = os.environ.get("CUPY_CACHE_DIR")
+    return Path(d) / GROUPS_FILE if d else None
+
+
+def _groups() -> dict[str, tuple[str, ...]]:
+    """{instantiation name: the names compiled in one module with it} as recorded beside an
+    explicit ``$CUPY_CACHE_DIR``; empty without one (an unreadable file counts as empty: the
+    grouping only decides cache hits, never what runs)."""
+    path = _groups_path()
+    try:
+        groups = json.loads(path.read_text()) if path is not None and path.exists() else []
+    except (OSError, ValueError):
+        return {}
+    return {n: tuple(g) for g in groups for n in g}
+
+
+def _record_groups(parts: list[list[str]]) -> None:
+    path = _groups_path()
+    if path is None or not parts:
+        return
+    known = list(dict.fromkeys(_groups().values()))
+    new = [tuple(p) for p in parts if tuple(p) not in known]
+    if new:
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps([list(g) for g in known + new]))
+        os.replace(tmp, path)
+
+
+def _group_of(name: str) -> list[str]:
+    """The module ``name`` is loaded in: the recorded group holding it, else itself alone."""
+    return list(_groups().get(name, (name,)))
+
+
 def precompile(instances: Iterable[Instance], device_index: int = 0, jobs: int | None = None,
                chunk: int = 8) -> None:
     """Compile many instantiations in parallel processes (NVRTC is single-threaded), then load
-    them from CuPy's disk cache into this process. Modules group ``chunk`` kernels each."""
-    names = sorted({i.name for i in instances} - {n for d, n in _KERNELS if d == device_index})
-    parts = [names[i:i + chunk] for i in range(0, len(names), chunk)]
+    them from CuPy's disk cache into this process. Modules group ``chunk`` kernels each.
+
+    CuPy caches a module under a key of all its names, so a process that groups the same kernels
+    differently compiles them again. Under an explicit ``$CUPY_CACHE_DIR`` the groups are
+    recorded there (``GROUPS_FILE``) and every later process, whatever subset it asks for, and
+    each lazy ``prepare``, loads a kernel with the group it was first compiled in: one compile
+    per distinct kernel per cache (the GPU suite's warm step and its shards)."""
+    names = sorted({i.name for i in instances})
+    recorded = _groups()
+    parts = list(dict.fromkeys(recorded[n] for n in names if n in recorded))
+    fresh = [n for n in names if n not in recorded]
+    parts = [list(p) for p in parts] + [fresh[i:i + chunk] for i in range(0, len(fresh), chunk)]
+    _record_groups(parts)
+    parts = [p for p in parts if any((device_index, n) not in _KERNELS for n in p)]
     jobs = min(jobs or os.cpu_count() or 1, len(parts))
     if jobs > 1:
         ctx = multiprocessing.get_context("spawn")
@@ -223,7 +274,7 @@ class CudaFamily:
     def _kernel(self, inst: Instance, dev: int):
         key = (dev, inst.name)
         if key not in _KERNELS:
-            _load([inst.name], dev)
+            _load(_group_of(inst.name), dev)
         kernel = _KERNELS[key]
         if inst.smem_bytes > 48 * 1024:   # opt in to more than the default 48 KB per block
             kernel.max_dynamic_shared_size_bytes = inst.smem_bytes

@@ -29,7 +29,9 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from tests.gpu.plan import junit_results, load_costs, plan
 
@@ -58,21 +60,46 @@ def _args(argv):
     return p.parse_args(argv)
 
 
-def _run(cmd, env, log: Path, timeout: float) -> tuple[int, float]:
-    """Run ``cmd`` (its own process group) with output to ``log``; (exit code, seconds). A
-    process past ``timeout`` is stopped with its group: exit code 124."""
-    t0 = time.perf_counter()
-    with open(log, "w") as f:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        try:
-            rc = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            rc = 124
-            f.write(f"\n(stopped after {timeout:.0f} s)\n")
-    return rc, time.perf_counter() - t0
+@dataclass
+class Step:
+    """One pytest process of the run: its output goes to ``log``; ``rc`` and ``wall`` (seconds
+    from its start to its own end, not to when the runner looked) once it ended."""
+    log: Path
+    proc: subprocess.Popen
+    out: IO
+    began: float
+    rc: int | None = None
+    wall: float = 0.0
+
+
+def _start(cmd, env, log: Path) -> Step:
+    """Start ``cmd`` in its own process group (so a stop takes its workers too)."""
+    f = open(log, "w")
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    return Step(log, proc, f, time.perf_counter())
+
+
+def _wait(steps: list[Step], timeout: float) -> None:
+    """Wait for every step, noting each one's end as it happens; a step still running
+    ``timeout`` seconds after the first began is stopped with its group (exit code 124)."""
+    if not steps:
+        return
+    deadline = min(s.began for s in steps) + timeout
+    while any(s.rc is None for s in steps):
+        for s in steps:
+            if s.rc is None and s.proc.poll() is not None:
+                s.rc, s.wall = s.proc.returncode, time.perf_counter() - s.began
+        if any(s.rc is None for s in steps) and time.perf_counter() > deadline:
+            for s in steps:
+                if s.rc is None:
+                    os.killpg(s.proc.pid, signal.SIGKILL)
+                    s.proc.wait()
+                    s.rc, s.wall = 124, time.perf_counter() - s.began
+                    s.out.write(f"\n(stopped after {timeout:.0f} s)\n")
+        time.sleep(0.2)
+    for s in steps:
+        s.out.close()
 
 
 def main(argv=None) -> int:
@@ -100,7 +127,9 @@ def main(argv=None) -> int:
     warm_cmd = [*pytest, *a.targets, "--gpu-warm-only", f"--gpu-nodeids={ids_file}"]
     if a.plan_only:
         warm_cmd = [*pytest, *a.targets, "--collect-only"]
-    rc_warm, t_warm = _run(warm_cmd, env, logdir / "warm.log", a.timeout)
+    warm = _start(warm_cmd, env, logdir / "warm.log")
+    _wait([warm], a.timeout)
+    rc_warm, t_warm = warm.rc, warm.wall
     warm_text = (logdir / "warm.log").read_text(errors="replace")
     if a.plan_only:
         ids = [ln for ln in warm_text.splitlines() if "::" in ln and not ln.startswith(" ")]
@@ -125,33 +154,19 @@ def main(argv=None) -> int:
 
     env["SAWTOOTH_GPU_WARMED"] = "1"
     t0 = time.perf_counter()
-    results = {}
 
-    def start(s):
-        xml = logdir / f"junit-{s.index}.xml"
+    def start(s) -> Step:
         (logdir / f"shard-{s.index}.args").write_text("".join(x + "\n" for x in s.args))
-        f = open(logdir / f"shard-{s.index}.log", "w")
-        return (s, subprocess.Popen([*pytest, f"--junitxml={xml}", *s.args], cwd=ROOT, env=env,
-                                    stdout=f, stderr=subprocess.STDOUT, start_new_session=True),
-                f, time.perf_counter())
+        return _start([*pytest, f"--junitxml={logdir / f'junit-{s.index}.xml'}", *s.args], env,
+                      logdir / f"shard-{s.index}.log")
 
-    def finish(procs):
-        for s, p, f, began in procs:
-            left = max(1.0, a.timeout - (time.perf_counter() - t0))
-            try:
-                rc = p.wait(timeout=left)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-                rc = 124
-                f.write(f"\n(stopped after {a.timeout:.0f} s)\n")
-            f.close()
-            results[s.index] = (rc, time.perf_counter() - began)
-
-    finish([start(s) for s in shards if not s.alone])      # side by side on the GPU
+    steps = {s.index: start(s) for s in shards if not s.alone}
+    _wait(list(steps.values()), a.timeout)                # side by side on the GPU
     for s in shards:
-        if s.alone:                                           # then each by itself
-            finish([start(s)])
+        if s.alone:                                       # then each by itself
+            steps[s.index] = start(s)
+            _wait([steps[s.index]], a.timeout)
+    results = {i: (st.rc, st.wall) for i, st in steps.items()}
 
     outcomes: dict[str, tuple[str, float]] = {}
     say()
