@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from .orders import OrderKind, ScanOrder
 from .problem import Problem, Tiles
@@ -161,3 +162,14 @@ def parse_stages(token: str) -> int | None:
     if not STAGE_RANGE[0] <= n <= STAGE_RANGE[1]:
         raise ValueError(f"stage count {n} is outside {STAGE_RANGE[0]}..{STAGE_RANGE[1]}")
     return None if n == DEFAULT_STAGES else n
+
+
+@dataclass(frozen=True)
+class Training:
+    """The builds one training step runs, as a family's ``default_variant(..., training=True)``
+    resolves them: ``forward``, the forward variant (its training build also stores the
+    log-sum-exp), and ``backward``, the family's backward configuration (cuTile: a
+    ``kernels.rules.backward_config.BackwardConfig``, both passes' tiles, hints, scan orders and
+    schedules; CUDA: the backward's ``Tiles``)."""
+    forward: Variant
+    backward: Any

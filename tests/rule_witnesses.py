@@ -1,15 +1,15 @@
 """One small problem per configuration the forward and backward rules can choose.
 
 ``kernels.rules.choice.problem_config`` (the forward ``attention()`` runs) and
-``kernels.rules.backward_choice`` through ``kernels.host.backward.default_backward`` (each backward
-pass's tiles) pick a configuration per problem from fitted constants. ``reachable(arch)`` walks a
-grid of problems (batch, heads, grouped heads, lengths, head dim, mask) and records, for every
-(kernel, D, causal, configuration) some problem of the grid selects, the cheapest such problem
-(fewest score elements B·H·S_q·S_kv). The GPU gradient matrix (tests/gpu/test_backward_cutile.py)
-adds ``witnesses(arch, have)`` to its hand-written problems, so every configuration a rule can
-choose runs there against the fp32 reference (audit G2); tests/cpu/kernels/test_rule_witnesses.py
-checks on the CPU that the matrix covers what the rules reach.
-"""
+``kernels.rules.backward_choice`` through ``kernels.host.backend.default_variant(...,
+training=True)`` (each backward pass's tiles) pick a configuration per problem from fitted
+constants. ``reachable(arch)`` walks a grid of problems (batch, heads, grouped heads, lengths, head
+dim, mask) and records, for every (kernel, D, causal, configuration) some problem of the grid
+selects, the cheapest such problem (fewest score elements B·H·S_q·S_kv). The GPU gradient matrix
+(tests/gpu/test_backward_cutile.py) adds ``witnesses(arch, have)`` to its hand-written problems, so
+every configuration a rule can choose runs there against the fp32 reference (audit G2);
+tests/cpu/kernels/test_rule_witnesses.py checks on the CPU that the matrix covers what the rules
+reach."""
 from __future__ import annotations
 
 import functools
@@ -39,11 +39,12 @@ def grid() -> list[Problem]:
 
 def chosen(arch: str, p: Problem) -> dict[str, str]:
     """{kernel: configuration label} the rules choose for ``p``: "fwd", "dkdv", "dq"."""
-    from kernels.host.backward import default_backward
+    from kernels.host.backend import default_variant
     from kernels.rules.backward_choice import cfg_label
     from kernels.rules.backward_config import PassConfig
     from kernels.rules.choice import config_label, problem_config
-    bwd = default_backward(p)
+    from spec import get_arch
+    bwd = default_variant(p, get_arch("h100"), training=True).backward
     plain = {name: cfg_label(PassConfig(pc.tiles, pc.occupancy, pc.worker_warps))
              for name, pc in (("dkdv", bwd.dkdv), ("dq", bwd.dq))}
     return {"fwd": config_label(problem_config(arch, p)), **plain}

@@ -143,8 +143,8 @@ def bwd_compile_options() -> tuple[str, ...]:
 
 
 BWD_TILES_D64 = Tiles(128, 128)
-"""The backward's default tiles at D = 64 (``training.default_backward_tiles``): 128 query rows
-per step, 242-255 registers, no spills."""
+"""The backward's default tiles at D = 64 (``cuda_baseline.host.backend.default_variant`` with
+``training=True``): 128 query rows per step, 242-255 registers, no spills."""
 
 
 def ci_bwd_instances() -> list[BwdInstance]:

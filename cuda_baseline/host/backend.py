@@ -25,6 +25,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from cuda_baseline.build.bwd_source import BWD_TILES, BWD_TILES_D64
 from cuda_baseline.build.source import (
     MAX_TILE,
     SM90_CTAS_PER_SM,
@@ -40,7 +41,7 @@ from spec.family import BadInput, UnsupportedVariant, device_limits, problem_fro
 from spec.orders import OrderKind, ScanOrder
 from spec.problem import Problem, TileGrid, Tiles, cdiv
 from spec.schedules import CtaSchedule, ScheduleKind, WorkOrder
-from spec.variant import DEFAULT_STAGES, Backend, Variant
+from spec.variant import DEFAULT_STAGES, Backend, Training, Variant
 
 __all__ = ["CudaFamily", "Prepared", "check_strides", "default_schedule", "default_tiles",
            "default_variant",
@@ -378,11 +379,15 @@ S=16K, H100, profiles/h100/cuda-tiles-20261123). Causal keeps 128x64 under its L
 def default_variant(problem: Problem, arch: arch_registry.Arch | None, *,
                     order: str | ScanOrder = "linear", schedule: str | CtaSchedule | None = None,
                     tiles: Tiles | tuple[int, int] | None = None,
-                    stages: int | None = None) -> Variant:
+                    stages: int | None = None, training: bool = False,
+                    backward_tiles: Tiles | tuple[int, int] | None = None) -> Variant | Training:
     """The CUDA forward that ``attention()`` runs for ``problem`` on ``arch`` (None: no GPU, the
     H100's defaults), and the one place its defaults are resolved: ``default_tiles`` and
     ``default_schedule``, each overridden by what is given. The studies' default cases, the
-    benches, the training forward and ``attention()`` all take their build from here."""
+    benches, the training forward and ``attention()`` all take their build from here. With
+    ``training`` the result is a ``spec.variant.Training``: this forward and the backward's tiles
+    (``backward_tiles``, else ``_default_backward_tiles``; the backward scans in ``order``, its
+    schedule and build options are the call's)."""
     tiles = default_tiles(problem, arch) if tiles is None else (
         tiles if isinstance(tiles, Tiles) else Tiles(*tiles))
     order = order if isinstance(order, ScanOrder) else ScanOrder.parse(order)
@@ -390,7 +395,24 @@ def default_variant(problem: Problem, arch: arch_registry.Arch | None, *,
         schedule = default_schedule(problem, tiles, arch or arch_registry.get("h100"))
     elif not isinstance(schedule, CtaSchedule):
         schedule = CtaSchedule.parse(schedule)
-    return Variant(Backend.CUDA, order, schedule, tiles, stages=stages)
+    variant = Variant(Backend.CUDA, order, schedule, tiles, stages=stages)
+    if not training:
+        return variant
+    if backward_tiles is None:
+        return Training(variant, _default_backward_tiles(problem))
+    bt = backward_tiles if isinstance(backward_tiles, Tiles) else Tiles(*backward_tiles)
+    return Training(variant, bt)
+
+
+def _default_backward_tiles(problem: Problem) -> Tiles:
+    """The backward half of ``default_variant(training=True)``, its (TILE_M, TILE_N): 128 keys per
+    CTA (8 warps of 16 keys, one CTA per SM at 230-255 registers) and 128 query rows per step at D =
+    64 (``BWD_TILES_D64``), 64 at D = 128 (``BWD_TILES``), where the dK and dV accumulators alone
+    take 128 registers per thread and a 128-row step's scores would not fit beside them
+    (FlashAttention 2 makes the same two choices on GPUs with 144 KB of shared memory per block).
+    The larger step halves the steps per K/V tile (barriers, LSE and Δ copies, dQ reduction issue)
+    for the same Q-side traffic: each Q, dO tile is still read once per 128 keys."""
+    return BWD_TILES_D64 if problem.D == 64 else BWD_TILES
 
 
 def default_tiles(problem: Problem, arch: arch_registry.Arch | None) -> Tiles:

@@ -32,8 +32,6 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from cuda_baseline.build.bwd_source import (
-    BWD_TILES,
-    BWD_TILES_D64,
     BwdInstance,
     BwdOption,
     bwd_compile_options,
@@ -207,17 +205,6 @@ class BwdPlan:
     ctas: int
 
 
-def default_backward_tiles(problem: Problem) -> Tiles:
-    """(TILE_M, TILE_N) of the backward when not given: 128 keys per CTA (8 warps of 16 keys, one
-    CTA per SM at 230-255 registers) and 128 query rows per step at D = 64 (``BWD_TILES_D64``),
-    64 at D = 128 (``BWD_TILES``), where the dK and dV accumulators alone take 128 registers per
-    thread and a 128-row step's scores would not fit beside them (FlashAttention 2 makes the same
-    two choices on GPUs with 144 KB of shared memory per block). The larger step halves the
-    steps per K/V tile (barriers, LSE and Δ copies, dQ reduction issue) for the same Q-side
-    traffic: each Q, dO tile is still read once per 128 keys."""
-    return BWD_TILES_D64 if problem.D == 64 else BWD_TILES
-
-
 def plan(problem: Problem, order: ScanOrder, schedule: CtaSchedule | None,
          num_sms: int, tiles: Tiles | None = None,
          options: BwdOption = BwdOption(0)) -> BwdPlan:
@@ -232,7 +219,8 @@ def plan(problem: Problem, order: ScanOrder, schedule: CtaSchedule | None,
         raise UnsupportedVariant(f"backward schedule {schedule.label!r}: the backward runs the "
                                  "grid launch or static<P>; pass backward_schedule='grid' or "
                                  "'static<P>'")
-    tiles = default_backward_tiles(problem) if tiles is None else tiles
+    if tiles is None:      # the backward's tiles read no arch
+        tiles = default_variant(problem, None, order=order, training=True).backward
     try:
         inst = BwdInstance(order.kind, kind, tiles, problem.D, problem.causal, problem.dtype,
                            options)
@@ -312,13 +300,13 @@ def _dkdv_scalars(pl: BwdPlan, order: ScanOrder, scale: float, q, k, v, dout) ->
 
 def backward(dout, q, k, v, out, lse, causal: bool = False, order="linear", schedule=None,
              scale: float | None = None, tiles=None, options=None):
-    """(dq, dk, dv) of ``attention(q, k, v)`` for the output gradient ``dout``; ``out`` and
-    ``lse`` are ``forward``'s. ``order`` and ``schedule`` choose the dK/dV kernel's Q scan and
-    CTA schedule (None: the grid launch), ``tiles`` its (TILE_M, TILE_N) (None:
-    ``default_backward_tiles``), ``options`` its opt-in build options (a ``BwdOption`` or their
-    names joined by +, e.g. "onepart+dqv4"; None: the default build). Four launches: Δ (which
-    also zeroes the fp32 dQ accumulator), dK/dV, the dQ conversion, and with a split group the
-    sum of the partials."""
+    """(dq, dk, dv) of ``attention(q, k, v)`` for the output gradient ``dout``; ``out`` and ``lse``
+    are ``forward``'s. ``order`` and ``schedule`` choose the dK/dV kernel's Q scan and CTA schedule
+    (None: the grid launch), ``tiles`` its (TILE_M, TILE_N) (None: those of ``default_variant(...,
+    training=True)``), ``options`` its opt-in build options (a ``BwdOption`` or their names joined
+    by +, e.g. "onepart+dqv4"; None: the default build). Four launches: Δ (which also zeroes the
+    fp32 dQ accumulator), dK/dV, the dQ conversion, and with a split group the sum of the
+    partials."""
     import torch
     D = q.shape[-1]
     scale = 1 / math.sqrt(D) if scale is None else scale
@@ -427,7 +415,8 @@ def training_builds(problems, orders=("linear",), schedules=(ScheduleKind.GRID,)
             fwd.add(instance_for(default_variant(pr, arch, order=so), pr, lse=True))
             for s in schedules:
                 for bt in backward_tiles:
-                    bt = default_backward_tiles(pr) if bt is None else Tiles(*bt)
+                    bt = (default_variant(pr, arch, order=so, training=True).backward
+                          if bt is None else Tiles(*bt))
                     i = BwdInstance(so.kind, s, bt, pr.D, pr.causal, pr.dtype, options, trace)
                     bwd |= {i.name, delta_name(pr.D, pr.dtype), dq_name(pr.D, pr.dtype)}
     return fwd, sorted(bwd)

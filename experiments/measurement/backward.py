@@ -81,8 +81,11 @@ def setup(problem, seed: int) -> Setup:
     delta = backward.stat_buffer(q)
     grads = tuple(torch.full_like(t, float("nan")) for t in (q, k, v))
     s = Setup(q, k, v, dout, out, lse, delta, grads)
-    from kernels.host.backward import default_backward, launch_for
-    launch_for(problem, default_backward(problem)).passes(*args_of(s))["preprocess"]()
+    from kernels.host.backend import default_variant
+    from kernels.host.backward import launch_for
+    from spec import detect
+    config = default_variant(problem, detect(), training=True).backward
+    launch_for(problem, config).passes(*args_of(s))["preprocess"]()
     return s
 
 

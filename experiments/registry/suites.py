@@ -22,11 +22,10 @@ def default_cases(arch: Arch, prob: Problem, panel: str) -> list[Case]:
     families' ``default_variant`` (the one place their defaults are resolved), so a study times
     the build ``attention()`` runs."""
     from cuda_baseline.host.backend import default_variant as cuda_default
+    from kernels.host.backend import default_residency
     from kernels.host.backend import default_variant as cutile_default
-    from kernels.rules.choice import problem_config
-    cfg = problem_config(arch.name, prob)
     return [Case(prob, cutile_default(prob, arch),
-                 arch.resident_ctas(cfg.ctas_per_sm or cfg.occupancy or 1), panel),
+                 arch.resident_ctas(default_residency(prob, arch)), panel),
             Case(prob, cuda_default(prob, arch), arch.num_sms, panel)]
 
 

@@ -231,17 +231,30 @@ def _alternated(what: str, fns: dict, ref: str, repeats: int, case: tuple, dev: 
     return rows
 
 
+def _backward(pr, order="linear", schedule=None):
+    """The backward configuration ``attention()`` trains ``pr`` with on this GPU, with
+    ``order`` and ``schedule`` for both passes."""
+    from kernels.host.backend import default_variant
+    from spec import detect
+    return default_variant(pr, detect(), order=order, training=True,
+                           backward_schedule=schedule).backward
+
+
+def _one_wave(pr, sms: int) -> int:
+    """Persistent CTAs of one wave of the default dK/dV pass: SMs x its occupancy hint."""
+    return sms * (_backward(pr).dkdv.occupancy or 1)
+
+
 def order_ab(problems, repeats: int, dev: str):
     import torch
 
-    from kernels.host.backward import default_backward
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     rows = []
     for fam, half, pr in problems:
         fns = {}
-        p_ctas = sms * (default_backward(pr).dkdv.occupancy or 1)     # one wave of CTAs
+        p_ctas = _one_wave(pr, sms)
         for order in ("linear", "sawtooth"):
-            launch, args = _kernel_setup(pr, default_backward(pr, order, f"static{p_ctas}"))
+            launch, args = _kernel_setup(pr, _backward(pr, order, f"static{p_ctas}"))
             fns[order] = launch.passes(*args)["dkdv"]
         rows += _alternated("order", fns, "linear", repeats, (fam, half, pr.label), dev,
                             f".static{p_ctas}")
@@ -251,14 +264,13 @@ def order_ab(problems, repeats: int, dev: str):
 def split_ab(problems, repeats: int, dev: str):
     """Grouped-head problems: the whole backward (three kernels and the partial sums' reduction)
     with the default group split vs none (split 1), alternated A/B."""
-    from kernels.host.backward import default_backward
     rows = []
     for fam, half, pr in problems:
         if pr.H == pr.H_kv:
             continue
         fns = {}
         for name, split in (("split-rule", None), ("split1", 1)):
-            launch, args = _kernel_setup(pr, replace(default_backward(pr), split=split))
+            launch, args = _kernel_setup(pr, replace(_backward(pr), split=split))
             fns[name] = lambda launch=launch, args=args: launch(*args)
         rows += _alternated("split", fns, "split1", repeats, (fam, half, pr.label), dev)
     return rows
@@ -309,13 +321,12 @@ def main(argv: list[str] | None = None) -> int:
             for pc in candidates().values()] if "tune" in args.phases else []
     jobs += [(pr, None) for _, _, pr in problems]
     if "split" in args.phases:
-        jobs += [(pr, replace(backward.default_backward(pr), split=1)) for _, _, pr in problems
+        jobs += [(pr, replace(_backward(pr), split=1)) for _, _, pr in problems
                  if pr.H != pr.H_kv]
     if "order" in args.phases:
         sms = torch.cuda.get_device_properties(0).multi_processor_count
-        jobs += [(pr, backward.default_backward(
-            pr, o, f"static{sms * (backward.default_backward(pr).dkdv.occupancy or 1)}"))
-            for _, _, pr in problems for o in ("linear", "sawtooth")]
+        jobs += [(pr, _backward(pr, o, f"static{_one_wave(pr, sms)}"))
+                 for _, _, pr in problems for o in ("linear", "sawtooth")]
     errs = warm_training(jobs)
     print(f"warm: {len(jobs)} jobs in {time.perf_counter() - t0:.0f} s, {len(errs)} failed",
           flush=True)

@@ -196,7 +196,7 @@ def _cutile_gpu_forward() -> list:
 def _cutile_backward() -> list:
     from experiments.registry.plans import backward_plan
     from kernels.build.signatures import BackwardCase, CompileCase
-    from kernels.host.backward import default_backward
+    from kernels.host.backend import default_variant
     from kernels.rules.backward_choice import CANDIDATES
     from kernels.rules.config import default_config
     from spec import Problem, get_arch
@@ -211,7 +211,8 @@ def _cutile_backward() -> list:
                 for pc in CANDIDATES.values():
                     out.append(_cutile_bwd(t._case(kernel, D, causal, pc), pc.occupancy,
                                            pc.worker_warps))
-            cfg = default_backward(Problem(1, 16, 4096, D, causal=causal))
+            cfg = default_variant(Problem(1, 16, 4096, D, causal=causal), get_arch("h100"),
+                                  training=True).backward
             out.append(_cutile_bwd(t._case("preprocess", D, causal, cfg.dkdv,
                                            tile_m=cfg.preprocess_tile_m), None, None))
             pc = cfg.dkdv
@@ -220,7 +221,8 @@ def _cutile_backward() -> list:
                     out.append(_cutile_bwd(t._case("dkdv", D, causal, pc, order=int(order),
                                                    sched=int(sched)), pc.occupancy,
                                            pc.worker_warps))
-        pc = default_backward(Problem(1, 32, 4096, D, H_kv=1, causal=True)).dkdv
+        pc = default_variant(Problem(1, 32, 4096, D, H_kv=1, causal=True), get_arch("h100"),
+                             training=True).backward.dkdv
         out.append(_cutile_bwd(t._case("dkdv", D, True, pc, H=32, H_kv=1, split=16),
                                pc.occupancy, pc.worker_warps))
     for D, causal in ((64, False), (128, True)):

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from kernels.rules import backward_choice
+from kernels.rules.backward_config import BASE, BackwardConfig, PassConfig
 from kernels.rules.choice import problem_config
 from kernels.rules.config import KernelConfig, persistent_ctas, registry_config
 from spec import arch as arch_registry
@@ -22,7 +24,7 @@ from spec.ops import resolve_scale
 from spec.orders import OrderKind, ScanOrder
 from spec.problem import Problem, TileGrid, Tiles
 from spec.schedules import CtaSchedule, ScheduleKind, section_heads
-from spec.variant import Backend, Variant
+from spec.variant import Backend, Training, Variant
 
 MAX_TILE = 256
 
@@ -54,7 +56,7 @@ def _present_arch():
     return a
 
 
-def _check_arch(requested: str | None):
+def check_arch(requested: str | None):
     """The present GPU's Arch; an error naming both when ``requested`` is another arch."""
     present = _present_arch()
     if requested is None:
@@ -135,7 +137,7 @@ class CutileFamily:
         if variant.backend != Backend.CUTILE:
             raise UnsupportedVariant(f"variant backend {variant.backend.value!r}; this is the "
                                      "cutile backend")
-        arch = _check_arch(self.requested_arch)
+        arch = check_arch(self.requested_arch)
         tiles = variant.tiles
         for name, v in (("TILE_M", tiles.m), ("TILE_N", tiles.n)):
             if v & (v - 1) or v > MAX_TILE:
@@ -249,7 +251,9 @@ def default_schedule(problem: Problem, cfg: KernelConfig, tiles: Tiles,
 def default_variant(problem: Problem, arch: arch_registry.Arch, *,
                     order: str | ScanOrder = "linear", schedule: str | CtaSchedule | None = None,
                     tiles: Tiles | tuple[int, int] | None = None, occupancy: int | None = None,
-                    level: int = 6) -> Variant:
+                    level: int = 6, training: bool = False,
+                    backward_schedule: str | CtaSchedule | None = None,
+                    backward_tiles: Tiles | tuple[int, int] | None = None) -> Variant | Training:
     """The cuTile forward that ``attention()`` runs for ``problem`` on ``arch``, and the one place
     its defaults are resolved: the configuration the arch's rule chooses for the problem
     (``kernels.rules.choice.problem_config``: tiles, occupancy hint, schedule, tactic bits), its
@@ -258,7 +262,13 @@ def default_variant(problem: Problem, arch: arch_registry.Arch, *,
     with the configuration's tiles on the linear scan from ladder level 4 (the studies' other
     orders are built without them); the occupancy is the hint the build is compiled with
     (``compile_hints``: the configuration's for its tiles, the registry's for others, none below
-    level 5)."""
+    level 5).
+
+    With ``training`` the result is a ``spec.variant.Training``: this forward and the backward's
+    configuration (``_default_backward``: each pass's tiles and hints from the fitted backward
+    rule, ``order`` for both passes' scans, as ``attention(order=...)`` runs them,
+    ``backward_schedule`` (None: the grid launch) and ``backward_tiles`` for both passes when
+    given)."""
     cfg = problem_config(arch.name, problem)
     tiles = cfg.tiles if tiles is None else tiles if isinstance(tiles, Tiles) else Tiles(*tiles)
     order = order if isinstance(order, ScanOrder) else ScanOrder.parse(order)
@@ -273,7 +283,43 @@ def default_variant(problem: Problem, arch: arch_registry.Arch, *,
     if occupancy is None:
         variant = replace(variant, occupancy=compile_hints(variant, problem, arch.name, level,
                                                            cfg)[0])
-    return variant
+    if not training:
+        return variant
+    return Training(variant, _default_backward(problem, order, backward_schedule, backward_tiles))
+
+
+def _default_backward(problem: Problem, order: ScanOrder,
+                      schedule: str | CtaSchedule | None = None,
+                      tiles: Tiles | tuple[int, int] | None = None) -> BackwardConfig:
+    """The backward half of ``default_variant(training=True)``: each pass's tiles and hints of
+    least predicted time under the fitted rule (``kernels.rules.backward_choice.fitted_rule``;
+    ``BASE`` for both passes where it has no constants), ``order`` and ``schedule`` (None: the
+    grid launch) for both passes, ``tiles`` replacing both passes' tiles."""
+    if schedule is None:
+        schedule = CtaSchedule.grid()
+    elif not isinstance(schedule, CtaSchedule):
+        schedule = CtaSchedule.parse(schedule)
+    rule = backward_choice.fitted_rule()
+    dkdv, dq = (rule.choose(problem) if rule is not None else None) or (BASE, BASE)
+    if tiles is not None:
+        tiles = tiles if isinstance(tiles, Tiles) else Tiles(*tiles)
+        dkdv, dq = replace(dkdv, tiles=tiles), replace(dq, tiles=tiles)
+    return BackwardConfig(*(PassConfig(c.tiles, c.occupancy, c.worker_warps, order, schedule)
+                            for c in (dkdv, dq)))
+
+
+def default_residency(problem: Problem, arch: arch_registry.Arch) -> int:
+    """Resident CTAs per SM of the configuration ``default_variant`` takes for ``problem``: the
+    one measured with it, else its occupancy hint, else 1 (the studies' capacity of a default
+    case)."""
+    cfg = problem_config(arch.name, problem)
+    return cfg.ctas_per_sm or cfg.occupancy or 1
+
+
+def family_for(problem: Problem, arch: arch_registry.Arch) -> "CutileFamily":
+    """A family that compiles any problem with the hints ``problem`` resolves to (the warm-up
+    compiles a real problem's builds on a smaller one with the same JIT facts)."""
+    return CutileFamily(defaults=problem_config(arch.name, problem))
 
 
 class Launch:
@@ -335,7 +381,7 @@ def _new_launch(q, k, v, out, causal, order, schedule, tiles, occupancy, arch, l
         raise UnsupportedVariant(f"level={level}: the training forward (log-sum-exp for the "
                                  "backward pass) needs tuning-ladder level 2 or above (exp2)")
     fam = _FAMILIES.get(arch) or _FAMILIES.setdefault(arch, CutileFamily(arch))
-    variant = default_variant(problem, _check_arch(arch), order=order, schedule=schedule,
+    variant = default_variant(problem, check_arch(arch), order=order, schedule=schedule,
                               tiles=tiles, occupancy=occupancy, level=level)
     import torch
     with torch.cuda.device(q.device):

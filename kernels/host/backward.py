@@ -11,16 +11,16 @@ order and CTA schedule of the two main passes are spec objects (``ScanOrder``, `
 the grid launch or P persistent CTAs, q-major or head-major), so the locality studies of the
 forward apply to the backward unchanged.
 
-The default configuration (``default_backward``) comes from a fitted work model of each pass, the
+The default configuration (``kernels.host.backend.default_variant`` with ``training=True``, the one
+place both halves of a training step are resolved) comes from a fitted work model of each pass, the
 forward's kind of rule (``kernels.rules.backward_choice``): per pass, the candidate tiles and hints
-of least predicted time under the constants of ``kernels/rules/configs/h100-backward.json``
-(written by ``python -m experiments.tuning.rulefit --backward``; fitted on the H100 and read on
-every GPU), the grid launch and linear scans; the two passes choose independently. Where there are
-no constants for the problem's (D, causal) key (a fit whose data held no problem of that D at
-either mask, or a package installed without its data files) both passes take ``BASE``: 64-row Q
-tiles and 128-row K/V tiles with 8 worker warps (384 threads; with 256 threads the fp32 dK and dV
-accumulators of a 128-row K/V tile at D=128 spill), the configuration every backward build was
-first checked with.
+of least predicted time under the constants of ``kernels/rules/configs/h100-backward.json`` (written
+by ``python -m experiments.tuning.rulefit --backward``; fitted on the H100 and read on every GPU),
+the grid launch and linear scans; the two passes choose independently. Where there are no constants
+for the problem's (D, causal) key (a fit whose data held no problem of that D at either mask, or a
+package installed without its data files) both passes take ``BASE``: 64-row Q tiles and 128-row K/V
+tiles with 8 worker warps (384 threads; with 256 threads the fp32 dK and dV accumulators of a
+128-row K/V tile at D=128 spill), the configuration every backward build was first checked with.
 tests/cpu/kernels/test_cutile_backward_compile.py checks that every build the rule can choose is
 spill-free.
 
@@ -30,10 +30,6 @@ what it visited per CTA and step (``BackwardLaunch.trace``), to compare with
 """
 from __future__ import annotations
 
-import json
-from functools import lru_cache
-
-from kernels.rules.backward_choice import FIX, RuleFileError, parse_rule
 from kernels.rules.backward_config import (  # noqa: F401 - the backward's names, re-exported
     BACKWARD_SCHEDULES,
     BASE,
@@ -42,49 +38,10 @@ from kernels.rules.backward_config import (  # noqa: F401 - the backward's names
     PassConfig,
     group_split,
 )
-from kernels.rules.config import CONFIG_DIR
 from spec.family import BadInput, UnsupportedVariant
 from spec.orders import ScanOrder
 from spec.problem import Problem, cdiv
 from spec.schedules import CtaSchedule, ScheduleKind, WorkOrder
-
-
-def default_backward(problem: Problem, order: str | ScanOrder = "linear",
-                     schedule: str | CtaSchedule | None = None) -> BackwardConfig:
-    """The default configuration (module docstring); ``order`` and ``schedule`` (spec labels,
-    e.g. "sawtooth" and "static132") replace both passes' scan order and schedule."""
-    order = order if isinstance(order, ScanOrder) else ScanOrder.parse(order)
-    if schedule is None:
-        schedule = CtaSchedule.grid()
-    elif not isinstance(schedule, CtaSchedule):
-        schedule = CtaSchedule.parse(schedule)
-    rule = _rule()
-    dkdv, dq = (rule.choose(problem) if rule is not None else None) or (BASE, BASE)
-    return BackwardConfig(PassConfig(dkdv.tiles, dkdv.occupancy, dkdv.worker_warps, order,
-                                     schedule),
-                          PassConfig(dq.tiles, dq.occupancy, dq.worker_warps, order, schedule))
-
-
-CONFIG = CONFIG_DIR / "h100-backward.json"
-CONFIG_SCHEMA = 2
-
-
-@lru_cache(maxsize=1)
-def _rule():
-    """The fitted rule of ``CONFIG`` (``kernels.rules.backward_choice.BackwardRule``); None when the
-    file is absent (a non-editable install without package data). A file this code cannot read
-    is a one-line ``RuleFileError`` naming the command that rewrites it."""
-    if not CONFIG.exists():
-        return None
-    try:
-        doc = json.loads(CONFIG.read_text())
-    except (OSError, ValueError) as e:
-        raise RuleFileError(f"{CONFIG}: not readable JSON ({type(e).__name__}); {FIX}") from None
-    if not isinstance(doc, dict) or doc.get("schema") != CONFIG_SCHEMA:
-        got = doc.get("schema") if isinstance(doc, dict) else None
-        raise RuleFileError(f"{CONFIG}: schema {got!r}, this code reads {CONFIG_SCHEMA} (a "
-                            f"fitted rule block, no per-key table); {FIX}")
-    return parse_rule(doc.get("rule"), str(CONFIG))
 
 
 def check_pass(name: str, cfg: PassConfig) -> None:
@@ -266,7 +223,7 @@ def attention_backward(dout, q, k, v, out, lse, *, causal: bool, scale: float | 
                        grads=None):
     """(dq, dk, dv) of ``out = attention(q, k, v, causal, scale)`` for the upstream gradient
     ``dout``; ``lse`` is what the training forward stored (``stat_buffer``). dk, dv have k's
-    shape (GQA/MQA: the group's query heads summed). ``config`` (else ``default_backward`` with
+    shape (GQA/MQA: the group's query heads summed). ``config`` (else ``default_variant``'s with
     ``order`` / ``schedule``) picks the kernels' tiles, hints, scan orders and schedules.
     ``grads``: (dq, dk, dv) buffers to write (the tests poison them), else new ones.
 
@@ -327,10 +284,13 @@ def _new_backward(dout, q, k, v, out, lse, causal, scale, config, order, schedul
                                  "which the forward stores from level 2 on")
     sc = resolve_scale(scale, problem.D)
     if config is None:
-        config = default_backward(problem, order, schedule)
+        from kernels.host.backend import default_variant
+        from spec.arch import detect
+        config = default_variant(problem, detect(), order=order, training=True,
+                                 backward_schedule=schedule).backward
     with torch.cuda.device(q.device):
         return BackwardLaunch(problem, config, sc, level, q.device.index)
 
 
-__all__ = ["BackwardConfig", "PassConfig", "attention_backward", "default_backward",
+__all__ = ["BackwardConfig", "PassConfig", "attention_backward",
            "stat_buffer", "trace_backward", "WorkOrder"]

@@ -12,12 +12,9 @@ present; a named arch must be it), ``level`` (the tuning ladder 1..6; the backwa
 """
 from __future__ import annotations
 
-import dataclasses
-
 from kernels.host import backend, backward
 from spec.family import UnsupportedVariant, problem_from_tensors
 from spec.front import ATTENTION_DOC, Family, make_attention
-from spec.problem import Tiles
 
 
 class CutileFront(Family):
@@ -36,11 +33,9 @@ class CutileFront(Family):
                  occupancy=None, arch=None, level=6):
         config = None
         if tiles is not None:       # the call's backward tiles for both passes
-            tiles = tiles if isinstance(tiles, Tiles) else Tiles(*tiles)
-            base = backward.default_backward(problem_from_tensors(q, k, v, causal), order,
-                                             schedule)
-            config = backward.BackwardConfig(dataclasses.replace(base.dkdv, tiles=tiles),
-                                             dataclasses.replace(base.dq, tiles=tiles))
+            config = backend.default_variant(
+                problem_from_tensors(q, k, v, causal), backend.check_arch(arch), order=order,
+                training=True, backward_schedule=schedule, backward_tiles=tiles).backward
         return backward.attention_backward(dout, q, k, v, out, lse, causal=causal, scale=scale,
                                            config=config, order=order, schedule=schedule)
 

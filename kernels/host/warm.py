@@ -108,7 +108,6 @@ def _run_training(jobs: list) -> list[str]:
     import torch
 
     from kernels.host import backend, backward
-    from kernels.rules.choice import problem_config
     from spec import detect
     errors = []
     for pr, cfg in jobs:
@@ -120,9 +119,8 @@ def _run_training(jobs: list) -> list[str]:
             v = torch.randn_like(k)
             # the forward configuration of the real problem, on the small one
             arch = detect()
-            fcfg = problem_config(arch.name, pr)     # its compile hints, for the small problem
-            var = backend.default_variant(pr, arch)
-            launch = backend.Launch(backend.CutileFamily(defaults=fcfg).prepare(var, p),
+            var = backend.default_variant(pr, arch)  # with its compile hints, on the small one
+            launch = backend.Launch(backend.family_for(pr, arch).prepare(var, p),
                                     torch.cuda.current_device(), None, True)
             lse = backward.stat_buffer(q)
             out = torch.empty_like(q)

@@ -39,11 +39,13 @@ separate launch, the same for every configuration of a problem); the Δ preproce
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from functools import lru_cache
 
 from kernels.rules.backward_config import PASSES, PassConfig, group_split
 from kernels.rules.choice import Quantities, waves_and_steps
-from kernels.rules.config import config_key
+from kernels.rules.config import CONFIG_DIR, config_key
 from spec.problem import Problem, TileGrid, Tiles
 
 CANDIDATES: dict[str, PassConfig] = {
@@ -188,3 +190,25 @@ def parse_rule(block: dict | None, where: str = "configs") -> BackwardRule | Non
         raise RuleFileError(f"{where}: malformed rule block ({type(e).__name__}: {e}); "
                             f"{FIX}") from None
     return BackwardRule(consts, num_sms)
+
+
+CONFIG = CONFIG_DIR / "h100-backward.json"
+CONFIG_SCHEMA = 2
+
+
+@lru_cache(maxsize=1)
+def fitted_rule() -> BackwardRule | None:
+    """The fitted rule of ``CONFIG``; None when the file is absent (a non-editable install
+    without package data). A file this code cannot read is a one-line ``RuleFileError`` naming
+    the command that rewrites it."""
+    if not CONFIG.exists():
+        return None
+    try:
+        doc = json.loads(CONFIG.read_text())
+    except (OSError, ValueError) as e:
+        raise RuleFileError(f"{CONFIG}: not readable JSON ({type(e).__name__}); {FIX}") from None
+    if not isinstance(doc, dict) or doc.get("schema") != CONFIG_SCHEMA:
+        got = doc.get("schema") if isinstance(doc, dict) else None
+        raise RuleFileError(f"{CONFIG}: schema {got!r}, this code reads {CONFIG_SCHEMA} (a "
+                            f"fitted rule block, no per-key table); {FIX}")
+    return parse_rule(doc.get("rule"), str(CONFIG))

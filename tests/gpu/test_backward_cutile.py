@@ -69,11 +69,16 @@ def training_jobs() -> list:
     """The (problem, backward config or None: the default) training builds the tests launch."""
     from dataclasses import replace
 
-    from kernels.host.backward import default_backward
+    from kernels.host.backend import default_variant
+    from spec import get_arch
+
+    def config(p, order="linear", schedule=None):     # the backward half reads no arch
+        return default_variant(p, get_arch("h100"), order=order, training=True,
+                               backward_schedule=schedule).backward
     jobs = [(p, None) for p in MATRIX + RULE_MATRIX]
-    jobs.append((MATRIX[4], replace(default_backward(MATRIX[4]), split=1)))
+    jobs.append((MATRIX[4], replace(config(MATRIX[4]), split=1)))
     for p in (MATRIX[4], MATRIX[6]):
-        jobs += [(p, default_backward(p, o, s)) for o, s in (
+        jobs += [(p, config(p, o, s)) for o, s in (
             ("linear", "static7"), ("linear", "static5h"), ("sawtooth", "static7"),
             ("reverse", None), ("sawtooth2", "static5h"))]
     return jobs
@@ -230,8 +235,12 @@ def test_backward_schedule_is_bitwise_and_order_rounds_only(pr):
             _check(f"{order}/{sched} {name}", g, r, p)
     if pr.H != pr.H_kv:     # the group's sum on chip (split 1) instead of fp32 partial sums
         from dataclasses import replace
+
+        from kernels.host.backend import default_variant
+        from spec import detect
+        cfg = default_variant(pr, detect(), training=True).backward
         got = _poisoned_backward(dout, q, k, v, out, lse, causal=pr.causal,
-                                 config=replace(backward.default_backward(pr), split=1))
+                                 config=replace(cfg, split=1))
         for name, g, r, p in zip(("dq", "dk", "dv"), got, ref, peer):
             _check(f"split1 {name}", g, r, p)
 

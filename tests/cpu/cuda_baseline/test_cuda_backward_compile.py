@@ -102,12 +102,17 @@ def test_causal_heads_per_cta_follows_the_makespan_model():
 
 def test_default_backward_tiles_rule():
     from cuda_baseline.build.bwd_source import BWD_TILES_D64
-    from cuda_baseline.host.training import default_backward_tiles, plan
+    from cuda_baseline.host.backend import default_variant
+    from cuda_baseline.host.training import plan
+
+    def tiles(p):
+        return default_variant(p, None, training=True).backward
     # 128 keys per CTA always; 128 query rows per step at D = 64, 64 at D = 128
     for S, causal in ((64, False), (4097, True), (65536, True)):
-        assert default_backward_tiles(Problem(B=1, H=2, S_q=S, D=128, causal=causal)) == BWD_TILES
-        assert default_backward_tiles(Problem(B=1, H=2, S_q=S, D=64, causal=causal)) \
-            == BWD_TILES_D64
+        assert tiles(Problem(B=1, H=2, S_q=S, D=128, causal=causal)) == BWD_TILES
+        assert tiles(Problem(B=1, H=2, S_q=S, D=64, causal=causal)) == BWD_TILES_D64
+    assert default_variant(Problem(1, 2, 64, 64), None, training=True,
+                           backward_tiles=(64, 64)).backward == Tiles(64, 64)
     assert BWD_TILES_D64 == Tiles(128, 128) and BWD_TILES == Tiles(64, 128)
     # the plan takes the rule's tiles when none are given, explicit tiles otherwise
     pr = Problem(B=32, H=12, S_q=256, D=64)

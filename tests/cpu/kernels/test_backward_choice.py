@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from kernels.host import backward
+from kernels.host.backend import default_variant
 from kernels.rules import backward_choice
 from kernels.rules.backward_choice import (
     CANDIDATES,
@@ -18,7 +19,7 @@ from kernels.rules.backward_choice import (
     parse_rule,
     pass_quantities,
 )
-from spec import Problem
+from spec import Problem, get_arch
 from spec.problem import TileGrid, Tiles
 
 PROBLEMS = [Problem(1, 1, 256, 64, causal=True), Problem(2, 4, 1000, 128, H_kv=2, causal=True),
@@ -76,10 +77,15 @@ def test_pass_quantities_follow_the_kernels_items():
         pass_quantities(gqa, "dv", pc, 132)
 
 
+def _backward(p):
+    """The backward configuration ``attention()`` trains ``p`` with (H100's forward)."""
+    return default_variant(p, get_arch("h100"), training=True).backward
+
+
 def test_the_committed_rule_covers_every_key_without_a_table():
-    doc = json.loads(backward.CONFIG.read_text())
-    assert doc["schema"] == backward.CONFIG_SCHEMA and "configs" not in doc
-    rule = backward._rule()
+    doc = json.loads(backward_choice.CONFIG.read_text())
+    assert doc["schema"] == backward_choice.CONFIG_SCHEMA and "configs" not in doc
+    rule = backward_choice.fitted_rule()
     assert rule is not None and rule.num_sms == 132
     for pass_ in backward.PASSES:
         assert set(rule.constants[pass_]) == {"d64.full", "d64.causal", "d128.full",
@@ -93,21 +99,22 @@ def test_the_committed_rule_covers_every_key_without_a_table():
 
 @pytest.mark.parametrize("D,causal", [(64, False), (64, True), (128, False), (128, True)])
 def test_default_backward_is_each_passes_least_predicted_candidate(D, causal):
-    rule = backward._rule()
+    rule = backward_choice.fitted_rule()
     for p in (Problem(8, 16, 1024, D, causal=causal), Problem(1, 32, 5111, D, H_kv=4,
                                                              causal=causal)):
-        cfg = backward.default_backward(p)
+        cfg = _backward(p)
         for pass_ in backward.PASSES:
             pred = rule.predictions(p, pass_)
             assert cfg_label(getattr(cfg, pass_)) == min(pred, key=pred.get)
 
 
 def test_a_key_without_constants_takes_the_base(monkeypatch):
-    monkeypatch.setattr(backward, "_rule", lambda: BackwardRule({"dkdv": {}, "dq": {}}, 132))
-    cfg = backward.default_backward(Problem(1, 8, 1000, 64))
+    empty = BackwardRule({"dkdv": {}, "dq": {}}, 132)
+    monkeypatch.setattr(backward_choice, "fitted_rule", lambda: empty)
+    cfg = _backward(Problem(1, 8, 1000, 64))
     assert cfg.dkdv.tiles == cfg.dq.tiles == backward.BASE.tiles
-    monkeypatch.setattr(backward, "_rule", lambda: None)           # no configs file
-    assert backward.default_backward(Problem(1, 8, 1000, 64)).dq.worker_warps == 8
+    monkeypatch.setattr(backward_choice, "fitted_rule", lambda: None)           # no configs file
+    assert _backward(Problem(1, 8, 1000, 64)).dq.worker_warps == 8
 
 
 @pytest.mark.parametrize("D,causal", [(64, False), (64, True), (128, False), (128, True)])
@@ -116,7 +123,7 @@ def test_the_predicted_time_grows_smoothly_with_the_problem(D, causal):
     grows (a longer S, more batches or heads), for MHA and for grouped heads whose K/V items
     fill the SMs without the group split. (Where ``group_split`` changes the dK/dV items, a
     discrete rule of the launch, the prediction jumps with it, either way.)"""
-    rule = backward._rule()
+    rule = backward_choice.fitted_rule()
 
     def best(p, pass_):
         return min(rule.predictions(p, pass_).values())
@@ -169,14 +176,14 @@ def test_a_bad_rule_block_is_one_line(bad, match):
 def test_a_bad_configs_file_is_one_line(tmp_path, monkeypatch, text, match):
     path = tmp_path / "h100-backward.json"
     path.write_text(text)
-    monkeypatch.setattr(backward, "CONFIG", path)
-    backward._rule.cache_clear()
+    monkeypatch.setattr(backward_choice, "CONFIG", path)
+    backward_choice.fitted_rule.cache_clear()
     try:
         with pytest.raises(RuleFileError, match=match) as e:
-            backward.default_backward(Problem(1, 8, 1000, 64))
+            _backward(Problem(1, 8, 1000, 64))
         assert "\n" not in str(e.value)
     finally:
-        backward._rule.cache_clear()
+        backward_choice.fitted_rule.cache_clear()
 
 
 def test_cfg_label_names_only_candidates():

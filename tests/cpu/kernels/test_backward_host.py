@@ -26,16 +26,21 @@ def test_bad_scale_is_one_line(bad):
 
 
 def test_order_and_schedule_reach_both_passes():
-    from kernels.host.backward import default_backward
-    cfg = default_backward(Problem(1, 8, 1000, 64), "sawtooth", "static264")
+    from kernels.host.backend import default_variant
+    from spec import get_arch
+    cfg = default_variant(Problem(1, 8, 1000, 64), get_arch("h100"), order="sawtooth",
+                          training=True, backward_schedule="static264").backward
     for pc in (cfg.dkdv, cfg.dq):
         assert pc.order.label == "sawtooth" and pc.schedule.label == "static264"
 
 
 @pytest.mark.parametrize("sched", ["lpt8", "tile2", "snake8", "glpt4"])
 def test_unsupported_backward_schedule_is_one_line(sched):
-    from kernels.host.backward import check_pass, default_backward
-    cfg = default_backward(Problem(1, 8, 1000, 64), "linear", sched)
+    from kernels.host.backend import default_variant
+    from kernels.host.backward import check_pass
+    from spec import get_arch
+    cfg = default_variant(Problem(1, 8, 1000, 64), get_arch("h100"), training=True,
+                          backward_schedule=sched).backward
     with pytest.raises(UnsupportedVariant, match="backward") as e:
         check_pass("dkdv", cfg.dkdv)
     assert "\n" not in str(e.value)

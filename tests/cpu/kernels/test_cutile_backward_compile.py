@@ -43,9 +43,10 @@ def test_backward_candidates_spill_where_the_rule_says_and_nowhere_else(toolchai
     (then the rule never takes it), so every build the default can choose, and the base, is
     spill-free; a toolchain that changes one fails here, naming it."""
     from kernels.build.resources import read_resources
-    from kernels.host.backward import BASE, default_backward
+    from kernels.host.backend import default_variant
+    from kernels.host.backward import BASE
     from kernels.rules.backward_choice import CANDIDATES, SPILLING, cfg_label
-    from spec import Problem
+    from spec import Problem, get_arch
     wrong = []
     for kernel in ("dkdv", "dq"):
         listed = SPILLING.get((kernel, D, causal), frozenset())
@@ -58,10 +59,12 @@ def test_backward_candidates_spill_where_the_rule_says_and_nowhere_else(toolchai
             if spills != (label in listed):
                 wrong.append(f"{kernel} {label} {'spills' if spills else 'spill-free'}: {r}")
         assert cfg_label(BASE) not in listed
-        assert cfg_label(getattr(default_backward(Problem(1, 16, 4096, D, causal=causal)),
-                                 kernel)) not in listed
+        chosen = default_variant(Problem(1, 16, 4096, D, causal=causal), get_arch("h100"),
+                                 training=True).backward
+        assert cfg_label(getattr(chosen, kernel)) not in listed
     assert not wrong, "kernels.rules.backward_choice.SPILLING is wrong: " + "; ".join(wrong)
-    cfg = default_backward(Problem(1, 16, 4096, D, causal=causal))
+    cfg = default_variant(Problem(1, 16, 4096, D, causal=causal), get_arch("h100"),
+                          training=True).backward
     r = read_resources(_cubin(_case("preprocess", D, causal, cfg.dkdv,
                                     tile_m=cfg.preprocess_tile_m)))
     assert not r.spills, r
@@ -75,12 +78,13 @@ def test_sawtooth_and_persistent_dkdv_cost_nothing(toolchain, D, causal):  # noq
     does spill on causal problems at these tiles, 0.2-4 KB of stack: the study keeps dQ on the
     grid launch.)"""
     from kernels.build.resources import read_resources
-    from kernels.host.backward import default_backward
-    from spec import Problem
+    from kernels.host.backend import default_variant
+    from spec import Problem, get_arch
     from spec.orders import OrderKind
     from spec.schedules import ScheduleKind
     kernel = "dkdv"
-    pc = getattr(default_backward(Problem(1, 16, 4096, D, causal=causal)), kernel)
+    pc = getattr(default_variant(Problem(1, 16, 4096, D, causal=causal), get_arch("h100"),
+                                 training=True).backward, kernel)
     res = {}
     for order in (OrderKind.LINEAR, OrderKind.SAWTOOTH):
         for sched in (ScheduleKind.GRID, ScheduleKind.PERSISTENT):
@@ -131,9 +135,10 @@ def test_split_dkdv_builds_do_not_spill(toolchain, D):  # noqa: F811
     """The dK/dV build that writes fp32 partial sums (grouped heads dealt over several items,
     ``kernels.host.backward.group_split``) compiles and does not spill with the default tiles."""
     from kernels.build.resources import read_resources
-    from kernels.host.backward import default_backward
-    from spec import Problem
-    pc = default_backward(Problem(1, 32, 4096, D, H_kv=1, causal=True)).dkdv
+    from kernels.host.backend import default_variant
+    from spec import Problem, get_arch
+    pc = default_variant(Problem(1, 32, 4096, D, H_kv=1, causal=True), get_arch("h100"),
+                         training=True).backward.dkdv
     case = _case("dkdv", D, True, pc, H=32, H_kv=1, split=16)
     r = read_resources(_cubin(case, pc.occupancy, pc.worker_warps))
     assert r.stack <= 8 and r.ptx["LD_LOCAL"] == 0 and r.ptx["TMA_STORE"] >= 2, r

@@ -12,6 +12,7 @@ import pytest
 
 from experiments.tuning import backward_fit, rulefit
 from kernels.host import backward
+from kernels.rules import backward_choice
 from kernels.rules.backward_choice import CANDIDATES, work
 from spec import Problem
 from spec.records import read_bytes
@@ -92,7 +93,7 @@ def test_the_documented_commands_regenerate_the_committed_files(tmp_path, capsys
     out, cmp_dir = tmp_path / "h100-backward.json", tmp_path / "cmp"
     assert rulefit.main(["--backward", "--arch", "h100", "--write", "--out", str(out),
                          "--compare", str(cmp_dir)]) == 0
-    assert out.read_bytes() == backward.CONFIG.read_bytes()
+    assert out.read_bytes() == backward_choice.CONFIG.read_bytes()
     from analysis.data.registry import open_path
     assert (cmp_dir / "choices.csv").read_bytes() == \
         read_bytes(open_path(f"{COMPARE}/choices.csv"))        # committed compressed
@@ -121,7 +122,7 @@ def test_the_fit_reads_the_tuning_half_only(monkeypatch):
 
 def test_the_rule_regret_on_the_tuning_half_is_what_the_report_says():
     times, table = backward_fit.measurements(backward_fit.tune_runs("h100"))
-    reg = backward_fit.regrets(backward._rule(), table, times)
+    reg = backward_fit.regrets(backward_choice.fitted_rule(), table, times)
     for pass_, rs in reg.items():
         assert len(rs) == 17 and all(r[3] >= 1.0 and r[5] >= 1.0 for r in rs)
         geo = math.exp(np.mean([math.log(r[3]) for r in rs]))
