@@ -48,8 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     from experiments.measurement.timing import sdpa_peers, time_interleaved
     from experiments.registry.suites import shapes_problems
     from kernels.device import fmha
-    from kernels.host.backend import CutileFamily, default_schedule
-    from kernels.rules.choice import problem_config
+    from kernels.host.backend import CutileFamily, default_variant
     from spec import Backend, CtaSchedule, ScanOrder, Variant, get_arch
 
     mods = {"prod": fmha}
@@ -66,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     arch = get_arch(args.arch)
     fam = CutileFamily(arch.name)
     for panel, p in shapes_problems():
-        cfg = problem_config(arch.name, p)
+        chosen = default_variant(p, arch)
         if (panel not in args.panels.split(",") or (args.D and p.D != args.D)
                 or (args.S and p.S_q != args.S)):
             continue
@@ -75,12 +74,11 @@ def main(argv: list[str] | None = None) -> int:
         dummy = torch.zeros((1, 1, 4), dtype=torch.int32, device=q.device)   # trace unused
         fns = {}
         for name, sched_s in pairs:
-            sched = (default_schedule(p, cfg, cfg.tiles, arch) if sched_s == "default"
-                     else CtaSchedule.parse(sched_s))
+            sched = (chosen.schedule if sched_s == "default" else CtaSchedule.parse(sched_s))
             label = f"{name} {sched_s}"
             try:
-                prep = fam.prepare(Variant(Backend.CUTILE, ScanOrder.linear(), sched, cfg.tiles),
-                                   p)
+                prep = fam.prepare(Variant(Backend.CUTILE, ScanOrder.linear(), sched,
+                                           chosen.tiles), p)
                 kern = mods[name].get_kernel(prep.occupancy, prep.worker_warps)
                 out = poisoned_like(q)
 
