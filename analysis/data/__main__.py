@@ -85,9 +85,8 @@ def _check() -> int:
 
 
 def _retire(paths: list[Path]) -> int:
-    head, gone = history.retire(paths)
-    for e in gone:
-        print(f"retired profiles/{e.path} into commit {head[:12]} (sha256 {e.sha256[:12]})")
+    for e in history.retire(paths):
+        print(f"retired profiles/{e.path}: in commit {e.retired[:12]} (sha256 {e.sha256[:12]})")
     print("next: python -m analysis.data catalogue, then commit the deletion and the registry "
           "(git add -A profiles)")
     return 0

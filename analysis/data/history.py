@@ -6,7 +6,7 @@ working tree travels to the GPU machine beside the toolchain under a 64 MiB cap)
 committed measurement grows it. A run that no code reads (kept for a sentence of REPORT.md, or a
 dataset a later run superseded) need not travel: git already holds it. Retiring it deletes its
 files and writes into its registry entry ``retired: <commit>``, a commit whose tree holds the run
-with exactly the pinned content; the entry keeps its path, role and hash, so a document citing
+with exactly the pinned content (the one that last changed it); the entry keeps its path, role and hash, so a document citing
 it still names a registered run, and ``restore`` writes the same bytes back::
 
     python -m analysis.data retire profiles/h100/<run> [...]    # then commit the deletion
@@ -376,10 +376,10 @@ def _chosen(paths: list[str | Path]) -> list[Entry]:
     return out
 
 
-def retire(paths: list[str | Path]) -> tuple[str, list[Entry]]:
+def retire(paths: list[str | Path]) -> list[Entry]:
     """Retire the entries ``paths`` name (all or none): checks as the module docstring says, then
-    the registry is written with ``retired: HEAD`` and their files are deleted. Returns (the
-    commit, the entries as they were)."""
+    the registry is written with ``retired: <commit>`` (``_last_change``) and their files are
+    deleted. Returns the entries as they are now registered."""
     chosen = _chosen(paths)
     for e in chosen:
         if e.retired:
@@ -401,6 +401,7 @@ def retire(paths: list[str | Path]) -> tuple[str, list[Entry]]:
     head = _git("rev-parse", "--verify", "-q", "HEAD^{commit}").stdout.decode().strip()
     if not _HEX40.fullmatch(head):
         raise DatasetError("this clone has no commit yet (HEAD); commit the runs first")
+    holder = {}
     for e in chosen:
         where = f"profiles/{e.path}"
         dirty = _git("status", "--porcelain", "-z", "--untracked-files=all", "--", where).stdout
@@ -413,16 +414,29 @@ def retire(paths: list[str | Path]) -> tuple[str, list[Entry]]:
         if got != e.sha256:
             raise DatasetError(f"{where}: HEAD holds other content (sha256 {got[:12]} != pinned "
                                f"{e.sha256[:12]}); commit the registered content first")
+        holder[e.path] = _last_change(e, head)
     docs = {x.path: dict(vars(x)) for x in registry.entries().values()}
     for e in chosen:
-        docs[e.path]["retired"] = head
+        docs[e.path]["retired"] = holder[e.path]
     registry.write(list(docs.values()))
     for e in chosen:
         if e.abspath.is_dir():
             shutil.rmtree(e.abspath)
         else:
             e.abspath.unlink()
-    return head, chosen
+    return [registry.entries()[e.path] for e in chosen]
+
+
+def _last_change(e: Entry, head: str) -> str:
+    """The commit that last changed ``e``'s files up to ``head`` (``git log``), when it holds them
+    with the pinned hash, else ``head``. Why not always ``head``: the commit that made the run
+    what it is usually lies on the main line already, so a squash or rebase of the branch that
+    retires it does not take the recorded commit away."""
+    last = _git("log", "-1", "--format=%H", head, "--", f"profiles/{e.path}").stdout.decode()
+    last = last.strip()
+    if _HEX40.fullmatch(last) and committed_hash(last, e) == e.sha256:
+        return last
+    return head
 
 
 def _write(e: Entry, files: list[Stored], data: dict[str, bytes]) -> None:
