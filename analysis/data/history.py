@@ -6,8 +6,9 @@ working tree travels to the GPU machine beside the toolchain under a 64 MiB cap)
 committed measurement grows it. A run that no code reads (kept for a sentence of REPORT.md, or a
 dataset a later run superseded) need not travel: git already holds it. Retiring it deletes its
 files and writes into its registry entry ``retired: <commit>``, a commit whose tree holds the run
-with exactly the pinned content (the one that last changed it); the entry keeps its path, role and hash, so a document citing
-it still names a registered run, and ``restore`` writes the same bytes back::
+with exactly the pinned content (the one that last changed it); the entry keeps its path, role
+and hash, so a document citing it still names a registered run, and ``restore`` writes the same
+bytes back::
 
     python -m analysis.data retire profiles/h100/<run> [...]    # then commit the deletion
     python -m analysis.data restore profiles/h100/<run>         # or --all
@@ -23,15 +24,15 @@ these reads:
   ``find(prefix=...)``), or a file pattern it holds (``find_files(arch, "smmap.csv*")``), in a
   ``.py`` file: such a query reads every run it matches;
 - a JSON file that pins its content hash (a params file's ``inputs``, a prediction's manifest);
-- a kept entry of a role the code reads (not ``evidence`` or ``dataset``) whose files name it: a
-  committed validation names the holdout it was computed from, and regenerating it reads that;
+- a kept run derived from it (``DERIVED``): a committed validation names the holdout it was
+  computed from, and regenerating it reads that;
 - a selection of the figures or findings (``analysis.data.select.selectable``).
 
 Documents (REPORT.md, docs/, the runs' READMEs) are not readers. A query over a whole role
 (``find(role="dataset")``) reads whatever is registered at the time, as a newly registered run
 changes what it sees; ``find`` leaves retired entries out, so it sees the working tree. A reader
-whose result depends on one particular run of such a query names it (the cost fit lists its
-runs in ``experiments.runner.costs.MEASURE_FIT``), and the name check refuses that run. The
+whose result depends on a particular run found that way must name it (the cost fit lists its
+runs in ``experiments.runner.costs.MEASURE_FIT``), and the name check then refuses that run. The
 checks go by names and hashes, so they may refuse a run that is only mentioned (a docstring
 citing it) and say where; they do not pass a run that is read by its name, pin or query.
 
@@ -534,6 +535,6 @@ class Unverifiable(Exception):
     """No git history here to verify a retired entry against (the message says what to do)."""
 
 
-__all__ = ["DERIVED", "Query", "RETIRABLE", "Readers", "Stored", "Unverifiable", "check", "committed_files",
-           "committed_hash", "history_problem", "queries", "readers", "restore",
-           "retire"]
+__all__ = ["DERIVED", "Query", "RETIRABLE", "Readers", "Stored", "Unverifiable", "check",
+           "committed_files", "committed_hash", "history_problem", "queries", "readers",
+           "restore", "retire"]

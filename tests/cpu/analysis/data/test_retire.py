@@ -168,7 +168,8 @@ def test_uncommitted_runs_are_refused(repo, capsys):
     _one_line_exit_2(capsys, ["retire", "profiles/h100/notes-20990102"], "uncommitted changes")
     git(repo, "commit", "-q", "-m", "notes 2")
     (repo / "profiles" / "h100" / "notes-20990102" / "README.md").write_text("edited\n")
-    _one_line_exit_2(capsys, ["retire", "profiles/h100/notes-20990102"], "do not hash to the pinned")
+    _one_line_exit_2(capsys, ["retire", "profiles/h100/notes-20990102"],
+                     "do not hash to the pinned")
 
 
 @pytest.mark.parametrize("commit, says", [
