@@ -100,8 +100,14 @@ def catalogue_text() -> str:
            "and findings select among), measured (containers of measured runs for the simulator's "
            "validation), instrument (hardware facts the simulator reads; * = the default one), "
            "validation (committed simulator validations), reference (published values, never "
-           "fitted), evidence (kept for the documents).", ""]
-    ents = list(registry.entries().values())
+           "fitted), evidence (kept for the documents).", "",
+           "A run that no code reads may be *retired* (`python -m analysis.data retire "
+           "profiles/<run>`): its files leave the working tree, which has a size bar, and stay in "
+           "git history; its entry keeps its path and hash and names the commit that holds it, so "
+           "the documents that cite it stay valid. `python -m analysis.data restore "
+           "profiles/<run>` (or `--all`) writes it back, checked against the same hash; the "
+           "retired runs are listed last.", ""]
+    ents = list(registry.find(retired=False))
     for arch in sorted({e.arch for e in ents}):
         out += [f"## {arch}", "", "| run | role | study | source | tree that ran | made by |",
                 "|---|---|---|---|---|---|"]
@@ -111,5 +117,13 @@ def catalogue_text() -> str:
             cmd = cmd if len(cmd) <= 64 else cmd[:61] + "..."       # whole in registry.json
             out.append(f"| `{e.path}`{' *' if e.default else ''} | {e.role} | {e.study or '-'} | "
                        f"{e.source or '-'} | {_tree(m)} | {f'`{cmd}`' if cmd else 'see its README'} |")
+        out.append("")
+    gone = registry.find(retired=True)
+    if gone:
+        out += ["## Retired into git history", "", "| run | role | study | in commit | restore |",
+                "|---|---|---|---|---|"]
+        out += [f"| `{e.path}` | {e.role} | {e.study or '-'} | {e.retired[:12]} | "
+                f"`{e.restore_command()}` |"
+                for e in sorted(gone, key=lambda e: e.path)]
         out.append("")
     return "\n".join(out)

@@ -66,7 +66,9 @@ class Rename:
     after: int
 
 
-def _texts(root: Path, suffixes: tuple[str, ...]) -> list[Path]:
+def text_files(root: Path, suffixes: tuple[str, ...]) -> list[Path]:
+    """Every file under ``root`` whose name ends with one of ``suffixes``, in path order, outside
+    ``SKIP_DIRS`` and hidden directories (the repository's own files, not its outputs)."""
     out = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
@@ -79,7 +81,7 @@ def pinned_hashes() -> set[str]:
     JSON file of the repository (params files, kernel configurations, run manifests, stored
     compressed or not)."""
     found: set[str] = set()
-    for p in _texts(registry.root(), (".json", ".json.gz", ".json.xz")):
+    for p in text_files(registry.root(), (".json", ".json.gz", ".json.xz")):
         if p.name == registry.REGISTRY and p.parent == registry.profiles_dir():
             continue
         try:
@@ -172,7 +174,7 @@ def rewrite_citations(renames: list[Rename]) -> list[Path]:
                 new_rel = (prof / r.new).relative_to(d).as_posix()
                 local.setdefault(d / "README.md", []).append((_pattern(rel, ""),
                                                               rf"\g<1>{new_rel}"))
-    docs = [p for p in _texts(root, DOC_SUFFIXES)
+    docs = [p for p in text_files(root, DOC_SUFFIXES)
             if not p.is_relative_to(prof) or p.name == "README.md" or p.suffix == ".py"]
     changed = []
     for p in docs:
@@ -191,7 +193,7 @@ def rewrite_citations(renames: list[Rename]) -> list[Path]:
 
 def _json_files() -> list[Path]:
     reg = registry.profiles_dir() / registry.REGISTRY
-    return [p for p in _texts(registry.root(), (".json", ".json.gz", ".json.xz")) if p != reg]
+    return [p for p in text_files(registry.root(), (".json", ".json.gz", ".json.xz")) if p != reg]
 
 
 def _store(p: Path, raw: bytes) -> None:
@@ -286,4 +288,4 @@ def _repin(renames: list[Rename], docs: dict[str, dict]) -> None:
 
 
 __all__ = ["COMPRESSED", "MIN_SAVING", "Rename", "compact", "compact_dir", "pinned_hashes",
-           "repin_derived", "rewrite_citations"]
+           "repin_derived", "rewrite_citations", "text_files"]

@@ -28,6 +28,16 @@ divergence-20261125``) is pinned by its container's entry. Roles:
 
 ``python -m analysis.data check`` verifies every entry; ``python -m analysis.data register PATH
 --role ROLE`` adds (or, after a deliberate change, re-pins) one.
+
+Retired runs. The tracked tree has a fixed size bar (it travels to the GPU machine), so a run no
+code reads can leave the working tree without leaving the record: ``python -m analysis.data
+retire PATH`` deletes its files and writes ``retired: <commit>`` into its entry, a commit whose
+tree holds the run with exactly the pinned content (checked from git's objects before anything
+is deleted); ``python -m analysis.data restore PATH`` (or ``--all``) writes the files back from
+that commit and checks them against the same pin. A retired entry keeps its path, role and hash,
+so a document citing it still names a registered run; ``find`` leaves it out (no selection or
+listing sees it) and opening it is the one-line error naming the restore command. Which runs
+may be retired, and why only those, is ``analysis.data.history``'s docstring.
 """
 from __future__ import annotations
 
@@ -37,7 +47,7 @@ import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from spec.install import CHECKOUT_HINT, checkout
 from spec.records import data_path
@@ -89,6 +99,7 @@ class Entry:
     parameters: dict = field(default_factory=dict, compare=False, hash=False)
     default: bool = False
     command: str | None = None           # how it was made (the manifest's command, if any)
+    retired: str | None = None           # the commit that holds its files (``history``)
 
     @property
     def abspath(self) -> Path:
@@ -102,24 +113,36 @@ class Entry:
         """``{"path": "profiles/...", "sha256": ...}``: how a derived file names this input."""
         return {"path": f"profiles/{self.path}", "sha256": self.sha256}
 
+    def restore_command(self) -> str:
+        """The command that writes this entry back when it is retired (``history``)."""
+        return f"python -m analysis.data restore profiles/{self.path}"
+
     def remedy(self) -> str:
         how = f"re-run `{self.command}`, commit it and " if self.command else ""
         return (f"restore it with `git checkout -- profiles/{self.path}`, or {how}re-pin it with "
                 f"`python -m analysis.data register profiles/{self.path} --role {self.role}`")
 
 
+def tree_hash(files: Iterable[tuple[str, bytes]]) -> str:
+    """The content hash of an entry from its files as (relative POSIX path, SHA-256 digest of the
+    content) pairs, in any order: SHA-256 over the paths in path order (component by component,
+    as ``Path`` sorts) and their digests. One definition for a run in the working tree
+    (``content_hash``) and its copy in a git commit (``analysis.data.history``)."""
+    h = hashlib.sha256()
+    for rel, digest in sorted(files, key=lambda f: f[0].split("/")):
+        h.update(rel.encode() + b"\0")
+        h.update(digest)
+    return h.hexdigest()
+
+
 def content_hash(path: Path) -> str:
     """SHA-256 over the sorted relative paths and contents of every file below ``path`` (or of the
-    file itself); cache files and ``__pycache__`` excluded."""
+    file itself, named by its file name); ``__pycache__`` excluded (``tree_hash``)."""
     path = Path(path)
-    h = hashlib.sha256()
-    files = [path] if path.is_file() else sorted(
-        p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
-    for p in files:
-        rel = p.name if p == path else p.relative_to(path).as_posix()
-        h.update(rel.encode() + b"\0")
-        h.update(hashlib.sha256(p.read_bytes()).digest())
-    return h.hexdigest()
+    files = [path] if path.is_file() else [
+        p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    return tree_hash((p.name if p == path else p.relative_to(path).as_posix(),
+                      hashlib.sha256(p.read_bytes()).digest()) for p in files)
 
 
 _cache: dict[str, object] = {}
@@ -148,6 +171,9 @@ def verify(e: Entry) -> Entry:
     key = f"ok:{e.path}"
     if key in _cache:
         return e
+    if e.retired:
+        raise DatasetError(f"profiles/{e.path}: retired into git history (commit "
+                           f"{e.retired[:12]}); restore it with `{e.restore_command()}`")
     if not e.abspath.exists():
         if checkout() is None:
             raise DatasetError(f"profiles/{e.path}: not in the installed package; {CHECKOUT_HINT}")
@@ -209,14 +235,18 @@ def open_path(path: Path | str) -> Path:
 
 
 def find(*, role: str | None = None, arch: str | None = None, study: str | None = None,
-         default: bool | None = None, prefix: str | None = None) -> list[Entry]:
+         default: bool | None = None, prefix: str | None = None,
+         retired: bool | None = False) -> list[Entry]:
     """Registered entries matching every given field (``prefix``: path starts with it), in
-    registry order; none is verified until it is opened."""
+    registry order; none is verified until it is opened. Retired entries are left out unless
+    ``retired`` is True (only them) or None (all): what is not in the working tree is nothing the
+    code can read, so no selection or listing of runs may see it."""
     return [e for e in entries().values()
             if (role is None or e.role == role) and (arch is None or e.arch == arch)
             and (study is None or e.study == study)
             and (default is None or e.default == default)
-            and (prefix is None or e.path.startswith(prefix))]
+            and (prefix is None or e.path.startswith(prefix))
+            and (retired is None or bool(e.retired) == retired)]
 
 
 def instrument(kind: str, arch: str) -> Entry:
@@ -276,7 +306,8 @@ def _stored(e: dict) -> dict:
 
 
 _REQUIRED = ("path", "role", "arch", "sha256")
-_DEFAULTS = {"study": None, "source": None, "parameters": {}, "default": False, "command": None}
+_DEFAULTS = {"study": None, "source": None, "parameters": {}, "default": False, "command": None,
+             "retired": None}
 
 
 def write(doc_entries: list[dict]) -> Path:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from itertools import product
 from pathlib import Path
 from typing import Mapping
 
@@ -235,3 +236,26 @@ def default_runs(arch: str, source: str | None = None) -> list[Dataset]:
             out += [d for d in repeats_of(ds) if d not in out]
             out += [d for d in repeated_runs(arch, study, source) if d not in out]
     return out
+
+
+def selectable(arch: str) -> list[Dataset]:
+    """Every committed run of ``arch`` that a selection the code makes can return, in name order:
+    per study, for each source (any, measured, simulated), each run name of the study or none,
+    and each parameter either at its default or ``ANY`` (the only values the figures and findings
+    ask for), the run ``select`` picks with its repeats, and the runs ``repeated_runs`` gives. A
+    committed run outside this set is returned by none of those queries (under each, another run
+    ranks before it), so no selection reads it (``analysis.data.history`` may retire it)."""
+    runs = [d for d in discover(arch) if d.committed]
+    out: set[Path] = set()
+    grids = [{k: ANY for k, on in zip(PARAMETERS, mask) if on}
+             for mask in product((False, True), repeat=len(PARAMETERS))]
+    for study in sorted({d.study for d in runs}):
+        names = [None, *sorted({d.name for d in runs if d.study == study})]
+        for source in (None, "measured", "simulated"):
+            out.update(d.path for d in repeated_runs(arch, study, source))
+            for name in names:
+                for params in grids:
+                    best = select(arch, study, name=name, source=source, params=params)
+                    if best is not None:
+                        out.update(d.path for d in repeats_of(best))
+    return [d for d in runs if d.path in out]

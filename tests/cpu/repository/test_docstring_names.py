@@ -1,7 +1,8 @@
 """Every name of ours a docstring mentions exists: a dotted name (``analysis.cache.timesim``,
 ``spec.OrderKind.SAWTOOTH``, ``kernels.attention``) resolves to a module, and then to a
 top-level name of it and an attribute of that; a path (``experiments/simulation/simulate.py``,
-``profiles/h100/sawtooth-20261123``) exists in the checkout. A module that moves or a run that is
+``profiles/h100/sawtooth-20261123``) exists in the checkout (or names a run retired into git
+history, registered and restorable). A module that moves or a run that is
 renamed leaves its old name in prose that no import checks: this test is that check.
 
 Resolution is static (``ast``; nothing is imported, so the GPU modules are read on any machine):
@@ -176,6 +177,18 @@ def resolves(dotted: str) -> bool:
     return False
 
 
+@functools.lru_cache(maxsize=None)
+def _retired() -> tuple[str, ...]:
+    from analysis.data import registry
+    return tuple(f"profiles/{e.path}" for e in registry.find(retired=True))
+
+
+def retired(path: str) -> bool:
+    """A path inside a run retired into git history (``analysis.data.history``): registered and
+    restorable, absent from the checkout by design, so a citation of it still names a run."""
+    return any(path == r or path.startswith(f"{r}/") for r in _retired())
+
+
 def unresolved() -> list[str]:
     bad = []
     for f in sources():
@@ -188,7 +201,8 @@ def unresolved() -> list[str]:
                 if doc[m.end():m.end() + 2].lstrip("-.").startswith(PATTERN_MARKS):
                     continue                        # a pattern: simcheck-<arch>-*, x.*
                 path = m.group(1).rstrip(".")
-                if not path.startswith(OUTPUTS) and not (ROOT / path).exists():
+                if not path.startswith(OUTPUTS) and not (ROOT / path).exists() \
+                        and not retired(path):
                     bad.append(f"{rel}:{line}: {m.group(1)}")
     return bad
 
