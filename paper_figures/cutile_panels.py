@@ -38,18 +38,19 @@ def load_misses(rows: list[dict], causal: bool) -> dict:
                                  rows=rows)}
 
 
-def plot_misses(data: dict, figure: str, causal: bool, arch: str | None):
+def plot_misses(data: dict, figure: str, causal: bool, arch: str | None, columns: int = 2):
     mode = "causal" if causal else "non-causal"
     return with_paper(lambda ax: grouped_bars(
         data["groups"], data["series"], errors=data.get("errors"), ax=ax,
         ylabel=MISS_LABEL if data.get("errors") else "L2 misses (M sectors)",
         title=f"{figure}: cuTile {mode}, B={data['B']}, S={seq_label(data['S'])}, "
               f"64×64 tiles, {gpu_name(arch)}"
-              + (f"\n{data['run']['note']}" if data["run"]["note"] else "")), data)
+              + (f"\n{data['run']['note']}" if data["run"]["note"] else "")), data, columns)
 
 
 def misses_module(name: str, figure: str, causal: bool) -> tuple:
     """``(ROWS, load, plot, main)`` of F9a (``causal`` False) or F10a (True)."""
     return figure_module(name, {"backend": "cutile", "causal": causal},
                          lambda rows: load_misses(rows, causal=causal),
-                         lambda data, arch=None: plot_misses(data, figure, causal, arch))
+                         lambda data, arch=None, columns=2: plot_misses(data, figure, causal,
+                                                                        arch, columns))

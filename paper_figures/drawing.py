@@ -138,13 +138,13 @@ def _stamp_title(fig, ctx: str, arch: str | None) -> None:
     target.set_text(wrap_to(text, 0.97 * width, target.get_fontsize()))
 
 
-def _footer(fig, lines: list[str]) -> None:
-    """``lines`` at the foot of the figure, wrapped to its width, in a band the figure grows by
-    (the panels keep their size and never overlap it)."""
+def _footer(fig, lines: list[str], pt: float = FOOTER_PT) -> None:
+    """``lines`` at the foot of the figure in ``pt`` points, wrapped to its width, in a band the
+    figure grows by (the panels keep their size and never overlap it)."""
     w_in, h_in = fig.get_size_inches()
-    chars = max(30, int(w_in * 72 / (FOOTER_PT * CHAR_EM)))
+    chars = max(30, int(w_in * 72 / (pt * CHAR_EM)))
     wrapped = [w for line in lines for w in textwrap.wrap(line, chars, break_on_hyphens=False)]
-    band = (len(wrapped) * FOOTER_PT * 1.3 + 6) / 72
+    band = (len(wrapped) * pt * 1.3 + 6) / 72
     fig.set_size_inches(w_in, h_in + band)
     frac = band / (h_in + band)
     engine = fig.get_layout_engine()
@@ -160,7 +160,7 @@ def _footer(fig, lines: list[str]) -> None:
                 leg.get_bbox_to_anchor = lambda area=area: area
     else:
         fig.subplots_adjust(bottom=frac + 0.08 * (1 - frac))
-    fig.text(0.004, 3 / 72 / (h_in + band), "\n".join(wrapped), fontsize=FOOTER_PT,
+    fig.text(0.004, 3 / 72 / (h_in + band), "\n".join(wrapped), fontsize=pt,
              color="#555555", ha="left", va="bottom", linespacing=1.2, gid="footer")
 
 
@@ -185,7 +185,8 @@ def _dirty_runs(rows: list[dict]) -> dict[str, str]:
 
 
 def finish(fig, rows: list[dict], figure: str, arch: str | None, drawn: list[str],
-           shown: list[str] | None = None, select: dict | None = None) -> None:
+           shown: list[str] | None = None, select: dict | None = None,
+           footer_pt: float = FOOTER_PT) -> None:
     """What every drawn figure carries: the GPU, its L2 and any simulated capacity in the title
     (a figure of data);
     at its foot, the runs it drew (``shown``: their names as the reader should see them) and the
@@ -202,7 +203,7 @@ def finish(fig, rows: list[dict], figure: str, arch: str | None, drawn: list[str
     if sim:
         lines.append(f"simulated: {sim}")
     if lines:
-        _footer(fig, lines)
+        _footer(fig, lines, footer_pt)
 
 
 def render(rows: list[dict], arch: str, out_dir: Path, modules, console=None,

@@ -43,10 +43,12 @@ def load(rows: list[dict]) -> dict:
     return {"study": study, "S": S, "panels": panels, "sources": sources(got), "ref": got[0]}
 
 
-def plot(data: dict, arch: str | None = None):
+def plot(data: dict, arch: str | None = None, columns: int | None = None):
+    """One panel per (order, source), in a row, or in ``columns`` columns."""
     n = len(data["panels"])
-    fig, axes = lines.figure(ncols=n, width=6.2, height=4.3)
-    for ax, ((order, source), m) in zip(axes[0], sorted(data["panels"].items())):
+    ncols = min(n, columns or n)
+    fig, axes = lines.figure(ncols=ncols, nrows=-(-n // ncols), width=6.2, height=4.3)
+    for ax, ((order, source), m) in zip(axes.flat, sorted(data["panels"].items())):
         P = sorted(set(m.get(HITS, {})) & set(m.get(MISSES, {})))
         hits = np.array([m[HITS][p] for p in P])
         miss = np.array([m[MISSES][p] for p in P])
@@ -70,6 +72,8 @@ def plot(data: dict, arch: str | None = None):
         h2, l2 = right.get_legend_handles_labels()
         ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.02),
                   ncols=2, title=f"{order_style(order)['label']}", title_fontsize=8)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
     ref = data["ref"]
     src = "" if data["study"] == "active-sms" else " (l1l2 study rows)"
     lines.title(fig, f"F6: L2 misses, hits and hit rate vs active SMs, CUDA split-Q, "

@@ -35,12 +35,13 @@ def load(rows: list[dict]) -> dict:
             "paper": paper_panel("cuda", False, batches, rows=rows)}
 
 
-def plot(data: dict, arch: str | None = None):
+def plot(data: dict, arch: str | None = None, columns: int = 2):
+    """``columns``: 2 puts the paper's panel beside the run's, 1 below it."""
     return with_paper(lambda ax: grouped_bars(
         data["groups"], data["series"], errors=data.get("errors"), ax=ax,
         ylabel=MISS_LABEL if data.get("errors") else "L2 misses (M sectors)",
         title=f"F8a: CUDA split-Q, S={seq_label(data['S'])}, 80×80 tiles, {gpu_name(arch)}"
-              + (f"\n{data['run']['note']}" if data["run"]["note"] else "")), data)
+              + (f"\n{data['run']['note']}" if data["run"]["note"] else "")), data, columns)
 
 
 def main(argv=None):

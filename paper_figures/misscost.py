@@ -56,11 +56,14 @@ def panels(table: list[dict]) -> list[tuple]:
     return sorted({(r["S"], r["causal"]) for r in table}, key=lambda k: (k[1], k[0]))
 
 
-def plot(data: dict, arch: str | None = None):
+def plot(data: dict, arch: str | None = None, columns: int | None = None):
+    """One panel per (S, causal), in a row, or in ``columns`` columns."""
     table, keys = data["table"], panels(data["table"])
-    fig, axes = plt.subplots(1, len(keys), figsize=(4.1 * len(keys), 3.9), sharey=True,
+    ncols = min(len(keys), columns or len(keys))
+    nrows = -(-len(keys) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.1 * ncols, 3.9 * nrows), sharey=True,
                              constrained_layout=True, squeeze=False)
-    for ax, (S, causal) in zip(axes[0], keys):
+    for ax, (S, causal) in zip(axes.flat, keys):
         rows = [r for r in table if (r["S"], r["causal"]) == (S, causal)]
         for st in sorted({r["stages"] for r in rows}):
             pts = sorted((r for r in rows if r["stages"] == st), key=lambda r: r["streamer_GBps"])
@@ -84,10 +87,13 @@ def plot(data: dict, arch: str | None = None):
                      fontsize=9)
         ax.set_xlabel("DRAM bandwidth taken by the streamer (GB/s, measured)", fontsize=8)
         ax.grid(True, lw=0.3, alpha=0.6)
-    axes[0][0].set_ylabel("sawtooth vs linear, kernel time (%)\n(below 0: sawtooth faster)",
-                          fontsize=8)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("sawtooth vs linear, kernel time (%)\n(below 0: sawtooth faster)",
+                      fontsize=8)
+    for ax in axes.flat[len(keys):]:
+        ax.set_visible(False)
     h, lab = axes[0][0].get_legend_handles_labels()
-    fig.legend(h, lab, loc="outside lower center", ncol=min(6, max(1, int(4.1 * len(keys) / 1.7))),
+    fig.legend(h, lab, loc="outside lower center", ncol=min(6, max(1, int(4.1 * ncols / 2.1))),
                fontsize=7, frameon=False)
     dev = data["device"] or gpu_name(arch)
     fig.suptitle(f"Where a miss costs time: {dev}, runs {', '.join(data['runs'])} (filled: "

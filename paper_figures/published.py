@@ -114,13 +114,14 @@ def draw_paper(ax, data: dict) -> None:
     ax.margins(y=0.45 if data.get("simulated") else 0.18)
 
 
-def with_paper(draw_run, data: dict):
-    """The figure of ``draw_run(ax)`` (the run's own panel) with the paper's panel beside it when
-    ``data`` carries one, else the run's figure alone."""
+def with_paper(draw_run, data: dict, columns: int = 2):
+    """The figure of ``draw_run(ax)`` (the run's own panel) with the paper's panel beside it
+    (``columns`` 2) or below it (1) when ``data`` carries one, else the run's figure alone."""
     import matplotlib.pyplot as plt
     if not data.get("paper"):
         return draw_run(None)
-    fig, (a, b) = plt.subplots(1, 2, figsize=(13.5, 4.2), constrained_layout=True)
+    fig, (a, b) = plt.subplots(2 // columns, columns, figsize=(6.75 * columns, 8.4 / columns),
+                               constrained_layout=True)
     draw_run(a)
     draw_paper(b, data["paper"])
     return fig

@@ -43,7 +43,7 @@ def test_readme_and_report_stay_readable():
 
 def test_the_project_files_exist():
     for name in ("LICENSE", "CITATION.cff", "CHANGELOG.md", "docs/cli.md", "docs/extending.md",
-                 "docs/simulator-validation.md", "docs/history.md"):
+                 "docs/simulator-validation.md", "docs/history.md", "docs/gpu.md"):
         assert (ROOT / name).is_file(), f"{name} is missing"
     lic = (ROOT / "LICENSE").read_text()
     assert "Apache License" in lic and "Version 2.0, January 2004" in lic
@@ -57,7 +57,7 @@ LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)\s]*)?\)")
 
 
 @pytest.mark.parametrize("doc", ["README.md", "REPORT.md", "docs/cli.md", "docs/extending.md",
-                                 "docs/simulator-validation.md", "docs/history.md"])
+                                 "docs/simulator-validation.md", "docs/history.md", "docs/gpu.md"])
 def test_relative_links_resolve(doc):
     """Every relative link and image (the REPORT's figures under docs/figures/ included) points
     at a file of the repository."""

@@ -7,6 +7,10 @@ commands ran (tests/conftest.py).
 What needs a GPU: ``experiments.run`` in measure mode (``--mode measure``, or the default ``auto``
 for an arch other than GB10, whose study would be measured on its GPU), and the instruments and
 tuner (``experiments.tuning.tune``, ``experiments.instruments.latency``, ``experiments.instruments.smmap``).
+A measured run that names its directory (``--out DIR``, as docs/gpu.md's do, whose next commands
+draw and compare it) is stood in for by the committed run of its study and arch (the run
+``analysis.data.select`` picks, measured on that GPU), copied to ``DIR`` after the ``--dry-run``,
+so that the commands after it read a real measured run.
 """
 from __future__ import annotations
 
@@ -123,6 +127,19 @@ def skipped(argv: tuple[str, ...]) -> str | None:
     return None
 
 
+def stand_in(argv: tuple[str, ...]) -> tuple[Path, str] | None:
+    """(the committed measured run, the ``--out`` it stands in at) for a measured
+    ``experiments.run STUDY --arch ARCH --out DIR`` (None for any other command)."""
+    out = _opt(argv, "--out")
+    if argv[2] != "experiments.run" or not needs_gpu(argv) or out is None:
+        return None
+    from analysis.data import select
+    study = next((a for a in argv[3:] if not a.startswith("-")), None)
+    ds = select(_opt(argv, "--arch"), study, source="measured")
+    assert ds is not None, f"no committed measured run of {study} stands in for {argv}"
+    return ds.path, out
+
+
 def runnable(argv: tuple[str, ...]) -> list[str]:
     cmd = [sys.executable, *argv[1:]]
     if needs_gpu(argv) and "--dry-run" not in argv:
@@ -166,6 +183,9 @@ def test_documented_command_runs(cmd, checkout):
     RAN.append(" ".join(shlex.quote(a) for a in argv[1:]))
     assert r.returncode == 0, (f"{cmd.doc}:{cmd.line}: `{' '.join(cmd.argv)}` exited "
                                f"{r.returncode}:\n{r.stdout[-1500:]}\n{r.stderr[-1500:]}")
+    if (measured := stand_in(cmd.argv)) is not None:
+        run, out = measured
+        shutil.copytree(run, checkout / out, dirs_exist_ok=True)
 
 
 def test_the_collector_reads_fences_chains_and_comments(tmp_path):
@@ -183,3 +203,13 @@ def test_the_collector_reads_fences_chains_and_comments(tmp_path):
                    ("python", "-m", "analysis.findings", "--arch", "h100")]
     assert [needs_gpu(a) for a in got[1:]] == [False, True, False]
     assert runnable(got[2])[-1] == "--dry-run" and skipped(got[0])
+
+
+def test_a_named_measured_run_is_stood_in_for_by_the_committed_one():
+    run, out = stand_in(("python", "-m", "experiments.run", "sawtooth", "--arch", "h100",
+                         "--out", "runs/h100-sawtooth"))
+    assert out == "runs/h100-sawtooth" and (run / "README.md").is_file()
+    assert run.parent.name == "h100" and run.name.startswith("sawtooth-")
+    assert stand_in(("python", "-m", "experiments.run", "sawtooth", "--arch", "gb10",
+                     "--out", "runs/x")) is None                       # simulated: runs itself
+    assert stand_in(("python", "-m", "experiments.run", "sawtooth", "--arch", "h100")) is None
