@@ -39,7 +39,7 @@ int64 stack distances: 12.0 B per access measured, 13 counted) plus the same per
 peak of a plan is the process's ``SIM_BASE_BYTES`` plus the ``workers`` largest cases at once.
 
 **Measure time.** ``measure_cost``: the phases of ``experiments.measurement.measure`` with per-unit costs
-least-squares fitted on the wall time of 28 committed measured runs (``MEASURE_FIT``, H100 and
+least-squares fitted on the wall time of 25 committed measured runs (``MEASURE_FIT``, H100 and
 H200, with and without ncu; ``experiments.runner.costfit``), and each kernel's time from its FLOPs at
 the throughput measured for its family and tiles (``RATES``; other arches: the H100's scaled by
 SM count). ``profiles/h100/ncu-passes-20261123`` gives the replay passes of each metric group.
@@ -194,29 +194,34 @@ def sim_plan_cost(cases: list[Case], arch: Arch, model: str, workers: int, figur
 # Least-squares coefficients of the measured runs' wall time (experiments.runner.costfit.fit_measure on
 # the runs of MEASURE_FIT): seconds per unit of each term of ``measure_cost``.
 MEASURE_COEF = {
-    "start": 7.154,           # the process, the family loads, the first CUDA context
-    "per_case": 0.3391,        # compile (in parallel) and prepare one variant
-    "timed_gpu": 1.255,       # x kernel time of every timed launch (the cold-L2 flush included)
-    "check_gpu": 3.54,       # x one round of kernels and peers: correctness run, fp32 reference
-    "per_session": 10.47,     # one ncu session: python, torch, ncu start, report export
-    "per_session_case": 0.1056,  # one case built in an ncu session's target process
-    "warmup_gpu": 1.583,      # x one round of kernels: the target's warm-up launches
-    "replay_gpu": 0.7815,     # x kernel time of every profiled launch and replay pass
-    "eager_call": 0.007026,        # one eager call of an eager-timed study (host, launch, sync)
-    "eager_gpu": 0.9011,         # x kernel time of every eager call
+    "start": 13.73,           # the process, the family loads, the first CUDA context
+    "per_case": 0,        # compile (in parallel) and prepare one variant
+    "timed_gpu": 0.8303,       # x kernel time of every timed launch (the cold-L2 flush included)
+    "check_gpu": 7.15,       # x one round of kernels and peers: correctness run, fp32 reference
+    "per_session": 5.872,     # one ncu session: python, torch, ncu start, report export
+    "per_session_case": 0.3199,  # one case built in an ncu session's target process
+    "warmup_gpu": 0.2419,      # x one round of kernels: the target's warm-up launches
+    "replay_gpu": 1.218,     # x kernel time of every profiled launch and replay pass
+    "eager_call": 0.02486,        # one eager call of an eager-timed study (host, launch, sync)
+    "eager_gpu": 0.5516,         # x kernel time of every eager call
 }
 MEASURE_FIT = ('h100: cuda-tiles-20261123, cuda-tiles-20261125, hints-20261126, '
                'hints-20261126-r2, hints-20261126-r3, ladder-20261121, longseq-20261121, '
                'longseq-20261123, longseq-profile-20261121, misscost-20261123, '
-               'misscost-20261123-r2, misscost-20261123-r3, models-20261126, models-20261126c, '
-               'models-20261127, occupancy-20261125, sawtooth-20261121, sawtooth-20261121-r2, '
-               'sawtooth-20261121-r3, sawtooth-20261123, scaling-20261121, shapes-20261125c, '
-               'shapes-20261126, shapes-20261127; h200: ladder-20261121, sawtooth-20261121, '
+               'misscost-20261123-r2, misscost-20261123-r3, models-20261127, occupancy-20261125, '
+               'sawtooth-20261121, sawtooth-20261121-r2, sawtooth-20261121-r3, sawtooth-20261123, '
+               'scaling-20261121, shapes-20261127; h200: ladder-20261121, sawtooth-20261121, '
                'sawtooth-20261125, sawtooth-20261125b, scaling-20261121')
 """The runs the measure coefficients were fitted on (every registered ``experiments.run`` measure
 run with timed kernels but the backward study's, ``costfit.FORWARD_ONLY``; per run within
 -40..+55% of its wall time, every run over 200 s within 5%, the shape suites included since their
 eager calls are terms of their own, ``eager_call`` and ``eager_gpu``)."""
+
+
+def measure_fit_runs() -> int:
+    """How many runs ``MEASURE_FIT`` names."""
+    return sum(len(part.split(":", 1)[1].split(",")) for part in MEASURE_FIT.split(";"))
+
 
 PASSES = {"dram": 1, "lrc": 1, "tex": 4, "fabric": 4, "l1": 1}
 """Replay passes per metric group on an H100 (profiles/h100/ncu-passes-20261123/passes.csv.xz and
@@ -226,10 +231,10 @@ RATES = {
     # (arch, backend, tile_m, tile_n): TFLOP/s per fully occupied GPU, the median over the
     # committed timing rows of that family and tiles at S >= 32768 (experiments.runner.costfit.fit_rates);
     # (arch, backend, None, None): over all its tiles
-    ("h100", "cuda", 128, 64): 304, ("h100", "cuda", 64, 64): 310, ("h100", "cuda", 80, 80): 172,
-    ("h100", "cuda", None, None): 178, ("h100", "cutile", 128, 128): 499,
-    ("h100", "cutile", 64, 128): 479, ("h100", "cutile", 64, 64): 361,
-    ("h100", "cutile", None, None): 479, ("h100", "sdpa-cudnn", None, None): 471,
+    ("h100", "cuda", 128, 64): 303, ("h100", "cuda", 64, 64): 302, ("h100", "cuda", 80, 80): 172,
+    ("h100", "cuda", None, None): 177, ("h100", "cutile", 128, 128): 494,
+    ("h100", "cutile", 64, 128): 484, ("h100", "cutile", 64, 64): 361,
+    ("h100", "cutile", None, None): 450, ("h100", "sdpa-cudnn", None, None): 462,
     ("h100", "sdpa-flash", None, None): 306,
     ("h200", "cuda", 128, 64): 304, ("h200", "cuda", 80, 80): 173, ("h200", "cuda", None, None): 289,
     ("h200", "cutile", 128, 128): 483, ("h200", "cutile", 64, 64): 353,

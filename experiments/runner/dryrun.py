@@ -115,8 +115,9 @@ def _measure_lines(args, study, arch, cases) -> list[str]:
         full = _measure_estimate(args, study, arch, cases, sessions=args.repeats)
         lines.append(f"  with --sessions {args.repeats} (one fresh process per repeat, the "
                      f"between-session spread too): about {duration(full.seconds)}")
-    lines.append("  (costs fitted on 28 committed measured runs, experiments/runner/costs.py; kernel "
-                 f"times from each family's throughput: {where})")
+    lines.append(f"  (costs fitted on {costs.measure_fit_runs()} committed measured runs, "
+                 f"experiments/runner/costs.py; kernel times from each family's throughput: "
+                 f"{where})")
     return lines
 
 
