@@ -192,6 +192,7 @@ class DecodeCase(BuildShape):
     S_kv: int = 8192
     splits: int = 8
     kernel: str = "split"
+    bottom_right: bool = False      # causal aligned to each sequence's end (kv_lengths)
 
     def packing(self) -> tuple[int, int]:
         from kernels.device import decode
@@ -207,7 +208,8 @@ class DecodeCase(BuildShape):
             return decode.combine_constants(D=self.D, sqp=self.combine_rows())
         hg, sqp = self.packing()
         return decode.split_constants(D=self.D, tile_n=self.tile_n, hg=hg, sqp=sqp,
-                                      causal=self.causal, split=self.splits > 1)
+                                      causal=self.causal, bottom_right=self.bottom_right,
+                                      split=self.splits > 1)
 
     def signature(self) -> KernelSignature:
         dt, q, kv = self._tensors()

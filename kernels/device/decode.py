@@ -21,20 +21,24 @@ reads the same K/V again. Here (FlashDecoding with the group packed, as FlashAtt
   writes ``lse = −inf`` and zeros, which the merge weighs 0; a row no split sees comes out 0.
   With one split (``SPLIT`` False) the kernel writes the output itself and nothing is merged.
 * **Lengths.** ``KvLen`` int32 [B] is each sequence's cache length L_b ≤ S_kv, read on the
-  device only (``ct.gather`` of one element): the host never syncs on it. Causal is bottom-right
-  aligned per sequence, as FlashAttention's kvcache: query row r of S_q sees keys
-  ``0 .. L_b − S_q + r``. Keys at or beyond L_b are masked in S and their V rows zeroed (a cache
+  device only (``ct.gather`` of one element): the host never syncs on it. With per-sequence
+  lengths causal is bottom-right aligned per sequence, as FlashAttention's kvcache: query row r
+  of S_q sees keys ``0 .. L_b − S_q + r`` (``BOTTOM_RIGHT``); without them (L_b = S_kv) causal
+  keeps the front's meaning, SDPA's top-left ``is_causal`` (row r sees keys 0 .. r), so routing
+  a call to this kernel never changes its result. Keys at or beyond L_b are masked in S and their V rows zeroed (a cache
   slot past the length may hold anything, NaN included: 0·NaN would poison the accumulator).
 
 The K/V loop is split in two ``for`` loops with no ``if`` inside (cutile-notes.md §5.3): the
 tiles every real row sees whole (``j < n_full``), then the masked tail (causal diagonal and the
-ragged end), each clipped to the CTA's chunk. The mask adds ``fmha.NEG_BIG`` (finite, a power of
-two: the NaN trap of the ``fmha`` docstring); a row whose running maximum stayed at that level
+ragged end), each clipped to the CTA's chunk. The mask replaces a score by ``fmha.NEG_BIG``
+(finite, a power of two: the NaN trap of the ``fmha`` docstring; replaced rather than added so
+that a NaN key past the length cannot leak into the row maximum); a row whose running maximum stayed at that level
 saw no key and is written as dead (``lse = −inf``, zeros).
 
-Worked example (S_kv = 1000, TILE_N = 64, 4 splits, causal, S_q = 4): n_tiles = 16, chunk = 4;
-split 3 takes tiles 12..15; every row sees keys 0..996, so n_full = ⌊997/64⌋ = 15: tiles 12..14
-run unmasked, tile 15 (keys 960..1023) masked.
+Worked example (S_kv = 1000, TILE_N = 64, 4 splits, bottom-right causal, S_q = 4): n_tiles =
+16, chunk = 4; split 3 takes tiles 12..15; every row sees keys 0..996, so n_full = ⌊997/64⌋ =
+15: tiles 12..14 run unmasked, tile 15 (keys 960..1023) masked. Top-left causal at S_q = 4 sees
+keys 0..3 only: tile 0, masked, in split 0; splits 1..3 see nothing and write lse = −inf.
 """
 from __future__ import annotations
 
@@ -100,7 +104,7 @@ def _kv_step(q, K, V, b, kvh, j, m_i, l_i, acc, qk_scale, L, lim, TILE_D: ConstI
         keep = offs_n[None, :] < L                                            # [1, TILE_N]
         if CAUSAL:
             keep = keep & (offs_n[None, :] <= lim)                            # [M, TILE_N]
-        qk = qk + ct.where(keep, 0.0, NEG_BIG)
+        qk = ct.where(keep, qk, NEG_BIG)      # replaced, not added: a NaN key past L
         v = ct.where(offs_n[:, None] < L, v, ct.zeros((TILE_N, TILE_D), dtype=v.dtype))
     m_ij = ct.maximum(m_i, ct.max(qk, axis=-1, keepdims=True) * qk_scale)      # [M, 1]
     p = ct.exp2(qk * qk_scale - m_ij, flush_to_zero=True)                      # [M, TILE_N]
@@ -114,11 +118,13 @@ def _kv_step(q, K, V, b, kvh, j, m_i, l_i, acc, qk_scale, L, lim, TILE_D: ConstI
 @ct.kernel
 def decode_split(Q, K, V, KvLen, Opart, Lpart, Out, qk_scale: float, TILE_D: ConstInt,
                  TILE_N: ConstInt, HG: ConstInt, SQP: ConstInt, CAUSAL: ConstBool,
-                 SPLIT: ConstBool):
+                 BOTTOM_RIGHT: ConstBool, SPLIT: ConstBool):
     """Q [B, H, S_q, D]; K, V [B, H_kv, S_kv, D]; KvLen int32 [B]; Opart fp32 [splits, B, H,
     S_q, D] and Lpart fp32 [splits, B, H, S_q] (``SPLIT``), else Out like Q (the final output).
     Grid (splits, B·H_kv·(G/HG)): bid(0) the split, bid(1) = (b·H_kv + kvh)·(G/HG) + head chunk.
-    """
+    ``CAUSAL`` with ``BOTTOM_RIGHT``: row r sees keys 0 .. L_b − S_q + r (the kv_lengths
+    semantics); without: keys 0 .. r (SDPA's ``is_causal``, the front's ``causal`` when no
+    lengths are given)."""
     M = HG * SQP
     H = Q.shape[1]
     H_kv = K.shape[1]
@@ -131,19 +137,25 @@ def decode_split(Q, K, V, KvLen, Opart, Lpart, Out, qk_scale: float, TILE_D: Con
     hu = u % (H_kv * n_hc)                    # head tile index along H in units of HG
     kvh = hu // n_hc
     L = ct.minimum(ct.gather(KvLen, b), S_kv)                                 # this sequence
+    if BOTTOM_RIGHT:
+        off = L - S_q                         # row r sees keys 0 .. off + r
+    else:
+        off = 0
     q = ct.load(Q, index=(b, hu, 0, 0), shape=(1, HG, SQP, TILE_D), padding_mode=ZERO)
     q = ct.reshape(q, (M, TILE_D))                                            # [M, D]
     row = ct.arange(M, dtype=ct.int32) % SQP                                  # [M] query row
-    lim = ct.reshape(L - S_q + row, (M, 1))                                   # [M, 1]
-    # this split's chunk of K/V tiles (of the capacity), clipped to the sequence
+    lim = ct.reshape(off + row, (M, 1))                                       # [M, 1]
+    if CAUSAL:
+        kend = ct.minimum(L, off + S_q)       # keys any real row sees
+        full = ct.minimum(L, off + 1)         # keys every real row sees
+    else:
+        kend = L
+        full = L
+    # this split's chunk of K/V tiles (of the capacity), clipped to the keys seen
     n_tiles = ct.cdiv(S_kv, TILE_N)
     chunk = ct.cdiv(n_tiles, ct.num_blocks(0))
     t0 = s * chunk
-    t1 = ct.minimum(t0 + chunk, ct.cdiv(L, TILE_N))
-    if CAUSAL:
-        full = L - S_q + 1                    # keys every real row sees
-    else:
-        full = L
+    t1 = ct.minimum(t0 + chunk, ct.cdiv(ct.maximum(kend, 0), TILE_N))
     n_full = ct.maximum(full, 0) // TILE_N
     m_i = ct.full((M, 1), -math.inf, dtype=ct.float32)
     l_i = ct.full((M, 1), 0.0, dtype=ct.float32)
@@ -204,9 +216,10 @@ def get_kernels(occupancy: int | None = None):
 
 
 def split_constants(*, D: int, tile_n: int, hg: int, sqp: int, causal: bool,
-                    split: bool) -> tuple:
+                    bottom_right: bool, split: bool) -> tuple:
     """The constant arguments of ``decode_split`` after (…, qk_scale), in kernel order."""
-    return (int(D), int(tile_n), int(hg), int(sqp), bool(causal), bool(split))
+    return (int(D), int(tile_n), int(hg), int(sqp), bool(causal),
+            bool(causal and bottom_right), bool(split))
 
 
 def combine_constants(*, D: int, sqp: int) -> tuple:
