@@ -53,10 +53,10 @@ from kernels.device.work import ConstBool, ConstInt
 
 ZERO = PaddingMode.ZERO
 DEAD = -2.0 ** 80     # a row maximum below this (in qk_scale units) saw only masked keys
-MAX_M = 128           # the packed rows of one CTA at most (the accumulator is [M, D] fp32)
+MAX_M = 64            # the packed rows of one CTA at most (128 spills on sm_90: 384 threads, 344 B stack)
 MIN_M = 16            # the packed rows at least (an MMA tile's smallest M)
-LATENCY_K = 4         # TMA load latency hints of the K and V tiles (tactics notes: 2..4)
-LATENCY_V = 4
+LATENCY_K = 2         # TMA load latency hints of the K and V tiles (tactics notes: 2..4)
+LATENCY_V = 2
 
 
 def _pow2_at_least(n: int) -> int:
@@ -73,7 +73,7 @@ def packing(G: int, S_q: int) -> tuple[int, int]:
     HG is the largest power of two dividing G with HG·SQP ≤ MAX_M (a non-power-of-two group, e.g.
     G = 6, packs 2 heads per CTA); SQP is S_q rounded up to a power of two, then raised until M ≥
     MIN_M (the extra rows read as zeros and are never stored). >>> packing(8, 1) == (8, 2);
-    packing(1, 1) == (1, 16); packing(32, 16) == (8, 16)."""
+    packing(1, 1) == (1, 16); packing(32, 16) == (4, 16)."""
     if S_q < 1 or G < 1:
         raise ValueError(f"G={G}, S_q={S_q}: both must be >= 1")
     sqp = _pow2_at_least(S_q)

@@ -25,7 +25,7 @@ def packing(G, S_q):
     while sqp < S_q:
         sqp *= 2
     hg = 1
-    while G % (hg * 2) == 0 and hg * 2 * sqp <= 128:
+    while G % (hg * 2) == 0 and hg * 2 * sqp <= 64:
         hg *= 2
     while hg * sqp < 16:
         sqp *= 2
@@ -189,7 +189,7 @@ def test_packing_matches_device_module():
         for S_q in range(1, 17):
             hg, sqp = decode.packing(G, S_q)
             assert (hg, sqp) == packing(G, S_q)
-            assert G % hg == 0 and sqp >= S_q and 16 <= hg * sqp <= 128
+            assert G % hg == 0 and sqp >= S_q and 16 <= hg * sqp <= 64
             assert hg * sqp & (hg * sqp - 1) == 0
 
 
@@ -269,3 +269,43 @@ def test_schedule_labels():
     for bad in ("decode0", "decodex", "decode-1"):
         with pytest.raises(sd.BadDecodeSchedule):
             sd.DecodeSchedule.parse(bad)
+
+
+# ------------------------------------------------------------------------------------------------
+# routing and the launch plan (kernels.host.backend.decode_choice, kernels.host.decode.plan)
+# ------------------------------------------------------------------------------------------------
+def _problem(**kw):
+    from spec.problem import Problem
+    base = dict(B=1, H=32, S_q=1, D=128, S_kv=32768, H_kv=8)
+    base.update(kw)
+    return Problem(**base)
+
+
+def test_routing_is_inference_only_and_behind_the_schedule_knob():
+    pytest.importorskip("cuda.tile")
+    from kernels.host.backend import decode_choice
+    from spec.family import UnsupportedVariant
+    pr = _problem()
+    kw = dict(order="linear", tiles=None, level=6)
+    assert decode_choice(pr, schedule=None, save_lse=False, **kw) == sd.DecodeSchedule(0)
+    assert decode_choice(pr, schedule=None, save_lse=True, **kw) is None      # training
+    assert decode_choice(pr, schedule="grid", save_lse=False, **kw) is None   # split-Q kept
+    assert decode_choice(pr, schedule=None, save_lse=False, order="sawtooth", tiles=None,
+                         level=6) is None
+    assert decode_choice(_problem(S_q=17), schedule=None, save_lse=False, **kw) is None
+    assert decode_choice(pr, schedule="decode5", save_lse=False, **kw).splits == 5
+    with pytest.raises(UnsupportedVariant):
+        decode_choice(pr, schedule="decode", save_lse=True, **kw)
+    with pytest.raises(UnsupportedVariant):
+        decode_choice(_problem(S_q=64), schedule="grid", save_lse=False, lengths=True, **kw)
+
+
+def test_plan():
+    pytest.importorskip("cuda.tile")
+    from kernels.host.decode import plan
+    p = plan(_problem(), 132)
+    assert (p.tile_n, p.hg, p.sqp, p.splits) == (64, 4, 4, 16)
+    assert p.grid == (16, 8, 1)
+    p = plan(_problem(H=32, H_kv=1, S_q=16, D=64), 132, splits=3)
+    assert (p.tile_n, p.hg, p.sqp, p.splits, p.head_chunks) == (128, 4, 16, 3, 8)
+    assert p.grid == (3, 8, 1)
