@@ -200,7 +200,7 @@ class DecodeCase(BuildShape):
 
     def combine_rows(self) -> int:
         from kernels.device import decode
-        return decode._pow2_at_least(self.S_q)
+        return decode.pow2_at_least(self.S_q)
 
     def constants(self) -> tuple:
         from kernels.device import decode

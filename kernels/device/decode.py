@@ -59,7 +59,7 @@ LATENCY_K = 2         # TMA load latency hints of the K and V tiles (tactics not
 LATENCY_V = 2
 
 
-def _pow2_at_least(n: int) -> int:
+def pow2_at_least(n: int) -> int:
     p = 1
     while p < n:
         p *= 2
@@ -76,7 +76,7 @@ def packing(G: int, S_q: int) -> tuple[int, int]:
     packing(1, 1) == (1, 16); packing(32, 16) == (4, 16)."""
     if S_q < 1 or G < 1:
         raise ValueError(f"G={G}, S_q={S_q}: both must be >= 1")
-    sqp = _pow2_at_least(S_q)
+    sqp = pow2_at_least(S_q)
     if sqp > MAX_M:
         raise ValueError(f"S_q={S_q}: decode packs at most {MAX_M} query rows per CTA")
     hg = 1
