@@ -308,3 +308,10 @@ def load_build(case, arch: str, occupancy=None, worker_warps=None,
                 fn.kernel.ptr, threads, 0)
             return LoadedBuild(symbol, threads, int(fn.num_regs), int(fn.local_size_bytes),
                                int(fn.shared_size_bytes), int(per_sm))
+
+
+def compile_decode_cubin(case, arch: str, occupancy=None) -> bytes:
+    """The cubin of a split-K/V decode build (``kernels.build.signatures.DecodeCase``)."""
+    from kernels.device import decode
+    split, combine = decode.get_kernels(occupancy)
+    return _export_cubin(combine if case.kernel == "combine" else split, case, arch)

@@ -180,3 +180,44 @@ class BackwardCase(BuildShape):
                 params.append(jit_like_array((self.n_ctas, 64, 4), ct.int32))
             params += [f32, f32, i32, i32]
         return _signature(params + list(self.constants()), "bwd_" + self.kernel_name)
+
+
+@dataclass(frozen=True)
+class DecodeCase(BuildShape):
+    """One split-K/V decode build (``kernels.device.decode``): the shapes, the K/V tile, the
+    packing (``decode.packing``) and the number of splits (1: the split kernel writes the output
+    and there is no combine). ``kernel`` is "split" or "combine"."""
+
+    S_q: int = 1
+    S_kv: int = 8192
+    splits: int = 8
+    kernel: str = "split"
+    bottom_right: bool = False      # causal aligned to each sequence's end (kv_lengths)
+
+    def packing(self) -> tuple[int, int]:
+        from kernels.device import decode
+        return decode.packing(self.H // self.H_kv, self.S_q)
+
+    def combine_rows(self) -> int:
+        from kernels.device import decode
+        return decode.pow2_at_least(self.S_q)
+
+    def constants(self) -> tuple:
+        from kernels.device import decode
+        if self.kernel == "combine":
+            return decode.combine_constants(D=self.D, sqp=self.combine_rows())
+        hg, sqp = self.packing()
+        return decode.split_constants(D=self.D, tile_n=self.tile_n, hg=hg, sqp=sqp,
+                                      causal=self.causal, bottom_right=self.bottom_right,
+                                      split=self.splits > 1)
+
+    def signature(self) -> KernelSignature:
+        dt, q, kv = self._tensors()
+        part = (self.splits, self.B, self.H, self.S_q)
+        opart = jit_like_array(part + (self.D,), ct.float32)
+        lpart = jit_like_array(part, ct.float32)
+        if self.kernel == "combine":
+            return _signature([opart, lpart, q] + list(self.constants()), "decode_combine")
+        lens = jit_like_array((self.B,), ct.int32)
+        params = [q, kv, kv, lens, opart, lpart, q, ScalarConstraint(ct.float32)]
+        return _signature(params + list(self.constants()), "decode_split")

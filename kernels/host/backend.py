@@ -22,6 +22,7 @@ from spec import family
 from spec.family import BadInput, UnsupportedVariant, problem_from_tensors
 from spec.ops import resolve_scale
 from spec.orders import OrderKind, ScanOrder
+from spec.decode import DECODE_MAX_ROWS, DecodeSchedule
 from spec.problem import Problem, TileGrid, Tiles
 from spec.schedules import CtaSchedule, ScheduleKind, section_heads
 from spec.variant import Backend, Training, Variant
@@ -371,12 +372,68 @@ class Launch:
             raise err from e
 
 
+def _linear(order) -> bool:
+    return order == "linear" or isinstance(order, ScanOrder) and order.kind == OrderKind.LINEAR
+
+
+def decode_choice(problem: Problem, *, order, schedule, tiles, level: int, save_lse: bool,
+                  lengths: bool = False) -> DecodeSchedule | None:
+    """Whether ``attention()`` runs the split-K/V decode kernels (``kernels.host.decode``) for
+    this call, and with which splits; None: the split-Q forward of ``default_variant``.
+
+    Decode is an inference path: the training forward (``save_lse``) always takes the split-Q
+    forward, whose log-sum-exp layout the backward reads. A call asks for it by name with
+    ``schedule="decode"`` / ``"decode<N>"``; with ``schedule=None`` it is taken for every query
+    block of at most ``spec.decode.DECODE_MAX_ROWS`` rows per head on the linear order with the
+    default tiles and ladder level, and any named split-Q schedule ("grid", "static132", ...),
+    an order other than linear, ``tiles`` or ``level`` keep the split-Q forward (the studies'
+    builds stay reachable). Why always at S_q ≤ 16, not only when the split-Q grid cannot fill
+    the GPU: the split-Q forward also lost at a filled grid (B = 64, H = 32/8, S_kv = 2048:
+    0.55x SDPA, issue 53), because each CTA's 64- or 128-row Q tile holds 1..16 real rows and
+    each query head of a group reads the group's K/V again; the decode kernel reads each K/V
+    tile once per group and, with one split, is the grid launch without that waste.
+    ``lengths`` (per-sequence ``kv_lengths``) needs the decode kernels."""
+    named = DecodeSchedule.parse(schedule)
+    if named is not None:
+        if save_lse:
+            raise UnsupportedVariant(f"schedule={schedule!r} is an inference kernel (no "
+                                     "log-sum-exp for a backward): call it under "
+                                     "torch.no_grad() or pick a split-Q schedule")
+        if tiles is not None or level != 6 or not _linear(order):
+            raise UnsupportedVariant(f"schedule={schedule!r} takes no tiles=, level= or scan "
+                                     "order other than linear (the decode kernel's own)")
+        return named
+    auto = (schedule is None and not save_lse and problem.S_q <= DECODE_MAX_ROWS
+            and tiles is None and level == 6 and _linear(order))
+    if lengths and not auto:
+        raise UnsupportedVariant(
+            "kv_lengths= runs on the decode kernels only: S_q <= "
+            f"{DECODE_MAX_ROWS}, no gradient, schedule None or 'decode[N]', linear order, "
+            "default tiles and level")
+    return DecodeSchedule() if auto else None
+
+
 def _new_launch(q, k, v, out, causal, order, schedule, tiles, occupancy, arch, level,
-                scale=None, save_lse=False) -> Launch:
+                scale=None, save_lse=False, lengths=None) -> "Launch | DecodeLaunch":
     """Check the tensors (``spec.family.problem_from_tensors``), resolve the configuration
-    (the arch's measured defaults for the problem's shape class unless given) and prepare it."""
+    (the arch's measured defaults for the problem's shape class unless given) and prepare it:
+    the decode launch when ``decode_choice`` says so."""
     problem = problem_from_tensors(q, k, v, causal, out)
     scale = resolve_scale(scale, problem.D) if scale is not None else None
+    if lengths is not None:
+        from kernels.host.decode import check_lengths
+        check_lengths(lengths, q)
+    dec = decode_choice(problem, order=order, schedule=schedule, tiles=tiles, level=level,
+                        save_lse=save_lse, lengths=lengths is not None)
+    if dec is not None:
+        import torch
+
+        from kernels.host import decode as host_decode
+        a = check_arch(arch)
+        with torch.cuda.device(q.device):
+            return host_decode.DecodeLaunch(host_decode.plan(problem, a.num_sms, dec.splits),
+                                            q.device.index, scale,
+                                            bottom_right=lengths is not None)
     if save_lse and level < 2:
         raise UnsupportedVariant(f"level={level}: the training forward (log-sum-exp for the "
                                  "backward pass) needs tuning-ladder level 2 or above (exp2)")
@@ -392,7 +449,7 @@ def attention(q, k, v, *, causal: bool = False, order: str | ScanOrder = "linear
               schedule: str | CtaSchedule | None = None,
               tiles: Tiles | tuple[int, int] | None = None, occupancy: int | None = None,
               arch: str | None = None, level: int = 6, out=None, scale: float | None = None,
-              lse=None):
+              lse=None, kv_lengths=None):
     """Attention forward ``softmax(q kᵀ · scale) v`` with the cuTile kernel family.
 
     q: [B, H, S_q, D]; k, v: [B, H_kv, S_kv, D] (H_kv divides H); fp16 or bf16 on one CUDA GPU;
@@ -413,18 +470,28 @@ def attention(q, k, v, *, causal: bool = False, order: str | ScanOrder = "linear
     of the tensors, and every argument) checks the tensors, resolves the configuration and
     compiles or loads the build; a repeated call builds the key, looks it up and launches. This
     is the eager path; ``kernels.attention`` wraps it in a ``torch.library`` custom op for
-    ``torch.compile``."""
+    ``torch.compile``.
+
+    Decode (``decode_choice``): without ``lse``, a query block of at most 16 rows per head runs
+    the split-K/V decode kernels (``kernels.host.decode``) unless a split-Q schedule, order,
+    tiles or level is named; ``schedule="decode"`` / ``"decode<N>"`` asks for them (N splits).
+    ``kv_lengths``, an int32 tensor [B] on q's device, gives each sequence's cache length (keys
+    from it on are ignored; causal then aligns each sequence's last query row with its last
+    key, as FlashAttention's ``cache_seqlens``); it is never read on the host."""
     launch = launch_for(q, k, v, causal, order, schedule, tiles, occupancy, arch, level, out,
-                        scale, lse is not None)
+                        scale, lse is not None, kv_lengths)
     if out is None:
         out = launch.empty_like(q)
-    launch(q, k, v, out, lse)
+    if kv_lengths is None:
+        launch(q, k, v, out, lse)
+    else:
+        launch(q, k, v, out, lse, kv_lengths)
     return out
 
 
 def launch_for(q, k, v, causal=False, order="linear", schedule=None, tiles=None,
                occupancy=None, arch=None, level=6, out=None, scale=None,
-               save_lse=False) -> Launch:
+               save_lse=False, kv_lengths=None) -> "Launch | DecodeLaunch":
     """The cached ``Launch`` of an ``attention()`` call with these arguments (prepared on the
     first call with its launch key); ``launch(q, k, v, out)`` runs it."""
     try:
@@ -432,16 +499,21 @@ def launch_for(q, k, v, causal=False, order="linear", schedule=None, tiles=None,
                v.shape, v.stride(), v.dtype, v.device, causal, order, schedule, tiles,
                occupancy, arch, level,
                None if out is None else (out.shape, out.stride(), out.dtype, out.device),
-               scale, save_lse)
+               scale, save_lse,
+               None if kv_lengths is None else (kv_lengths.shape, kv_lengths.dtype,
+                                                kv_lengths.device))
         launch = _LAUNCHES.get(key)
     except (AttributeError, TypeError):   # not tensors, or an unhashable argument
         problem_from_tensors(q, k, v, causal, out)      # names the tensor that is not one
+        if kv_lengths is not None:
+            from kernels.host.decode import check_lengths
+            check_lengths(kv_lengths, q)
         resolve_scale(scale, q.shape[-1])               # names a scale that is not a number
         raise BadInput(f"tiles={tiles!r}, order={order!r}, schedule={schedule!r}: pass a Tiles "
                        "or a (TILE_M, TILE_N) tuple, and strings or spec objects") from None
     if launch is None:
         launch = _new_launch(q, k, v, out, causal, order, schedule, tiles, occupancy, arch, level,
-                             scale, save_lse)
+                             scale, save_lse, kv_lengths)
         _LAUNCHES[key] = launch
     return launch
 

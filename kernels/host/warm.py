@@ -167,3 +167,51 @@ def warm_backward_traces(jobs, workers: int | None = None) -> list[str]:
     """``warm`` for the backward's trace builds: (Problem, BackwardConfig, "dkdv" or "dq")
     jobs."""
     return _in_processes(_run_backward_traces, jobs, workers)
+
+
+@dataclass(frozen=True)
+class DecodeJob:
+    """One split-K/V decode build (``kernels.host.decode``) as ``attention()`` launches it for
+    this problem: ``splits`` the plan's (its value is a JIT fact of the partial buffers)."""
+    B: int
+    H: int
+    H_kv: int
+    S_q: int
+    S_kv: int
+    D: int
+    dtype: str
+    causal: bool
+    splits: int
+    lengths: bool = False      # kv_lengths given: bottom-right causal
+
+
+def decode_job(problem, num_sms: int, lengths: bool = False) -> DecodeJob:
+    from kernels.host.decode import plan
+    p = problem
+    return DecodeJob(p.B, p.H, p.H_kv, p.S_q, p.S_kv, p.D, p.dtype.value, p.causal,
+                     plan(p, num_sms).splits, lengths)
+
+
+def _run_decode(jobs: list) -> list[str]:
+    import torch
+
+    from kernels.host.backend import attention
+    errors = []
+    for j in jobs:
+        try:
+            dt = {"fp16": torch.float16, "bf16": torch.bfloat16}[j.dtype]
+            S = _small(j.S_kv)
+            q = torch.randn(j.B, j.H, j.S_q, j.D, device="cuda", dtype=dt)
+            k = torch.randn(j.B, j.H_kv, S, j.D, device="cuda", dtype=dt)
+            lens = (torch.full((j.B,), S, dtype=torch.int32, device="cuda") if j.lengths
+                    else None)
+            attention(q, k, k, causal=j.causal, schedule=f"decode{j.splits}", kv_lengths=lens)
+            torch.cuda.synchronize()
+        except Exception as e:  # noqa: BLE001 - reported, the real run will raise properly
+            errors.append(f"{j}: {type(e).__name__}: {str(e)[:300]}")
+    return errors
+
+
+def warm_decode(jobs, workers: int | None = None) -> list[str]:
+    """Compile the decode ``jobs`` (``DecodeJob``) in ``workers`` processes; error strings."""
+    return _in_processes(_run_decode, jobs, workers)

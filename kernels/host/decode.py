@@ -1,0 +1,161 @@
+"""The host side of the split-K/V decode (``kernels.device.decode``): the launch plan of a decode
+call and its cached launch.
+
+``plan(problem, arch, splits=0)`` fixes, once per launch key, what the kernels specialise on:
+the K/V tile (``TILE_N = 8192 // D`` keys: 32 KB of K and V per tile at D = 64 and 128), the
+group packing (``decode.packing``: HG query heads × SQP rows per CTA, so each K/V tile is read
+once per group), and the number of splits, from ``spec.decode.choose_splits`` (the work model:
+enough CTAs to fill the GPU's resident slots, each split keeping at least a few K/V tiles; its
+docstring has the bandwidth argument) unless the call names them (``schedule="decode<N>"``).
+The slots are the arch's SMs × ``CTAS_PER_SM``: the sm_90 exports of the split kernel use 255
+registers at 256 threads (M ≤ 32, mma.sync) or 168 at 384 threads (M = 64, wgmma) and 130-230
+KB of shared memory (tileiras pipelines the K/V loads), so one CTA per SM is resident.
+
+``DecodeLaunch`` is what a repeated ``attention()`` call with the same key runs: the split kernel,
+and with more than one split the combine kernel, on torch's current stream; the fp32 partial
+output and log-sum-exp are allocated per call by torch's caching allocator (reusing one buffer
+per key would race between calls on different streams). The per-sequence lengths
+``kv_lengths`` are passed to the kernel as they are (an int32 tensor [B] on q's device, checked
+by metadata when the key is first seen) and never read on the host: their *values* (0 ≤ L_b ≤
+S_kv) cannot be checked without a device sync, so a value above S_kv is clamped to S_kv by the
+kernel and a negative one acts as 0 (every row of that sequence is 0).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from spec.decode import DECODE_MAX_ROWS, choose_splits
+from spec.family import BadInput, UnsupportedVariant
+from spec.problem import Problem
+
+CTAS_PER_SM = 1
+"""Resident split-kernel CTAs per SM (module docstring: the sm_90 exports' registers and shared
+memory allow one)."""
+
+
+def tile_n_for(D: int) -> int:
+    return 8192 // D
+
+
+@dataclass(frozen=True)
+class DecodePlan:
+    """What a decode launch specialises on (``plan``)."""
+
+    problem: Problem
+    tile_n: int
+    hg: int          # query heads per CTA
+    sqp: int         # padded query rows per head in the packed tile
+    splits: int
+    slots: int       # resident CTAs the work model filled
+
+    @property
+    def head_chunks(self) -> int:
+        return self.problem.group_size // self.hg
+
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        p = self.problem
+        return (self.splits, p.B * p.H_kv * self.head_chunks, 1)
+
+    @property
+    def combine_rows(self) -> int:
+        r = 1
+        while r < self.problem.S_q:
+            r *= 2
+        return r
+
+    @property
+    def label(self) -> str:
+        return (f"cutile.decode{self.splits}.g{self.hg}x{self.sqp}n{self.tile_n}"
+                f"d{self.problem.D}")
+
+
+def plan(problem: Problem, num_sms: int, splits: int = 0) -> DecodePlan:
+    """The decode launch plan of ``problem`` on a GPU of ``num_sms`` SMs; ``splits`` 0: the work
+    model's."""
+    from kernels.device import decode
+    if problem.S_q > DECODE_MAX_ROWS:
+        raise UnsupportedVariant(f"S_q={problem.S_q}: the decode kernels take at most "
+                                 f"{DECODE_MAX_ROWS} query rows per head; use a split-Q schedule "
+                                 "(schedule=None or 'grid')")
+    tile_n = tile_n_for(problem.D)
+    hg, sqp = decode.packing(problem.group_size, problem.S_q)
+    slots = num_sms * CTAS_PER_SM
+    if splits == 0:
+        splits = choose_splits(B=problem.B, H=problem.H, H_kv=problem.H_kv, S_q=problem.S_q,
+                               S_kv=problem.S_kv, D=problem.D, elt=2, tile_n=tile_n,
+                               head_chunks=problem.group_size // hg, slots=slots)
+    return DecodePlan(problem, tile_n, hg, sqp, int(splits), slots)
+
+
+def check_lengths(kv_lengths, q) -> None:
+    """One line for lengths that are not an int32 tensor [B] on q's device (their values are
+    not read: module docstring)."""
+    import torch
+    if not (isinstance(kv_lengths, torch.Tensor) and kv_lengths.dtype == torch.int32
+            and kv_lengths.device == q.device and tuple(kv_lengths.shape) == (q.shape[0],)):
+        what = (f"{kv_lengths.dtype} {tuple(kv_lengths.shape)} on {kv_lengths.device}"
+                if isinstance(kv_lengths, torch.Tensor) else type(kv_lengths).__name__)
+        raise BadInput(f"kv_lengths: {what}; pass an int32 tensor of shape ({q.shape[0]},) on "
+                       f"{q.device} (one cache length per batch entry)")
+
+
+class DecodeLaunch:
+    """A prepared decode launch: ``launch(q, k, v, out, lse=None, kv_lengths=None)`` as
+    ``kernels.host.backend.Launch`` (``lse`` must be None: no training build)."""
+
+    __slots__ = ("plan", "device", "empty_like", "raw_stream", "launch", "split",
+                 "combine", "grid", "cgrid", "tail", "ctail", "lens", "dummies", "opart_shape",
+                 "lpart_shape", "f32", "bottom_right", "torch")
+
+    def __init__(self, p: DecodePlan, device_index: int, scale: float | None = None,
+                 bottom_right: bool = False):
+        import cuda.tile as ct
+        import torch
+
+        from kernels.device import decode, fmha
+        pr = p.problem
+        dev = torch.device("cuda", device_index)
+        self.plan = p
+        self.device = device_index
+        self.bottom_right = bottom_right
+        self.split, self.combine = decode.get_kernels()
+        self.grid = p.grid
+        self.cgrid = (pr.B * pr.H, 1, 1)
+        self.tail = (fmha.qk_scale_for(pr.D, 6, scale),) + decode.split_constants(
+            D=pr.D, tile_n=p.tile_n, hg=p.hg, sqp=p.sqp, causal=pr.causal,
+            bottom_right=bottom_right, split=p.splits > 1)
+        self.ctail = decode.combine_constants(D=pr.D, sqp=p.combine_rows)
+        self.lens = torch.full((pr.B,), pr.S_kv, dtype=torch.int32, device=dev)
+        self.dummies = (torch.zeros((1, 1, 1, 1, pr.D), dtype=torch.float32, device=dev),
+                        torch.zeros((1, 1, 1, 4), dtype=torch.float32, device=dev))
+        self.opart_shape = (p.splits, pr.B, pr.H, pr.S_q, pr.D)
+        self.lpart_shape = (p.splits, pr.B, pr.H, pr.S_q)
+        self.f32 = torch.float32
+        self.torch = torch      # torch.empty looked up per call (tests/gpu/poison.py wraps it)
+        self.empty_like = torch.empty_like
+        self.raw_stream = torch._C._cuda_getCurrentRawStream
+        self.launch = ct.launch
+
+    def __call__(self, q, k, v, out, lse=None, kv_lengths=None) -> None:
+        if lse is not None:
+            raise UnsupportedVariant("the decode launch has no training build (lse=); the "
+                                     "training forward runs a split-Q schedule")
+        lens = self.lens if kv_lengths is None else kv_lengths
+        stream = self.raw_stream(self.device)
+        try:
+            if self.plan.splits == 1:
+                o, l_ = self.dummies
+                self.launch(stream, self.grid, self.split, (q, k, v, lens, o, l_, out)
+                            + self.tail)
+                return
+            o = self.torch.empty(self.opart_shape, dtype=self.f32, device=q.device)
+            l_ = self.torch.empty(self.lpart_shape, dtype=self.f32, device=q.device)
+            self.launch(stream, self.grid, self.split, (q, k, v, lens, o, l_, out) + self.tail)
+            self.launch(stream, self.cgrid, self.combine, (o, l_, out) + self.ctail)
+        except Exception as e:  # noqa: BLE001 - only toolchain failures are rewrapped
+            from kernels.build.toolchain import explain_compile_error
+            err = explain_compile_error(e)
+            if err is e:
+                raise
+            raise err from e

@@ -1,0 +1,126 @@
+"""Split-K/V decode: the vocabulary both kernel families share (CPU only, no torch).
+
+A decode call is a few query rows per head (S_q ≤ ``DECODE_MAX_ROWS``) over a long K/V cache.
+Its kernels (``kernels.device.decode``) split the cache's K/V tiles over ``splits`` CTAs per K/V
+head and merge the partial results through their log-sum-exp. Here, once:
+
+* ``DecodeSchedule``: the ``schedule=`` labels that ask for it: "decode" (the work model's
+  number of splits) and "decode<N>" (N splits); ``DecodeSchedule.parse`` answers None for any
+  other label, which names a split-Q CTA schedule (``spec.schedules.CtaSchedule``).
+* ``chunk_of`` / ``split_tiles``: which K/V tiles split s scans (a contiguous chunk).
+* ``choose_splits``: the work model choosing the number of splits (no shape table).
+
+The work model. Decode reads each K/V byte once, so its time is the cache's bytes over the
+bandwidth the launch draws, plus what each CTA pays besides streaming (issuing its first loads,
+the softmax epilogue, writing its partial result) and the merge. With ``units`` CTAs per split
+(B·H_kv·head chunks), ``slots`` CTAs resident at once (SMs × CTAs per SM) and ``n`` K/V tiles of
+``tile_bytes`` each (K and V), ``s`` splits run ``waves(s) = ⌈units·s / slots⌉`` waves of CTAs
+that each stream ``⌈n / s⌉`` tiles; a slot streams at 1/slots of the GPU's bandwidth, so in bytes
+at one slot's bandwidth::
+
+    T(s) = waves(s) · (⌈n/s⌉ · tile_bytes + F)                 the split kernel
+         + [s > 1] · (2 · s · B·H·S_q·D·4 / slots + C)          the merge: fp32 partials written
+                                                               and read back, one more launch
+
+and ``choose_splits`` takes the s of least T (the fewest splits on a tie) with
+``1 ≤ s ≤ max(1, n // MIN_TILES_PER_SPLIT)``: never more splits than tiles, and each split keeps
+at least a few tiles to amortise F. F (``FIXED_TILES`` K/V tiles' worth) and C
+(``MERGE_LAUNCH_BYTES``) are estimates (about 1 µs of a slot's ≈ 35 GB/s share of an H200's
+≈ 4.8 TB/s; a launch ≈ 3 µs), to be fitted on the GPU, not measured values.
+Worked example (H200: 132 slots; B = 1, H = 32, H_kv = 8, S_q = 1, S_kv = 32K, D = 128, tiles of
+64 keys: n = 512, 32 KB each): one split is 8 CTAs on 132 slots, T = 512 tiles; 16 splits fill
+one wave of 128 CTAs with 32 tiles each, T ≈ 32 + F + a small merge; 33 splits (264 CTAs) are 2
+waves of 16 tiles: no better, so 16.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+DECODE_MAX_ROWS = 16
+"""Query rows per head at most for the decode kernels (speculative decoding's few tokens)."""
+
+MIN_TILES_PER_SPLIT = 4
+FIXED_TILES = 1.0
+MERGE_LAUNCH_BYTES = 100_000
+FP32 = 4
+
+
+class BadDecodeSchedule(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class DecodeSchedule:
+    """The decode launch asked for by a ``schedule=`` label: ``splits`` = 0 lets the work model
+    choose (``choose_splits``)."""
+
+    splits: int = 0
+
+    @property
+    def label(self) -> str:
+        return "decode" if self.splits == 0 else f"decode{self.splits}"
+
+    @classmethod
+    def parse(cls, token) -> "DecodeSchedule | None":
+        """The decode schedule a label names, or None when it names none (a split-Q schedule, a
+        ``CtaSchedule`` object, or None)."""
+        if isinstance(token, DecodeSchedule):
+            return token
+        if not isinstance(token, str) or not token.startswith("decode"):
+            return None
+        m = re.fullmatch(r"decode(\d*)", token)
+        if m is None or (m.group(1) and int(m.group(1)) < 1):
+            raise BadDecodeSchedule(f"schedule={token!r}: 'decode' (the work model's splits) or "
+                                    "'decode<N>' with N >= 1 splits")
+        return cls(int(m.group(1) or 0))
+
+
+def n_tiles(S_kv: int, tile_n: int) -> int:
+    return -(-S_kv // tile_n)
+
+
+def chunk_of(n: int, splits: int) -> int:
+    """K/V tiles per split: ⌈n / splits⌉ (the kernel's ``chunk``)."""
+    return -(-n // splits)
+
+
+def split_tiles(s: int, n: int, splits: int, n_seen: int | None = None) -> range:
+    """The K/V tiles split ``s`` scans: ``[s·chunk, min((s+1)·chunk, n_seen))`` (``n_seen``: the
+    tiles holding keys the sequence's rows see; None: all n). Empty for a split past them."""
+    c = chunk_of(n, splits)
+    end = n if n_seen is None else min(n_seen, n)
+    return range(s * c, max(s * c, min((s + 1) * c, end)))
+
+
+def predicted_cost(s: int, *, units: int, n: int, slots: int, tile_bytes: int,
+                   merge_bytes_per_split: int) -> float:
+    """``T(s)`` of the module docstring, in bytes at one slot's bandwidth."""
+    waves = -(-units * s // slots)
+    t = waves * (chunk_of(n, s) * tile_bytes + FIXED_TILES * tile_bytes)
+    if s > 1:
+        t += 2 * s * merge_bytes_per_split / slots + MERGE_LAUNCH_BYTES
+    return t
+
+
+def max_splits(n: int) -> int:
+    """At most ``n // MIN_TILES_PER_SPLIT`` splits (at least 1): never more than the tiles."""
+    return max(1, n // MIN_TILES_PER_SPLIT)
+
+
+def choose_splits(*, B: int, H: int, H_kv: int, S_q: int, S_kv: int, D: int, elt: int,
+                  tile_n: int, head_chunks: int, slots: int) -> int:
+    """The number of splits of least predicted time (module docstring): ``head_chunks`` CTAs
+    per K/V head and split (query heads of a group beyond one CTA's packing), ``slots`` CTAs
+    resident at once on the GPU, ``elt`` bytes per K/V element."""
+    n = n_tiles(S_kv, tile_n)
+    units = B * H_kv * head_chunks
+    kw = dict(units=units, n=n, slots=slots, tile_bytes=2 * tile_n * D * elt,
+              merge_bytes_per_split=B * H * S_q * D * FP32)
+    best, best_t = 1, math.inf
+    for s in range(1, max_splits(n) + 1):
+        t = predicted_cost(s, **kw)
+        if t < best_t * (1 - 1e-9):
+            best, best_t = s, t
+    return best

@@ -1,0 +1,217 @@
+"""GPU tests of the split-K/V decode (``kernels.device.decode`` through ``kernels.attention`` and
+``kernels.host.backend.attention``), skipped without a GPU.
+
+Every case draws fresh seeded inputs, poisons the output (and, through
+``tests.gpu.poison.poisoned_allocations``, the fp32 split partials) with NaN before the call and
+compares with an fp32 reference: SDPA on upcast inputs (``is_causal`` top-left, the front's
+meaning when no lengths are given) or, with ``kv_lengths``, an explicit per-sequence
+bottom-right mask (a row that sees no key is 0). The error bar is the design's: at most twice
+PyTorch's own half-precision SDPA error plus a small absolute term; NaN never passes. The cache
+past a sequence's length is filled with NaN: a kernel that read it would fail.
+"""
+from __future__ import annotations
+
+import itertools
+import zlib
+
+import pytest
+
+from spec import Problem
+
+MATRIX = [dict(B=B, H=H, H_kv=H_kv, S_kv=S_kv, S_q=S_q, D=D, causal=causal)
+          for B, (H, H_kv), S_kv, S_q, D, causal in itertools.product(
+              (1, 4), ((32, 8), (32, 32), (16, 1)), (1000, 8192, 33000), (1, 4, 16), (64, 128),
+              (False, True))]
+RAGGED = [dict(B=4, H=H, H_kv=H_kv, S_kv=S_kv, S_q=S_q, D=D, causal=causal)
+          for (H, H_kv), S_kv, S_q, D, causal in itertools.product(
+              ((32, 8), (16, 1)), (1000, 33000), (1, 4, 16), (64, 128), (False, True))]
+
+
+def _dtype_name(case) -> str:
+    return ("fp16", "bf16")[zlib.crc32(repr(sorted(case.items())).encode()) % 2]
+
+
+def _problems(cases):
+    return [Problem(B=c["B"], H=c["H"], H_kv=c["H_kv"], S_q=c["S_q"], S_kv=c["S_kv"], D=c["D"],
+                    dtype=_dtype_name(c), causal=c["causal"]) for c in cases]
+
+
+def prewarm() -> list[str]:
+    """Every decode build the tests launch (the plan's splits on this GPU), compiled in worker
+    processes into cuda.tile's disk cache."""
+    import torch
+
+    from kernels.host.warm import decode_job, warm_decode
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    jobs = [decode_job(p, sms) for p in _problems(MATRIX)]
+    jobs += [decode_job(p, sms, lengths=True) for p in _problems(RAGGED)]
+    return warm_decode(jobs)
+
+
+def _inputs(c, seed, lengths=None):
+    import torch
+    dt = {"fp16": torch.float16, "bf16": torch.bfloat16}[_dtype_name(c)]
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn(c["B"], c["H"], c["S_q"], c["D"], device="cuda", dtype=dt, generator=g)
+    k = torch.randn(c["B"], c["H_kv"], c["S_kv"], c["D"], device="cuda", dtype=dt, generator=g)
+    v = torch.randn(c["B"], c["H_kv"], c["S_kv"], c["D"], device="cuda", dtype=dt, generator=g)
+    if lengths is not None:
+        for b, L in enumerate(lengths):
+            k[b, :, L:] = float("nan")
+            v[b, :, L:] = float("nan")
+    return q, k, v
+
+
+def _masked_reference(q, k, v, lengths, causal):
+    """fp32 attention with each sequence's length and bottom-right causal mask; rows that see
+    no key are 0. Returns (fp32 reference, the same computed in q's dtype)."""
+    import torch
+    B, H, S_q, D = q.shape
+    G = H // k.shape[1]
+    S_kv = k.shape[2]
+
+    def run(dt):
+        qq, kk, vv = (t.to(dt) for t in (q, k, v))
+        kk = torch.nan_to_num(kk.repeat_interleave(G, 1))
+        vv = torch.nan_to_num(vv.repeat_interleave(G, 1))
+        s = (qq @ kk.transpose(-1, -2)).float() / D ** 0.5            # [B, H, S_q, S_kv]
+        L = torch.tensor(lengths, device=q.device).view(B, 1, 1, 1)
+        n = torch.arange(S_kv, device=q.device).view(1, 1, 1, S_kv)
+        keep = n < L
+        if causal:
+            r = torch.arange(S_q, device=q.device).view(1, 1, S_q, 1)
+            keep = keep & (n <= L - S_q + r)
+        s = s.masked_fill(~keep, float("-inf"))
+        p = torch.softmax(s, -1).nan_to_num(0.0)
+        return (p.to(dt) @ vv).float()
+    return run(torch.float32), run(q.dtype)
+
+
+def _check(out, ref, half, what):
+    import torch
+    assert not torch.isnan(out).any(), f"{what}: NaN in the output"
+    err = (out.float() - ref).abs().max().item()
+    base = (half.float() - ref).abs().max().item()
+    tol = 2 * base + (2e-3 if out.dtype == torch.bfloat16 else 1e-3)
+    assert err <= tol, f"{what}: max error {err:.3g} > {tol:.3g} (half-precision peer {base:.3g})"
+
+
+@pytest.mark.parametrize("c", MATRIX, ids=[
+    f"b{c['B']}-h{c['H']}x{c['H_kv']}-kv{c['S_kv']}-q{c['S_q']}-d{c['D']}"
+    f"{'-causal' if c['causal'] else ''}" for c in MATRIX])
+def test_decode_matches_reference(c):
+    import torch
+    import torch.nn.functional as F
+
+    from kernels import attention
+    from kernels.host import backend
+    from kernels.host.decode import DecodeLaunch
+    from tests.gpu.poison import poisoned_allocations, unwritten
+    seed = zlib.crc32(repr(sorted(c.items())).encode())
+    q, k, v = _inputs(c, seed)
+    assert isinstance(backend.launch_for(q, k, v, c["causal"]), DecodeLaunch)
+    with torch.no_grad():
+        attention(q, k, v, causal=c["causal"])              # the launch set up, outside
+        out = torch.full_like(q, float("nan"))
+        with poisoned_allocations() as made:
+            attention(q, k, v, causal=c["causal"], out=out)
+            torch.cuda.synchronize()
+            bad = unwritten(made, c["S_q"])
+        ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(),
+                                             is_causal=c["causal"], enable_gqa=True)
+        half = F.scaled_dot_product_attention(q, k, v, is_causal=c["causal"], enable_gqa=True)
+    assert not bad, f"partials left unwritten: {bad}"
+    _check(out, ref, half, str(c))
+
+
+@pytest.mark.parametrize("c", RAGGED, ids=[
+    f"h{c['H']}x{c['H_kv']}-kv{c['S_kv']}-q{c['S_q']}-d{c['D']}"
+    f"{'-causal' if c['causal'] else ''}" for c in RAGGED])
+def test_ragged_lengths(c):
+    import torch
+
+    from kernels.host.backend import attention
+    seed = zlib.crc32(repr(sorted(c.items())).encode()) + 1
+    S = c["S_kv"]
+    lengths = [S, 0, max(1, c["S_q"] // 2), (seed % (S - 1)) + 1]     # full, empty, < S_q, any
+    q, k, v = _inputs(c, seed, lengths)
+    lens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
+    attention(q, k, v, causal=c["causal"], kv_lengths=lens)
+    out = torch.full_like(q, float("nan"))
+    attention(q, k, v, causal=c["causal"], kv_lengths=lens, out=out)
+    torch.cuda.synchronize()
+    ref, half = _masked_reference(q, k, v, lengths, c["causal"])
+    _check(out, ref, half, f"{c} lengths {lengths}")
+    assert (out[1] == 0).all(), "an empty sequence must give zeros"
+
+
+def test_explicit_splits_agree_and_split_q_is_reachable():
+    """decode1 (no merge), decode<N>, the work model's split count and the split-Q forward
+    (schedule="grid") give the same result to rounding."""
+    import torch
+
+    from kernels.host import backend
+    from kernels.host.decode import DecodeLaunch
+    c = dict(B=2, H=32, H_kv=8, S_kv=8192, S_q=4, D=128, causal=True)
+    q, k, v = _inputs(c, 7)
+    outs = {s: backend.attention(q, k, v, causal=True, schedule=s)
+            for s in ("decode1", "decode7", "decode", None, "grid")}
+    assert not isinstance(backend.launch_for(q, k, v, True, schedule="grid"), DecodeLaunch)
+    for s, o in outs.items():
+        assert (o.float() - outs["grid"].float()).abs().max().item() < 2e-2, s
+
+
+def test_training_keeps_the_split_q_forward():
+    import torch
+
+    from kernels import attention
+    from kernels.host import backend
+    from kernels.host.decode import DecodeLaunch
+    c = dict(B=1, H=8, H_kv=2, S_kv=1000, S_q=4, D=64, causal=False)
+    q, k, v = _inputs(c, 11)
+    assert not isinstance(backend.launch_for(q, k, v, False, save_lse=True), DecodeLaunch)
+    q.requires_grad_(True)
+    out = attention(q, k, v)
+    out.float().sum().backward()
+    assert q.grad is not None and torch.isfinite(q.grad).all()
+
+
+def test_bad_lengths_refused_in_one_line():
+    import torch
+
+    from kernels.host.backend import attention
+    from spec.family import BadInput
+    c = dict(B=2, H=8, H_kv=2, S_kv=1000, S_q=1, D=64, causal=False)
+    q, k, v = _inputs(c, 5)
+    for bad in (torch.tensor([5, 6], device="cuda"),                     # int64
+                torch.tensor([5, 6], dtype=torch.int32),                  # on the host
+                torch.tensor([5], dtype=torch.int32, device="cuda")):     # wrong shape
+        with pytest.raises(BadInput) as e:
+            attention(q, k, v, kv_lengths=bad)
+        assert "\n" not in str(e.value)
+
+
+def test_cuda_graph_with_lengths():
+    """A captured decode call reads the lengths tensor at replay: changing its values between
+    replays changes the result, with no host read."""
+    import torch
+
+    from kernels.host.backend import attention
+    c = dict(B=2, H=16, H_kv=4, S_kv=4096, S_q=1, D=128, causal=True)
+    q, k, v = _inputs(c, 13)
+    lens = torch.tensor([4096, 100], dtype=torch.int32, device="cuda")
+    out = torch.empty_like(q)
+    attention(q, k, v, causal=True, kv_lengths=lens, out=out)      # set up outside the capture
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        with torch.cuda.graph(g):
+            attention(q, k, v, causal=True, kv_lengths=lens, out=out)
+    for lengths in ([4096, 100], [17, 3000]):
+        lens.copy_(torch.tensor(lengths, dtype=torch.int32))
+        out.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        ref, half = _masked_reference(q, k, v, lengths, True)
+        _check(out, ref, half, f"graph replay, lengths {lengths}")
