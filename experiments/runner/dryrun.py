@@ -1,8 +1,8 @@
 """``--dry-run``: the plan, the work, what each mode would cost; and the limits every run checks.
 
-The estimates are closed-form (``experiments.runner.costs``; nothing is simulated or calibrated here),
-so a dry run answers at once for any ``--seq``. A run whose estimate exceeds ``--time-limit`` or
-the memory free on this machine (simulate mode) or on the GPU (measure mode) is refused before it
+The estimates are closed-form (``experiments.runner.costs``; nothing is simulated or calibrated
+here), so a dry run answers at once for any ``--seq``. A run whose estimate exceeds ``--time-limit``
+or the memory free on this machine (simulate mode) or on the GPU (measure mode) is refused before it
 starts, with one line naming the estimate and ``--force``.
 """
 from __future__ import annotations
@@ -115,8 +115,8 @@ def _measure_lines(args, study, arch, cases) -> list[str]:
         full = _measure_estimate(args, study, arch, cases, sessions=args.repeats)
         lines.append(f"  with --sessions {args.repeats} (one fresh process per repeat, the "
                      f"between-session spread too): about {duration(full.seconds)}")
-    lines.append("  (costs fitted on 28 committed measured runs, experiments/runner/costs.py; kernel "
-                 f"times from each family's throughput: {where})")
+    lines.append("  (costs fitted on 28 committed measured runs, experiments/runner/costs.py; "
+                 f"kernel times from each family's throughput: {where})")
     return lines
 
 
