@@ -6,7 +6,8 @@ commands ran (tests/conftest.py).
 
 What needs a GPU: ``experiments.run`` in measure mode (``--mode measure``, or the default ``auto``
 for an arch other than GB10, whose study would be measured on its GPU), and the instruments and
-tuner (``experiments.tuning.tune``, ``experiments.instruments.latency``, ``experiments.instruments.smmap``).
+tuner (``experiments.tuning.tune``, ``experiments.instruments.latency``,
+``experiments.instruments.smmap``).
 """
 from __future__ import annotations
 
