@@ -1,6 +1,7 @@
 """Studies: plan, run and record them (``python -m experiments.run``, ``experiments/run.py``).
 
-By job, bottom first (each subpackage imports only those before it; ``tests/cpu/repository/test_layering.py``):
+By job, bottom first (each subpackage imports only those before it;
+``tests/cpu/repository/test_layering.py``):
 
 - ``registry``: the studies as plain data, their plans, problem suites and sequence lengths;
 - ``rundirs``: run directories, reserved, written atomically, published when complete, and the

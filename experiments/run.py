@@ -9,22 +9,24 @@ kernels on the GPU; ``auto`` measures when a CUDA GPU is present and the study c
 simulates otherwise, printing one line that says which and why. A study that is timed only (its
 result is kernel time beside SDPA) has nothing to simulate: it needs a GPU.
 
-Before anything is printed every value of the command line is checked (``experiments.runner.options``),
-and the run's time and peak memory are estimated in closed form (``experiments.runner.costs``): a run
-over ``--time-limit`` or the free memory is refused unless ``--force``. ``--dry-run`` prints the
-plan and those estimates for each mode (``experiments.runner.dryrun``). A run shows its progress phase by
-phase with an ETA (``experiments.runner.progress``).
+Before anything is printed every value of the command line is checked
+(``experiments.runner.options``), and the run's time and peak memory are estimated in closed form
+(``experiments.runner.costs``): a run over ``--time-limit`` or the free memory is refused unless
+``--force``. ``--dry-run`` prints the plan and those estimates for each mode
+(``experiments.runner.dryrun``). A run shows its progress phase by phase with an ETA
+(``experiments.runner.progress``).
 
 Results go to a new run directory (``runs/<arch>/<study>/<stamp>-<mode>`` unless ``--out``),
-reserved before the work starts and published only when complete (``experiments.rundirs.rundir``): tidy
-``counters.csv`` / the study's timing file, ``manifest.json`` (with the command that re-runs it and
-the seconds each phase took, beside their estimates) and ``figures/``. Bad input exits with code 2
-and one line naming the problem and the fix, before anything is written; so does a full disk.
+reserved before the work starts and published only when complete (``experiments.rundirs.rundir``):
+tidy ``counters.csv`` / the study's timing file, ``manifest.json`` (with the command that re-runs
+it and the seconds each phase took, beside their estimates) and ``figures/``. Bad input exits
+with code 2 and one line naming the problem and the fix, before anything is written; so does a
+full disk.
 
 Ctrl-C, SIGTERM or a crash during a simulated run leave nothing behind (it is cheap to run
 again). A measured run keeps every finished piece (the builds, each problem's check and timing,
-each ncu session; ``experiments.rundirs.journal``) in ``<name>-incomplete/``, says so in one line, and
-``python -m experiments.run --resume <that directory>`` finishes it without measuring those
+each ncu session; ``experiments.rundirs.journal``) in ``<name>-incomplete/``, says so in one line,
+and ``python -m experiments.run --resume <that directory>`` finishes it without measuring those
 pieces again and publishes it as ``<name>`` (a sharded run resumes its missing shards the same
 way, ``experiments.sharding.shard``).
 """

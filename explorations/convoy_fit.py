@@ -1,6 +1,6 @@
 """Fit one pipeline-model parameter on the fit half of the convoy grid measured on the H200
-(the method: docs/model-card.md): the DRAM queue (``ArchParams.dram_fraction``) or the fills' latency tail
-(``ArchParams.fill_sigma``), one at a time, and nothing else.
+(the method: docs/model-card.md): the DRAM queue (``ArchParams.dram_fraction``) or the fills'
+latency tail (``ArchParams.fill_sigma``), one at a time, and nothing else.
 
 Why this parameter. The frozen model ``pipeline-v1`` hides every fill of a build that loads one
 or more steps ahead, so all depths >= 2 give one staircase and one count; the fit half measured
@@ -82,8 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     table = []
     for f in GRID:
         err = np.array([pred[(i, f)] / np.median(meas[i]) - 1 for i in ids])
-        table.append(dict(param=a.param, value=f, rel_rms_pct=float(100 * np.sqrt(np.mean(err ** 2))),
-                          cases=len(ids)))
+        rel_rms_pct = float(100 * np.sqrt(np.mean(err ** 2)))
+        table.append(dict(param=a.param, value=f, rel_rms_pct=rel_rms_pct, cases=len(ids)))
         print(f"{a.param} {f:5.2f}: rel RMS {table[-1]['rel_rms_pct']:6.1f}% over {len(ids)}")
     best = min(table, key=lambda r: r["rel_rms_pct"])
     a.out.mkdir(parents=True)

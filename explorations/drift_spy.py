@@ -21,9 +21,9 @@ so a persistent launch of one CTA per SM lands as it does alone; kernel time bes
 within 7% of alone on the H100.
 
 ``measure`` (GPU) writes per launch the spread of the CTAs' speeds and positions (in K/V steps)
-and each CTA's speed (``analysis.launch.drift.Completions``): the quantities the simulator's drift terms
-stand for. ``predict`` (CPU) runs the timed simulator with the committed drift term and with the
-measured speeds (``analysis.cache.timesim.TimeParams.speeds``). From the repository root:
+and each CTA's speed (``analysis.launch.drift.Completions``): the quantities the simulator's drift
+terms stand for. ``predict`` (CPU) runs the timed simulator with the committed drift term and with
+the measured speeds (``analysis.cache.timesim.TimeParams.speeds``). From the repository root:
 
     python -m explorations.drift_spy measure --seq 229376 --launches 5 --out DIR
     python -m explorations.drift_spy predict --spy DIR --seq 294912 [--measured PROFILES_ROOT]

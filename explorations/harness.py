@@ -2,9 +2,10 @@
 
 For each (D, S) problem (B=1, H=16, fp16, non-causal): fresh seeded inputs, the fp32 reference,
 the production kernel (``prod``: 128×128 tiles, occupancy 1, grid launch) and every candidate run
-once on a NaN-poisoned output and checked (experiments.measurement.correctness); those that pass are timed
-interleaved with ``prod`` and SDPA's flash and cuDNN backends, cold L2 (experiments.measurement.timing).
-Prints one line per contender and problem, TFLOPS and the ratio to cuDNN.
+once on a NaN-poisoned output and checked (experiments.measurement.correctness); those that pass
+are timed interleaved with ``prod`` and SDPA's flash and cuDNN backends, cold L2
+(experiments.measurement.timing). Prints one line per contender and problem, TFLOPS and the ratio
+to cuDNN.
 """
 from __future__ import annotations
 

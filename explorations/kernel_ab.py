@@ -1,11 +1,11 @@
 """``python -m explorations.kernel_ab``: kernel module versions and schedules, side by side.
 
-Each contender is a (kernel module, schedule) pair: ``prod`` is ``kernels.device.fmha``; ``--kernel
-NAME=FILE`` adds another version of the module (an earlier commit's, ``git show
-<commit>:kernels/device/fmha.py > FILE``, or an edited copy), launched with exactly the constants and
-compile hints ``kernels.host.backend.CutileFamily`` prepares for the problem's default configuration and
-the contender's schedule (``default`` = the configuration's own). For each problem of the chosen
-shape-suite panels: every contender on a NaN-poisoned output, checked against the fp32
+Each contender is a (kernel module, schedule) pair: ``prod`` is ``kernels.device.fmha``;
+``--kernel NAME=FILE`` adds another version of the module (an earlier commit's,
+``git show <commit>:kernels/device/fmha.py > FILE``, or an edited copy), launched with exactly the
+constants and compile hints ``kernels.host.backend.CutileFamily`` prepares for the problem's default
+configuration and the contender's schedule (``default`` = the configuration's own). For each problem
+of the chosen shape-suite panels: every contender on a NaN-poisoned output, checked against the fp32
 reference; those that pass are timed interleaved with SDPA's flash and cuDNN backends, cold L2.
 One line per (problem, contender): median us, the ratio to cuDNN, and to ``prod default``.
 

@@ -1,4 +1,5 @@
-"""Exploration (H100, 2026-11-21): lazy softmax rescaling and latency-hint values for the D=128 kernel, beside cuDNN.
+"""Exploration (H100, 2026-11-21): lazy softmax rescaling and latency-hint values for the D=128
+kernel, beside cuDNN.
 
     python -m explorations.lazy_rescale_and_latency
 
@@ -60,7 +61,8 @@ def fwd(Q, K, V, Out, qk_scale: float, H: CI, TILE_D: CI, TILE_M: CI, TILE_N: CI
         v = ct.reshape(v, (TILE_N, TILE_D))
         acc = ct.mma(p.astype(q.dtype), v, acc)
     acc = ct.truediv(acc, l_i, flush_to_zero=True, rounding_mode=RoundingMode.APPROX)
-    ct.store(Out, index=(b, h, q_tile, 0), tile=ct.reshape(acc, (1, 1, TILE_M, TILE_D)).astype(Out.dtype))
+    ct.store(Out, index=(b, h, q_tile, 0),
+             tile=ct.reshape(acc, (1, 1, TILE_M, TILE_D)).astype(Out.dtype))
 
 
 KERNELS = {}

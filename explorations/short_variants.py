@@ -24,8 +24,8 @@ Measured on the H100 (the short-variant run of docs/history.md): none helps (``n
 slower, ``lptsec`` 0.56-0.95x); what did was the persistent launch and, causal, its snake deal
 (``spec.schedules``), with the time lost between short CTAs shown by ncu (README there).
 
-Every edit is a literal replacement that must match once, so a change of ``kernels/device/fmha.py`` that
-moves the edited lines fails here loudly instead of producing a silently identical variant.
+Every edit is a literal replacement that must match once, so a change of ``kernels/device/fmha.py``
+that moves the edited lines fails here loudly instead of producing a silently identical variant.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Benchmark of the timed L2 simulator (``analysis.cache.timesim``): speed, memory, SHARDS error, and
-the GB10 predictions made with the default (unfitted) parameters.
+"""Benchmark of the timed L2 simulator (``analysis.cache.timesim``): speed, memory, SHARDS error,
+and the GB10 predictions made with the default (unfitted) parameters.
 
     python -m explorations.simbench --out DIR [--sections ABCDEFGH]
                                    [--exact-archs b200,b300]
@@ -9,7 +9,8 @@ Sections (one CSV row per case and mode, plus ``manifest.json``):
 A. ``sawtooth --arch gb10``, exact, timing model on: seconds per variant (the issue's bar: the
    cuTile variants <= 10 s each, the whole study <= 60 s, peak memory < 3 GiB).
 B. the same cases with SHARDS sampling at the size rule (``analysis.cache.timesim.shards_rate``) and
-   the error of its miss count against A; C. the same for H100 cases (the CUDA batch cases and cuTile Static causal).
+   the error of its miss count against A; C. the same for H100 cases (the CUDA batch cases and
+   cuTile Static causal).
 D. ``sawtooth --arch b200`` and ``--arch b300`` sampled at the size rule (bar: <= 5 min each);
    every row states its rate and the largest error measured in B and C.
 F. SHARDS rate sweep (``RATES``) on the GB10 cuTile causal cases, where B's error is largest:
@@ -19,10 +20,10 @@ F. SHARDS rate sweep (``RATES``) on the GB10 cuTile causal cases, where B's erro
    also runs without jitter at the lowest rate, exact and sampled: the clocks are then the same
    (equal makespans), so the error left is the spatial sample's own.
 E. GB10 predictions of the sawtooth study: the exact run of A at the default parameters, and
-   the range over the uncertainty corners (``analysis.calibration.params.default_params``) and jitter
-   seeds 0..2 (exact), written to ``gb10_predictions.csv``; every GB10 case with the resident
-   CTAs of its sm_121 build (``experiments.simulation.simulate.resident_of_build``), and where that is not
-   the study's request, the count at the request beside it.
+   the range over the uncertainty corners (``analysis.calibration.params.default_params``) and
+   jitter seeds 0..2 (exact), written to ``gb10_predictions.csv``; every GB10 case with the resident
+   CTAs of its sm_121 build (``experiments.simulation.simulate.resident_of_build``), and where that
+   is not the study's request, the count at the request beside it.
 G. The exact model's own seed spread on the GB10 cuTile cases (jitter seeds 1..3 against seed 0,
    ``err_pct``): the floor of any approximation that draws the jitter differently from the exact
    run (SHARDS' skip-ahead, a shorter run extrapolated), since it compares one realisation of the
@@ -136,8 +137,8 @@ def main(argv=None) -> int:
             for case in gb10_plan:
                 c, s, table = _run(case, gb10, tp)
                 exact_gb10[case.id] = c
-                rows.append(BenchRow("A", "gb10", case.id, "exact", 1.0, s, _run.cpu, table.n_accesses,
-                                     c.tex_misses, None, None, tp.note()))
+                rows.append(BenchRow("A", "gb10", case.id, "exact", 1.0, s, _run.cpu,
+                                     table.n_accesses, c.tex_misses, None, None, tp.note()))
                 tidy += counts_to_rows(c, case, run=final.name, study="sawtooth", arch=gb10,
                                        note=gb10_p.note() + "; defaults, not fitted")
                 print(f"A {case.id}: {s:.1f}s {table.n_accesses / 1e6:.0f}M accesses", flush=True)
@@ -178,10 +179,10 @@ def main(argv=None) -> int:
                 c, s, _ = _run(case, h100, replace(hp, sample_rate=R))
                 e = 100 * (c.tex_misses / ex.tex_misses - 1)
                 errs.append(abs(e))
-                rows.append(BenchRow("C", "h100", case.id, "exact", 1.0, s_ex, cpu_ex, table.n_accesses,
-                                     ex.tex_misses, None, None, hp.note()))
-                rows.append(BenchRow("C", "h100", case.id, "sampled", R, s, _run.cpu, table.n_accesses,
-                                     c.tex_misses, ex.tex_misses, e,
+                rows.append(BenchRow("C", "h100", case.id, "exact", 1.0, s_ex, cpu_ex,
+                                     table.n_accesses, ex.tex_misses, None, None, hp.note()))
+                rows.append(BenchRow("C", "h100", case.id, "sampled", R, s, _run.cpu,
+                                     table.n_accesses, c.tex_misses, ex.tex_misses, e,
                                      replace(hp, sample_rate=R).note()))
                 print(f"C {case.id}: exact {s_ex:.1f}s, R={R:.3f} {s:.1f}s err {e:+.2f}%",
                       flush=True)
@@ -222,9 +223,10 @@ def main(argv=None) -> int:
                     table = work_table(TileGrid(case.problem, v.tiles), v.schedule, v.order)
                     R = shards_rate(table, tp.partitions)
                     c, s, _ = _run(case, arch, replace(tp, sample_rate=R))
-                    rows.append(BenchRow("D", name, case.id, "sampled", R, s, _run.cpu, table.n_accesses,
-                                         c.tex_misses, None, None, replace(tp, sample_rate=R)
-                                         .note(), f"SHARDS error <= {max_err:.2f}% on the "
+                    rows.append(BenchRow("D", name, case.id, "sampled", R, s, _run.cpu,
+                                         table.n_accesses, c.tex_misses, None, None,
+                                         replace(tp, sample_rate=R).note(),
+                                         f"SHARDS error <= {max_err:.2f}% on the "
                                          f"GB10/H100 cases of B, C"))
                     print(f"D {name} {case.id}: R={R:.4f} {s:.1f}s", flush=True)
                 rows.append(BenchRow("D", name, "TOTAL sawtooth study", "sampled", 0.0,
@@ -297,7 +299,8 @@ def main(argv=None) -> int:
             gb10_params=gb10_p, shards_target_subkeys=SHARDS_TARGET,
             cpu_note="2-core machine, possibly shared with other jobs while this ran "
                      "(the run's README says): seconds are upper bounds")
-    print(f"{'sec':>3} {'arch':>5} {'mode':>7} {'R':>7} {'wall s':>8} {'cpu s':>8} {'err %':>7}  case")
+    print(f"{'sec':>3} {'arch':>5} {'mode':>7} {'R':>7} {'wall s':>8} {'cpu s':>8} "
+          f"{'err %':>7}  case")
     for r in rows:
         err = "" if r.err_pct is None else f"{r.err_pct:+.2f}"
         print(f"{r.section:>3} {r.arch:>5} {r.mode:>7} {r.sample_rate:7.4f} {r.seconds:8.1f} "

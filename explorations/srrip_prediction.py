@@ -3,9 +3,9 @@
 ``python -m explorations.srrip_prediction PREDICTION_DIR OUT.csv`` reads the tex-miss rows of a
 main-command prediction (``experiments.run <study> --mode simulate``: the committed model, LRU),
 rebuilds each case (the same problem, variant and resident CTAs), simulates it with the same
-parameters but ``replacement="srrip"`` (SHARDS at the size rule, as ``analysis.calibration.simcheck``) and
-writes ``case,lru,srrip`` (sectors, simulated). Why: a second policy has to be predicted, like
-the first, before the holdout that compares them is measured
+parameters but ``replacement="srrip"`` (SHARDS at the size rule, as
+``analysis.calibration.simcheck``) and writes ``case,lru,srrip`` (sectors, simulated). Why: a second
+policy has to be predicted, like the first, before the holdout that compares them is measured
 (``profiles/h100/holdout-20261125j``); ``simcheck validate --replacement srrip`` scores it after.
 """
 from __future__ import annotations

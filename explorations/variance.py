@@ -20,24 +20,25 @@ times per case (``sessions`` processes x ``n`` launches, each launch profiled on
 * ``placement``    (e) the CUDA *trace build* of CUDA cases (default: linear B=1 and B=4, 80x80,
                    132 persistent CTAs), profiled with local tex misses, DRAM read bytes and
                    read-only tex misses (the figure compared: the trace's stamps are stores) in
-                   one pass (``profiler__replayer_passes`` recorded, multi-pass flagged). Per launch the trace records where each CTA ran
-                   (``%smid``) and when it started, stepped and ended (``%globaltimer``);
-                   ``DIR/placement/<case>.npz`` keeps that compactly (``analysis.launch.placement``), and
-                   ``DIR/placement.csv`` holds per launch the placement and drift statistics
-                   (SMs used, most CTAs on one SM, SMs shared, SM-id pairs, start spread, drift
-                   after one work item, span, ...) and per statistic its Spearman correlation with
-                   the read-only misses over the launches (``stat = spearman``, ``lo`` = p-value).
-                   Only ``flash_fwd`` kernels are profiled. Question: do launches that miss
-                   more run with a different placement or drift?
+                   one pass (``profiler__replayer_passes`` recorded, multi-pass flagged). Per launch
+                   the trace records where each CTA ran (``%smid``) and when it started, stepped and
+                   ended (``%globaltimer``); ``DIR/placement/<case>.npz`` keeps that compactly
+                   (``analysis.launch.placement``), and ``DIR/placement.csv`` holds per launch the
+                   placement and drift statistics (SMs used, most CTAs on one SM, SMs shared, SM-id
+                   pairs, start spread, drift after one work item, span, ...) and per statistic its
+                   Spearman correlation with the read-only misses over the launches
+                   (``stat = spearman``, ``lo`` = p-value). Only ``flash_fwd`` kernels are profiled.
+                   Question: do launches that miss more run with a different placement or drift?
 
 Launches go round-robin over the cases (round l launches every case once), so a drift over the
 session shows up as a trend in ``sample`` rather than as a difference between cases. Every
 profiled launch is one row per metric (``group`` = the condition, ``sample`` = session x n +
 launch, note ``session=s launch=l``), plus the median / min..max summary and the consistency
 checks of ``profiles.counters``; ``DIR/counters.csv`` and ``DIR/manifest.json`` are written
-atomically (``experiments.rundirs.rundir``), and a table (condition, case, median, min..max, spread %)
-is printed last. About 5-6 minutes on an H100; the target is ``experiments.measurement.target``, with the
-plan keys ``launches``, ``reverse``, ``flush_bytes``, ``trace_dir``.
+atomically (``experiments.rundirs.rundir``), and a table (condition, case, median, min..max,
+spread %) is printed last. About 5-6 minutes on an H100; the target is
+``experiments.measurement.target``, with the plan keys ``launches``, ``reverse``, ``flush_bytes``,
+``trace_dir``.
 """
 from __future__ import annotations
 
@@ -201,7 +202,8 @@ def run_condition(tool, cond: Condition, cases, arch, work: Path, *, n: int, ses
 
 
 def trace_session_dir(work: Path, cond: Condition, session: int) -> Path:
-    """Where session ``session``'s target left one compact trace per launch (c<case>-l<launch>.npz)."""
+    """Where session ``session``'s target left one compact trace per launch
+    (c<case>-l<launch>.npz)."""
     return work / f"{cond.name}-traces-s{session}"
 
 
@@ -311,8 +313,8 @@ def parse(argv) -> argparse.Namespace:
                          "placement)")
     ap.add_argument("--trace-every", type=int, default=1,
                     help="the placement condition's trace build stamps every k-th step (default "
-                         "1: every step; the stamps perturb the timing, see experiments.measurement.measure."
-                         "DRIFT_EVERY)")
+                         "1: every step; the stamps perturb the timing, see "
+                         "experiments.measurement.measure.DRIFT_EVERY)")
     ap.add_argument("--study", default=STUDY,
                     help=f"the study whose plan --cases picks from (default: {STUDY}; e.g. "
                          "active-sms for the few-CTA launches)")

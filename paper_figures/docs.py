@@ -106,7 +106,8 @@ def digest(fig) -> str:
                 parts.append("bar " + fmt([a.get_x(), a.get_y(), a.get_width(), a.get_height()]))
             elif isinstance(a, Collection):
                 segs = getattr(a, "get_segments", lambda: [])()
-                parts.append("coll " + " | ".join(fmt(s) for s in segs) + " " + fmt(a.get_offsets()))
+                offsets = fmt(a.get_offsets())
+                parts.append("coll " + " | ".join(fmt(s) for s in segs) + " " + offsets)
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:          # run from anywhere: the repo's packages, not PyPI's namesakes
+if str(ROOT) not in sys.path:  # run from anywhere: the repo's packages, not PyPI's namesakes
     sys.path.insert(0, str(ROOT))
 
 

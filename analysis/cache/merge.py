@@ -1,13 +1,13 @@
 """The request-coalescer term of the sector-access model: L2 sectors = loads × (1 − merged share).
 
-``analysis.models.traffic.sector_accesses`` counts what the kernel *loads* (Q and O once per Q tile, K and
-V once per visited pair), and predicts the L1 sectors to under 1% on the H100. The L2 counts fewer
-(REPORT.md §1-2: 0.35..0.58 of the loads with 132 CTAs): the L2 Request Coalescer merges requests
-for the same sector that arrive close together before they reach the L2 (``lrc__`` counters,
-``../shared/l2-ncu-notes.md`` §6). How many merge depends on how many CTAs read the same tile
-within the window, i.e. on the wavefront and its drift, which is what the timed simulator models:
-the merged share is ``merged_sectors / (tex_sectors + merged_sectors)`` of a timed run with the
-window on, and the model's L2 sectors are the loads times one minus it.
+``analysis.models.traffic.sector_accesses`` counts what the kernel *loads* (Q and O once per Q tile,
+K and V once per visited pair), and predicts the L1 sectors to under 1% on the H100. The L2 counts
+fewer (REPORT.md §1-2: 0.35..0.58 of the loads with 132 CTAs): the L2 Request Coalescer merges
+requests for the same sector that arrive close together before they reach the L2 (``lrc__``
+counters, ``../shared/l2-ncu-notes.md`` §6). How many merge depends on how many CTAs read the same
+tile within the window, i.e. on the wavefront and its drift, which is what the timed simulator
+models: the merged share is ``merged_sectors / (tex_sectors + merged_sectors)`` of a timed run with
+the window on, and the model's L2 sectors are the loads times one minus it.
 
 The window is not fitted: ``DEFAULT_WINDOW`` = one hit step (a request merges with one for the
 same half-tile that reached the L2 less than one step earlier, i.e. while that one can still be

@@ -1,11 +1,13 @@
-"""Which L2 partition each resident CTA slot sits on, as measured (``experiments.instruments.smmap``).
+"""Which L2 partition each resident CTA slot sits on, as measured
+(``experiments.instruments.smmap``).
 
 Why it matters. On a two-partition L2 (Hopper) two CTAs that read a tile at the same time share
 one copy when their SMs sit on the same partition, and hold it twice (home copy plus the reader's
 local copy; the far reader counts a local lookup miss) when they do not. Which SMs a launch's CTAs
 land on is not documented, so the timed simulator reads it from a measurement:
-the arch's default ``smmap`` instrument run of the registry (``analysis.data``) gives, for launches of N = 1 .. 2·SMs CTAs, the partition of
-the SM that CTA ``i`` ran on (partitions found by L2 latency; three launches per N agreed).
+the arch's default ``smmap`` instrument run of the registry (``analysis.data``) gives, for launches
+of N = 1 .. 2·SMs CTAs, the partition of the SM that CTA ``i`` ran on (partitions found by L2
+latency; three launches per N agreed).
 
 On the H100 the first 8 CTAs of every launch land on one partition (N = 2, 4, 8 share perfectly),
 N = 16 puts 4 of 16 on the other side, and a full launch of 132 runs CTAs 0-15 and 64-113 on one
@@ -27,9 +29,9 @@ __all__ = ["slot_partitions", "slot_paired_odd", "sm_pair", "measured_map", "mea
 
 
 def _map_file(source: str) -> Path | None:
-    """The ``smmap.csv[.gz]`` that ``source`` names: a run directory of ``experiments.instruments.smmap``
-    (one chip's map: a path containing ``/``), else the registered default ``smmap`` instrument
-    of the arch ``source``; None if there is none."""
+    """The ``smmap.csv[.gz]`` that ``source`` names: a run directory of
+    ``experiments.instruments.smmap`` (one chip's map: a path containing ``/``), else the registered
+    default ``smmap`` instrument of the arch ``source``; None if there is none."""
     if "/" in source:
         return stored(source, "smmap.csv")
     if not registry.find(role="instrument", arch=source, study="smmap", default=True):
@@ -61,20 +63,22 @@ def _launches(source: str, column: str) -> dict[int, tuple[int, ...]]:
 
 def measured_map(source: str) -> dict[int, tuple[int, ...]]:
     """{launch CTA count N: partition of CTA 0..N-1}; ``source`` is an arch name (its newest
-    committed map) or an ``experiments.instruments.smmap`` run directory (one chip's; see ``_launches``)."""
+    committed map) or an ``experiments.instruments.smmap`` run directory (one chip's; see
+    ``_launches``)."""
     return _launches(source, "group")
 
 
 def measured_maps(arch: str) -> list[str]:
-    """Every distinct map of ``arch`` measured so far: the ``experiments.instruments.smmap`` run directories
-    anywhere in the arch's registered runs, one per distinct partition-per-CTA table (the first
-    path in sorted order stands for its duplicates).
+    """Every distinct map of ``arch`` measured so far: the ``experiments.instruments.smmap`` run
+    directories anywhere in the arch's registered runs, one per distinct partition-per-CTA table
+    (the first path in sorted order stands for its duplicates).
 
     Why more than one: a launch's CTA -> partition map is not a fixed property of a chip. The
     same H100 measured in two processes nine minutes apart gave two maps from 16 CTAs up
     (``profiles/h100/holdout-20261125g``: ``smmap-20261125c`` and
     ``../onepass-20261125/smmap-20261125``), and chips differ too; so where launches of one
-    case disagree, the maps seen are the placement's range (``analysis.calibration.simcheck.validate``)."""
+    case disagree, the maps seen are the placement's range
+    (``analysis.calibration.simcheck.validate``)."""
     out, seen = [], set()
     for d in sorted(p.parent for p in registry.find_files(arch, "smmap.csv*")):
         table = tuple(sorted(measured_map(str(d)).items()))
@@ -101,8 +105,8 @@ def _of_launch(m: dict[int, tuple[int, ...]], resident: int) -> tuple[int, ...]:
 
 def slot_partitions(placement: str, resident: int, partitions: int) -> np.ndarray:
     """Partition of each of ``resident`` slots: ``"alternate"`` (slot % partitions), or an arch
-    name or a chip's ``experiments.instruments.smmap`` run directory whose measured map is used: the launch
-    of exactly ``resident`` CTAs, else the first ``resident`` CTAs of the smallest measured
+    name or a chip's ``experiments.instruments.smmap`` run directory whose measured map is used: the
+    launch of exactly ``resident`` CTAs, else the first ``resident`` CTAs of the smallest measured
     launch that is larger, else the largest launch repeated."""
     if partitions == 1:
         return np.zeros(resident, dtype=np.int64)

@@ -49,5 +49,5 @@ __all__ = ["expected_normal_range", "jitter_from_drift", "miss_ratio_from_timing
            "pair_slowdown_from_lags", "MISSES", "MeasuredCase", "case_key", "case_of_row",
            "load_measured", "measured_ctas_per_sm", "one_pass", "run_device", "study_dirs",
            "FITTABLE", "MAX_FREE", "NEAR_BEST", "PARAMS_DIR", "SIM_FIELDS", "ArchParams",
-           "check_inputs", "default_params", "derived_params", "fit", "read_params", "rel_rms", "time_params",
-           "write_params"]
+           "check_inputs", "default_params", "derived_params", "fit", "read_params", "rel_rms",
+           "time_params", "write_params"]

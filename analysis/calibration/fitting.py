@@ -22,9 +22,10 @@ from spec.arch import Arch
 # --------------------------------------------------------------------------------------------
 DRIFT_RUN = "profiles/h100/drift-20261125e"
 """The drift the simulator's jitter comes from: the drift study stamped every 64th step
-(``experiments.measurement.measure.DRIFT_EVERY``). The every-step stamps of the older runs (drift-20261121b,
--20261125c) perturbed the drift they measured: that build's few-CTA linear launches miss 1.4-5.7x
-the plain build's sectors, the sparse one's within 0-8% (``profiles/h100/tracecost-20261125``)."""
+(``experiments.measurement.measure.DRIFT_EVERY``). The every-step stamps of the older runs
+(drift-20261121b, -20261125c) perturbed the drift they measured: that build's few-CTA linear
+launches miss 1.4-5.7x the plain build's sectors, the sparse one's within 0-8%
+(``profiles/h100/tracecost-20261125``)."""
 
 
 PAIR_LAGS = "profiles/h100/drift-sm-20261125b/lags.csv.xz"
@@ -34,10 +35,10 @@ from."""
 
 
 def device_map(root: Path, device: str) -> Path | None:
-    """The newest ``experiments.instruments.smmap`` run directory under ``root`` measured on the GPU whose
-    UUID starts with ``device``, else None. Why: where a launch's first CTAs sit relative to the
-    two L2 partitions differs between chips (one H100 of the seventh holdout splits them, and its
-    2-8 CTA launches miss 1.5x), so one chip's runs are predicted with that chip's map when it
+    """The newest ``experiments.instruments.smmap`` run directory under ``root`` measured on the GPU
+    whose UUID starts with ``device``, else None. Why: where a launch's first CTAs sit relative to
+    the two L2 partitions differs between chips (one H100 of the seventh holdout splits them, and
+    its 2-8 CTA launches miss 1.5x), so one chip's runs are predicted with that chip's map when it
     was measured; otherwise with the arch's committed map (``params.placement``)."""
     maps = [d for d in registry.children(root) if d.name.startswith("smmap-")
             and stored(d, "smmap.csv") is not None

@@ -105,8 +105,8 @@ def miss_ratio_from_timing(drift_csv: Path, facts: timemodel.MemoryFacts = timem
     kernel a step is not its load latency. The CUDA build keeps ``stages`` K/V buffers (default
     2, ``spec.variant.DEFAULT_STAGES``): tile ``s+1`` is issued when step ``s`` starts and must have
     landed when step ``s+1`` starts, so a load has ``(stages − 1)·t_c`` of compute to hide behind.
-    ``analysis.models.timemodel`` states this as ``period = t_c + max(0, L − (stages − 1)·t_c)``, and
-    ``r = period(L_dram) / period(L_hit)``. Here ``t_c`` is the shortest measured median step of
+    ``analysis.models.timemodel`` states this as ``period = t_c + max(0, L − (stages − 1)·t_c)``,
+    and ``r = period(L_dram) / period(L_hit)``. Here ``t_c`` is the shortest measured median step of
     the drift study (``analysis.calibration.fitting.DRIFT_RUN``: 1.29-1.40 µs, the same 80×80 D=64
     build with 2-132 CTAs; the shortest gives the largest r), ``L_hit`` and ``L_dram`` the
     pointer-chase latencies (``profiles/h100/latency-20261123``: 143 ns, 349 ns). At depth 2 the
@@ -128,6 +128,7 @@ def miss_ratio_from_timing(drift_csv: Path, facts: timemodel.MemoryFacts = timem
 
     r = period(1.0) / period(0.0)
     return r, (f"miss_ratio {r:g} = step period with every load from DRAM / with every load an L2 "
-               f"hit (analysis.models.timemodel, {stages} K/V stages, t_c {t_c * 1e6:.2f} us = shortest "
-               f"median step of {Path(drift_csv).parent.name}, L2 hit {facts.l2_hit_s * 1e9:.1f} "
+               f"hit (analysis.models.timemodel, {stages} K/V stages, t_c {t_c * 1e6:.2f} us = "
+               f"shortest median step of {Path(drift_csv).parent.name}, "
+               f"L2 hit {facts.l2_hit_s * 1e9:.1f} "
                f"ns, DRAM {facts.dram_s * 1e9:.1f} ns: {facts.name} latencies)")

@@ -1,8 +1,8 @@
 """Calibration of the timed simulator that cannot overfit: at most two fitted parameters per arch,
 fitted on one study and judged on the others.
 
-What is fitted and what is not. ``analysis.cache.timesim`` has six knobs; per arch at most two may be
-free (``fit`` refuses more), and one is:
+What is fitted and what is not. ``analysis.cache.timesim`` has six knobs; per arch at most two may
+be free (``fit`` refuses more), and one is:
 
 - ``capacity_fraction`` f: the effective L2 capacity as a fraction of the nominal L2 (the capacity
   lost to set conflicts, the slice hash, other data; the partitions' duplication is modelled, not
@@ -17,10 +17,10 @@ The others are fixed by measurements or documented facts, never by the miss coun
 random walk and a constant per-CTA speed spread ``N`` CTAs over
 ``E[range of N normals]·sqrt(σ_rate² n² + σ_step² n)`` steps after ``n``); ``partitions`` from the
 arch registry; ``placement`` (which partition each slot's SM is on) from the arch's measured map
-(``analysis.cache.smmap``, ``experiments.instruments.smmap``); ``stores_miss=False`` from the H100's counters (a
-store never counts as a lookup miss, ``analysis.cache.timesim``); the request-coalescer window is off for
-miss counts (it removes lookups that would have been hits or waits on a fill in flight, not
-misses).
+(``analysis.cache.smmap``, ``experiments.instruments.smmap``); ``stores_miss=False`` from the H100's
+counters (a store never counts as a lookup miss, ``analysis.cache.timesim``); the request-coalescer
+window is off for miss counts (it removes lookups that would have been hits or waits on a fill in
+flight, not misses).
 
 ``fit`` refuses more than two free parameters, searches a fixed grid (no per-case knob, no
 continuous optimiser that could chase noise), and the winner is written with the run directories,
@@ -227,25 +227,28 @@ def default_params(arch: Arch, sources: Sequence[str] = ("h100", "h200")) -> tup
 
     ``capacity_fraction`` and ``miss_ratio``: the means of the values of ``sources`` (the same
     quantities on other chips: the fitted effective fraction of the nominal L2 beyond the modelled
-    partitions, and the miss/hit step-time ratio derived from timing). ``partitions`` from the registry
-    (GB10: one L2), ``jitter`` the sources' (from the H100 drift). Also returns the uncertainty
-    corners: every (f, r) grid point within ``NEAR_BEST`` of the best of any source's fit.
+    partitions, and the miss/hit step-time ratio derived from timing). ``partitions`` from the
+    registry (GB10: one L2), ``jitter`` the sources' (from the H100 drift). Also returns the
+    uncertainty corners: every (f, r) grid point within ``NEAR_BEST`` of the best of any
+    source's fit.
     """
     fits = [read_params(s) for s in sources]
     f = float(np.mean([p.capacity_fraction for p in fits]))
     r = float(np.mean([p.miss_ratio for p in fits]))
     corners = sorted({(gf, gr) for p in fits for gf, gr, e in p.grid_rel_rms
                       if e <= NEAR_BEST * p.fit_rel_rms})
+    notes = ", ".join(p.note() for p in fits)
     ap = ArchParams(
         arch=arch.name, capacity_fraction=f, miss_ratio=r, jitter=fits[0].jitter,
         rate_jitter=fits[0].rate_jitter, stores_miss=fits[0].stores_miss,
         partitions=arch.l2_partitions, fitted=(),
         derivation=(f"not fitted (no {arch.name} data): capacity_fraction and miss_ratio are the "
-                    f"means of the {'/'.join(sources)} parameters ({', '.join(p.note() for p in fits)}); "
+                    f"means of the {'/'.join(sources)} parameters ({notes}); "
                     f"partitions={arch.l2_partitions} from the registry (placement: alternate, "
                     f"no measured map); jitter and rate_jitter from the H100 drift; stores_miss="
-                    f"{fits[0].stores_miss} as measured on the H100; uncertainty = the (f, r) grid points within {NEAR_BEST}x of the best "
-                    f"rel. RMS of any source fit: {corners}"))
+                    f"{fits[0].stores_miss} as measured on the H100; uncertainty = the (f, r) grid "
+                    f"points within {NEAR_BEST}x of the best rel. RMS of any source fit: "
+                    f"{corners}"))
     return ap, corners
 
 

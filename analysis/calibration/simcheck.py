@@ -1,16 +1,17 @@
 """Simulator vs measured, out of sample: fit one parameter on one study, predict the others.
 
 The fitted parameter is the capacity fraction; the miss/hit step-time ratio is derived from
-timing data (``analysis.calibration.fixed.miss_ratio_from_timing``), the rest from other measurements.
+timing data (``analysis.calibration.fixed.miss_ratio_from_timing``), the rest from other
+measurements.
 
 Rows in, rows out. ``validate(measured, arch, params, fit_study)`` takes ``MeasuredCase``s (from
-``analysis.calibration.measured.load_measured``) and returns one ``ErrorRow`` per case: measured median and
-range over the runs, the timed simulator's prediction (seed 0) and, where the runs disagree, its
-range over jitter seeds and the arch's measured SM maps (``analysis.cache.smmap.measured_maps``), the
-relative error, and whether the case was in the fit (in-sample) or not (out-of-sample).
-``summarize`` turns them into per-study and overall relative RMS errors, in and out of sample,
-over the cases whose run-to-run spread is below ``STABLE_SPREAD``; ``sawtooth_signs`` gives the
-sign of every linear→sawtooth change, measured (per run) and predicted.
+``analysis.calibration.measured.load_measured``) and returns one ``ErrorRow`` per case: measured
+median and range over the runs, the timed simulator's prediction (seed 0) and, where the runs
+disagree, its range over jitter seeds and the arch's measured SM maps
+(``analysis.cache.smmap.measured_maps``), the relative error, and whether the case was in the fit
+(in-sample) or not (out-of-sample). ``summarize`` turns them into per-study and overall relative RMS
+errors, in and out of sample, over the cases whose run-to-run spread is below ``STABLE_SPREAD``;
+``sawtooth_signs`` gives the sign of every linear→sawtooth change, measured (per run) and predicted.
 
 The command line is ``python -m analysis.calibration`` (``analysis/calibration/__main__.py``).
 

@@ -3,8 +3,8 @@
     python -m analysis.data list [--arch h100] [--role dataset]   # what the code may read
     python -m analysis.data check                                  # every entry still hashes right
     python -m analysis.data register profiles/h100/<run> --role dataset [--default]
-    python -m analysis.data catalogue [--check]                    # profiles/README.md from the registry
-    python -m analysis.data readmes                                # a README for each run without one
+    python -m analysis.data catalogue [--check]     # profiles/README.md from the registry
+    python -m analysis.data readmes                 # a README for each run without one
     python -m analysis.data compact [PATH ...] [--dry-run] [--pinned]  # run files as .xz, re-pinned
     python -m analysis.data retire profiles/h100/<run> [...]       # into git history
     python -m analysis.data restore profiles/h100/<run> | --all    # back from git history
@@ -178,7 +178,8 @@ def main(argv=None) -> int:
         path = registry.profiles_dir() / "README.md"
         if a.check:
             same = path.exists() and path.read_text() == text
-            print(f"{path}: {'current' if same else 'stale: run python -m analysis.data catalogue'}")
+            state = 'current' if same else 'stale: run python -m analysis.data catalogue'
+            print(f"{path}: {state}")
             return 0 if same else 1
         path.write_text(text)
         print(f"wrote {path} ({len(registry.entries())} entries)")

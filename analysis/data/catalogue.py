@@ -115,8 +115,9 @@ def catalogue_text() -> str:
             m = _manifest(e.path)
             cmd = (e.command or "").replace("|", "\\|")
             cmd = cmd if len(cmd) <= 64 else cmd[:61] + "..."       # whole in registry.json
+            how = f"`{cmd}`" if cmd else "see its README"
             out.append(f"| `{e.path}`{' *' if e.default else ''} | {e.role} | {e.study or '-'} | "
-                       f"{e.source or '-'} | {_tree(m)} | {f'`{cmd}`' if cmd else 'see its README'} |")
+                       f"{e.source or '-'} | {_tree(m)} | {how} |")
         out.append("")
     gone = registry.find(retired=True)
     if gone:

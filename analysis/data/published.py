@@ -9,7 +9,8 @@ fitted to them.
 A published case is matched to the framework's rows by what both name the same way: the family,
 the *kind* of CTA schedule (``static``: persistent CTAs; ``tile``: two Q tiles per CTA), causal, the
 batch and the order. The GB10 study runs the paper's builds with its parameters; the H100 and
-H200 studies run the same builds at the scaled length and CTA count (``experiments.registry.studies``).
+H200 studies run the same builds at the scaled length and CTA count
+(``experiments.registry.studies``).
 """
 from __future__ import annotations
 

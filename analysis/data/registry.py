@@ -18,8 +18,9 @@ divergence-20261125``) is pinned by its container's entry. Roles:
 ``measured``    a container of measured study runs read by calibration and validation (holdouts);
 ``instrument``  a hardware measurement the simulator reads (the SM → L2-partition map, latencies,
                 CTA lags); ``default: true`` marks the one of its kind the params files pin;
-``tuning``      measurements that set a kernel configuration: the configuration rule's candidate
-                sweeps (``experiments.tuning.sweep``), read by ``python -m experiments.tuning.rulefit``;
+``tuning``      measurements that set a kernel configuration: the configuration rule's
+                candidate sweeps (``experiments.tuning.sweep``), read by ``python -m
+                experiments.tuning.rulefit``;
 ``validation``  a committed simulator validation (``python -m analysis.calibration validate``);
 ``reference``   published values the models are judged against, never fitted to
                 (``analysis.data.published``);
@@ -259,7 +260,8 @@ def instrument(kind: str, arch: str) -> Entry:
 
 
 def subdirs(path: Path | str) -> list[Path]:
-    """The directories directly inside a registered directory, in name order (listing stays here)."""
+    """The directories directly inside a registered directory, in name order (listing stays
+    here)."""
     p = open_path(path)
     return sorted(d for d in p.iterdir() if d.is_dir() and d.name != "__pycache__")
 

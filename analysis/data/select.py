@@ -207,7 +207,8 @@ def select(arch: str, study: str, **kw) -> Dataset | None:
 
 
 def repeats_of(ds: Dataset) -> list[Dataset]:
-    """A committed run and its repeats ``-r2``, ``-r3``, ... in repeat order (a local run: itself)."""
+    """A committed run and its repeats ``-r2``, ``-r3``, ... in repeat order
+    (a local run: itself)."""
     if not ds.committed:
         return [ds]
     same = [d for d in discover(ds.arch)

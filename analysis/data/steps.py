@@ -1,5 +1,6 @@
 """Per-step cost of each compiled cuTile build, as read off its SASS (a ``builds-toolchains``
-run of ``python -m kernels.paper_builds.toolchains``): the facts a timing model of the K/V loop needs.
+run of ``python -m kernels.paper_builds.toolchains``): the facts a timing model of the K/V
+loop needs.
 
 A CTA's speed per K/V step sets how far concurrent CTAs drift apart, and so how long a K/V tile
 waits in L2 for its next visitor. What the compiled code does per step is the MMAs, the body's

@@ -8,8 +8,9 @@ Which runs are read: per study the one ``analysis.data.select`` picks (a committ
 measured run with default parameters, latest stamp, repeat 1; the rule is in that module's
 docstring, and ``paper_figures`` uses the same one), or the run named with ``--run``. Every section
 title names the run it read. Only section 5c (and the extra rows of section 0) read the repeats
-``-r2``, ``-r3`` of the sawtooth run (P5 those of the hints run), each on its own, never pooled. The for-loop spill artifact
-(``longseq-forloop-spill-20261121``) is never selected; section 9b reads it by its explicit path.
+``-r2``, ``-r3`` of the sawtooth run (P5 those of the hints run), each on its own, never pooled. The
+for-loop spill artifact (``longseq-forloop-spill-20261121``) is never selected; section 9b reads it
+by its explicit path.
 
 One module per section, each a pure function of tidy rows (dicts from ``spec.records.read_csv``):
 

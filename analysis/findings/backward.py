@@ -60,9 +60,9 @@ def _medians(timing: Sequence[dict], what: str) -> dict:
 
 def backward_check(predicted: Sequence[dict], counters: Sequence[dict],
                    timing: Sequence[dict], dram_bytes_per_s: float) -> list[dict]:
-    """One row per (pass, causal, tiles): misses of linear and sawtooth predicted and measured, their
-    ratios (``ranges_apart``: the launches' min..max do not overlap), the measured DRAM reads and
-    the time they take at ``dram_bytes_per_s`` (``dram_saving_ms``: what the removed reads
+    """One row per (pass, causal, tiles): misses of linear and sawtooth predicted and measured,
+    their ratios (``ranges_apart``: the launches' min..max do not overlap), the measured DRAM reads
+    and the time they take at ``dram_bytes_per_s`` (``dram_saving_ms``: what the removed reads
     cost), the bound on the time sawtooth can save as predicted (``max_saving_ms``), and the
     measured time ratio (``time_apart``: the samples' min..max do not overlap)."""
     pred: dict = {}

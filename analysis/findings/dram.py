@@ -20,12 +20,12 @@ def dram_bound(counter_rows: list[dict], timing_rows: list[dict],
                peak_bytes_per_s: float) -> list[dict]:
     """Section 9a/9c, per profiled case: misses, ``dram__bytes_read.sum``, the median kernel time of
     the timing samples of the same run, the achieved DRAM read bandwidth and its share of the peak.
-    On each sawtooth row: the measured time change vs its linear twin, and an upper bound on what the
-    sawtooth order could save by reading less from DRAM, ``(linear bytes − sawtooth bytes) / peak``
-    as % of the linear time. The bound assumes the bytes saved would otherwise stream at the peak
-    bandwidth on the critical path; it is a bandwidth bound, not a latency bound (a kernel stalled on
-    DRAM latency at a small share of the peak could save more per byte; the measured change beside
-    it says whether it did)."""
+    On each sawtooth row: the measured time change vs its linear twin, and an upper bound on what
+    the sawtooth order could save by reading less from DRAM,
+    ``(linear bytes − sawtooth bytes) / peak`` as % of the linear time. The bound assumes the bytes
+    saved would otherwise stream at the peak bandwidth on the critical path; it is a bandwidth
+    bound, not a latency bound (a kernel stalled on DRAM latency at a small share of the peak could
+    save more per byte; the measured change beside it says whether it did)."""
     piv = pivot(counter_rows)
     times = times_by_case(timing_rows)
     pairs: dict[tuple, dict[str, tuple]] = {}
@@ -68,16 +68,17 @@ def spill_artifact(forloop: tuple[list[dict], list[dict]],
         sides[name] = {(as_case(k)["schedule"], as_case(k)["order"], as_case(k)["D"],
                         as_case(k)["causal"]): (k, m, times.get(k, []))
                        for k, m in pivot(cnt).items()}
+    columns = (("misses", lambda k, m, t: m.get(Metric.L2_TEX_MISSES, float("nan"))),
+               ("dram_GB", lambda k, m, t: m.get(Metric.DRAM_READ_BYTES, float("nan")) / 1e9),
+               ("l1_sectors", lambda k, m, t: m.get(Metric.L1_SECTORS, float("nan"))),
+               ("tflops", lambda k, m, t: flops(as_case(k)) / (median(t) * 1e-3) / 1e12
+                if t else float("nan")))
     out = []
     for key in sorted(set(sides["forloop"]) & set(sides["fixed"]),
                       key=lambda x: (x[2], x[3], x[0] != "grid", x[0], x[1] != "linear")):
         sched, o, D, causal = key
         row = dict(schedule=sched, order=o, D=D, causal=causal)
-        for col, get in (("misses", lambda k, m, t: m.get(Metric.L2_TEX_MISSES, float("nan"))),
-                         ("dram_GB", lambda k, m, t: m.get(Metric.DRAM_READ_BYTES, float("nan")) / 1e9),
-                         ("l1_sectors", lambda k, m, t: m.get(Metric.L1_SECTORS, float("nan"))),
-                         ("tflops", lambda k, m, t: flops(as_case(k)) / (median(t) * 1e-3) / 1e12
-                          if t else float("nan"))):
+        for col, get in columns:
             for name in ("forloop", "fixed"):
                 row[f"{col}_{name}"] = get(*sides[name][key])
         out.append(row)

@@ -1,6 +1,6 @@
 """Section 6, CTA drift: how far the persistent CTAs of a trace build drift apart from lock-step
-(the ``drift`` run; ``analysis.launch.drift`` holds the arithmetic of one trace). Per case the median
-step, the start-time spread over the CTAs in steps after one work item and at most, and that
+(the ``drift`` run; ``analysis.launch.drift`` holds the arithmetic of one trace). Per case the
+median step, the start-time spread over the CTAs in steps after one work item and at most, and that
 maximum as K/V bytes (``spec.TileGrid.kv_step_bytes`` per step) beside the L2 size: a spread of
 more steps than the L2 holds means the CTAs no longer share the tiles they read."""
 from __future__ import annotations

@@ -10,7 +10,8 @@ from spec.records import Metric
 def l1_passthrough(l1l2_rows: list[dict], sawtooth_rows: list[dict] = ()) -> list[dict]:
     """L1 hit fraction per (S, CTAs) of the CUDA kernel, then the cuTile cases' L1 sectors."""
     out = []
-    for k, m in sorted(pivot(l1l2_rows).items(), key=lambda kv: (kv[0][9], persistent_ctas(kv[0][3]) or 0)):
+    for k, m in sorted(pivot(l1l2_rows).items(),
+                       key=lambda kv: (kv[0][9], persistent_ctas(kv[0][3]) or 0)):
         c = as_case(k)
         if Metric.L1_SECTORS not in m:
             continue

@@ -2,12 +2,12 @@
 pipeline depth x DRAM streamer level x S x causal, over independent runs, beside the prediction
 of ``analysis.models.timemodel``.
 
-The study (``experiments.registry.plans.misscost_plan``) runs the CUDA twin persistent on 96 of the H100's
-132 SMs and a DRAM streamer on the other 36 (``experiments.instruments.streamer``). Each timed launch of a case
-at a streamer level carries ``x`` = the streamer's threads per CTA (0 = off) and the streamer's own
-achieved bandwidth (``streamer_dram_gbps``, one row per launch). The counters (local tex misses,
-DRAM read bytes) are taken without the streamer (ncu serialises kernels), so they are the same for
-every level of a case.
+The study (``experiments.registry.plans.misscost_plan``) runs the CUDA twin persistent on 96 of the
+H100's 132 SMs and a DRAM streamer on the other 36 (``experiments.instruments.streamer``). Each
+timed launch of a case at a streamer level carries ``x`` = the streamer's threads per CTA (0 = off)
+and the streamer's own achieved bandwidth (``streamer_dram_gbps``, one row per launch). The counters
+(local tex misses, DRAM read bytes) are taken without the streamer (ncu serialises kernels), so they
+are the same for every level of a case.
 
 Per configuration (causal, S, stages, level) and run: the change of the median time (sawtooth vs
 linear, % of linear) and the run's own verdict on its samples (``time_verdict``); over the runs,
@@ -162,8 +162,8 @@ def misscost_table(runs: Sequence[tuple[str, list[dict], list[dict]]],
                                         ("sawtooth faster", "sawtooth slower"))
         first = per[0]
         gbps = [g for p in per for g in p["gbps"]]
-        row = dict(causal=causal, S=S, stages=stages, level=first["level"], streamer_threads=threads,
-                   streamer_GBps=median(gbps) if gbps else 0.0,
+        row = dict(causal=causal, S=S, stages=stages, level=first["level"],
+                   streamer_threads=threads, streamer_GBps=median(gbps) if gbps else 0.0,
                    misses_linear=first["misses_linear"], misses_sawtooth=first["misses_sawtooth"],
                    misses_change_pct=pct_change(first["misses_sawtooth"], first["misses_linear"]),
                    dram_GB_linear=first["dram_linear"] / 1e9,

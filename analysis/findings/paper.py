@@ -135,8 +135,8 @@ def implied_capacity(cases: Sequence[PaperCase], ctas: int = 48, nominal_bytes: 
     """The effective capacity each published non-causal persistent sawtooth count implies under
     the wave model (``analysis.models.wave``; one count, one C_eff: a reading of the published
     number, not a parameter of any model), beside the nominal L2 and the capacity the GB10
-    simulation runs with (``simulated_bytes``: its parameters' fraction of the nominal L2). The paper
-    reads its own data as C_eff of about 20-22 MiB of GB10's 24."""
+    simulation runs with (``simulated_bytes``: its parameters' fraction of the nominal L2). The
+    paper reads its own data as C_eff of about 20-22 MiB of GB10's 24."""
     out = []
     for c in cases:
         if c.causal or c.kind != "static" or c.order != "sawtooth":

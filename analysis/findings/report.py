@@ -81,8 +81,8 @@ class Runs:
         for p in named:
             ds = dataset(p, arch)
             if ds.study in self.named:
-                raise DatasetError(f"two runs of the study {ds.study!r} named ({self.named[ds.study].path} "
-                                   f"and {p}); name one run per study")
+                raise DatasetError(f"two runs of the study {ds.study!r} named "
+                                   f"({self.named[ds.study].path} and {p}); name one run per study")
             self.named[ds.study] = ds
         self._tables: dict[Path, dict[str, list[dict]]] = {}
 
@@ -127,7 +127,8 @@ def _predicted_vs_measured(arch: str, prediction: str, run: str) -> list[dict]:
 
 
 def compute(arch: str, *, sim: bool = True, cache_dir: Path | None = None,
-            max_accesses: int = 180_000_000, runs: Sequence[Path] = (), log=print) -> dict[str, tuple[str, list[dict]]]:
+            max_accesses: int = 180_000_000, runs: Sequence[Path] = (),
+            log=print) -> dict[str, tuple[str, list[dict]]]:
     """All sections for ``arch``: ``{name: (title, rows)}``. ``runs``: run directories that replace
     the selected run of their study."""
     a = get_arch(arch)
@@ -178,8 +179,9 @@ def compute(arch: str, *, sim: bool = True, cache_dir: Path | None = None,
     # the sawtooth run that collected L1 counters (the newest may not have: --groups)
     l1_run = next((d for d in [chosen["sawtooth"], *saw_runs] if d is not None and any(
         r["metric"] == Metric.L1_SECTORS for r in R.rows(d)[0])), None)
+    l1_label = l1_run.label if l1_run else "no run with L1 counters"
     out["s1_l1_passthrough"] = (f"1. L1 pass-through (l1l2 study: CUDA, {name['l1l2']}; sawtooth "
-                                f"study: cuTile, {l1_run.label if l1_run else 'no run with L1 counters'})",
+                                f"study: cuTile, {l1_label})",
                                 l1_passthrough(cnt["l1l2"], R.rows(l1_run)[0]))
     out["s2_model_error"] = (f"2. Sector-access model error (traffic study, {name['traffic']}, "
                              f"exact model)", traffic_model_error(cnt["traffic"]))
@@ -187,7 +189,8 @@ def compute(arch: str, *, sim: bool = True, cache_dir: Path | None = None,
                             f"(divergence, {name['divergence']})",
                             divergence_points(cnt["divergence"], a.l2_bytes))
     out["s3_ceff_fit"] = (f"3b. Wave-model C_eff fit per order (divergence, {name['divergence']})",
-                          divergence_fits(cnt["divergence"], a.l2_bytes) if cnt["divergence"] else [])
+                          divergence_fits(cnt["divergence"], a.l2_bytes)
+                          if cnt["divergence"] else [])
     hv_src = "active-sms" if cnt["active-sms"] else "l1l2"
     out["s4_hit_vs_active"] = (f"4. L2 hit rate vs active CTAs against 1 - 1/N ({hv_src} study, "
                                f"{name[hv_src]})", hit_vs_active(cnt[hv_src], hv_src))
@@ -201,10 +204,10 @@ def compute(arch: str, *, sim: bool = True, cache_dir: Path | None = None,
     names = ", ".join(f"r{i} = {d.label}" for i, d in enumerate(saw_runs, 1))
     out["s5_repeats"] = (f"5c. Sawtooth vs linear across repeated runs ({names or 'none'}"
                          f"{'' if len(saw_runs) >= 2 else '; needs >= 2 runs'}): % change per run; "
-                         f"noise_pct = the larger run-to-run range of the two twins, % of the linear "
-                         f"mean; a difference needs one sign in every run, min |change| > noise_pct "
-                         f"and, for time, every run's own verdict (within: + slower, - faster, "
-                         f"= inside the sample spread)", sawtooth_repeats(labelled))
+                         f"noise_pct = the larger run-to-run range of the two twins, % of the "
+                         f"linear mean; a difference needs one sign in every run, min |change| > "
+                         f"noise_pct and, for time, every run's own verdict (within: + slower, "
+                         f"- faster, = inside the sample spread)", sawtooth_repeats(labelled))
     out["s6_drift"] = (f"6. CTA drift: start-time spread over the CTAs, in steps "
                        f"({name['drift'] if chosen['drift'] else 'no drift run'}; sampled steps)",
                        drift_table(R.tables(chosen["drift"]).get("drift.csv", []), a.l2_bytes))
@@ -232,8 +235,8 @@ def compute(arch: str, *, sim: bool = True, cache_dir: Path | None = None,
                                   sim_order_changes(rows))
     out["s7_timed_validation"] = (
         "7d. Timed two-partition simulator vs measured misses, in sample (the fit study) and out "
-        "of sample, per committed validation (python -m analysis.calibration validate; relative RMS "
-        "over the cases whose launches agree within 15%; simulated vs measured)",
+        "of sample, per committed validation (python -m analysis.calibration validate; "
+        "relative RMS over the cases whose launches agree within 15%; simulated vs measured)",
         simcheck_summaries(arch))
     out["s8_longseq_best"] = (f"8. Best configuration at long S (longseq study"
                               f"{', ' + name['longseq'] if chosen['longseq'] else ': no run'})",

@@ -121,7 +121,8 @@ def peers(timing_rows: list[dict]) -> list[dict]:
     """Median TFLOPS (min..max) of the SDPA peers timed in the same run, per problem."""
     acc: dict[tuple, list[float]] = {}
     for r in timing_rows:
-        if r["backend"].startswith("sdpa") and r["metric"] == Metric.KERNEL_TIME_MS and r["value"] > 0:
+        if (r["backend"].startswith("sdpa") and r["metric"] == Metric.KERNEL_TIME_MS
+                and r["value"] > 0):
             acc.setdefault(case_key(r), []).append(float(r["value"]))
     out = []
     for k, t in sorted(acc.items(), key=lambda kv: (kv[0][1], kv[0][6], kv[0][12])):
@@ -140,17 +141,18 @@ WITHIN = {"no difference": "=", "sawtooth faster": "-", "sawtooth slower": "+", 
 
 def repeat_verdict(changes_pct: Sequence[float], lin: Sequence[float], saw: Sequence[float],
                    within: Sequence[str] | None = None,
-                   words: tuple[str, str] = ("sawtooth fewer", "sawtooth more")) -> tuple[float, str]:
+                   words: tuple[str, str] = ("sawtooth fewer", "sawtooth more"),
+                   ) -> tuple[float, str]:
     """``(noise_pct, verdict)`` of one sawtooth-vs-linear comparison repeated over runs.
 
     ``changes_pct[i]`` is run i's change (sawtooth vs the linear twin of the same run, % of linear),
     ``lin[i]``/``saw[i]`` the two values it came from (counts, or median times). The run-to-run
     noise is ``100·max(max(lin) − min(lin), max(saw) − min(saw)) / mean(lin)``: the larger of
-    the two twins' ranges over the runs, on the scale of the change (% of the linear value). The verdict is
-    ``words[0]`` (change < 0) or ``words[1]`` (> 0) only if there are at least two runs, every run's
-    change has that sign, the smallest |change| exceeds the noise, and (``within``, for time) every
-    run's own verdict (``time_verdict``: medians apart by more than the larger min..max of the
-    samples) is in that direction; otherwise "no difference"."""
+    the two twins' ranges over the runs, on the scale of the change (% of the linear value). The
+    verdict is ``words[0]`` (change < 0) or ``words[1]`` (> 0) only if there are at least two runs,
+    every run's change has that sign, the smallest |change| exceeds the noise, and (``within``, for
+    time) every run's own verdict (``time_verdict``: medians apart by more than the larger min..max
+    of the samples) is in that direction; otherwise "no difference"."""
     c = np.asarray(changes_pct, dtype=float)
     lo, sa = np.asarray(lin, dtype=float), np.asarray(saw, dtype=float)
     if len(c) < 2 or np.isnan(c).any() or np.isnan(lo).any() or np.isnan(sa).any():

@@ -1,6 +1,6 @@
 """Section 7, simulator vs measured: the LRU stack-distance simulator (``spec.build_trace`` +
-``analysis.cache.reuse``) on the cases a committed run measured, one effective capacity fitted by least
-squares (relative errors) over the non-causal CUDA cases, and the per-case error.
+``analysis.cache.reuse``) on the cases a committed run measured, one effective capacity fitted by
+least squares (relative errors) over the non-causal CUDA cases, and the per-case error.
 
 Rows in, rows out. ``run_cases`` rebuilds the cases of a run from what the run carries (its
 ``profile_plan.json`` where present, else the variant columns of its rows, in the order of the
@@ -45,9 +45,9 @@ from spec.records import Metric, data_path, read_bytes
 def run_cases(run_dir: Path, rows: Sequence[dict], arch: Arch, study: str) -> list[Case]:
     """The cases of a run in plan order: ``profile_plan.json`` where the run has one, else rebuilt
     from its rows (``case_of_row``), with the resident CTAs of the builds the run measured
-    (``analysis.calibration.measured.measured_ctas_per_sm``) in place of the plan's request; ordered as the
-    manifest's ``parameters.cases`` lists them (first appearance in the rows when the manifest
-    has no list)."""
+    (``analysis.calibration.measured.measured_ctas_per_sm``) in place of the plan's request; ordered
+    as the manifest's ``parameters.cases`` lists them (first appearance in the rows when the
+    manifest has no list)."""
     plan = data_path(Path(run_dir), "profile_plan.json")
     by_id: dict[str, Case] = {}
     if plan is not None:
@@ -182,7 +182,10 @@ def fit_capacity(cases: Sequence[SimCase], lo_bytes: float, hi_bytes: float,
     i = int(np.argmin(e))
     a, b = cs[max(i - 1, 0)], cs[min(i + 1, grid - 1)]
     res = optimize.minimize_scalar(lambda c: float(sse(c)[0]), bounds=(a, b), method="bounded")
-    best, best_e = (float(res.x), float(res.fun)) if res.fun <= e[i] else (float(cs[i]), float(e[i]))
+    if res.fun <= e[i]:
+        best, best_e = float(res.x), float(res.fun)
+    else:
+        best, best_e = float(cs[i]), float(e[i])
     near = cs[np.sqrt(e / len(y)) <= 1.1 * math.sqrt(best_e / len(y))]
     return dict(capacity_bytes=best, rel_rms_pct=100 * math.sqrt(best_e / len(y)),
                 within_10pct_lo=float(near.min()) if len(near) else best,
@@ -217,12 +220,14 @@ def simulator_vs_measured(sims: Sequence[SimCase], arch: Arch, *, cache_dir: Pat
         m_fit, m_nom = float(s.misses(cap)), float(s.misses(nom))
         cold = cold_misses(s.case.problem, s.case.variant.tiles, arch.sector_bytes)
         ex = s.extrapolated(cap) if s.direct is not None else None
+        extrap_err = pct_change(float(ex), m_fit) if ex is not None else float("nan")
         out.append(dict(study=s.study, case=s.case.id, in_fit=s in fit_set,
                         how="direct" if s.direct is not None else "B=1,2 extrapolated",
-                        measured=s.measured, sim_fit=m_fit, err_fit_pct=pct_change(m_fit, s.measured),
+                        measured=s.measured, sim_fit=m_fit,
+                        err_fit_pct=pct_change(m_fit, s.measured),
                         sim_nominal=m_nom, err_nominal_pct=pct_change(m_nom, s.measured),
                         noncomp_measured=s.measured - cold, noncomp_sim_fit=m_fit - cold,
-                        extrap_err_pct=pct_change(float(ex), m_fit) if ex is not None else float("nan")))
+                        extrap_err_pct=extrap_err))
     return out, fit
 
 
@@ -238,7 +243,8 @@ def sim_order_changes(sim_rows: list[dict]) -> list[dict]:
     out = []
     for cfg, d in by.items():
         if set(d) == {"linear", "sawtooth"}:
+            saw, lin = d["sawtooth"], d["linear"]
             out.append(dict(case=cfg,
-                            measured_change_pct=pct_change(d["sawtooth"]["measured"], d["linear"]["measured"]),
-                            sim_change_pct=pct_change(d["sawtooth"]["sim_fit"], d["linear"]["sim_fit"])))
+                            measured_change_pct=pct_change(saw["measured"], lin["measured"]),
+                            sim_change_pct=pct_change(saw["sim_fit"], lin["sim_fit"])))
     return out

@@ -1,8 +1,8 @@
-"""Section 2, sector-access model error: the exact model (``analysis.models.traffic.sector_accesses``:
-Q and O once per Q tile, K and V once per visited (q, kv) pair) against the L1 sectors, the
-``lts__t_sectors`` and the ``srcunit_tex`` sectors of the traffic study, as MAPE, the largest
-error and the measured/model ratio (below 1 where the L2 merges the requests of CTAs in
-lock-step)."""
+"""Section 2, sector-access model error: the exact model
+(``analysis.models.traffic.sector_accesses``: Q and O once per Q tile, K and V once per visited
+(q, kv) pair) against the L1 sectors, the ``lts__t_sectors`` and the ``srcunit_tex`` sectors of
+the traffic study, as MAPE, the largest error and the measured/model ratio (below 1 where the L2
+merges the requests of CTAs in lock-step)."""
 from __future__ import annotations
 
 import numpy as np

@@ -13,9 +13,9 @@ With three repeats a fourth sample falls outside the range of the first three ha
 even when nothing changed (for any continuous distribution, by symmetry), and a median of three
 often does too: ``outside`` is a flag to look at, not a verdict on its own. What separates "the
 other GPU" from "another session" is where each case ran: ``placement`` reads the device index of
-every case from each run's manifest (``parameters.placement``, written by ``experiments.sharding.shard``),
-so a case that ran on the same GPU in both runs and still lies outside measures session-to-session
-variance, not the sharding.
+every case from each run's manifest (``parameters.placement``, written by
+``experiments.sharding.shard``), so a case that ran on the same GPU in both runs and still lies
+outside measures session-to-session variance, not the sharding.
 
 ``python -m analysis.launch.compare RUN_A RUN_B [--metric M ...]`` prints the table and the counts.
 """
@@ -89,8 +89,8 @@ def summary(rows: Sequence[dict]) -> dict[str, int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m analysis.launch.compare", description=__doc__.split(
-        "\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m analysis.launch.compare",
+                                 description=__doc__.split("\n\n")[0])
     ap.add_argument("run_a", type=Path, help="the reference run directory (its repeats' range)")
     ap.add_argument("run_b", type=Path, help="the run checked against it")
     ap.add_argument("--metric", action="append", default=None,

@@ -1,4 +1,5 @@
-"""How far concurrent CTAs drift apart, read off the trace build of a kernel family (its ``trace()["time_ns"]``).
+"""How far concurrent CTAs drift apart, read off the trace build of a kernel family (its
+``trace()["time_ns"]``).
 
 The wavefront argument assumes that CTAs running at the same time advance through their K/V scans
 in lock-step, so that one CTA's miss is the others' hit. The trace build stamps ``%globaltimer`` at

@@ -1,4 +1,5 @@
-"""Where and when the CTAs of one launch ran, and whether launches that miss more in L2 ran differently.
+"""Where and when the CTAs of one launch ran, and whether launches that miss more in L2 ran
+differently.
 
 The wavefront argument behind the sawtooth order assumes that the P CTAs of a persistent launch
 start together, one per SM, and scan their K/V tiles in near lock-step, so that one CTA's miss is

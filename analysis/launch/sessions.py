@@ -12,8 +12,8 @@ the launches normalised by their case's median, over the cases whose spread exce
 (the ones with something to explain). A small p-value says the sessions differ; a large one says
 the data show no session effect (it cannot prove there is none).
 
-``python -m analysis.launch.sessions RUN_DIR [--metric M]`` prints the table for a run with one launch per
-session (``--sessions`` = ``--repeats``, the orchestrator's default).
+``python -m analysis.launch.sessions RUN_DIR [--metric M]`` prints the table for a run with one
+launch per session (``--sessions`` = ``--repeats``, the orchestrator's default).
 """
 from __future__ import annotations
 
@@ -87,8 +87,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if path is None:
-        print(f"error: {a.run} has no counters_repeats.csv; pass a run profiled with --repeats >= 2",
-              file=sys.stderr)
+        print(f"error: {a.run} has no counters_repeats.csv; "
+              "pass a run profiled with --repeats >= 2", file=sys.stderr)
         return 2
     try:
         prof = read_manifest(a.run).get("parameters", {}).get("profiling")

@@ -57,8 +57,8 @@ REFERENCE: dict[Backend, tuple[int, float, str]] = {
                    "off (analysis.findings.misscost.step_time over profiles/h100/misscost-"
                    "20261123, -r2, -r3)"),
 }
-"""The measured step of each family's reference build (``tests/cpu/analysis/models/test_steptime.py`` reads
-them back from the committed runs)."""
+"""The measured step of each family's reference build
+(``tests/cpu/analysis/models/test_steptime.py`` reads them back from the committed runs)."""
 
 H100_CLOCK_HZ = 1.98e9
 """The H100's SM clock during the committed measurements (profiles/h100/latency-20261123)."""

@@ -43,11 +43,11 @@ build at 103.4 ms with P = 132, whose busiest CTA runs 25 work items x 3277 tile
 
 Parameters are facts, never fitted to the sawtooth-vs-linear answer: peak DRAM bandwidth from
 NVIDIA's datasheets; on the H100 the L2-hit and DRAM load latencies are **measured** by a
-pointer chase (``python -m experiments.instruments.latency --arch h100``, profiles/h100/latency-20261123:
-143 ns for footprints up to 16 MiB, 268-271 ns at 32-48 MiB, lines homed in the far L2
-partition, 349 ns from DRAM; one thread, unloaded). ``L_hit`` is the near-partition value, so
-far-partition hits are understated; unloaded latencies understate loaded ones: the exposed
-latency is a lower bound. ``t_c`` is measured: the time per step of the same
+pointer chase (``python -m experiments.instruments.latency --arch h100``,
+profiles/h100/latency-20261123: 143 ns for footprints up to 16 MiB, 268-271 ns at 32-48 MiB, lines
+homed in the far L2 partition, 349 ns from DRAM; one thread, unloaded). ``L_hit`` is the
+near-partition value, so far-partition hits are understated; unloaded latencies understate loaded
+ones: the exposed latency is a lower bound. ``t_c`` is measured: the time per step of the same
 build where nothing misses (below the L2, deepest pipeline, no co-runner), a different case from
 the ones predicted. Pure functions; no GPU, no I/O.
 """

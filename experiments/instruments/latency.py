@@ -1,7 +1,7 @@
 """Load-to-use latency of an L2 hit and of an L2 miss served by DRAM: a pointer chase.
 
-Why it matters. ``analysis.models.timemodel`` says an L2 miss costs time only when the K/V pipeline does
-not hide it: a step lasts ``t_c + max(0, L(f) - (stages - 1) * t_c)`` with
+Why it matters. ``analysis.models.timemodel`` says an L2 miss costs time only when the K/V pipeline
+does not hide it: a step lasts ``t_c + max(0, L(f) - (stages - 1) * t_c)`` with
 ``L(f) = L_hit + f * (L_dram - L_hit)``. Whether sawtooth's fewer misses (a smaller ``f``) can
 save time therefore hangs on ``L_hit`` and ``L_dram`` against the compute a tile has ahead of it.
 Those two numbers were assumed (0.15 and 0.50 us on the H100); this module measures them.
@@ -30,7 +30,8 @@ chase also misses the TLBs (``dram+tlb``): kept, labelled, left out of the estim
 unloaded latencies; a loaded memory system is slower, so the exposed latency timemodel derives
 from them is a lower bound.
 
-``python -m experiments.instruments.latency --arch h100 --out DIR`` (``--dry-run``: the plan, no GPU).
+``python -m experiments.instruments.latency --arch h100 --out DIR``
+(``--dry-run``: the plan, no GPU).
 """
 from __future__ import annotations
 
@@ -270,9 +271,9 @@ def main(argv: list[str] | None = None) -> int:
         est = estimates({r.point.footprint: r.median for r in results}, dev.l2_bytes)
         clock = statistics.median(c / n for r in results for c, n in zip(r.cycles, r.ns))
         write_csv(work / "latency.csv", results, dev.l2_bytes)
-        write_manifest(work, command=command_line("experiments.instruments.latency", argv), arch=arch.name,
-                       device=device_facts(), stride=a.stride, loads=a.loads, repeats=a.repeats,
-                       seed=a.seed, sizes=sizes, **est, sm_clock_ghz=clock,
+        write_manifest(work, command=command_line("experiments.instruments.latency", argv),
+                       arch=arch.name, device=device_facts(), stride=a.stride, loads=a.loads,
+                       repeats=a.repeats, seed=a.seed, sizes=sizes, **est, sm_clock_ghz=clock,
                        l2_hit_rule="median over footprints <= L2/4",
                        dram_rule=f"median over footprints in 4x L2 .. {fmt_size(TLB_SAFE_BYTES)}"
                        ).rename(work / "latency.json")   # not a study run: no manifest.json

@@ -23,7 +23,8 @@ does not document. This module measures both halves of that mapping on the devic
 
 ``smmap.csv``: one row per (kind, reference or launch, index): ``sm_partition`` rows (ref SM, SM,
 ns per load, group 0/1 with group 0 = the reference's side), ``cta_sm`` rows (launch N, shared
-memory, repeat, CTA index, SM, the SM's group). ``python -m experiments.instruments.smmap --arch h100 --out DIR``.
+memory, repeat, CTA index, SM, the SM's group).
+``python -m experiments.instruments.smmap --arch h100 --out DIR``.
 """
 from __future__ import annotations
 
@@ -186,8 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     with reserved_run_dir(a.out) as (final, work):
         rows, facts = measure()
         write_dicts(work / "smmap.csv", rows)
-        write_manifest(work, command=command_line("experiments.instruments.smmap", argv), arch=arch.name,
-                       device=device_facts(), **facts)
+        write_manifest(work, command=command_line("experiments.instruments.smmap", argv),
+                       arch=arch.name, device=device_facts(), **facts)
     print(f"wrote {final}/smmap.csv")
     return 0
 

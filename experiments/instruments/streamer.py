@@ -250,9 +250,9 @@ def measure_misscost(cases: list[Case], arch: Arch, *, run: str, study: str, rep
     build through the correctness gate (streamer off); once, on the first problem, a partition
     check per streamer level (an attention trace build beside the streamer:
     ``PARTITION_METRICS`` rows); then all cases of the problem timed launch by launch
-    alternating, cold L2, at each intensity of ``levels`` (default ``LEVELS``); rows ``kernel_time_ms`` (note
-    ``l2=cold stream=<level> partition=<path>``, x = streamer threads per CTA) and
-    ``STREAMER_GBPS`` per timed launch."""
+    alternating, cold L2, at each intensity of ``levels`` (default ``LEVELS``); rows
+    ``kernel_time_ms`` (note ``l2=cold stream=<level> partition=<path>``, x = streamer threads per
+    CTA) and ``STREAMER_GBPS`` per timed launch."""
     import torch
 
     from ..measurement.correctness import random_inputs, reference

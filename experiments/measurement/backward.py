@@ -5,10 +5,10 @@ one profiling target, ``experiments.measurement.target``) its ncu counters.
 What is measured and why. The study asks whether the sawtooth order pays in the backward where it
 does not in the forward: a dK/dV CTA streams the Q, dO, LSE and Δ tiles of its head as the
 forward's CTA streams K and V, so a persistent CTA that alternates its scan per owned K/V tile
-finds the end of its last scan in L2. Each case is one pass of ``kernels.device.fmha_bwd`` launched by
-itself (``kernels.host.backward.BackwardLaunch.passes``): the Δ preprocess and the training forward
-that makes the log-sum-exp run before, outside the timed and profiled launches, so the counters
-are that one kernel's.
+finds the end of its last scan in L2. Each case is one pass of ``kernels.device.fmha_bwd`` launched
+by itself (``kernels.host.backward.BackwardLaunch.passes``): the Δ preprocess and the training
+forward that makes the log-sum-exp run before, outside the timed and profiled launches, so the
+counters are that one kernel's.
 
 - Gate: the study's builds (same tiles, hints, order and schedule constants; the persistent
   launch of the same P) run on a smaller problem of the same class (``GATE_S`` rows, so each CTA
@@ -45,8 +45,8 @@ BACKWARD_FLOPS = 2.5
 
 
 def config_of(case: Case):
-    """The ``kernels.host.backward.BackwardConfig`` of a case: its tiles, occupancy, order and schedule
-    in both passes (only the case's pass is launched)."""
+    """The ``kernels.host.backward.BackwardConfig`` of a case: its tiles, occupancy, order and
+    schedule in both passes (only the case's pass is launched)."""
     from kernels.host.backward import BackwardConfig, PassConfig
     v = case.variant
     pc = PassConfig(v.tiles, v.occupancy, None, v.order, v.schedule)

@@ -1,4 +1,5 @@
-"""Correctness gate for every kernel variant: fp32 reference, peer-relative tolerance, NaN never passes.
+"""Correctness gate for every kernel variant: fp32 reference, peer-relative tolerance,
+NaN never passes.
 
 The rule (design.md): an output passes when its max absolute error against an fp32 reference
 (PyTorch SDPA on inputs upcast to fp32) is at most twice the error of PyTorch's own SDPA at the
@@ -27,7 +28,8 @@ class Check:
 
     def __str__(self) -> str:
         verdict = "ok" if self.passed else ("NaN" if self.has_nan else "FAIL")
-        return f"{verdict}: max|err|={self.max_err:.2e} (SDPA own {self.peer_err:.2e}, tol {self.tol:.2e})"
+        return (f"{verdict}: max|err|={self.max_err:.2e} "
+                f"(SDPA own {self.peer_err:.2e}, tol {self.tol:.2e})")
 
 
 def random_inputs(problem: Problem, seed: int, device="cuda"):

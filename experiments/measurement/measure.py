@@ -4,8 +4,8 @@ For every problem of a plan (cases sharing a problem share inputs and the fp32 r
 
 1. each variant is prepared (compiled; its resources become rows: registers, local bytes per
    thread, shared memory, CTAs per SM, so every run records spills) and run once on a NaN-poisoned
-   output and checked against the fp32 reference (``experiments.measurement.correctness``); a variant that
-   fails to build or to pass is reported and the sweep goes on without it;
+   output and checked against the fp32 reference (``experiments.measurement.correctness``); a
+   variant that fails to build or to pass is reported and the sweep goes on without it;
 2. the passing variants and PyTorch SDPA's flash and cuDNN backends are timed together, launch by
    launch alternating, cold L2 (``experiments.measurement.timing``); every sample becomes a row;
 3. the passing cases are profiled with ncu (``profiles.collect``): one session per metric group
@@ -287,9 +287,10 @@ def profile(cases: list[Case], arch: Arch, run_dir: Path, *, run: str, study: st
     plan = run_dir / "profile_plan.json"
     plan.write_text(json.dumps({"arch": arch.name, "seed": seed,
                                 "cases": [case_to_dict(c) for c in cases]}, indent=1))
-    col = collect.profile_cases(tool, [sys.executable, "-m", "experiments.measurement.target", str(plan)],
-                                [c.id for c in cases], run_dir / "ncu", tuple(groups), repeats,
-                                sessions=sessions, progress=progress, keep_finished=resume)
+    target = [sys.executable, "-m", "experiments.measurement.target", str(plan)]
+    col = collect.profile_cases(tool, target, [c.id for c in cases], run_dir / "ncu",
+                                tuple(groups), repeats, sessions=sessions, progress=progress,
+                                keep_finished=resume)
     every = collect.to_rows(col, cases, run=run, study=study, arch=arch)
     summary = counters.home_summaries(every, chosen)
     summary += derived_miss_rows(summary, cases, arch, run=run, study=study)

@@ -1,5 +1,5 @@
-"""The program ncu profiles: ``python -m experiments.measurement.target PLAN.json``, for every study and for
-the variance experiments alike (one profiling target).
+"""The program ncu profiles: ``python -m experiments.measurement.target PLAN.json``, for every study
+and for the variance experiments alike (one profiling target).
 
 It prepares every case of the plan and launches each once outside any NVTX range (JIT compilation
 and first-touch stay out of the profile), then launches each case inside the NVTX range named by

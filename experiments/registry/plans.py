@@ -333,8 +333,8 @@ def cuda_tiles_plan(arch: Arch) -> list[Case]:
             prob = Problem(1, 16, 16384, D, causal=causal)
             panel = f"cuda-tiles-d{D}-{'causal' if causal else 'noncausal'}"
             for t in TESTED_TILES:
-                cases.append(Case(prob, Variant(Backend.CUDA, ScanOrder.linear(), CtaSchedule.grid(),
-                                                t), p, panel))
+                v = Variant(Backend.CUDA, ScanOrder.linear(), CtaSchedule.grid(), t)
+                cases.append(Case(prob, v, p, panel))
             twins = [v for work in (WorkOrder.Q_MAJOR, WorkOrder.HEAD_MAJOR)
                      for v in _twins(Backend.CUDA, CtaSchedule.persistent(p, work),
                                      arch.cuda_tiles)]
@@ -375,10 +375,10 @@ def misscost_plan(arch: Arch) -> list[Case]:
     persistent CTA on each of ``misscost_ctas`` SMs, over K/V pipeline depth {1, 2, 3} x S
     (K+V per head 0.5x the L2, and the sawtooth study's S, 1.28x the L2 on an H100) x causal.
     The available-bandwidth axis is not a case field: the measure hook
-    (``experiments.instruments.streamer.measure_misscost``) times every case with the streamer off and at
-    each ``experiments.instruments.streamer.LEVELS`` intensity on the SMs left free, and records the
-    streamer's own bandwidth; ncu counters (misses, DRAM bytes) are taken without the streamer
-    (ncu serialises kernels). Attention CTAs: ``misscost_ctas``. About 5-6
+    (``experiments.instruments.streamer.measure_misscost``) times every case with the streamer off
+    and at each ``experiments.instruments.streamer.LEVELS`` intensity on the SMs left free, and
+    records the streamer's own bandwidth; ncu counters (misses, DRAM bytes) are taken without the
+    streamer (ncu serialises kernels). Attention CTAs: ``misscost_ctas``. About 5-6
     minutes on an H100; three repeats are three invocations (three run directories)."""
     p = misscost_ctas(arch)
     below = kv_scaled_seqs(arch, 0.5, 0.5, 1)[0]

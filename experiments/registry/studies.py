@@ -1,5 +1,5 @@
-"""The study registry: each study is a named plan of cases (``experiments.registry.plans``) and how it is
-run, as plain data.
+"""The study registry: each study is a named plan of cases (``experiments.registry.plans``) and how
+it is run, as plain data.
 
 A study names the code that runs it in a layer above the registry (a measure-mode hook, a
 simulate-mode row function) by its dotted name, ``"module:function"``, resolved when a run calls
@@ -42,10 +42,10 @@ from .suites import bench_plan, hostpath_plan, models_plan, shapes_plan
 @dataclass(frozen=True)
 class Study:
     """A named plan plus how it is run. Measure mode runs the hook ``measure`` names (default
-    ``experiments.measurement.measure.check_and_time``: correctness gate, timing beside the SDPA peers and
-    resource rows) and writes its rows to ``rows_file``; ncu counters follow when ``profiled``.
-    Simulate mode runs the function ``simulate`` names per case (default: the L2 counters of the
-    simulator). Hooks are dotted names (``hook``)."""
+    ``experiments.measurement.measure.check_and_time``: correctness gate, timing beside the SDPA
+    peers and resource rows) and writes its rows to ``rows_file``; ncu counters follow when
+    ``profiled``. Simulate mode runs the function ``simulate`` names per case (default: the L2
+    counters of the simulator). Hooks are dotted names (``hook``)."""
 
     name: str
     description: str
@@ -129,11 +129,12 @@ STUDIES: dict[str, Study] = {
         Study("hostpath", "host time per call of each family's attention() (eager path, "
               "operator, prepared launch) beside SDPA flash and cuDNN over 10,000 calls, and "
               "the eager call time of each (the host-path study)",
-              hostpath_plan, profiled=False, reps=30, measure="experiments.speed.eager:measure_hostpath"),
+              hostpath_plan, profiled=False, reps=30,
+              measure="experiments.speed.eager:measure_hostpath"),
         Study("drift", "how far persistent CTAs drift from lock-step: %globaltimer stamps of the "
               "CUDA trace build, spread of step start times over the CTAs",
-              drift_plan, timed=False, profiled=False, measure="experiments.measurement.measure:measure_drift",
-              rows_file="drift.csv"),
+              drift_plan, timed=False, profiled=False,
+              measure="experiments.measurement.measure:measure_drift", rows_file="drift.csv"),
         Study("misscost", "where a miss costs time: linear vs sawtooth over K/V pipeline depth "
               "{1,2,3} x available DRAM bandwidth (a co-running streamer on the SMs the "
               "persistent kernel leaves free) x S below/above the L2 x causal",

@@ -8,8 +8,8 @@
 - ``hostpath``: the host-path benchmark's problems (``HOSTPATH_PROBLEMS``);
 - ``shapes``: the shape suite (``shapes_problems``).
 
-The registry entries are in ``experiments.registry.studies``; the measure hooks in ``experiments.speed.shapes``
-(models) and ``experiments.speed.eager`` (hostpath).
+The registry entries are in ``experiments.registry.studies``; the measure hooks in
+``experiments.speed.shapes`` (models) and ``experiments.speed.eager`` (hostpath).
 """
 from __future__ import annotations
 
@@ -60,8 +60,8 @@ MODEL_FAMILIES: dict[str, tuple[Problem, ...]] = {
              Problem(1, 16, 100000, 64, causal=True)),
 }
 """The model families, each at several sizes (the problem's label names its shape). None
-is a problem ``experiments.tuning.tune`` measures (``kernels.rules.config.representatives``; a CPU test
-checks it): every one is unseen by the tuning that set kernels/rules/configs/h100.json."""
+is a problem ``experiments.tuning.tune`` measures (``kernels.rules.config.representatives``; a CPU
+test checks it): every one is unseen by the tuning that set kernels/rules/configs/h100.json."""
 HALVES = ("tuning", "validation")
 
 
@@ -135,7 +135,8 @@ def shapes_problems() -> list[tuple[str, Problem]]:
     out = []
     for D in (64, 128):
         for causal in (False, True):
-            out += [("shapes-bench", Problem(1, 16, s, D, causal=causal)) for s in SHAPES_BENCH_SEQS]
+            out += [("shapes-bench", Problem(1, 16, s, D, causal=causal))
+                    for s in SHAPES_BENCH_SEQS]
             out += [("shapes-short", Problem(b, 16, s, D, causal=causal))
                     for b in SHAPES_SHORT["B"] for s in SHAPES_SHORT["S"]]
             out.append(("shapes-cross", Problem(1, 16, SHAPES_CROSS["S_q"], D,
@@ -152,9 +153,9 @@ def shapes_plan(arch: Arch) -> list[Case]:
     """The shape suite (``shapes_problems``, 80 problems): each family's default
     ``attention()`` configuration per problem, linear order, timed beside SDPA's flash and cuDNN
     backends through the correctness gate. cuTile: the configuration the rule chooses
-    (``kernels.rules.choice.problem_config``, kernels/rules/configs/<arch>.json) and its default schedule;
-    CUDA: ``cuda_baseline.host.backend.default_tiles`` and ``default_schedule`` (grid launch for
-    full attention, longest-first over one wave of resident CTAs for causal).
+    (``kernels.rules.choice.problem_config``, kernels/rules/configs/<arch>.json) and its default
+    schedule; CUDA: ``cuda_baseline.host.backend.default_tiles`` and ``default_schedule`` (grid
+    launch for full attention, longest-first over one wave of resident CTAs for causal).
 
     H100 time, estimated from profiles/h100/scaling-20261121 (per-launch medians of cuTile, CUDA,
     SDPA flash and cuDNN): the four S=128K problems cost 3.3 s per round of the four launchers,
@@ -163,8 +164,8 @@ def shapes_plan(arch: Arch) -> list[Case]:
     correctness run) dominate at about 0.5 s each, 40 s; compiling the 26 distinct cuTile builds
     and the CUDA instances in parallel about 1-2 min. About 3-4 min in all (the scaling study,
     64 cases with four S=128K problems at 5 repetitions, took 59 s). The summary (geometric mean
-    and minimum of the speed ratio to cuDNN and to flash per family, ``experiments.speed.shapes``) is
-    printed after the measurement."""
+    and minimum of the speed ratio to cuDNN and to flash per family, ``experiments.speed.shapes``)
+    is printed after the measurement."""
     return [c for panel, prob in shapes_problems() for c in default_cases(arch, prob, panel)]
 
 

@@ -4,9 +4,9 @@ A measured run costs minutes of GPU time, most of it in pieces that do not depen
 the builds, each problem's correctness gate and timing (its cases and their SDPA peers, timed
 launch by launch alternating on one GPU), each ncu session. A run that is stopped (Ctrl-C,
 SIGTERM from a scheduler, a crash) should lose only the piece it was in. So a measured run works
-in a visible ``<name>-incomplete/`` directory (``experiments.rundirs.rundir``) whose ``manifest.json``
-says ``"complete": false`` and names the command that finishes it, and every finished piece is an
-*entry* of its ``journal/``:
+in a visible ``<name>-incomplete/`` directory (``experiments.rundirs.rundir``) whose
+``manifest.json`` says ``"complete": false`` and names the command that finishes it, and every
+finished piece is an *entry* of its ``journal/``:
 
 - ``<key>.csv``: the piece's rows (the schema of ``spec.records``), then
 - ``<key>.json``: what the piece was (its case ids) and what it found (passed, failed, summary

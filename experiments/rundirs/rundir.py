@@ -15,12 +15,13 @@ Whatever stops a run (an exception, Ctrl-C, SIGTERM) removes the partial directo
 the parent directories it created; only SIGKILL leaves the two hidden entries, which readers
 skip (dot names, no ``manifest.json``) and the next run there cleans.
 
-A stopped measured run is worth keeping (``experiments.rundirs.journal``): it works in the visible ``<parent>/<name>-incomplete/`` instead, whose ``manifest.json`` says
-``"complete": false`` and whose ``INCOMPLETE`` file is one line naming the command that finishes
-it. When it stops with finished work in it (``keep``), that directory stays and only the lock
-goes; ``--resume`` reserves ``<name>`` again, works in the same directory and publishes it by
-renaming it to ``<name>``. Readers refuse or skip a run whose manifest says
-``"complete": false`` (``analysis.data``), so a half-written run is never read as a result.
+A stopped measured run is worth keeping (``experiments.rundirs.journal``): it works in the visible
+``<parent>/<name>-incomplete/`` instead, whose ``manifest.json`` says ``"complete": false`` and
+whose ``INCOMPLETE`` file is one line naming the command that finishes it. When it stops with
+finished work in it (``keep``), that directory stays and only the lock goes; ``--resume`` reserves
+``<name>`` again, works in the same directory and publishes it by renaming it to ``<name>``. Readers
+refuse or skip a run whose manifest says ``"complete": false`` (``analysis.data``), so a
+half-written run is never read as a result.
 """
 from __future__ import annotations
 

@@ -12,7 +12,8 @@
   wall time of every committed measured run of ``experiments.run`` whose kernels were timed (the
   kernel time of a round is then the sum of the run's own median times, not the rate model).
 
-``tests/cpu/experiments/runner/test_costs.py`` runs the fits and checks the constants in ``experiments.runner.costs``.
+``tests/cpu/experiments/runner/test_costs.py`` runs the fits and checks the constants in
+``experiments.runner.costs``.
 """
 from __future__ import annotations
 

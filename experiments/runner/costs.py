@@ -8,7 +8,8 @@ problem, the tiles and the schedule (``kv_pairs`` sums the causal triangle with 
 has two accesses per pair (K and V) and two per work item (Q load, O store): ``tile_accesses``.
 
 **Simulate time.** Per-unit costs, each fitted on committed timings (``experiments.runner.costfit``
-refits them; ``tests/cpu/experiments/runner/test_costs.py`` checks that the constants below are what the fit gives):
+refits them; ``tests/cpu/experiments/runner/test_costs.py`` checks that the constants below are what
+the fit gives):
 
 - timed model (``analysis.cache.timesim``): ``TIMED_S_PER_STEP`` per simulated step plus
   ``TIMED_S_PER_ENTRY`` per cache entry (tile ids x partitions^2: the per-partition lists are
@@ -35,13 +36,13 @@ measured growth of the peak RSS in ``tests/cpu/experiments/runner/test_costs.py`
 ``TIMED_B_PER_ITEM`` per work item (the work table and its temporaries) and ``12 + 26 P + 25 P^2``
 bytes per tile id for ``P`` partitions (sector counts, the sample, the LRU lists of every
 partition); the lock-step model ``LOCKSTEP_B_PER_ACCESS`` per access (the int32 trace and the
-int64 stack distances: 12.0 B per access measured, 13 counted) plus the same per item and per id. The
-peak of a plan is the process's ``SIM_BASE_BYTES`` plus the ``workers`` largest cases at once.
+int64 stack distances: 12.0 B per access measured, 13 counted) plus the same per item and per id.
+The peak of a plan is the process's ``SIM_BASE_BYTES`` plus the ``workers`` largest cases at once.
 
-**Measure time.** ``measure_cost``: the phases of ``experiments.measurement.measure`` with per-unit costs
-least-squares fitted on the wall time of 25 committed measured runs (``MEASURE_FIT``, H100 and
-H200, with and without ncu; ``experiments.runner.costfit``), and each kernel's time from its FLOPs at
-the throughput measured for its family and tiles (``RATES``; other arches: the H100's scaled by
+**Measure time.** ``measure_cost``: the phases of ``experiments.measurement.measure`` with per-unit
+costs least-squares fitted on the wall time of 25 committed measured runs (``MEASURE_FIT``, H100 and
+H200, with and without ncu; ``experiments.runner.costfit``), and each kernel's time from its FLOPs
+at the throughput measured for its family and tiles (``RATES``; other arches: the H100's scaled by
 SM count). ``profiles/h100/ncu-passes-20261123`` gives the replay passes of each metric group.
 """
 from __future__ import annotations
@@ -106,19 +107,19 @@ def tile_ids(case: Case) -> int:
     return 2 * g.n_work + 2 * p.B * p.H_kv * g.n_kv
 
 
-# -- simulate ---------------------------------------------------------------------------------------
+# -- simulate --------------------------------------------------------------------------------------
 
 TIMED_S_PER_STEP = 1.581e-7
 TIMED_S_PER_ENTRY = 7.663e-7
 LOCKSTEP_S_PER_ACCESS = 4.113e-8
 SIM_PROCESS_S = 3.0
 FIGURE_S = 0.5
-SHARDS_TARGET = 6554             # analysis.cache.timesim.SHARDS_TARGET (the size rule), read there too
-SPREAD_SEEDS = 5                 # analysis.cache.sampling.SPREAD_SEEDS: seeds per sampled case
+SHARDS_TARGET = 6554        # analysis.cache.timesim.SHARDS_TARGET (the size rule), read there too
+SPREAD_SEEDS = 5            # analysis.cache.sampling.SPREAD_SEEDS: seeds per sampled case
 
-TIMED_B_PER_ITEM = 81            # work_items (4 x int64), the table (17 B) and its int64 temporaries
-LOCKSTEP_B_PER_ACCESS = 13       # int32 trace key + int64 stack distance (12.0 B measured), rounded up
-SIM_BASE_BYTES = 250 * MiB       # the process before the first case (numpy, numba, rich)
+TIMED_B_PER_ITEM = 81       # work_items (4 x int64), the table (17 B) and its int64 temporaries
+LOCKSTEP_B_PER_ACCESS = 13  # int32 trace key + int64 stack distance (12.0 B measured), rounded up
+SIM_BASE_BYTES = 250 * MiB  # the process before the first case (numpy, numba, rich)
 
 
 def timed_bytes_per_id(partitions: int) -> int:
@@ -189,10 +190,10 @@ def sim_plan_cost(cases: list[Case], arch: Arch, model: str, workers: int, figur
     return PlanCost(sum(s for _, s in parts), int(peak), tuple(parts), tuple(each))
 
 
-# -- measure ----------------------------------------------------------------------------------------
+# -- measure ---------------------------------------------------------------------------------------
 
-# Least-squares coefficients of the measured runs' wall time (experiments.runner.costfit.fit_measure on
-# the runs of MEASURE_FIT): seconds per unit of each term of ``measure_cost``.
+# Least-squares coefficients of the measured runs' wall time (experiments.runner.costfit.fit_measure
+# on the runs of MEASURE_FIT): seconds per unit of each term of ``measure_cost``.
 MEASURE_COEF = {
     "start": 13.73,           # the process, the family loads, the first CUDA context
     "per_case": 0,        # compile (in parallel) and prepare one variant
@@ -229,14 +230,15 @@ the profiler__replayer_passes rows of every committed run); a group not listed i
 
 RATES = {
     # (arch, backend, tile_m, tile_n): TFLOP/s per fully occupied GPU, the median over the
-    # committed timing rows of that family and tiles at S >= 32768 (experiments.runner.costfit.fit_rates);
-    # (arch, backend, None, None): over all its tiles
+    # committed timing rows of that family and tiles at S >= 32768
+    # (experiments.runner.costfit.fit_rates); (arch, backend, None, None): over all its tiles
     ("h100", "cuda", 128, 64): 303, ("h100", "cuda", 64, 64): 302, ("h100", "cuda", 80, 80): 172,
     ("h100", "cuda", None, None): 177, ("h100", "cutile", 128, 128): 494,
     ("h100", "cutile", 64, 128): 484, ("h100", "cutile", 64, 64): 361,
     ("h100", "cutile", None, None): 450, ("h100", "sdpa-cudnn", None, None): 462,
     ("h100", "sdpa-flash", None, None): 306,
-    ("h200", "cuda", 128, 64): 304, ("h200", "cuda", 80, 80): 173, ("h200", "cuda", None, None): 289,
+    ("h200", "cuda", 128, 64): 304, ("h200", "cuda", 80, 80): 173,
+    ("h200", "cuda", None, None): 289,
     ("h200", "cutile", 128, 128): 483, ("h200", "cutile", 64, 64): 353,
     ("h200", "cutile", None, None): 441, ("h200", "sdpa-cudnn", None, None): 462,
     ("h200", "sdpa-flash", None, None): 306,
@@ -250,7 +252,8 @@ def rate_of(arch: Arch, backend: str, tm: int | None, tn: int | None) -> tuple[f
         for key in ((a, backend, tm, tn), (a, backend, None, None)):
             if key in RATES:
                 where = (f"measured on the {a}" if a == arch.name
-                         else f"the H100's x {scale:.2f} (SM count), not measured on the {arch.name}")
+                         else f"the H100's x {scale:.2f} (SM count), "
+                              f"not measured on the {arch.name}")
                 return RATES[key] * scale, where
     return RATES[("h100", "cuda", None, None)], "the H100 CUDA family's (no measured throughput)"
 

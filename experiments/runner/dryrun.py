@@ -1,8 +1,8 @@
 """``--dry-run``: the plan, the work, what each mode would cost; and the limits every run checks.
 
-The estimates are closed-form (``experiments.runner.costs``; nothing is simulated or calibrated here),
-so a dry run answers at once for any ``--seq``. A run whose estimate exceeds ``--time-limit`` or
-the memory free on this machine (simulate mode) or on the GPU (measure mode) is refused before it
+The estimates are closed-form (``experiments.runner.costs``; nothing is simulated or calibrated
+here), so a dry run answers at once for any ``--seq``. A run whose estimate exceeds ``--time-limit``
+or the memory free on this machine (simulate mode) or on the GPU (measure mode) is refused before it
 starts, with one line naming the estimate and ``--force``.
 """
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """The two modes of ``experiments.run``: simulate the plan on this CPU, or measure it on the GPU.
 
 Both report their progress phase by phase (``experiments.runner.progress``) with the estimates of
-``experiments.runner.costs`` and return ``(rows, manifest parameters)``; the parameters record what each
-phase took (``phase_seconds``; per case in simulate mode), so that the cost model can be refitted
-from committed runs.
+``experiments.runner.costs`` and return ``(rows, manifest parameters)``; the parameters record what
+each phase took (``phase_seconds``; per case in simulate mode), so that the cost model can be
+refitted from committed runs.
 
 Simulate mode runs the cases on ``--jobs`` threads: the simulators' numba kernels release the GIL,
 each case seeds its own generator, and the rows are written in plan order, so the counts do not
@@ -102,11 +102,11 @@ def simulate(args, console, study, arch, cases: list[Case], work: Path, run: str
 
 def measure(args, console, study, arch, cases: list[Case], work: Path, run: str,
             live) -> tuple[list, dict]:
-    """Compile, check and time, then ncu (``experiments.measurement.measure``), each phase with its bar and
-    each finished piece kept in ``work``'s journal (``experiments.rundirs.journal``): the builds, each
-    problem's gate and timing (each case alone for a study's own measure hook, which gets the
-    whole plan in one piece), each ncu session. A resumed run (``--resume``) reads the pieces an
-    interrupted attempt finished instead of measuring them again."""
+    """Compile, check and time, then ncu (``experiments.measurement.measure``), each phase with its
+    bar and each finished piece kept in ``work``'s journal (``experiments.rundirs.journal``): the
+    builds, each problem's gate and timing (each case alone for a study's own measure hook, which
+    gets the whole plan in one piece), each ncu session. A resumed run (``--resume``) reads the
+    pieces an interrupted attempt finished instead of measuring them again."""
     from spec.records import write_csv
 
     from ..measurement import measure as m
@@ -217,8 +217,8 @@ def _check_and_time(args, console, reporter, study, arch, cases, run, live, reps
             if done is None:
                 ph.start(ph.done_n, unit[0].id)
                 t = time.perf_counter()
-                part = measure_unit(unit, live, run=run, study=study.name, reps=reps, seed=args.seed,
-                            timed=study.timed, progress=advance, **extra)
+                part = measure_unit(unit, live, run=run, study=study.name, reps=reps,
+                                    seed=args.seed, timed=study.timed, progress=advance, **extra)
                 took = round(time.perf_counter() - t, 3)
                 journal.put(key, {"cases": ids, "passed": [c.id for c in part.passed],
                                   "failed": part.failed, "summary": part.summary,

@@ -80,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
                                f"rule), each at {SPREAD_SEEDS} seeds, whose spread its rows "
                                "state; faster on large arches, not exact")
     p.add_argument("--capacity-mib", type=float,
-                   help="simulated L2 capacity in MiB (an effective capacity; default: the arch's L2)")
+                   help="simulated L2 capacity in MiB (an effective capacity; default: the "
+                        "arch's L2)")
     p.add_argument("--seq", type=lengths,
                    help="override every case's sequence length (quick runs); several lengths, "
                         "comma-separated, run the plan at each")
@@ -173,7 +174,8 @@ def resolve_mode(requested: str, study, has_gpu: bool, elsewhere: bool = False,
         raise UsageError(f"{timed_only}; it needs a CUDA GPU ({absent}): run it on a "
                          "GPU machine")
     why = absent if not has_gpu else f"study {study.name!r} is simulator-only"
-    return "simulate", f"auto: {why}, SIMULATING: every number below is a prediction of the L2 simulator"
+    return "simulate", (f"auto: {why}, SIMULATING: every number below is a prediction of the L2 "
+                        "simulator")
 
 
 def plan(args, study, arch) -> list[Case]:

@@ -1,4 +1,5 @@
-"""Progress of a run, phase by phase, with an ETA from the cost model (``experiments.runner.costs``).
+"""Progress of a run, phase by phase, with an ETA from the cost model
+(``experiments.runner.costs``).
 
 A phase is a list of units (variants to compile, cases to check and time, ncu sessions, cases to
 simulate) with the estimated seconds of each. Its bar advances in estimated seconds, not units,

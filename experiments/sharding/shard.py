@@ -16,18 +16,18 @@ loaded shard (LPT), so the shards finish together; one submitit job per shard ru
 ``run_shard``, pinned to one GPU (``LocalExecutor`` sets ``CUDA_VISIBLE_DEVICES``; on Slurm,
 ``AutoExecutor`` asks for one GPU per job), which runs the plain one-GPU command
 ``python -m experiments.run <study> --filter <its case ids> ...`` (precompile, correctness gate,
-timing, ncu in its own session) into ``shards/shard-<k>/`` of the run directory. ``shard.json`` is written last, so a shard without
-it did not finish. ``merge`` concatenates the shards' rows (renamed to the run) into one
-``counters.csv`` / timing file and the manifest parameters: the devices, which case ran where,
-every shard's log. Each shard's ncu has its own lock file (``run_shard``), so the shards'
-profiling overlaps; without that, ncu would serialize every profiled launch across the host.
+timing, ncu in its own session) into ``shards/shard-<k>/`` of the run directory. ``shard.json`` is
+written last, so a shard without it did not finish. ``merge`` concatenates the shards' rows (renamed
+to the run) into one ``counters.csv`` / timing file and the manifest parameters: the devices, which
+case ran where, every shard's log. Each shard's ncu has its own lock file (``run_shard``), so the
+shards' profiling overlaps; without that, ncu would serialize every profiled launch across the host.
 
 The jobs, their executors and the merge are ``experiments.sharding.shard_jobs``; this module is the
 command line, the plan and the sharded measure mode.
 
 A run with a failed shard is never published as complete: like every measured run it works in
-``<name>-incomplete`` (``experiments.rundirs.rundir``), which then stays, with ``"complete": false`` and
-the missing cases in its manifest; the command exits 1, and ``--resume <that dir>`` measures
+``<name>-incomplete`` (``experiments.rundirs.rundir``), which then stays, with ``"complete": false``
+and the missing cases in its manifest; the command exits 1, and ``--resume <that dir>`` measures
 only the missing cases in the same directory and publishes the complete run under ``<name>``.
 ``--resume`` of a single-GPU run (no ``--gpus`` in its command) finishes it on this GPU
 (``experiments.runner.modes.measure``).
@@ -215,7 +215,7 @@ def shard_plan(cases: list[Case], n: int, *, timed: bool,
     return [sorted(s, key=order.__getitem__) for s in shards if s]
 
 
-# -- the sharded measure mode (called by experiments.run) -------------------------------------------
+# -- the sharded measure mode (called by experiments.run) ------------------------------------------
 
 def _previous(run: Path, cases: list[Case], work: Path) -> int:
     """Bring the finished shards of the incomplete ``run`` into ``work`` (hard links where the
@@ -285,8 +285,8 @@ def measure_sharded(args, argv: list[str], console, study, arch, cases: list[Cas
     merged = merge(work, cases, run)
     names = gpu_names(merged.params["devices"])
     if len(names) > 1:
-        raise ShardError(f"the shards ran on different GPUs ({', '.join(sorted(names))}); a study's "
-                         "GPUs must all be the arch it names: pick one GPU type "
+        raise ShardError(f"the shards ran on different GPUs ({', '.join(sorted(names))}); "
+                         "a study's GPUs must all be the arch it names: pick one GPU type "
                          "(--slurm-constraint) and run again")
     params = merged.params | {
         "complete": not merged.missing, "executor": opts.kind, "attempts": attempts,
@@ -359,7 +359,8 @@ def _publish_incomplete(args, argv, study, arch, cases, work: Path, run: str, me
                                  "cases": [c.id for c in cases], **params})
     lines = [f"INCOMPLETE: {len(merged.missing)} of {len(cases)} cases missing: "
              f"{', '.join(merged.missing[:3])}{', ...' if len(merged.missing) > 3 else ''}"]
-    lines += [f"  shard {s.job.index} failed: {s.error}; log {work / _rel(s.handle.paths.stderr, work)}"
+    lines += [f"  shard {s.job.index} failed: {s.error}; "
+              f"log {work / _rel(s.handle.paths.stderr, work)}"
               for s in subs if s.error]
     lines += [f"wrote {work} (\"complete\": false in its manifest); measure the missing cases and "
               f"publish the run complete with: python -m experiments.run --resume "

@@ -1,5 +1,5 @@
-"""The jobs of a sharded run (``experiments.sharding.shard``): the GPUs of this host, one shard's job,
-the executors that run the jobs (submitit: local processes or Slurm), and the merge of the
+"""The jobs of a sharded run (``experiments.sharding.shard``): the GPUs of this host, one shard's
+job, the executors that run the jobs (submitit: local processes or Slurm), and the merge of the
 finished shards into one run.
 
 A shard's job runs the plain one-GPU command (``single_gpu_argv``) pinned to its GPU, into

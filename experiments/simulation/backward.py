@@ -54,7 +54,8 @@ def backward_rows(case: Case, arch: Arch, capacity_bytes: int, *, run: str,
                                variant=v, note=note)
     out.append(Row(run=run, study=study, arch=arch.name, metric=Metric.DRAM_SECONDS_OF_MISSES,
                    value=dram_seconds(counts.misses, arch), unit="s", source="simulated",
-                   note=f"misses x {arch.sector_bytes} B / {arch.dram_bytes_per_s or float('nan'):.3g} B/s "
+                   note=f"misses x {arch.sector_bytes} B / "
+                        f"{arch.dram_bytes_per_s or float('nan'):.3g} B/s "
                         f"(the time the misses cost if nothing hides them); {note}",
                    **case_fields(case.problem, v)))
     return out

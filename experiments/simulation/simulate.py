@@ -3,15 +3,16 @@
 Every row it writes says ``source=simulated`` and names what it assumed; nothing here touches a
 GPU. Two models (``--model`` of the main command):
 
-- ``timed`` (the default): ``analysis.cache.timesim``, each resident CTA on its own clock, the arch's
-  L2 partitions, with the arch's committed parameters (``analysis/params/<arch>.json``, fitted on
-  one measured study) or, for an arch without measurements (gb10, b200, b300), the defaults
-  derived from the measured ones (``analysis.calibration.params.default_params``). Exact; with
-  ``--sample`` large cases are SHARDS-sampled (size rule) at ``SPREAD_SEEDS`` seeds, and their
+- ``timed`` (the default): ``analysis.cache.timesim``, each resident CTA on its own clock, the
+  arch's L2 partitions, with the arch's committed parameters (``analysis/params/<arch>.json``,
+  fitted on one measured study) or, for an arch without measurements (gb10, b200, b300), the
+  defaults derived from the measured ones (``analysis.calibration.params.default_params``). Exact;
+  with ``--sample`` large cases are SHARDS-sampled (size rule) at ``SPREAD_SEEDS`` seeds, and their
   rows state that spread and the sampled-against-exact range measured under the model that runs
   (``SHARDS_RUN``).
-- ``lockstep``: ``analysis.cache.l2sim``, a fully associative LRU over whole tiles fed by the lock-step
-  wavefront of ``spec.trace`` (the timed model's limit with miss time = hit time and no jitter).
+- ``lockstep``: ``analysis.cache.l2sim``, a fully associative LRU over whole tiles fed by the
+  lock-step wavefront of ``spec.trace`` (the timed model's limit with miss time = hit time and no
+  jitter).
 
 Resident CTAs of a cuTile grid launch are what its build gets: the cubin exported for the arch,
 its resources under the arch's published limits (``kernels.host.backend.compiled_ctas_per_sm``), not
@@ -87,8 +88,8 @@ def reuse_rows(case: Case, arch: Arch, capacity_bytes: int, *, run: str, study: 
     hist = reuse.distance_histogram(dist, trace.key, trace.key_sectors)
     fields = case_fields(case.problem, v)
     common = dict(run=run, study=study, arch=arch.name, source=Source.SIMULATED.value, **fields)
-    rows += [Row(metric=Metric.LRU_MISSES, value=float(m), unit=UNITS[Metric.LRU_MISSES], x=float(c),
-                 note="fully associative LRU over tiles", **common)
+    rows += [Row(metric=Metric.LRU_MISSES, value=float(m), unit=UNITS[Metric.LRU_MISSES],
+                 x=float(c), note="fully associative LRU over tiles", **common)
              for c, m in zip(grid, np.atleast_1d(mrc.misses(grid // sb)))]
     rows += [Row(metric=Metric.REUSE_DISTANCE_SECTORS, value=float(n),
                  unit=UNITS[Metric.REUSE_DISTANCE_SECTORS], x=float(lo * sb),

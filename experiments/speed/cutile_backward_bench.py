@@ -1,7 +1,8 @@
-"""Training-speed benchmark of the cuTile family: forward + backward per call (host included) and the
+"""Training-speed benchmark of the cuTile family: forward + backward per call \
+(host included) and the
 backward alone, beside PyTorch SDPA's flash and cuDNN backends in the same process, on the
-model-shape suites' problems (``experiments.registry.suites.model_problems``), plus the backward's own
-configuration choice and its scan-order variant.
+model-shape suites' problems (``experiments.registry.suites.model_problems``), plus the backward's
+own configuration choice and its scan-order variant.
 
     python -m experiments.speed.cutile_backward_bench --out profiles/h100/cutile-backward-<date>
     python -m experiments.speed.cutile_backward_bench --dry-run
@@ -9,8 +10,8 @@ configuration choice and its scan-order variant.
 Three phases, one process, one GPU:
 
 1. **tune**: each backward pass (dK/dV, dQ) of each candidate configuration
-   (``kernels.rules.backward_choice.CANDIDATES``: tiles and hints, grid launch, linear scans), kernel
-   time per call (CUDA events, L2 warm, median of repeats), on every selected problem: on the
+   (``kernels.rules.backward_choice.CANDIDATES``: tiles and hints, grid launch, linear scans),
+   kernel time per call (CUDA events, L2 warm, median of repeats), on every selected problem: on the
    tuning half these are the data ``python -m experiments.tuning.rulefit --backward`` fits the
    default's work model on; on the validation half (never fitted) they judge it. ``choice.csv``
    records, from the tuning rows only, the per-(D, causal) configuration of least
@@ -25,15 +26,15 @@ Three phases, one process, one GPU:
    records the largest gradient difference from flash's relative to flash's largest gradient (a
    sanity column; the correctness bar is tests/gpu/test_backward_cutile.py).
 3. **order** (both halves): the dK/dV kernel alone (``dkdv_ms``) with persistent CTAs (one wave:
-   SMs × the build's CTAs per SM, each owning several K/V tiles) and a linear vs a sawtooth scan of the Q tiles, alternated
-   A/B per repeat (the dQ pass stays on the grid launch: its persistent causal builds spill,
-   tests/cpu/kernels/test_cutile_backward_compile.py).
+   SMs × the build's CTAs per SM, each owning several K/V tiles) and a linear vs a sawtooth scan of
+   the Q tiles, alternated A/B per repeat (the dQ pass stays on the grid launch: its persistent
+   causal builds spill, tests/cpu/kernels/test_cutile_backward_compile.py).
 
 4. **split** (grouped-head problems): the whole backward with the default group split of the
    dK/dV pass (``kernels.host.backward.group_split``) vs none, alternated A/B.
 
-Outputs under ``--out``: ``speed.csv``, ``tune.csv``, ``choice.csv``, ``order.csv``, ``split.csv`` and
-``manifest.json`` (device, versions, commit). The summary prints flash/cutile and cudnn/cutile
+Outputs under ``--out``: ``speed.csv``, ``tune.csv``, ``choice.csv``, ``order.csv``, ``split.csv``
+and ``manifest.json`` (device, versions, commit). The summary prints flash/cutile and cudnn/cutile
 geometric means per half (> 1: cuTile faster) and the lowest cudnn/cutile ratio.
 """
 from __future__ import annotations

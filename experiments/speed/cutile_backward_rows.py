@@ -1,5 +1,5 @@
-"""Rows of ``experiments.speed.cutile_backward_bench``: the CSV writer, the manifest, the summary of a
-run and of stored runs (``--summarize``, no GPU)."""
+"""Rows of ``experiments.speed.cutile_backward_bench``: the CSV writer, the manifest, the summary of
+a run and of stored runs (``--summarize``, no GPU)."""
 from __future__ import annotations
 
 import csv
@@ -64,7 +64,8 @@ def summarize(specs: list[str]) -> int:
                  float(r["bwd_ms"]), int(r["n_calls"]), float(r["grad_rel_diff"]), r["device"]])
         for key, rs in rows.items():
             by[key] = (d, rs)
-        print(f"{d}: {len(rows)} problems ({', '.join(sorted({r[8] for v in rows.values() for r in v}))})")
+        devices = ", ".join(sorted({r[8] for v in rows.values() for r in v}))
+        print(f"{d}: {len(rows)} problems ({devices})")
     sources: dict = {}
     for (_, label), (d, _) in by.items():
         sources.setdefault(d, []).append(label)

@@ -11,16 +11,17 @@ them:
   kernel's time. SDPA runs inside one ``sdpa_kernel`` context entered before the block (the
   context's own cost is not SDPA's).
 - **eager call time** (``eager_call_ms``): CUDA events recorded right before and after one call
-  on an idle GPU (synchronized first), without the blocking spin of ``experiments.measurement.timing``: the
-  start event fires at once, so the interval holds the host's enqueue time, the launch latency
-  and the kernel. L2 warm (the inputs were just read by the previous call; a model's layer reads
-  what the previous one wrote). Callers alternate call by call.
+  on an idle GPU (synchronized first), without the blocking spin of
+  ``experiments.measurement.timing``: the start event fires at once, so the interval holds the
+  host's enqueue time, the launch latency and the kernel. L2 warm (the inputs were just read by the
+  previous call; a model's layer reads what the previous one wrote). Callers alternate call by call.
 
-Re-print a stored hostpath run: ``python -m experiments.speed.eager profiles/h100/hostpath-20261126``.
+Re-print a stored hostpath run:
+``python -m experiments.speed.eager profiles/h100/hostpath-20261126``.
 
-The ``hostpath`` study (``experiments.registry.studies``) runs ``measure_hostpath``: per problem each
-family's ``attention()`` through the correctness gate (a NaN-poisoned ``out``), then host time per
-call of: ``attention()`` (the eager path), the ``torch.library`` operator called through the
+The ``hostpath`` study (``experiments.registry.studies``) runs ``measure_hostpath``: per problem
+each family's ``attention()`` through the correctness gate (a NaN-poisoned ``out``), then host time
+per call of: ``attention()`` (the eager path), the ``torch.library`` operator called through the
 dispatcher (``torch.ops.sawtooth.*``: what a compiled graph calls), the prepared launch alone
 (the floor of the host path: no key, no lookup, no allocation), SDPA flash and cuDNN; then the
 eager call time of the same callers. The shapes study adds the eager call time of each family's

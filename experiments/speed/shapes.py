@@ -3,23 +3,23 @@ against SDPA's cuDNN and flash backends over the shape suite
 (``experiments.registry.suites.shapes_problems``) and the model families
 (``experiments.registry.suites.model_problems``, reported per half: ``half_lines``).
 
-    python -m experiments.speed.shapes runs/h100/shapes/<run>        # re-print a stored run's summary
+    python -m experiments.speed.shapes runs/h100/shapes/<run>   # re-print a stored run's summary
 
 Two times per problem, each beside the peers measured the same way: the kernel time (CUDA events
-that the host cannot stretch, l2 cold: ``experiments.measurement.timing``) and the eager call time (events
-around one call on an idle GPU, host included, l2 warm: ``experiments.speed.eager``). Per problem, a
-family's speed ratio to a peer is the peer's median time over the family's (``2.0``: twice as fast;
-times, not TFLOPS, so the S_q != S_kv causal problem, whose FLOP count is a convention, compares
-like every other). Per family: the geometric mean and the minimum over the problems where both were
-timed, the same per shape class (``kernels.rules.config.shape_class``), and every problem the family has
-no time for (failed the correctness gate or did not build): a missing problem is listed, never
-silently dropped from the mean. A peer that does not run a shape (SDPA's flash backend refuses
-``is_causal`` with S_q != S_kv, and grouped K/V heads unless called with ``enable_gqa``) leaves that
-ratio out and is counted.
+that the host cannot stretch, l2 cold: ``experiments.measurement.timing``) and the eager call time
+(events around one call on an idle GPU, host included, l2 warm: ``experiments.speed.eager``). Per
+problem, a family's speed ratio to a peer is the peer's median time over the family's (``2.0``:
+twice as fast; times, not TFLOPS, so the S_q != S_kv causal problem, whose FLOP count is a
+convention, compares like every other). Per family: the geometric mean and the minimum over the
+problems where both were timed, the same per shape class (``kernels.rules.config.shape_class``), and
+every problem the family has no time for (failed the correctness gate or did not build): a missing
+problem is listed, never silently dropped from the mean. A peer that does not run a shape (SDPA's
+flash backend refuses ``is_causal`` with S_q != S_kv, and grouped K/V heads unless called with
+``enable_gqa``) leaves that ratio out and is counted.
 
-Peers are timed, not checked, by ``experiments.measurement.measure``. Where their reading of the call may
-differ from ours (``is_causal`` with S_q != S_kv: PyTorch documents it as top-left aligned, while
-FlashAttention 2 and later align bottom-right; grouped K/V heads, which cuDNN accepts without
+Peers are timed, not checked, by ``experiments.measurement.measure``. Where their reading of the
+call may differ from ours (``is_causal`` with S_q != S_kv: PyTorch documents it as top-left aligned,
+while FlashAttention 2 and later align bottom-right; grouped K/V heads, which cuDNN accepts without
 ``enable_gqa``), the study's measure hook runs each peer once on the same inputs through the
 correctness gate and records a ``max_abs_err`` row for it; a peer that fails there computed a
 different function, and its times are left out of the ratios (and the line says so).
@@ -48,8 +48,8 @@ BARS = {"cutile": "bar: geomean >= 0.95x cuDNN, min >= 0.85x cuDNN, every shape 
 
 
 PEER_BACKENDS = (("sdpa-flash", "FLASH_ATTENTION"), ("sdpa-cudnn", "CUDNN_ATTENTION"))
-"""The SDPA peers and their ``torch.nn.attention.SDPBackend`` names, as experiments.measurement.timing's
-``sdpa_peers`` times them."""
+"""The SDPA peers and their ``torch.nn.attention.SDPBackend`` names, as
+experiments.measurement.timing's ``sdpa_peers`` times them."""
 
 
 def _problem(r: dict) -> Problem:
@@ -251,8 +251,8 @@ def peer_check_rows(cases, arch, *, run: str, study: str, seed: int) -> list:
 
 
 def measure(cases, arch, **kw):
-    """The study's measure hook: ``experiments.measurement.measure.check_and_time``, the peers' correctness
-    rows (``peer_check_rows``), then the summary lines appended to the outcome's summary
+    """The study's measure hook: ``experiments.measurement.measure.check_and_time``, the peers'
+    correctness rows (``peer_check_rows``), then the summary lines appended to the outcome's summary
     (``experiments.run`` prints them after the run)."""
     from ..measurement.measure import check_and_time
     out = check_and_time(cases, arch, **kw)

@@ -1,6 +1,6 @@
 """``python -m experiments.tuning.rulefit --backward --arch h100``: fit the backward rule's
-constants (``kernels.rules.backward_choice``) on the registered pass timings of the model suite's tuning
-half, judge them, and write them into ``kernels/rules/configs/<arch>-backward.json``.
+constants (``kernels.rules.backward_choice``) on the registered pass timings of the model suite's
+tuning half, judge them, and write them into ``kernels/rules/configs/<arch>-backward.json``.
 
     python -m experiments.tuning.rulefit --backward --arch h100           # fit and report
     python -m experiments.tuning.rulefit --backward --arch h100 --write [--out F]
@@ -269,7 +269,8 @@ def report(consts: dict, errors: dict, shared: dict, reg: dict, rule: BackwardRu
     for pass_, rs in reg.items():
         lines.append(f"  {pass_:4s} rule  geomean {_geo([r[3] for r in rs]):.4f} max "
                      f"{max(r[3] for r in rs):.3f}   table geomean "
-                     f"{_geo([r[5] for r in rs]):.4f} max {max(r[5] for r in rs):.3f}  (n={len(rs)})")
+                     f"{_geo([r[5] for r in rs]):.4f} max {max(r[5] for r in rs):.3f}  "
+                     f"(n={len(rs)})")
         if loo:
             lo, lt = loo[pass_]
             lines.append(f"       leave-one-out (each problem chosen without it): rule geomean "

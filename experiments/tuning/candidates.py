@@ -1,5 +1,5 @@
-"""What ``python -m experiments.tuning.tune`` chooses among, and how: the candidate configurations of a
-(D, causal) key or of a shape class (tiles, occupancy, worker warps, schedule), the trial each
+"""What ``python -m experiments.tuning.tune`` chooses among, and how: the candidate configurations
+of a (D, causal) key or of a shape class (tiles, occupancy, worker warps, schedule), the trial each
 measurement gives, and the ranking (correctness first, then the geometric mean of the key's
 problems' times)."""
 from __future__ import annotations
@@ -128,8 +128,8 @@ def _tac(**kw) -> int:
 def tactic_trials(D: int, causal: bool) -> list[Candidate]:
     """The kernel-tactic A/B of a (D, causal) key: the rule's most chosen configuration of the key
     (64x128 tiles at two CTAs per SM; causal: the grid longest first, else persistent CTAs) and,
-    causal, the 128x128 one, each again with one tactic of ``kernels.device.fmha``'s TACTIC bits: the
-    masked tiles first (the diagonal's K/V load issued beside the Q load, the item ending on the
+    causal, the 128x128 one, each again with one tactic of ``kernels.device.fmha``'s TACTIC bits:
+    the masked tiles first (the diagonal's K/V load issued beside the Q load, the item ending on the
     mask-free bulk), the bulk's loads unchecked (whole tiles), and other K/V load-latency hints
     (the pipeline depth the compiler gives each load); then two hint-only configurations: 64x128
     with 8 worker warps at one CTA per SM (two consumer warpgroups, FA3's shape for 128 rows

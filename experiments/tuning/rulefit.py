@@ -10,15 +10,16 @@ analysis.data list``), read through the data door and pinned by hash in the rule
 causal) key and configuration, α and β of ``predict = α·w + β·s`` (``kernels.rules.choice
 .waves_and_steps``) are the non-negative least-squares fit of the *relative* error over the fit
 sets (``tuning``: the tuning half of the model families; ``shapes``: the shape suite;
-``long``: the long-causal scan, S 16K..128K), so a 50 µs problem weighs as much as a 50 ms one. A configuration that is the fastest on none of a
-key's fit problems is dropped from that key (it would only be chosen by a prediction error).
+``long``: the long-causal scan, S 16K..128K), so a 50 µs problem weighs as much as a 50 ms one. A
+configuration that is the fastest on none of a key's fit problems is dropped from that key (it would
+only be chosen by a prediction error).
 
 The report: per key and configuration the fit's size and its relative error (rms, max); then per
 set the rule's regret, the chosen configuration's measured time over the fastest measured one
 (geometric mean and max), with every problem whose regret exceeds 5%, and for the fit sets the
-leave-one-out regret (each problem chosen for by a rule fitted without it). ``validation`` (the model
-families' other half) and ``scan`` (lengths across the old class borders) are never fitted: their
-regret is the rule's out-of-sample error.
+leave-one-out regret (each problem chosen for by a rule fitted without it). ``validation`` (the
+model families' other half) and ``scan`` (lengths across the old class borders) are never fitted:
+their regret is the rule's out-of-sample error.
 
 ``--write`` replaces only the file's ``rule`` block (written atomically; the tuned classes stay as
 the fallback for keys without constants). Re-running it on the same registered runs gives the
@@ -61,8 +62,8 @@ def sweep_runs(arch: str):
     runs = find(role="tuning", arch=arch, study="sweep")
     if not runs:
         raise FitError(f"no registered sweep run for {arch}; measure one with python -m "
-                       f"experiments.tuning.sweep --arch {arch} and register it (python -m analysis.data "
-                       "register DIR --role tuning)")
+                       f"experiments.tuning.sweep --arch {arch} and register it "
+                       "(python -m analysis.data register DIR --role tuning)")
     return runs
 
 
@@ -104,7 +105,8 @@ def fit(sets: dict, times: dict, num_sms: int) -> tuple[dict, dict]:
             (a, b), _ = nnls(X, np.ones(len(rows)))
             rel = X @ np.array([a, b]) - 1.0
             consts[key][label] = (round(float(a), 4), round(float(b), 5))
-            errors[key][label] = {"n": len(rows), "rms": round(float(np.sqrt(np.mean(rel ** 2))), 4),
+            rms = float(np.sqrt(np.mean(rel ** 2)))
+            errors[key][label] = {"n": len(rows), "rms": round(rms, 4),
                                   "max": round(float(np.max(np.abs(rel))), 4)}
     return consts, errors
 
@@ -190,8 +192,8 @@ def report(errors: dict, consts: dict, reg: dict, old: dict | None = None,
 
 
 def rule_block(arch_name: str, runs, consts: dict, errors: dict, num_sms: int) -> dict:
-    return {"source": f"python -m experiments.tuning.rulefit --arch {arch_name} --write (nnls on the "
-                      "relative error; fit sets: " + ", ".join(FIT_SETS) + ")",
+    return {"source": f"python -m experiments.tuning.rulefit --arch {arch_name} --write "
+                      "(nnls on the relative error; fit sets: " + ", ".join(FIT_SETS) + ")",
             "inputs": {e.path: e.sha256 for e in runs},
             "num_sms": num_sms, "constants": {k: {lab: list(v) for lab, v in per.items()}
                                               for k, per in consts.items()},
@@ -204,8 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arch", required=True, help=f"one of {', '.join(known_archs())}")
     ap.add_argument("--write", action="store_true", help="write the rule block")
     ap.add_argument("--out", type=Path, help="configs JSON to write (default "
-                    "kernels/rules/configs/<arch>.json, with --backward <arch>-backward.json; another "
-                    "path gets a copy of it with the rule)")
+                    "kernels/rules/configs/<arch>.json, with --backward <arch>-backward.json; "
+                    "another path gets a copy of it with the rule)")
     ap.add_argument("--backward", action="store_true", help="fit the backward's rule "
                     "(experiments.tuning.backward_fit) instead of the forward's")
     ap.add_argument("--compare", type=Path, metavar="DIR", help="with --backward: write each "

@@ -1,6 +1,6 @@
 """``python -m experiments.tuning.sweep --arch h100``: every configuration the rule chooses among
-(``kernels.rules.choice.CANDIDATES``), checked and timed on every problem of the shape suites, the data
-``python -m experiments.tuning.rulefit`` fits the rule's constants on and judges it with.
+(``kernels.rules.choice.CANDIDATES``), checked and timed on every problem of the shape suites, the
+data ``python -m experiments.tuning.rulefit`` fits the rule's constants on and judges it with.
 
     python -m experiments.tuning.sweep --arch h100 [--sets models,scan] [--reps 10] [--out DIR]
                                 [--budget-s 520] [--shard I/N] [--masks full]
@@ -28,15 +28,16 @@ hints, the next-item Q prefetch of the persistent configurations, and two hint-o
 configurations) to every problem's candidates; ``--tactics prefetch`` adds only the prefetch
 trials. The rule reads only the configurations it chooses among, so these rows are an A/B, not
 fit data, until a candidate list names them. ``--head-dim`` and ``--max-s`` keep the problems of
-that head dimension and of at most that many query and key rows. ``--peers`` also times PyTorch SDPA's flash and cuDNN backends on the same
-inputs right after each problem's candidates (cold L2, interleaved with each other; rows with
-``config`` sdpa-flash / sdpa-cudnn, which the fit ignores).
+that head dimension and of at most that many query and key rows. ``--peers`` also times PyTorch
+SDPA's flash and cuDNN backends on the same inputs right after each problem's candidates (cold L2,
+interleaved with each other; rows with ``config`` sdpa-flash / sdpa-cudnn, which the fit ignores).
 
-Per problem, each candidate goes through the tuner's path (``experiments.tuning.tune.measure_problem``):
-prepared by ``kernels.host.backend.CutileFamily`` with the candidate as its defaults, run on a NaN-poisoned
-output and checked against the fp32 reference, then the passing ones timed interleaved with a cold
-L2 (kernel time, the GPU spin hides the host). A candidate that fails or spills has no time.
-Builds compile first, all problems at once, in parallel worker processes.
+Per problem, each candidate goes through the tuner's path
+(``experiments.tuning.tune.measure_problem``): prepared by ``kernels.host.backend.CutileFamily``
+with the candidate as its defaults, run on a NaN-poisoned output and checked against the fp32
+reference, then the passing ones timed interleaved with a cold L2 (kernel time, the GPU spin hides
+the host). A candidate that fails or spills has no time. Builds compile first, all problems at once,
+in parallel worker processes.
 
 ``--budget-s``: no new problem starts after that many seconds (the device's per-command limit);
 the manifest names the problems left out. The run directory appears only when the sweep ends.

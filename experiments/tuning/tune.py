@@ -1,4 +1,5 @@
-"""``python -m experiments.tuning.tune --arch h100``: measure the cuTile configurations per (D, causal) and
+"""``python -m experiments.tuning.tune --arch h100``: measure the cuTile configurations per \
+(D, causal) and
 write the arch's defaults, ``kernels/rules/configs/<arch>.json``.
 
     python -m experiments.tuning.tune --arch h100 [--seq 16384] [--only d64.full,d128.causal]
@@ -6,29 +7,30 @@ write the arch's defaults, ``kernels/rules/configs/<arch>.json``.
     python -m experiments.tuning.tune --arch h100 --classes short,uneven [--only d64.causal] --force
 
 For each (D, causal) at B=1, H=16, fp16 and the long class's two sequence lengths (16K and 128K,
-``kernels.rules.config.representatives``; ``--seq S`` tunes at S alone), every candidate configuration
-(tiles × occupancy hint × worker warps × default schedule) goes through the project's one path:
-prepared by ``kernels.host.backend.CutileFamily`` with the candidate as its defaults, run once on a NaN-poisoned
-output and checked against the fp32 reference (``experiments.measurement.correctness``); only the candidates
-that pass are timed, interleaved and with a cold L2 (``experiments.measurement.timing``), and ranked by median
-time. A wrong-but-fast candidate never wins: it is never timed. The candidates of sm_90 are those
-whose builds are spill-free there (a spilling build reads local memory through L2). Where a key is
-tuned at several problems, a candidate must pass on each, and the winner has the smallest
-geometric mean of its median times over them (the same ranking as the geometric mean of its
-slowdowns against each problem's fastest), so one size cannot pick tiles that lose at another.
+``kernels.rules.config.representatives``; ``--seq S`` tunes at S alone), every candidate
+configuration (tiles × occupancy hint × worker warps × default schedule) goes through the project's
+one path: prepared by ``kernels.host.backend.CutileFamily`` with the candidate as its defaults, run
+once on a NaN-poisoned output and checked against the fp32 reference
+(``experiments.measurement.correctness``); only the candidates that pass are timed, interleaved and
+with a cold L2 (``experiments.measurement.timing``), and ranked by median time. A wrong-but-fast
+candidate never wins: it is never timed. The candidates of sm_90 are those whose builds are
+spill-free there (a spilling build reads local memory through L2). Where a key is tuned at several
+problems, a candidate must pass on each, and the winner has the smallest geometric mean of its
+median times over them (the same ranking as the geometric mean of its slowdowns against each
+problem's fastest), so one size cannot pick tiles that lose at another.
 
 ``--classes`` tunes shape classes instead (``kernels.rules.config.ShapeClass``: cross, gqa, small,
 uneven, tiny, short; the top-level (D, causal) defaults are the long class): per class, the
 (D, causal) keys that the shape suite has in that class
-(``experiments.registry.suites.shapes_problems``; ``--only`` narrows them), each at the class's problems
-(``kernels.rules.config.representatives``: its small and large end), through the same check-then-time
-ranking; the candidates are the key's, plus for causal keys each persistent one again with the
-snake deal and with the longest-first (LPT) order. The winners go to the class's block of the
-JSON; a key where no candidate passes keeps falling back to the (D, causal) default, and its
-trials and the class's status say so. Everything else in the file is kept.
+(``experiments.registry.suites.shapes_problems``; ``--only`` narrows them), each at the class's
+problems (``kernels.rules.config.representatives``: its small and large end), through the same
+check-then-time ranking; the candidates are the key's, plus for causal keys each persistent one
+again with the snake deal and with the longest-first (LPT) order. The winners go to the class's
+block of the JSON; a key where no candidate passes keeps falling back to the (D, causal) default,
+and its trials and the class's status say so. Everything else in the file is kept.
 
-Runs never autotune: they read the JSON (``kernels.rules.config``). The JSON is written atomically and
-never silently replaced: an existing file needs ``--force`` (or pass another ``--out``).
+Runs never autotune: they read the JSON (``kernels.rules.config``). The JSON is written atomically
+and never silently replaced: an existing file needs ``--force`` (or pass another ``--out``).
 """
 from __future__ import annotations
 
@@ -181,8 +183,9 @@ def _classes(existing: dict | None) -> dict:
 
 def document(arch: Arch, device: str, problems: dict[str, tuple[Problem, ...]],
              results: dict[str, list[Trial]], existing: dict | None) -> dict:
-    """The JSON ``kernels.rules.config`` reads: the best passing candidate per key, and every trial;
-    the class blocks and the rule block (``experiments.tuning.rulefit``) of ``existing`` are kept."""
+    """The JSON ``kernels.rules.config`` reads: the best passing candidate per key, and every
+    trial; the class blocks and the rule block (``experiments.tuning.rulefit``) of ``existing``
+    are kept."""
     configs = dict((existing or {}).get("configs", {}))
     measured = dict((existing or {}).get("measured", {}))
     tuned_at = dict((existing or {}).get("problems", {}))
@@ -191,9 +194,9 @@ def document(arch: Arch, device: str, problems: dict[str, tuple[Problem, ...]],
         measured[key] = [_trial_json(t) for t in trials]
         tuned_at[key] = [p.label for p in problems[key]]
     return {"schema": SCHEMA, "arch": arch.name, "device": device,
-            "source": f"python -m experiments.tuning.tune --arch {arch.name} (correctness gate, then "
-                      "experiments.measurement.timing: interleaved, cold L2; ranked by the geometric mean "
-                      "over each key's problems)",
+            "source": f"python -m experiments.tuning.tune --arch {arch.name} (correctness gate, "
+                      "then experiments.measurement.timing: interleaved, cold L2; ranked by the "
+                      "geometric mean over each key's problems)",
             "configs": configs, "measured": measured, "problems": tuned_at,
             "classes": _classes(existing),
             **({"rule": existing["rule"]} if existing and "rule" in existing else {})}
@@ -201,9 +204,10 @@ def document(arch: Arch, device: str, problems: dict[str, tuple[Problem, ...]],
 
 def document_classes(arch: Arch, device: str, results: dict[str, dict[str, list[Trial]]],
                      existing: dict | None, reps: int) -> dict:
-    """``existing`` (or an empty document) with the class blocks of ``results`` ({class: {key:
-    (problem, trials)}}) replaced: per key the best passing candidate, or none when nothing passed (the key
-    then falls back to the (D, causal) default), every trial, the problem measured, a status."""
+    """``existing`` (or an empty document) with the class blocks of ``results``
+    ({class: {key: (problem, trials)}}) replaced: per key the best passing candidate, or none when
+    nothing passed (the key then falls back to the (D, causal) default), every trial, the problem
+    measured, a status."""
     doc = dict(existing or {"arch": arch.name, "configs": {}, "measured": {}})
     doc["schema"] = SCHEMA
     classes = _classes(existing)
@@ -226,9 +230,9 @@ def document_classes(arch: Arch, device: str, results: dict[str, dict[str, list[
             status += f"; no candidate passed for {', '.join(failed)}"
         block["status"] = status + "; other keys fall back to the d/causal default"
         block["source"] = (f"python -m experiments.tuning.tune --arch {arch.name} --classes {name} "
-                           f"(correctness gate, then experiments.measurement.timing: interleaved, cold L2, "
-                           f"{reps} repetitions; ranked by the geometric mean over each key's "
-                           "problems)")
+                           f"(correctness gate, then experiments.measurement.timing: interleaved, "
+                           f"cold L2, {reps} repetitions; ranked by the geometric mean over each "
+                           "key's problems)")
         classes[name] = block
     doc["classes"] = classes
     return doc
@@ -342,7 +346,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arch", required=True, help=f"one of {', '.join(known_archs())}")
     ap.add_argument("--seq", type=int, help="tune the (D, causal) defaults at this sequence "
                     "length alone (default: the long class's, 16K and 128K)")
-    ap.add_argument("--out", type=Path, help="JSON path (default kernels/rules/configs/<arch>.json)")
+    ap.add_argument("--out", type=Path,
+                    help="JSON path (default kernels/rules/configs/<arch>.json)")
     ap.add_argument("--force", action="store_true", help="replace an existing JSON")
     ap.add_argument("--only", help="comma list of keys, e.g. d64.full,d128.causal")
     ap.add_argument("--classes", help=f"tune shape classes instead: comma list of "

@@ -293,8 +293,8 @@ def load_build(case, arch: str, occupancy=None, worker_warps=None,
                device_index: int = 0) -> LoadedBuild:
     """Export ``case`` (a ``kernels.build.signatures.CompileCase``) for ``arch`` with the JIT's
     specialisation facts, load the cubin with the driver and read its attributes and occupancy.
-    The JIT-like export is the cubin the compile-only tests check (``kernels.build.signatures``); the
-    disk cache of cuda.tile makes a second export of the same case a lookup."""
+    The JIT-like export is the cubin the compile-only tests check (``kernels.build.signatures``);
+    the disk cache of cuda.tile makes a second export of the same case a lookup."""
     import cupy
     symbol = case.signature().symbol
     cubin = compile_cubin(case, arch, occupancy, worker_warps)

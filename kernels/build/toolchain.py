@@ -3,8 +3,9 @@
 tileiras needs ``ptxas`` and ``libnvvm`` of its own CUDA minor release. When ``tileiras`` comes from
 ``PATH`` or ``$CUDA_HOME/bin`` (not from the pip wheels), cuda.tile passes ``CUDA_HOME`` through
 and tileiras takes ptxas/libnvvm from there; an older toolkit (e.g. CUDA 13.0 under a 13.4
-tileiras) then fails with the opaque "failed to compile Tile IR program". ``check()`` detects the
-mismatch up front; ``explain_compile_error`` turns the opaque error into one that says how to fix it.
+tileiras) then fails with the opaque "failed to compile Tile IR program". ``check()`` detects
+the mismatch up front; ``explain_compile_error`` turns the opaque error into one that says how to
+fix it.
 """
 from __future__ import annotations
 
@@ -84,7 +85,8 @@ def inspect() -> Toolchain:
         v = _version(os.path.join(tc.cuda_home, "bin", "ptxas"))
         if v and v != tc.tileiras_version:
             tc.problems.append(f"CUDA_HOME={tc.cuda_home} holds CUDA {v}, but tileiras is "
-                               f"{tc.tileiras_version}: tileiras takes ptxas/libnvvm from CUDA_HOME")
+                               f"{tc.tileiras_version}: tileiras takes ptxas/libnvvm from "
+                               "CUDA_HOME")
     return tc
 
 

@@ -25,15 +25,16 @@ reads the same K/V again. Here (FlashDecoding with the group packed, as FlashAtt
   lengths causal is bottom-right aligned per sequence, as FlashAttention's kvcache: query row r
   of S_q sees keys ``0 .. L_b − S_q + r`` (``BOTTOM_RIGHT``); without them (L_b = S_kv) causal
   keeps the front's meaning, SDPA's top-left ``is_causal`` (row r sees keys 0 .. r), so routing
-  a call to this kernel never changes its result. Keys at or beyond L_b are masked in S and their V rows zeroed (a cache
-  slot past the length may hold anything, NaN included: 0·NaN would poison the accumulator).
+  a call to this kernel never changes its result. Keys at or beyond L_b are masked in S and their
+  V rows zeroed (a cache slot past the length may hold anything, NaN included: 0·NaN would poison
+  the accumulator).
 
 The K/V loop is split in two ``for`` loops with no ``if`` inside (cutile-notes.md §5.3): the
 tiles every real row sees whole (``j < n_full``), then the masked tail (causal diagonal and the
 ragged end), each clipped to the CTA's chunk. The mask replaces a score by ``fmha.NEG_BIG``
 (finite, a power of two: the NaN trap of the ``fmha`` docstring; replaced rather than added so
-that a NaN key past the length cannot leak into the row maximum); a row whose running maximum stayed at that level
-saw no key and is written as dead (``lse = −inf``, zeros).
+that a NaN key past the length cannot leak into the row maximum); a row whose running maximum
+stayed at that level saw no key and is written as dead (``lse = −inf``, zeros).
 
 Worked example (S_kv = 1000, TILE_N = 64, 4 splits, bottom-right causal, S_q = 4): n_tiles =
 16, chunk = 4; split 3 takes tiles 12..15; every row sees keys 0..996, so n_full = ⌊997/64⌋ =
@@ -53,7 +54,7 @@ from kernels.device.work import ConstBool, ConstInt
 
 ZERO = PaddingMode.ZERO
 DEAD = -2.0 ** 80     # a row maximum below this (in qk_scale units) saw only masked keys
-MAX_M = 64            # the packed rows of one CTA at most (128 spills on sm_90: 384 threads, 344 B stack)
+MAX_M = 64            # packed rows of one CTA at most (128 spills on sm_90: 384 threads, 344 B)
 MIN_M = 16            # the packed rows at least (an MMA tile's smallest M)
 LATENCY_K = 2         # TMA load latency hints of the K and V tiles (tactics notes: 2..4)
 LATENCY_V = 2

@@ -12,6 +12,7 @@ build and returns ``spec.family.TRACE_KEYS``. Nothing here autotunes.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from kernels.rules import backward_choice
 from kernels.rules.backward_config import BASE, BackwardConfig, PassConfig
@@ -19,13 +20,16 @@ from kernels.rules.choice import problem_config
 from kernels.rules.config import KernelConfig, persistent_ctas, registry_config
 from spec import arch as arch_registry
 from spec import family
+from spec.decode import DECODE_MAX_ROWS, DecodeSchedule
 from spec.family import BadInput, UnsupportedVariant, problem_from_tensors
 from spec.ops import resolve_scale
 from spec.orders import OrderKind, ScanOrder
-from spec.decode import DECODE_MAX_ROWS, DecodeSchedule
 from spec.problem import Problem, TileGrid, Tiles
 from spec.schedules import CtaSchedule, ScheduleKind, section_heads
 from spec.variant import Backend, Training, Variant
+
+if TYPE_CHECKING:
+    from kernels.host.decode import DecodeLaunch
 
 MAX_TILE = 256
 

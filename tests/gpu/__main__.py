@@ -11,7 +11,8 @@
    caches).
 3. **Log**: ``<log-dir>/gpu-suite.log`` holds the plan, the warm step's output, each shard's
    output with its wall time and exit code, and a summary; ``durations.json`` the seconds of
-   every test (copy it to ``costs.json`` in this directory to plan the next run with them); ``junit-*.xml``.
+   every test (copy it to ``costs.json`` in this directory to plan the next run with them);
+   ``junit-*.xml``.
 
 The exit code is non-zero when the warm step or any shard failed, a shard collected nothing
 (pytest's 5), the shards together did not report exactly the collected tests, or no test

@@ -1,15 +1,15 @@
 """The GPU suite's shard plan: which tests each of N pytest processes runs (pure; no GPU, no torch).
 
 The unit of work is a test function with all its parameter cases (its module's fixtures and its
-builds stay in one process; a module of ``WHOLE_MODULES`` is one unit), cut into chunks of cases where one function alone would cost more
-than half a shard's fair share. Units go largest first to the least-loaded shard (ties: the lower
-shard), so the plan is deterministic for the same test ids and costs. The tests of
-``ALONE`` (timing instruments) form one last shard that runs after the others, alone. A unit's cost is the sum
-of its cases' costs: the measured seconds of ``costs`` (a ``durations.json`` a previous run
-wrote, committed as ``costs.json`` beside this module) where known, else the function's estimate in
-``FUNCTION_COST``, else the module's in ``MODULE_COST``, else ``DEFAULT_COST``. Every shard also
-pays ``SHARD_OVERHEAD`` (start-up, imports, collection). tests/cpu/repository/test_gpu_runner.py
-tests this module.
+builds stay in one process; a module of ``WHOLE_MODULES`` is one unit), cut into chunks of cases
+where one function alone would cost more than half a shard's fair share. Units go largest first to
+the least-loaded shard (ties: the lower shard), so the plan is deterministic for the same test ids
+and costs. The tests of ``ALONE`` (timing instruments) form one last shard that runs after the
+others, alone. A unit's cost is the sum of its cases' costs: the measured seconds of ``costs`` (a
+``durations.json`` a previous run wrote, committed as ``costs.json`` beside this module) where
+known, else the function's estimate in ``FUNCTION_COST``, else the module's in ``MODULE_COST``, else
+``DEFAULT_COST``. Every shard also pays ``SHARD_OVERHEAD`` (start-up, imports, collection).
+tests/cpu/repository/test_gpu_runner.py tests this module.
 """
 from __future__ import annotations
 
@@ -172,7 +172,8 @@ def junit_results(xml_text: str) -> dict[str, tuple[str, float]]:
 
 
 def _module_path(parts: list[str]) -> tuple[str, list[str]]:
-    """The file of a junit classname's parts (a dotted module path, perhaps with a class after it)."""
+    """The file of a junit classname's parts (a dotted module path, perhaps with a class
+    after it)."""
     for i in range(len(parts), 0, -1):
         if parts[i - 1].startswith("test_") or parts[i - 1] == "conftest":
             return "/".join(parts[:i]) + ".py", parts[i:]

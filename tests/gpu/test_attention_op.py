@@ -1,9 +1,9 @@
 """GPU tests of the user function of both families as a user calls it (skipped without a GPU):
 ``from kernels import attention`` and ``from cuda_baseline import attention``.
 
-Each against the fp32 reference (experiments/measurement/correctness.py: NaN never passes) on an output
-poisoned with NaN before the kernel writes it: eager calls (a given ``out`` and an allocated one),
-inputs that are transposed views of a [B, S, H, D] tensor (no copy), CUDA-graph capture and
+Each against the fp32 reference (experiments/measurement/correctness.py: NaN never passes) on an
+output poisoned with NaN before the kernel writes it: eager calls (a given ``out`` and an allocated
+one), inputs that are transposed views of a [B, S, H, D] tensor (no copy), CUDA-graph capture and
 replay (the output poisoned after capture, the inputs replaced between replays), and
 ``torch.compile(fullgraph=True)`` of a model that unpacks a packed QKV tensor and calls
 ``attention`` (functional and ``out=``). A repeated call takes the cached launch (its preparation

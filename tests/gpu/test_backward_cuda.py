@@ -6,8 +6,8 @@
   schedules, the opt-in build options), fresh random inputs and output gradient, every buffer
   the forward and backward allocate (out, LSE, Δ, the fp32 dQ accumulator, the fp32 split
   partials, the gradients) filled with NaN at its allocation (tests/gpu/poison.py) and checked
-  to hold no NaN afterwards. Tolerance per tensor: twice SDPA's own error at the input precision (its default
-  backend, grouped heads expanded) plus ``ABS_TOL``; NaN never passes.
+  to hold no NaN afterwards. Tolerance per tensor: twice SDPA's own error at the input precision
+  (its default backend, grouped heads expanded) plus ``ABS_TOL``; NaN never passes.
 - No silent detached output: the output requires grad; ``out=`` or a build without a backward
   (``stages=1``) refuse in one line; the inference op called directly still differentiates.
 - ``scale=``: forward and gradients match SDPA's; a scale <= 0 is refused in one line (the
@@ -45,8 +45,9 @@ MATRIX = [
 ]
 BACKWARDS = [("linear", None), ("sawtooth", "static16"), ("reverse", None)]
 OPTIONS = ["onepart+dqsq", "onepart+dqsq+dqv4"]
-"""Opt-in backward builds (``cuda_baseline.build.bwd_source.BwdOption``), checked on ``OPTION_MATRIX``:
-both head dims, causal and full, grouped heads, Q tiles cut by S_q (the predicated dQ rows)."""
+"""Opt-in backward builds (``cuda_baseline.build.bwd_source.BwdOption``), checked on
+``OPTION_MATRIX``: both head dims, causal and full, grouped heads, Q tiles cut by S_q (the
+predicated dQ rows)."""
 OPTION_MATRIX = [MATRIX[2], MATRIX[4], MATRIX[8], MATRIX[9]]
 
 

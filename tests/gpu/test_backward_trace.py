@@ -3,8 +3,8 @@ build visits exactly what ``spec.backward_trace.backward_visits`` prescribes, as
 ``test_trace_equals_spec`` checks the forward's.
 
 - cuTile: both main passes, ``kernels.device.fmha_bwd.bwd_dkdv_trace`` and ``bwd_dq_trace`` (run by
-  ``kernels.host.backward.trace_backward``), linear / sawtooth / reverse, grid and 5 persistent CTAs in
-  q-major and head-major order, causal and not. The configuration is fixed (64 x 128 tiles,
+  ``kernels.host.backward.trace_backward``), linear / sawtooth / reverse, grid and 5 persistent CTAs
+  in q-major and head-major order, causal and not. The configuration is fixed (64 x 128 tiles,
   no group split: each dK/dV item scans both query heads of its K/V head, so the head order
   reverses too), so the test does not depend on the fitted rule.
 - CUDA: the family's one scan, ``flash_bwd_dkdv_trace`` (``cuda_baseline.host.training.trace_dkdv``;

@@ -3,8 +3,8 @@
 Every order × schedule × causal × D against the fp32 SDPA reference at 64×64 tiles, and at every
 other tested tile every order (grid launch) and every schedule (sawtooth order); in bf16 every
 schedule at 64×64 and every order at 128×64; causal with fewer and with more queries than keys
-(top-left aligned) for every case of the matrix (the rule of experiments/measurement/correctness.py: NaN
-never passes, outputs poisoned first, fresh seeded inputs, uneven S and grouped-query heads
+(top-left aligned) for every case of the matrix (the rule of experiments/measurement/correctness.py:
+NaN never passes, outputs poisoned first, fresh seeded inputs, uneven S and grouped-query heads
 included); schedule-only changes are bitwise identical (and the
 sawtooth equals the linear or reverse scan tile by tile); the trace build visits exactly what
 ``spec.visit_order`` prescribes; P = 1 and P = all resident CTAs are correct; bad input gets a
@@ -353,7 +353,8 @@ def test_compile_error_names_the_instantiation():
 @pytest.mark.parametrize("D", HEAD_DIMS)
 @pytest.mark.parametrize("tiles", TILES, ids=lambda t: t.label)
 def test_occupancy_matches_the_driver(backend, tiles, D):
-    """The backend's CTAs-per-SM (which bounds P) equals cuOccupancyMaxActiveBlocksPerMultiprocessor."""
+    """The backend's CTAs-per-SM (which bounds P) equals
+    cuOccupancyMaxActiveBlocksPerMultiprocessor."""
     import cupy
     for order, sched in (("linear", "grid"), ("sawtooth", "static1")):
         p = backend.prepare(_variant(order, sched, tiles), _problem(D, False))

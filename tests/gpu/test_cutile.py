@@ -1,12 +1,12 @@
 """GPU tests of the cuTile FlashAttention family (skipped without a GPU).
 
-Every order × schedule, and pairwise every other pair of causal, D and dtype, against the fp32 SDPA reference (the rule of
-experiments/measurement/correctness.py: NaN never passes, outputs poisoned first, fresh seeded inputs, uneven
-S and grouped-query heads included); changing only the CTA schedule is bitwise identical; the trace
-build visits exactly what ``spec.visit_order`` prescribes; bad input gets a clear error. Each shape
-class of kernels.rules.config (S_q != S_kv with causal top-left aligned as SDPA's ``is_causal``, grouped
-query heads, uneven S, batched short, bf16) through ``attention()``'s default configuration,
-against a reference whose mask is built explicitly.
+Every order × schedule, and pairwise every other pair of causal, D and dtype, against the fp32 SDPA
+reference (the rule of experiments/measurement/correctness.py: NaN never passes, outputs poisoned
+first, fresh seeded inputs, uneven S and grouped-query heads included); changing only the CTA
+schedule is bitwise identical; the trace build visits exactly what ``spec.visit_order`` prescribes;
+bad input gets a clear error. Each shape class of kernels.rules.config (S_q != S_kv with causal
+top-left aligned as SDPA's ``is_causal``, grouped query heads, uneven S, batched short, bf16)
+through ``attention()``'s default configuration, against a reference whose mask is built explicitly.
 
 The variants are module-level data: ``builds(arch)`` lists every (variant, problem, trace) each
 test launches, and tests/gpu/conftest.py compiles them all in parallel before the first test.
@@ -77,8 +77,8 @@ ATTENTION_PROBLEM = Problem(B=1, H=8, H_kv=8, S_q=1500, S_kv=1500, D=128, causal
 
 
 def shape_class_problems() -> list[Problem]:
-    """One or more small problems per shape class (kernels.rules.config.shape_class), both head dims:
-    cross (fewer and more queries than keys, causal), GQA (bf16, uneven S), small (one wave of
+    """One or more small problems per shape class (kernels.rules.config.shape_class), both head
+    dims: cross (fewer and more queries than keys, causal), GQA (bf16, uneven S), small (one wave of
     Q tiles, fp16 and bf16), uneven (a batch), batched short (causal and not, bf16 and fp16)."""
     out = []
     for D in HEAD_DIMS:

@@ -49,8 +49,8 @@ def _tactic_id(t: dict) -> str:
                          ids=[f"{'causal' if c else 'full'}-{_tactic_id(t)}-{TILE_IDS[tl]}"
                               for c, t, tl, _, _ in TACTIC_CASES])
 def test_tactics_match_fp32_reference(causal, tactic, tiles, occ, ww):
-    """Every kernel tactic (kernels.device.fmha TACTIC bits) on a ragged problem (a masked diagonal and
-    a masked end; 128x64: the first masked tile fully masked for some rows) and grouped K/V
+    """Every kernel tactic (kernels.device.fmha TACTIC bits) on a ragged problem (a masked diagonal
+    and a masked end; 128x64: the first masked tile fully masked for some rows) and grouped K/V
     heads, through the tuner's path (the configuration as the family's defaults)."""
     from experiments.measurement.correctness import check
     from kernels.device.tactics import tactic_code

@@ -148,7 +148,6 @@ def test_ragged_lengths(c):
 def test_explicit_splits_agree_and_split_q_is_reachable():
     """decode1 (no merge), decode<N>, the work model's split count and the split-Q forward
     (schedule="grid") give the same result to rounding."""
-    import torch
 
     from kernels.host import backend
     from kernels.host.decode import DecodeLaunch

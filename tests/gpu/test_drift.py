@@ -1,5 +1,5 @@
-"""GPU test of the drift study's measure hook (experiments.measurement.measure.measure_drift): a small
-persistent launch whose trace build is correct, with per-step spreads that are finite,
+"""GPU test of the drift study's measure hook (experiments.measurement.measure.measure_drift): a
+small persistent launch whose trace build is correct, with per-step spreads that are finite,
 non-negative and sampled as asked, and the build's resource rows."""
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ def test_drift_rows_of_a_small_persistent_launch(order):
     arch = detect()
     # 4 CTAs x 128 work items x 256 steps: 512 stamps each at every DRIFT_EVERY-th step
     problem = Problem(B=1, H=2, S_q=16384, D=64)
-    variant = Variant(Backend.CUDA, ScanOrder.parse(order), CtaSchedule.persistent(4), Tiles(64, 64))
+    variant = Variant(Backend.CUDA, ScanOrder.parse(order), CtaSchedule.persistent(4),
+                      Tiles(64, 64))
     case = Case(problem, variant, 4, "drift-test")
     res = measure_drift([case], arch, run="test", study="drift", seed=0, points=7)
     assert not res.failed and res.passed == [case]

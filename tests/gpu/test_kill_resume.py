@@ -1,4 +1,5 @@
-"""A real measured run killed in its ncu phase keeps its finished pieces and ``--resume`` finishes it.
+"""A real measured run killed in its ncu phase keeps its finished pieces and \
+``--resume`` finishes it.
 
 The run is the main study shrunk by ``--filter`` (one problem, its linear and sawtooth cases:
 about 80 s on an H100, 70 of them in five ncu sessions). It is sent SIGTERM a few seconds after

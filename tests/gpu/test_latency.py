@@ -1,6 +1,7 @@
-"""GPU test of the pointer-chase latency benchmark (experiments.instruments.latency): a tiny run, one footprint
-in the L2 and one 8x the L2, end to end through the CLI: positive finite ns per load, the footprint
-8x the L2 slower than the one in it, and the run directory with its CSV and latency.json."""
+"""GPU test of the pointer-chase latency benchmark (experiments.instruments.latency): a tiny run,
+one footprint in the L2 and one 8x the L2, end to end through the CLI: positive finite ns per load,
+the footprint 8x the L2 slower than the one in it, and the run directory with its CSV and
+latency.json."""
 from __future__ import annotations
 
 import csv

@@ -22,8 +22,8 @@ def test_profile_and_no_profile_are_mutually_exclusive(tmp_path):
 
 @pytest.fixture
 def fake_gpu(monkeypatch):
-    """Measure mode on the CPU: an H100 'present', the GPU steps of experiments.measurement.measure replaced
-    by recorders (every case passes, ncu returns no rows)."""
+    """Measure mode on the CPU: an H100 'present', the GPU steps of experiments.measurement.measure
+    replaced by recorders (every case passes, ncu returns no rows)."""
     from experiments import run as run_mod
     from experiments.measurement import measure
     calls = {"precompile": [], "check_and_time": [], "profile": []}

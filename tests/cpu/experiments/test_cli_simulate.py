@@ -28,7 +28,8 @@ def test_small_simulation_writes_rows_manifest_and_figures(tmp_path):
     miss = [r for r in rows if r["metric"] == "lts__t_sectors_srcunit_tex_lookup_miss.sum"]
     assert len(miss) == 12                                   # 4 static + 8 CUDA variants
     m = json.loads((out / "manifest.json").read_text())
-    assert m["schema_version"] == SCHEMA_VERSION and m["mode"] == "simulate" and m["arch"]["name"] == "gb10"
+    assert (m["schema_version"] == SCHEMA_VERSION and m["mode"] == "simulate"
+            and m["arch"]["name"] == "gb10")
     assert m["parameters"]["capacity_bytes"] == 512 * 1024 and m["git"]["commit"]
     assert m["versions"]["numpy"]
     for fig in ("F7", "F8a", "F9a", "F10a"):

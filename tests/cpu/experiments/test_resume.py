@@ -3,9 +3,9 @@
 Measure mode on the CPU: an H100 "present", the GPU steps replaced by a fake measurer whose rows
 are a function of the case, the sample and the ncu session only (so an interrupted-and-resumed
 run must equal an uninterrupted one row for row). The fake sits at the lowest level that needs a
-GPU: ``experiments.measurement.measure.precompile`` and ``check_and_time``, and for ncu the tool itself
-(``profiles.ncu.profile`` writes a report, ``read_kernels`` reads it back), so the journal, the
-atomic session reports of ``profiles.collect`` and the run directory's life are the real code. A
+GPU: ``experiments.measurement.measure.precompile`` and ``check_and_time``, and for ncu the tool
+itself (``profiles.ncu.profile`` writes a report, ``read_kernels`` reads it back), so the journal,
+the atomic session reports of ``profiles.collect`` and the run directory's life are the real code. A
 fault injected into the fake sends the process SIGTERM (the signal path a scheduler takes) or
 raises (a crash) in the middle of a phase.
 """

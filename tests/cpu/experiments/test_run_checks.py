@@ -232,7 +232,8 @@ def test_the_debris_of_a_killed_run_is_cleaned_by_the_next(tmp_path):
                           capture_output=True, text=True).stdout.strip()
     parent = tmp_path / "runs" / "gb10" / "sawtooth"
     parent.mkdir(parents=True)
-    (parent / ".20261126-000000-000000-simulate.lock").write_text(f"{socket.gethostname()} {dead}\n")
+    stale_lock = parent / ".20261126-000000-000000-simulate.lock"
+    stale_lock.write_text(f"{socket.gethostname()} {dead}\n")
     (parent / ".20261126-000000-000000-simulate.partial").mkdir()
     (parent / ".orphan.partial").mkdir()
     (parent / ".live.lock").write_text(f"{socket.gethostname()} {os.getpid()}\n")

@@ -1,5 +1,5 @@
-"""Fixtures of the kernels tests: a fresh ``kernels.rules.config.load`` cache around a test that points
-it at its own config file."""
+"""Fixtures of the kernels tests: a fresh ``kernels.rules.config.load`` cache around a test that
+points it at its own config file."""
 from __future__ import annotations
 
 import pytest

@@ -1,5 +1,6 @@
 """The per-step cost of a build read off its compiled code (``kernels.paper_builds.sass_loops``,
-``kernels.paper_builds.toolchains``), and the committed dataset of the study's and the authors' builds.
+``kernels.paper_builds.toolchains``), and the committed dataset of the study's and the
+authors' builds.
 
 The loop finder is checked on a committed ``nvdisasm -c`` excerpt of one of the project's own
 builds (cuda-tile 1.0.1, sm_121: a K/V step loop with 64 HMMA and a few spills, plus the
@@ -204,8 +205,9 @@ def test_the_document_shows_the_committed_table():
 def test_the_worker_compiles_what_the_project_compiles(tmp_path):
     """End to end with the project's toolchain (the interpreter's venv): the compile worker's
     export of a study build is byte-identical to ``kernels.build.resources.compile_cubin``'s, and
-    (nvdisasm, from the compile extra; a skip without it, a failure under REQUIRE_COMPILE) its SASS has one bulk K/V step loop of 64 HMMA without spills (what
-    the committed dataset says of that build)."""
+    (nvdisasm, from the compile extra; a skip without it, a failure under REQUIRE_COMPILE) its
+    SASS has one bulk K/V step loop of 64 HMMA without spills (what the committed dataset says
+    of that build)."""
     import hashlib
     import importlib.util
 

@@ -1,5 +1,5 @@
-"""The backward's configuration rule (kernels.rules.backward_choice): the dK/dV pass's step counts, each
-pass's work quantities, the committed constants, the default it gives, its smoothness and the
+"""The backward's configuration rule (kernels.rules.backward_choice): the dK/dV pass's step counts,
+each pass's work quantities, the committed constants, the default it gives, its smoothness and the
 one-line refusals of a bad configs file."""
 from __future__ import annotations
 
@@ -92,7 +92,8 @@ def test_the_committed_rule_covers_every_key_without_a_table():
                                               "d128.causal"}
         for per in rule.constants[pass_].values():
             assert per and all(a >= 0 and b > 0 for a, b in per.values())
-    # the shared keys: never fitted, they read the same D's other mask (kernels.rules.backward_choice)
+    # the shared keys: never fitted, they read the same D's other mask
+    # (kernels.rules.backward_choice)
     assert doc["rule"]["shared"] == {"d64.causal": "d64.full", "d128.full": "d128.causal"}
     assert set(doc["rule"]["fit_error"]["dkdv"]) == {"d64.full", "d128.causal"}
 

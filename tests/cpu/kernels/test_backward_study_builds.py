@@ -1,8 +1,8 @@
 """The builds the backward study compares (``experiments.registry.plans.backward_plan``: each
 pass persistent, occupancy 2, linear vs sawtooth; 64x64 tiles, and the dQ pass again at 64x128),
-compiled for sm_90: which pairs are a fair comparison of the scan order. The findings (analysis/findings/backward.py) and the
-committed run's README rest on these facts; if a toolchain changes them, this fails and the
-study must be measured again.
+compiled for sm_90: which pairs are a fair comparison of the scan order. The findings
+(analysis/findings/backward.py) and the committed run's README rest on these facts; if a toolchain
+changes them, this fails and the study must be measured again.
 
 - dK/dV non-causal: spill-free, linear and sawtooth identical in registers, stack and shared
   memory (the clean pair).
@@ -32,7 +32,8 @@ def _resources():
     out = {}
     for c in backward_plan(get_arch("h100")):
         v, p = c.variant, c.problem
-        case = BackwardCase(kernel=v.bwd.value, B=p.B, H=p.H, H_kv=p.H_kv, D=p.D, dtype=p.dtype.value, causal=p.causal,
+        case = BackwardCase(kernel=v.bwd.value, B=p.B, H=p.H, H_kv=p.H_kv, D=p.D,
+                            dtype=p.dtype.value, causal=p.causal,
                             S_q=p.S_q, S_kv=p.S_kv, tile_m=v.tiles.m, tile_n=v.tiles.n,
                             order=int(v.order.kind), sched=int(v.schedule.kind))
         out[v.bwd.value, p.causal, v.order.label, v.tiles.n] = backward_resources(case, "sm_90",

@@ -149,7 +149,8 @@ def test_sweep_plan_and_bad_input(capsys):
     assert len([1 for s, _, _ in plan if s == "scan"]) == len(sweep.SCAN_LENGTHS)
     long = [p for s, _, p in plan if s == "long"]
     assert long == list(sweep.LONG_CAUSAL) and all(p.causal for p in long)
-    assert {p.S_q for p in long} == {16384, 32768, 65536, 131072} and {p.D for p in long} == {64, 128}
+    assert ({p.S_q for p in long} == {16384, 32768, 65536, 131072}
+            and {p.D for p in long} == {64, 128})
     # every long problem holds at least 4096 work items of 64 query rows
     assert min(p.B * p.H * p.S_q // 64 for p in long) >= 4096
     assert max(p.S_q for s, _, p in plan if s == "shapes") <= sweep.SHAPES_MAX_S

@@ -1,8 +1,8 @@
 """Compile-only checks of the cuTile training builds (no GPU): the forward that stores the
 log-sum-exp and the three backward kernels build for sm_90 through ``export_kernel`` with JIT-like
 signatures (``kernels.build.signatures.BackwardCase``), and every backward configuration the default
-can choose (``kernels.rules.backward_choice``'s candidates less its ``SPILLING`` table, and the base)
-does not spill (at most an 8-byte stack frame, which the D=128 non-causal dK/dV grid build of
+can choose (``kernels.rules.backward_choice``'s candidates less its ``SPILLING`` table, and the
+base) does not spill (at most an 8-byte stack frame, which the D=128 non-causal dK/dV grid build of
 the base has, and no local loads in its PTX): a spilling build reads its local memory through
 L2 and would fake a locality effect in the backward study as it would in the forward's.
 A sawtooth or persistent backward build uses no more registers and stack than its linear grid twin.

@@ -196,8 +196,9 @@ def test_signature_carries_jit_facts(toolchain):
     """Without the JIT's alignment facts sm_90 loses TMA; with them the loads are TMA tensor
     copies and the products warpgroup MMAs. Checked on the PTX tileiras embeds in every cubin
     (``cp.async.bulk.tensor`` is UTMALDG in SASS, ``wgmma.mma_async`` HGMMA), and the SASS
-    (nvdisasm, from the compile extra: a skip without it, a failure under REQUIRE_COMPILE). A signature without
-    the alignment facts (base address divisible by 1) loses TMA: the check can fail."""
+    (nvdisasm, from the compile extra: a skip without it, a failure under REQUIRE_COMPILE).
+    A signature without the alignment facts (base address divisible by 1) loses TMA: the check
+    can fail."""
     from dataclasses import replace
 
     from kernels.build.resources import resources

@@ -1,5 +1,5 @@
-"""The cubin launch facts kept on disk (``kernels.build.resources.launch_facts``): read back under the
-same key, recomputed when the sources or the toolchain change, never kept when cuda.tile's cache
+"""The cubin launch facts kept on disk (``kernels.build.resources.launch_facts``): read back under
+the same key, recomputed when the sources or the toolchain change, never kept when cuda.tile's cache
 is turned off."""
 from dataclasses import dataclass
 

@@ -179,8 +179,8 @@ def test_measure_hook_adds_peer_rows_and_prints_the_summary_last(monkeypatch):
 
 def test_model_suite_halves_share_no_problem_and_the_tuner_saw_none():
     """The model families: both halves hold every family, no problem is in both, and none is a
-    problem ``experiments.tuning.tune`` measures (``kernels.rules.config.representatives`` of every class,
-    head dim and mask): the validation half is unseen by the tuning that set the defaults."""
+    problem ``experiments.tuning.tune`` measures (``kernels.rules.config.representatives`` of every
+    class, head dim and mask): the validation half is unseen by the tuning that set the defaults."""
     from experiments.registry.suites import MODEL_FAMILIES, model_problems
     from kernels.rules.config import ShapeClass, representatives
     rows = model_problems()

@@ -5,9 +5,9 @@ a cache effect. Two traps this has caught:
 
 - the 64×64 causal builds spill at occupancy 1 (255 registers, 720-1888 B of stack) but not under
   the seed's occupancy-2 hint, which is why the sawtooth study pins it;
-- with a ``for`` loop over work items, the linear persistent / tile-X D=128 builds at 128×128 spilled
-  (176 B of stack) and their sawtooth twins did not, which made sawtooth look 1.56× faster on the
-  H100 (kernels/device/fmha.py docstring).
+- with a ``for`` loop over work items, the linear persistent / tile-X D=128 builds at 128×128
+  spilled (176 B of stack) and their sawtooth twins did not, which made sawtooth look 1.56× faster
+  on the H100 (kernels/device/fmha.py docstring).
 
 The shapes study (the shape suite: GQA, uneven S, S_q != S_kv, bf16, batched short) and every
 configuration kernels/rules/configs/h100.json can name (each shape class × (D, causal) key, at the
@@ -88,8 +88,8 @@ def test_every_config_the_json_can_name_builds_without_spill():
     """Every configuration ``attention()`` can pick: each shape class × (D, causal) (the class's
     measured entry, or the (D, causal) default it falls back to, for keys without rule constants)
     at the class's representative problem, and every configuration the rule has constants for
-    (``kernels.rules.choice``) at the long, the tiny and the uneven class's representative of its key
-    (lengths that are multiples of 16 and one that is not: register allocation differs), each
+    (``kernels.rules.choice``) at the long, the tiny and the uneven class's representative of its
+    key (lengths that are multiples of 16 and one that is not: register allocation differs), each
     with its default schedule."""
     require_toolchain(_available(), "cuda-tile + tileiras + cuobjdump")
     from kernels.host.backend import default_schedule

@@ -182,7 +182,8 @@ def test_drift_draws_every_case_and_the_l2_line():
     step = {k: r["value"] for r in rows if r["metric"] == "median_step_ns"
             for k in [(r["variant"], r["B"], r["causal"])]}
     fig = drift.plot(drift.load(load_rows([FIX / "h100-drift"])), "h100")
-    lines = [ln for ax in fig.axes for ln in ax.get_lines() if (ln.get_gid() or "").startswith("case:")]
+    lines = [ln for ax in fig.axes for ln in ax.get_lines()
+             if (ln.get_gid() or "").startswith("case:")]
     assert len(cases) == 8 and len(lines) == len(cases)
     # one panel per (B, causal), each with the L2 line at L2 / (K+V bytes of one 80x80, D=64 step)
     kv = 2 * 80 * 64 * 2

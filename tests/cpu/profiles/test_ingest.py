@@ -58,7 +58,8 @@ def test_mismatches_are_errors_that_say_what_happened():
 
 
 def test_innermost_range():
-    assert innermost_range('7  "<default domain>:outer:none" "<default domain>:inner:none"') == "inner"
+    ranges = '7  "<default domain>:outer:none" "<default domain>:inner:none"'
+    assert innermost_range(ranges) == "inner"
     assert innermost_range("") is None
 
 

@@ -6,11 +6,11 @@ commands ran (tests/conftest.py).
 
 What needs a GPU: ``experiments.run`` in measure mode (``--mode measure``, or the default ``auto``
 for an arch other than GB10, whose study would be measured on its GPU), and the instruments and
-tuner (``experiments.tuning.tune``, ``experiments.instruments.latency``, ``experiments.instruments.smmap``).
-A measured run that names its directory (``--out DIR``, as docs/gpu.md's do, whose next commands
-draw and compare it) is stood in for by the committed run of its study and arch (the run
-``analysis.data.select`` picks, measured on that GPU), copied to ``DIR`` after the ``--dry-run``,
-so that the commands after it read a real measured run.
+tuner (``experiments.tuning.tune``, ``experiments.instruments.latency``,
+``experiments.instruments.smmap``). A measured run that names its directory (``--out DIR``, as
+docs/gpu.md's do, whose next commands draw and compare it) is stood in for by the committed run of
+its study and arch (the run ``analysis.data.select`` picks, measured on that GPU), copied to
+``DIR`` after the ``--dry-run``, so that the commands after it read a real measured run.
 """
 from __future__ import annotations
 

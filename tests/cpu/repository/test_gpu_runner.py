@@ -125,7 +125,8 @@ def test_plan_costs_measured_then_estimated():
 def test_junit_results_give_back_the_node_ids(tmp_path):
     xml = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
     <testcase classname="tests.gpu.test_cutile" name="test_m[linear-grid-full-64-fp16]" time="1.5"/>
-    <testcase classname="tests.gpu.test_cutile" name="test_f" time="0.2"><failure message="x"/></testcase>
+    <testcase classname="tests.gpu.test_cutile" name="test_f" time="0.2">
+      <failure message="x"/></testcase>
     <testcase classname="tests.cpu.kernels.test_backward_wiring" name="test_w" time="0.1">
       <skipped message="no torch"/></testcase>
     <testcase classname="tests.gpu.test_k" name="test_e" time="3"><error message="e"/></testcase>

@@ -61,10 +61,10 @@ CUDA_ORDER = ("build", "host")
 
 @dataclass(frozen=True)
 class Import:
-    module: str          # the importing module, e.g. "kernels.host.backend"
+    module: str  # the importing module, e.g. "kernels.host.backend"
     file: Path
     line: int
-    target: str          # the imported module of ours, resolved, e.g. "experiments.measurement.correctness"
+    target: str  # the imported module of ours, resolved, e.g. "experiments.measurement.correctness"
 
 
 def module_name(root: Path, file: Path) -> str:
@@ -371,23 +371,28 @@ def test_checker_passes_a_clean_tree(tmp_path):
         "kernels/host/backend.py": "from spec.problem import X\nfrom . import fmha\nimport torch\n",
         "kernels/device/fmha.py": "import spec\n",
         "analysis/models.py": "from spec import problem\n",
-        "paper_figures/f1.py": "from analysis.models.traffic import fit\nfrom spec import Problem\n",
-        "experiments/run.py": "def f():\n    import kernels.host.backend, paper_figures.f1, profiles\n",
+        "paper_figures/f1.py": "from analysis.models.traffic import fit\n"
+                               "from spec import Problem\n",
+        "experiments/run.py": "def f():\n"
+                              "    import kernels.host.backend, paper_figures.f1, profiles\n",
     })
     assert check(root) == []
 
 
 def test_checker_catches_an_upward_import_with_file_line_and_rule(tmp_path):
-    root = _tree(tmp_path, {"kernels/bench.py": "import os\n\nfrom experiments.measurement.timing import t\n"})
+    root = _tree(tmp_path, {"kernels/bench.py": "import os\n\n"
+                                                "from experiments.measurement.timing import t\n"})
     (msg,) = check(root)
-    assert msg.startswith("kernels/bench.py:3: kernels.bench imports experiments.measurement.timing: ")
+    assert msg.startswith("kernels/bench.py:3: kernels.bench imports "
+                          "experiments.measurement.timing: ")
     assert "kernels/ may import only spec/ (and third-party libraries)" in msg
 
 
 def test_checker_catches_a_lazy_a_sideways_and_a_dynamic_import(tmp_path):
     root = _tree(tmp_path, {
         "analysis/sim.py": "def f():\n    if True:\n        from cuda_baseline import backend\n",
-        "paper_figures/f2.py": "import importlib\nm = importlib.import_module('kernels.device.fmha')\n",
+        "paper_figures/f2.py": "import importlib\n"
+                               "m = importlib.import_module('kernels.device.fmha')\n",
         "spec/arch.py": "class A:\n    def m(self):\n        from analysis import sim\n",
     })
     msgs = check(root)

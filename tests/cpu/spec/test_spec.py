@@ -1,4 +1,5 @@
-"""Properties of the vocabulary: orders, schedules, visit orders and traces (hand-checkable cases)."""
+"""Properties of the vocabulary: orders, schedules, visit orders and traces
+(hand-checkable cases)."""
 from __future__ import annotations
 
 import itertools
@@ -34,7 +35,8 @@ SCHEDULES = [CtaSchedule.grid(), CtaSchedule.tile_x(2), CtaSchedule.tile_x(3),
              CtaSchedule.persistent(1000), CtaSchedule.sectioned_longest_first(1),
              CtaSchedule.sectioned_longest_first(2), CtaSchedule.sectioned_longest_first(4)]
 PROBLEMS = [Problem(2, 3, 320, 64), Problem(2, 3, 320, 64, causal=True),
-            Problem(1, 4, 300, 128, S_kv=333, H_kv=2), Problem(1, 4, 300, 128, S_kv=333, causal=True),
+            Problem(1, 4, 300, 128, S_kv=333, H_kv=2),
+            Problem(1, 4, 300, 128, S_kv=333, causal=True),
             Problem(1, 2, 200, 64, S_kv=130, causal=True)]
 TILES = [Tiles(64, 64), Tiles(128, 64), Tiles(64, 128), Tiles(80, 80)]
 
@@ -88,7 +90,8 @@ def test_causal_reversal_stays_inside_the_valid_range():
 def test_grid_is_q_fastest_then_head_and_tile_x_groups_consecutive_q():
     g = TileGrid(Problem(1, 2, 3 * 64, 64), Tiles(64, 64))
     v = visit_order(g, CtaSchedule.grid(), ScanOrder.linear()).table()
-    assert [tuple(v[c, 0, 1:3]) for c in range(6)] == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+    assert ([tuple(v[c, 0, 1:3]) for c in range(6)]
+            == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)])
     t = visit_order(g, CtaSchedule.tile_x(2), ScanOrder.linear()).table()
     assert t.shape[0] == 4                                   # ceil(3/2) groups x 2 heads
     assert [t[0, s, 2] for s in (0, 3)] == [0, 1] and t[1, 0, 2] == 2 and t[1, 3, 2] == -1
@@ -252,7 +255,8 @@ def test_arch_registry():
     gb10 = get_arch("gb10")
     assert (gb10.num_sms, gb10.l2_bytes, gb10.sm) == (48, 24 << 20, "sm_121")
     assert get_arch("h100").sm == "sm_90" and get_arch("h200").l2_bytes == 60 << 20
-    assert all(get_arch(a).sector_bytes == 32 and get_arch(a).line_bytes == 128 for a in known_archs())
+    assert all(get_arch(a).sector_bytes == 32 and get_arch(a).line_bytes == 128
+               for a in known_archs())
     assert OrderKind.SAWTOOTH == 1
 
 

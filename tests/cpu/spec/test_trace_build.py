@@ -1,6 +1,7 @@
 """spec.build_trace (one pass over the work table, numba) equals, access for access, the former
-implementation that expanded every (item, step) pair and sorted them by (step, slot), on every
-schedule kind, both masks, GQA, uneven and cross lengths, more and fewer resident slots than CTAs."""
+implementation that expanded every (item, step) pair and sorted them by (step, slot), on
+every schedule kind, both masks, GQA, uneven and cross lengths, more and fewer resident slots
+than CTAs."""
 from __future__ import annotations
 
 import numpy as np

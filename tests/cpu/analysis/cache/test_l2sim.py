@@ -201,8 +201,10 @@ print(json.dumps(dict(build=t1 - t0, distances=t2 - t1, simulate=t3 - t2, total=
 def _run_pipeline(order: str) -> dict:
     # warm numba's on-disk cache first so the timing does not include compilation
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    subprocess.run([sys.executable, "-c", "import numpy as np; from analysis.cache.l2sim import simulate; from analysis.cache.reuse import "
-                    "stack_distances; stack_distances(np.zeros(3, np.int32))"],
+    subprocess.run([sys.executable, "-c",
+                    "import numpy as np; from analysis.cache.l2sim import simulate; "
+                    "from analysis.cache.reuse import stack_distances; "
+                    "stack_distances(np.zeros(3, np.int32))"],
                    check=True, cwd=ROOT, env=env)
     out = subprocess.run([sys.executable, "-c", _PIPELINE, order], check=True, cwd=ROOT, env=env,
                          capture_output=True, text=True)

@@ -49,8 +49,8 @@ def test_sawtooth_signs_judge_only_stable_changes():
 
 def test_one_chips_runs_are_simulated_with_that_chips_sm_map(tmp_path):
     """``validate --device`` predicts a chip's runs with the SM map measured on that chip when
-    the root holds one (``experiments.instruments.smmap`` beside the runs, matched by the manifests' device
-    uuid), else with the arch's committed map. Chip C of the seventh holdout recorded its map
+    the root holds one (``experiments.instruments.smmap`` beside the runs, matched by the manifests'
+    device uuid), else with the arch's committed map. Chip C of the seventh holdout recorded its map
     (the same as the committed one); chip A did not."""
     root = Path("profiles/h100/holdout-20261125f")
     chip = device_map(root, "8c6f14f0")

@@ -141,8 +141,10 @@ FIX = ROOT / "tests" / "fixtures" / "figures"
 
 
 @pytest.mark.parametrize("module, backend, causal, quantity", [
-    ("f08_cuda_batch", "cuda", False, "misses"), ("f09_cutile_noncausal", "cutile", False, "misses"),
-    ("f10_cutile_causal", "cutile", True, "misses"), ("f08b_cuda_tflops", "cuda", False, "tflops"),
+    ("f08_cuda_batch", "cuda", False, "misses"),
+    ("f09_cutile_noncausal", "cutile", False, "misses"),
+    ("f10_cutile_causal", "cutile", True, "misses"),
+    ("f08b_cuda_tflops", "cuda", False, "tflops"),
     ("f09b_cutile_tflops", "cutile", False, "tflops"),
     ("f10b_cutile_causal_tflops", "cutile", True, "tflops")])
 def test_f8_f10_draw_the_published_bars_at_the_reference_values(module, backend, causal, quantity):
@@ -194,7 +196,8 @@ def test_the_committed_gb10_simulation_is_what_the_code_computes_now():
     assert len(cases) == 3
     for c in cases:
         rows = timed_rows(c, arch, model_params(arch), run="check", study="sawtooth")
-        (miss,) = [r.value for r in rows if r.metric == "lts__t_sectors_srcunit_tex_lookup_miss.sum"]
+        (miss,) = [r.value for r in rows
+                   if r.metric == "lts__t_sectors_srcunit_tex_lookup_miss.sum"]
         assert miss == committed[(c.variant.id(c.problem), c.problem.B, False)]
 
 

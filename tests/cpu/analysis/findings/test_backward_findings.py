@@ -47,7 +47,8 @@ def test_the_clean_pair_dkdv_noncausal(report):
     """The spill-free pair: the prediction said about a third of linear's misses; the H100 kept
     four fifths (the launches' ranges overlap), read 21% less DRAM and ran 1.0% faster with the
     samples apart, about the DRAM time of the reads it removed."""
-    rows = {(r["pass_"], r["causal"]): r for r in report["sB_backward"][1] if r["tiles"] == "m64n64"}
+    rows = {(r["pass_"], r["causal"]): r
+            for r in report["sB_backward"][1] if r["tiles"] == "m64n64"}
     r = rows[("dkdv", False)]
     assert r["pred_ratio"] == pytest.approx(0.383, abs=0.001)
     assert 0.7 < r["meas_ratio"] < 0.9 and not r["ranges_apart"]
@@ -60,7 +61,8 @@ def test_the_clean_pair_dkdv_noncausal(report):
 def test_the_confounded_pairs(report):
     """The causal dK/dV sawtooth build (larger stack) misses more and runs 2.6x longer; the
     persistent dQ builds read over ten times the dK/dV pass's DRAM (their spills)."""
-    rows = {(r["pass_"], r["causal"]): r for r in report["sB_backward"][1] if r["tiles"] == "m64n64"}
+    rows = {(r["pass_"], r["causal"]): r
+            for r in report["sB_backward"][1] if r["tiles"] == "m64n64"}
     assert rows[("dkdv", True)]["meas_ratio"] > 1.3 and rows[("dkdv", True)]["time_ratio"] > 2
     assert rows[("dq", False)]["dram_linear_gb"] > 10 * rows[("dkdv", False)]["dram_linear_gb"]
 
@@ -83,7 +85,8 @@ def test_the_forward_comparison(report):
     time; its linear build read five times the DRAM of the backward's dK/dV linear build."""
     f = {r["causal"]: r for r in report["sB_forward"][1]}["False"]
     assert f["miss_ratio"] < 0.3 and not f["time_apart"]
-    b = {(r["pass_"], r["causal"]): r for r in report["sB_backward"][1] if r["tiles"] == "m64n64"}[("dkdv", False)]
+    b = {(r["pass_"], r["causal"]): r
+         for r in report["sB_backward"][1] if r["tiles"] == "m64n64"}[("dkdv", False)]
     assert f["dram_linear_gb"] > 4 * b["dram_linear_gb"]
 
 

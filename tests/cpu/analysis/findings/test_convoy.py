@@ -48,7 +48,8 @@ def test_scores_by_hand():
     by = {r["variant"]: r for r in rows}
     assert by[V2]["measured"] == 100.0 and by[V2]["occasions"] == 3
     assert by[V2]["spread_pct"] == pytest.approx(100 * (110 / 90 - 1))
-    assert by[V2]["v_err_pct"] == pytest.approx(25.0) and by[V3]["v_err_pct"] == pytest.approx(-50.0)
+    assert (by[V2]["v_err_pct"] == pytest.approx(25.0)
+            and by[V3]["v_err_pct"] == pytest.approx(-50.0))
     assert by[V2]["half"] == "fit" and by[V48]["half"] == "judged"
     s = {(r["half"]): r for r in convoy.summary(rows, ["v"])}
     assert s["fit"]["rel_rms_pct"] == pytest.approx(math.sqrt((25 ** 2 + 50 ** 2) / 2))
@@ -77,7 +78,8 @@ def test_small_changes_read_as_none():
 
 def test_dqpair_rows_by_hand():
     from analysis.findings.backward import dqpair_rows
-    lin, saw = "cutile.linear.static132.m64n128d64.occ2.dq", "cutile.sawtooth.static132.m64n128d64.occ2.dq"
+    lin = "cutile.linear.static132.m64n128d64.occ2.dq"
+    saw = "cutile.sawtooth.static132.m64n128d64.occ2.dq"
     pred = [dict(variant=v, causal="False", S_q="327680", metric=M, value=x)
             for v, x in ((lin, 100.0), (saw, 35.0))]
     T = Metric.KERNEL_TIME_MS

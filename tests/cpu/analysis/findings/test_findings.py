@@ -1,4 +1,5 @@
-"""analysis.findings: the report's numbers from hand-made rows, and a smoke run on committed data."""
+"""analysis.findings: the report's numbers from hand-made rows, and a smoke run on
+committed data."""
 from __future__ import annotations
 
 import math
@@ -28,8 +29,8 @@ from spec.records import Metric
 def row(metric, value, *, order="linear", schedule="static132", S=4096, B=1, causal=False,
         backend="cuda", tiles=(80, 80), sample=0, study="x", source="measured", D=64, H=1, x=None):
     peer = backend.startswith("sdpa")
-    return dict(run="r", study=study, arch="h100",
-                variant=backend if peer else f"{backend}.{order}.{schedule}.m{tiles[0]}n{tiles[1]}d{D}",
+    variant = backend if peer else f"{backend}.{order}.{schedule}.m{tiles[0]}n{tiles[1]}d{D}"
+    return dict(run="r", study=study, arch="h100", variant=variant,
                 backend=backend, order="" if peer else order, schedule="" if peer else schedule,
                 tile_m=0 if peer else tiles[0], tile_n=0 if peer else tiles[1], occupancy=None,
                 B=B, H=H, H_kv=H, S_q=S, S_kv=S, D=D, dtype="fp16", causal=causal, metric=metric,
@@ -111,7 +112,8 @@ def test_sawtooth_vs_linear_row():
 def test_l1_passthrough_and_consistency():
     rows = [row(Metric.L1_SECTORS, 1000, study="l1l2"), row(Metric.L1_HITS, 1, study="l1l2"),
             row(Metric.L2_TEX_SECTORS, 500, study="l1l2"),
-            row(Metric.L2_TEX_HITS, 300, study="l1l2"), row(Metric.L2_TEX_MISSES, 150, study="l1l2")]
+            row(Metric.L2_TEX_HITS, 300, study="l1l2"),
+            row(Metric.L2_TEX_MISSES, 150, study="l1l2")]
     (t,) = l1.l1_passthrough(rows)
     assert t["l1_hit_pct"] == pytest.approx(0.1) and t["l2_tex_over_l1"] == pytest.approx(0.5)
     (c,) = consistency.consistency({"l1l2": rows})
@@ -168,14 +170,17 @@ def test_simulator_section_small(tmp_path):
 # --------------------------------------------------------------------------------------------
 def test_repeat_verdict_rule():
     # noise = 100 * max(range lin 20, range saw 11.5) / mean lin 100 = 20; min |change| 30 > 20
-    assert sawtooth.repeat_verdict([-30, -40, -35], [100, 110, 90], [70, 66, 58.5]) == (20.0, "sawtooth fewer")
-    assert sawtooth.repeat_verdict([30, 40, 35], [100, 100, 100], [130, 140, 135]) == (10.0, "sawtooth more")
+    assert sawtooth.repeat_verdict([-30, -40, -35], [100, 110, 90], [70, 66, 58.5]) == \
+        (20.0, "sawtooth fewer")
+    assert sawtooth.repeat_verdict([30, 40, 35], [100, 100, 100], [130, 140, 135]) == \
+        (10.0, "sawtooth more")
     # the same changes when the sawtooth twin itself moves by 32.5 (% of the linear mean) between
     # runs: the smallest change, 30%, is inside that noise
     assert sawtooth.repeat_verdict([30, 40, 35], [100, 110, 90], [130, 154, 121.5]) == \
         (pytest.approx(32.5), "no difference")
     # one run of the other sign: no difference, whatever the sizes
-    assert sawtooth.repeat_verdict([-30, -40, 35], [100, 110, 90], [70, 66, 121.5])[1] == "no difference"
+    _, v = sawtooth.repeat_verdict([-30, -40, 35], [100, 110, 90], [70, 66, 121.5])
+    assert v == "no difference"
     # smallest change (10%) inside the noise (100 * 60 / 100 = 60%): no difference
     noise, v = sawtooth.repeat_verdict([-10, -30, -20], [100, 130, 70], [90, 91, 56])
     assert noise == pytest.approx(60.0) and v == "no difference"
@@ -246,7 +251,8 @@ def test_longseq_best():
     rows = (times([10, 11, 12], backend="cutile", order="linear", schedule="grid", **kw)
             + times([9.0, 9.5, 9.6], backend="cutile", order="sawtooth", schedule="grid", **kw)
             + times([10.5] * 3, order="linear", **kw) + times([12] * 3, order="sawtooth", **kw)
-            + times([8] * 3, backend="sdpa-cudnn", **kw) + times([16] * 3, backend="sdpa-flash", **kw))
+            + times([8] * 3, backend="sdpa-cudnn", **kw)
+            + times([16] * 3, backend="sdpa-flash", **kw))
     (r,) = longseq.longseq_best(rows)
     flops = 4.0 * 4096 * 4096 * 64
     assert r["best"] == "cutile sawtooth grid 80x80" and r["best_saw"] == r["best"]
@@ -270,7 +276,8 @@ def test_dram_bound():
            row(Metric.L2_TEX_MISSES, 5e7, order="linear", **kw),
            row(Metric.DRAM_READ_BYTES, 1e9, order="sawtooth", **kw),
            row(Metric.L2_TEX_MISSES, 2e7, order="sawtooth", **kw)]
-    tim = times([10, 10, 10], order="linear", **kw) + times([9.8, 9.9, 10.0], order="sawtooth", **kw)
+    tim = (times([10, 10, 10], order="linear", **kw)
+           + times([9.8, 9.9, 10.0], order="sawtooth", **kw))
     lin, saw = dram.dram_bound(cnt, tim, peak_bytes_per_s=1e12)
     assert lin["order"] == "linear" and lin["dram_GB"] == 4.0 and lin["ms"] == 10
     assert lin["dram_GBps"] == pytest.approx(400.0) and lin["dram_peak_pct"] == pytest.approx(40.0)

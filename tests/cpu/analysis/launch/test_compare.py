@@ -1,5 +1,5 @@
-"""analysis.launch.compare: classes by hand, placement from a manifest, the CLI on committed runs and on
-bad input."""
+"""analysis.launch.compare: classes by hand, placement from a manifest, the CLI on committed runs
+and on bad input."""
 from __future__ import annotations
 
 import pytest
@@ -38,7 +38,8 @@ def test_compare_pairs_cases_and_counts_same_gpu():
 
 
 def test_committed_sharded_run_against_the_one_gpu_run(capsys):
-    assert placement(SHARD / "l1l2-g2")["cuda.linear.static1.m80n80d64 b1h1s65536d64.fp16.full"] in (0, 1)
+    case = "cuda.linear.static1.m80n80d64 b1h1s65536d64.fp16.full"
+    assert placement(SHARD / "l1l2-g2")[case] in (0, 1)
     assert main([str(SHARD / "l1l2-g1"), str(SHARD / "l1l2-g2")]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.startswith("44 medians of B against A's min..max")

@@ -1,6 +1,6 @@
 """The drift study on the CPU: the spread arithmetic (analysis.launch.drift) on hand-made traces,
-sampling, the study's plan, and the rows ``experiments.measurement.measure.drift_rows`` writes (the columns and
-metrics of the committed profiles/h100/drift-20261121b/drift.csv.xz)."""
+sampling, the study's plan, and the rows ``experiments.measurement.measure.drift_rows`` writes (the
+columns and metrics of the committed profiles/h100/drift-20261121b/drift.csv.xz)."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,6 +1,6 @@
 """CPU checks of the CTA placement records: the CUDA trace build's per-CTA buffer layout
-(cuda_baseline.host.backend.unpack_trace) and the placement / drift statistics of analysis.launch.placement
-on hand-made launches."""
+(cuda_baseline.host.backend.unpack_trace) and the placement / drift statistics of
+analysis.launch.placement on hand-made launches."""
 from __future__ import annotations
 
 import math
@@ -13,7 +13,8 @@ from cuda_baseline.host.backend import unpack_trace
 
 def _buffers(n_ctas: int, steps: int, used: list[int]):
     """Flat trace buffers as the kernel leaves them: CTA c ran ``used[c]`` steps, step s of CTA c
-    visited (0, 0, c, s) at 1000 c + 10 s ns, on SM 7 c, started at 1000 c - 5, ended 1000 c + 500."""
+    visited (0, 0, c, s) at 1000 c + 10 s ns, on SM 7 c, started at 1000 c - 5,
+    ended 1000 c + 500."""
     visits = np.full(4 * n_ctas * steps + n_ctas, -1, dtype=np.int32)
     times = np.full(n_ctas * (steps + 2), -1, dtype=np.int64)
     for c in range(n_ctas):
@@ -46,7 +47,7 @@ def test_unpack_trace_refuses_buffers_of_another_shape():
         unpack_trace(visits[:-1], times, 3, 5)
 
 
-# -- analysis.launch.placement ------------------------------------------------------------------------
+# -- analysis.launch.placement -------------------------------------------------------------------
 
 from analysis.launch.drift import drift  # noqa: E402
 from analysis.launch.placement import (  # noqa: E402

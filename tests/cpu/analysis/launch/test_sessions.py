@@ -1,6 +1,6 @@
-"""analysis.launch.sessions: Friedman's test finds a session effect that is there, none in independent
-noise, groups launches into sessions by the manifest's launches per session, and refuses what it
-cannot test with one line and exit 2."""
+"""analysis.launch.sessions: Friedman's test finds a session effect that is there, none in
+independent noise, groups launches into sessions by the manifest's launches per session, and refuses
+what it cannot test with one line and exit 2."""
 from __future__ import annotations
 
 import numpy as np
@@ -17,8 +17,8 @@ def _rows(values_by_case, per_session=1):
         for i, v in enumerate(values):
             rows.append(dict(variant=f"cuda.linear.static{c + 1}.m80n80d64", backend="cuda",
                              order="linear", schedule=f"static{c + 1}", tile_m=80, tile_n=80,
-                             B=1, H=1, H_kv=1, S_q=4096, S_kv=4096, D=64, dtype="fp16", causal=False,
-                             metric=Metric.L2_TEX_MISSES, value=float(v), sample=i,
+                             B=1, H=1, H_kv=1, S_q=4096, S_kv=4096, D=64, dtype="fp16",
+                             causal=False, metric=Metric.L2_TEX_MISSES, value=float(v), sample=i,
                              note="kernel=flash_fwd", stat=""))
         rows.append(dict(rows[-1], sample=0, stat="median"))                      # the summary
     return rows

@@ -145,7 +145,8 @@ def test_step_timing_of_builds():
     lo, mid, hi = (steptime.step_timing(g, gb10, p) for p in ("lo", "mid", "hi"))
     assert lo.step_s < mid.step_s < hi.step_s and lo.miss_s < mid.miss_s < hi.miss_s
     spilled = steptime.step_timing(g, gb10, spills=steptime.BuildCosts(80, 456, 64 << 10))
-    assert spilled.step_s - mid.step_s == pytest.approx(80 * steptime.SPILL_S_PER_ACCESS * steptime.SPEED['gb10'].mid)
+    added = 80 * steptime.SPILL_S_PER_ACCESS * steptime.SPEED['gb10'].mid
+    assert spilled.step_s - mid.step_s == pytest.approx(added)
     assert spilled.step_s > mid.step_s and "spills" in spilled.source
     # 456 B x 256 threads = 114 KiB of stack per CTA; 64 KiB of the 128 KiB L1 is left for it
     assert spilled.stack_l2_bytes == 48 * (456 * 256 - (64 << 10))
@@ -186,7 +187,8 @@ def test_pipeline_units_make_the_step_the_time_unit():
 
 def test_spill_cost_is_the_committed_measurement():
     """steptime.SPILL_S_PER_ACCESS restates the spills run: the occupancy-1 linear build's added
-    time per step over its spill-free twin, per in-loop local access (experiments.registry.studies)."""
+    time per step over its spill-free twin, per in-loop local access
+    (experiments.registry.studies)."""
     from experiments.registry.plans import SM90_BUILDS
     path = "profiles/h100/spills-20261127/timing.csv.xz"
     spilled = _median_time(path, "cutile.linear.static132.m64n64d64.occ1")
@@ -199,7 +201,8 @@ def test_spill_cost_is_the_committed_measurement():
 
 
 def test_sm90_builds_are_the_compiled_builds():
-    """experiments.registry.plans.SM90_BUILDS restates the sm_90 rows of the builds-toolchains run."""
+    """experiments.registry.plans.SM90_BUILDS restates the sm_90 rows of the builds-toolchains
+    run."""
     from analysis.data.steps import step_costs
     from experiments.registry.plans import SM90_BUILDS
     costs = step_costs()

@@ -1,5 +1,5 @@
-"""analysis.models.timemodel: hand-computed cases of the three bounds, the step and byte counts from the
-spec, and the worked example of the module docstring."""
+"""analysis.models.timemodel: hand-computed cases of the three bounds, the step and byte counts from
+the spec, and the worked example of the module docstring."""
 from __future__ import annotations
 
 import pytest
@@ -107,7 +107,8 @@ def test_worked_example_of_the_docstring():
                    facts=H100)
     saw1 = predict(steps=steps, t_c=t_c, stages=1, f=f_saw, dram_bytes=f_saw * kv,
                    bw_available=3.35e12, facts=H100)
-    # linear: t_c + L_dram; sawtooth: t_c + L_hit + f (L_dram - L_hit), the H100's measured latencies
+    # linear: t_c + L_dram; sawtooth: t_c + L_hit + f (L_dram - L_hit),
+    # the H100's measured latencies
     us = t_c * 1e6
     assert predicted_change(lin1, saw1) == pytest.approx(
         (us + 0.1434 + f_saw * (0.3487 - 0.1434)) / (us + 0.3487) - 1, rel=1e-3)

@@ -1,7 +1,8 @@
 """The GPU measurements that used to run beside the registry, checked on the CPU: the plans of the
 bench and cuda-tiles studies, the resource rows every measured case writes, the two kernel
-families' common interface, and experiments.tuning.tune's rule that a candidate is checked before it is
-ranked (a wrong-but-fast candidate never wins) and that a config file is never silently replaced."""
+families' common interface, and experiments.tuning.tune's rule that a candidate is checked
+before it is ranked (a wrong-but-fast candidate never wins) and that a config file is never
+silently replaced."""
 from __future__ import annotations
 
 import inspect
@@ -65,8 +66,8 @@ def test_cuda_tiles_plan_sweeps_every_tested_tile_and_the_persistent_builds():
 # -- resource rows and the families' common interface ---------------------------------------------
 
 def test_resource_rows_name_the_build_in_the_committed_metric_names():
-    case = Case(Problem(1, 16, 4096, 128), Variant(Backend.CUTILE, ScanOrder.linear(),
-                                                   CtaSchedule.grid(), Tiles(128, 128), 1), 132, "p")
+    variant = Variant(Backend.CUTILE, ScanOrder.linear(), CtaSchedule.grid(), Tiles(128, 128), 1)
+    case = Case(Problem(1, 16, 4096, 128), variant, 132, "p")
     prepared = Prepared(case.variant, case.problem, n_ctas=132, threads=256, registers=168,
                         local_bytes=0, smem_bytes=132152, ctas_per_sm=1, build="fmha_fwd_x")
     rows = resource_rows(case, prepared, run="r", study="bench", arch="h100")

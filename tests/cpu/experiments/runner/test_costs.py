@@ -1,5 +1,5 @@
-"""The closed-form work and cost model of ``experiments.runner.costs``: exact counts, constants that are
-what the committed data give, memory estimates that bound what the simulators take, and the
+"""The closed-form work and cost model of ``experiments.runner.costs``: exact counts, constants that
+are what the committed data give, memory estimates that bound what the simulators take, and the
 simulator's kernels compiled once (and read from numba's disk cache after that)."""
 from __future__ import annotations
 
@@ -161,8 +161,8 @@ def test_the_memory_estimate_bounds_what_the_simulator_takes(arch, index, S, mod
 
 def test_the_timed_kernel_compiles_once_and_loads_from_the_disk_cache():
     """Three cases of different shapes and both partition layouts: one compiled signature of
-    the event loop (its LRU entry, ``timeloop.entry(False, False)``) per process, and in a second process
-    that one comes from numba's disk cache (no compile at all)."""
+    the event loop (its LRU entry, ``timeloop.entry(False, False)``) per process, and in a second
+    process that one comes from numba's disk cache (no compile at all)."""
     code = """
 import json
 from experiments.simulation.simulate import model_params, timed_rows
@@ -176,7 +176,8 @@ for a in ("gb10", "h100"):
         c = dataclasses.replace(c, problem=dataclasses.replace(c.problem, S_q=4096, S_kv=4096))
         timed_rows(c, arch, model_params(arch), run="r", study="s")
 d = timeloop.entry(False, False)
-print(json.dumps([len(d.signatures), sum(d.stats.cache_hits.values()), sum(d.stats.cache_misses.values())]))
+print(json.dumps([len(d.signatures), sum(d.stats.cache_hits.values()),
+                  sum(d.stats.cache_misses.values())]))
 """
     got = []
     for _ in range(2):

@@ -8,7 +8,8 @@ import pytest
 from experiments.sharding import shard
 from tests.conftest import ROOT
 
-H200 = [shard.Gpu(0, "NVIDIA H200", "GPU-aaaa", "h200"), shard.Gpu(1, "NVIDIA H200", "GPU-bbbb", "h200"),
+H200 = [shard.Gpu(0, "NVIDIA H200", "GPU-aaaa", "h200"),
+        shard.Gpu(1, "NVIDIA H200", "GPU-bbbb", "h200"),
         shard.Gpu(2, "NVIDIA H200", "GPU-cccc", "h200")]
 
 

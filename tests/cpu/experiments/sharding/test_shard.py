@@ -1,7 +1,7 @@
-"""Sharding a measured study over GPUs (experiments.sharding.shard), without a GPU: the jobs run through
-submitit's LocalExecutor (real worker processes, pinned with CUDA_VISIBLE_DEVICES) with a fake
-measure function that writes deterministic rows the way the real measure path does (resource and
-counter rows per case, SDPA peer timing per problem)."""
+"""Sharding a measured study over GPUs (experiments.sharding.shard), without a GPU: the jobs run
+through submitit's LocalExecutor (real worker processes, pinned with CUDA_VISIBLE_DEVICES) with a
+fake measure function that writes deterministic rows the way the real measure path does (resource
+and counter rows per case, SDPA peer timing per problem)."""
 from __future__ import annotations
 
 import json

@@ -1,5 +1,5 @@
-"""The host-path benchmark's summary (``experiments.speed.eager``) and the operators' argument spelling
-(``spec.ops``), without a GPU."""
+"""The host-path benchmark's summary (``experiments.speed.eager``) and the operators' argument
+spelling (``spec.ops``), without a GPU."""
 from __future__ import annotations
 
 import pytest
