@@ -29,7 +29,7 @@ from spec.schedules import CtaSchedule, ScheduleKind, section_heads
 from spec.variant import Backend, Training, Variant
 
 if TYPE_CHECKING:
-    from kernels.host.decode import DecodeLaunch
+    from kernels.host.decode import DecodeLaunch, DecodePlan
 
 MAX_TILE = 256
 
@@ -258,7 +258,8 @@ def default_variant(problem: Problem, arch: arch_registry.Arch, *,
                     tiles: Tiles | tuple[int, int] | None = None, occupancy: int | None = None,
                     level: int = 6, training: bool = False,
                     backward_schedule: str | CtaSchedule | None = None,
-                    backward_tiles: Tiles | tuple[int, int] | None = None) -> Variant | Training:
+                    backward_tiles: Tiles | tuple[int, int] | None = None,
+                    kv_lengths: bool = False) -> Variant | Training | DecodePlan:
     """The cuTile forward that ``attention()`` runs for ``problem`` on ``arch``, and the one place
     its defaults are resolved: the configuration the arch's rule chooses for the problem
     (``kernels.rules.choice.problem_config``: tiles, occupancy hint, schedule, tactic bits), its
@@ -273,7 +274,18 @@ def default_variant(problem: Problem, arch: arch_registry.Arch, *,
     configuration (``_default_backward``: each pass's tiles and hints from the fitted backward
     rule, ``order`` for both passes' scans, as ``attention(order=...)`` runs them,
     ``backward_schedule`` (None: the grid launch) and ``backward_tiles`` for both passes when
-    given)."""
+    given).
+
+    An inference call (``training`` False) of at most ``spec.decode.DECODE_MAX_ROWS`` query rows
+    per head, or one that names ``schedule="decode[N]"``, gets the split-K/V decode kernels'
+    ``kernels.host.decode.DecodePlan`` instead (``decode_choice``: when; the splits from the
+    work model of ``spec.decode.choose_splits``); ``kv_lengths`` (per-sequence cache lengths
+    given) needs them."""
+    dec = decode_choice(problem, order=order, schedule=schedule, tiles=tiles, level=level,
+                        save_lse=training, lengths=kv_lengths)
+    if dec is not None:
+        from kernels.host.decode import plan
+        return plan(problem, arch.num_sms, dec.splits)
     cfg = problem_config(arch.name, problem)
     tiles = cfg.tiles if tiles is None else tiles if isinstance(tiles, Tiles) else Tiles(*tiles)
     order = order if isinstance(order, ScanOrder) else ScanOrder.parse(order)
@@ -382,8 +394,8 @@ def _linear(order) -> bool:
 
 def decode_choice(problem: Problem, *, order, schedule, tiles, level: int, save_lse: bool,
                   lengths: bool = False) -> DecodeSchedule | None:
-    """Whether ``attention()`` runs the split-K/V decode kernels (``kernels.host.decode``) for
-    this call, and with which splits; None: the split-Q forward of ``default_variant``.
+    """Whether ``default_variant`` gives this call the split-K/V decode kernels
+    (``kernels.host.decode``), and with which splits; None: the split-Q forward.
 
     Decode is an inference path: the training forward (``save_lse``) always takes the split-Q
     forward, whose log-sum-exp layout the backward reads. A call asks for it by name with
@@ -393,7 +405,7 @@ def decode_choice(problem: Problem, *, order, schedule, tiles, level: int, save_
     an order other than linear, ``tiles`` or ``level`` keep the split-Q forward (the studies'
     builds stay reachable). Why always at S_q ≤ 16, not only when the split-Q grid cannot fill
     the GPU: the split-Q forward also lost at a filled grid (B = 64, H = 32/8, S_kv = 2048:
-    0.55x SDPA, issue 53), because each CTA's 64- or 128-row Q tile holds 1..16 real rows and
+    0.55x SDPA on an H200), because each CTA's 64- or 128-row Q tile holds 1..16 real rows and
     each query head of a group reads the group's K/V again; the decode kernel reads each K/V
     tile once per group and, with one split, is the grid launch without that waste.
     ``lengths`` (per-sequence ``kv_lengths``) needs the decode kernels."""
@@ -427,26 +439,22 @@ def _new_launch(q, k, v, out, causal, order, schedule, tiles, occupancy, arch, l
     if lengths is not None:
         from kernels.host.decode import check_lengths
         check_lengths(lengths, q)
-    dec = decode_choice(problem, order=order, schedule=schedule, tiles=tiles, level=level,
-                        save_lse=save_lse, lengths=lengths is not None)
-    if dec is not None:
-        import torch
-
-        from kernels.host import decode as host_decode
-        a = check_arch(arch)
-        with torch.cuda.device(q.device):
-            return host_decode.DecodeLaunch(host_decode.plan(problem, a.num_sms, dec.splits),
-                                            q.device.index, scale,
-                                            bottom_right=lengths is not None)
     if save_lse and level < 2:
         raise UnsupportedVariant(f"level={level}: the training forward (log-sum-exp for the "
                                  "backward pass) needs tuning-ladder level 2 or above (exp2)")
-    fam = _FAMILIES.get(arch) or _FAMILIES.setdefault(arch, CutileFamily(arch))
-    variant = default_variant(problem, check_arch(arch), order=order, schedule=schedule,
-                              tiles=tiles, occupancy=occupancy, level=level)
+    chosen = default_variant(problem, check_arch(arch), order=order, schedule=schedule,
+                             tiles=tiles, occupancy=occupancy, level=level, training=save_lse,
+                             kv_lengths=lengths is not None)
     import torch
+    if isinstance(chosen, Training):                        # the training forward
+        chosen = chosen.forward
+    if not isinstance(chosen, Variant):                     # the decode kernels' plan
+        from kernels.host.decode import DecodeLaunch
+        with torch.cuda.device(q.device):
+            return DecodeLaunch(chosen, q.device.index, scale, bottom_right=lengths is not None)
+    fam = _FAMILIES.get(arch) or _FAMILIES.setdefault(arch, CutileFamily(arch))
     with torch.cuda.device(q.device):
-        return Launch(fam.prepare(variant, problem), q.device.index, scale, save_lse)
+        return Launch(fam.prepare(chosen, problem), q.device.index, scale, save_lse)
 
 
 def attention(q, k, v, *, causal: bool = False, order: str | ScanOrder = "linear",

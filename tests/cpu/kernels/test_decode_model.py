@@ -300,6 +300,21 @@ def test_routing_is_inference_only_and_behind_the_schedule_knob():
         decode_choice(_problem(S_q=64), schedule="grid", save_lse=False, lengths=True, **kw)
 
 
+def test_default_variant_resolves_decode_too():
+    """The one place a default is resolved gives an inference call of a few rows the decode
+    plan, a training call (and a longer query block) the split-Q forward."""
+    pytest.importorskip("cuda.tile")
+    from kernels.host.backend import default_variant
+    from kernels.host.decode import DecodePlan, plan
+    from spec import Variant, get_arch
+    from spec.variant import Training
+    h100 = get_arch("h100")
+    assert default_variant(_problem(), h100) == plan(_problem(), h100.num_sms)
+    assert isinstance(default_variant(_problem(), h100, schedule="decode3"), DecodePlan)
+    assert isinstance(default_variant(_problem(), h100, training=True), Training)
+    assert isinstance(default_variant(_problem(S_q=64), h100), Variant)
+
+
 def test_plan():
     pytest.importorskip("cuda.tile")
     from kernels.host.decode import plan
