@@ -29,7 +29,8 @@ from tests.conftest import ROOT
 
 DOCS = ("README.md", "REPORT.md", "docs/*.md")
 GPU_MODULES = ("experiments.tuning.tune", "experiments.instruments.latency",
-               "experiments.instruments.smmap", "experiments.tuning.sweep")
+               "experiments.instruments.smmap", "experiments.tuning.sweep",
+               "experiments.speed.decode_bench")
 TOOLCHAIN_MODULES = ("kernels.paper_builds.toolchains",)
 """Commands that compile with a toolchain CI does not install (cuda-tile 1.0.x in its own venv):
 run with ``--dry-run``, which still prints the plan, tables and listings from committed files."""
