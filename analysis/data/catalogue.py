@@ -91,6 +91,23 @@ def run_readme(rel: str) -> str:
                        "hand-written README was committed with it)")
 
 
+def runs_today(command: str) -> bool:
+    """Whether a recorded command names code that still exists: the module of ``python -m
+    MODULE`` importable, the script of ``python PATH.py`` present; other commands (a shell line)
+    are taken as they are. A run's recorded command is its history and stays as it was run; the
+    catalogue marks the ones whose code has moved since."""
+    import importlib.util
+    words = command.split()
+    if words[:2] == ["python", "-m"] and len(words) > 2:
+        try:
+            return importlib.util.find_spec(words[2]) is not None
+        except (ImportError, ValueError):
+            return False
+    if words[:1] == ["python"] and len(words) > 1 and words[1].endswith(".py"):
+        return (registry.root() / words[1]).is_file()
+    return True
+
+
 def catalogue_text() -> str:
     """``profiles/README.md``: every registered input, grouped by arch and role."""
     out = ["# Committed data", "",
@@ -116,6 +133,8 @@ def catalogue_text() -> str:
             cmd = (e.command or "").replace("|", "\\|")
             cmd = cmd if len(cmd) <= 64 else cmd[:61] + "..."       # whole in registry.json
             how = f"`{cmd}`" if cmd else "see its README"
+            if cmd and not runs_today(e.command):
+                how = f"as recorded (history): {how}"
             out.append(f"| `{e.path}`{' *' if e.default else ''} | {e.role} | {e.study or '-'} | "
                        f"{e.source or '-'} | {_tree(m)} | {how} |")
         out.append("")

@@ -255,3 +255,18 @@ def test_gb10_params_regenerate_byte_for_byte_and_pin_their_sources(tmp_path):
     bad = p.inputs[0] | {"sha256": "0" * 64}
     with pytest.raises(DatasetError, match="which it derives from, changed"):
         cal.check_inputs(cal.ArchParams(**(vars(p) | {"inputs": (bad,)})), Path("gb10.json"))
+
+
+def test_the_catalogue_marks_recorded_commands_whose_code_has_moved():
+    """A run's recorded command stays as it was run; the catalogue says which ones name code
+    that no longer exists (a moved module, a removed script) instead of presenting them as
+    commands to run today."""
+    from analysis.data.catalogue import catalogue_text, runs_today
+    assert runs_today("python -m analysis.data check")
+    assert runs_today("python -m experiments.run sawtooth --arch gb10")
+    assert not runs_today("python -m experiments.simbench --sections 2")      # now explorations.
+    assert not runs_today("python /work/main/cuda_baseline/drift.py --arch h100")
+    assert runs_today("bash .ci/run")
+    text = catalogue_text()
+    marked = [ln for ln in text.splitlines() if "as recorded (history)" in ln]
+    assert marked and all("experiments.run " not in ln for ln in marked)
