@@ -254,10 +254,21 @@ def parse_ptxas(log: str) -> dict[str, Resources]:
 
 def nvcc_cubin(text: str, options, cu: Path, arch: str = "sm_90") -> str:
     """Compile the translation unit ``text`` (written to ``cu``, the cubin beside it) with nvcc
-    and ``-Xptxas -v``; returns the compiler's log. Raises CompileError with the log."""
+    and ``-Xptxas -v``; returns the compiler's log. Raises CompileError with the log. With
+    ``$SAWTOOTH_NVCC_CACHE_DIR`` (.ci/run) a log is kept there under a hash of all it depends on
+    and read back instead (no cubin then)."""
     nvcc = nvcc_path()
     if nvcc is None:
         raise CompileError("nvcc not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)")
+    if cache := os.environ.get("SAWTOOTH_NVCC_CACHE_DIR"):
+        h = hashlib.sha256(repr((text, arch, [o.replace(str(SOURCE_DIR), "") for o in options],
+                                 sorted(kv for kv in os.environ.items() if "NVCC" in kv[0]),
+                                 [subprocess.run([t, "--version"], capture_output=True).stdout
+                                  for t in (nvcc, "gcc")])).encode())
+        for f in sorted(SOURCE_DIR.glob("*.cu*")):
+            h.update(f.read_bytes())
+        if (kept := Path(cache, h.hexdigest())).is_file():
+            return kept.read_text()
     cu.write_text(text)
     # -ftz=true: CuPy adds it to every NVRTC compile, so nvcc builds the same code
     cmd = [nvcc, f"-arch={arch}", "-cubin", "-Xptxas", "-v", "-ftz=true", *options,
@@ -265,6 +276,10 @@ def nvcc_cubin(text: str, options, cu: Path, arch: str = "sm_90") -> str:
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode:
         raise CompileError(f"nvcc failed ({' '.join(cmd)}):\n{r.stdout}{r.stderr}")
+    if cache:
+        os.makedirs(cache, exist_ok=True)
+        (tmp := Path(f"{kept}.{os.getpid()}{cu.stem}")).write_text(r.stdout + r.stderr)
+        tmp.replace(kept)
     return r.stdout + r.stderr
 
 

@@ -28,15 +28,15 @@ class Resources:
 
     ``ptx`` counts instructions of the PTX that tileiras embeds in the cubin (its
     ``.nv_debug_ptx_txt`` section, ``embedded_ptx``): always there, no extra tool needed.
-    ``sass`` counts SASS instructions, which needs nvdisasm (pip ``nvidia-cuda-nvdisasm``);
-    None without it."""
+    ``sass`` counts SASS instructions when asked (``sass=True``: 0.5 s a cubin, the rest 5 ms),
+    which needs nvdisasm (pip ``nvidia-cuda-nvdisasm``); None without."""
 
     regs: int
     stack: int
     shared: int
     local: int
     ptx: dict                    # TMA, WGMMA, LD_LOCAL, ST_LOCAL (``ptx_counts``)
-    sass: dict | None            # HGMMA, UTMALDG, LDL, STL, ...; None without nvdisasm
+    sass: dict | None            # HGMMA, UTMALDG, LDL, STL, ...
     threads: int | None = None   # the CTA size the kernel requires (``required_threads``)
 
     @property
@@ -44,7 +44,7 @@ class Resources:
         return bool(self.stack or self.local)
 
     def __str__(self) -> str:
-        sass = "no SASS (nvdisasm missing)" if self.sass is None else (
+        sass = "no SASS" if self.sass is None else (
             f"HGMMA {self.sass.get('HGMMA', 0)} UTMALDG {self.sass.get('UTMALDG', 0)} "
             f"LDL {self.sass.get('LDL', 0)} STL {self.sass.get('STL', 0)}")
         return (f"REG {self.regs} STACK {self.stack} SHARED {self.shared} LOCAL {self.local} "
@@ -154,7 +154,7 @@ def ptx_counts(ptx: str) -> dict:
     return {op: len(rx.findall(ptx)) for op, rx in _PTX_OPS.items()}
 
 
-def read_resources(cubin: bytes, cuobjdump: str | None = None) -> Resources:
+def read_resources(cubin: bytes, cuobjdump: str | None = None, sass=False) -> Resources:
     tool = cuobjdump or find_cuobjdump()
     if tool is None:
         raise FileNotFoundError("cuobjdump not found: pip install nvidia-cuda-cuobjdump")
@@ -164,12 +164,12 @@ def read_resources(cubin: bytes, cuobjdump: str | None = None) -> Resources:
         res = subprocess.run([tool, "--dump-resource-usage", path], capture_output=True,
                              text=True, check=True).stdout
         # SASS needs nvdisasm (pip nvidia-cuda-nvdisasm): without it cuobjdump fails
-        sass = subprocess.run([tool, "-sass", path], capture_output=True, text=True)
+        sass = sass and subprocess.run([tool, "-sass", path], capture_output=True, text=True)
     m = PTXAS_RESOURCES.search(res)
     if not m:
         raise RuntimeError(f"could not parse cuobjdump --dump-resource-usage output:\n{res}")
     counts = None
-    if sass.returncode == 0:
+    if sass and sass.returncode == 0:
         counts = {}
         for line in sass.stdout.splitlines():
             mm = re.search(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9]*)", line)
@@ -184,8 +184,8 @@ def read_resources(cubin: bytes, cuobjdump: str | None = None) -> Resources:
                      required_threads(cubin))
 
 
-def resources(case, arch: str, occupancy=None, worker_warps=None) -> Resources:
-    return read_resources(compile_cubin(case, arch, occupancy, worker_warps))
+def resources(case, arch: str, occupancy=None, worker_warps=None, sass=False) -> Resources:
+    return read_resources(compile_cubin(case, arch, occupancy, worker_warps), sass=sass)
 
 
 LAUNCH_FACTS_DIR = "sawtooth-launch-facts"

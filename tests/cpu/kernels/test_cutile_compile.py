@@ -203,7 +203,7 @@ def test_signature_carries_jit_facts(toolchain):
 
     from kernels.build.resources import resources
     case, cfg = _case("h100", 64, False, "linear", "static")
-    r = resources(case, "sm_90", cfg.occupancy, cfg.worker_warps)
+    r = resources(case, "sm_90", cfg.occupancy, cfg.worker_warps, sass=True)
     assert r.ptx["TMA_LOAD"] > 0 and r.ptx["WGMMA"] > 0 and r.ptx["MMA_SYNC"] == 0, r
     from tests.conftest import require_toolchain
     require_toolchain(r.sass is not None, "nvdisasm (pip nvidia-cuda-nvdisasm, the compile extra)")
