@@ -5,14 +5,25 @@ backends, in one process on one GPU.
 
 For each of the ``PROBLEMS`` (batch 1-64, cache 1K-128K, groups 1/4/8/32, D 64/128, S_q 1/4/16,
 bf16, non-causal decode) it first checks each caller against the fp32 reference (SDPA on upcast
-inputs; the design's error bar), then times: the kernel time (CUDA events around ``BATCH``
-back-to-back calls, per call; the host's launch cost hides behind the GPU's work when a call
-takes longer than its launch) and the eager call time (``experiments.speed.eager.eager_call_ms``:
-events around one call after a sync, host included), the callers alternating. Bandwidth: K and V
-bytes read once over the kernel time, beside a measured device-to-device copy bandwidth (a 4 GiB
-copy, read + write bytes over its time) in the same run. A peer that refuses a shape (cuDNN on
-some) is recorded 'n/a'. Writes a tidy CSV (one row per problem × caller × metric) to ``--out``
-(refused when it exists) and prints a table last. ``--dry-run`` prints the problems only.
+inputs; the design's error bar), then times, callers alternating launch by launch, with the
+project's protocol (``experiments.measurement.timing.time_interleaved``): the kernel time with a
+cold L2 (a 2x-L2 buffer written before each launch, the GPU held by a spin while the host
+enqueues, so the events bracket GPU time and never the host's launch cost: a decode step's K/V
+of one layer is not in L2 when its turn comes, the other layers passed in between), the same
+with a warm L2 (back-to-back, the cache possibly resident: labelled, never the headline), and the
+eager call time (``experiments.speed.eager.eager_call_ms``: events around one call after a sync,
+host included). Bandwidth: K and V bytes the call must read (each sequence's length) over the
+cold kernel time, beside a measured device-to-device copy bandwidth (a 4 GiB copy, read + write
+bytes over its time) in the same run.
+
+``RAGGED`` problems give each sequence its own cache length (``kv_lengths``, drawn uniformly in
+[1, S_kv] from a fixed seed): the decode kernel is checked against an fp32 reference masked per
+sequence, and the peers, which take no lengths, run on the padded cache without a mask (what a
+user who pads pays; their result is not the masked one and is not checked). A peer that refuses
+a shape (cuDNN on some) is recorded 'n/a'. The decode builds are compiled first in parallel
+(``kernels.host.warm.warm_decode``). Writes a tidy CSV (one row per problem × caller × metric)
+to ``--out`` (refused when it exists) and prints a table last. ``--dry-run`` prints the problems
+only.
 """
 from __future__ import annotations
 
@@ -35,13 +46,19 @@ PROBLEMS = [
     (2, 32, 8, 4, 131072, 128), (1, 8, 1, 1, 131072, 64), (4, 64, 8, 1, 32768, 128),
     (8, 32, 4, 4, 16384, 128), (1, 32, 32, 16, 8192, 64),
 ]
-BATCH = 20
+RAGGED = [(16, 32, 8, 1, 8192, 128), (64, 32, 8, 1, 4096, 128), (8, 32, 8, 4, 16384, 64)]
 FIELDS = ["problem", "B", "H", "H_kv", "S_q", "S_kv", "D", "caller", "metric", "value", "unit"]
 
 
-def _label(p) -> str:
+def _label(p, ragged: bool = False) -> str:
     B, H, H_kv, S_q, S_kv, D = p
-    return f"B{B} H{H}/{H_kv} q{S_q} kv{S_kv} d{D}"
+    return f"B{B} H{H}/{H_kv} q{S_q} kv{S_kv}{' ragged' if ragged else ''} d{D}"
+
+
+def _problem(p):
+    from spec import Problem
+    B, H, H_kv, S_q, S_kv, D = p
+    return Problem(B=B, H=H, H_kv=H_kv, S_q=S_q, S_kv=S_kv, D=D, dtype="bf16", causal=False)
 
 
 def copy_bandwidth_tbs(gib: int = 4) -> float:
@@ -62,71 +79,87 @@ def copy_bandwidth_tbs(gib: int = 4) -> float:
     return 2 * n / (statistics.median(times) * 1e-3) / 1e12
 
 
-def kernel_ms(fn, reps: int) -> float:
-    """Median over ``reps`` of (events around ``BATCH`` back-to-back calls) / BATCH."""
-    import torch
-    fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(BATCH):
-            fn()
-        e.record()
-        torch.cuda.synchronize()
-        out.append(s.elapsed_time(e) / BATCH)
-    return statistics.median(out)
-
-
 def _err(o, ref) -> float:
     return (o.float() - ref).abs().max().item()
 
 
-def bench(p, reps: int, writer, table) -> None:
+def bench(p, reps: int, writer, table, ragged: bool = False) -> None:
     import torch
     import torch.nn.functional as F
 
+    from experiments.measurement.timing import time_interleaved
     from experiments.speed.eager import eager_call_ms, sdpa_peers
     from kernels import attention
+    from kernels.host import backend
     B, H, H_kv, S_q, S_kv, D = p
     g = torch.Generator(device="cuda").manual_seed(hash(p) % 2 ** 31)
     q = torch.randn(B, H, S_q, D, device="cuda", dtype=torch.bfloat16, generator=g)
     k = torch.randn(B, H_kv, S_kv, D, device="cuda", dtype=torch.bfloat16, generator=g)
     v = torch.randn_like(k)
+    lengths = [S_kv] * B
     peers = sdpa_peers(False, H != H_kv)
-    callers = {"cutile": lambda: attention(q, k, v)}
+    if ragged:
+        lengths = torch.randint(1, S_kv + 1, (B,), generator=torch.Generator().manual_seed(B))
+        lengths = [int(x) for x in lengths]
+        lens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
+        callers = {"cutile": lambda: backend.attention(q, k, v, kv_lengths=lens)}
+    else:
+        callers = {"cutile": lambda: attention(q, k, v)}
     callers.update({n: (lambda f=f: f(q, k, v)) for n, f in peers.items()})
     with torch.no_grad():
-        ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(),
-                                             enable_gqa=H != H_kv)
-        base = None
+        if ragged:
+            L = torch.tensor(lengths, device="cuda").view(B, 1, 1, 1)
+            keep = torch.arange(S_kv, device="cuda").view(1, 1, 1, S_kv) < L
+            ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(),
+                                                 attn_mask=keep, enable_gqa=H != H_kv)
+        else:
+            ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(),
+                                                 enable_gqa=H != H_kv)
         res = {}
         for n, fn in callers.items():
             try:
-                res[n] = _err(fn(), ref)
+                res[n] = _err(fn(), ref) if (n == "cutile" or not ragged) else 0.0
             except RuntimeError as e:       # a backend that refuses the shape
                 res[n] = f"n/a: {str(e).splitlines()[0][:80]}"
-        base = min((x for x in res.values() if isinstance(x, float)), default=None)
+        base = min((x for n, x in res.items() if isinstance(x, float)
+                    and (n != "cutile" or len(res) == 1)), default=None)
+        if ragged:      # the peers' padded, unmasked result is not the reference: SDPA's own
+            with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+                base = _err(F.scaled_dot_product_attention(q, k, v, attn_mask=keep,
+                                                           enable_gqa=H != H_kv), ref)
         live = {n: fn for n, fn in callers.items() if isinstance(res[n], float)}
         ok = {n: not math.isnan(e) and e <= 2 * (base or 0) + 2e-3
               for n, e in res.items() if isinstance(e, float)}
-        kms = {n: kernel_ms(fn, reps) for n, fn in live.items()}
+        cold = time_interleaved(live, reps=reps, l2="cold")
+        warm = time_interleaved(live, reps=reps, l2="warm")
         eager = {n: statistics.median(t) for n, t in eager_call_ms(live, reps=reps).items()}
-    kv_bytes = 2 * B * H_kv * S_kv * D * 2
-    row = dict(problem=_label(p), B=B, H=H, H_kv=H_kv, S_q=S_q, S_kv=S_kv, D=D)
+    kv_bytes = 2 * H_kv * sum(lengths) * D * 2          # what the call must read
+    row = dict(problem=_label(p, ragged), B=B, H=H, H_kv=H_kv, S_q=S_q, S_kv=S_kv, D=D)
     for n in callers:
         if n not in live:
             writer.writerow({**row, "caller": n, "metric": "kernel_time", "value": "n/a",
                              "unit": "ms"})
             continue
-        for metric, val, unit in (("max_error", res[n], "abs"), ("correct", ok[n], "bool"),
-                                  ("kernel_time", kms[n], "ms"), ("eager_call", eager[n], "ms"),
-                                  ("bandwidth", kv_bytes / (kms[n] * 1e-3) / 1e12, "TB/s")):
+        kms = cold[n].median
+        for metric, val, unit in (
+                ("max_error", res[n], "abs"), ("correct", ok[n] if n == "cutile" or not ragged
+                                               else "padded, not checked", "bool"),
+                ("kernel_time", kms, "ms"), ("kernel_time_spread", cold[n].spread, "rel"),
+                ("kernel_time_warm_l2", warm[n].median, "ms"),
+                ("host_time", cold[n].host_median, "ms"), ("eager_call", eager[n], "ms"),
+                ("bandwidth", kv_bytes / (kms * 1e-3) / 1e12, "TB/s")):
             writer.writerow({**row, "caller": n, "metric": metric, "value": val, "unit": unit})
-    best = min(kms.get("flash", math.inf), kms.get("cudnn", math.inf))
-    table.append((_label(p), kms.get("cutile"), best, kv_bytes / (kms["cutile"] * 1e-3) / 1e12
-                  if "cutile" in kms else float("nan"), ok.get("cutile", False)))
+        if n == "cutile":
+            plan = backend.launch_for(q, k, v, False).plan if not ragged else None
+            if plan is not None:
+                writer.writerow({**row, "caller": n, "metric": "splits", "value": plan.splits,
+                                 "unit": "count"})
+    t = {n: s.median for n, s in cold.items()}
+    best = min(t.get("flash", math.inf), t.get("cudnn", math.inf))
+    table.append((_label(p, ragged), t.get("cutile"), best,
+                  kv_bytes / (t["cutile"] * 1e-3) / 1e12 if "cutile" in t else float("nan"),
+                  ok.get("cutile", False), eager.get("cutile"),
+                  min(eager.get("flash", math.inf), eager.get("cudnn", math.inf))))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -139,7 +172,10 @@ def main(argv: list[str] | None = None) -> int:
     if a.dry_run:
         for p in PROBLEMS:
             print(_label(p))
-        print(f"{len(PROBLEMS)} problems; callers: cutile, flash, cudnn")
+        for p in RAGGED:
+            print(_label(p, True))
+        print(f"{len(PROBLEMS)} problems of equal lengths and {len(RAGGED)} ragged; callers: "
+              "cutile, flash, cudnn")
         return 0
     if a.out is None:
         print("decode_bench: --out is required (or --dry-run)", file=sys.stderr)
@@ -147,14 +183,25 @@ def main(argv: list[str] | None = None) -> int:
     if a.out.exists():
         print(f"decode_bench: {a.out} exists; pass a new path", file=sys.stderr)
         return 2
+    if a.reps < 5:
+        print(f"decode_bench: --reps {a.reps}: at least 5 (the spread needs quartiles)",
+              file=sys.stderr)
+        return 2
     import torch
     if not torch.cuda.is_available():
         print("decode_bench: needs a CUDA GPU (use --dry-run here)", file=sys.stderr)
         return 2
+    from kernels.host.warm import decode_job, warm_decode
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    errors = warm_decode([decode_job(_problem(p), sms) for p in PROBLEMS]
+                         + [decode_job(_problem(p), sms, lengths=True) for p in RAGGED])
+    for e in errors:
+        print("decode_bench: build:", e, file=sys.stderr)
     a.out.parent.mkdir(parents=True, exist_ok=True)
+    partial = a.out.with_name(a.out.name + ".partial")
     copy = copy_bandwidth_tbs()
     table: list = []
-    with a.out.open("w", newline="") as f:
+    with partial.open("w", newline="") as f:
         w = csv.DictWriter(f, FIELDS)
         w.writeheader()
         w.writerow(dict(problem="copy", caller="d2d", metric="bandwidth", value=copy,
@@ -162,19 +209,35 @@ def main(argv: list[str] | None = None) -> int:
         for p in PROBLEMS:
             bench(p, a.reps, w, table)
             f.flush()
-    ratios = []
-    print(f"{torch.cuda.get_device_name()}: copy bandwidth {copy:.2f} TB/s")
-    print(f"{'problem':32} {'cutile ms':>10} {'best SDPA':>10} {'x SDPA':>7} {'TB/s':>6} "
-          f"{'% copy':>7} ok")
-    for label, cu, best, bw, ok in table:
+        for p in RAGGED:
+            bench(p, a.reps, w, table, ragged=True)
+            f.flush()
+    partial.rename(a.out)
+    print(f"{torch.cuda.get_device_name()}: copy bandwidth {copy:.2f} TB/s; kernel time cold "
+          "L2 (median); eager: one call, host included")
+    print(f"{'problem':36} {'cutile ms':>9} {'best SDPA':>9} {'x SDPA':>6} {'TB/s':>5} "
+          f"{'% copy':>6} {'eager x':>7} ok")
+    ratios: dict[bool, list] = {False: [], True: []}
+    eager_ratios = []
+    for label, cu, best, bw, ok, e_cu, e_best in table:
         r = best / cu if cu and math.isfinite(best) else float("nan")
+        er = e_best / e_cu if e_cu and math.isfinite(e_best) else float("nan")
         if math.isfinite(r):
-            ratios.append(r)
-        print(f"{label:32} {cu or float('nan'):10.4f} {best:10.4f} {r:7.2f} {bw:6.2f} "
-              f"{100 * bw / copy:6.1f}% {'yes' if ok else 'NO'}")
-    if ratios:
-        gm = math.exp(sum(map(math.log, ratios)) / len(ratios))
-        print(f"geometric mean {gm:.3f}x the best SDPA backend, lowest {min(ratios):.3f}x")
+            ratios["ragged" in label].append(r)
+        if math.isfinite(er):
+            eager_ratios.append(er)
+        print(f"{label:36} {cu or float('nan'):9.4f} {best:9.4f} {r:6.2f} {bw:5.2f} "
+              f"{100 * bw / copy:5.1f}% {er:7.2f} {'yes' if ok else 'NO'}")
+
+    def gm(xs):
+        return math.exp(sum(map(math.log, xs)) / len(xs))
+    if ratios[False]:
+        print(f"equal lengths: geometric mean {gm(ratios[False]):.3f}x the best SDPA backend "
+              f"(kernel, cold L2), lowest {min(ratios[False]):.3f}x; eager call "
+              f"{gm(eager_ratios):.3f}x over all problems")
+    if ratios[True]:
+        print(f"ragged (peers on the padded cache): {gm(ratios[True]):.3f}x, lowest "
+              f"{min(ratios[True]):.3f}x")
     return 0
 
 

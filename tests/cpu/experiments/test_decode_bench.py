@@ -30,3 +30,69 @@ def test_existing_out_refused(tmp_path, capsys):
     assert decode_bench.main(["--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "exists" in err and err.count("\n") == 1
+
+
+def test_ragged_problems_and_bad_reps(tmp_path, capsys):
+    assert decode_bench.RAGGED and all(p[0] > 1 for p in decode_bench.RAGGED)
+    assert decode_bench.main(["--out", str(tmp_path / "y.csv"), "--reps", "2"]) == 2
+    assert "--reps" in capsys.readouterr().err
+    assert not (tmp_path / "y.csv").exists()
+
+
+def test_split_fit_set_is_not_the_bench_suite():
+    from experiments.tuning import decode_splits
+    assert not set(decode_splits.FIT) & set(decode_bench.PROBLEMS + decode_bench.RAGGED)
+    assert decode_splits.main(["--dry-run"]) == 0
+
+
+def test_split_fit_finds_constants_that_pick_the_fastest_measured(tmp_path):
+    """A synthetic run whose times follow the work model with (F, C) = (4, 400000): the fit
+    must recover choices as good as the truth's (ratio 1.0), and the report names the problems;
+    a run the model cannot follow (one split always fastest) is reported as such (ratio > 1)."""
+    import csv
+
+    import spec.decode as sd
+    from experiments.tuning import decode_splits as ds
+    from kernels.device.decode import packing
+    from kernels.host.decode import tile_n_for
+
+    def write(path, cost):
+        with path.open("w", newline="") as f:
+            w = csv.DictWriter(f, ds.FIELDS)
+            w.writeheader()
+            for p in ds.FIT:
+                for s in ds.ladder(p, 132):
+                    w.writerow(dict(zip(("B", "H", "H_kv", "S_q", "S_kv", "D"), p), splits=s,
+                                    ms=cost(p, s), spread=0.01, max_diff=0.0))
+
+    def model(p, s, F=4.0, C=400_000):
+        B, H, H_kv, S_q, S_kv, D = p
+        hg, _ = packing(H // H_kv, S_q)
+        saved = sd.FIXED_TILES, sd.MERGE_LAUNCH_BYTES
+        sd.FIXED_TILES, sd.MERGE_LAUNCH_BYTES = F, C
+        try:
+            tn = tile_n_for(D)
+            return sd.predicted_cost(s, units=B * H_kv * (H // H_kv // hg),
+                                     n=sd.n_tiles(S_kv, tn), slots=132,
+                                     tile_bytes=2 * tn * D * 2,
+                                     merge_bytes_per_split=B * H * S_q * D * 4)
+        finally:
+            sd.FIXED_TILES, sd.MERGE_LAUNCH_BYTES = saved
+
+    truth = tmp_path / "truth.csv"
+    write(truth, model)
+    rows = list(csv.DictReader(truth.open()))
+    report = ds.fit(rows, 132)
+    assert "geometric mean 1.000" in report[0], report[0]
+    assert len(report) == 2 + len(ds.FIT)
+    flat = tmp_path / "flat.csv"
+    write(flat, lambda p, s: 1.0 + s)                # more splits always slower: no (F, C)
+    line = ds.fit(list(csv.DictReader(flat.open())), 132)[0]      # of the model follows it
+    assert float(line.split("geometric mean ")[1].split(",")[0]) > 1.5, line
+    assert ds.main(["--fit", str(flat)]) == 0
+
+
+def test_split_fit_refuses_a_missing_run(tmp_path, capsys):
+    from experiments.tuning import decode_splits as ds
+    assert ds.main(["--fit", str(tmp_path / "nope")]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
