@@ -11,7 +11,8 @@
    caches).
 3. **Log**: ``<log-dir>/gpu-suite.log`` holds the plan, the warm step's output, each shard's
    output with its wall time and exit code, and a summary; ``durations.json`` the seconds of
-   every test (copy it to ``costs.json`` in this directory to plan the next run with them);
+   every test and ``function-costs.json`` the mean seconds per case of each test function (copy
+   that to ``costs.json`` in this directory to plan the next run with them);
    ``junit-*.xml``.
 
 The exit code is non-zero when the warm step or any shard failed, a shard collected nothing
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from tests.gpu.plan import junit_results, load_costs, plan
+from tests.gpu.plan import function_costs, junit_results, load_costs, plan
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGETS = ["tests/gpu"]
@@ -186,8 +187,10 @@ def main(argv=None) -> int:
         say(text.rstrip())
         if rc != 0 or len(got) != len(s.nodeids):
             failed_shards.append(s.index)
-    (logdir / "durations.json").write_text(json.dumps(
-        {k: round(v[1], 2) for k, v in sorted(outcomes.items())}, indent=0) + "\n")
+    durations = {k: round(v[1], 2) for k, v in sorted(outcomes.items())}
+    (logdir / "durations.json").write_text(json.dumps(durations, indent=0) + "\n")
+    (logdir / "function-costs.json").write_text(json.dumps(function_costs(durations),
+                                                           indent=0) + "\n")
     counts = {o: sum(1 for v in outcomes.values() if v[0] == o)
               for o in ("passed", "failed", "error", "skipped")}
     missing = sorted(set(ids) - set(outcomes))

@@ -5,10 +5,11 @@ builds stay in one process; a module of ``WHOLE_MODULES`` is one unit), cut into
 where one function alone would cost more than half a shard's fair share. Units go largest first to
 the least-loaded shard (ties: the lower shard), so the plan is deterministic for the same test ids
 and costs. The tests of ``ALONE`` (timing instruments) form one last shard that runs after the
-others, alone. A unit's cost is the sum of its cases' costs: the measured seconds of ``costs`` (a
-``durations.json`` a previous run wrote, committed as ``costs.json`` beside this module) where
-known, else the function's estimate in ``FUNCTION_COST``, else the module's in ``MODULE_COST``, else
-``DEFAULT_COST``. Every shard also pays ``SHARD_OVERHEAD`` (start-up, imports, collection).
+others, alone. A unit's cost is the sum of its cases' costs: the measured seconds of ``costs``
+where known (per test id from a previous run's ``durations.json``, or per case of a function from
+the compact ``function-costs.json`` it also writes, committed as ``costs.json`` beside this
+module), else the function's estimate in ``FUNCTION_COST``, else the module's in ``MODULE_COST``,
+else ``DEFAULT_COST``. Every shard also pays ``SHARD_OVERHEAD`` (start-up, imports, collection).
 tests/cpu/repository/test_gpu_runner.py tests this module.
 """
 from __future__ import annotations
@@ -59,6 +60,8 @@ def cost_of(nodeid: str, costs: dict[str, float]) -> float:
     if nodeid in costs:
         return float(costs[nodeid])
     path, func = split_id(nodeid)
+    if f"{path}::{func}" in costs:          # a function's measured mean per case
+        return float(costs[f"{path}::{func}"])
     return FUNCTION_COST.get(func, MODULE_COST.get(path, DEFAULT_COST))
 
 
@@ -142,8 +145,19 @@ def plan(nodeids: list[str], costs: dict[str, float] | None, n_shards: int) -> l
     return shards
 
 
+def function_costs(durations: dict[str, float]) -> dict[str, float]:
+    """{``file::function``: mean seconds per case} of a ``durations.json``: the compact table
+    committed as ``costs.json`` (a few kB where the per-test one is 120)."""
+    sums: dict[str, list[float]] = {}
+    for nodeid, sec in durations.items():
+        path, func = split_id(nodeid)
+        sums.setdefault(f"{path}::{func}", []).append(float(sec))
+    return {k: round(sum(v) / len(v), 3) for k, v in sorted(sums.items())}
+
+
 def load_costs(path: Path) -> dict[str, float]:
-    """A ``durations.json`` ({node id: seconds}); empty when the file is absent."""
+    """A ``durations.json`` ({node id: seconds}) or a ``function_costs`` table ({file::function:
+    seconds per case}); empty when the file is absent."""
     if not path.exists():
         return {}
     data = json.loads(path.read_text())

@@ -5,6 +5,7 @@ reader gives back the node ids."""
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import pytest
 
@@ -117,6 +118,15 @@ def test_plan_costs_measured_then_estimated():
     assert gp.cost_of("tests/gpu/test_backward_cuda.py::test_copy_task_trains_to_sdpa_loss[x]",
                       {}) == gp.FUNCTION_COST["test_copy_task_trains_to_sdpa_loss"]
     assert gp.cost_of("tests/gpu/test_new.py::test_y", {}) == gp.DEFAULT_COST
+    fc = gp.function_costs({"tests/gpu/test_a.py::test_f[1]": 1.0,
+                            "tests/gpu/test_a.py::test_f[2]": 3.0,
+                            "tests/gpu/test_a.py::test_g": 0.5})
+    assert fc == {"tests/gpu/test_a.py::test_f": 2.0, "tests/gpu/test_a.py::test_g": 0.5}
+    assert gp.cost_of("tests/gpu/test_a.py::test_f[9]", fc) == 2.0     # a case not yet run
+    assert gp.cost_of("tests/gpu/test_a.py::test_f[1]", {**fc, "tests/gpu/test_a.py::test_f[1]":
+                                                          7.0}) == 7.0  # the test's own first
+    committed = gp.load_costs(Path(gp.__file__).with_name("costs.json"))
+    assert committed and all("[" not in k and v >= 0 for k, v in committed.items())
     assert gp.plan([], {}, 4) == []
     with pytest.raises(ValueError):
         gp.plan(_ids(), {}, 0)
