@@ -28,9 +28,9 @@ at least a few tiles to amortise F. F (``FIXED_TILES`` K/V tiles' worth) and C
 (``MERGE_LAUNCH_BYTES``) are estimates (about 1 µs of a slot's ≈ 35 GB/s share of an H200's
 ≈ 4.8 TB/s; a launch ≈ 3 µs), to be fitted on the GPU, not measured values.
 Worked example (H200: 132 slots; B = 1, H = 32, H_kv = 8, S_q = 1, S_kv = 32K, D = 128, tiles of
-64 keys: n = 512, 32 KB each): one split is 8 CTAs on 132 slots, T = 512 tiles; 16 splits fill
-one wave of 128 CTAs with 32 tiles each, T ≈ 32 + F + a small merge; 33 splits (264 CTAs) are 2
-waves of 16 tiles: no better, so 16.
+128 keys: n = 256, 64 KB each): one split is 8 CTAs on 132 slots, T = 256 tiles; 16 splits fill
+one wave of 128 CTAs with 16 tiles each, T ≈ 16 + F + a small merge; 33 splits (264 CTAs) are 2
+waves of 8 tiles: 2·(8 + F), no better, so 16.
 """
 from __future__ import annotations
 

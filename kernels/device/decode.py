@@ -56,8 +56,7 @@ ZERO = PaddingMode.ZERO
 DEAD = -2.0 ** 80     # a row maximum below this (in qk_scale units) saw only masked keys
 MAX_M = 64            # packed rows of one CTA at most (128 spills on sm_90: 384 threads, 344 B)
 MIN_M = 16            # the packed rows at least (an MMA tile's smallest M)
-LATENCY_K = 2         # TMA load latency hints of the K and V tiles (tactics notes: 2..4)
-LATENCY_V = 2
+LATENCY = 2           # TMA load latency hint of the K and V tiles (tactics notes: 2..4)
 
 
 def pow2_at_least(n: int) -> int:
@@ -89,16 +88,16 @@ def packing(G: int, S_q: int) -> tuple[int, int]:
 
 
 def _kv_step(q, K, V, b, kvh, j, m_i, l_i, acc, qk_scale, L, lim, TILE_D: ConstInt,
-             TILE_N: ConstInt, CAUSAL: ConstBool, MASKED: ConstBool):
+             TILE_N: ConstInt, CAUSAL: ConstBool, MASKED: ConstBool, LAT: ConstInt):
     """One K/V tile j of the online softmax for the packed rows (``lim`` [M, 1]: the last key
     each row sees, causal). Returns the new (m, l, acc)."""
     kt = ct.load(K, index=(b, kvh, 0, j), shape=(1, 1, TILE_D, TILE_N), order=(0, 1, 3, 2),
-                 padding_mode=ZERO, latency=LATENCY_K)
+                 padding_mode=ZERO, latency=LAT)
     kt = ct.reshape(kt, (TILE_D, TILE_N))                                     # [D, TILE_N]
     qk = ct.full((q.shape[0], TILE_N), 0.0, dtype=ct.float32)
     qk = ct.mma(q, kt, qk)                                                    # [M, TILE_N]
     v = ct.load(V, index=(b, kvh, j, 0), shape=(1, 1, TILE_N, TILE_D), padding_mode=ZERO,
-                latency=LATENCY_V)
+                latency=LAT)
     v = ct.reshape(v, (TILE_N, TILE_D))                                       # [TILE_N, D]
     if MASKED:
         offs_n = j * TILE_N + ct.arange(TILE_N, dtype=ct.int32)               # [TILE_N]
@@ -119,7 +118,7 @@ def _kv_step(q, K, V, b, kvh, j, m_i, l_i, acc, qk_scale, L, lim, TILE_D: ConstI
 @ct.kernel
 def decode_split(Q, K, V, KvLen, Opart, Lpart, Out, qk_scale: float, TILE_D: ConstInt,
                  TILE_N: ConstInt, HG: ConstInt, SQP: ConstInt, CAUSAL: ConstBool,
-                 BOTTOM_RIGHT: ConstBool, SPLIT: ConstBool):
+                 BOTTOM_RIGHT: ConstBool, SPLIT: ConstBool, LAT: ConstInt):
     """Q [B, H, S_q, D]; K, V [B, H_kv, S_kv, D]; KvLen int32 [B]; Opart fp32 [splits, B, H,
     S_q, D] and Lpart fp32 [splits, B, H, S_q] (``SPLIT``), else Out like Q (the final output).
     Grid (splits, B·H_kv·(G/HG)): bid(0) the split, bid(1) = (b·H_kv + kvh)·(G/HG) + head chunk.
@@ -164,10 +163,10 @@ def decode_split(Q, K, V, KvLen, Opart, Lpart, Out, qk_scale: float, TILE_D: Con
     mid = ct.maximum(t0, ct.minimum(t1, n_full))
     for j in range(t0, mid):                                                  # unmasked
         m_i, l_i, acc = _kv_step(q, K, V, b, kvh, j, m_i, l_i, acc, qk_scale, L, lim, TILE_D,
-                                 TILE_N, CAUSAL, False)
+                                 TILE_N, CAUSAL, False, LAT)
     for j in range(mid, t1):                                                  # masked tail
         m_i, l_i, acc = _kv_step(q, K, V, b, kvh, j, m_i, l_i, acc, qk_scale, L, lim, TILE_D,
-                                 TILE_N, CAUSAL, True)
+                                 TILE_N, CAUSAL, True, LAT)
     dead = m_i < DEAD                                                         # [M, 1]
     o = ct.where(dead, 0.0, acc / ct.where(dead, 1.0, l_i))                   # [M, D]
     if SPLIT:
@@ -217,10 +216,10 @@ def get_kernels(occupancy: int | None = None):
 
 
 def split_constants(*, D: int, tile_n: int, hg: int, sqp: int, causal: bool,
-                    bottom_right: bool, split: bool) -> tuple:
+                    bottom_right: bool, split: bool, latency: int = LATENCY) -> tuple:
     """The constant arguments of ``decode_split`` after (…, qk_scale), in kernel order."""
     return (int(D), int(tile_n), int(hg), int(sqp), bool(causal),
-            bool(causal and bottom_right), bool(split))
+            bool(causal and bottom_right), bool(split), int(latency))
 
 
 def combine_constants(*, D: int, sqp: int) -> tuple:

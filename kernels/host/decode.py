@@ -2,13 +2,16 @@
 call and its cached launch.
 
 ``plan(problem, arch, splits=0)`` fixes, once per launch key, what the kernels specialise on:
-the K/V tile (``TILE_N = 8192 // D`` keys: 32 KB of K and V per tile at D = 64 and 128), the
+the K/V tile (``TILE_N = 16384 // D`` keys: 32 KB of K and 32 KB of V per tile at D = 64 and
+128: fewer, longer copies; 5% faster than 16 KB tiles over the fit problems of
+``experiments.tuning.decode_splits`` on an H200, where a second resident CTA, a deeper latency
+hint or smaller tiles at 2-4 CTAs per SM were 0-7% slower: explorations/README.md), the
 group packing (``decode.packing``: HG query heads × SQP rows per CTA, so each K/V tile is read
 once per group), and the number of splits, from ``spec.decode.choose_splits`` (the work model:
 enough CTAs to fill the GPU's resident slots, each split keeping at least a few K/V tiles; its
 docstring has the bandwidth argument) unless the call names them (``schedule="decode<N>"``).
 The slots are the arch's SMs × ``CTAS_PER_SM``: the sm_90 exports of the split kernel use 255
-registers at 256 threads (M ≤ 32, mma.sync) or 168 at 384 threads (M = 64, wgmma) and 130-230
+registers at 256 threads (M ≤ 32, mma.sync) or 168 at 384 threads (M = 64, wgmma) and 150-215
 KB of shared memory (tileiras pipelines the K/V loads), so one CTA per SM is resident.
 
 ``DecodeLaunch`` is what a repeated ``attention()`` call with the same key runs: the split kernel,
@@ -34,7 +37,7 @@ memory allow one)."""
 
 
 def tile_n_for(D: int) -> int:
-    return 8192 // D
+    return 16384 // D
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,8 @@ class DecodePlan:
     sqp: int         # padded query rows per head in the packed tile
     splits: int
     slots: int       # resident CTAs the work model filled
+    occupancy: int | None = None     # the split kernel's occupancy hint (None: the compiler's)
+    latency: int = 2                 # its K/V load latency hint (``decode.LATENCY``)
 
     @property
     def head_chunks(self) -> int:
@@ -66,26 +71,32 @@ class DecodePlan:
 
     @property
     def label(self) -> str:
+        extra = (f".occ{self.occupancy}" if self.occupancy else "") + (
+            f".lat{self.latency}" if self.latency != 2 else "")
         return (f"cutile.decode{self.splits}.g{self.hg}x{self.sqp}n{self.tile_n}"
-                f"d{self.problem.D}")
+                f"d{self.problem.D}{extra}")
 
 
-def plan(problem: Problem, num_sms: int, splits: int = 0) -> DecodePlan:
+def plan(problem: Problem, num_sms: int, splits: int = 0, *, tile_n: int | None = None,
+         occupancy: int | None = None, latency: int | None = None) -> DecodePlan:
     """The decode launch plan of ``problem`` on a GPU of ``num_sms`` SMs; ``splits`` 0: the work
-    model's."""
+    model's. ``tile_n``, ``occupancy`` (resident CTAs per SM asked of the compiler, which the
+    work model then fills) and ``latency`` override the defaults for an exploration of the
+    kernel's tactics (``explorations/decode_tactics.py``); ``attention()`` never passes them."""
     from kernels.device import decode
     if problem.S_q > DECODE_MAX_ROWS:
         raise UnsupportedVariant(f"S_q={problem.S_q}: the decode kernels take at most "
                                  f"{DECODE_MAX_ROWS} query rows per head; use a split-Q schedule "
                                  "(schedule=None or 'grid')")
-    tile_n = tile_n_for(problem.D)
+    tile_n = tile_n or tile_n_for(problem.D)
     hg, sqp = decode.packing(problem.group_size, problem.S_q)
-    slots = num_sms * CTAS_PER_SM
+    slots = num_sms * (occupancy or CTAS_PER_SM)
     if splits == 0:
         splits = choose_splits(B=problem.B, H=problem.H, H_kv=problem.H_kv, S_q=problem.S_q,
                                S_kv=problem.S_kv, D=problem.D, elt=2, tile_n=tile_n,
                                head_chunks=problem.group_size // hg, slots=slots)
-    return DecodePlan(problem, tile_n, hg, sqp, int(splits), slots)
+    return DecodePlan(problem, tile_n, hg, sqp, int(splits), slots, occupancy,
+                      decode.LATENCY if latency is None else int(latency))
 
 
 def check_lengths(kv_lengths, q) -> None:
@@ -119,12 +130,12 @@ class DecodeLaunch:
         self.plan = p
         self.device = device_index
         self.bottom_right = bottom_right
-        self.split, self.combine = decode.get_kernels()
+        self.split, self.combine = decode.get_kernels(p.occupancy)
         self.grid = p.grid
         self.cgrid = (pr.B * pr.H, 1, 1)
         self.tail = (fmha.qk_scale_for(pr.D, 6, scale),) + decode.split_constants(
             D=pr.D, tile_n=p.tile_n, hg=p.hg, sqp=p.sqp, causal=pr.causal,
-            bottom_right=bottom_right, split=p.splits > 1)
+            bottom_right=bottom_right, split=p.splits > 1, latency=p.latency)
         self.ctail = decode.combine_constants(D=pr.D, sqp=p.combine_rows)
         self.lens = torch.full((pr.B,), pr.S_kv, dtype=torch.int32, device=dev)
         self.dummies = (torch.zeros((1, 1, 1, 1, pr.D), dtype=torch.float32, device=dev),

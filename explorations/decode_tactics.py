@@ -1,0 +1,149 @@
+"""The split-K/V decode kernel's tactics: K/V tile, occupancy hint and load latency hint.
+
+    python -m explorations.decode_tactics [--reps 15] [--out FILE.csv]
+
+Decode streams K and V once; on an H200 one CTA per SM (the production plan) must keep about
+36 GB/s of loads in flight to draw its share of the bandwidth, which the production kernel does
+not on problems of a few hundred CTAs (the decode bench: 57% of the copy bandwidth at B=1,
+H=32/8, S_kv=32K). More resident CTAs per SM (an occupancy hint), deeper load pipelining (a
+latency hint) or larger K/V tiles (fewer, longer copies) are the three ways to put more bytes in
+flight. Each variant runs the work model's split count for its own resident slots
+(``kernels.host.decode.plan``), on the fit problems of ``experiments.tuning.decode_splits.FIT``
+(never the decode bench's, which judges the result): checked first against the fp32 reference on
+a NaN-poisoned output, then timed interleaved with the production plan and SDPA's flash and cuDNN
+backends, cold L2 (``experiments.measurement.timing``). Prints a table (median us per problem
+and variant, and each variant's geometric mean against the production plan); ``--out`` also
+writes every sample's median as CSV. The builds are compiled first in parallel.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import sys
+from pathlib import Path
+
+# (tile_n at D=128, tile_n at D=64, occupancy hint, latency hint); None: production's
+VARIANTS = {
+    "prod": (None, None, None, None),
+    "occ2": (None, None, 2, None),
+    "occ3": (None, None, 3, None),
+    "lat4": (None, None, None, 4),
+    "occ2.lat4": (None, None, 2, 4),
+    "n128": (128, 256, None, None),
+    "n128.lat3": (128, 256, None, 3),
+    "n32.occ2": (32, 64, 2, None),
+    "n32.occ4": (32, 64, 4, None),
+}
+
+
+def _problem(p):
+    from spec import Problem
+    B, H, H_kv, S_q, S_kv, D = p
+    return Problem(B=B, H=H, H_kv=H_kv, S_q=S_q, S_kv=S_kv, D=D, dtype="bf16", causal=False)
+
+
+def _plan(p, name: str, sms: int):
+    from kernels.host.decode import plan
+    n128, n64, occ, lat = VARIANTS[name]
+    pr = _problem(p)
+    return plan(pr, sms, tile_n=n128 if pr.D == 128 else n64, occupancy=occ, latency=lat)
+
+
+def _warm(jobs) -> list[str]:
+    """Compile each (problem, variant) in this worker (cuda.tile's disk cache keeps it)."""
+    import torch
+
+    from kernels.host.decode import DecodeLaunch
+    errors = []
+    for p, name, sms in jobs:
+        try:
+            pl = _plan(p, name, sms)
+            B, H, H_kv, S_q, S_kv, D = p
+            q = torch.randn(B, H, S_q, D, device="cuda", dtype=torch.bfloat16)
+            k = torch.randn(B, H_kv, S_kv, D, device="cuda", dtype=torch.bfloat16)
+            DecodeLaunch(pl, 0)(q, k, k, torch.empty_like(q))
+            torch.cuda.synchronize()
+        except Exception as e:  # noqa: BLE001 - reported; the timing skips the variant
+            errors.append(f"{p} {name}: {type(e).__name__}: {str(e)[:200]}")
+    return errors
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m explorations.decode_tactics",
+                                 description=__doc__.split("\n\n")[0])
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--out", type=Path)
+    a = ap.parse_args(argv)
+    if a.out is not None and a.out.exists():
+        print(f"decode_tactics: {a.out} exists; pass a new path", file=sys.stderr)
+        return 2
+    import torch
+    import torch.nn.functional as F
+
+    from experiments.measurement.timing import time_interleaved
+    from experiments.speed.eager import sdpa_peers
+    from experiments.tuning.decode_splits import FIT
+    from kernels.host.decode import DecodeLaunch
+    from kernels.host.warm import _in_processes
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    errors = _in_processes(_warm, [(p, n, sms) for p in FIT for n in VARIANTS], None)
+    for e in errors:
+        print("build:", e)
+    rows, table = [], {}
+    for p in FIT:
+        B, H, H_kv, S_q, S_kv, D = p
+        g = torch.Generator(device="cuda").manual_seed(hash(p) % 2 ** 31)
+        q = torch.randn(B, H, S_q, D, device="cuda", dtype=torch.bfloat16, generator=g)
+        k = torch.randn(B, H_kv, S_kv, D, device="cuda", dtype=torch.bfloat16, generator=g)
+        v = torch.randn_like(k)
+        with torch.no_grad():
+            ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(),
+                                                 enable_gqa=H != H_kv)
+            half = F.scaled_dot_product_attention(q, k, v, enable_gqa=H != H_kv)
+            tol = 2 * (half.float() - ref).abs().max().item() + 2e-3
+            fns, splits = {}, {}
+            for name in VARIANTS:
+                try:
+                    pl = _plan(p, name, sms)
+                    launch = DecodeLaunch(pl, 0)
+                    out = torch.full_like(q, float("nan"))
+                    launch(q, k, v, out)
+                    err = (out.float() - ref).abs().max().item()
+                    if not err <= tol:
+                        print(f"{p} {name}: max error {err:.3g} > {tol:.3g}, not timed")
+                        continue
+                except Exception as e:  # noqa: BLE001 - a variant that does not build
+                    print(f"{p} {name}: {type(e).__name__}: {str(e)[:120]}")
+                    continue
+                fns[name] = (lambda launch=launch, o=out: launch(q, k, v, o))
+                splits[name] = pl.splits
+            fns.update({n: (lambda f=f: f(q, k, v)) for n, f in sdpa_peers(False, H != H_kv)
+                        .items()})
+            t = time_interleaved(fns, reps=a.reps, l2="cold")
+        kv_bytes = 2 * B * H_kv * S_kv * D * 2
+        for name, smp in t.items():
+            rows.append(dict(problem=str(p), variant=name, splits=splits.get(name, ""),
+                             us=smp.median * 1e3, spread=smp.spread,
+                             tbs=kv_bytes / (smp.median * 1e-3) / 1e12))
+            table.setdefault(name, {})[p] = smp.median * 1e3
+    names = list(table)
+    print(f"{'problem':30} " + " ".join(f"{n:>9}" for n in names))
+    for p in FIT:
+        print(f"{str(p):30} " + " ".join(f"{table[n].get(p, math.nan):9.1f}" for n in names))
+    for n in names:
+        common = [p for p in FIT if p in table[n] and p in table["prod"]]
+        if common:
+            gm = math.exp(sum(math.log(table["prod"][p] / table[n][p]) for p in common)
+                          / len(common))
+            print(f"{n}: {gm:.3f}x prod over {len(common)} problems")
+    if a.out is not None:
+        with a.out.open("w", newline="") as f:
+            w = csv.DictWriter(f, list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
