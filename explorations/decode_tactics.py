@@ -85,9 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     from experiments.speed.eager import sdpa_peers
     from experiments.tuning.decode_splits import FIT
     from kernels.host.decode import DecodeLaunch
-    from kernels.host.warm import _in_processes
+    from kernels.host.warm import in_processes
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    errors = _in_processes(_warm, [(p, n, sms) for p in FIT for n in VARIANTS], None)
+    errors = in_processes(_warm, [(p, n, sms) for p in FIT for n in VARIANTS], None)
     for e in errors:
         print("build:", e)
     rows, table = [], {}

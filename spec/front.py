@@ -36,12 +36,12 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from .family import BadInput
-from .ops import check_metadata, op_spelling, resolve_scale
+from .ops import check_lengths, check_metadata, op_spelling, resolve_scale
 from .problem import Tiles
 
 Tensor = torch.Tensor
 
-SHARED = ("causal", "order", "schedule", "tiles", "scale", "out", "backward_order",
+SHARED = ("causal", "order", "schedule", "tiles", "scale", "out", "kv_lengths", "backward_order",
           "backward_schedule", "backward_tiles")
 """The keyword arguments of every family's ``attention()``, in order; the knobs follow."""
 
@@ -50,19 +50,22 @@ class Family:
     """What a kernel family gives the front. ``name`` names its operators; ``knobs`` maps each
     family-specific keyword to its default.
 
-    ``forward(q, k, v, out, save_lse, causal, order, schedule, tiles, scale, **knobs)`` returns
-    (out, lse or None): the eager forward (``out`` None: allocate like q), with ``save_lse`` the
-    training build that also stores the log-sum-exp. ``backward(dout, q, k, v, out, lse, causal,
-    scale, order, schedule, tiles, **knobs)`` returns (dq, dk, dv). ``lse_like(q)`` allocates the
-    log-sum-exp buffer the training forward returns and ``grad_like(t)`` a gradient of ``t`` as
-``backward`` lays it out (both also on fake tensors). ``check(q, k, v,
-    causal, out)`` is the metadata check the fake implementations run while tracing.
-    ``check_training(knobs)`` refuses, in one line, knobs that have no backward."""
+    ``forward(q, k, v, out, save_lse, causal, order, schedule, tiles, scale, kv_lengths,
+    **knobs)`` returns (out, lse or None): the eager forward (``out`` None: allocate like q),
+    with ``save_lse`` the training build that also stores the log-sum-exp; ``kv_lengths`` None
+    or the checked per-sequence cache lengths (an inference call: never with ``save_lse``).
+    ``backward(dout, q, k, v, out, lse, causal, scale, order, schedule, tiles, **knobs)``
+    returns (dq, dk, dv). ``lse_like(q)`` allocates the log-sum-exp buffer the training forward
+    returns and ``grad_like(t)`` a gradient of ``t`` as ``backward`` lays it out (both also on
+    fake tensors). ``check(q, k, v, causal, out, kv_lengths)`` is the metadata check the fake
+    implementations run while tracing. ``check_training(knobs)`` refuses, in one line, knobs
+    that have no backward."""
 
     name: str = ""
     knobs: dict[str, Any] = {}
 
-    def forward(self, q, k, v, out, save_lse, causal, order, schedule, tiles, scale, **knobs):
+    def forward(self, q, k, v, out, save_lse, causal, order, schedule, tiles, scale,
+                kv_lengths=None, **knobs):
         raise NotImplementedError
 
     def backward(self, dout, q, k, v, out, lse, causal, scale, order, schedule, tiles, **knobs):
@@ -80,8 +83,10 @@ class Family:
         """The layout ``backward`` returns a gradient of ``t`` in (also on fake tensors)."""
         return torch.empty_like(t)
 
-    def check(self, q, k, v, causal, out=None) -> None:
+    def check(self, q, k, v, causal, out=None, kv_lengths=None) -> None:
         check_metadata(q, k, v, causal, out)
+        if kv_lengths is not None:
+            check_lengths(kv_lengths, q)
 
     def check_training(self, knobs: dict) -> None:
         """Nothing to refuse by default."""
@@ -153,15 +158,16 @@ def register(fam: Family) -> Callable:
                      schedule: Optional[str], tile_m: Optional[int], tile_n: Optional[int],
                      scale: Optional[float], save_lse: bool, backward_order: str,
                      backward_schedule: Optional[str], backward_tile_m: Optional[int],
-                     backward_tile_n: Optional[int], knobs: str) -> tuple[Tensor, Tensor]:
+                     backward_tile_n: Optional[int], knobs: str,
+                     kv_lengths: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
         out, lse = fam.forward(q, k, v, None, save_lse, causal, order, schedule,
-                               _tiles(tile_m, tile_n), scale, **_knobs(knobs))
+                               _tiles(tile_m, tile_n), scale, kv_lengths, **_knobs(knobs))
         return out, lse if lse is not None else q.new_empty((0,), dtype=torch.float32)
 
     @attention_op.register_fake
     def _(q, k, v, causal, order, schedule, tile_m, tile_n, scale, save_lse, backward_order,
-          backward_schedule, backward_tile_m, backward_tile_n, knobs):
-        fam.check(q, k, v, causal)
+          backward_schedule, backward_tile_m, backward_tile_n, knobs, kv_lengths=None):
+        fam.check(q, k, v, causal, None, kv_lengths)
         lse = fam.lse_like(q) if save_lse else q.new_empty((0,), dtype=torch.float32)
         return torch.empty_like(q), lse
 
@@ -179,7 +185,7 @@ def register(fam: Family) -> Callable:
 
     def setup_context(ctx, inputs, output):
         (q, k, v, causal, _, _, _, _, scale, save_lse, border, bschedule, btm, btn,
-         knobs) = inputs
+         knobs, _) = inputs
         out, lse = output
         ctx.mark_non_differentiable(lse)
         ctx.save_for_backward(q, k, v, out, lse)
@@ -193,20 +199,20 @@ def register(fam: Family) -> Callable:
                                "again with grad enabled to differentiate it")
         q, k, v, out, lse = ctx.saved_tensors
         dq, dk, dv = backward_op(dout, q, k, v, out, lse, *ctx.args)
-        return (dq, dk, dv) + (None,) * 12
+        return (dq, dk, dv) + (None,) * 13
 
     torch.library.register_autograd(name, backward, setup_context=setup_context)
 
     @torch.library.custom_op(f"{name}_out", mutates_args=("out",))
     def out_op(q: Tensor, k: Tensor, v: Tensor, out: Tensor, causal: bool, order: str,
                schedule: Optional[str], tile_m: Optional[int], tile_n: Optional[int],
-               scale: Optional[float], knobs: str) -> None:
+               scale: Optional[float], knobs: str, kv_lengths: Optional[Tensor] = None) -> None:
         fam.forward(q, k, v, out, False, causal, order, schedule, _tiles(tile_m, tile_n), scale,
-                    **_knobs(knobs))
+                    kv_lengths, **_knobs(knobs))
 
     @out_op.register_fake
-    def _(q, k, v, out, causal, order, schedule, tile_m, tile_n, scale, knobs):
-        fam.check(q, k, v, causal, out)
+    def _(q, k, v, out, causal, order, schedule, tile_m, tile_n, scale, knobs, kv_lengths=None):
+        fam.check(q, k, v, causal, out, kv_lengths)
 
     return attention_op
 
@@ -218,8 +224,8 @@ def make_attention(fam: Family) -> Callable:
     defaults = dict(fam.knobs)
 
     def attention(q, k, v, *, causal=False, order="linear", schedule=None, tiles=None,
-                  scale=None, out=None, backward_order=None, backward_schedule=None,
-                  backward_tiles=None, **knobs):
+                  scale=None, out=None, kv_lengths=None, backward_order=None,
+                  backward_schedule=None, backward_tiles=None, **knobs):
         if knobs:
             unknown = knobs.keys() - defaults.keys()
             if unknown:
@@ -230,6 +236,10 @@ def make_attention(fam: Family) -> Callable:
         else:
             knobs = defaults
         if _needs_grad(q, k, v):
+            if kv_lengths is not None:
+                raise BadInput("attention(kv_lengths=...) has no backward (a decode call over a "
+                               "cache) and q, k or v requires grad: call it under "
+                               "torch.no_grad(), or pass no lengths to train")
             if out is not None:
                 raise BadInput("attention(out=...) cannot be differentiated and q, k or v "
                                "requires grad: drop out= (the result is then differentiable) "
@@ -248,11 +258,12 @@ def make_attention(fam: Family) -> Callable:
             o, s, tm, tn = op_spelling(order, schedule, tiles)
             if out is None:
                 return attention_op(q, k, v, causal, o, s, tm, tn, _scale_arg(scale), False, o,
-                                    None, None, None, knob_text(knobs))[0]
-            out_op(q, k, v, out, causal, o, s, tm, tn, _scale_arg(scale), knob_text(knobs))
+                                    None, None, None, knob_text(knobs), kv_lengths)[0]
+            out_op(q, k, v, out, causal, o, s, tm, tn, _scale_arg(scale), knob_text(knobs),
+                   kv_lengths)
             return out
         return fam.forward(q, k, v, out, False, causal, order, schedule, tiles, scale,
-                           **knobs)[0]
+                           kv_lengths, **knobs)[0]
 
     params = list(inspect.signature(attention).parameters.values())[:-1]
     params += [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d)
@@ -275,7 +286,11 @@ the scan of the backward's passes. ``schedule``: "grid", "tile<X>", "static<P>",
 ``tiles``: (TILE_M, TILE_N) or None. ``backward_schedule``: "grid" or "static<P>" (None: the
 default); ``backward_tiles``: (TILE_M query rows, TILE_N keys) of the backward's tiles (None:
 the default). ``scale``: SDPA's ``scale=`` (None: 1/sqrt(D)). ``out``: write the result there
-(no gradient then). With grad enabled and q, k or v requiring grad, the forward also stores the
+(no gradient then). ``kv_lengths``: an int32 tensor [B] on q's device, each sequence's cache
+length (keys from it on are ignored; ``causal`` then aligns each sequence's last query row with
+its last valid key, as FlashAttention's ``cache_seqlens``); read on the device only (eager,
+``torch.compile`` and CUDA graphs alike), for inference calls of at most 16 query rows per head
+(the decode kernels). With grad enabled and q, k or v requiring grad, the forward also stores the
 log-sum-exp and the result is differentiable. Returns the output tensor.
 
 Knobs of this family: {knobs}

@@ -4,7 +4,8 @@ A ``torch.library`` operator takes tensors, scalars and strings: ``op_spelling``
 function's order, schedule and tiles arguments (strings or spec objects) into labels and ints,
 and ``check_metadata`` is the eager path's tensor check (``spec.family.problem_from_tensors``) as
 the operators' fake implementations run it while ``torch.compile`` traces: on fake tensors,
-where a shape may be symbolic (dynamic shapes). Nothing here imports torch.
+where a shape may be symbolic (dynamic shapes); ``check_lengths`` the same for ``kv_lengths``.
+Nothing here imports torch.
 """
 from __future__ import annotations
 
@@ -56,3 +57,20 @@ def check_metadata(q, k, v, causal: bool, out=None) -> None:
     except InvalidProblem:
         if all(isinstance(d, int) for t in (q, k) for d in t.shape):
             raise
+
+
+def check_lengths(kv_lengths, q) -> None:
+    """One line for per-sequence cache lengths that are not an int32 tensor [B] on q's device.
+    Their values are not read: that would need a device sync per call and breaks CUDA-graph
+    capture; the decode kernels clamp a length above S_kv to S_kv and treat a negative one as 0.
+    Also on fake tensors (their dtype, shape and device are real)."""
+    shape = getattr(kv_lengths, "shape", None)
+    ok = (shape is not None and str(getattr(kv_lengths, "dtype", "")) == "torch.int32"
+          and getattr(kv_lengths, "device", None) == q.device and len(shape) == 1
+          and shape[0] == q.shape[0])
+    if not ok:
+        what = (f"{kv_lengths.dtype} {tuple(shape)} on {kv_lengths.device}"
+                if shape is not None and hasattr(kv_lengths, "device")
+                else type(kv_lengths).__name__)
+        raise BadInput(f"kv_lengths: {what}; pass an int32 tensor of shape ({q.shape[0]},) on "
+                       f"{q.device} (one cache length per batch entry)")

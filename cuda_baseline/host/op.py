@@ -22,7 +22,7 @@ from cuda_baseline.host import launch, training
 from cuda_baseline.host.backend import check_strides
 from spec.family import BadInput
 from spec.front import ATTENTION_DOC, Family, make_attention
-from spec.ops import check_metadata, resolve_scale
+from spec.ops import resolve_scale
 from spec.variant import DEFAULT_STAGES
 
 
@@ -44,7 +44,10 @@ class CudaFront(Family):
     knobs = {"stages": None, "backward_options": None}
 
     def forward(self, q, k, v, out, save_lse, causal, order, schedule, tiles, scale,
-                stages=None, backward_options=None):
+                kv_lengths=None, stages=None, backward_options=None):
+        if kv_lengths is not None:
+            raise BadInput("kv_lengths=: the CUDA family has no decode kernels yet; "
+                           "kernels.attention (cuTile) takes per-sequence lengths")
         if save_lse:
             return training.forward(q, k, v, causal, order, schedule, tiles,
                                     resolve_scale(scale, q.shape[-1]))
@@ -59,8 +62,8 @@ class CudaFront(Family):
     def grad_like(self, t):
         return t.new_empty(t.shape)           # training.backward returns contiguous gradients
 
-    def check(self, q, k, v, causal, out=None):
-        check_metadata(q, k, v, causal, out)
+    def check(self, q, k, v, causal, out=None, kv_lengths=None):
+        super().check(q, k, v, causal, out, kv_lengths)
         check_strides(q, k, v, out)
 
     def check_training(self, knobs):

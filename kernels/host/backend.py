@@ -22,7 +22,7 @@ from spec import arch as arch_registry
 from spec import family
 from spec.decode import DECODE_MAX_ROWS, DecodeSchedule
 from spec.family import BadInput, UnsupportedVariant, problem_from_tensors
-from spec.ops import resolve_scale
+from spec.ops import check_lengths, resolve_scale
 from spec.orders import OrderKind, ScanOrder
 from spec.problem import Problem, TileGrid, Tiles
 from spec.schedules import CtaSchedule, ScheduleKind, section_heads
@@ -437,7 +437,6 @@ def _new_launch(q, k, v, out, causal, order, schedule, tiles, occupancy, arch, l
     problem = problem_from_tensors(q, k, v, causal, out)
     scale = resolve_scale(scale, problem.D) if scale is not None else None
     if lengths is not None:
-        from kernels.host.decode import check_lengths
         check_lengths(lengths, q)
     if save_lse and level < 2:
         raise UnsupportedVariant(f"level={level}: the training forward (log-sum-exp for the "
@@ -518,7 +517,6 @@ def launch_for(q, k, v, causal=False, order="linear", schedule=None, tiles=None,
     except (AttributeError, TypeError):   # not tensors, or an unhashable argument
         problem_from_tensors(q, k, v, causal, out)      # names the tensor that is not one
         if kv_lengths is not None:
-            from kernels.host.decode import check_lengths
             check_lengths(kv_lengths, q)
         resolve_scale(scale, q.shape[-1])               # names a scale that is not a number
         raise BadInput(f"tiles={tiles!r}, order={order!r}, schedule={schedule!r}: pass a Tiles "

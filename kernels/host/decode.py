@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from spec.decode import DECODE_MAX_ROWS, choose_splits
-from spec.family import BadInput, UnsupportedVariant
+from spec.family import UnsupportedVariant
 from spec.problem import Problem
 
 CTAS_PER_SM = 1
@@ -97,18 +97,6 @@ def plan(problem: Problem, num_sms: int, splits: int = 0, *, tile_n: int | None 
                                head_chunks=problem.group_size // hg, slots=slots)
     return DecodePlan(problem, tile_n, hg, sqp, int(splits), slots, occupancy,
                       decode.LATENCY if latency is None else int(latency))
-
-
-def check_lengths(kv_lengths, q) -> None:
-    """One line for lengths that are not an int32 tensor [B] on q's device (their values are
-    not read: module docstring)."""
-    import torch
-    if not (isinstance(kv_lengths, torch.Tensor) and kv_lengths.dtype == torch.int32
-            and kv_lengths.device == q.device and tuple(kv_lengths.shape) == (q.shape[0],)):
-        what = (f"{kv_lengths.dtype} {tuple(kv_lengths.shape)} on {kv_lengths.device}"
-                if isinstance(kv_lengths, torch.Tensor) else type(kv_lengths).__name__)
-        raise BadInput(f"kv_lengths: {what}; pass an int32 tensor of shape ({q.shape[0]},) on "
-                       f"{q.device} (one cache length per batch entry)")
 
 
 class DecodeLaunch:

@@ -22,11 +22,11 @@ class CutileFront(Family):
     knobs = {"occupancy": None, "arch": None, "level": 6}
 
     def forward(self, q, k, v, out, save_lse, causal, order, schedule, tiles, scale,
-                occupancy=None, arch=None, level=6):
+                kv_lengths=None, occupancy=None, arch=None, level=6):
         lse = backward.stat_buffer(q) if save_lse else None
         out = backend.attention(q, k, v, causal=causal, order=order, schedule=schedule,
                                 tiles=tiles, occupancy=occupancy, arch=arch, level=level,
-                                out=out, scale=scale, lse=lse)
+                                out=out, scale=scale, lse=lse, kv_lengths=kv_lengths)
         return out, lse
 
     def backward(self, dout, q, k, v, out, lse, causal, scale, order, schedule, tiles,

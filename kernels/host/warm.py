@@ -81,7 +81,7 @@ def _run(jobs: list[Job]) -> list[str]:
     return errors
 
 
-def _in_processes(run, jobs, workers: int | None) -> list[str]:
+def in_processes(run, jobs, workers: int | None) -> list[str]:
     """``run`` over the distinct ``jobs`` dealt to ``workers`` spawned processes; the error
     strings of every chunk (empty when all built)."""
     import multiprocessing as mp
@@ -97,7 +97,7 @@ def _in_processes(run, jobs, workers: int | None) -> list[str]:
 
 def warm(jobs, workers: int | None = None) -> list[str]:
     """Compile ``jobs`` in ``workers`` processes; returns error strings (empty when all built)."""
-    return _in_processes(_run, jobs, workers)
+    return in_processes(_run, jobs, workers)
 
 
 def _run_training(jobs: list) -> list[str]:
@@ -135,7 +135,7 @@ def _run_training(jobs: list) -> list[str]:
 
 def warm_training(jobs, workers: int | None = None) -> list[str]:
     """``warm`` for the training path: (Problem, BackwardConfig or None: the default) jobs."""
-    return _in_processes(_run_training, jobs, workers)
+    return in_processes(_run_training, jobs, workers)
 
 
 def _run_backward_traces(jobs: list) -> list[str]:
@@ -166,7 +166,7 @@ def _run_backward_traces(jobs: list) -> list[str]:
 def warm_backward_traces(jobs, workers: int | None = None) -> list[str]:
     """``warm`` for the backward's trace builds: (Problem, BackwardConfig, "dkdv" or "dq")
     jobs."""
-    return _in_processes(_run_backward_traces, jobs, workers)
+    return in_processes(_run_backward_traces, jobs, workers)
 
 
 @dataclass(frozen=True)
@@ -214,4 +214,4 @@ def _run_decode(jobs: list) -> list[str]:
 
 def warm_decode(jobs, workers: int | None = None) -> list[str]:
     """Compile the decode ``jobs`` (``DecodeJob``) in ``workers`` processes; error strings."""
-    return _in_processes(_run_decode, jobs, workers)
+    return in_processes(_run_decode, jobs, workers)

@@ -218,3 +218,104 @@ def test_cuda_graph_with_lengths():
         torch.cuda.synchronize()
         ref, half = _masked_reference(q, k, v, lengths, True)
         _check(out, ref, half, f"graph replay, lengths {lengths}")
+
+
+# ------------------------------------------------------------------------------------------------
+# kv_lengths through the public front: eager, torch.compile(fullgraph=True), a captured graph
+# ------------------------------------------------------------------------------------------------
+PUBLIC = dict(B=3, H=16, H_kv=4, S_kv=5000, S_q=4, D=128, causal=True, dtype="bf16")
+
+
+@pytest.mark.parametrize("mode", ("eager", "compile", "compile-out", "graph"))
+def test_public_kv_lengths(mode):
+    """``kernels.attention(..., kv_lengths=)`` in each mode against the fp32 masked reference,
+    the output NaN-poisoned first, the cache past each length NaN; two sets of lengths through
+    the same compiled function or captured graph (the lengths are read on the device)."""
+    import torch
+
+    from kernels import attention
+    c = PUBLIC
+    q, k, v = _inputs(c, 21, [c["S_kv"]] * c["B"])
+    lens = torch.empty(c["B"], dtype=torch.int32, device="cuda")
+    sets = ([5000, 1, 2500], [17, 4999, 4])
+
+    def call(q, k, v, lens):
+        return attention(q, k, v, causal=True, kv_lengths=lens)
+
+    def into(q, k, v, lens, out):
+        attention(q, k, v, causal=True, kv_lengths=lens, out=out)
+        return out
+
+    out = torch.empty_like(q)
+    if mode == "compile":
+        torch._dynamo.reset()
+        fn = torch.compile(call, fullgraph=True)
+    elif mode == "compile-out":
+        torch._dynamo.reset()
+        fn = torch.compile(into, fullgraph=True)
+    elif mode == "graph":
+        lens.copy_(torch.tensor(sets[0], dtype=torch.int32))
+        into(q, k, v, lens, out)                       # set up outside the capture
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        s = torch.cuda.Stream()
+        with torch.cuda.stream(s), torch.cuda.graph(g):
+            into(q, k, v, lens, out)
+    for lengths in sets:
+        lens.copy_(torch.tensor(lengths, dtype=torch.int32))
+        kk, vv = k.clone(), v.clone()
+        for b, L in enumerate(lengths):
+            kk[b, :, L:] = float("nan")
+            vv[b, :, L:] = float("nan")
+        k.copy_(kk)
+        v.copy_(vv)
+        with torch.no_grad():
+            if mode == "eager":
+                got = call(q, k, v, lens)
+            elif mode == "compile":
+                got = fn(q, k, v, lens)
+            elif mode == "compile-out":
+                got = fn(q, k, v, lens, torch.full_like(q, float("nan")))
+            else:
+                out.fill_(float("nan"))
+                g.replay()
+                got = out
+        torch.cuda.synchronize()
+        ref, half = _masked_reference(q, k, v, lengths, True)
+        _check(got, ref, half, f"{mode}, lengths {lengths}")
+        k.copy_(torch.nan_to_num(k))
+        v.copy_(torch.nan_to_num(v))
+
+
+def test_public_kv_lengths_refusals():
+    """Bad lengths in one line, eagerly and while tracing; lengths with a gradient, with more
+    query rows than the decode kernels take, and in the CUDA family refused in one line."""
+    import torch
+
+    import cuda_baseline
+    from kernels import attention
+    from spec.family import BadInput, UnsupportedVariant
+    c = dict(PUBLIC, causal=False)
+    q, k, v = _inputs(c, 23)
+    for bad, needle in ((torch.tensor([5, 6, 7], device="cuda"), "int64"),
+                        (torch.tensor([5, 6, 7], dtype=torch.int32), "cpu"),
+                        (torch.tensor([5], dtype=torch.int32, device="cuda"), r"\(1,\)")):
+        with pytest.raises(BadInput, match=needle) as e:
+            attention(q, k, v, kv_lengths=bad)
+        assert "\n" not in str(e.value)
+        torch._dynamo.reset()
+        compiled = torch.compile(lambda q, k, v, L: attention(q, k, v, kv_lengths=L),
+                                 fullgraph=True, backend="eager")
+        with pytest.raises(Exception) as traced:
+            compiled(q, k, v, bad)
+        assert isinstance(traced.value, BadInput) or str(e.value) in str(traced.value)
+    lens = torch.full((c["B"],), 100, dtype=torch.int32, device="cuda")
+    with pytest.raises(BadInput, match="no backward"):
+        attention(q.clone().requires_grad_(True), k, v, kv_lengths=lens)
+    long_q = torch.randn(c["B"], c["H"], 64, c["D"], device="cuda", dtype=q.dtype)
+    with pytest.raises((BadInput, UnsupportedVariant)) as e:
+        attention(long_q, k, v, kv_lengths=lens)
+    assert "\n" not in str(e.value)
+    with pytest.raises(BadInput) as e:
+        cuda_baseline.attention(q, k, v, kv_lengths=lens)
+    assert "\n" not in str(e.value)

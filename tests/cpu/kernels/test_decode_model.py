@@ -319,8 +319,8 @@ def test_plan():
     pytest.importorskip("cuda.tile")
     from kernels.host.decode import plan
     p = plan(_problem(), 132)
-    assert (p.tile_n, p.hg, p.sqp, p.splits) == (64, 4, 4, 16)
+    assert (p.tile_n, p.hg, p.sqp, p.splits) == (128, 4, 4, 16)
     assert p.grid == (16, 8, 1)
     p = plan(_problem(H=32, H_kv=1, S_q=16, D=64), 132, splits=3)
-    assert (p.tile_n, p.hg, p.sqp, p.splits, p.head_chunks) == (128, 4, 16, 3, 8)
+    assert (p.tile_n, p.hg, p.sqp, p.splits, p.head_chunks) == (256, 4, 16, 3, 8)
     assert p.grid == (3, 8, 1)
