@@ -7,6 +7,8 @@ head and merge the partial results through their log-sum-exp. Here, once:
 * ``DecodeSchedule``: the ``schedule=`` labels that ask for it: "decode" (the work model's
   number of splits) and "decode<N>" (N splits); ``DecodeSchedule.parse`` answers None for any
   other label, which names a split-Q CTA schedule (``spec.schedules.CtaSchedule``).
+* ``packing``: how many query heads of a GQA group (× their padded rows) one CTA packs as the
+  M rows of its tile, so each K/V tile it loads serves the whole pack.
 * ``chunk_of`` / ``split_tiles``: which K/V tiles split s scans (a contiguous chunk).
 * ``choose_splits``: the work model choosing the number of splits (no shape table).
 
@@ -40,6 +42,12 @@ from dataclasses import dataclass
 
 DECODE_MAX_ROWS = 16
 """Query rows per head at most for the decode kernels (speculative decoding's few tokens)."""
+
+DECODE_MAX_M = 64
+"""Packed rows of one CTA at most (the cuTile build of M = 128 spills on sm_90: 384 threads,
+344 B)."""
+DECODE_MIN_M = 16
+"""Packed rows at least (an MMA tile's smallest M)."""
 
 MIN_TILES_PER_SPLIT = 4
 FIXED_TILES = 1.0
@@ -75,6 +83,35 @@ class DecodeSchedule:
             raise BadDecodeSchedule(f"schedule={token!r}: 'decode' (the work model's splits) or "
                                     "'decode<N>' with N >= 1 splits")
         return cls(int(m.group(1) or 0))
+
+
+def pow2_at_least(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def packing(G: int, S_q: int) -> tuple[int, int]:
+    """(HG, SQP): query heads of a group per CTA and the padded rows per head, so that the packed
+    M = HG·SQP is a power of two in [DECODE_MIN_M, DECODE_MAX_M] (or SQP alone above
+    DECODE_MAX_M is refused).
+
+    HG is the largest power of two dividing G with HG·SQP ≤ DECODE_MAX_M (a non-power-of-two
+    group, e.g. G = 6, packs 2 heads per CTA); SQP is S_q rounded up to a power of two, then
+    raised until M ≥ DECODE_MIN_M (the extra rows read as zeros and are never stored).
+    >>> packing(8, 1) == (8, 2); packing(1, 1) == (1, 16); packing(32, 16) == (4, 16)."""
+    if S_q < 1 or G < 1:
+        raise ValueError(f"G={G}, S_q={S_q}: both must be >= 1")
+    sqp = pow2_at_least(S_q)
+    if sqp > DECODE_MAX_M:
+        raise ValueError(f"S_q={S_q}: decode packs at most {DECODE_MAX_M} query rows per CTA")
+    hg = 1
+    while G % (hg * 2) == 0 and hg * 2 * sqp <= DECODE_MAX_M:
+        hg *= 2
+    while hg * sqp < DECODE_MIN_M:
+        sqp *= 2
+    return hg, sqp
 
 
 def n_tiles(S_kv: int, tile_n: int) -> int:
@@ -124,3 +161,18 @@ def choose_splits(*, B: int, H: int, H_kv: int, S_q: int, S_kv: int, D: int, elt
         if t < best_t * (1 - 1e-9):
             best, best_t = s, t
     return best
+
+
+def check_lengths(kv_lengths, q) -> None:
+    """``BadInput`` in one line for lengths that are not an int32 tensor [B] on q's device. Their
+    values are not read: checking them would sync the device (a value above S_kv acts as S_kv in
+    the kernels, a negative one as 0)."""
+    import torch
+
+    from .family import BadInput
+    if not (isinstance(kv_lengths, torch.Tensor) and kv_lengths.dtype == torch.int32
+            and kv_lengths.device == q.device and tuple(kv_lengths.shape) == (q.shape[0],)):
+        what = (f"{kv_lengths.dtype} {tuple(kv_lengths.shape)} on {kv_lengths.device}"
+                if isinstance(kv_lengths, torch.Tensor) else type(kv_lengths).__name__)
+        raise BadInput(f"kv_lengths: {what}; pass an int32 tensor of shape ({q.shape[0]},) on "
+                       f"{q.device} (one cache length per batch entry)")
