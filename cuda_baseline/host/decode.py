@@ -13,7 +13,7 @@ three K/V stages), so one CTA per SM is resident, as for the cuTile exports.
 
 ``DecodeLaunch`` is what a repeated ``attention()`` call with the same key runs: the split
 kernel and, with more than one split, the combine kernel, each one driver launch of a prepared
-parameter block (``cuda_baseline.host.launch.Block``) on torch's current stream. The fp32 partial
+parameter block (``cuda_baseline.host.block.Block``) on torch's current stream. The fp32 partial
 output and log-sum-exp are allocated per call by torch's caching allocator (one buffer per key
 would race between calls on different streams; under CUDA-graph capture they come from the
 graph's pool). ``kv_lengths`` (int32 [B] on q's device, checked by metadata when the key is
@@ -36,6 +36,7 @@ from cuda_baseline.build.decode_source import (
     tile_n_for,
 )
 from cuda_baseline.build.source import CompileError
+from cuda_baseline.host.block import Block
 from spec.decode import DECODE_MAX_ROWS, choose_splits, chunk_of, n_tiles, packing
 from spec.family import BadInput, UnsupportedVariant
 from spec.problem import Problem
@@ -172,7 +173,6 @@ class DecodeLaunch:
     def __init__(self, p: DecodePlan, q, k, v, out, scale: float, bottom_right: bool = False):
         import torch
 
-        from cuda_baseline.host.launch import Block
         pr = p.problem
         dev = q.device.index
         self.plan = p
