@@ -1,8 +1,10 @@
-"""Split-K/V decode: the vocabulary both kernel families share (CPU only, no torch).
+"""Split-K/V decode: the vocabulary both kernel families share (CPU only; torch is imported only
+by ``check_lengths``, which is handed tensors).
 
 A decode call is a few query rows per head (S_q ≤ ``DECODE_MAX_ROWS``) over a long K/V cache.
-Its kernels (``kernels.device.decode``) split the cache's K/V tiles over ``splits`` CTAs per K/V
-head and merge the partial results through their log-sum-exp. Here, once:
+Its kernels (``kernels.device.decode``, ``cuda_baseline/device/decode.cuh``) split the cache's
+K/V tiles over ``splits`` CTAs per K/V head and merge the partial results through their
+log-sum-exp. Here, once:
 
 * ``DecodeSchedule``: the ``schedule=`` labels that ask for it: "decode" (the work model's
   number of splits) and "decode<N>" (N splits); ``DecodeSchedule.parse`` answers None for any
@@ -11,6 +13,7 @@ head and merge the partial results through their log-sum-exp. Here, once:
   M rows of its tile, so each K/V tile it loads serves the whole pack.
 * ``chunk_of`` / ``split_tiles``: which K/V tiles split s scans (a contiguous chunk).
 * ``choose_splits``: the work model choosing the number of splits (no shape table).
+* ``check_lengths``: the metadata check of per-sequence ``kv_lengths`` (never their values).
 
 The work model. Decode reads each K/V byte once, so its time is the cache's bytes over the
 bandwidth the launch draws, plus what each CTA pays besides streaming (issuing its first loads,
