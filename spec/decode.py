@@ -1,12 +1,15 @@
 """Split-K/V decode: the vocabulary both kernel families share (CPU only, no torch).
 
 A decode call is a few query rows per head (S_q ≤ ``DECODE_MAX_ROWS``) over a long K/V cache.
-Its kernels (``kernels.device.decode``) split the cache's K/V tiles over ``splits`` CTAs per K/V
-head and merge the partial results through their log-sum-exp. Here, once:
+Its kernels (``kernels.device.decode``, ``cuda_baseline/device/decode.cuh``) split the cache's
+K/V tiles over ``splits`` CTAs per K/V head and merge the partial results through their
+log-sum-exp. Here, once:
 
 * ``DecodeSchedule``: the ``schedule=`` labels that ask for it: "decode" (the work model's
   number of splits) and "decode<N>" (N splits); ``DecodeSchedule.parse`` answers None for any
   other label, which names a split-Q CTA schedule (``spec.schedules.CtaSchedule``).
+* ``packing``: how many query heads of a GQA group (× their padded rows) one CTA packs as the
+  M rows of its tile, so each K/V tile it loads serves the whole pack.
 * ``chunk_of`` / ``split_tiles``: which K/V tiles split s scans (a contiguous chunk).
 * ``choose_splits``: the work model choosing the number of splits (no shape table).
 
@@ -40,6 +43,12 @@ from dataclasses import dataclass
 
 DECODE_MAX_ROWS = 16
 """Query rows per head at most for the decode kernels (speculative decoding's few tokens)."""
+
+DECODE_MAX_M = 64
+"""Packed rows of one CTA at most (the cuTile build of M = 128 spills on sm_90: 384 threads,
+344 B)."""
+DECODE_MIN_M = 16
+"""Packed rows at least (an MMA tile's smallest M)."""
 
 MIN_TILES_PER_SPLIT = 4
 FIXED_TILES = 1.0
@@ -75,6 +84,47 @@ class DecodeSchedule:
             raise BadDecodeSchedule(f"schedule={token!r}: 'decode' (the work model's splits) or "
                                     "'decode<N>' with N >= 1 splits")
         return cls(int(m.group(1) or 0))
+
+
+def pow2_at_least(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def packing(G: int, S_q: int) -> tuple[int, int]:
+    """(HG, SQP): query heads of a group per CTA and the padded rows per head, so that the packed
+    M = HG·SQP is a power of two in [DECODE_MIN_M, DECODE_MAX_M] (or SQP alone above
+    DECODE_MAX_M is refused).
+
+    HG is the largest power of two dividing G with HG·SQP ≤ DECODE_MAX_M (a non-power-of-two
+    group, e.g. G = 6, packs 2 heads per CTA); SQP is S_q rounded up to a power of two, then
+    raised until M ≥ DECODE_MIN_M (the extra rows read as zeros and are never stored).
+    >>> packing(8, 1) == (8, 2); packing(1, 1) == (1, 16); packing(32, 16) == (4, 16)."""
+    if S_q < 1 or G < 1:
+        raise ValueError(f"G={G}, S_q={S_q}: both must be >= 1")
+    sqp = pow2_at_least(S_q)
+    if sqp > DECODE_MAX_M:
+        raise ValueError(f"S_q={S_q}: decode packs at most {DECODE_MAX_M} query rows per CTA")
+    hg = 1
+    while G % (hg * 2) == 0 and hg * 2 * sqp <= DECODE_MAX_M:
+        hg *= 2
+    while hg * sqp < DECODE_MIN_M:
+        sqp *= 2
+    return hg, sqp
+
+
+def tile_n_for(D: int, rows: int) -> int:
+    """Keys per K/V tile of both families' decode kernels for ``rows`` packed rows per CTA
+    (``packing``: HG·SQP). At 16 rows, the one-token decode that streams the cache, 32 KB of K
+    and 32 KB of V per copy (128 keys at D = 128, 256 at D = 64): fewer, longer copies keep more
+    bytes in flight per resident CTA, 5% faster than 16 KB tiles over the split fit problems on
+    an H200, where more resident CTAs or deeper latency hints were not (explorations/README.md).
+    With more rows the [rows, keys] score tile doubles with the keys: the cuTile exports of 32
+    and 64 rows with the larger tile spill under the bottom-right causal mask, and 16 rows per
+    head over a 2-head cache ran 13% slower with it; there the 16 KB tile stays."""
+    return (16384 if rows <= 16 else 8192) // D
 
 
 def n_tiles(S_kv: int, tile_n: int) -> int:
@@ -124,3 +174,4 @@ def choose_splits(*, B: int, H: int, H_kv: int, S_q: int, S_kv: int, D: int, elt
         if t < best_t * (1 - 1e-9):
             best, best_t = s, t
     return best
+

@@ -21,7 +21,7 @@ import os
 import warnings
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 
@@ -37,14 +37,18 @@ from cuda_baseline.build.source import (
 )
 from spec import arch as arch_registry
 from spec import family
+from spec.decode import DECODE_MAX_ROWS, DecodeSchedule
 from spec.family import BadInput, UnsupportedVariant, device_limits, problem_from_tensors
 from spec.orders import OrderKind, ScanOrder
 from spec.problem import Problem, TileGrid, Tiles, cdiv
 from spec.schedules import CtaSchedule, ScheduleKind, WorkOrder
 from spec.variant import DEFAULT_STAGES, Backend, Training, Variant
 
-__all__ = ["CudaFamily", "Prepared", "check_strides", "default_schedule", "default_tiles",
-           "default_variant",
+if TYPE_CHECKING:
+    from cuda_baseline.host.decode import DecodePlan
+
+__all__ = ["CudaFamily", "Prepared", "check_strides", "decode_choice", "default_schedule",
+           "default_tiles", "default_variant",
            "instance_for",
            "check_variant", "CompileError"]
 
@@ -380,14 +384,26 @@ def default_variant(problem: Problem, arch: arch_registry.Arch | None, *,
                     order: str | ScanOrder = "linear", schedule: str | CtaSchedule | None = None,
                     tiles: Tiles | tuple[int, int] | None = None,
                     stages: int | None = None, training: bool = False,
-                    backward_tiles: Tiles | tuple[int, int] | None = None) -> Variant | Training:
+                    backward_tiles: Tiles | tuple[int, int] | None = None,
+                    kv_lengths: bool = False) -> Variant | Training | DecodePlan:
     """The CUDA forward that ``attention()`` runs for ``problem`` on ``arch`` (None: no GPU, the
     H100's defaults), and the one place its defaults are resolved: ``default_tiles`` and
     ``default_schedule``, each overridden by what is given. The studies' default cases, the
     benches, the training forward and ``attention()`` all take their build from here. With
     ``training`` the result is a ``spec.variant.Training``: this forward and the backward's tiles
     (``backward_tiles``, else ``_default_backward_tiles``; the backward scans in ``order``, its
-    schedule and build options are the call's)."""
+    schedule and build options are the call's).
+
+    An inference call (``training`` False) of at most ``spec.decode.DECODE_MAX_ROWS`` query rows
+    per head, or one that names ``schedule="decode[N]"``, gets the split-K/V decode kernels'
+    ``cuda_baseline.host.decode.DecodePlan`` instead (``decode_choice``: when; the splits from
+    the work model of ``spec.decode.choose_splits``); ``kv_lengths`` (per-sequence cache lengths
+    given) needs them."""
+    dec = decode_choice(problem, order=order, schedule=schedule, tiles=tiles, stages=stages,
+                        save_lse=training, lengths=kv_lengths)
+    if dec is not None:
+        from cuda_baseline.host.decode import plan
+        return plan(problem, (arch or arch_registry.get("h100")).num_sms, dec.splits)
     tiles = default_tiles(problem, arch) if tiles is None else (
         tiles if isinstance(tiles, Tiles) else Tiles(*tiles))
     order = order if isinstance(order, ScanOrder) else ScanOrder.parse(order)
@@ -402,6 +418,46 @@ def default_variant(problem: Problem, arch: arch_registry.Arch | None, *,
         return Training(variant, _default_backward_tiles(problem))
     bt = backward_tiles if isinstance(backward_tiles, Tiles) else Tiles(*backward_tiles)
     return Training(variant, bt)
+
+
+def _linear(order) -> bool:
+    return order == "linear" or isinstance(order, ScanOrder) and order.kind == OrderKind.LINEAR
+
+
+def decode_choice(problem: Problem, *, order, schedule, tiles, stages, save_lse: bool,
+                  lengths: bool = False) -> DecodeSchedule | None:
+    """Whether ``default_variant`` gives this call the split-K/V decode kernels
+    (``cuda_baseline.host.decode``), and with which splits; None: the split-Q forward. The
+    cuTile family's rules (``kernels.host.backend.decode_choice``), so that both families route
+    a call alike: the training forward (``save_lse``) always keeps the split-Q forward, whose
+    log-sum-exp the backward reads; ``schedule="decode"`` / ``"decode<N>"`` asks for the decode
+    kernels; with ``schedule=None`` every query block of at most ``DECODE_MAX_ROWS`` rows per head
+    on the linear order with the default tiles and pipeline depth takes them (each K/V tile read
+    once per GQA group, where the split-Q forward reads it once per query head through a mostly
+    empty Q tile); a named split-Q schedule, another order, ``tiles`` or ``stages`` keep the
+    split-Q forward. ``lengths`` (per-sequence ``kv_lengths``) needs the decode kernels: a call
+    that cannot have them is refused in one line (``BadInput``)."""
+    named = DecodeSchedule.parse(schedule)
+    default_stages = stages is None or stages == DEFAULT_STAGES
+    if named is not None:
+        if save_lse:
+            raise UnsupportedVariant(f"schedule={schedule!r} is an inference kernel (no "
+                                     "log-sum-exp for a backward): call it under "
+                                     "torch.no_grad() or pick a split-Q schedule")
+        if tiles is not None or not default_stages or not _linear(order):
+            raise UnsupportedVariant(f"schedule={schedule!r} takes no tiles=, stages= or scan "
+                                     "order other than linear (the decode kernel's own)")
+        if lengths and problem.S_q > DECODE_MAX_ROWS:
+            raise BadInput(f"kv_lengths= with S_q={problem.S_q}: the decode kernels take at most "
+                           f"{DECODE_MAX_ROWS} query rows per head")
+        return named
+    auto = (schedule is None and not save_lse and problem.S_q <= DECODE_MAX_ROWS
+            and tiles is None and default_stages and _linear(order))
+    if lengths and not auto:
+        raise BadInput(f"kv_lengths= runs on the decode kernels only: S_q <= {DECODE_MAX_ROWS} "
+                       f"(here {problem.S_q}), no gradient, schedule None or 'decode[N]', linear "
+                       "order, default tiles and stages")
+    return DecodeSchedule() if auto else None
 
 
 def _default_backward_tiles(problem: Problem) -> Tiles:

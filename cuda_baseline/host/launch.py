@@ -17,55 +17,23 @@ Nothing here imports torch or CuPy at import time.
 """
 from __future__ import annotations
 
-import struct
-import threading
+from typing import TYPE_CHECKING
 
-from cuda_baseline.host.backend import CudaFamily, Prepared, default_variant
+from cuda_baseline.host.backend import CudaFamily, Prepared, check_strides, default_variant
+from cuda_baseline.host.block import Block
 from spec import arch as arch_registry
 from spec.family import BadInput, problem_from_tensors
-from spec.ops import resolve_scale
+from spec.ops import check_lengths, resolve_scale
 from spec.orders import ScanOrder
 from spec.problem import Tiles
 from spec.schedules import CtaSchedule
+from spec.variant import Variant
+
+if TYPE_CHECKING:
+    from cuda_baseline.host.decode import DecodeLaunch
 
 _FAMILY = CudaFamily()
 _LAUNCHES: dict = {}
-
-
-class Block:
-    """One prepared launch: the kernel's function handle, its grid, block and shared memory, and
-    its parameter block (one 8-byte slot per parameter, ``params`` pointing at each;
-    ``cuLaunchKernel`` reads each parameter's own size from its slot, little-endian) whose first
-    ``n_ptrs`` slots, the tensor addresses, are written per call. The driver copies the
-    parameters at launch, so reusing the block is safe, also under CUDA-graph capture; a lock
-    keeps two threads from writing it at once."""
-
-    __slots__ = ("fn", "grid", "threads", "smem", "device", "slots", "view", "params", "pack",
-                 "lock", "launch_kernel", "raw_stream")
-
-    def __init__(self, fn, grid: int, threads: int, smem: int, args: tuple, n_ptrs: int,
-                 device: int):
-        import cupy
-        import numpy as np
-        import torch
-        self.fn, self.grid, self.threads, self.smem, self.device = fn, grid, threads, smem, device
-        self.slots = np.zeros(len(args), dtype=np.uint64)
-        for i, a in enumerate(args):                    # numpy scalars, in kernel order
-            self.slots.view(np.uint8)[8 * i:8 * i + a.nbytes] = np.frombuffer(a.tobytes(),
-                                                                               np.uint8)
-        self.view = memoryview(self.slots).cast("B")
-        self.params = np.array([self.slots.ctypes.data + 8 * i for i in range(len(args))],
-                               dtype=np.uint64)
-        self.pack = struct.Struct(f"<{n_ptrs}Q").pack_into
-        self.lock = threading.Lock()
-        self.launch_kernel = cupy.cuda.driver.launchKernel
-        self.raw_stream = torch._C._cuda_getCurrentRawStream
-
-    def __call__(self, *ptrs: int) -> None:
-        with self.lock:
-            self.pack(self.view, 0, *ptrs)
-            self.launch_kernel(self.fn, self.grid, 1, 1, self.threads, 1, 1, self.smem,
-                               self.raw_stream(self.device), self.params.ctypes.data, 0)
 
 
 class Launch(Block):
@@ -97,15 +65,23 @@ class Launch(Block):
             Block.__call__(self, qp, kp, vp, op)
 
 
-def _new_launch(q, k, v, out, causal, order, schedule, tiles, stages, scale) -> Launch:
+def _new_launch(q, k, v, out, causal, order, schedule, tiles, stages, scale,
+                kv_lengths=None) -> "Launch | DecodeLaunch":
     import torch
     problem = problem_from_tensors(q, k, v, causal, out)
     scale = resolve_scale(scale, problem.D)
-    variant = default_variant(problem, arch_registry.detect(), order=order, schedule=schedule,
-                              tiles=tiles, stages=stages)
-    with torch.cuda.device(q.device):
-        prepared = _FAMILY.prepare(variant, problem)
+    if kv_lengths is not None:
+        check_lengths(kv_lengths, q)
+    chosen = default_variant(problem, arch_registry.detect(), order=order, schedule=schedule,
+                             tiles=tiles, stages=stages, kv_lengths=kv_lengths is not None)
     o = torch.empty_like(q) if out is None else out    # out's strides follow q's when allocated
+    if not isinstance(chosen, Variant):                # the decode kernels' plan
+        from cuda_baseline.host.decode import DecodeLaunch
+        check_strides(q, k, v, o)
+        with torch.cuda.device(q.device):
+            return DecodeLaunch(chosen, q, k, v, o, scale, bottom_right=kv_lengths is not None)
+    with torch.cuda.device(q.device):
+        prepared = _FAMILY.prepare(chosen, problem)
     _FAMILY._check_tensors(prepared, q, k, v, o)       # strides: multiples of 8 elements
     return Launch(prepared, _FAMILY._args(prepared, q, k, v, o, scale=scale))
 
@@ -113,38 +89,55 @@ def _new_launch(q, k, v, out, causal, order, schedule, tiles, stages, scale) -> 
 def attention(q, k, v, *, causal: bool = False, order: str | ScanOrder = "linear",
               schedule: str | CtaSchedule | None = None,
               tiles: Tiles | tuple[int, int] | None = None, stages: int | None = None, out=None,
-              scale: float | None = None):
+              scale: float | None = None, kv_lengths=None):
     """``softmax(scale q kᵀ) v`` (``scale`` None: 1/sqrt(D), else a positive float) on
     [B, H, S, D] fp16/bf16 CUDA tensors with the raw CUDA
     kernel (k, v: [B, H_kv, S_kv, D], H_kv dividing H; ``causal`` top-left aligned as SDPA's
     ``is_causal``). Strides: the last dimension contiguous, the others multiples of 8 elements,
     addresses 16-byte aligned (a [B, S, H, D] tensor transposed to [B, H, S, D] needs no copy).
     ``order``: linear, sawtooth[X], reverse, blockparity; ``schedule``: grid, tile<X>,
-    static<P>[h], snake<P>[h], lpt<P>, glpt<G>, or None for ``default_schedule``; ``tiles``:
-    (TILE_M, TILE_N), default ``default_tiles``; ``stages``: K/V pipeline depth 1..3, default 2
-    (double buffer). Returns ``out`` (allocated like q when not given). The eager path
-    (module docstring); ``cuda_baseline.attention`` wraps it in a ``torch.library`` custom op."""
-    launch = launch_for(q, k, v, causal, order, schedule, tiles, stages, out, scale)
+    static<P>[h], snake<P>[h], lpt<P>, glpt<G>, decode, decode<N>, or None for the default
+    (``default_variant``); ``tiles``: (TILE_M, TILE_N), default ``default_tiles``; ``stages``: K/V
+    pipeline depth 1..3, default 2 (double buffer). Returns ``out`` (allocated like q when not
+    given). The eager path (module docstring); ``cuda_baseline.attention`` wraps it in a
+    ``torch.library`` custom op.
+
+    Decode (``backend.decode_choice``): a query block of at most 16 rows per head runs the
+    split-K/V decode kernels (``cuda_baseline.host.decode``) unless a split-Q schedule, order,
+    tiles or stages is named; ``schedule="decode"`` / ``"decode<N>"`` asks for them (N splits).
+    ``kv_lengths``, an int32 tensor [B] on q's device, gives each sequence's cache length (keys
+    from it on are ignored; causal then aligns each sequence's last query row with its last
+    key, as FlashAttention's ``cache_seqlens``); it is never read on the host."""
+    launch = launch_for(q, k, v, causal, order, schedule, tiles, stages, out, scale, kv_lengths)
     if out is None:
         out = launch.empty_like(q)
-    launch(q, k, v, out)
+    if kv_lengths is None:
+        launch(q, k, v, out)
+    else:
+        launch(q, k, v, out, kv_lengths)
     return out
 
 
 def launch_for(q, k, v, causal=False, order="linear", schedule=None, tiles=None, stages=None,
-               out=None, scale=None) -> Launch:
-    """The cached ``Launch`` of an ``attention()`` call with these arguments (prepared on the
-    first call with its launch key); ``launch(q, k, v, out)`` runs it."""
+               out=None, scale=None, kv_lengths=None) -> "Launch | DecodeLaunch":
+    """The cached ``Launch`` (or ``DecodeLaunch``) of an ``attention()`` call with these
+    arguments (prepared on the first call with its launch key); ``launch(q, k, v, out)`` runs
+    it."""
     try:
         key = (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
                v.shape, v.stride(), v.dtype, v.device, causal, order, schedule, tiles, stages,
-               None if out is None else (out.shape, out.stride(), out.dtype, out.device), scale)
+               None if out is None else (out.shape, out.stride(), out.dtype, out.device), scale,
+               None if kv_lengths is None else (kv_lengths.shape, kv_lengths.dtype,
+                                                kv_lengths.device))
         launch = _LAUNCHES.get(key)
     except (AttributeError, TypeError):   # not tensors, or an unhashable argument
         problem_from_tensors(q, k, v, causal, out)      # names the tensor that is not one
+        if kv_lengths is not None:
+            check_lengths(kv_lengths, q)
         raise BadInput(f"tiles={tiles!r}, order={order!r}, schedule={schedule!r}: pass a Tiles "
                        "or a (TILE_M, TILE_N) tuple, and strings or spec objects") from None
     if launch is None:
-        launch = _new_launch(q, k, v, out, causal, order, schedule, tiles, stages, scale)
+        launch = _new_launch(q, k, v, out, causal, order, schedule, tiles, stages, scale,
+                             kv_lengths)
         _LAUNCHES[key] = launch
     return launch

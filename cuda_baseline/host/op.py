@@ -45,14 +45,16 @@ class CudaFront(Family):
 
     def forward(self, q, k, v, out, save_lse, causal, order, schedule, tiles, scale,
                 kv_lengths=None, stages=None, backward_options=None):
-        if kv_lengths is not None:
-            raise BadInput("kv_lengths=: the CUDA family has no decode kernels yet; "
-                           "kernels.attention (cuTile) takes per-sequence lengths")
         if save_lse:
+            if kv_lengths is not None:
+                raise BadInput("kv_lengths= runs on the decode kernels only, which have no "
+                               "gradient: call it under torch.no_grad() or with inputs that do "
+                               "not require grad")
             return training.forward(q, k, v, causal, order, schedule, tiles,
                                     resolve_scale(scale, q.shape[-1]))
         return launch.attention(q, k, v, causal=causal, order=order, schedule=schedule,
-                                tiles=tiles, stages=stages, out=out, scale=scale), None
+                                tiles=tiles, stages=stages, out=out, scale=scale,
+                                kv_lengths=kv_lengths), None
 
     def backward(self, dout, q, k, v, out, lse, causal, scale, order, schedule, tiles,
                  stages=None, backward_options=None):

@@ -92,7 +92,7 @@ def _fwd_block(q, k, v, causal, order, schedule, tiles, scale):
     import torch
     problem = problem_from_tensors(q, k, v, causal)
     variant = default_variant(problem, arch_registry.detect(), order=order, schedule=schedule,
-                              tiles=tiles)
+                              tiles=tiles, training=True).forward
     with torch.cuda.device(q.device):
         p = _FAMILY.prepare(variant, problem, lse=True)
     check_strides(q, k, v)
@@ -412,7 +412,8 @@ def training_builds(problems, orders=("linear",), schedules=(ScheduleKind.GRID,)
     for pr in problems:
         for o in orders:
             so = o if isinstance(o, ScanOrder) else ScanOrder.parse(o)
-            fwd.add(instance_for(default_variant(pr, arch, order=so), pr, lse=True))
+            fwd.add(instance_for(default_variant(pr, arch, order=so, training=True).forward, pr,
+                                 lse=True))
             for s in schedules:
                 for bt in backward_tiles:
                     bt = (default_variant(pr, arch, order=so, training=True).backward

@@ -43,9 +43,8 @@ C_GRID = (0, 50_000, 100_000, 200_000, 400_000, 800_000, 1_600_000)
 
 def ladder(p, num_sms: int) -> list[int]:
     """The split counts timed for ``p``: the ladder up to the model's maximum for its cache."""
-    from kernels.host.decode import tile_n_for
-    from spec.decode import max_splits, n_tiles
-    top = max_splits(n_tiles(p[4], tile_n_for(p[5])))
+    from spec.decode import max_splits, n_tiles, packing, tile_n_for
+    top = max_splits(n_tiles(p[4], tile_n_for(p[5], math.prod(packing(p[1] // p[2], p[3])))))
     return [s for s in LADDER if s <= top]
 
 
@@ -94,15 +93,15 @@ def measure(out: Path, reps: int) -> int:
 def choose_with(p, num_sms: int, F: float, C: float) -> int:
     """``spec.decode.choose_splits`` for problem ``p`` with the constants (F, C)."""
     import spec.decode as sd
-    from kernels.device.decode import packing
-    from kernels.host.decode import CTAS_PER_SM, tile_n_for
+    from kernels.host.decode import CTAS_PER_SM
+    from spec.decode import packing, tile_n_for
     B, H, H_kv, S_q, S_kv, D = p
-    hg, _ = packing(H // H_kv, S_q)
+    hg, sqp = packing(H // H_kv, S_q)
     saved = sd.FIXED_TILES, sd.MERGE_LAUNCH_BYTES
     sd.FIXED_TILES, sd.MERGE_LAUNCH_BYTES = F, C
     try:
         return sd.choose_splits(B=B, H=H, H_kv=H_kv, S_q=S_q, S_kv=S_kv, D=D, elt=2,
-                                tile_n=tile_n_for(D), head_chunks=H // H_kv // hg,
+                                tile_n=tile_n_for(D, hg * sqp), head_chunks=H // H_kv // hg,
                                 slots=num_sms * CTAS_PER_SM)
     finally:
         sd.FIXED_TILES, sd.MERGE_LAUNCH_BYTES = saved

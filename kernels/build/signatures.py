@@ -185,8 +185,8 @@ class BackwardCase(BuildShape):
 @dataclass(frozen=True)
 class DecodeCase(BuildShape):
     """One split-K/V decode build (``kernels.device.decode``): the shapes, the K/V tile, the
-    packing (``decode.packing``) and the number of splits (1: the split kernel writes the output
-    and there is no combine). ``kernel`` is "split" or "combine"."""
+    packing (``spec.decode.packing``) and the number of splits (1: the split kernel writes the
+    output and there is no combine). ``kernel`` is "split" or "combine"."""
 
     S_q: int = 1
     S_kv: int = 8192
@@ -195,12 +195,12 @@ class DecodeCase(BuildShape):
     bottom_right: bool = False      # causal aligned to each sequence's end (kv_lengths)
 
     def packing(self) -> tuple[int, int]:
-        from kernels.device import decode
-        return decode.packing(self.H // self.H_kv, self.S_q)
+        from spec.decode import packing
+        return packing(self.H // self.H_kv, self.S_q)
 
     def combine_rows(self) -> int:
-        from kernels.device import decode
-        return decode.pow2_at_least(self.S_q)
+        from spec.decode import pow2_at_least
+        return pow2_at_least(self.S_q)
 
     def constants(self) -> tuple:
         from kernels.device import decode

@@ -6,11 +6,12 @@ with a 64- or 128-row Q tile of which 1..16 rows are real, and every query head 
 reads the same K/V again. Here (FlashDecoding with the group packed, as FlashAttention's
 ``flash_attn_with_kvcache`` and FlashInfer's decode kernels do):
 
-* **Group packing.** A CTA takes one K/V head and ``HG`` query heads of its group (``HG`` the
-  largest power of two dividing G = H/H_kv with ``HG·SQP ≤ MAX_M``) times their ``S_q`` rows,
-  packed as the M dimension of one tile ``[HG·SQP, D]`` (``SQP`` = S_q rounded up to a power of
-  two, and further so that M ≥ 16). Each K/V tile it loads serves all of them: with G = 8 and
-  S_q = 1 one K/V read feeds 8 query rows, where the split-Q forward reads it 8 times.
+* **Group packing** (``spec.decode.packing``). A CTA takes one K/V head and ``HG`` query heads
+  of its group (``HG`` the largest power of two dividing G = H/H_kv with ``HG·SQP ≤ 64``) times
+  their ``S_q`` rows, packed as the M dimension of one tile ``[HG·SQP, D]`` (``SQP`` = S_q
+  rounded up to a power of two, and further so that M ≥ 16). Each K/V tile it loads serves all
+  of them: with G = 8 and S_q = 1 one K/V read feeds 8 query rows, where the split-Q forward
+  reads it 8 times.
 * **Split K/V.** The grid is ``(splits, B·H_kv·G/HG)``; CTA (s, ·) scans the contiguous chunk of
   K/V tiles ``[s·chunk, (s+1)·chunk)`` (``chunk = ⌈n_tiles / splits⌉``, ``n_tiles`` of the cache
   capacity S_kv) with the online softmax of ``fmha`` (exp2, the scale folded by 1/ln 2), and
@@ -54,37 +55,7 @@ from kernels.device.work import ConstBool, ConstInt
 
 ZERO = PaddingMode.ZERO
 DEAD = -2.0 ** 80     # a row maximum below this (in qk_scale units) saw only masked keys
-MAX_M = 64            # packed rows of one CTA at most (128 spills on sm_90: 384 threads, 344 B)
-MIN_M = 16            # the packed rows at least (an MMA tile's smallest M)
 LATENCY = 2           # TMA load latency hint of the K and V tiles (tactics notes: 2..4)
-
-
-def pow2_at_least(n: int) -> int:
-    p = 1
-    while p < n:
-        p *= 2
-    return p
-
-
-def packing(G: int, S_q: int) -> tuple[int, int]:
-    """(HG, SQP): query heads of a group per CTA and the padded rows per head, so that the packed
-    M = HG·SQP is a power of two in [MIN_M, MAX_M] (or SQP alone above MAX_M is refused).
-
-    HG is the largest power of two dividing G with HG·SQP ≤ MAX_M (a non-power-of-two group, e.g.
-    G = 6, packs 2 heads per CTA); SQP is S_q rounded up to a power of two, then raised until M ≥
-    MIN_M (the extra rows read as zeros and are never stored). >>> packing(8, 1) == (8, 2);
-    packing(1, 1) == (1, 16); packing(32, 16) == (4, 16)."""
-    if S_q < 1 or G < 1:
-        raise ValueError(f"G={G}, S_q={S_q}: both must be >= 1")
-    sqp = pow2_at_least(S_q)
-    if sqp > MAX_M:
-        raise ValueError(f"S_q={S_q}: decode packs at most {MAX_M} query rows per CTA")
-    hg = 1
-    while G % (hg * 2) == 0 and hg * 2 * sqp <= MAX_M:
-        hg *= 2
-    while hg * sqp < MIN_M:
-        sqp *= 2
-    return hg, sqp
 
 
 def _kv_step(q, K, V, b, kvh, j, m_i, l_i, acc, qk_scale, L, lim, TILE_D: ConstInt,

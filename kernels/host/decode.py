@@ -1,18 +1,16 @@
 """The host side of the split-K/V decode (``kernels.device.decode``): the launch plan of a decode
 call and its cached launch.
 
-``plan(problem, arch, splits=0)`` fixes, once per launch key, what the kernels specialise on:
-the K/V tile (``TILE_N = 16384 // D`` keys: 32 KB of K and 32 KB of V per tile at D = 64 and
-128: fewer, longer copies; 5% faster than 16 KB tiles over the fit problems of
-``experiments.tuning.decode_splits`` on an H200, where a second resident CTA, a deeper latency
-hint or smaller tiles at 2-4 CTAs per SM were 0-7% slower: explorations/README.md), the
-group packing (``decode.packing``: HG query heads × SQP rows per CTA, so each K/V tile is read
-once per group), and the number of splits, from ``spec.decode.choose_splits`` (the work model:
-enough CTAs to fill the GPU's resident slots, each split keeping at least a few K/V tiles; its
-docstring has the bandwidth argument) unless the call names them (``schedule="decode<N>"``).
-The slots are the arch's SMs × ``CTAS_PER_SM``: the sm_90 exports of the split kernel use 255
-registers at 256 threads (M ≤ 32, mma.sync) or 168 at 384 threads (M = 64, wgmma) and 150-215
-KB of shared memory (tileiras pipelines the K/V loads), so one CTA per SM is resident.
+``plan(problem, arch, splits=0)`` fixes, once per launch key, what the kernels specialise on: the
+K/V tile (``spec.decode.tile_n_for``: 32 KB of K and 32 KB of V per copy for the 16 packed rows of
+one-token decode, 16 KB each above), the group packing (``spec.decode.packing``: HG query heads ×
+SQP rows per CTA, so each K/V tile is read once per group), and the number of splits, from
+``spec.decode.choose_splits`` (the work model: enough CTAs to fill the GPU's resident slots, each
+split keeping at least a few K/V tiles; its docstring has the bandwidth argument) unless the call
+names them (``schedule="decode<N>"``). The slots are the arch's SMs × ``CTAS_PER_SM``: the sm_90
+exports of the split kernel use 255 registers at 256 threads (M ≤ 32, mma.sync) or 168 at 384
+threads (M = 64, wgmma) and 150-215 KB of shared memory (tileiras pipelines the K/V loads), so one
+CTA per SM is resident.
 
 ``DecodeLaunch`` is what a repeated ``attention()`` call with the same key runs: the split kernel,
 and with more than one split the combine kernel, on torch's current stream; the fp32 partial
@@ -27,17 +25,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spec.decode import DECODE_MAX_ROWS, choose_splits
+from spec.decode import DECODE_MAX_ROWS, choose_splits, packing, tile_n_for
 from spec.family import UnsupportedVariant
 from spec.problem import Problem
 
 CTAS_PER_SM = 1
 """Resident split-kernel CTAs per SM (module docstring: the sm_90 exports' registers and shared
 memory allow one)."""
-
-
-def tile_n_for(D: int) -> int:
-    return 16384 // D
 
 
 @dataclass(frozen=True)
@@ -88,8 +82,8 @@ def plan(problem: Problem, num_sms: int, splits: int = 0, *, tile_n: int | None 
         raise UnsupportedVariant(f"S_q={problem.S_q}: the decode kernels take at most "
                                  f"{DECODE_MAX_ROWS} query rows per head; use a split-Q schedule "
                                  "(schedule=None or 'grid')")
-    tile_n = tile_n or tile_n_for(problem.D)
-    hg, sqp = decode.packing(problem.group_size, problem.S_q)
+    hg, sqp = packing(problem.group_size, problem.S_q)
+    tile_n = tile_n or tile_n_for(problem.D, hg * sqp)
     slots = num_sms * (occupancy or CTAS_PER_SM)
     if splits == 0:
         splits = choose_splits(B=problem.B, H=problem.H, H_kv=problem.H_kv, S_q=problem.S_q,

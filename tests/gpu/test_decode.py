@@ -19,7 +19,7 @@ from spec import Problem
 from tests.pairwise import pairwise
 
 # What the decode kernel specialises on is the group packing (query heads per K/V head × query
-# rows: ``decode.packing``), the head dimension, the mask (none, top-left causal, bottom-right
+# rows: ``spec.decode.packing``), the head dimension, the mask (none, top-left causal, bottom-right
 # causal with lengths), one split or several (the cache length and batch decide it) and the
 # dtype. Every packing of (group, S_q) meets every value of every other axis (pairwise,
 # tests/pairwise.py), so each compiled kernel the matrix reaches is tested and no axis pair is
@@ -288,8 +288,8 @@ def test_public_kv_lengths(mode):
 
 
 def test_public_kv_lengths_refusals():
-    """Bad lengths in one line, eagerly and while tracing; lengths with a gradient, with more
-    query rows than the decode kernels take, and in the CUDA family refused in one line."""
+    """Bad lengths in one line, eagerly and while tracing; lengths with a gradient (in both
+    families) and with more query rows than the decode kernels take refused in one line."""
     import torch
 
     import cuda_baseline
@@ -317,5 +317,5 @@ def test_public_kv_lengths_refusals():
         attention(long_q, k, v, kv_lengths=lens)
     assert "\n" not in str(e.value)
     with pytest.raises(BadInput) as e:
-        cuda_baseline.attention(q, k, v, kv_lengths=lens)
+        cuda_baseline.attention(q.clone().requires_grad_(True), k, v, kv_lengths=lens)
     assert "\n" not in str(e.value)

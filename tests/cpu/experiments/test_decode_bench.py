@@ -53,8 +53,7 @@ def test_split_fit_finds_constants_that_pick_the_fastest_measured(tmp_path):
 
     import spec.decode as sd
     from experiments.tuning import decode_splits as ds
-    from kernels.device.decode import packing
-    from kernels.host.decode import tile_n_for
+    from spec.decode import packing, tile_n_for
 
     def write(path, cost):
         with path.open("w", newline="") as f:
@@ -67,11 +66,11 @@ def test_split_fit_finds_constants_that_pick_the_fastest_measured(tmp_path):
 
     def model(p, s, F=4.0, C=400_000):
         B, H, H_kv, S_q, S_kv, D = p
-        hg, _ = packing(H // H_kv, S_q)
+        hg, sqp = packing(H // H_kv, S_q)
         saved = sd.FIXED_TILES, sd.MERGE_LAUNCH_BYTES
         sd.FIXED_TILES, sd.MERGE_LAUNCH_BYTES = F, C
         try:
-            tn = tile_n_for(D)
+            tn = tile_n_for(D, hg * sqp)
             return sd.predicted_cost(s, units=B * H_kv * (H // H_kv // hg),
                                      n=sd.n_tiles(S_kv, tn), slots=132,
                                      tile_bytes=2 * tn * D * 2,

@@ -6,6 +6,7 @@ cuobjdump (fails in CI, REQUIRE_COMPILE=1)."""
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 
@@ -31,11 +32,11 @@ MATRIX = [(D, dt, G, SQ[i % 4], i % 3) for i, (D, dt, G) in
 def test_split_kernel_compiles(toolchain, D, dtype, G, S_q, mode):
     from kernels.build.resources import compile_decode_cubin, read_resources
     from kernels.build.signatures import DecodeCase
-    from kernels.host.decode import tile_n_for
+    from spec.decode import packing, tile_n_for
     # mode 0: non-causal, split; 1: top-left causal, one split; 2: bottom-right causal, split
     case = DecodeCase(B=2, H=8 * G, H_kv=8, S_q=S_q, S_kv=8192, D=D, dtype=dtype,
-                      tile_n=tile_n_for(D), causal=mode > 0, bottom_right=mode == 2,
-                      splits=1 if mode == 1 else 8)
+                      tile_n=tile_n_for(D, math.prod(packing(G, S_q))), causal=mode > 0,
+                      bottom_right=mode == 2, splits=1 if mode == 1 else 8)
     cubin = compile_decode_cubin(case, "sm_90")
     assert cubin[:4] == b"\x7fELF"
     r = read_resources(cubin)
