@@ -1,5 +1,5 @@
-"""Decode bench (GPU): ``kernels.attention`` on decode problems beside SDPA's flash and cuDNN
-backends, in one process on one GPU.
+"""Decode bench (GPU): ``kernels.attention`` and ``cuda_baseline.attention`` on decode problems
+beside SDPA's flash and cuDNN backends, in one process on one GPU.
 
     python -m experiments.speed.decode_bench --out runs/decode-bench.csv [--reps 30] [--dry-run]
 
@@ -17,7 +17,7 @@ cold kernel time, beside a measured device-to-device copy bandwidth (a 4 GiB cop
 bytes over its time) in the same run.
 
 ``RAGGED`` problems give each sequence its own cache length (``kv_lengths``, drawn uniformly in
-[1, S_kv] from a fixed seed): the decode kernel is checked against an fp32 reference masked per
+[1, S_kv] from a fixed seed): both families are checked against an fp32 reference masked per
 sequence, and the peers, which take no lengths, run on the padded cache without a mask (what a
 user who pads pays; their result is not the masked one and is not checked). A peer that refuses
 a shape (cuDNN on some) is recorded 'n/a'. The decode builds are compiled first in parallel
@@ -47,6 +47,7 @@ PROBLEMS = [
     (8, 32, 4, 4, 16384, 128), (1, 32, 32, 16, 8192, 64),
 ]
 RAGGED = [(16, 32, 8, 1, 8192, 128), (64, 32, 8, 1, 4096, 128), (8, 32, 8, 4, 16384, 64)]
+OURS = ("cutile", "cuda")
 FIELDS = ["problem", "B", "H", "H_kv", "S_q", "S_kv", "D", "caller", "metric", "value", "unit"]
 
 
@@ -87,6 +88,7 @@ def bench(p, reps: int, writer, table, ragged: bool = False) -> None:
     import torch
     import torch.nn.functional as F
 
+    import cuda_baseline
     from experiments.measurement.timing import time_interleaved
     from experiments.speed.eager import eager_call_ms, sdpa_peers
     from kernels import attention
@@ -102,9 +104,11 @@ def bench(p, reps: int, writer, table, ragged: bool = False) -> None:
         lengths = torch.randint(1, S_kv + 1, (B,), generator=torch.Generator().manual_seed(B))
         lengths = [int(x) for x in lengths]
         lens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
-        callers = {"cutile": lambda: backend.attention(q, k, v, kv_lengths=lens)}
+        callers = {"cutile": lambda: attention(q, k, v, kv_lengths=lens),
+                   "cuda": lambda: cuda_baseline.attention(q, k, v, kv_lengths=lens)}
     else:
-        callers = {"cutile": lambda: attention(q, k, v)}
+        callers = {"cutile": lambda: attention(q, k, v),
+                   "cuda": lambda: cuda_baseline.attention(q, k, v)}
     callers.update({n: (lambda f=f: f(q, k, v)) for n, f in peers.items()})
     with torch.no_grad():
         if ragged:
@@ -118,11 +122,11 @@ def bench(p, reps: int, writer, table, ragged: bool = False) -> None:
         res = {}
         for n, fn in callers.items():
             try:
-                res[n] = _err(fn(), ref) if (n == "cutile" or not ragged) else 0.0
+                res[n] = _err(fn(), ref) if (n in OURS or not ragged) else 0.0
             except RuntimeError as e:       # a backend that refuses the shape
                 res[n] = f"n/a: {str(e).splitlines()[0][:80]}"
-        base = min((x for n, x in res.items() if isinstance(x, float)
-                    and (n != "cutile" or len(res) == 1)), default=None)
+        base = min((x for n, x in res.items() if isinstance(x, float) and n not in OURS),
+                   default=None)
         if ragged:      # the peers' padded, unmasked result is not the reference: SDPA's own
             with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
                 base = _err(F.scaled_dot_product_attention(q, k, v, attn_mask=keep,
@@ -142,7 +146,7 @@ def bench(p, reps: int, writer, table, ragged: bool = False) -> None:
             continue
         kms = cold[n].median
         for metric, val, unit in (
-                ("max_error", res[n], "abs"), ("correct", ok[n] if n == "cutile" or not ragged
+                ("max_error", res[n], "abs"), ("correct", ok[n] if n in OURS or not ragged
                                                else "padded, not checked", "bool"),
                 ("kernel_time", kms, "ms"), ("kernel_time_spread", cold[n].spread, "rel"),
                 ("kernel_time_warm_l2", warm[n].median, "ms"),
@@ -159,7 +163,8 @@ def bench(p, reps: int, writer, table, ragged: bool = False) -> None:
     table.append((_label(p, ragged), t.get("cutile"), best,
                   kv_bytes / (t["cutile"] * 1e-3) / 1e12 if "cutile" in t else float("nan"),
                   ok.get("cutile", False), eager.get("cutile"),
-                  min(eager.get("flash", math.inf), eager.get("cudnn", math.inf))))
+                  min(eager.get("flash", math.inf), eager.get("cudnn", math.inf)),
+                  t.get("cuda"), ok.get("cuda", False)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         for p in RAGGED:
             print(_label(p, True))
         print(f"{len(PROBLEMS)} problems of equal lengths and {len(RAGGED)} ragged; callers: "
-              "cutile, flash, cudnn")
+              "cutile, cuda, flash, cudnn")
         return 0
     if a.out is None:
         print("decode_bench: --out is required (or --dry-run)", file=sys.stderr)
@@ -195,6 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     errors = warm_decode([decode_job(_problem(p), sms) for p in PROBLEMS]
                          + [decode_job(_problem(p), sms, lengths=True) for p in RAGGED])
+    from cuda_baseline.host.decode import plan as cuda_plan
+    from cuda_baseline.host.decode import precompile
+    precompile([cuda_plan(_problem(p), sms).instance() for p in PROBLEMS + RAGGED])
     for e in errors:
         print("decode_bench: build:", e, file=sys.stderr)
     a.out.parent.mkdir(parents=True, exist_ok=True)
@@ -216,18 +224,23 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{torch.cuda.get_device_name()}: copy bandwidth {copy:.2f} TB/s; kernel time cold "
           "L2 (median); eager: one call, host included")
     print(f"{'problem':36} {'cutile ms':>9} {'best SDPA':>9} {'x SDPA':>6} {'TB/s':>5} "
-          f"{'% copy':>6} {'eager x':>7} ok")
+          f"{'% copy':>6} {'eager x':>7} ok {'cuda x':>6} ok")
     ratios: dict[bool, list] = {False: [], True: []}
+    cuda_ratios: dict[bool, list] = {False: [], True: []}
     eager_ratios = []
-    for label, cu, best, bw, ok, e_cu, e_best in table:
+    for label, cu, best, bw, ok, e_cu, e_best, cd, cd_ok in table:
         r = best / cu if cu and math.isfinite(best) else float("nan")
+        rc = best / cd if cd and math.isfinite(best) else float("nan")
         er = e_best / e_cu if e_cu and math.isfinite(e_best) else float("nan")
         if math.isfinite(r):
             ratios["ragged" in label].append(r)
+        if math.isfinite(rc):
+            cuda_ratios["ragged" in label].append(rc)
         if math.isfinite(er):
             eager_ratios.append(er)
         print(f"{label:36} {cu or float('nan'):9.4f} {best:9.4f} {r:6.2f} {bw:5.2f} "
-              f"{100 * bw / copy:5.1f}% {er:7.2f} {'yes' if ok else 'NO'}")
+              f"{100 * bw / copy:5.1f}% {er:7.2f} {'yes' if ok else 'NO ':3} {rc:6.2f} "
+              f"{'yes' if cd_ok else 'NO'}")
 
     def gm(xs):
         return math.exp(sum(map(math.log, xs)) / len(xs))
@@ -235,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"equal lengths: geometric mean {gm(ratios[False]):.3f}x the best SDPA backend "
               f"(kernel, cold L2), lowest {min(ratios[False]):.3f}x; eager call "
               f"{gm(eager_ratios):.3f}x over all problems")
+    if cuda_ratios[False]:
+        print(f"CUDA twin, equal lengths: {gm(cuda_ratios[False]):.3f}x the best SDPA backend, "
+              f"lowest {min(cuda_ratios[False]):.3f}x")
     if ratios[True]:
         print(f"ragged (peers on the padded cache): {gm(ratios[True]):.3f}x, lowest "
               f"{min(ratios[True]):.3f}x")
