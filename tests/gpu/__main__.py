@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from tests.gpu.plan import function_costs, junit_results, load_costs, plan
+from tests.gpu.plan import function_costs, junit_results, load_costs, plan, split_id
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGETS = ["tests/gpu"]
@@ -140,7 +140,7 @@ def main(argv=None) -> int:
     say(f"warm: exit {rc_warm}, {t_warm:.0f} s, {len(ids)} tests collected")
     costs = load_costs(a.costs)
     shards = plan(ids, costs, a.shards)
-    known = sum(1 for i in ids if i in costs)
+    known = sum(1 for i in ids if i in costs or "::".join(split_id(i)) in costs)
     say(f"plan: {len(shards)} shards, costs measured for {known} of {len(ids)} tests "
         f"({a.costs.name if known else 'estimates only'})")
     for s in shards:
