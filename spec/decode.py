@@ -12,6 +12,7 @@ log-sum-exp. Here, once:
   M rows of its tile, so each K/V tile it loads serves the whole pack.
 * ``chunk_of`` / ``split_tiles``: which K/V tiles split s scans (a contiguous chunk).
 * ``choose_splits``: the work model choosing the number of splits (no shape table).
+* ``DecodePlan``: a launch's plan (tile, packing, splits), subclassed by each family's host side.
 
 The work model. Decode reads each K/V byte once, so its time is the cache's bytes over the
 bandwidth the launch draws, plus what each CTA pays besides streaming (issuing its first loads,
@@ -40,6 +41,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import ClassVar
 
 DECODE_MAX_ROWS = 16
 """Query rows per head at most for the decode kernels (speculative decoding's few tokens)."""
@@ -174,4 +176,69 @@ def choose_splits(*, B: int, H: int, H_kv: int, S_q: int, S_kv: int, D: int, elt
         if t < best_t * (1 - 1e-9):
             best, best_t = s, t
     return best
+
+
+@dataclass(frozen=True)
+class DecodePlan:
+    """What a decode launch specialises on, in both families: the K/V tile, the packing (HG query
+    heads × SQP padded rows per CTA), the splits and the resident slots the work model filled.
+    Each family's subclass adds its build (``FAMILY`` names it in the label)."""
+
+    problem: object          # spec.problem.Problem
+    tile_n: int
+    hg: int                  # query heads per CTA
+    sqp: int                 # padded query rows per head in the packed tile
+    splits: int
+    slots: int               # resident CTAs the work model filled
+    FAMILY: ClassVar[str] = ""
+
+    @classmethod
+    def make(cls, problem, slots: int, splits: int = 0, tile_n: int | None = None, **build):
+        """The plan of ``problem`` for ``slots`` resident CTAs: ``splits`` 0 takes the work
+        model's (``choose_splits``), ``tile_n`` None the tile rule's (``tile_n_for``);
+        ``build`` the subclass's own fields."""
+        from .family import UnsupportedVariant
+        if problem.S_q > DECODE_MAX_ROWS:
+            raise UnsupportedVariant(f"S_q={problem.S_q}: the decode kernels take at most "
+                                     f"{DECODE_MAX_ROWS} query rows per head; use a split-Q "
+                                     "schedule (schedule=None or 'grid')")
+        hg, sqp = packing(problem.group_size, problem.S_q)
+        tile_n = tile_n or tile_n_for(problem.D, hg * sqp)
+        if splits == 0:
+            splits = choose_splits(B=problem.B, H=problem.H, H_kv=problem.H_kv, S_q=problem.S_q,
+                                   S_kv=problem.S_kv, D=problem.D, elt=2, tile_n=tile_n,
+                                   head_chunks=problem.group_size // hg, slots=slots)
+        return cls(problem, tile_n, hg, sqp, int(splits), slots, **build)
+
+    @property
+    def head_chunks(self) -> int:
+        return self.problem.group_size // self.hg
+
+    @property
+    def units(self) -> int:
+        """CTAs per split: B · H_kv · head chunks."""
+        return self.problem.B * self.problem.H_kv * self.head_chunks
+
+    @property
+    def n_ctas(self) -> int:
+        return self.splits * self.units
+
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        return (self.splits, self.units, 1)
+
+    @property
+    def chunk(self) -> int:
+        """K/V tiles per split (of the cache capacity S_kv)."""
+        return chunk_of(n_tiles(self.problem.S_kv, self.tile_n), self.splits)
+
+    @property
+    def combine_rows(self) -> int:
+        """The merge's rows per head: S_q rounded up to a power of two."""
+        return pow2_at_least(self.problem.S_q)
+
+    @property
+    def label(self) -> str:
+        return (f"{self.FAMILY}.decode{self.splits}.g{self.hg}x{self.sqp}n{self.tile_n}"
+                f"d{self.problem.D}")
 

@@ -43,14 +43,18 @@ def entry_fields(rel: str, role: str, default: bool = False) -> dict:
             "command": m.get("command")}
 
 
-def _tree(m: dict) -> str:
+def _tree(m: dict, short: bool = False) -> str:
+    """The tree that ran a run, in words; ``short``: the catalogue's cell (the commit, ", dirty"
+    where it had uncommitted changes, "-" where nothing was recorded)."""
     g = m.get("git") if isinstance(m.get("git"), dict) else {}
+    if short and g.get("commit"):
+        return g["commit"][:10] + (", dirty" if g.get("dirty") else "")
     if not g.get("commit"):
         if g.get("source_sha256"):          # an installed package or a copy without git
             return (f"no git commit ({g.get('source', 'no checkout')}): {g.get('package')} "
                     f"{g.get('version') or '(version unknown)'}, code sha256 "
                     f"{g['source_sha256'][:12]}")
-        return "not recorded"
+        return "-" if short else "not recorded"
     return f"commit {g['commit'][:10]}" + (" with uncommitted changes (dirty)" if g.get("dirty")
                                            else " (clean)")
 
@@ -117,7 +121,8 @@ def catalogue_text() -> str:
            "and findings select among), measured (containers of measured runs for the simulator's "
            "validation), instrument (hardware facts the simulator reads; * = the default one), "
            "validation (committed simulator validations), reference (published values, never "
-           "fitted), evidence (kept for the documents).", "",
+           "fitted), evidence (kept for the documents). The commit that ran a run is its "
+           "manifest's (\"dirty\": with uncommitted changes; \"-\": not recorded).", "",
            "A run that no code reads may be *retired* (`python -m analysis.data retire "
            "profiles/<run>`): its files leave the working tree, which has a size bar, and stay in "
            "git history; its entry keeps its path and hash and names the commit that holds it, so "
@@ -126,7 +131,7 @@ def catalogue_text() -> str:
            "retired runs are listed last.", ""]
     ents = list(registry.find(retired=False))
     for arch in sorted({e.arch for e in ents}):
-        out += [f"## {arch}", "", "| run | role | study | source | tree that ran | made by |",
+        out += [f"## {arch}", "", "| run | role | study | source | commit that ran | made by |",
                 "|---|---|---|---|---|---|"]
         for e in sorted((e for e in ents if e.arch == arch), key=lambda e: (e.role, e.path)):
             m = _manifest(e.path)
@@ -136,14 +141,14 @@ def catalogue_text() -> str:
             if cmd and not runs_today(e.command):
                 how = f"as recorded (history): {how}"
             out.append(f"| `{e.path}`{' *' if e.default else ''} | {e.role} | {e.study or '-'} | "
-                       f"{e.source or '-'} | {_tree(m)} | {how} |")
+                       f"{e.source or '-'} | {_tree(m, short=True)} | {how} |")
         out.append("")
     gone = registry.find(retired=True)
     if gone:
-        out += ["## Retired into git history", "", "| run | role | study | in commit | restore |",
-                "|---|---|---|---|---|"]
-        out += [f"| `{e.path}` | {e.role} | {e.study or '-'} | {e.retired[:12]} | "
-                f"`{e.restore_command()}` |"
+        out += ["## Retired into git history", "",
+                "Each comes back with `python -m analysis.data restore profiles/<run>`.", "",
+                "| run | role | study | in commit |", "|---|---|---|---|"]
+        out += [f"| `{e.path}` | {e.role} | {e.study or '-'} | {e.retired[:12]} |"
                 for e in sorted(gone, key=lambda e: e.path)]
         out.append("")
     return "\n".join(out)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -36,8 +37,8 @@ from cuda_baseline.build.decode_source import (
 )
 from cuda_baseline.build.source import CompileError
 from cuda_baseline.host.block import Block
-from spec.decode import DECODE_MAX_ROWS, choose_splits, chunk_of, n_tiles, packing, tile_n_for
-from spec.family import BadInput, UnsupportedVariant
+from spec import decode as spec_decode
+from spec.family import BadInput
 from spec.problem import Problem
 
 CTAS_PER_SM = 1
@@ -45,39 +46,10 @@ CTAS_PER_SM = 1
 
 
 @dataclass(frozen=True)
-class DecodePlan:
-    """What a decode launch specialises on (``plan``)."""
+class DecodePlan(spec_decode.DecodePlan):
+    """The CUDA decode plan: the shared one and its split kernel's build."""
 
-    problem: Problem
-    tile_n: int
-    hg: int          # query heads per CTA
-    sqp: int         # padded query rows per head in the packed tile
-    splits: int
-    slots: int       # resident CTAs the work model filled
-
-    @property
-    def head_chunks(self) -> int:
-        return self.problem.group_size // self.hg
-
-    @property
-    def units(self) -> int:
-        """CTAs per split: B · H_kv · head chunks."""
-        p = self.problem
-        return p.B * p.H_kv * self.head_chunks
-
-    @property
-    def n_ctas(self) -> int:
-        return self.splits * self.units
-
-    @property
-    def chunk(self) -> int:
-        """K/V tiles per split (of the cache capacity S_kv)."""
-        return chunk_of(n_tiles(self.problem.S_kv, self.tile_n), self.splits)
-
-    @property
-    def label(self) -> str:
-        return (f"cuda.decode{self.splits}.g{self.hg}x{self.sqp}n{self.tile_n}"
-                f"d{self.problem.D}")
+    FAMILY: ClassVar[str] = "cuda"
 
     def instance(self, bottom_right: bool = False) -> DecodeInstance:
         """The split kernel's build (``bottom_right``: per-sequence lengths were given, so a
@@ -90,18 +62,7 @@ class DecodePlan:
 def plan(problem: Problem, num_sms: int, splits: int = 0) -> DecodePlan:
     """The decode launch plan of ``problem`` on a GPU of ``num_sms`` SMs; ``splits`` 0: the work
     model's."""
-    if problem.S_q > DECODE_MAX_ROWS:
-        raise UnsupportedVariant(f"S_q={problem.S_q}: the decode kernels take at most "
-                                 f"{DECODE_MAX_ROWS} query rows per head; use a split-Q schedule "
-                                 "(schedule=None or 'grid')")
-    hg, sqp = packing(problem.group_size, problem.S_q)
-    tile_n = tile_n_for(problem.D, hg * sqp)
-    slots = num_sms * CTAS_PER_SM
-    if splits == 0:
-        splits = choose_splits(B=problem.B, H=problem.H, H_kv=problem.H_kv, S_q=problem.S_q,
-                               S_kv=problem.S_kv, D=problem.D, elt=2, tile_n=tile_n,
-                               head_chunks=problem.group_size // hg, slots=slots)
-    return DecodePlan(problem, tile_n, hg, sqp, int(splits), slots)
+    return DecodePlan.make(problem, num_sms * CTAS_PER_SM, splits)
 
 
 # --- compiling and loading ---------------------------------------------------------------------

@@ -153,12 +153,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(FIT)} problems, {sum(len(ladder(p, 132)) for p in FIT)} launches timed")
         return 0
     if a.fit is not None:
-        path = a.fit / "decode-splits.csv" if a.fit.is_dir() else a.fit
+        path = a.fit
+        if path.is_dir():
+            path = next((path / n for n in ("decode-splits.csv", "decode-splits.csv.xz")
+                         if (path / n).is_file()), path / "decode-splits.csv")
         if not path.is_file():
             print(f"decode_splits: {path} is not a file; pass a run directory holding "
-                  "decode-splits.csv or the CSV itself", file=sys.stderr)
+                  "decode-splits.csv[.xz] or the CSV itself", file=sys.stderr)
             return 2
-        with path.open() as f:
+        import lzma
+        with (lzma.open(path, "rt") if path.suffix == ".xz" else path.open()) as f:
             rows = list(csv.DictReader(f))
         if not rows or set(FIELDS) - set(rows[0]):
             print(f"decode_splits: {path} has no rows of this module's columns", file=sys.stderr)

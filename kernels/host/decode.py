@@ -24,8 +24,9 @@ kernel and a negative one acts as 0 (every row of that sequence is 0).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-from spec.decode import DECODE_MAX_ROWS, choose_splits, packing, tile_n_for
+from spec import decode as spec_decode
 from spec.family import UnsupportedVariant
 from spec.problem import Problem
 
@@ -35,40 +36,17 @@ memory allow one)."""
 
 
 @dataclass(frozen=True)
-class DecodePlan:
-    """What a decode launch specialises on (``plan``)."""
+class DecodePlan(spec_decode.DecodePlan):
+    """The cuTile decode plan: the shared one and the split kernel's hints."""
 
-    problem: Problem
-    tile_n: int
-    hg: int          # query heads per CTA
-    sqp: int         # padded query rows per head in the packed tile
-    splits: int
-    slots: int       # resident CTAs the work model filled
     occupancy: int | None = None     # the split kernel's occupancy hint (None: the compiler's)
     latency: int = 2                 # its K/V load latency hint (``decode.LATENCY``)
-
-    @property
-    def head_chunks(self) -> int:
-        return self.problem.group_size // self.hg
-
-    @property
-    def grid(self) -> tuple[int, int, int]:
-        p = self.problem
-        return (self.splits, p.B * p.H_kv * self.head_chunks, 1)
-
-    @property
-    def combine_rows(self) -> int:
-        r = 1
-        while r < self.problem.S_q:
-            r *= 2
-        return r
+    FAMILY: ClassVar[str] = "cutile"
 
     @property
     def label(self) -> str:
-        extra = (f".occ{self.occupancy}" if self.occupancy else "") + (
+        return super().label + (f".occ{self.occupancy}" if self.occupancy else "") + (
             f".lat{self.latency}" if self.latency != 2 else "")
-        return (f"cutile.decode{self.splits}.g{self.hg}x{self.sqp}n{self.tile_n}"
-                f"d{self.problem.D}{extra}")
 
 
 def plan(problem: Problem, num_sms: int, splits: int = 0, *, tile_n: int | None = None,
@@ -78,19 +56,9 @@ def plan(problem: Problem, num_sms: int, splits: int = 0, *, tile_n: int | None 
     work model then fills) and ``latency`` override the defaults for an exploration of the
     kernel's tactics (``explorations/decode_tactics.py``); ``attention()`` never passes them."""
     from kernels.device import decode
-    if problem.S_q > DECODE_MAX_ROWS:
-        raise UnsupportedVariant(f"S_q={problem.S_q}: the decode kernels take at most "
-                                 f"{DECODE_MAX_ROWS} query rows per head; use a split-Q schedule "
-                                 "(schedule=None or 'grid')")
-    hg, sqp = packing(problem.group_size, problem.S_q)
-    tile_n = tile_n or tile_n_for(problem.D, hg * sqp)
-    slots = num_sms * (occupancy or CTAS_PER_SM)
-    if splits == 0:
-        splits = choose_splits(B=problem.B, H=problem.H, H_kv=problem.H_kv, S_q=problem.S_q,
-                               S_kv=problem.S_kv, D=problem.D, elt=2, tile_n=tile_n,
-                               head_chunks=problem.group_size // hg, slots=slots)
-    return DecodePlan(problem, tile_n, hg, sqp, int(splits), slots, occupancy,
-                      decode.LATENCY if latency is None else int(latency))
+    return DecodePlan.make(problem, num_sms * (occupancy or CTAS_PER_SM), splits, tile_n,
+                           occupancy=occupancy,
+                           latency=decode.LATENCY if latency is None else int(latency))
 
 
 class DecodeLaunch:

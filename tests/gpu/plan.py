@@ -20,7 +20,7 @@ from pathlib import Path
 
 DEFAULT_COST = 1.0
 SHARD_OVERHEAD = 20.0
-MODULE_COST = {          # seconds per case after the warm step (profiles/h200/gpu-tests-20261128b)
+MODULE_COST = {          # seconds per case after the warm step, where costs.json has none
     "tests/gpu/test_cutile.py": 0.4,
     "tests/gpu/test_cutile_tactics.py": 1.0,
     "tests/gpu/test_cuda_baseline.py": 0.03,
@@ -145,14 +145,16 @@ def plan(nodeids: list[str], costs: dict[str, float] | None, n_shards: int) -> l
     return shards
 
 
-def function_costs(durations: dict[str, float]) -> dict[str, float]:
-    """{``file::function``: mean seconds per case} of a ``durations.json``: the compact table
+def function_costs(durations: dict[str, float]) -> dict[str, dict[str, float]]:
+    """{file: {function: mean seconds per case}} of a ``durations.json``: the compact table
     committed as ``costs.json`` (a few kB where the per-test one is 120)."""
-    sums: dict[str, list[float]] = {}
+    sums: dict[tuple[str, str], list[float]] = {}
     for nodeid, sec in durations.items():
-        path, func = split_id(nodeid)
-        sums.setdefault(f"{path}::{func}", []).append(float(sec))
-    return {k: round(sum(v) / len(v), 3) for k, v in sorted(sums.items())}
+        sums.setdefault(split_id(nodeid), []).append(float(sec))
+    out: dict[str, dict[str, float]] = {}
+    for (path, func), v in sorted(sums.items()):
+        out.setdefault(path, {})[func] = round(sum(v) / len(v), 2)
+    return out
 
 
 def load_costs(path: Path) -> dict[str, float]:
@@ -161,7 +163,13 @@ def load_costs(path: Path) -> dict[str, float]:
     if not path.exists():
         return {}
     data = json.loads(path.read_text())
-    return {str(k): float(v) for k, v in data.items()}
+    flat = {}
+    for k, v in data.items():
+        if isinstance(v, dict):                 # a function_costs table: file -> function
+            flat.update({f"{k}::{f}": float(s) for f, s in v.items()})
+        else:
+            flat[str(k)] = float(v)
+    return flat
 
 
 def junit_results(xml_text: str) -> dict[str, tuple[str, float]]:

@@ -140,12 +140,12 @@ def test_host_geometry_mirrors_the_kernel():
 
 @pytest.mark.compile
 def test_every_decode_build_the_gpu_tests_launch_compiles_without_spills():
-    """Every split kernel the GPU tests launch (tests/gpu/test_decode_cuda.py ``instances`` on
+    """Every split kernel the GPU tests launch (tests/gpu/test_decode.py ``cuda_instances`` on
     the GPUs they run on) and the combine kernels compile for sm_90, spill nothing and fit one
     CTA per SM. Prints the resource table (pytest -s)."""
     _nvcc_or_skip()
-    from tests.gpu.test_decode_cuda import instances
-    insts = list(dict.fromkeys(i for sms in GPU_SMS for i in instances(sms)))
+    from tests.gpu.test_decode import cuda_instances
+    insts = list(dict.fromkeys(i for sms in GPU_SMS for i in cuda_instances(sms)))
     names = list(dict.fromkeys(n for i in insts for n in i.names))
     res = compile_decode_nvcc(names)
     missing = [n for n in names if n not in res]

@@ -95,3 +95,12 @@ def test_split_fit_refuses_a_missing_run(tmp_path, capsys):
     from experiments.tuning import decode_splits as ds
     assert ds.main(["--fit", str(tmp_path / "nope")]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_the_committed_split_sweep_confirms_the_constants(capsys):
+    """The work model with the constants in ``spec.decode`` picks the fastest timed split count
+    on every problem of the committed H200 sweep (its README's claim, and its command)."""
+    from experiments.tuning import decode_splits as ds
+    assert ds.main(["--fit", "profiles/h200/decode-splits-20261128b"]) == 0
+    current = capsys.readouterr().out.splitlines()[1]
+    assert current.startswith("current (F, C)") and "geometric mean 1.000" in current, current

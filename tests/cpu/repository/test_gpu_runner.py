@@ -5,6 +5,7 @@ reader gives back the node ids."""
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 
 import pytest
@@ -111,7 +112,7 @@ def test_plan_runs_every_test_once_balanced_and_deterministic(n):
     assert any(not u.whole for u in units) == (n > 1)
 
 
-def test_plan_costs_measured_then_estimated():
+def test_plan_costs_measured_then_estimated(tmp_path):
     assert gp.cost_of("tests/gpu/test_b.py::test_long", _costs()) == 50.0
     assert gp.cost_of("tests/gpu/test_cutile.py::test_x[1]", {}) == \
         gp.MODULE_COST["tests/gpu/test_cutile.py"]
@@ -121,9 +122,13 @@ def test_plan_costs_measured_then_estimated():
     fc = gp.function_costs({"tests/gpu/test_a.py::test_f[1]": 1.0,
                             "tests/gpu/test_a.py::test_f[2]": 3.0,
                             "tests/gpu/test_a.py::test_g": 0.5})
-    assert fc == {"tests/gpu/test_a.py::test_f": 2.0, "tests/gpu/test_a.py::test_g": 0.5}
-    assert gp.cost_of("tests/gpu/test_a.py::test_f[9]", fc) == 2.0     # a case not yet run
-    assert gp.cost_of("tests/gpu/test_a.py::test_f[1]", {**fc, "tests/gpu/test_a.py::test_f[1]":
+    assert fc == {"tests/gpu/test_a.py": {"test_f": 2.0, "test_g": 0.5}}
+    path = tmp_path / "costs.json"
+    path.write_text(json.dumps(fc))
+    flat = gp.load_costs(path)
+    assert flat == {"tests/gpu/test_a.py::test_f": 2.0, "tests/gpu/test_a.py::test_g": 0.5}
+    assert gp.cost_of("tests/gpu/test_a.py::test_f[9]", flat) == 2.0   # a case not yet run
+    assert gp.cost_of("tests/gpu/test_a.py::test_f[1]", {**flat, "tests/gpu/test_a.py::test_f[1]":
                                                           7.0}) == 7.0  # the test's own first
     committed = gp.load_costs(Path(gp.__file__).with_name("costs.json"))
     assert committed and all("[" not in k and v >= 0 for k, v in committed.items())
@@ -208,9 +213,9 @@ def test_the_warm_step_compiles_the_tactic_builds_the_tests_launch():
 
 
 def test_timing_instruments_run_last_and_alone():
-    """``ALONE``'s tests (they time the GPU) are one last shard, never beside another
-    (profiles/h200/gpu-tests-20261128c: a 1 MiB chase timed beside other shards read 788.7 ns
-    per load)."""
+    """``ALONE``'s tests (they time the GPU) are one last shard, never beside another (on an
+    H200, a 1 MiB chase timed beside other shards read 788.7 ns per load: CHANGELOG,
+    2026-11-28)."""
     ids = _ids() + ["tests/gpu/test_latency.py::test_chase", "tests/gpu/test_drift.py::test_d[1]"]
     shards = gp.plan(ids, _costs(), 4)
     last = shards[-1]

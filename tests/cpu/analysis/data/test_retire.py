@@ -124,7 +124,8 @@ def test_retire_then_restore_gives_back_the_same_bytes_and_registry(repo, capsys
         capsys.readouterr().out
     page = catalogue_text()
     assert "## Retired into git history" in page
-    assert "`python -m analysis.data restore profiles/h100/ladder-20990101`" in page
+    assert "| `h100/ladder-20990101` | dataset |" in page
+    assert "`python -m analysis.data restore profiles/<run>`" in page
     # committed, the retirement still restores from the commit it names
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "retire")
