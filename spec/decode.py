@@ -193,16 +193,18 @@ class DecodePlan:
     FAMILY: ClassVar[str] = ""
 
     @classmethod
-    def make(cls, problem, slots: int, splits: int = 0, tile_n: int | None = None, **build):
+    def make(cls, problem, slots: int, splits: int = 0, tile_n: int | None = None,
+             group: bool = True, **build):
         """The plan of ``problem`` for ``slots`` resident CTAs: ``splits`` 0 takes the work
-        model's (``choose_splits``), ``tile_n`` None the tile rule's (``tile_n_for``);
-        ``build`` the subclass's own fields."""
+        model's (``choose_splits``), ``tile_n`` None the tile rule's (``tile_n_for``); ``group``
+        False packs one query head per CTA (the decode study's control: each K/V tile read
+        once per query head); ``build`` the subclass's own fields."""
         from .family import UnsupportedVariant
         if problem.S_q > DECODE_MAX_ROWS:
             raise UnsupportedVariant(f"S_q={problem.S_q}: the decode kernels take at most "
                                      f"{DECODE_MAX_ROWS} query rows per head; use a split-Q "
                                      "schedule (schedule=None or 'grid')")
-        hg, sqp = packing(problem.group_size, problem.S_q)
+        hg, sqp = packing(problem.group_size if group else 1, problem.S_q)
         tile_n = tile_n or tile_n_for(problem.D, hg * sqp)
         if splits == 0:
             splits = choose_splits(B=problem.B, H=problem.H, H_kv=problem.H_kv, S_q=problem.S_q,

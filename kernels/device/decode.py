@@ -35,7 +35,10 @@ tiles every real row sees whole (``j < n_full``), then the masked tail (causal d
 ragged end), each clipped to the CTA's chunk. The mask replaces a score by ``fmha.NEG_BIG``
 (finite, a power of two: the NaN trap of the ``fmha`` docstring; replaced rather than added so
 that a NaN key past the length cannot leak into the row maximum); a row whose running maximum
-stayed at that level saw no key and is written as dead (``lse = −inf``, zeros).
+stayed at that level saw no key and is written as dead (``lse = −inf``, zeros). ``REVERSE``
+runs the chunk from its end (masked tail first): the same sums in another order, for a decode
+loop that alternates the direction step by step so that each step starts on the tiles the
+previous one left in L2 (``experiments.simulation.decode``: the prediction).
 
 Worked example (S_kv = 1000, TILE_N = 64, 4 splits, bottom-right causal, S_q = 4): n_tiles =
 16, chunk = 4; split 3 takes tiles 12..15; every row sees keys 0..996, so n_full = ⌊997/64⌋ =
@@ -89,7 +92,7 @@ def _kv_step(q, K, V, b, kvh, j, m_i, l_i, acc, qk_scale, L, lim, TILE_D: ConstI
 @ct.kernel
 def decode_split(Q, K, V, KvLen, Opart, Lpart, Out, qk_scale: float, TILE_D: ConstInt,
                  TILE_N: ConstInt, HG: ConstInt, SQP: ConstInt, CAUSAL: ConstBool,
-                 BOTTOM_RIGHT: ConstBool, SPLIT: ConstBool, LAT: ConstInt):
+                 BOTTOM_RIGHT: ConstBool, SPLIT: ConstBool, LAT: ConstInt, REVERSE: ConstBool):
     """Q [B, H, S_q, D]; K, V [B, H_kv, S_kv, D]; KvLen int32 [B]; Opart fp32 [splits, B, H,
     S_q, D] and Lpart fp32 [splits, B, H, S_q] (``SPLIT``), else Out like Q (the final output).
     Grid (splits, B·H_kv·(G/HG)): bid(0) the split, bid(1) = (b·H_kv + kvh)·(G/HG) + head chunk.
@@ -132,12 +135,20 @@ def decode_split(Q, K, V, KvLen, Opart, Lpart, Out, qk_scale: float, TILE_D: Con
     l_i = ct.full((M, 1), 0.0, dtype=ct.float32)
     acc = ct.full((M, TILE_D), 0.0, dtype=ct.float32)
     mid = ct.maximum(t0, ct.minimum(t1, n_full))
-    for j in range(t0, mid):                                                  # unmasked
-        m_i, l_i, acc = _kv_step(q, K, V, b, kvh, j, m_i, l_i, acc, qk_scale, L, lim, TILE_D,
-                                 TILE_N, CAUSAL, False, LAT)
-    for j in range(mid, t1):                                                  # masked tail
-        m_i, l_i, acc = _kv_step(q, K, V, b, kvh, j, m_i, l_i, acc, qk_scale, L, lim, TILE_D,
-                                 TILE_N, CAUSAL, True, LAT)
+    if REVERSE:                     # the chunk from its end: masked tail, then the rest
+        for i in range(0, t1 - mid):
+            m_i, l_i, acc = _kv_step(q, K, V, b, kvh, t1 - 1 - i, m_i, l_i, acc, qk_scale, L,
+                                     lim, TILE_D, TILE_N, CAUSAL, True, LAT)
+        for i in range(0, mid - t0):
+            m_i, l_i, acc = _kv_step(q, K, V, b, kvh, mid - 1 - i, m_i, l_i, acc, qk_scale, L,
+                                     lim, TILE_D, TILE_N, CAUSAL, False, LAT)
+    else:
+        for j in range(t0, mid):                                              # unmasked
+            m_i, l_i, acc = _kv_step(q, K, V, b, kvh, j, m_i, l_i, acc, qk_scale, L, lim,
+                                     TILE_D, TILE_N, CAUSAL, False, LAT)
+        for j in range(mid, t1):                                              # masked tail
+            m_i, l_i, acc = _kv_step(q, K, V, b, kvh, j, m_i, l_i, acc, qk_scale, L, lim,
+                                     TILE_D, TILE_N, CAUSAL, True, LAT)
     dead = m_i < DEAD                                                         # [M, 1]
     o = ct.where(dead, 0.0, acc / ct.where(dead, 1.0, l_i))                   # [M, D]
     if SPLIT:
@@ -187,10 +198,11 @@ def get_kernels(occupancy: int | None = None):
 
 
 def split_constants(*, D: int, tile_n: int, hg: int, sqp: int, causal: bool,
-                    bottom_right: bool, split: bool, latency: int = LATENCY) -> tuple:
+                    bottom_right: bool, split: bool, latency: int = LATENCY,
+                    reverse: bool = False) -> tuple:
     """The constant arguments of ``decode_split`` after (…, qk_scale), in kernel order."""
     return (int(D), int(tile_n), int(hg), int(sqp), bool(causal),
-            bool(causal and bottom_right), bool(split), int(latency))
+            bool(causal and bottom_right), bool(split), int(latency), bool(reverse))
 
 
 def combine_constants(*, D: int, sqp: int) -> tuple:

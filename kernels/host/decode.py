@@ -41,23 +41,28 @@ class DecodePlan(spec_decode.DecodePlan):
 
     occupancy: int | None = None     # the split kernel's occupancy hint (None: the compiler's)
     latency: int = 2                 # its K/V load latency hint (``decode.LATENCY``)
+    reverse: bool = False            # each split scans its chunk from the end
     FAMILY: ClassVar[str] = "cutile"
 
     @property
     def label(self) -> str:
         return super().label + (f".occ{self.occupancy}" if self.occupancy else "") + (
-            f".lat{self.latency}" if self.latency != 2 else "")
+            f".lat{self.latency}" if self.latency != 2 else "") + (
+            ".rev" if self.reverse else "")
 
 
 def plan(problem: Problem, num_sms: int, splits: int = 0, *, tile_n: int | None = None,
-         occupancy: int | None = None, latency: int | None = None) -> DecodePlan:
+         occupancy: int | None = None, latency: int | None = None, group: bool = True,
+         reverse: bool = False) -> DecodePlan:
     """The decode launch plan of ``problem`` on a GPU of ``num_sms`` SMs; ``splits`` 0: the work
     model's. ``tile_n``, ``occupancy`` (resident CTAs per SM asked of the compiler, which the
     work model then fills) and ``latency`` override the defaults for an exploration of the
-    kernel's tactics (``explorations/decode_tactics.py``); ``attention()`` never passes them."""
+    kernel's tactics (``explorations/decode_tactics.py``); ``group`` False (one query head per
+    CTA) and ``reverse`` (each chunk scanned from its end) are the decode study's variants
+    (``experiments.simulation.decode``); ``attention()`` passes none of them."""
     from kernels.device import decode
     return DecodePlan.make(problem, num_sms * (occupancy or CTAS_PER_SM), splits, tile_n,
-                           occupancy=occupancy,
+                           group, occupancy=occupancy, reverse=reverse,
                            latency=decode.LATENCY if latency is None else int(latency))
 
 
@@ -85,7 +90,8 @@ class DecodeLaunch:
         self.cgrid = (pr.B * pr.H, 1, 1)
         self.tail = (fmha.qk_scale_for(pr.D, 6, scale),) + decode.split_constants(
             D=pr.D, tile_n=p.tile_n, hg=p.hg, sqp=p.sqp, causal=pr.causal,
-            bottom_right=bottom_right, split=p.splits > 1, latency=p.latency)
+            bottom_right=bottom_right, split=p.splits > 1, latency=p.latency,
+            reverse=p.reverse)
         self.ctail = decode.combine_constants(D=pr.D, sqp=p.combine_rows)
         self.lens = torch.full((pr.B,), pr.S_kv, dtype=torch.int32, device=dev)
         self.dummies = (torch.zeros((1, 1, 1, 1, pr.D), dtype=torch.float32, device=dev),

@@ -364,3 +364,24 @@ def test_public_kv_lengths_refusals(family):
     with pytest.raises((BadInput, UnsupportedVariant)) as e:
         attention(long_q, k, v, kv_lengths=lens)
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("variant", ("reverse", "one-head", "one-head-reverse"))
+def test_decode_study_variants_match_reference(variant):
+    """The decode study's kernels (``kernels.host.decode.plan``: each chunk scanned from its end;
+    one query head per CTA) give the reference result on a poisoned output."""
+    import torch
+    import torch.nn.functional as F
+
+    from kernels.host.decode import DecodeLaunch, plan
+    c = dict(B=2, H=32, H_kv=8, S_kv=33000, S_q=1, D=128, causal=False, dtype="bf16")
+    q, k, v = _inputs(c, 31)
+    p = plan(_problems([c])[0], torch.cuda.get_device_properties(0).multi_processor_count,
+             group="one-head" not in variant, reverse="reverse" in variant)
+    out = torch.full_like(q, float("nan"))
+    with torch.no_grad():
+        DecodeLaunch(p, q.device.index)(q, k, v, out)
+        torch.cuda.synchronize()
+        ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=True)
+        half = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    _check(out, ref, half, f"{variant}: {p.label}")
