@@ -115,14 +115,20 @@ def step2_read_misses(S_kv: int, order: str, packing: str, slots: int, capacity_
     return int((w * (miss & reads & sel)).sum()) * sector_bytes, splits
 
 
+def capacity(arch_name: str) -> int:
+    """The simulated L2 in bytes: the arch's L2 times its params' frozen capacity fraction."""
+    from spec import get_arch
+    params = json.loads((Path(__file__).resolve().parents[2] / "analysis" / "params"
+                         / f"{arch_name}.json").read_text())
+    return int(get_arch(arch_name).l2_bytes * params["capacity_fraction"])
+
+
 def predict(archs=ARCHS) -> list[dict]:
     from spec import get_arch
     rows = []
     for name in archs:
         arch = get_arch(name)
-        params = json.loads((Path(__file__).resolve().parents[2] / "analysis" / "params"
-                             / f"{name}.json").read_text())
-        cap = int(arch.l2_bytes * params["capacity_fraction"])
+        cap = capacity(name)
         for size in SIZES:
             kv_per_token = 2 * SHAPE["B"] * SHAPE["H_kv"] * SHAPE["D"] * 2
             S_kv = int(size * cap / kv_per_token) // 256 * 256

@@ -39,3 +39,14 @@ def test_the_trace_reads_each_kv_tile_once_per_step_when_grouped_and_g_times_whe
 def test_the_command_refuses_an_existing_directory(tmp_path, capsys):
     assert sd.main(["--out", str(tmp_path)]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_the_measurement_plans_the_predictions_cases(tmp_path, capsys):
+    from experiments.measurement import decode_steps
+    assert decode_steps.main(["--dry-run"]) == 0
+    assert "16 cases x 3 repeats" in capsys.readouterr().out
+    got = {(c["S_kv"], c["order"], c["packing"]) for c in decode_steps.cases("h200")}
+    cap = sd.capacity("h200")
+    assert {(int(s * cap / PER_TOKEN) // 256 * 256, o, p) for s in sd.SIZES for o in sd.ORDERS
+            for p in sd.PACKINGS} == got
+    assert decode_steps.main(["--out", str(tmp_path)]) == 2
