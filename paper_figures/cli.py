@@ -83,10 +83,10 @@ def report_lines(report: list[dict], rows: list[dict], verbose: bool) -> list[st
 
 
 def run_cli(argv, modules, prog: str = "python -m paper_figures", description: str = "") -> int:
-    """The figures of ``modules`` (None: every figure, ``paper_figures.collection.FIGURES``). The figure
-    modules and the drawing code (matplotlib, the analysis models) are imported only once the
-    arguments, the output directory and the runs' rows have been checked: ``--help`` and bad
-    input answer in well under a second."""
+    """The figures of ``modules`` (None: every figure, ``paper_figures.collection.FIGURES``).
+    The figure modules and the drawing code (matplotlib, the analysis models) are imported only
+    once the arguments, the output directory and the runs' rows have been checked: ``--help``
+    and bad input answer in well under a second."""
     from rich.console import Console
 
     from analysis.data import DatasetError, default_runs, load_rows, output_problem
