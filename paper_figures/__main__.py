@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import sys
 
-from . import FIGURES
 from . import __doc__ as doc
 from .cli import run_cli
 
 
 def main(argv=None) -> int:
-    return run_cli(argv, FIGURES, description=doc.splitlines()[0])
+    """Every figure (``modules=None``: ``run_cli`` imports them once the arguments and the runs
+    have been checked, so ``--help`` and bad input answer without loading matplotlib)."""
+    return run_cli(argv, None, description=doc.splitlines()[0])
 
 
 if __name__ == "__main__":

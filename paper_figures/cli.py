@@ -83,11 +83,13 @@ def report_lines(report: list[dict], rows: list[dict], verbose: bool) -> list[st
 
 
 def run_cli(argv, modules, prog: str = "python -m paper_figures", description: str = "") -> int:
+    """The figures of ``modules`` (None: every figure, ``paper_figures.collection.FIGURES``).
+    The figure modules and the drawing code (matplotlib, the analysis models) are imported only
+    once the arguments, the output directory and the runs' rows have been checked: ``--help``
+    and bad input answer in well under a second."""
     from rich.console import Console
 
     from analysis.data import DatasetError, default_runs, load_rows, output_problem
-
-    from .drawing import render, summary
     ap = argparse.ArgumentParser(prog=prog, description=description)
     ap.add_argument("--arch", required=True, help=f"one of {', '.join(known_archs())}")
     ap.add_argument("--run", type=Path, action="append",
@@ -122,6 +124,9 @@ def run_cli(argv, modules, prog: str = "python -m paper_figures", description: s
             return 2
         console.print(f"reading {len(runs)} run(s): " + ", ".join(str(r) for r in runs) if runs
                       else "no stored runs found: drawing the analytic figures only")
+        from .drawing import render
+        if modules is None:
+            from .collection import FIGURES as modules
         report = render(rows, a.arch, out, modules)
     except (DatasetError, FileExistsError) as e:
         err(str(e))
@@ -139,6 +144,7 @@ def run_cli(argv, modules, prog: str = "python -m paper_figures", description: s
             f"--verbose gives each figure's reason. Check that the run holds the rows a figure "
             f"needs")
         return 2
+    from .drawing import summary
     console.print(summary(report, out))
     return 0
 

@@ -34,6 +34,17 @@ B. ``backward``: the backward's sawtooth, each kernel alone (dK/dV's Q scan, dQ'
 
 ``report`` puts them together (``compute``) and writes them (``markdown``, ``write_report``).
 """
-from analysis.findings.report import compute, markdown, write_report
+import importlib
 
 __all__ = ["compute", "markdown", "write_report"]
+
+
+def __getattr__(name: str):
+    """``compute``, ``markdown`` and ``write_report``, imported from ``report`` on first use:
+    ``report`` brings every section and the models they fit (scipy, numba), which the command's
+    ``--help`` and its refusals of bad input (``__main__``) do not need."""
+    if name in __all__:
+        value = getattr(importlib.import_module("analysis.findings.report"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,7 +9,6 @@ from pathlib import Path
 
 from analysis.data import DatasetError, check_run_dir, dataset, discover, output_problem
 from analysis.data.registry import root
-from analysis.findings.report import NAMEABLE, compute, markdown, write_report
 from spec import get_arch, known_archs
 from spec.arch import UnknownArch
 
@@ -31,6 +30,7 @@ def named_runs_problem(runs: list[Path], arch: str) -> str | None:
             return f"--run {e}"
         if ds.arch != arch:
             return f"--run {r} is a run of {ds.arch}, not {arch}: pass --arch {ds.arch}"
+        from analysis.findings.report import NAMEABLE
         if ds.study not in NAMEABLE:
             return (f"--run {r} is a run of the study {ds.study!r}, which no findings section "
                     f"reads; pass a run of {', '.join(NAMEABLE)}")
@@ -78,6 +78,7 @@ def main(argv=None) -> int:
     if problem:
         err(problem)
         return 2
+    from analysis.findings.report import compute, markdown, write_report
     t0 = time.perf_counter()
     log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
     try:

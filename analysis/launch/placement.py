@@ -37,7 +37,6 @@ from dataclasses import dataclass, fields
 from typing import Sequence
 
 import numpy as np
-from scipy import stats as sps
 
 from analysis.cache.smmap import sm_pair
 from analysis.launch.drift import drift, sample_steps
@@ -182,6 +181,7 @@ def _spearman(x, y) -> tuple[float, float]:
         raise ValueError(f"spearman needs two 1-D arrays of one length, got {x.shape}, {y.shape}")
     if len(x) < 3 or np.isnan(x).any() or np.isnan(y).any() or np.ptp(x) == 0 or np.ptp(y) == 0:
         return math.nan, math.nan
+    from scipy import stats as sps  # about 1 s to import: only where a test is computed
     r = sps.spearmanr(x, y)
     return float(r.statistic), float(r.pvalue)
 

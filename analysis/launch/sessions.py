@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
-from scipy.stats import friedmanchisquare
 
 from analysis.data import DatasetError, csv_rows, read_manifest, stored
 from analysis.data.rows import case_key
@@ -67,6 +66,7 @@ def session_effect(by_session: dict[tuple, dict[int, list[float]]],
         return dict(out, statistic=float("nan"), p_value=float("nan"), session_mean=[],
                     highest=[], lowest=[])
     X = np.asarray(rows)
+    from scipy.stats import friedmanchisquare  # about 1 s to import: only where it runs
     stat, p = friedmanchisquare(*X.T)
     return dict(out, statistic=float(stat), p_value=float(p),
                 session_mean=X.mean(0).round(4).tolist(),

@@ -55,6 +55,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from spec.arch import Arch
 from spec.arch import get as get_arch
 from spec.arch import known as known_archs
@@ -153,7 +155,7 @@ def critical_steps(problem: Problem, tiles: Tiles, schedule: CtaSchedule) -> int
     """K/V steps of the CTA with the most work (it finishes last)."""
     g = TileGrid(problem, tiles)
     wi = schedule.work_items(g)
-    per_item = [g.kv_tiles_for(int(q)) for q in range(g.n_q)]
+    per_item = g.kv_tiles_for(np.arange(g.n_q)).tolist()
     steps: dict[int, int] = {}
     for cta, q in zip(wi.cta.tolist(), wi.q.tolist()):
         steps[cta] = steps.get(cta, 0) + per_item[q]
@@ -168,10 +170,11 @@ def wave_kv_bytes(problem: Problem, tiles: Tiles, schedule: CtaSchedule) -> int:
     wi = schedule.work_items(g)
     deepest: dict[tuple[int, int], int] = {}   # (wave, kv head) -> K/V tiles its items reach
     group = problem.H // problem.H_kv
+    per_item = g.kv_tiles_for(np.arange(g.n_q)).tolist()
     for it, bh, q in zip(wi.iter.tolist(), wi.bh.tolist(), wi.q.tolist()):
         b, h = divmod(bh, problem.H)
         key = (it, b * problem.H_kv + h // group)
-        deepest[key] = max(deepest.get(key, 0), g.kv_tiles_for(q))
+        deepest[key] = max(deepest.get(key, 0), per_item[q])
     tile_bytes = 2 * tiles.n * problem.D * problem.dtype.nbytes
     return sum(deepest.values()) * tile_bytes
 

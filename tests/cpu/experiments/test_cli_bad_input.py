@@ -11,7 +11,7 @@ import pytest
 from experiments.registry.studies import STUDIES, get_study
 from spec import get_arch, known_archs
 from tests.conftest import HAS_GPU
-from tests.cpu.experiments.cli_helpers import _nothing_left, cli
+from tests.cpu.experiments.cli_helpers import _nothing_left, cli, main_cli
 
 
 @pytest.mark.parametrize("args, message", [
@@ -28,7 +28,7 @@ from tests.cpu.experiments.cli_helpers import _nothing_left, cli
 ])
 def test_bad_input_is_one_line_exit_2_and_no_output(tmp_path, args, message):
     out = tmp_path / "run"
-    r = cli(*args, "--out", str(out))
+    r = main_cli(*args, "--out", str(out))
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert message in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
@@ -45,7 +45,8 @@ def test_bad_input_is_one_line_exit_2_and_no_output(tmp_path, args, message):
 def test_capacity_must_be_finite_and_within_bounds(tmp_path, value, message):
     # 0.01953 MiB = one 80-row K tile and one V tile at D=64 fp16 (the CUDA cases' tiles);
     # 2016 MiB = 16 x the largest registered L2 (b200, 126 MiB)
-    r = cli("sawtooth", "--arch", "gb10", "--capacity-mib", value, "--out", str(tmp_path / "r"))
+    r = main_cli("sawtooth", "--arch", "gb10", "--capacity-mib", value, "--out",
+                 str(tmp_path / "r"))
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1
     _nothing_left(tmp_path)
@@ -66,7 +67,7 @@ def test_timed_only_study_has_nothing_to_simulate(tmp_path, study, mode):
     assert study in STUDIES, f"the timed-only study {study!r} is no longer registered"
     if mode == "auto" and HAS_GPU:
         pytest.skip("auto measures when a GPU is present")
-    r = cli(study, "--arch", "h100", "--mode", mode, "--out", str(tmp_path / "r"))
+    r = main_cli(study, "--arch", "h100", "--mode", mode, "--out", str(tmp_path / "r"))
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert f"study {study!r} is GPU-only: it measures time" in r.stderr
     assert ("--mode measure" if mode == "simulate" else "needs a CUDA GPU") in r.stderr

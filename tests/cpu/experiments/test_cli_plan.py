@@ -12,11 +12,11 @@ from experiments.registry.studies import get_study
 from experiments.run import _plan, build_parser
 from spec import Backend, ScanOrder, get_arch, known_archs
 from spec.schedules import ScheduleKind
-from tests.cpu.experiments.cli_helpers import cli
+from tests.cpu.experiments.cli_helpers import main_cli
 
 
 def test_list_names_the_studies():
-    r = cli("--list")
+    r = main_cli("--list")
     assert r.returncode == 0
     for study in ("sawtooth", "l1l2", "traffic", "divergence", "active-sms", "ladder", "scaling",
                   "longseq", "reuse"):
@@ -24,7 +24,7 @@ def test_list_names_the_studies():
 
 
 def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path):
-    r = cli("sawtooth", "--arch", "gb10", "--dry-run", "--out", str(tmp_path / "x"))
+    r = main_cli("sawtooth", "--arch", "gb10", "--dry-run", "--out", str(tmp_path / "x"))
     assert r.returncode == 0, r.stderr
     assert "16 cases" in r.stdout and "cutile.sawtooth.static48.m64n64d64.occ1" in r.stdout
     assert "32 MiB = 1.33x the 24 MiB L2" in r.stdout
@@ -76,7 +76,7 @@ def test_longseq_plan_is_order_twins_over_schedules_and_families(name):
 
 
 def test_longseq_dry_run(tmp_path):
-    r = cli("longseq", "--arch", "h100", "--dry-run", "--out", str(tmp_path / "x"))
+    r = main_cli("longseq", "--arch", "h100", "--dry-run", "--out", str(tmp_path / "x"))
     assert r.returncode == 0, r.stderr
     assert "longseq on h100: 48 cases" in r.stdout
     assert "cutile.sawtooth.static132.m128n128d128" in r.stdout   # P = 132 x occupancy 1
@@ -93,7 +93,7 @@ def test_dry_run_estimates_the_work():
         v = small.variant
         trace = build_trace(TileGrid(small.problem, v.tiles), v.schedule, v.order, small.resident)
         assert tile_accesses(small) == trace.n_accesses
-    out = {a: " ".join(cli("sawtooth", "--arch", a, "--dry-run").stdout.split())
+    out = {a: " ".join(main_cli("sawtooth", "--arch", a, "--dry-run").stdout.split())
            for a in ("gb10", "b200")}
     acc = {}
     for a, text in out.items():
@@ -101,7 +101,7 @@ def test_dry_run_estimates_the_work():
         acc[a] = float(m.group(1).replace(",", ""))
         assert re.search(r"simulate \(timed model, \d+ MiB L2\): about [\d.]+ (s|min|h) on "
                          r"\d+ thread\(s\), peak memory about [\d.]+ (MiB|GiB)", text), text
-    text = " ".join(cli("sawtooth", "--arch", "gb10", "--dry-run", "--model",
+    text = " ".join(main_cli("sawtooth", "--arch", "gb10", "--dry-run", "--model",
                         "lockstep").stdout.split())
     assert re.search(r"simulate \(lock-step model, 24 MiB L2\): about [\d.]+ (s|min|h) on \d+ "
                      r"thread\(s\), peak memory about [\d.]+ GiB", text), text

@@ -19,6 +19,7 @@ from experiments import run as R
 from experiments.registry.studies import get_study
 from spec import get_arch
 from tests.conftest import HAS_GPU, ROOT
+from tests.cpu.experiments.cli_helpers import main_cli
 
 
 def cli(*args, timeout=600):
@@ -45,8 +46,8 @@ def one_line_exit_2(r, *needles):
 ])
 @pytest.mark.parametrize("dry", [True, False])
 def test_every_value_is_checked_before_any_output(tmp_path, flags, message, dry):
-    r = cli("sawtooth", "--arch", "gb10", *flags, *(["--dry-run"] if dry else []),
-            "--out", str(tmp_path / "r"))
+    r = main_cli("sawtooth", "--arch", "gb10", *flags, *(["--dry-run"] if dry else []),
+                 "--out", str(tmp_path / "r"))
     one_line_exit_2(r, message)
     assert not any(tmp_path.iterdir())
 
@@ -95,10 +96,10 @@ def test_auto_with_slurm_names_where_it_measures():
 
 @pytest.mark.skipif(HAS_GPU, reason="measures when a GPU is present")
 def test_measure_without_a_gpu_suggests_only_what_works(tmp_path):
-    r = cli("ladder", "--arch", "h100", "--mode", "measure", "--out", str(tmp_path / "r"))
+    r = main_cli("ladder", "--arch", "h100", "--mode", "measure", "--out", str(tmp_path / "r"))
     one_line_exit_2(r, "--mode measure needs a CUDA GPU", "run it on a GPU machine")
     assert "--mode simulate" not in r.stderr
-    r = cli("sawtooth", "--arch", "h100", "--mode", "measure", "--out", str(tmp_path / "r"))
+    r = main_cli("sawtooth", "--arch", "h100", "--mode", "measure", "--out", str(tmp_path / "r"))
     one_line_exit_2(r, "use --mode simulate")
 
 
@@ -127,12 +128,12 @@ def test_a_missing_torch_is_told_apart_from_a_missing_gpu(monkeypatch):
 
 
 def test_mode_has_help():
-    text = " ".join(cli("--help").stdout.split())
+    text = " ".join(main_cli("--help").stdout.split())
     assert "--mode {auto,measure,simulate} measure: run the kernels on the GPU" in text
 
 
 def test_dry_run_says_what_each_mode_costs_and_what_auto_does():
-    out = " ".join(cli("sawtooth", "--arch", "h100", "--dry-run").stdout.split())
+    out = " ".join(main_cli("sawtooth", "--arch", "h100", "--dry-run").stdout.split())
     if not HAS_GPU:
         from spec.arch import no_gpu_reason
         assert f"--mode auto: this command would SIMULATE ({no_gpu_reason()})" in out
@@ -145,10 +146,10 @@ def test_dry_run_says_what_each_mode_costs_and_what_auto_does():
     assert m and float(m.group(1)) < 8, out
     full = re.search(r"with --sessions 3 \(.*?\): about ([\d.]+) min", out)
     assert full and float(full.group(1)) > float(m.group(1))
-    lock = " ".join(cli("sawtooth", "--arch", "gb10", "--dry-run", "--model",
-                        "lockstep").stdout.split())
+    lock = " ".join(main_cli("sawtooth", "--arch", "gb10", "--dry-run", "--model",
+                             "lockstep").stdout.split())
     assert re.search(r"simulate \(lock-step model, 24 MiB L2\): about", lock)
-    reuse = " ".join(cli("reuse", "--arch", "gb10", "--dry-run").stdout.split())
+    reuse = " ".join(main_cli("reuse", "--arch", "gb10", "--dry-run").stdout.split())
     assert "simulate (lock-step model, reuse distances, 24 MiB L2)" in reuse
     assert "measure (" not in reuse                         # simulator-only
 

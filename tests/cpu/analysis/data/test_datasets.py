@@ -16,6 +16,7 @@ from analysis import data as DS
 from analysis.data import catalogue, registry
 from spec.records import data_path
 from tests.conftest import ROOT
+from tests.cpu.experiments.cli_helpers import module_cli
 
 FIX = ROOT / "tests" / "fixtures" / "figures"
 GOOD = FIX / "h200-traffic" / "counters.csv.gz"
@@ -209,11 +210,17 @@ def _cmd(*args):
                           capture_output=True, text=True, timeout=300)
 
 
+def _cmd_here(*args):
+    """``_cmd`` in this process (``module_cli``): for the checks of what a command prints and
+    returns on bad input; those about ``python -m`` itself keep ``_cmd``."""
+    return module_cli(*args, ignore=(RuntimeWarning,))
+
+
 @pytest.mark.parametrize("kind", list(_bad_inputs()))
 def test_paper_figures_on_bad_counters(kind, tmp_path):
     d = _run_dir(tmp_path, "run", _manifest("traffic"), _bad_inputs()[kind])
     out = tmp_path / "figs"
-    r = _cmd("paper_figures", "--arch", "h200", "--run", str(d), "--out", str(out))
+    r = _cmd_here("paper_figures", "--arch", "h200", "--run", str(d), "--out", str(out))
     assert r.returncode == 2, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
     assert not out.exists()
@@ -271,8 +278,8 @@ def test_findings_on_bad_counters(kind, tmp_path):
         (d / f).unlink(missing_ok=True)
     if bad is not None:
         (d / "counters.csv").write_bytes(bad)
-    r = _cmd("analysis.findings", "--arch", "h100", "--no-sim", "--run", str(d), "--out",
-             str(tmp_path / "out"))
+    r = _cmd_here("analysis.findings", "--arch", "h100", "--no-sim", "--run", str(d), "--out",
+                  str(tmp_path / "out"))
     assert r.returncode == 2, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
     assert not (tmp_path / "out").exists()
@@ -322,7 +329,7 @@ def test_findings_refuses_a_bad_named_run_before_any_work(kind, tmp_path):
         if kind == "other-arch":
             m["arch"] = {"name": "h200"}
         path = _run_dir(tmp_path, "run", m, GOOD_BYTES)
-    r = _cmd("analysis.findings", "--arch", "h100", "--no-sim", "--run", str(path))
+    r = _cmd_here("analysis.findings", "--arch", "h100", "--no-sim", "--run", str(path))
     assert r.returncode == 2 and r.stdout == "", r.stdout[-300:]
     assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("error: --run ")
     want = {"missing": "no such run directory", "file": "a file, not a run directory",
