@@ -42,7 +42,7 @@ def test_the_command_refuses_an_existing_directory(tmp_path, capsys):
 
 
 def test_the_measurement_plans_the_predictions_cases(tmp_path, capsys):
-    from experiments.measurement import decode_steps
+    from experiments.instruments import decode_steps
     assert decode_steps.main(["--dry-run"]) == 0
     assert "16 cases x 3 repeats" in capsys.readouterr().out
     got = {(c["S_kv"], c["order"], c["packing"]) for c in decode_steps.cases("h200")}

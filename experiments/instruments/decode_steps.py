@@ -1,7 +1,7 @@
 """Measure the decode locality prediction: DRAM reads of the second of two decode steps.
 
-    python -m experiments.measurement.decode_steps --out DIR [--repeats 3]    (GPU, ncu)
-    python -m experiments.measurement.decode_steps --dry-run
+    python -m experiments.instruments.decode_steps --out DIR [--repeats 3]    (GPU, ncu)
+    python -m experiments.instruments.decode_steps --dry-run
 
 The cases are the H100/H200 rows of the committed prediction
 (``profiles/cpu/prediction-decode-20261128``, ``experiments.simulation.decode``): the cuTile
@@ -90,7 +90,7 @@ def parent(arch_name: str, repeats: int, out: Path) -> int:
     launches = out / "launches.json"
     cmd = [ncu, "--cache-control", "none", "--clock-control", "none", "-k", "regex:decode",
            "--metrics", METRIC, "--csv", "--print-units", "base", sys.executable, "-m",
-           "experiments.measurement.decode_steps", "--child", str(launches), "--arch",
+           "experiments.instruments.decode_steps", "--child", str(launches), "--arch",
            arch_name, "--repeats", str(repeats)]
     r = subprocess.run(cmd, capture_output=True, text=True)
     (out / "ncu.csv").write_text(r.stdout)
@@ -138,7 +138,7 @@ def parent(arch_name: str, repeats: int, out: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m experiments.measurement.decode_steps",
+    ap = argparse.ArgumentParser(prog="python -m experiments.instruments.decode_steps",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, help="a new directory")
     ap.add_argument("--arch", default="h200", choices=("h100", "h200"))
