@@ -314,6 +314,51 @@ def test_order_drives_the_backward_the_same_way(family):
         "the reverse backward equals the linear one on the same forward: a test that cannot fail"
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_compiled_gradients_with_scale_match_the_fp32_reference(family):
+    """Under ``torch.compile(fullgraph=True)``, with ``scale=`` other than 1/sqrt(D), the loss's
+    gradients through ``attention()`` match SDPA's fp32 gradients within twice SDPA's own
+    half-precision error, and the eager call's to rounding; the gradient buffers start as NaN
+    (``tests.gpu.poison``), so an unwritten element fails."""
+    import torch
+    import torch.nn.functional as F
+
+    from tests.gpu.poison import poisoned_allocations
+    attention = _api(family)
+    pr = Problem(B=1, H=4, H_kv=2, S_q=320, S_kv=320, D=64, dtype="bf16", causal=True)
+    g = torch.Generator(device="cuda").manual_seed(17)
+    q, k, v, dout = (torch.randn(pr.B, h, pr.S_q, pr.D, device="cuda", dtype=torch.bfloat16,
+                                 generator=g) for h in (pr.H, pr.H_kv, pr.H_kv, pr.H))
+    scale = 0.3
+
+    def loss(fn, q, k, v, **kw):
+        return (fn(q, k, v, causal=True, scale=scale, **kw).float() * dout.float()).sum()
+
+    def grads(fn, dtype=None, **kw):
+        leaves = [t.detach().to(dtype or t.dtype).requires_grad_(True) for t in (q, k, v)]
+        loss(fn, *leaves, **kw).backward()
+        return [t.grad for t in leaves]
+
+    sdpa = lambda q, k, v, causal, scale: F.scaled_dot_product_attention(  # noqa: E731
+        q, k, v, is_causal=causal, scale=scale, enable_gqa=True)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda q, k, v: attention(q, k, v, causal=True, scale=scale),
+                             fullgraph=True)
+    run = lambda q, k, v, causal, scale: compiled(q, k, v)  # noqa: E731
+    grads(run)                                   # traced and compiled outside the poison
+    with poisoned_allocations():
+        got = grads(run)
+    eager = grads(attention)
+    ref = grads(sdpa, torch.float32)
+    half = grads(sdpa)
+    for name, a, e, r, h in zip("qkv", got, eager, ref, half):
+        assert not torch.isnan(a).any(), f"{family} d{name}: NaN (unwritten) under compile"
+        err = (a.float() - r).abs().max().item()
+        tol = 2 * (h.float() - r).abs().max().item() + 2e-3
+        assert err <= tol, f"{family} d{name}: {err:.3g} > {tol:.3g} under compile, scale={scale}"
+        assert torch.allclose(a.float(), e.float(), atol=2e-2, rtol=2e-2), f"{family} d{name}"
+
+
 class _Prepared(Exception):
     """Raised by a patched ``prepare`` with the variant ``attention()`` resolved."""
 
