@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-import tempfile
 from dataclasses import dataclass
 from enum import IntFlag
-from pathlib import Path
 
 from cuda_baseline.build.source import (
     BASE_OPTIONS,
@@ -28,7 +26,7 @@ from cuda_baseline.build.source import (
     SCHEDULE_HEADER,
     SOURCE_DIR,
     Resources,
-    nvcc_cubin,
+    compile_named,
     parse_resources,
 )
 from spec.orders import OrderKind
@@ -179,11 +177,7 @@ def parse_bwd_ptxas(log: str) -> dict[str, Resources]:
 
 def compile_bwd_nvcc(names: list[str], arch: str = "sm_90") -> dict[str, Resources]:
     """Compile the named backward kernels to one cubin with nvcc; their resources by name."""
-    text = "\n".join(['#include "flash_bwd.cu"', "static void* const k[] = {",
-                      *[f"    (void*)&{n}," for n in names], "};", ""])
-    with tempfile.TemporaryDirectory(prefix="flash_bwd_") as tmp:
-        return parse_bwd_ptxas(nvcc_cubin(text, bwd_compile_options(), Path(tmp) / "unit.cu",
-                                          arch))
+    return compile_named("flash_bwd.cu", names, bwd_compile_options(), _demangle, arch)
 
 
 def bwd_names(insts: list[BwdInstance]) -> list[str]:

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
 from cuda_baseline.build.source import (
     BASE_OPTIONS,
@@ -23,7 +21,7 @@ from cuda_baseline.build.source import (
     SCHEDULE_HEADER,
     SOURCE_DIR,
     Resources,
-    nvcc_cubin,
+    compile_named,
     parse_resources,
 )
 from spec.decode import DECODE_MAX_M, DECODE_MIN_M
@@ -128,11 +126,7 @@ def parse_decode_ptxas(log: str) -> dict[str, Resources]:
 
 def compile_decode_nvcc(names: list[str], arch: str = "sm_90") -> dict[str, Resources]:
     """Compile the named decode kernels to one cubin with nvcc; their resources by name."""
-    text = "\n".join(['#include "decode.cu"', "static void* const k[] = {",
-                      *[f"    (void*)&{n}," for n in names], "};", ""])
-    with tempfile.TemporaryDirectory(prefix="decode_") as tmp:
-        return parse_decode_ptxas(nvcc_cubin(text, decode_compile_options(),
-                                             Path(tmp) / "unit.cu", arch))
+    return compile_named("decode.cu", names, decode_compile_options(), _demangle, arch)
 
 
 __all__ = ["COMBINE_THREADS", "DecodeInstance", "STAGES", "WARPS", "combine_name",

@@ -283,6 +283,17 @@ def nvcc_cubin(text: str, options, cu: Path, arch: str = "sm_90") -> str:
     return r.stdout + r.stderr
 
 
+def compile_named(entry: str, names: list[str], options, name_of,
+                  arch: str = "sm_90") -> dict[str, Resources]:
+    """Compile the kernels ``names`` of the entry file ``entry`` (referenced by address so each
+    template is instantiated) into one cubin with nvcc; their resources, keyed by
+    ``name_of(mangled symbol)``."""
+    text = "\n".join([f'#include "{entry}"', "static void* const k[] = {",
+                      *[f"    (void*)&{n}," for n in names], "};", ""])
+    with tempfile.TemporaryDirectory(prefix=Path(entry).stem + "_") as tmp:
+        return parse_resources(nvcc_cubin(text, options, Path(tmp) / "unit.cu", arch), name_of)
+
+
 def compile_nvcc(instances: list[Instance], arch: str = "sm_90", jobs: int | None = None,
                  chunk: int = 60, workdir: str | None = None) -> dict[str, Resources]:
     """Compile instances to cubins with nvcc (``jobs`` processes in parallel, ``chunk`` kernels per
