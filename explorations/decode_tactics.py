@@ -82,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch.nn.functional as F
 
     from experiments.measurement.timing import time_interleaved
+    from experiments.speed.decode_bench import decode_inputs
     from experiments.speed.eager import sdpa_peers
     from experiments.tuning.decode_splits import FIT
     from kernels.host.decode import DecodeLaunch
@@ -93,10 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     rows, table = [], {}
     for p in FIT:
         B, H, H_kv, S_q, S_kv, D = p
-        g = torch.Generator(device="cuda").manual_seed(hash(p) % 2 ** 31)
-        q = torch.randn(B, H, S_q, D, device="cuda", dtype=torch.bfloat16, generator=g)
-        k = torch.randn(B, H_kv, S_kv, D, device="cuda", dtype=torch.bfloat16, generator=g)
-        v = torch.randn_like(k)
+        q, k, v = decode_inputs(p)
         with torch.no_grad():
             ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(),
                                                  enable_gqa=H != H_kv)

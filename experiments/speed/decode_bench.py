@@ -80,6 +80,17 @@ def copy_bandwidth_tbs(gib: int = 4) -> float:
     return 2 * n / (statistics.median(times) * 1e-3) / 1e12
 
 
+def decode_inputs(p):
+    """Seeded bf16 (q, k, v) of a decode problem (B, H, H_kv, S_q, S_kv, D) on the GPU: the
+    bench's, the split sweep's and the tactic exploration's inputs."""
+    import torch
+    B, H, H_kv, S_q, S_kv, D = p
+    g = torch.Generator(device="cuda").manual_seed(hash(p) % 2 ** 31)
+    q = torch.randn(B, H, S_q, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    k = torch.randn(B, H_kv, S_kv, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    return q, k, torch.randn_like(k)
+
+
 def _err(o, ref) -> float:
     return (o.float() - ref).abs().max().item()
 
@@ -94,10 +105,7 @@ def bench(p, reps: int, writer, table, ragged: bool = False) -> None:
     from kernels import attention
     from kernels.host import backend
     B, H, H_kv, S_q, S_kv, D = p
-    g = torch.Generator(device="cuda").manual_seed(hash(p) % 2 ** 31)
-    q = torch.randn(B, H, S_q, D, device="cuda", dtype=torch.bfloat16, generator=g)
-    k = torch.randn(B, H_kv, S_kv, D, device="cuda", dtype=torch.bfloat16, generator=g)
-    v = torch.randn_like(k)
+    q, k, v = decode_inputs(p)
     lengths = [S_kv] * B
     peers = sdpa_peers(False, H != H_kv)
     if ragged:

@@ -52,6 +52,7 @@ def measure(out: Path, reps: int) -> int:
     import torch
 
     from experiments.measurement.timing import time_interleaved
+    from experiments.speed.decode_bench import decode_inputs
     from kernels.host import backend
     from kernels.host.warm import DecodeJob, warm_decode
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -65,10 +66,7 @@ def measure(out: Path, reps: int) -> int:
         w.writeheader()
         for p in FIT:
             B, H, H_kv, S_q, S_kv, D = p
-            g = torch.Generator(device="cuda").manual_seed(hash(p) % 2 ** 31)
-            q = torch.randn(B, H, S_q, D, device="cuda", dtype=torch.bfloat16, generator=g)
-            k = torch.randn(B, H_kv, S_kv, D, device="cuda", dtype=torch.bfloat16, generator=g)
-            v = torch.randn_like(k)
+            q, k, v = decode_inputs(p)
             with torch.no_grad():
                 one = backend.attention(q, k, v, schedule="decode1").float()
                 fns, diff = {}, {}
