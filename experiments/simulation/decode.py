@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import sys
 from pathlib import Path
 
@@ -116,11 +115,12 @@ def step2_read_misses(S_kv: int, order: str, packing: str, slots: int, capacity_
 
 
 def capacity(arch_name: str) -> int:
-    """The simulated L2 in bytes: the arch's L2 times its params' frozen capacity fraction."""
+    """The simulated L2 in bytes: the arch's L2 times the frozen capacity fraction of the
+    simulator's parameters for it (``experiments.simulation.simulate.model_params``)."""
+    from experiments.simulation.simulate import model_params
     from spec import get_arch
-    params = json.loads((Path(__file__).resolve().parents[2] / "analysis" / "params"
-                         / f"{arch_name}.json").read_text())
-    return int(get_arch(arch_name).l2_bytes * params["capacity_fraction"])
+    arch = get_arch(arch_name)
+    return int(arch.l2_bytes * model_params(arch).capacity_fraction)
 
 
 def predict(archs=ARCHS) -> list[dict]:
