@@ -161,6 +161,10 @@ def run(args, argv: list[str]) -> int:
                     "no figure: its rows are in the run's CSV")
             console.print(f"[bold]{s.name}[/]: {s.description} ({figs})")
         return 0
+    own = STUDIES.get(args.study or "")
+    if own is not None and own.entry is not None and not args.resume:
+        from .registry.studies import hook
+        return hook(own.entry)(args, argv, console)
     if args.resume:
         args, argv = shard.resumed(args, build_parser())
     study, arch, cases, capacity = checked(args)

@@ -18,7 +18,7 @@ FIGURE_MODULES = ("f01_l1l2_short", "f02_l1l2_long", "t1_l1l2_table", "f03_traff
                   "f07_access_order", "f08_cuda_batch", "f08b_cuda_tflops", "f08c_cuda_time",
                   "f09_cutile_noncausal", "f09b_cutile_tflops", "f10_cutile_causal",
                   "f10b_cutile_causal_tflops", "repeats", "ladder", "scaling", "longseq", "drift",
-                  "reuse", "misscost", "misscost_regimes", "backward")
+                  "reuse", "misscost", "misscost_regimes", "backward", "decode")
 """The figure modules of ``paper_figures``, in the order they are drawn."""
 
 _HERE = Path(__file__).resolve().parent

@@ -1,19 +1,23 @@
 """Measure the decode locality prediction: DRAM reads of the second of two decode steps.
 
     python -m experiments.instruments.decode_steps --out DIR [--repeats 3]    (GPU, ncu)
-    python -m experiments.instruments.decode_steps --dry-run
+    python -m experiments.instruments.decode_steps --dry-run [--grid study]
 
-The cases are the H100/H200 rows of the committed prediction
-(``profiles/cpu/prediction-decode-20261128``, ``experiments.simulation.decode``): the cuTile
-decode kernels of ``kernels.host.decode.plan(..., group=, reverse=)`` on the prediction's shape
-and cache sizes. Per case and repeat: an L2 flush (a buffer of twice the L2 written), step 1
-(every chunk forward), then step 2 (forward, or backward for ``alternate``) with nothing
-between. The parent runs the child under ncu (``--cache-control none``: no flush ncu's own,
-``--clock-control none``; one-pass metric ``dram__bytes_read.sum``) on every decode kernel, and
-maps the kernels back to (case, repeat, step) from the launch counts the child writes. Step 2's
-bytes are its split kernel's and its merge's. Writes ``measured.csv`` (case, repeat, step 2's
-DRAM read bytes and their ratio to the K+V bytes, beside the prediction's ratio) and the raw ncu
-CSV; prints the table. Every output is checked against the fp32 reference first.
+The cases (``--grid first``) are the H100/H200 rows of the first committed prediction
+(``profiles/cpu/prediction-decode-20261128``, ``experiments.simulation.decode``), or (``study``)
+the decode study's grid (``experiments.simulation.decode.study_cases``, which ``python -m
+experiments.run decode`` measures through ``measure_rows``): the cuTile decode kernels of
+``kernels.host.decode.plan(..., group=, reverse=)`` at each case's shape and cache size. Per case
+and repeat: an L2 flush (a buffer of twice the L2 written), step 1 (every chunk forward), then step
+2 (forward, or backward for ``alternate``) with nothing between. The parent runs the child under
+ncu (``--cache-control none``: no flush ncu's own, ``--clock-control none``; one-pass metric
+``dram__bytes_read.sum``) on every decode kernel, and maps the kernels back to (case, repeat, step)
+from the launch counts the child writes. Step 2's bytes are its split kernel's and its merge's. The
+first grid's command writes ``measured.csv`` (case, repeat, step 2's DRAM read bytes and their
+ratio to the K+V bytes, beside the prediction's ratio) and the raw ncu CSV; prints the table. Every
+output is checked against the fp32 reference first. The study's measure (``measure_rows``) gives
+tidy rows instead, and times each case's second step beside SDPA's flash and cuDNN backends doing
+the same (``time_steps``).
 """
 from __future__ import annotations
 
@@ -26,41 +30,69 @@ import subprocess
 import sys
 from pathlib import Path
 
-from experiments.simulation.decode import ORDERS, PACKINGS, SHAPE, SIZES, capacity
+from experiments.simulation.decode import (
+    ORDERS,
+    PACKINGS,
+    SHAPE,
+    SIZES,
+    STEP2,
+    capacity,
+    kv_bytes_per_token,
+    study_cases,
+    study_row,
+)
 
 METRIC = "dram__bytes_read.sum"
+GRIDS = ("first", "study")
 
 
-def cases(arch_name: str) -> list[dict]:
+def cases(arch_name: str, grid: str = "first") -> list[dict]:
+    """The cases of ``grid`` on ``arch_name``, each with its shape's fields."""
+    if grid == "study":
+        return study_cases(arch_name)
     cap = capacity(arch_name)
-    per_token = 2 * SHAPE["B"] * SHAPE["H_kv"] * SHAPE["D"] * 2
-    return [dict(size=size, S_kv=int(size * cap / per_token) // 256 * 256, order=o, packing=p)
+    return [dict(shape="first", **SHAPE, size=size, order=o, packing=p,
+                 S_kv=int(size * cap / kv_bytes_per_token(SHAPE)) // 256 * 256)
             for size in SIZES for o in ORDERS for p in PACKINGS]
 
 
-def child(arch_name: str, repeats: int, launches_file: Path) -> int:
+def _problem(c: dict):
+    from spec import Problem
+    return Problem(B=c["B"], H=c["H"], H_kv=c["H_kv"], S_q=c["S_q"], S_kv=c["S_kv"], D=c["D"],
+                   dtype="bf16", causal=False)
+
+
+def _inputs(c: dict):
+    import torch
+    pr = _problem(c)
+    g = torch.Generator(device="cuda").manual_seed(c["S_kv"])
+    q = torch.randn(pr.B, pr.H, pr.S_q, pr.D, device="cuda", dtype=torch.bfloat16, generator=g)
+    k = torch.randn(pr.B, pr.H_kv, pr.S_kv, pr.D, device="cuda", dtype=torch.bfloat16,
+                    generator=g)
+    return pr, q, k, torch.randn_like(k)
+
+
+def _steps(c: dict, pr, sms: int):
+    """The case's two plans: both steps forward, or the second backward (``alternate``)."""
+    from kernels.host.decode import plan
+    group = c["packing"] == "group"
+    return (plan(pr, sms, group=group),
+            plan(pr, sms, group=group, reverse=c["order"] == "alternate"))
+
+
+def child(arch_name: str, repeats: int, launches_file: Path, grid: str = "first") -> int:
     """Run every case's two steps ``repeats`` times; write how many kernels each step launched."""
     import torch
     import torch.nn.functional as F
 
-    from kernels.host.decode import DecodeLaunch, plan
-    from spec import Problem
+    from kernels.host.decode import DecodeLaunch
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     flush = torch.empty(2 * l2 // 4, dtype=torch.int32, device="cuda")
-    s = SHAPE
     log = []
-    for c in cases(arch_name):
-        pr = Problem(B=s["B"], H=s["H"], H_kv=s["H_kv"], S_q=s["S_q"], S_kv=c["S_kv"], D=s["D"],
-                     dtype="bf16", causal=False)
-        g = torch.Generator(device="cuda").manual_seed(c["S_kv"])
-        q = torch.randn(pr.B, pr.H, 1, pr.D, device="cuda", dtype=torch.bfloat16, generator=g)
-        k = torch.randn(pr.B, pr.H_kv, pr.S_kv, pr.D, device="cuda", dtype=torch.bfloat16,
-                        generator=g)
-        v = torch.randn_like(k)
-        group = c["packing"] == "group"
-        p1 = plan(pr, sms, group=group)
-        p2 = plan(pr, sms, group=group, reverse=c["order"] == "alternate")
+    for c in cases(arch_name, grid):
+        pr, q, k, v = _inputs(c)
+        p1, p2 = _steps(c, pr, sms)
         step1, step2 = DecodeLaunch(p1, 0), DecodeLaunch(p2, 0)
         out = torch.full_like(q, float("nan"))
         with torch.no_grad():
@@ -79,50 +111,119 @@ def child(arch_name: str, repeats: int, launches_file: Path) -> int:
                 step2(q, k, v, out)
             torch.cuda.synchronize()
         n1, n2 = (1 + (x.splits > 1) for x in (p1, p2))
-        log.append(dict(c, splits=p1.splits, kernels=(n1, n2),
-                        kv_bytes=2 * pr.B * pr.H_kv * pr.S_kv * pr.D * 2))
+        log.append(dict(c, splits=p1.splits, kernels=(n1, n2), hg=p1.hg, sqp=p1.sqp,
+                        tile_n=p1.tile_n, kv_bytes=2 * pr.B * pr.H_kv * pr.S_kv * pr.D * 2))
     launches_file.write_text(json.dumps(log))
     return 0
 
 
-def parent(arch_name: str, repeats: int, out: Path) -> int:
+class MeasureError(RuntimeError):
+    """The ncu run failed or its kernels do not pair with the launches."""
+
+
+def profile_steps(arch_name: str, repeats: int, out: Path, grid: str) -> list[dict]:
+    """Run the child under ncu; per case and repeat the second step's DRAM read bytes (its split
+    kernel's and its merge's), with the case's plan. Writes ``ncu.csv`` and ``launches.json``
+    into ``out``."""
     ncu = os.environ.get("NCU", "ncu")
     launches = out / "launches.json"
     cmd = [ncu, "--cache-control", "none", "--clock-control", "none", "-k", "regex:decode",
            "--metrics", METRIC, "--csv", "--print-units", "base", sys.executable, "-m",
            "experiments.instruments.decode_steps", "--child", str(launches), "--arch",
-           arch_name, "--repeats", str(repeats)]
+           arch_name, "--repeats", str(repeats), "--grid", grid]
     r = subprocess.run(cmd, capture_output=True, text=True)
     (out / "ncu.csv").write_text(r.stdout)
-    if r.returncode != 0 or not launches.exists():
-        print(f"decode_steps: the ncu run failed (exit {r.returncode}): "
-              f"{(r.stderr or r.stdout)[-800:]}", file=sys.stderr)
-        return 1
+    if r.returncode != 0 or not launches.exists() or '"ID"' not in r.stdout:
+        raise MeasureError(f"the ncu run failed (exit {r.returncode}): "
+                           f"{(r.stderr or r.stdout)[-800:]}")
     text = r.stdout[r.stdout.index('"ID"'):]
     values = [float(row["Metric Value"].replace(",", "")) for row in csv.DictReader(io.StringIO(
         text)) if row["Metric Name"] == METRIC]
     log = json.loads(launches.read_text())
     need = sum((repeats + 1) * (a + b) for a, b in (x["kernels"] for x in log))
     if len(values) != need:
-        print(f"decode_steps: {len(values)} kernels profiled, {need} expected", file=sys.stderr)
+        raise MeasureError(f"{len(values)} kernels profiled, {need} expected")
+    rows, i = [], 0
+    for x in log:
+        n1, n2 = x["kernels"]
+        i += n1 + n2                                  # the correctness check's two steps
+        for rep in range(repeats):
+            i += n1
+            rows.append(dict(x, repeat=rep, step2_dram_read_bytes=int(sum(values[i:i + n2]))))
+            i += n2
+    return rows
+
+
+def time_steps(arch_name: str, run: str, reps: int, log: list[dict]) -> list:
+    """Kernel time of the second step of each case (cold L2 before the first, the first step
+    untimed, then the second timed: ``time_interleaved``'s ``prime``), beside SDPA's flash and
+    cuDNN backends doing the same (their own scan order, two calls in a row), per shape and
+    cache size: ``kernel_time_ms`` rows, one per sample."""
+    import torch
+
+    from experiments.measurement.timing import sdpa_peers, time_interleaved
+    from kernels.host.decode import DecodeLaunch
+    from spec.records import Metric
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    rows = []
+    by_cache: dict = {}
+    for x in log:
+        by_cache.setdefault((x["shape"], x["size"]), []).append(x)
+    for group in by_cache.values():
+        pr, q, k, v = _inputs(group[0])
+        out = torch.empty_like(q)
+        fns, prime, who = {}, {}, {}
+        for x in group:
+            p1, p2 = _steps(x, pr, sms)
+            name = f"decode.{x['order']}.{x['packing']}"
+            s1, s2 = DecodeLaunch(p1, 0), DecodeLaunch(p2, 0)
+            prime[name] = lambda s1=s1: s1(q, k, v, out)
+            fns[name] = lambda s2=s2: s2(q, k, v, out)
+            who[name] = (x, "cutile")
+        for name, fn in sdpa_peers(q, k, v, False).items():
+            fns[name], prime[name], who[name] = fn, fn, (group[0], name)
+        samples = time_interleaved(fns, reps=reps, l2="cold", prime=prime)
+        for name, smp in samples.items():
+            x, backend = who[name]
+            rows += [study_row(x, arch_name, run, backend, Metric.KERNEL_TIME_MS, ms, i,
+                          f"{STEP2}; l2=cold before step 1") for i, ms in enumerate(smp.ms)]
+    return rows
+
+
+def measure_rows(arch_name: str, *, run: str, repeats: int, reps: int,
+                 work: Path) -> tuple[list, list]:
+    """The decode study measured (``python -m experiments.run decode`` on a GPU): (ncu rows,
+    timing rows) of its grid. ncu: the second step's ``dram__bytes_read.sum`` per repeat
+    (``profile_steps``, raw files in ``work``); timing: ``time_steps``."""
+    from spec.records import Metric
+    got = profile_steps(arch_name, repeats, work, "study")
+    counters = [study_row(x, arch_name, run, "cutile", Metric.DRAM_READ_BYTES,
+                     x["step2_dram_read_bytes"], x["repeat"],
+                     f"{STEP2}; ncu {METRIC}, --cache-control none, after an L2 flush")
+                for x in got]
+    first = {(x["shape"], x["size"], x["order"], x["packing"]): x for x in got}
+    return counters, time_steps(arch_name, run, reps, list(first.values()))
+
+
+def parent(arch_name: str, repeats: int, out: Path) -> int:
+    """The first grid measured against the first (lock-step) prediction: ``measured.csv``."""
+    try:
+        got = profile_steps(arch_name, repeats, out, "first")
+    except MeasureError as e:
+        print(f"decode_steps: {e}", file=sys.stderr)
         return 1
     from experiments.simulation.decode import step2_read_misses
     from spec import get_arch
     sms, cap = get_arch(arch_name).num_sms, capacity(arch_name)
-    rows, i = [], 0
-    for x in log:
-        n1, n2 = x["kernels"]
+    rows = []
+    for x in got:
         pred, _ = step2_read_misses(x["S_kv"], x["order"], x["packing"], sms, cap)
-        i += n1 + n2                                  # the correctness check's two steps
-        for rep in range(repeats):
-            i += n1
-            b2 = sum(values[i:i + n2])
-            i += n2
-            rows.append(dict(arch=arch_name, size=x["size"], S_kv=x["S_kv"], order=x["order"],
-                             packing=x["packing"], splits=x["splits"], repeat=rep,
-                             kv_bytes=x["kv_bytes"], step2_dram_read_bytes=int(b2),
-                             measured_over_kv=round(b2 / x["kv_bytes"], 4),
-                             predicted_over_kv=round(pred / x["kv_bytes"], 4)))
+        b2 = x["step2_dram_read_bytes"]
+        rows.append(dict(arch=arch_name, size=x["size"], S_kv=x["S_kv"], order=x["order"],
+                         packing=x["packing"], splits=x["splits"], repeat=x["repeat"],
+                         kv_bytes=x["kv_bytes"], step2_dram_read_bytes=b2,
+                         measured_over_kv=round(b2 / x["kv_bytes"], 4),
+                         predicted_over_kv=round(pred / x["kv_bytes"], 4)))
     with (out / "measured.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, list(rows[0]))
         w.writeheader()
@@ -143,16 +244,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="a new directory")
     ap.add_argument("--arch", default="h200", choices=("h100", "h200"))
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--grid", choices=GRIDS, default="first",
+                    help="the first prediction's cases, or the decode study's")
     ap.add_argument("--dry-run", action="store_true")
     ap.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child is not None:
-        return child(a.arch, a.repeats, a.child)
+        return child(a.arch, a.repeats, a.child, a.grid)
     if a.dry_run:
-        for c in cases(a.arch):
+        for c in cases(a.arch, a.grid):
             print(c)
-        print(f"{len(cases(a.arch))} cases x {a.repeats} repeats, two steps each")
+        print(f"{len(cases(a.arch, a.grid))} cases x {a.repeats} repeats, two steps each")
         return 0
+    if a.grid != "first":
+        print("decode_steps: --grid study is measured by python -m experiments.run decode "
+              "(this command measures the first grid); add --dry-run to list it",
+              file=sys.stderr)
+        return 2
     if a.out is None or a.out.exists():
         print("decode_steps: pass --out with a new directory (or --dry-run)", file=sys.stderr)
         return 2

@@ -35,10 +35,10 @@ from .timing import sdpa_peers, time_interleaved
 RESOURCES = (("registers", "registers", "register"), ("local_bytes", "local_bytes", "byte"),
              ("smem_bytes", "smem_bytes", "byte"), ("threads", "threads", "thread"),
              (Metric.CTAS_PER_SM, "ctas_per_sm", "CTA"))
-"""(metric, ``Prepared`` field, unit) of the resource rows: the names and units the committed
-profiles/h100/cuda_bench.csv.gz uses. ``threads`` (the launch's CTA size, at which
-``ctas_per_sm`` is the driver's occupancy) is recorded with it: without it (older runs), cuTile
-builds were asked at their register-limited maximum CTA size
+"""(metric, ``Prepared`` field, unit) of the resource rows: the names and units of the first
+committed CUDA bench (retired into git history; see profiles/README.md). ``threads`` (the
+launch's CTA size, at which ``ctas_per_sm`` is the driver's occupancy) is recorded with it:
+without it (older runs), cuTile builds were asked at their register-limited maximum CTA size
 (``kernels.build.resources.required_threads``)."""
 DRIFT_POINTS = 300
 """Spread samples kept per drift case (the first and last step always among them)."""

@@ -81,9 +81,12 @@ def _spin_cycles_per_ms() -> float:
 
 
 def time_interleaved(fns: dict[str, Callable[[], None]], *, reps: int = 20, warmup: int = 3,
-                     l2: L2State = "cold", l2_bytes: int | None = None) -> dict[str, Samples]:
+                     l2: L2State = "cold", l2_bytes: int | None = None,
+                     prime: dict[str, Callable[[], None]] | None = None) -> dict[str, Samples]:
     """Time several launchers, alternating them launch by launch; returns samples per name
-    (GPU time between events that the host cannot stretch, and the host time of each call)."""
+    (GPU time between events that the host cannot stretch, and the host time of each call).
+    ``prime[name]``, when given, runs untimed after the flush and before the spin: the L2 state
+    the timed launch meets is then what that call leaves (a decode step after the one before)."""
     import time
 
     import torch
@@ -102,9 +105,12 @@ def time_interleaved(fns: dict[str, Callable[[], None]], *, reps: int = 20, warm
     events = {name: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                      for _ in range(reps)] for name in fns}
     host = {name: [] for name in fns}
+    prime = prime or {}
     for i in range(reps):
         for name, fn in fns.items():
             flush()
+            if name in prime:
+                prime[name]()
             torch.cuda._sleep(hold)           # the GPU waits here while the host enqueues
             start, end = events[name][i]
             t0 = time.perf_counter()

@@ -58,6 +58,10 @@ class Study:
     simulate: str | None = None       # simulate-mode rows of one case; None: the L2 counters
     measure: str | None = None        # measure-mode hook, check_and_time's signature; None: it
     rows_file: str = "timing.csv"     # where the measure-mode rows of the run directory go
+    entry: str | None = None
+    """A study whose cases are not split-Q launches runs through its own entry instead,
+    ``"module:function"`` called as ``function(args, argv, console) -> exit code`` with the
+    parsed options of ``experiments.run`` (the decode study: pairs of split-K/V launches)."""
     groups: tuple[str, ...] | None = None
     """The ncu metric groups a measured run collects by default: those its figures and findings
     read. None: every group of the protocol (``profiles.metrics.DEFAULT_GROUPS``, also what
@@ -162,6 +166,11 @@ STUDIES: dict[str, Study] = {
         Study("hints", "the paper's cuTile occupancy hint (1) beside the study's (2): misses "
               "and time of the non-causal Static and Tile-based pairs",
               hints_plan, groups=("dram",)),
+        Study("decode", "two split-K/V decode steps in a row: linear vs alternating chunk "
+              "direction x GQA group packed or not x K+V of 0.5-2x the L2, four shapes: DRAM "
+              "reads of the second step (ncu, repeats; simulated by the timed two-partition "
+              "model) and its time beside SDPA flash and cuDNN",
+              lambda arch: [], entry="experiments.runner.decode:run"),
     )
 }
 

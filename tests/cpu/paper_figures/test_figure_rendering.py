@@ -24,6 +24,7 @@ EXPECTED = {
     "sim-active-sms": ("gb10", {"F6"}),
     "sim-reuse": ("gb10", {"reuse"}),
     "sim-backward": ("gb10", {"backward"}),
+    "sim-decode": ("gb10", {"decode"}),
     "ladder": ("h200", {"ladder"}),
     "scaling": ("h200", {"scaling"}),
     "h100-drift": ("h100", {"drift"}),
