@@ -23,7 +23,7 @@ import math
 import sys
 from pathlib import Path
 
-# (tile_n at D=128, tile_n at D=64, occupancy hint, latency hint); None: production's
+# (tile_n at D=128, tile_n at D=64, occupancy hint, latency hint[, splits]); None: production's
 VARIANTS = {
     "prod": (None, None, None, None),
     "occ2": (None, None, 2, None),
@@ -35,6 +35,15 @@ VARIANTS = {
     "n32.occ2": (32, 64, 2, None),
     "n32.occ4": (32, 64, 4, None),
 }
+# ``--set mqa``: one-row multi-query caches (one K/V head, all query heads in one or two CTAs
+# per split), where the split count trades K/V streaming against the merge's latency; none is
+# a decode-bench problem
+MQA_FIT = [(1, 32, 1, 1, 65536, 128), (1, 16, 1, 1, 131072, 128), (1, 8, 1, 1, 65536, 64),
+           (2, 16, 1, 1, 65536, 64), (1, 64, 1, 1, 65536, 128)]
+MQA_VARIANTS = {"prod": (None, None, None, None)} | {
+    f"s{n}": (None, None, None, None, n) for n in (16, 32, 64, 256)} | {
+    "occ2": (None, None, 2, None), "occ2.s64": (None, None, 2, None, 64),
+    "lat4": (None, None, None, 4)}
 
 
 def _problem(p):
@@ -45,9 +54,10 @@ def _problem(p):
 
 def _plan(p, name: str, sms: int):
     from kernels.host.decode import plan
-    n128, n64, occ, lat = VARIANTS[name]
+    n128, n64, occ, lat, *splits = (VARIANTS | MQA_VARIANTS)[name]
     pr = _problem(p)
-    return plan(pr, sms, tile_n=n128 if pr.D == 128 else n64, occupancy=occ, latency=lat)
+    return plan(pr, sms, splits[0] if splits else 0, tile_n=n128 if pr.D == 128 else n64,
+                occupancy=occ, latency=lat)
 
 
 def _warm(jobs) -> list[str]:
@@ -74,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--set", choices=("fit", "mqa"), default="fit",
+                    help="the split fit problems and tactics, or the MQA problems and splits")
     a = ap.parse_args(argv)
     if a.out is not None and a.out.exists():
         print(f"decode_tactics: {a.out} exists; pass a new path", file=sys.stderr)
@@ -88,11 +100,12 @@ def main(argv: list[str] | None = None) -> int:
     from kernels.host.decode import DecodeLaunch
     from kernels.host.warm import in_processes
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    errors = in_processes(_warm, [(p, n, sms) for p in FIT for n in VARIANTS], None)
+    problems, variants = (FIT, VARIANTS) if a.set == "fit" else (MQA_FIT, MQA_VARIANTS)
+    errors = in_processes(_warm, [(p, n, sms) for p in problems for n in variants], None)
     for e in errors:
         print("build:", e)
     rows, table = [], {}
-    for p in FIT:
+    for p in problems:
         B, H, H_kv, S_q, S_kv, D = p
         q, k, v = decode_inputs(p)
         with torch.no_grad():
@@ -101,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             half = F.scaled_dot_product_attention(q, k, v, enable_gqa=H != H_kv)
             tol = 2 * (half.float() - ref).abs().max().item() + 2e-3
             fns, splits = {}, {}
-            for name in VARIANTS:
+            for name in variants:
                 try:
                     pl = _plan(p, name, sms)
                     launch = DecodeLaunch(pl, 0)
@@ -127,10 +140,10 @@ def main(argv: list[str] | None = None) -> int:
             table.setdefault(name, {})[p] = smp.median * 1e3
     names = list(table)
     print(f"{'problem':30} " + " ".join(f"{n:>9}" for n in names))
-    for p in FIT:
+    for p in problems:
         print(f"{str(p):30} " + " ".join(f"{table[n].get(p, math.nan):9.1f}" for n in names))
     for n in names:
-        common = [p for p in FIT if p in table[n] and p in table["prod"]]
+        common = [p for p in problems if p in table[n] and p in table["prod"]]
         if common:
             gm = math.exp(sum(math.log(table["prod"][p] / table[n][p]) for p in common)
                           / len(common))
