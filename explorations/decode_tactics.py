@@ -36,14 +36,15 @@ VARIANTS = {
     "n32.occ4": (32, 64, 4, None),
 }
 # ``--set mqa``: one-row multi-query caches (one K/V head, all query heads in one or two CTAs
-# per split), where the split count trades K/V streaming against the merge's latency; none is
-# a decode-bench problem
+# per split), where the split count trades K/V streaming against the merge's latency, and
+# merges of several rows; none is a decode-bench problem. (..., splits, merge occupancy hint)
 MQA_FIT = [(1, 32, 1, 1, 65536, 128), (1, 16, 1, 1, 131072, 128), (1, 8, 1, 1, 65536, 64),
-           (2, 16, 1, 1, 65536, 64), (1, 64, 1, 1, 65536, 128)]
+           (2, 16, 1, 1, 65536, 64), (1, 64, 1, 1, 65536, 128), (1, 32, 8, 4, 65536, 128),
+           (2, 32, 2, 16, 32768, 128), (1, 32, 8, 1, 16384, 128)]
 MQA_VARIANTS = {"prod": (None, None, None, None)} | {
-    f"s{n}": (None, None, None, None, n) for n in (16, 32, 64, 256)} | {
-    "occ2": (None, None, 2, None), "occ2.s64": (None, None, 2, None, 64),
-    "lat4": (None, None, None, 4)}
+    f"s{n}": (None, None, None, None, n) for n in (64, 256)} | {
+    f"mocc{m}": (None, None, None, None, 0, m) for m in (1, 2, 8)} | {
+    "s256.mocc8": (None, None, None, None, 256, 8)}
 
 
 def _problem(p):
@@ -54,10 +55,11 @@ def _problem(p):
 
 def _plan(p, name: str, sms: int):
     from kernels.host.decode import plan
-    n128, n64, occ, lat, *splits = (VARIANTS | MQA_VARIANTS)[name]
+    n128, n64, occ, lat, *more = (VARIANTS | MQA_VARIANTS)[name]
+    splits, mocc = (more + [0, None])[:2]
     pr = _problem(p)
-    return plan(pr, sms, splits[0] if splits else 0, tile_n=n128 if pr.D == 128 else n64,
-                occupancy=occ, latency=lat)
+    return plan(pr, sms, splits, tile_n=n128 if pr.D == 128 else n64, occupancy=occ,
+                latency=lat, merge_occupancy=mocc)
 
 
 def _warm(jobs) -> list[str]:

@@ -52,6 +52,8 @@ DECODE_MAX_M = 64
 DECODE_MIN_M = 16
 """Packed rows at least (an MMA tile's smallest M)."""
 
+MERGE_TILE_ELEMS = 4096
+"""fp32 elements of the merge's partial-output tile at most (16 KB): ``merge_chunk``."""
 MIN_TILES_PER_SPLIT = 4
 FIXED_TILES = 1.0
 MERGE_LAUNCH_BYTES = 100_000
@@ -131,6 +133,14 @@ def tile_n_for(D: int, rows: int) -> int:
 
 def n_tiles(S_kv: int, tile_n: int) -> int:
     return -(-S_kv // tile_n)
+
+
+def merge_chunk(splits: int, D: int) -> int:
+    """Splits the merge of one query row reads per step: as many as fit a ``MERGE_TILE_ELEMS``
+    tile of D-wide partial outputs (a power of two, at most the splits rounded up). The merge is
+    a chain of dependent steps, each waiting for its loads: one split per step makes a 128-split
+    merge 128 load latencies long (a one-row MQA cache: most of the call), 32 per step four."""
+    return max(1, min(pow2_at_least(splits), MERGE_TILE_ELEMS // D))
 
 
 def chunk_of(n: int, splits: int) -> int:
@@ -235,9 +245,9 @@ class DecodePlan:
         return chunk_of(n_tiles(self.problem.S_kv, self.tile_n), self.splits)
 
     @property
-    def combine_rows(self) -> int:
-        """The merge's rows per head: S_q rounded up to a power of two."""
-        return pow2_at_least(self.problem.S_q)
+    def combine_chunk(self) -> int:
+        """Splits the merge reads per step (``merge_chunk``)."""
+        return merge_chunk(self.splits, self.problem.D)
 
     @property
     def label(self) -> str:

@@ -1,23 +1,17 @@
-"""Measure the decode locality prediction: DRAM reads of the second of two decode steps.
+"""The decode study on the GPU: DRAM reads and time of the second of two decode steps in a row.
 
-    python -m experiments.instruments.decode_steps --out DIR [--repeats 3]    (GPU, ncu)
-    python -m experiments.instruments.decode_steps --dry-run [--grid study]
-
-The cases (``--grid first``) are the H100/H200 rows of the first committed prediction
-(``profiles/cpu/prediction-decode-20261128``, ``experiments.simulation.decode``), or (``study``)
-the decode study's grid (``experiments.simulation.decode.study_cases``, which ``python -m
-experiments.run decode`` measures through ``measure_rows``): the cuTile decode kernels of
-``kernels.host.decode.plan(..., group=, reverse=)`` at each case's shape and cache size. Per case
-and repeat: an L2 flush (a buffer of twice the L2 written), step 1 (every chunk forward), then step
-2 (forward, or backward for ``alternate``) with nothing between. The parent runs the child under
-ncu (``--cache-control none``: no flush ncu's own, ``--clock-control none``; one-pass metric
-``dram__bytes_read.sum``) on every decode kernel, and maps the kernels back to (case, repeat, step)
-from the launch counts the child writes. Step 2's bytes are its split kernel's and its merge's. The
-first grid's command writes ``measured.csv`` (case, repeat, step 2's DRAM read bytes and their
-ratio to the K+V bytes, beside the prediction's ratio) and the raw ncu CSV; prints the table. Every
-output is checked against the fp32 reference first. The study's measure (``measure_rows``) gives
-tidy rows instead, and times each case's second step beside SDPA's flash and cuDNN backends doing
-the same (``time_steps``).
+``measure_rows`` is what ``python -m experiments.run decode`` runs on a GPU (the module's own
+command line is the child it starts under ncu). The cases are the study's grid
+(``experiments.simulation.decode.study_cases``): the cuTile decode kernels of
+``kernels.host.decode.plan(..., group=, reverse=)`` at each case's shape and cache size, every
+output checked against the fp32 reference first. Per case and repeat: an L2 flush (a buffer of
+twice the L2 written), step 1 (every chunk forward), then step 2 (forward, or backward for
+``alternate``) with nothing between. ``profile_steps`` runs the child under ncu
+(``--cache-control none``: no flush of ncu's own, ``--clock-control none``; the one-pass metric
+``dram__bytes_read.sum``) on every decode kernel and maps the kernels back to (case, repeat,
+step) from the launch counts the child writes; step 2's bytes are its split kernel's and its
+merge's. ``time_steps`` times each case's second step beside SDPA's flash and cuDNN backends
+doing the same.
 """
 from __future__ import annotations
 
@@ -30,30 +24,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from experiments.simulation.decode import (
-    ORDERS,
-    PACKINGS,
-    SHAPE,
-    SIZES,
-    STEP2,
-    capacity,
-    kv_bytes_per_token,
-    study_cases,
-    study_row,
-)
+from experiments.simulation.decode import STEP2, study_cases, study_row
 
 METRIC = "dram__bytes_read.sum"
-GRIDS = ("first", "study")
-
-
-def cases(arch_name: str, grid: str = "first") -> list[dict]:
-    """The cases of ``grid`` on ``arch_name``, each with its shape's fields."""
-    if grid == "study":
-        return study_cases(arch_name)
-    cap = capacity(arch_name)
-    return [dict(shape="first", **SHAPE, size=size, order=o, packing=p,
-                 S_kv=int(size * cap / kv_bytes_per_token(SHAPE)) // 256 * 256)
-            for size in SIZES for o in ORDERS for p in PACKINGS]
 
 
 def _problem(c: dict):
@@ -80,7 +53,7 @@ def _steps(c: dict, pr, sms: int):
             plan(pr, sms, group=group, reverse=c["order"] == "alternate"))
 
 
-def child(arch_name: str, repeats: int, launches_file: Path, grid: str = "first") -> int:
+def child(arch_name: str, repeats: int, launches_file: Path) -> int:
     """Run every case's two steps ``repeats`` times; write how many kernels each step launched."""
     import torch
     import torch.nn.functional as F
@@ -90,7 +63,7 @@ def child(arch_name: str, repeats: int, launches_file: Path, grid: str = "first"
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     flush = torch.empty(2 * l2 // 4, dtype=torch.int32, device="cuda")
     log = []
-    for c in cases(arch_name, grid):
+    for c in study_cases(arch_name):
         pr, q, k, v = _inputs(c)
         p1, p2 = _steps(c, pr, sms)
         step1, step2 = DecodeLaunch(p1, 0), DecodeLaunch(p2, 0)
@@ -121,7 +94,7 @@ class MeasureError(RuntimeError):
     """The ncu run failed or its kernels do not pair with the launches."""
 
 
-def profile_steps(arch_name: str, repeats: int, out: Path, grid: str) -> list[dict]:
+def profile_steps(arch_name: str, repeats: int, out: Path) -> list[dict]:
     """Run the child under ncu; per case and repeat the second step's DRAM read bytes (its split
     kernel's and its merge's), with the case's plan. Writes ``ncu.csv`` and ``launches.json``
     into ``out``."""
@@ -130,7 +103,7 @@ def profile_steps(arch_name: str, repeats: int, out: Path, grid: str) -> list[di
     cmd = [ncu, "--cache-control", "none", "--clock-control", "none", "-k", "regex:decode",
            "--metrics", METRIC, "--csv", "--print-units", "base", sys.executable, "-m",
            "experiments.instruments.decode_steps", "--child", str(launches), "--arch",
-           arch_name, "--repeats", str(repeats), "--grid", grid]
+           arch_name, "--repeats", str(repeats)]
     r = subprocess.run(cmd, capture_output=True, text=True)
     (out / "ncu.csv").write_text(r.stdout)
     if r.returncode != 0 or not launches.exists() or '"ID"' not in r.stdout:
@@ -196,7 +169,7 @@ def measure_rows(arch_name: str, *, run: str, repeats: int, reps: int,
     timing rows) of its grid. ncu: the second step's ``dram__bytes_read.sum`` per repeat
     (``profile_steps``, raw files in ``work``); timing: ``time_steps``."""
     from spec.records import Metric
-    got = profile_steps(arch_name, repeats, work, "study")
+    got = profile_steps(arch_name, repeats, work)
     counters = [study_row(x, arch_name, run, "cutile", Metric.DRAM_READ_BYTES,
                      x["step2_dram_read_bytes"], x["repeat"],
                      f"{STEP2}; ncu {METRIC}, --cache-control none, after an L2 flush")
@@ -205,68 +178,24 @@ def measure_rows(arch_name: str, *, run: str, repeats: int, reps: int,
     return counters, time_steps(arch_name, run, reps, list(first.values()))
 
 
-def parent(arch_name: str, repeats: int, out: Path) -> int:
-    """The first grid measured against the first (lock-step) prediction: ``measured.csv``."""
-    try:
-        got = profile_steps(arch_name, repeats, out, "first")
-    except MeasureError as e:
-        print(f"decode_steps: {e}", file=sys.stderr)
-        return 1
-    from experiments.simulation.decode import step2_read_misses
-    from spec import get_arch
-    sms, cap = get_arch(arch_name).num_sms, capacity(arch_name)
-    rows = []
-    for x in got:
-        pred, _ = step2_read_misses(x["S_kv"], x["order"], x["packing"], sms, cap)
-        b2 = x["step2_dram_read_bytes"]
-        rows.append(dict(arch=arch_name, size=x["size"], S_kv=x["S_kv"], order=x["order"],
-                         packing=x["packing"], splits=x["splits"], repeat=x["repeat"],
-                         kv_bytes=x["kv_bytes"], step2_dram_read_bytes=b2,
-                         measured_over_kv=round(b2 / x["kv_bytes"], 4),
-                         predicted_over_kv=round(pred / x["kv_bytes"], 4)))
-    with (out / "measured.csv").open("w", newline="") as f:
-        w = csv.DictWriter(f, list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    print(f"{'K+V/L2':>6} {'order':9} {'packing':7} {'measured/K+V (repeats)':>28} predicted")
-    for k in range(0, len(rows), repeats):
-        grp = rows[k:k + repeats]
-        r0 = grp[0]
-        got = " ".join("%.3f" % g["measured_over_kv"] for g in grp)
-        print(f"{r0['size']:6.2f} {r0['order']:9} {r0['packing']:7} {got:>28} "
-              f"{r0['predicted_over_kv']:.3f}")
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m experiments.instruments.decode_steps",
                                  description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, help="a new directory")
     ap.add_argument("--arch", default="h200", choices=("h100", "h200"))
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--grid", choices=GRIDS, default="first",
-                    help="the first prediction's cases, or the decode study's")
-    ap.add_argument("--dry-run", action="store_true")
+    ap.add_argument("--dry-run", action="store_true", help="list the cases")
     ap.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child is not None:
-        return child(a.arch, a.repeats, a.child, a.grid)
-    if a.dry_run:
-        for c in cases(a.arch, a.grid):
-            print(c)
-        print(f"{len(cases(a.arch, a.grid))} cases x {a.repeats} repeats, two steps each")
-        return 0
-    if a.grid != "first":
-        print("decode_steps: --grid study is measured by python -m experiments.run decode "
-              "(this command measures the first grid); add --dry-run to list it",
-              file=sys.stderr)
+        return child(a.arch, a.repeats, a.child)
+    if not a.dry_run:
+        print("decode_steps: the study is measured by python -m experiments.run decode --arch "
+              f"{a.arch}; add --dry-run to list its cases here", file=sys.stderr)
         return 2
-    if a.out is None or a.out.exists():
-        print("decode_steps: pass --out with a new directory (or --dry-run)", file=sys.stderr)
-        return 2
-    a.out.mkdir(parents=True)
-    return parent(a.arch, a.repeats, a.out)
-
+    for c in study_cases(a.arch):
+        print(c)
+    print(f"{len(study_cases(a.arch))} cases x {a.repeats} repeats, two steps each")
+    return 0
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,6 +1,4 @@
-"""The decode locality prediction (CPU): DRAM reads of a decode step that follows another.
-
-    python -m experiments.simulation.decode --out DIR [--arch h200 ...]
+"""The decode study's prediction (CPU): DRAM reads of a decode step that follows another.
 
 A decode step reads the whole K/V cache once. Two steps of the same layer in a row (a decoding
 loop timed alone, or a layer whose cache stays hot across a short model) meet the cache again
@@ -13,55 +11,38 @@ waves), it starts on the tiles the first step read last and hits about the L2's 
 Packing a GQA group's query heads into one CTA (``group``) reads each K/V tile once per step;
 one CTA per query head (``none``) reads it G times, from L2 when the G CTAs run together.
 
-What is simulated: the lock-step trace of the split kernel (``spec.decode``'s splits and tiles
-for the arch's resident slots, CTAs dispatched in launch order, split index fastest, in waves
-of the resident slots; each CTA loads its Q tile, then K and V tile by tile, then stores its
-partial output) and of the merge (each (b, h) reading its splits' partials), for two steps in a
-row, through the fully associative LRU L2 of ``analysis.cache.l2sim`` at the arch's L2 times
-the frozen ``capacity_fraction`` of ``analysis/params/<arch>.json``. The prediction is the
-second step's read misses in bytes (stores are written back, not read: they never miss, as the
-params' ``stores_miss`` says), beside its K/V bytes. Nothing here was fitted to decode data.
-
-The decode study (``python -m experiments.run decode``) predicts with the **timed two-partition
-simulator** instead (``timed_step2_bytes``): the same launch as ``spec.trace.WorkTable`` items
-(one per CTA: split ``s`` of unit ``u`` reads its chunk of K/V tiles, forward or backward, after
-its Q tile, and stores its partial output), both steps' CTAs dispatched in launch order onto the
-arch's resident slots, through ``analysis.cache.timesim`` with the arch's frozen parameters
-(``model_params(arch).time_params(arch)``: on Hopper two L2 partitions, each tile homed half on
-each side, a remote half read through the fabric and copied into the reader's partition). Step
-2's DRAM bytes are the fills of both steps less those of step 1 alone. Left out: the merge
-kernel's reads of the partials (at most a few MiB, written just before, in L2) and the launch
-boundary (a step's CTAs may start while the previous step's last ones finish). The change from
-the lock-step model and the data that justified it: docs/model-changelog.md.
+What is simulated (``timed_step2_bytes``): the launch as ``spec.trace.WorkTable`` items (one per
+CTA: split ``s`` of unit ``u`` reads its chunk of K/V tiles, forward or backward, after its Q
+tile, and stores its partial output; ``spec.decode``'s splits and tiles), both steps' CTAs
+dispatched in launch order onto the arch's resident slots, through the timed simulator
+``analysis.cache.timesim`` at the arch's frozen parameters (``model_params(arch).time_params``:
+on Hopper two L2 partitions, each tile homed half on each side, a remote half read through the
+fabric and copied into the reader's partition, so data read from both sides takes more than its
+size). Step 2's DRAM bytes are the fills of both steps less those of step 1 alone. Left out:
+the merge kernel's reads of the partials (a few MiB at most, written just before, in L2) and
+the launch boundary (a step's CTAs may start while the previous step's last ones finish).
+Nothing here was fitted to decode data; why this model and not the lock-step LRU of the first
+decode prediction: docs/model-changelog.md.
 """
 from __future__ import annotations
-
-import argparse
-import csv
-import sys
-from pathlib import Path
 
 import numpy as np
 
 from spec.decode import FP32
 
-ARCHS = ("h100", "h200", "gb10")
-SIZES = (0.5, 1.0, 2.0, 4.0)            # the cache's K+V bytes over the simulated L2 capacity
 ORDERS = ("linear", "alternate")
 PACKINGS = ("group", "none")
-SHAPE = dict(B=1, H=32, H_kv=8, S_q=1, D=128)   # Llama-style GQA, one token per step
-STUDY_SHAPES = {                                 # the decode study's grid (none of them SHAPE)
+STUDY_SHAPES = {           # the decode study's grid (the first decode measurement's B1 H32/8
+                           # D128 is none of them)
     "gqa-b4": dict(B=4, H=32, H_kv=8, S_q=1, D=128),
     "mha": dict(B=1, H=16, H_kv=16, S_q=1, D=128),
     "gqa8-d64": dict(B=2, H=32, H_kv=4, S_q=1, D=64),
     "spec4": dict(B=1, H=32, H_kv=8, S_q=4, D=128),
 }
 STUDY_SIZES = (0.5, 1.0, 2.0)
-FIELDS = ["arch", "capacity_bytes", "B", "H", "H_kv", "S_q", "S_kv", "D", "order", "packing",
-          "splits", "kv_bytes", "step2_read_miss_bytes", "step2_over_kv"]
 
 
-def plan(S_kv: int, packing: str, slots: int, shape: dict = SHAPE) -> tuple[int, int, int, int]:
+def plan(S_kv: int, packing: str, slots: int, shape: dict) -> tuple[int, int, int, int]:
     """(hg, sqp, tile_n, splits) of the decode kernels for ``shape``."""
     from spec.decode import choose_splits, tile_n_for
     from spec.decode import packing as pack
@@ -72,68 +53,6 @@ def plan(S_kv: int, packing: str, slots: int, shape: dict = SHAPE) -> tuple[int,
     splits = choose_splits(B=s["B"], H=s["H"], H_kv=s["H_kv"], S_q=s["S_q"], S_kv=S_kv,
                            D=s["D"], elt=2, tile_n=tile_n, head_chunks=G // hg, slots=slots)
     return hg, sqp, tile_n, splits
-
-
-def decode_trace(S_kv: int, order: str, packing: str, slots: int, steps: int = 2,
-                 sector_bytes: int = 32):
-    """(keys, sectors per key, is-read per access, index where the last step starts) of the
-    first prediction's shape (``SHAPE``), in lock-step waves."""
-    from spec.decode import chunk_of, n_tiles
-    s = SHAPE
-    B, H, H_kv, S_q, D = s["B"], s["H"], s["H_kv"], s["S_q"], s["D"]
-    hg, sqp, tile_n, splits = plan(S_kv, packing, slots)
-    n = n_tiles(S_kv, tile_n)
-    chunk = chunk_of(n, splits)
-    n_hc = H // H_kv // hg
-    units = B * H_kv * n_hc
-    kv_keys = 2 * B * H_kv * n                   # K of (b, kvh, j) at 2i, V at 2i + 1
-    q_base = kv_keys
-    part_base = q_base + units                   # a CTA's partial output and LSE
-    sectors = np.empty(part_base + splits * units, dtype=np.int64)
-    sectors[:kv_keys] = tile_n * D * 2 // sector_bytes
-    sectors[q_base:part_base] = max(1, hg * S_q * D * 2 // sector_bytes)
-    sectors[part_base:] = max(1, hg * S_q * (D + 1) * 4 // sector_bytes)
-    keys, reads, starts = [], [], []
-    for step in range(steps):
-        starts.append(sum(len(k) for k in keys))
-        backwards = order == "alternate" and step % 2 == 1
-        ctas = [(sp, u) for u in range(units) for sp in range(splits)]   # split fastest
-        for w in range(0, len(ctas), slots):
-            wave = ctas[w:w + slots]
-            tiles = []
-            for sp, u in wave:
-                js = list(range(sp * chunk, min((sp + 1) * chunk, n)))
-                tiles.append(js[::-1] if backwards else js)
-                keys.append(np.array([q_base + u]))
-                reads.append(np.array([True]))
-            for t in range(max((len(j) for j in tiles), default=0)):
-                row = [2 * ((u // n_hc) * n + js[t]) + kv for (sp, u), js in zip(wave, tiles)
-                       if t < len(js) for kv in (0, 1)]
-                keys.append(np.array(row, dtype=np.int64))
-                reads.append(np.ones(len(row), dtype=bool))
-            part = [part_base + u * splits + sp for sp, u in wave]
-            keys.append(np.array(part))
-            reads.append(np.zeros(len(part), dtype=bool))
-        if splits > 1:                                        # the merge reads every partial
-            part = [part_base + u * splits + sp for u in range(units) for sp in range(splits)]
-            keys.append(np.array(part))
-            reads.append(np.ones(len(part), dtype=bool))
-    return (np.concatenate(keys).astype(np.int32), sectors, np.concatenate(reads), starts[-1],
-            splits)
-
-
-def step2_read_misses(S_kv: int, order: str, packing: str, slots: int, capacity_bytes: int,
-                      sector_bytes: int = 32) -> tuple[int, int]:
-    """(read-miss bytes of the second of two steps in a row, splits) in an LRU L2 of
-    ``capacity_bytes``."""
-    from analysis.cache.reuse import stack_distances
-    key, sectors, reads, start, splits = decode_trace(S_kv, order, packing, slots)
-    dist = stack_distances(key, sectors)
-    w = sectors[key]
-    cap = capacity_bytes // sector_bytes
-    miss = (dist < 0) | (dist + w > cap)
-    sel = np.arange(key.size) >= start
-    return int((w * (miss & reads & sel)).sum()) * sector_bytes, splits
 
 
 def work_table(S_kv: int, order: str, packing: str, slots: int, steps: int, shape: dict,
@@ -259,47 +178,3 @@ def capacity(arch_name: str) -> int:
     arch = get_arch(arch_name)
     return int(arch.l2_bytes * model_params(arch).capacity_fraction)
 
-
-def predict(archs=ARCHS) -> list[dict]:
-    from spec import get_arch
-    rows = []
-    for name in archs:
-        arch = get_arch(name)
-        cap = capacity(name)
-        for size in SIZES:
-            S_kv = int(size * cap / kv_bytes_per_token(SHAPE)) // 256 * 256
-            kv_bytes = S_kv * kv_bytes_per_token(SHAPE)
-            for order in ORDERS:
-                for packing in PACKINGS:
-                    miss, splits = step2_read_misses(S_kv, order, packing, arch.num_sms, cap)
-                    rows.append(dict(arch=name, capacity_bytes=cap, **SHAPE, S_kv=S_kv,
-                                     order=order, packing=packing, splits=splits,
-                                     kv_bytes=kv_bytes, step2_read_miss_bytes=miss,
-                                     step2_over_kv=round(miss / kv_bytes, 4)))
-    return rows
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m experiments.simulation.decode",
-                                 description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, required=True, help="a new directory")
-    ap.add_argument("--arch", nargs="+", default=list(ARCHS), choices=ARCHS)
-    a = ap.parse_args(argv)
-    if a.out.exists():
-        print(f"decode: {a.out} exists; pass a new directory", file=sys.stderr)
-        return 2
-    rows = predict(a.arch)
-    a.out.mkdir(parents=True)
-    with (a.out / "prediction.csv").open("w", newline="") as f:
-        w = csv.DictWriter(f, FIELDS)
-        w.writeheader()
-        w.writerows(rows)
-    print(f"{'arch':5} {'K+V/L2':>6} {'order':9} {'packing':7} {'splits':>6} step2 misses/K+V")
-    for r in rows:
-        print(f"{r['arch']:5} {r['kv_bytes'] / r['capacity_bytes']:6.2f} {r['order']:9} "
-              f"{r['packing']:7} {r['splits']:6} {r['step2_over_kv']:.3f}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

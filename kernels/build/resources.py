@@ -313,5 +313,5 @@ def load_build(case, arch: str, occupancy=None, worker_warps=None,
 def compile_decode_cubin(case, arch: str, occupancy=None) -> bytes:
     """The cubin of a split-K/V decode build (``kernels.build.signatures.DecodeCase``)."""
     from kernels.device import decode
-    split, combine = decode.get_kernels(occupancy)
+    split, combine = decode.get_kernels(occupancy)        # the combine with its own hint
     return _export_cubin(combine if case.kernel == "combine" else split, case, arch)

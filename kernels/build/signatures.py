@@ -198,14 +198,11 @@ class DecodeCase(BuildShape):
         from spec.decode import packing
         return packing(self.H // self.H_kv, self.S_q)
 
-    def combine_rows(self) -> int:
-        from spec.decode import pow2_at_least
-        return pow2_at_least(self.S_q)
-
     def constants(self) -> tuple:
         from kernels.device import decode
         if self.kernel == "combine":
-            return decode.combine_constants(D=self.D, sqp=self.combine_rows())
+            from spec.decode import merge_chunk
+            return decode.combine_constants(D=self.D, chunk=merge_chunk(self.splits, self.D))
         hg, sqp = self.packing()
         return decode.split_constants(D=self.D, tile_n=self.tile_n, hg=hg, sqp=sqp,
                                       causal=self.causal, bottom_right=self.bottom_right,

@@ -59,6 +59,8 @@ from kernels.device.work import ConstBool, ConstInt
 ZERO = PaddingMode.ZERO
 DEAD = -2.0 ** 80     # a row maximum below this (in qk_scale units) saw only masked keys
 LATENCY = 2           # TMA load latency hint of the K and V tiles (tactics notes: 2..4)
+MERGE_OCCUPANCY = 8   # the combine's hint: 32 registers, ≤ 20 KB of shared memory on sm_90;
+#                       1.04x hint 4 on the MQA fit set (explorations/README.md)
 
 
 def _kv_step(q, K, V, b, kvh, j, m_i, l_i, acc, qk_scale, L, lim, TILE_D: ConstInt,
@@ -161,40 +163,46 @@ def decode_split(Q, K, V, KvLen, Opart, Lpart, Out, qk_scale: float, TILE_D: Con
 
 
 @ct.kernel
-def decode_combine(Opart, Lpart, Out, TILE_D: ConstInt, SQP: ConstInt):
-    """Merge the splits of one (b, h): Opart fp32 [splits, B, H, S_q, D], Lpart fp32 [splits, B,
-    H, S_q] (log2 units, −inf for a split that saw nothing) into Out [B, H, S_q, D] (q's dtype).
-    Grid (B·H,). An online merge over the splits: ``m`` the running maximum of the LSEs, rescaled
-    as it grows; a row whose every split is −inf keeps ``l = 0`` and is written 0."""
+def decode_combine(Opart, Lpart, Out, TILE_D: ConstInt, CH: ConstInt):
+    """Merge the splits of one query row: Opart fp32 [splits, B, H, S_q, D], Lpart fp32
+    [splits, B, H, S_q] (log2 units, −inf for a split that saw nothing) into Out [B, H, S_q, D]
+    (q's dtype). Grid (B·H·S_q,). An online merge over chunks of ``CH`` splits
+    (``spec.decode.merge_chunk``): each step loads CH partials at once (splits past the last
+    padded: LSE −inf, output 0), takes their maximum LSE into the running ``m``, rescales what it
+    holds and adds the chunk's weighted sum; a row whose every split is −inf keeps ``l = 0`` and
+    is written 0."""
     H = Out.shape[1]
-    b = ct.bid(0) // H
-    h = ct.bid(0) % H
-    n_split = Opart.shape[0]
-    m = ct.full((SQP, 1), -math.inf, dtype=ct.float32)
-    l_sum = ct.full((SQP, 1), 0.0, dtype=ct.float32)
-    acc = ct.full((SQP, TILE_D), 0.0, dtype=ct.float32)
-    for s in range(0, n_split):
-        lse = ct.reshape(ct.load(Lpart, index=(s, b, h, 0), shape=(1, 1, 1, SQP),
-                                 padding_mode=ZERO, latency=2), (SQP, 1))      # [SQP, 1]
-        o = ct.reshape(ct.load(Opart, index=(s, b, h, 0, 0), shape=(1, 1, 1, SQP, TILE_D),
-                               padding_mode=ZERO, latency=2), (SQP, TILE_D))   # [SQP, D]
-        m_new = ct.maximum(m, lse)
+    S_q = Out.shape[2]
+    r = ct.bid(0) % S_q
+    b = ct.bid(0) // S_q // H
+    h = ct.bid(0) // S_q % H
+    n_chunks = ct.cdiv(Opart.shape[0], CH)
+    m = ct.full((1, 1), -math.inf, dtype=ct.float32)
+    l_sum = ct.full((1, 1), 0.0, dtype=ct.float32)
+    acc = ct.full((1, TILE_D), 0.0, dtype=ct.float32)
+    for c in range(0, n_chunks):
+        lse = ct.reshape(ct.load(Lpart, index=(c, b, h, r), shape=(CH, 1, 1, 1),
+                                 padding_mode=PaddingMode.NEG_INF, latency=2), (CH, 1))
+        o = ct.reshape(ct.load(Opart, index=(c, b, h, r, 0), shape=(CH, 1, 1, 1, TILE_D),
+                               padding_mode=ZERO, latency=2), (CH, TILE_D))  # [CH, D]
+        m_new = ct.maximum(m, ct.max(lse, axis=0, keepdims=True))            # [1, 1]
         m_safe = ct.where(m_new == -math.inf, 0.0, m_new)   # no (−inf) − (−inf)
         alpha = ct.exp2(m - m_safe)
-        w = ct.exp2(lse - m_safe)
-        acc = acc * alpha + o * w
-        l_sum = l_sum * alpha + w
+        w = ct.exp2(lse - m_safe)                                             # [CH, 1]
+        acc = acc * alpha + ct.sum(o * w, axis=0, keepdims=True)              # [1, D]
+        l_sum = l_sum * alpha + ct.sum(w, axis=0, keepdims=True)
         m = m_new
     out = ct.where(l_sum > 0.0, acc / ct.where(l_sum > 0.0, l_sum, 1.0), 0.0)
-    ct.store(Out, index=(b, h, 0, 0), tile=ct.reshape(out, (1, 1, SQP, TILE_D)).astype(Out.dtype))
+    ct.store(Out, index=(b, h, r, 0), tile=ct.reshape(out, (1, 1, 1, TILE_D)).astype(Out.dtype))
 
 
 @lru_cache(maxsize=None)
-def get_kernels(occupancy: int | None = None):
-    """(split kernel, combine kernel), the split one with the occupancy hint (None: the
-    compiler's); cached (``replace_hints`` makes a new JIT cache)."""
+def get_kernels(occupancy: int | None = None, merge_occupancy: int | None = None):
+    """(split kernel, combine kernel), each with its occupancy hint (None: the compiler's for
+    the split kernel, ``MERGE_OCCUPANCY`` for the combine); cached (``replace_hints`` makes a new
+    JIT cache)."""
     split = decode_split.replace_hints(occupancy=occupancy) if occupancy else decode_split
-    return split, decode_combine
+    return split, decode_combine.replace_hints(occupancy=merge_occupancy or MERGE_OCCUPANCY)
 
 
 def split_constants(*, D: int, tile_n: int, hg: int, sqp: int, causal: bool,
@@ -205,6 +213,6 @@ def split_constants(*, D: int, tile_n: int, hg: int, sqp: int, causal: bool,
             bool(causal and bottom_right), bool(split), int(latency), bool(reverse))
 
 
-def combine_constants(*, D: int, sqp: int) -> tuple:
+def combine_constants(*, D: int, chunk: int) -> tuple:
     """The constant arguments of ``decode_combine`` after (Opart, Lpart, Out)."""
-    return (int(D), int(sqp))
+    return (int(D), int(chunk))

@@ -42,18 +42,20 @@ class DecodePlan(spec_decode.DecodePlan):
     occupancy: int | None = None     # the split kernel's occupancy hint (None: the compiler's)
     latency: int = 2                 # its K/V load latency hint (``decode.LATENCY``)
     reverse: bool = False            # each split scans its chunk from the end
+    merge_occupancy: int | None = None   # the combine kernel's hint (None: ``decode``'s)
     FAMILY: ClassVar[str] = "cutile"
 
     @property
     def label(self) -> str:
         return super().label + (f".occ{self.occupancy}" if self.occupancy else "") + (
             f".lat{self.latency}" if self.latency != 2 else "") + (
-            ".rev" if self.reverse else "")
+            ".rev" if self.reverse else "") + (
+            f".mocc{self.merge_occupancy}" if self.merge_occupancy else "")
 
 
 def plan(problem: Problem, num_sms: int, splits: int = 0, *, tile_n: int | None = None,
          occupancy: int | None = None, latency: int | None = None, group: bool = True,
-         reverse: bool = False) -> DecodePlan:
+         reverse: bool = False, merge_occupancy: int | None = None) -> DecodePlan:
     """The decode launch plan of ``problem`` on a GPU of ``num_sms`` SMs; ``splits`` 0: the work
     model's. ``tile_n``, ``occupancy`` (resident CTAs per SM asked of the compiler, which the
     work model then fills) and ``latency`` override the defaults for an exploration of the
@@ -63,7 +65,8 @@ def plan(problem: Problem, num_sms: int, splits: int = 0, *, tile_n: int | None 
     from kernels.device import decode
     return DecodePlan.make(problem, num_sms * (occupancy or CTAS_PER_SM), splits, tile_n,
                            group, occupancy=occupancy, reverse=reverse,
-                           latency=decode.LATENCY if latency is None else int(latency))
+                           latency=decode.LATENCY if latency is None else int(latency),
+                           merge_occupancy=merge_occupancy)
 
 
 class DecodeLaunch:
@@ -85,14 +88,14 @@ class DecodeLaunch:
         self.plan = p
         self.device = device_index
         self.bottom_right = bottom_right
-        self.split, self.combine = decode.get_kernels(p.occupancy)
+        self.split, self.combine = decode.get_kernels(p.occupancy, p.merge_occupancy)
         self.grid = p.grid
-        self.cgrid = (pr.B * pr.H, 1, 1)
+        self.cgrid = (pr.B * pr.H * pr.S_q, 1, 1)
         self.tail = (fmha.qk_scale_for(pr.D, 6, scale),) + decode.split_constants(
             D=pr.D, tile_n=p.tile_n, hg=p.hg, sqp=p.sqp, causal=pr.causal,
             bottom_right=bottom_right, split=p.splits > 1, latency=p.latency,
             reverse=p.reverse)
-        self.ctail = decode.combine_constants(D=pr.D, sqp=p.combine_rows)
+        self.ctail = decode.combine_constants(D=pr.D, chunk=p.combine_chunk)
         self.lens = torch.full((pr.B,), pr.S_kv, dtype=torch.int32, device=dev)
         self.dummies = (torch.zeros((1, 1, 1, 1, pr.D), dtype=torch.float32, device=dev),
                         torch.zeros((1, 1, 1, 4), dtype=torch.float32, device=dev))

@@ -98,6 +98,15 @@ def test_options_that_mean_nothing_here_are_refused_in_one_line(argv, tmp_path, 
     assert err.count("\n") == 1 and err.startswith("error: ") and not out.exists()
 
 
+def test_the_instrument_lists_the_studys_cases_and_points_to_the_study(capsys):
+    from experiments.instruments import decode_steps
+    assert decode_steps.main(["--dry-run"]) == 0
+    assert f"{len(sd.study_cases('h200'))} cases x 3 repeats" in capsys.readouterr().out
+    assert decode_steps.main([]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "experiments.run decode" in err
+
+
 def test_an_existing_output_is_not_overwritten(tmp_path, capsys):
     (tmp_path / "x").mkdir()
     (tmp_path / "x" / "keep").write_text("mine")

@@ -44,11 +44,12 @@ def test_split_kernel_compiles(toolchain, D, dtype, G, S_q, mode):
     assert r.ptx.get("TMA_LOAD", 0) >= 2, str(r)      # K and V tiles through TMA
 
 
-@pytest.mark.parametrize("D", (64, 128))
-def test_combine_kernel_compiles(toolchain, D):
+@pytest.mark.parametrize("D, S_q, splits", [(64, 4, 8), (128, 1, 128), (128, 16, 33), (64, 3, 1),
+                                            (64, 1, 512)])
+def test_combine_kernel_compiles(toolchain, D, S_q, splits):
+    """Chunks of 8, 32, 64 and 1 splits a step (``spec.decode.merge_chunk``), one CTA a row."""
     from kernels.build.resources import compile_decode_cubin, read_resources
     from kernels.build.signatures import DecodeCase
-    case = DecodeCase(B=2, H=32, H_kv=8, S_q=4 if D == 64 else 1, D=D, splits=8,
-                      kernel="combine")
+    case = DecodeCase(B=2, H=32, H_kv=8, S_q=S_q, D=D, splits=splits, kernel="combine")
     r = read_resources(compile_decode_cubin(case, "sm_90"))
     assert not r.spills, str(r)

@@ -91,19 +91,26 @@ def model(q, k, v, lens, causal, bottom_right, splits, tile_n):
     return combine(opart, lpart)
 
 
-def combine(opart, lpart):
-    """``decode_combine``: the online merge over the splits."""
+def combine(opart, lpart, chunk=None):
+    """``decode_combine``: the online merge over chunks of ``chunk`` splits (default
+    ``spec.decode.merge_chunk``), splits past the last padded with LSE −inf and output 0."""
+    from spec.decode import merge_chunk
+    n = opart.shape[0]
+    ch = chunk or merge_chunk(n, opart.shape[-1])
+    pad = -n % ch
+    opart = np.concatenate([opart, np.zeros((pad,) + opart.shape[1:], np.float32)])
+    lpart = np.concatenate([lpart, np.full((pad,) + lpart.shape[1:], -np.inf, np.float32)])
     m = np.full(lpart.shape[1:] + (1,), -np.inf, np.float32)
     l = np.zeros_like(m)
     acc = np.zeros(opart.shape[1:], np.float32)
-    for s in range(opart.shape[0]):
-        lse = lpart[s][..., None]
-        m_new = np.maximum(m, lse)
+    for c in range(0, n + pad, ch):
+        lse = lpart[c:c + ch][..., None]                      # [ch, ..., 1]
+        m_new = np.maximum(m, lse.max(axis=0))
         m_safe = np.where(m_new == -np.inf, 0.0, m_new)
         alpha = np.exp2(m - m_safe)
         w = np.exp2(lse - m_safe)
-        acc = acc * alpha + opart[s] * w
-        l = l * alpha + w
+        acc = acc * alpha + (opart[c:c + ch] * w).sum(axis=0)
+        l = l * alpha + w.sum(axis=0)
         m = m_new
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(l > 0, acc / np.where(l > 0, l, 1.0), 0.0)
