@@ -136,7 +136,7 @@ def catalogue_text() -> str:
         for e in sorted((e for e in ents if e.arch == arch), key=lambda e: (e.role, e.path)):
             m = _manifest(e.path)
             cmd = (e.command or "").replace("|", "\\|")
-            cmd = cmd if len(cmd) <= 56 else cmd[:53] + "..."       # whole in registry.json
+            cmd = cmd if len(cmd) <= 48 else cmd[:45] + "..."       # whole in registry.json
             how = f"`{cmd}`" if cmd else "see its README"
             if cmd and not runs_today(e.command):
                 how = f"as recorded (history): {how}"

@@ -94,7 +94,8 @@ def _calls_for(fn) -> int:
     return max(3, min(200, int(100 / max(ms, 1e-3))))
 
 
-def _inputs(pr, grad: bool):
+def step_inputs(pr, grad: bool):
+    """Seeded (q, k, v, dout) of ``pr``; q, k, v require grad with ``grad``."""
     import torch
 
     from experiments.measurement.correctness import random_inputs
@@ -110,7 +111,7 @@ def _kernel_setup(pr, cfg):
     import torch
 
     from kernels.host import backend, backward
-    q, k, v, dout = _inputs(pr, grad=False)
+    q, k, v, dout = step_inputs(pr, grad=False)
     lse = backward.stat_buffer(q)
     out = backend.attention(q, k, v, causal=pr.causal, lse=lse)
     launch = backward.launch_for(pr, cfg, device_index=torch.cuda.current_device())
@@ -159,7 +160,8 @@ def choose(rows, problems):
     return {k: {p: n for p, (n, _) in d.items()} for k, d in best.items()}
 
 
-def _launchers(pr):
+def step_launchers(pr):
+    """{launcher: attn(q, k, v)}: cuTile's attention() and the SDPA peers that take ``pr``."""
     from kernels import attention
 
     from .eager import sdpa_peers
@@ -184,9 +186,9 @@ def speed(problems, repeats: int, dev: str):
     import torch
     rows = []
     for fam, half, pr in problems:
-        q, k, v, dout = _inputs(pr, grad=True)
+        q, k, v, dout = step_inputs(pr, grad=True)
         grads = {}
-        for name, attn in _launchers(pr).items():
+        for name, attn in step_launchers(pr).items():
             def step(attn=attn):
                 out = attn(q, k, v)
                 return torch.autograd.grad(out, (q, k, v), dout)

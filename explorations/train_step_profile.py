@@ -1,0 +1,77 @@
+"""Where a small training step's time goes: per forward + backward call, each kernel's GPU time
+(torch.profiler, CUPTI) and the wall time of the call loop, cuTile against SDPA cuDNN; with
+``--cprofile`` the host functions of cuTile's call instead (cProfile, ``--calls`` calls).
+
+    python -m explorations.train_step_profile [--calls 20] [--cprofile]
+
+Problems: the training benchmark's lowest cuDNN ratios on an H200
+(``experiments.speed.cutile_backward_bench``, speed phase). Wall per call far above the kernels'
+sum: host-bound; near it: the kernels."""
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+import time
+
+PROBLEMS = ("b1h32g8s1537d128.bf16.causal", "b1h32g8s1024kv6000d128.bf16.causal",
+            "b1h64g8s2049d128.bf16.causal", "b8h16s1024d64.fp16.full",
+            "b32h12s257d64.bf16.full", "b1h32g8s2048kv16384d128.bf16.full")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m explorations.train_step_profile")
+    ap.add_argument("--calls", type=int, default=20)
+    ap.add_argument("--cprofile", action="store_true")
+    a = ap.parse_args(argv)
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from experiments.registry.suites import model_problems
+    from experiments.speed.cutile_backward_bench import step_inputs, step_launchers
+    probs = [p for _, _, p in model_problems() if p.label in PROBLEMS]
+    for pr in probs:
+        q, k, v, dout = step_inputs(pr, grad=True)
+        for name, attn in step_launchers(pr).items():
+            if name == "flash":
+                continue
+
+            def step(attn=attn):
+                out = attn(q, k, v)
+                return torch.autograd.grad(out, (q, k, v), dout)
+            for _ in range(3):
+                step()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(a.calls):
+                step()
+            torch.cuda.synchronize()
+            wall = (time.perf_counter() - t0) * 1e3 / a.calls
+            if a.cprofile:
+                if name == "cutile":
+                    import cProfile
+                    import pstats
+                    cp = cProfile.Profile()
+                    cp.runcall(lambda: [step() for _ in range(a.calls)])
+                    pstats.Stats(cp).sort_stats("tottime").print_stats(12)
+                continue
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                for _ in range(a.calls):
+                    step()
+                torch.cuda.synchronize()
+            kern = collections.Counter()
+            for e in prof.events():
+                if e.device_type.name == "CUDA":
+                    kern[e.name[:60]] += e.device_time / 1e3 / a.calls
+            total = sum(kern.values())
+            print(f"{pr.label:38} {name:7} wall {wall:.3f} ms/call, kernels {total:.3f} ms "
+                  f"({len(kern)} kinds)")
+            for kname, ms in kern.most_common(6):
+                print(f"    {ms:.4f} ms  {kname}")
+        q = k = v = dout = None
+        torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
