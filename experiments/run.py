@@ -76,7 +76,13 @@ from .runner.options import (  # noqa: F401 - re-exported
 )
 from .runner.options import plan as _plan  # noqa: F401 - re-exported
 from .runner.report import figure_lines as _figure_lines
-from .runner.report import fits_notes, model_label, published_misses, summary_table  # noqa: F401
+from .runner.report import (  # noqa: F401 - re-exported
+    fits_notes,
+    model_label,
+    published_misses,
+    render_figures,
+    summary_table,
+)
 from .sharding import shard
 
 MODULE = "experiments.run"
@@ -127,16 +133,6 @@ def _kept_line(what: str) -> str:
 
 def _has_cuda_gpu() -> bool:
     return detect() is not None
-
-
-def _render_figures(work: Path, final: Path, arch: str) -> list[dict]:
-    """The figures of the run being written, titled with its final name (not the temporary
-    directory's)."""
-    from analysis.data import load_rows
-    from paper_figures import FIGURES
-    from paper_figures.drawing import render
-    return render(load_rows([work]), arch, work / "figures", FIGURES,
-                  names={str(work): final.name})
 
 
 def _write(args, argv, console, study, arch, cases, capacity, mode, out, work) -> tuple:
@@ -230,7 +226,7 @@ def run(args, argv: list[str]) -> int:
             fields = dict(command=command_line(MODULE, argv), study=study.name, mode=mode,
                           arch=arch, parameters=given | params)
             write_manifest(work, **fields, figures=[])        # the figures read the device
-            report = [] if args.no_figures else _render_figures(work, out, arch.name)
+            report = [] if args.no_figures else render_figures(work, out, arch.name)
             write_manifest(work, **fields, figures=report,
                            wall_seconds=round(time.perf_counter() - t0, 1))
         except OSError as e:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import statistics
 import sys
 
+from spec.decode import cache_bytes
+
 from . import lines
 from .data import Skip, sources
 from .style import gpu_name
@@ -24,7 +26,7 @@ def load(rows: list[dict]) -> dict:
         raise Skip(f"no rows of the decode study ({METRIC})")
     panels: dict[tuple, dict] = {}
     for r in rows:
-        kv = 2 * r["B"] * r["H_kv"] * r["S_kv"] * r["D"] * 2
+        kv = cache_bytes(r["B"], r["H_kv"], r["S_kv"], r["D"])
         shape = (r["B"], r["H"], r["H_kv"], r["S_q"], r["D"])
         panels.setdefault(shape, {}).setdefault((r["variant"], r["source"]), {}).setdefault(
             float(r["x"]), []).append(r["value"] / kv)
@@ -33,11 +35,8 @@ def load(rows: list[dict]) -> dict:
 
 def plot(data: dict, arch: str | None = None, columns: int = 2):
     keys = list(data["panels"])
-    ncols = min(columns, len(keys))
-    nrows = -(-len(keys) // ncols)
-    fig, axes = lines.figure(ncols=ncols, nrows=nrows, width=4.6, height=3.4)
-    flat = [a for row in axes for a in row]
-    for ax, key in zip(flat, keys):
+    fig, axes = lines.panels(len(keys), columns, width=4.6, height=3.4)
+    for ax, key in zip(axes, keys):
         B, H, H_kv, S_q, D = key
         for (variant, source), pts in sorted(data["panels"][key].items()):
             _, order, packing = variant.split(".")
@@ -56,8 +55,6 @@ def plot(data: dict, arch: str | None = None, columns: int = 2):
         ax.set_ylim(-0.03, 1.1)
         ax.set_title(f"B={B}, H={H}/{H_kv}, S_q={S_q}, D={D}", fontsize=9)
         lines.legend(ax, loc="lower right")
-    for ax in flat[len(keys):]:
-        ax.axis("off")
     lines.title(fig, f"decode: the second of two steps in a row, {gpu_name(arch)}",
                 data["sources"])
     return fig

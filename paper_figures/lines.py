@@ -17,6 +17,17 @@ def figure(ncols: int = 1, nrows: int = 1, width: float = 6.5, height: float = 4
     return fig, axes
 
 
+def panels(n: int, columns: int, width: float, height: float):
+    """(fig, its first ``n`` axes) of ``n`` panels in at most ``columns`` columns; the grid's
+    unused axes are switched off."""
+    ncols = min(columns, n)
+    fig, axes = figure(ncols=ncols, nrows=-(-n // ncols), width=width, height=height)
+    flat = list(axes.flat)
+    for ax in flat[n:]:
+        ax.axis("off")
+    return fig, flat[:n]
+
+
 def series(ax, x, y, key: str, source: str, *, yerr=None, label: str | None = None, **extra):
     """Draw one series sorted by x; ``yerr`` is (lo, hi) arrays of absolute bounds, drawn as
     error bars around y."""

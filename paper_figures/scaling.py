@@ -28,11 +28,8 @@ def load(rows: list[dict]) -> dict:
 
 def plot(data: dict, arch: str | None = None):
     keys = list(data["panels"])
-    ncols = min(2, len(keys))
-    nrows = -(-len(keys) // ncols)
-    fig, axes = lines.figure(ncols=ncols, nrows=nrows, width=5.6, height=3.8)
-    flat = [a for row in axes for a in row]
-    for ax, key in zip(flat, keys):
+    fig, axes = lines.panels(len(keys), 2, width=5.6, height=3.8)
+    for ax, key in zip(axes, keys):
         D, causal, B, H = key
         for (backend, source), pts in sorted(data["panels"][key].items(),
                                              key=lambda kv: BACKENDS.index(kv[0][0])):
@@ -45,8 +42,6 @@ def plot(data: dict, arch: str | None = None):
         ax.set_ylim(bottom=0)
         ax.set_title(f"D={D}, {'causal' if causal else 'non-causal'}, B={B}, H={H}", fontsize=9)
         lines.legend(ax, loc="lower right")
-    for ax in flat[len(keys):]:
-        ax.axis("off")
     lines.title(fig, f"scaling: attention forward TFLOP/s vs S, {gpu_name(arch)}",
                 data["sources"])
     return fig

@@ -131,6 +131,11 @@ def tile_n_for(D: int, rows: int) -> int:
     return (16384 if rows <= 16 else 8192) // D
 
 
+def cache_bytes(B: int, H_kv: int, S_kv: int, D: int, elt: int = 2) -> int:
+    """K and V bytes of a cache of S_kv keys: what one decode step must read."""
+    return 2 * B * H_kv * S_kv * D * elt
+
+
 def n_tiles(S_kv: int, tile_n: int) -> int:
     return -(-S_kv // tile_n)
 

@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 from experiments.simulation.decode import STEP2, study_cases, study_row
+from spec.decode import cache_bytes
 
 METRIC = "dram__bytes_read.sum"
 
@@ -85,7 +86,7 @@ def child(arch_name: str, repeats: int, launches_file: Path) -> int:
             torch.cuda.synchronize()
         n1, n2 = (1 + (x.splits > 1) for x in (p1, p2))
         log.append(dict(c, splits=p1.splits, kernels=(n1, n2), hg=p1.hg, sqp=p1.sqp,
-                        tile_n=p1.tile_n, kv_bytes=2 * pr.B * pr.H_kv * pr.S_kv * pr.D * 2))
+                        tile_n=p1.tile_n, kv_bytes=cache_bytes(pr.B, pr.H_kv, pr.S_kv, pr.D)))
     launches_file.write_text(json.dumps(log))
     return 0
 

@@ -1,26 +1,20 @@
 """``python -m experiments.run decode --arch <name>``: the decode locality study.
 
-A decode step reads a layer's whole K/V cache once; the next step of the same layer reads it
-again. Whether the second step finds part of it in L2 depends on the order in which its splits
-scan their chunks: the same direction every step (``linear``) starts on the tiles the first step
-read earliest, which an LRU L2 has evicted; the opposite direction (``alternate``, the sawtooth
-across steps) starts on those it read last. Packing a GQA group's query heads into one CTA
-(``group``) reads each tile once per step; one head per CTA (``none``) reads it G times.
+A decode step reads a layer's whole K/V cache; the next step of the layer reads it again. Scanning
+each split's chunk the same way every step (``linear``) starts on the tiles an LRU L2 evicted
+first; the opposite way (``alternate``, the sawtooth across steps) on those read last
+(``experiments.simulation.decode`` has the argument). Its cases are pairs of split-K/V launches,
+not split-Q cases, so it runs through its own entry (``Study.entry``) with every study's run
+directory protocol (published only when complete, ``manifest.json``, figures, one line and exit
+2 on bad input):
 
-Its cases are not split-Q launches but pairs of split-K/V launches, so the study runs through its
-own entry (``Study.entry``) with the run directory protocol of every study (a new directory
-published only when complete, ``manifest.json``, figures, one line and exit 2 on bad input):
+- ``simulate`` (any arch, this CPU): step 2's DRAM read bytes by the timed two-partition
+  simulator (``experiments.simulation.decode.simulated_rows``) into ``counters.csv``;
+- ``measure`` (a GPU of the arch): ncu ``dram__bytes_read.sum`` of step 2 after an L2 flush and
+  an untimed step 1, ``--repeats`` times, into ``counters.csv``; step 2's time beside SDPA flash
+  and cuDNN into ``timing.csv`` (``experiments.instruments.decode_steps.measure_rows``).
 
-- ``simulate`` (any arch, this CPU): the second step's DRAM read bytes by the timed
-  two-partition simulator at the arch's frozen parameters
-  (``experiments.simulation.decode.simulated_rows``) into ``counters.csv``;
-- ``measure`` (a GPU of the arch): the same grid on the GPU, ncu ``dram__bytes_read.sum`` of the
-  second step after an L2 flush and an untimed first step, ``--repeats`` times, into
-  ``counters.csv``; the second step's kernel time beside SDPA's flash and cuDNN backends doing
-  the same into ``timing.csv`` (``experiments.instruments.decode_steps.measure_rows``).
-
-The figure ``decode`` (``paper_figures.decode``) draws the measured and simulated ratios of DRAM
-reads to K/V bytes against the cache size.
+Figure: ``decode`` (``paper_figures.decode``).
 """
 from __future__ import annotations
 
@@ -31,6 +25,7 @@ from spec import detect, get_arch
 from spec.arch import no_gpu_reason
 
 from .options import UsageError
+from .report import render_figures
 
 MODULE = "experiments.run"
 NOT_HERE = ("seq", "filter", "capacity_mib", "sample", "exact", "groups", "full_protocol",
@@ -139,7 +134,7 @@ def run(args, argv: list[str], console) -> int:
             write_csv(work / "timing.csv", timing)
         fields = dict(command=command, study="decode", mode=mode, arch=arch, parameters=params)
         write_manifest(work, **fields, figures=[])
-        report = [] if args.no_figures else _figures(work, out, arch.name)
+        report = [] if args.no_figures else render_figures(work, out, arch.name, ("decode",))
         write_manifest(work, **fields, figures=report,
                        wall_seconds=round(time.perf_counter() - t0, 1))
     for line in summary(counters, timing, mode):
@@ -148,24 +143,18 @@ def run(args, argv: list[str], console) -> int:
     return 0
 
 
-def _figures(work: Path, final: Path, arch: str) -> list[dict]:
-    from analysis.data import load_rows
-    from paper_figures import FIGURES
-    from paper_figures.drawing import render
-    return render(load_rows([work]), arch, work / "figures",
-                  [m for m in FIGURES if m.FIGURE == "decode"], names={str(work): final.name})
-
-
 def summary(counters, timing, mode: str) -> list[str]:
     """One line per shape and cache size: step 2's DRAM reads over the K/V bytes per variant
     (median over repeats), and, measured, the best SDPA backend's median step-2 time over ours."""
     import statistics
+
+    from spec.decode import cache_bytes
     label = "MEASURED" if mode == "measure" else "SIMULATED (a prediction, not a measurement)"
     out = [f"{label}: DRAM reads of step 2 / its K+V bytes"
            + ("; best SDPA step 2 / ours (> 1: faster)" if timing else "")]
     cells: dict = {}
     for r in counters:
-        kv = 2 * r.B * r.H_kv * r.S_kv * r.D * 2
+        kv = cache_bytes(r.B, r.H_kv, r.S_kv, r.D)
         cells.setdefault((r.B, r.H, r.H_kv, r.S_q, r.D, r.x), {}).setdefault(
             r.variant, []).append(r.value / kv)
     times: dict = {}

@@ -198,6 +198,16 @@ def fits_notes(cases: list[Case], capacity: int) -> list[str]:
     return list(out.values())
 
 
+def render_figures(work, final, arch: str, figures: tuple[str, ...] | None = None) -> list[dict]:
+    """The figures (all, or those named) of the run being written in ``work``, titled with its
+    final name (not the temporary directory's)."""
+    from analysis.data import load_rows
+    from paper_figures import FIGURES
+    from paper_figures.drawing import render
+    mods = [m for m in FIGURES if figures is None or m.FIGURE in figures]
+    return render(load_rows([work]), arch, work / "figures", mods, names={str(work): final.name})
+
+
 def figure_lines(study, report: list[dict], where: str) -> list[str]:
     """The study's figures (drawn, or skipped with the reason) and one line for all others."""
     mine = [r for r in report if r["figure"] in study.figures]

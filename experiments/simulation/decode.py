@@ -109,7 +109,8 @@ def timed_step2_bytes(S_kv: int, order: str, packing: str, arch_name: str,
 
 
 def kv_bytes_per_token(shape: dict) -> int:
-    return 2 * shape["B"] * shape["H_kv"] * shape["D"] * 2
+    from spec.decode import cache_bytes
+    return cache_bytes(shape["B"], shape["H_kv"], 1, shape["D"])
 
 
 def study_cases(arch_name: str) -> list[dict]:

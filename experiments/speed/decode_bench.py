@@ -34,6 +34,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from spec.decode import cache_bytes
+
 # (B, H, H_kv, S_q, S_kv, D)
 PROBLEMS = [
     (1, 32, 8, 1, 32768, 128), (1, 32, 32, 1, 32768, 128), (1, 32, 8, 1, 131072, 128),
@@ -145,7 +147,7 @@ def bench(p, reps: int, writer, table, ragged: bool = False) -> None:
         cold = time_interleaved(live, reps=reps, l2="cold")
         warm = time_interleaved(live, reps=reps, l2="warm")
         eager = {n: statistics.median(t) for n, t in eager_call_ms(live, reps=reps).items()}
-    kv_bytes = 2 * H_kv * sum(lengths) * D * 2          # what the call must read
+    kv_bytes = cache_bytes(1, H_kv, sum(lengths), D)     # what the call must read
     row = dict(problem=_label(p, ragged), B=B, H=H, H_kv=H_kv, S_q=S_q, S_kv=S_kv, D=D)
     for n in callers:
         if n not in live:
