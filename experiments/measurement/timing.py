@@ -4,7 +4,11 @@
 - Warm-up launches first (compilation and first-touch stay out of the samples), then ``reps``
   timed launches; every sample is kept and reported (median and spread are computed from them).
 - The L2 state is explicit. ``cold``: before each repetition a buffer of at least 2x the L2 is
-  written, which evicts the inputs, and the events bracket the kernel alone. ``warm``: back-to-back
+  written, which evicts the inputs, and the events bracket the kernel alone. The L2 is then full
+  of dirty lines, which the timed kernel's first misses write back to DRAM (up to the L2's size
+  of writes, about 12 us at 4 TB/s: a kernel that moves a few L2s of data pays it visibly).
+  ``clean``: the same write, then a read of a second 2x-L2 buffer, so the L2 holds no input and
+  no dirty line (what a kernel meets after a read-mostly predecessor). ``warm``: back-to-back
   launches, inputs may be resident.
 - The events bracket GPU time, not host time. Before each start event the GPU spins
   (``torch.cuda._sleep``) for longer than the host needs to enqueue the start event, the launch
@@ -24,7 +28,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable, Literal
 
-L2State = Literal["cold", "warm"]
+L2State = Literal["cold", "clean", "warm"]
 
 
 @dataclass(frozen=True)
@@ -54,12 +58,18 @@ class Samples:
 
 
 class _Flusher:
-    def __init__(self, l2_bytes: int):
+    """``cold``: write a 2x-L2 buffer; ``clean``: then read another one (write-backs done)."""
+
+    def __init__(self, l2_bytes: int, clean: bool = False):
         import torch
-        self.buf = torch.empty(max(2 * l2_bytes, 1 << 20) // 4, dtype=torch.int32, device="cuda")
+        n = max(2 * l2_bytes, 1 << 20) // 4
+        self.buf = torch.empty(n, dtype=torch.int32, device="cuda")
+        self.other = torch.full((n,), 7, dtype=torch.int32, device="cuda") if clean else None
 
     def __call__(self) -> None:
         self.buf.fill_(0x5A5A5A5A)
+        if self.other is not None:
+            self.other.max()
 
 
 HOLD_MARGIN = 3.0     # the GPU spins this many times the slowest host launch of the warm-up
@@ -92,7 +102,7 @@ def time_interleaved(fns: dict[str, Callable[[], None]], *, reps: int = 20, warm
     import torch
     if l2_bytes is None:
         l2_bytes = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
-    flush = _Flusher(l2_bytes) if l2 == "cold" else (lambda: None)
+    flush = _Flusher(l2_bytes, clean=l2 == "clean") if l2 != "warm" else (lambda: None)
     slowest = 0.0                             # host ms of the last warm-up call (no compile)
     for fn in fns.values():
         for _ in range(warmup):

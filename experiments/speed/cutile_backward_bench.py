@@ -21,8 +21,9 @@ Three phases, one process, one GPU:
    ``fwd_bwd_ms``: wall time per call of ``out = attn(q, k, v); torch.autograd.grad(out, (q, k, v),
    dout)`` in a loop of n calls with one synchronisation at the end (the host's work included
    where the GPU does not hide it); ``bwd_ms``: the gradient alone on a retained graph (CUDA
-   events, n calls). Median of ``--repeats`` loops. Launchers: ``cutile`` (``kernels.attention``),
-   ``flash`` and ``cudnn`` (SDPA backends, ``enable_gqa`` for grouped heads). Each cuTile row
+   events, n calls). Median of ``--repeats`` loops, the launchers alternated loop by loop.
+   Launchers: ``cutile`` (``kernels.attention``), ``flash`` and ``cudnn`` (SDPA backends,
+   ``enable_gqa`` for grouped heads). Each cuTile row
    records the largest gradient difference from flash's relative to flash's largest gradient (a
    sanity column; the correctness bar is tests/gpu/test_backward_cutile.py).
 3. **order** (both halves): the dK/dV kernel alone (``dkdv_ms``) with persistent CTAs (one wave:
@@ -68,18 +69,16 @@ def _problems(halves, only):
             if h in halves and (only is None or any(o in p.label for o in only.split(",")))]
 
 
-def _events_ms(fn, n: int, repeats: int) -> float:
+def _events_ms(fn, n: int) -> float:
+    """GPU time per call of a loop of ``n`` calls (CUDA events around the loop)."""
     import torch
     ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
-    times = []
-    for _ in range(repeats):
-        ev[0].record()
-        for _ in range(n):
-            fn()
-        ev[1].record()
-        torch.cuda.synchronize()
-        times.append(ev[0].elapsed_time(ev[1]) / n)
-    return statistics.median(times)
+    ev[0].record()
+    for _ in range(n):
+        fn()
+    ev[1].record()
+    torch.cuda.synchronize()
+    return ev[0].elapsed_time(ev[1]) / n
 
 
 def _calls_for(fn) -> int:
@@ -131,8 +130,8 @@ def tune(problems, repeats: int, dev: str):
             for p in ("dkdv", "dq"):
                 try:
                     n = _calls_for(passes[p])
-                    rows.append((fam, half, pr.label, p, name, _events_ms(passes[p], n, repeats),
-                                 dev))
+                    ms = statistics.median(_events_ms(passes[p], n) for _ in range(repeats))
+                    rows.append((fam, half, pr.label, p, name, ms, dev))
                 except Exception as e:  # noqa: BLE001 - a build that fails is reported
                     print(f"tune {pr.label} {p} {name}: {type(e).__name__}: {str(e)[:200]}",
                           file=sys.stderr)
@@ -169,43 +168,48 @@ def step_launchers(pr):
             **sdpa_peers(pr.causal, pr.H != pr.H_kv)}
 
 
-def _wall_ms(fn, n: int, repeats: int) -> float:
+def _wall_ms(fn, n: int) -> float:
+    """Wall time per call of a loop of ``n`` calls with one synchronisation at the end."""
     import torch
-    times = []
-    for _ in range(repeats):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - t0) * 1e3 / n)
-    return statistics.median(times)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) * 1e3 / n
 
 
 def speed(problems, repeats: int, dev: str):
+    """Per problem, each launcher's step checked once, then the launchers alternated: each
+    repeat times every launcher's loop in turn (the host-bound steps of small problems drift
+    with the host's state, which the alternation spreads over all launchers alike)."""
     import torch
     rows = []
     for fam, half, pr in problems:
         q, k, v, dout = step_inputs(pr, grad=True)
-        grads = {}
+        grads, live = {}, {}
         for name, attn in step_launchers(pr).items():
             def step(attn=attn):
                 out = attn(q, k, v)
                 return torch.autograd.grad(out, (q, k, v), dout)
             try:
                 grads[name] = step()
-                n = _calls_for(step)
-                fb = _wall_ms(step, n, repeats)
-                out = attn(q, k, v)
-                bw = _events_ms(lambda out=out: torch.autograd.grad(out, (q, k, v), dout,
-                                                                    retain_graph=True),
-                                n, repeats)
-                del out
+                live[name] = (step, attn, _calls_for(step))
             except RuntimeError as e:   # a peer that refuses the problem
                 print(f"{pr.label} {name}: {str(e).splitlines()[0][:160]}", file=sys.stderr)
                 rows.append([fam, half, pr.label, name, math.nan, math.nan, 0, math.nan, dev])
-                continue
-            rows.append([fam, half, pr.label, name, fb, bw, n, math.nan, dev])
+        fb = {name: [] for name in live}
+        bw = {name: [] for name in live}
+        for _ in range(repeats):
+            for name, (step, attn, n) in live.items():
+                fb[name].append(_wall_ms(step, n))
+                out = attn(q, k, v)
+                bw[name].append(_events_ms(lambda out=out: torch.autograd.grad(
+                    out, (q, k, v), dout, retain_graph=True), n))
+                del out
+        for name, (_, _, n) in live.items():
+            rows.append([fam, half, pr.label, name, statistics.median(fb[name]),
+                         statistics.median(bw[name]), n, math.nan, dev])
         if "flash" in grads and "cutile" in grads:
             scale = max(float(g.abs().max()) for g in grads["flash"])
             diff = max(float((a.float() - b.float()).abs().max())
@@ -213,7 +217,7 @@ def speed(problems, repeats: int, dev: str):
             for r in rows:
                 if r[2] == pr.label and r[3] == "cutile":
                     r[7] = diff / scale
-        q = k = v = dout = grads = None      # free them (the closures above read them)
+        q = k = v = dout = grads = live = None  # free them (the closures above read them)
         torch.cuda.empty_cache()
         print(pr.label, " ".join(f"{r[3]} {r[4]:.3f}/{r[5]:.3f}" for r in rows
                                  if r[2] == pr.label), flush=True)
@@ -228,7 +232,7 @@ def _alternated(what: str, fns: dict, ref: str, repeats: int, case: tuple, dev: 
     samples = {o: [] for o in fns}
     for _ in range(repeats):
         for o, fn in fns.items():
-            samples[o].append(_events_ms(fn, n, 1))
+            samples[o].append(_events_ms(fn, n))
     rows = [(*case, f"{o}{suffix}", statistics.median(s), dev) for o, s in samples.items()]
     print(what, case[2], " ".join(f"{r[3]}={r[4]:.3f}" for r in rows), flush=True)
     return rows

@@ -14,7 +14,11 @@ with a warm L2 (back-to-back, the cache possibly resident: labelled, never the h
 eager call time (``experiments.speed.eager.eager_call_ms``: events around one call after a sync,
 host included). Bandwidth: K and V bytes the call must read (each sequence's length) over the
 cold kernel time, beside a measured device-to-device copy bandwidth (a 4 GiB copy, read + write
-bytes over its time) in the same run.
+bytes over its time) in the same run; and over the kernel time with a *clean* cold L2 (the flush
+followed by a read of another buffer, so the L2's dirty lines are written back before the
+events: the protocol's cold flush leaves up to an L2 of write-backs to the timed kernel, which a
+cache of two or three L2s pays visibly), printed as ``clean`` for cuTile and ``SDPA`` for the
+best SDPA backend.
 
 ``RAGGED`` problems give each sequence its own cache length (``kv_lengths``, drawn uniformly in
 [1, S_kv] from a fixed seed): both families are checked against an fp32 reference masked per
@@ -145,6 +149,7 @@ def bench(p, reps: int, writer, table, ragged: bool = False) -> None:
         ok = {n: not math.isnan(e) and e <= 2 * (base or 0) + 2e-3
               for n, e in res.items() if isinstance(e, float)}
         cold = time_interleaved(live, reps=reps, l2="cold")
+        clean = time_interleaved(live, reps=reps, l2="clean")
         warm = time_interleaved(live, reps=reps, l2="warm")
         eager = {n: statistics.median(t) for n, t in eager_call_ms(live, reps=reps).items()}
     kv_bytes = cache_bytes(1, H_kv, sum(lengths), D)     # what the call must read
@@ -160,6 +165,7 @@ def bench(p, reps: int, writer, table, ragged: bool = False) -> None:
                                                else "padded, not checked", "bool"),
                 ("kernel_time", kms, "ms"), ("kernel_time_spread", cold[n].spread, "rel"),
                 ("kernel_time_warm_l2", warm[n].median, "ms"),
+                ("kernel_time_clean_l2", clean[n].median, "ms"),
                 ("host_time", cold[n].host_median, "ms"), ("eager_call", eager[n], "ms"),
                 ("bandwidth", kv_bytes / (kms * 1e-3) / 1e12, "TB/s")):
             writer.writerow({**row, "caller": n, "metric": metric, "value": val, "unit": unit})
@@ -170,8 +176,12 @@ def bench(p, reps: int, writer, table, ragged: bool = False) -> None:
                                  "unit": "count"})
     t = {n: s.median for n, s in cold.items()}
     best = min(t.get("flash", math.inf), t.get("cudnn", math.inf))
+    tc = {n: s.median for n, s in clean.items()}
+    best_clean = min(tc.get("flash", math.inf), tc.get("cudnn", math.inf))
     table.append((_label(p, ragged), t.get("cutile"), best,
                   kv_bytes / (t["cutile"] * 1e-3) / 1e12 if "cutile" in t else float("nan"),
+                  kv_bytes / (tc["cutile"] * 1e-3) / 1e12 if "cutile" in tc else float("nan"),
+                  kv_bytes / (best_clean * 1e-3) / 1e12,
                   ok.get("cutile", False), eager.get("cutile"),
                   min(eager.get("flash", math.inf), eager.get("cudnn", math.inf)),
                   t.get("cuda"), ok.get("cuda", False)))
@@ -234,11 +244,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{torch.cuda.get_device_name()}: copy bandwidth {copy:.2f} TB/s; kernel time cold "
           "L2 (median); eager: one call, host included")
     print(f"{'problem':36} {'cutile ms':>9} {'best SDPA':>9} {'x SDPA':>6} {'TB/s':>5} "
-          f"{'% copy':>6} {'eager x':>7} ok {'cuda x':>6} ok")
+          f"{'% copy':>6} {'clean':>6} {'SDPA':>6} {'eager x':>7} ok {'cuda x':>6} ok")
     ratios: dict[bool, list] = {False: [], True: []}
     cuda_ratios: dict[bool, list] = {False: [], True: []}
     eager_ratios = []
-    for label, cu, best, bw, ok, e_cu, e_best, cd, cd_ok in table:
+    for label, cu, best, bw, bw_clean, bw_peer, ok, e_cu, e_best, cd, cd_ok in table:
         r = best / cu if cu and math.isfinite(best) else float("nan")
         rc = best / cd if cd and math.isfinite(best) else float("nan")
         er = e_best / e_cu if e_cu and math.isfinite(e_best) else float("nan")
@@ -249,7 +259,8 @@ def main(argv: list[str] | None = None) -> int:
         if math.isfinite(er):
             eager_ratios.append(er)
         print(f"{label:36} {cu or float('nan'):9.4f} {best:9.4f} {r:6.2f} {bw:5.2f} "
-              f"{100 * bw / copy:5.1f}% {er:7.2f} {'yes' if ok else 'NO ':3} {rc:6.2f} "
+              f"{100 * bw / copy:5.1f}% {100 * bw_clean / copy:5.1f}% "
+              f"{100 * bw_peer / copy:5.1f}% {er:7.2f} {'yes' if ok else 'NO ':3} {rc:6.2f} "
               f"{'yes' if cd_ok else 'NO'}")
 
     def gm(xs):

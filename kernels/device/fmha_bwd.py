@@ -6,7 +6,7 @@ With ``P = exp2(Q·Kᵀ·c − LSE)`` recomputed from the forward's log-sum-exp 
 
     dV = Pᵀ·dO        dS = P ∘ (dO·Vᵀ − Δ)        dK = scale · dSᵀ·Q        dQ = scale · dS·K
 
-Three kernels, no atomics, deterministic:
+Three kernels (a fourth with the group split), no atomics, deterministic:
 
 - ``bwd_preprocess``: Δ per query row (reads O and dO once).
 - ``bwd_dkdv``: a work item is one K/V tile ``[TILE_N, D]`` of a K/V head; its CTA keeps K, V and
@@ -15,6 +15,8 @@ Three kernels, no atomics, deterministic:
   forward turned inside out: the streamed operand is now Q/dO (twice the bytes per step of the
   forward's K/V), and every CTA working on the same head streams the same Q/dO tiles, so the
   order of that scan decides how much of it a neighbour finds in L2.
+- ``bwd_split_sum``: with the dK/dV pass's group split (few K/V heads), its fp32 partials added
+  in a fixed order into dK and dV, one launch for both.
 - ``bwd_dq``: a work item is one Q tile; its CTA keeps Q, dO, LSE, Δ and the dQ accumulator and
   scans the K/V tiles, exactly like the forward (the 3-loop form of ``kernels.device.fmha``).
 
@@ -245,6 +247,34 @@ def bwd_dkdv_trace(Q, K, V, dO, LSE, Delta, dK, dV, Trace, qk_scale: float, sm_s
                   (ORDER, GROUP, SCHED, WORK), (TILE_D, TILE_M, TILE_N, CAUSAL, True))
 
 
+@ct.kernel
+def bwd_split_sum(PK, PV, dK, dV, SPLIT: int, TILE_D: ConstInt, TILE_N: ConstInt):
+    """Grid (⌈S_kv/TILE_N⌉, B·H_kv, 2): the group split's partials summed, one launch for both
+    gradients. PK, PV fp32 [B, H_kv·SPLIT, S_kv, D] (``bwd_dkdv``'s outputs with SPLIT > 1); dK
+    (z = 0) or dV (z = 1) [B, H_kv, S_kv, D] = the SPLIT partials of its K/V head added in slot
+    order (fixed: deterministic), rounded once to the gradient's dtype."""
+    n = ct.bid(0)
+    bh = ct.bid(1)
+    H_kv = dK.shape[1]
+    b = bh // H_kv
+    kvh = bh % H_kv
+    acc = ct.full((TILE_N, TILE_D), 0.0, dtype=ct.float32)
+    if ct.bid(2) == 0:
+        for s in range(0, SPLIT):
+            acc = acc + ct.reshape(ct.load(PK, index=(b, kvh * SPLIT + s, n, 0),
+                                           shape=(1, 1, TILE_N, TILE_D), padding_mode=ZERO),
+                                   (TILE_N, TILE_D))
+        ct.store(dK, index=(b, kvh, n, 0),
+                 tile=ct.reshape(acc, (1, 1, TILE_N, TILE_D)).astype(dK.dtype))
+    else:
+        for s in range(0, SPLIT):
+            acc = acc + ct.reshape(ct.load(PV, index=(b, kvh * SPLIT + s, n, 0),
+                                           shape=(1, 1, TILE_N, TILE_D), padding_mode=ZERO),
+                                   (TILE_N, TILE_D))
+        ct.store(dV, index=(b, kvh, n, 0),
+                 tile=ct.reshape(acc, (1, 1, TILE_N, TILE_D)).astype(dV.dtype))
+
+
 # ------------------------------------------------------------------------------------------------
 # dQ: one Q tile per work item, the K/V tiles streamed (the forward's scan)
 # ------------------------------------------------------------------------------------------------
@@ -382,13 +412,14 @@ def bwd_dq_trace(Q, K, V, dO, LSE, Delta, dQ, Trace, qk_scale: float, sm_scale: 
 # hints per kernel object, created once
 # ------------------------------------------------------------------------------------------------
 KERNELS = {"preprocess": bwd_preprocess, "dkdv": bwd_dkdv, "dq": bwd_dq,
+           "split_sum": bwd_split_sum,
            "dkdv_trace": bwd_dkdv_trace, "dq_trace": bwd_dq_trace}
 
 
 @lru_cache(maxsize=None)
 def get_kernel(name: str, occupancy: int | None = None, worker_warps: int | None = None):
-    """The backward kernel ``name`` ("preprocess", "dkdv", "dq"; "dkdv_trace", "dq_trace" their
-    trace builds) with these hints."""
+    """The backward kernel ``name`` ("preprocess", "dkdv", "dq", "split_sum"; "dkdv_trace",
+    "dq_trace" their trace builds) with these hints."""
     hints = {}
     if occupancy is not None:
         hints["occupancy"] = occupancy

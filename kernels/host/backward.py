@@ -1,12 +1,13 @@
-"""The cuTile backward pass on the host: configuration, buffers and the three launches.
+"""The cuTile backward pass on the host: configuration, buffers and the launches.
 
     >>> from kernels import backend, backward
     >>> lse = backward.stat_buffer(q)                       # fp32 [B, H, S_q]
     >>> out = backend.attention(q, k, v, causal=True, lse=lse)      # the training forward
     >>> dq, dk, dv = backward.attention_backward(dout, q, k, v, out, lse, causal=True)
 
-``attention_backward`` runs ``fmha_bwd.bwd_preprocess`` (Δ), ``bwd_dkdv`` and ``bwd_dq`` on torch's
-current stream; nothing is synchronised, so a CUDA graph captures the three launches. The scan
+``attention_backward`` runs ``fmha_bwd.bwd_preprocess`` (Δ), ``bwd_dkdv`` (then ``bwd_split_sum``
+where the pass splits a group's query heads) and ``bwd_dq`` on torch's current stream; nothing is
+synchronised, so a CUDA graph captures the launches. The scan
 order and CTA schedule of the two main passes are spec objects (``ScanOrder``, ``CtaSchedule``:
 the grid launch or P persistent CTAs, q-major or head-major), so the locality studies of the
 forward apply to the backward unchanged.
@@ -84,10 +85,15 @@ def trace_steps(problem: Problem, tiles, name: str, split: int, n_ctas: int) -> 
     return cdiv(n_items, n_ctas) * per_item + 1
 
 
-class BackwardLaunch:
-    """The three launches of one backward call key (shapes, strides, dtypes, config)."""
+SUM_TILE_N = 64
+"""K/V rows per CTA of the split's sum (``fmha_bwd.bwd_split_sum``)."""
 
-    __slots__ = ("pre", "dkdv", "dq", "raw_stream", "launch", "device", "problem", "split",
+
+class BackwardLaunch:
+    """The launches of one backward call key (shapes, strides, dtypes, config): Δ, dK/dV (and,
+    with the group split, the sum of its partials), dQ."""
+
+    __slots__ = ("pre", "dkdv", "sum", "dq", "raw_stream", "launch", "device", "problem", "split",
                  "partial_shape", "config")
 
     def __init__(self, problem: Problem, cfg: BackwardConfig, scale: float, level: int,
@@ -114,6 +120,9 @@ class BackwardLaunch:
             raise UnsupportedVariant(f"backward split {self.split} does not divide the "
                                      f"{G} query heads per K/V head")
         self.partial_shape = (problem.B, problem.H_kv * self.split, problem.S_kv, problem.D)
+        self.sum = (fmha_bwd.get_kernel("split_sum"),
+                    (cdiv(problem.S_kv, SUM_TILE_N), problem.B * problem.H_kv, 2),
+                    (self.split, problem.D, SUM_TILE_N))
         self.dkdv = (fmha_bwd.get_kernel("dkdv", a.occupancy, a.worker_warps),
                      (_grid(a, n_items * self.split), 1, 1),
                      (qk_scale, scale, problem.H_kv * self.split, self.split, problem.D,
@@ -141,8 +150,8 @@ class BackwardLaunch:
         else:
             pk, pv = self.partials(q)
             self.launch(s, grid, kern, (q, k, v, dout, lse, delta, pk, pv) + tail)
-            self.reduce(pk, dk)
-            self.reduce(pv, dv)
+            kern, grid, tail = self.sum
+            self.launch(s, grid, kern, (pk, pv, dk, dv) + tail)
         kern, grid, tail = self.dq
         self.launch(s, grid, kern, (q, k, v, dout, lse, delta, dq) + tail)
 
@@ -151,11 +160,6 @@ class BackwardLaunch:
         import torch
         return (torch.empty(self.partial_shape, dtype=torch.float32, device=q.device),
                 torch.empty(self.partial_shape, dtype=torch.float32, device=q.device))
-
-    def reduce(self, partial, grad) -> None:
-        """grad = the partials summed over the split, in a fixed order (deterministic)."""
-        B, _, S, D = self.partial_shape
-        grad.copy_(partial.view(B, -1, self.split, S, D).sum(2))
 
     def passes(self, dout, q, k, v, out, lse, delta, dq, dk, dv) -> dict:
         """Each kernel's launch alone (name -> callable), for timing a pass by itself."""

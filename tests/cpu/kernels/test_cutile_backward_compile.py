@@ -68,6 +68,10 @@ def test_backward_candidates_spill_where_the_rule_says_and_nowhere_else(toolchai
     r = read_resources(_cubin(_case("preprocess", D, causal, cfg.dkdv,
                                     tile_m=cfg.preprocess_tile_m)))
     assert not r.spills, r
+    from kernels.host.backward import SUM_TILE_N
+    r = read_resources(_cubin(_case("split_sum", D, causal, cfg.dkdv, tile_n=SUM_TILE_N,
+                                    split=4, H_kv=2)))
+    assert not r.spills, f"split_sum: {r}"
 
 
 @pytest.mark.parametrize("D", [64, 128])
