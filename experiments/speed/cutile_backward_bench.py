@@ -23,9 +23,12 @@ Three phases, one process, one GPU:
    where the GPU does not hide it); ``bwd_ms``: the gradient alone on a retained graph (CUDA
    events, n calls). Median of ``--repeats`` loops, the launchers alternated loop by loop.
    Launchers: ``cutile`` (``kernels.attention``), ``flash`` and ``cudnn`` (SDPA backends,
-   ``enable_gqa`` for grouped heads). Each cuTile row
-   records the largest gradient difference from flash's relative to flash's largest gradient (a
-   sanity column; the correctness bar is tests/gpu/test_backward_cutile.py).
+   ``enable_gqa`` for grouped heads). ``host_ms``: the host's time per call alone, the median of
+   calls made while the GPU is held by a spin (``time_interleaved``'s hold, launchers
+   alternated), so it is the time to enqueue the forward and the backward, whatever the kernels
+   take: what an eager training step pays per attention call where the host is the bottleneck.
+   Each cuTile row records the largest gradient difference from flash's relative to flash's
+   largest gradient (a sanity column; the correctness bar is tests/gpu/test_backward_cutile.py).
 3. **order** (both halves): the dK/dV kernel alone (``dkdv_ms``) with persistent CTAs (one wave:
    SMs × the build's CTAs per SM, each owning several K/V tiles) and a linear vs a sawtooth scan of
    the Q tiles, alternated A/B per repeat (the dQ pass stays on the grid launch: its persistent
@@ -49,10 +52,11 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from experiments.measurement.timing import time_interleaved
 from experiments.speed.cutile_backward_rows import manifest, summarize, summary, write
 
 SPEED_FIELDS = ("family", "half", "problem", "launcher", "fwd_bwd_ms", "bwd_ms", "n_calls",
-                "grad_rel_diff", "device")
+                "grad_rel_diff", "device", "host_ms")
 TUNE_FIELDS = ("family", "half", "problem", "pass", "config", "kernel_ms", "device")
 ORDER_FIELDS = ("family", "half", "problem", "variant", "dkdv_ms", "device")
 SPLIT_FIELDS = ("family", "half", "problem", "variant", "bwd_kernels_ms", "device")
@@ -197,7 +201,8 @@ def speed(problems, repeats: int, dev: str):
                 live[name] = (step, attn, _calls_for(step))
             except RuntimeError as e:   # a peer that refuses the problem
                 print(f"{pr.label} {name}: {str(e).splitlines()[0][:160]}", file=sys.stderr)
-                rows.append([fam, half, pr.label, name, math.nan, math.nan, 0, math.nan, dev])
+                rows.append([fam, half, pr.label, name, math.nan, math.nan, 0, math.nan, dev,
+                             math.nan])
         fb = {name: [] for name in live}
         bw = {name: [] for name in live}
         for _ in range(repeats):
@@ -207,9 +212,11 @@ def speed(problems, repeats: int, dev: str):
                 bw[name].append(_events_ms(lambda out=out: torch.autograd.grad(
                     out, (q, k, v), dout, retain_graph=True), n))
                 del out
+        held = time_interleaved({name: v[0] for name, v in live.items()},
+                                reps=max(5, 2 * repeats), warmup=1, l2="warm")
         for name, (_, _, n) in live.items():
             rows.append([fam, half, pr.label, name, statistics.median(fb[name]),
-                         statistics.median(bw[name]), n, math.nan, dev])
+                         statistics.median(bw[name]), n, math.nan, dev, held[name].host_median])
         if "flash" in grads and "cutile" in grads:
             scale = max(float(g.abs().max()) for g in grads["flash"])
             diff = max(float((a.float() - b.float()).abs().max())

@@ -31,6 +31,15 @@ def summary(speed_rows, order_rows) -> list[str]:
                     lines.append(f"{half:10s} {measure:7s} {peer}/cutile geo-mean "
                                  f"{geo(ratios):.3f}  min {min(ratios):.3f}  "
                                  f"({len(ratios)} problems)")
+    for half in ("tuning", "validation"):
+        ratios = [d["cutile"][9] / min(d[p][9] for p in ("flash", "cudnn") if p in d)
+                  for (h, _), d in by.items() if h == half and "cutile" in d
+                  and len(d["cutile"]) > 9 and any(p in d and d[p][9] == d[p][9]
+                                                   for p in ("flash", "cudnn"))]
+        ratios = [r for r in ratios if r == r]
+        if ratios:
+            lines.append(f"{half:10s} host per call, cutile/best SDPA geo-mean {geo(ratios):.3f}"
+                         f"  max {max(ratios):.3f}  ({len(ratios)} problems; < 1: less host time)")
     ob: dict = {}
     for r in order_rows:
         ob.setdefault((r[1], r[2]), {})[r[3].split(".")[0]] = r[4]
@@ -61,7 +70,8 @@ def summarize(specs: list[str]) -> int:
                 continue
             rows.setdefault((r["half"], r["problem"]), []).append(
                 [r["family"], r["half"], r["problem"], r["launcher"], float(r["fwd_bwd_ms"]),
-                 float(r["bwd_ms"]), int(r["n_calls"]), float(r["grad_rel_diff"]), r["device"]])
+                 float(r["bwd_ms"]), int(r["n_calls"]), float(r["grad_rel_diff"]), r["device"],
+                 float(r.get("host_ms") or math.nan)])
         for key, rs in rows.items():
             by[key] = (d, rs)
         devices = ", ".join(sorted({r[8] for v in rows.values() for r in v}))
