@@ -6,9 +6,9 @@ What is measured and why. The study asks whether the sawtooth order pays in the 
 does not in the forward: a dK/dV CTA streams the Q, dO, LSE and Δ tiles of its head as the
 forward's CTA streams K and V, so a persistent CTA that alternates its scan per owned K/V tile
 finds the end of its last scan in L2. Each case is one pass of ``kernels.device.fmha_bwd`` launched
-by itself (``kernels.host.backward.BackwardLaunch.passes``): the Δ preprocess and the training
-forward that makes the log-sum-exp run before, outside the timed and profiled launches, so the
-counters are that one kernel's.
+by itself (``kernels.host.backward.BackwardLaunch.passes``): the training forward that makes the
+log-sum-exp and a dQ pass that makes Δ run before, outside the timed and profiled launches, so
+the counters are that one kernel's (a dQ case's include making Δ again: one O tile per item).
 
 - Gate: the study's builds (same tiles, hints, order and schedule constants; the persistent
   launch of the same P) run on a smaller problem of the same class (``GATE_S`` rows, so each CTA
@@ -20,7 +20,7 @@ counters are that one kernel's.
   to flash's largest gradient, is recorded.
 - Time: cold L2, the cases of a problem and the two peers alternated launch by launch, ``reps``
   samples each. A peer's sample is its whole backward (``torch.autograd.grad`` on a kept graph:
-  its own preprocess and both passes), ours one pass: the peers are a scale, not a race.
+  its own Δ kernel and both passes), ours one pass: the peers are a scale, not a race.
 """
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ class Setup:
 
 def setup(problem, seed: int) -> Setup:
     """Seeded inputs and upstream gradient, the cuTile training forward (``out``, ``lse``) and Δ
-    (``bwd_preprocess``), and NaN-poisoned gradient buffers."""
+    (made by one dQ pass), and NaN-poisoned gradient buffers."""
     import torch
 
     from kernels.host import backend, backward
@@ -85,7 +85,7 @@ def setup(problem, seed: int) -> Setup:
     from kernels.host.backward import launch_for
     from spec import detect
     config = default_variant(problem, detect(), training=True).backward
-    launch_for(problem, config).passes(*args_of(s))["preprocess"]()
+    launch_for(problem, config).passes(*args_of(s))["dq"]()      # makes Δ
     return s
 
 

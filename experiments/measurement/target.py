@@ -8,7 +8,7 @@ once, in plan order, so a slow drift of the GPU over the session spreads over al
 instead of biasing the ones launched last. ncu is told to profile only those ranges, so the report
 holds ``launches`` kernels per case, round by round. A backward case (a variant ending in
 ``.dkdv`` or ``.dq``) launches that one kernel in its range; its inputs, the training forward
-and the Δ preprocess run before, outside every range (``experiments.measurement.backward``).
+and the dQ pass that makes Δ run before, outside every range (``experiments.measurement.backward``).
 
 Optional plan keys, for the controlled experiments of ``explorations.variance`` (all off by
 default): ``reverse`` launches the cases in reverse plan order (does the launch order matter?);

@@ -276,7 +276,7 @@ def order_ab(problems, repeats: int, dev: str):
 
 
 def split_ab(problems, repeats: int, dev: str):
-    """Grouped-head problems: the whole backward (three kernels and the partial sums' reduction)
+    """Grouped-head problems: the whole backward (its kernels, the partial sums' included)
     with the default group split vs none (split 1), alternated A/B."""
     rows = []
     for fam, half, pr in problems:

@@ -197,6 +197,7 @@ def _cutile_backward() -> list:
     from experiments.registry.plans import backward_plan
     from kernels.build.signatures import BackwardCase, CompileCase
     from kernels.host.backend import default_variant
+    from kernels.host.backward import SUM_TILE_N
     from kernels.rules.backward_choice import CANDIDATES
     from kernels.rules.config import default_config
     from spec import Problem, get_arch
@@ -213,8 +214,8 @@ def _cutile_backward() -> list:
                                            pc.worker_warps))
             cfg = default_variant(Problem(1, 16, 4096, D, causal=causal), get_arch("h100"),
                                   training=True).backward
-            out.append(_cutile_bwd(t._case("preprocess", D, causal, cfg.dkdv,
-                                           tile_m=cfg.preprocess_tile_m), None, None))
+            out.append(_cutile_bwd(t._case("split_sum", D, causal, cfg.dkdv, split=4, H_kv=2,
+                                           tile_n=SUM_TILE_N), None, None))
             pc = cfg.dkdv
             for order in (OrderKind.LINEAR, OrderKind.SAWTOOTH):
                 for sched in (ScheduleKind.GRID, ScheduleKind.PERSISTENT):

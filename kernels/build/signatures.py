@@ -137,14 +137,14 @@ class BackwardCase(BuildShape):
     (``bwd_dkdv_trace`` / ``bwd_dq_trace``: the same constants and one more argument, the int32
     record [n_ctas, steps, 4] after the pass's outputs)."""
 
-    kernel: str = "dkdv"          # "preprocess" | "dkdv" | "split_sum" | "dq"
+    kernel: str = "dkdv"          # "dq" | "dkdv" | "split_sum"
     split: int = 1                # dK/dV: query heads of a group dealt over this many items
     trace: bool = False
     n_ctas: int = 132             # the trace build's record: [n_ctas, 64, 4]
 
     def __post_init__(self) -> None:
-        if self.trace and self.kernel in ("preprocess", "split_sum"):
-            raise ValueError(f"the {self.kernel} kernel has no trace build (it reads no scan)")
+        if self.trace and self.kernel == "split_sum":
+            raise ValueError("the split_sum kernel has no trace build (it reads no scan)")
 
     @property
     def kernel_name(self) -> str:
@@ -153,8 +153,6 @@ class BackwardCase(BuildShape):
 
     def constants(self) -> tuple:
         """The kernel's constant arguments, in kernel order (``kernels.device.fmha_bwd``)."""
-        if self.kernel == "preprocess":
-            return (int(self.D), int(self.tile_m))
         if self.kernel == "split_sum":
             return (int(self.D), int(self.tile_n))
         tail = (bool(self.causal),)
@@ -170,15 +168,13 @@ class BackwardCase(BuildShape):
                               strides=(self.H * sp, sp, 1))
         f32, i32 = ScalarConstraint(ct.float32), ScalarConstraint(ct.int32)
         partial = jit_like_array((self.B, self.H_kv * self.split, self.S_kv, self.D), ct.float32)
-        if self.kernel == "preprocess":
-            params = [q, q, stat, i32]
-        elif self.kernel == "split_sum":
+        if self.kernel == "split_sum":
             params = [partial, partial, kv, kv, i32]
         elif self.kernel == "dkdv":
             grad = kv if self.split == 1 else partial
             params = [q, kv, kv, q, stat, stat, grad, grad]
         else:
-            params = [q, kv, kv, q, stat, stat, q]
+            params = [q, kv, kv, q, q, stat, stat, q]
         if self.kernel in ("dkdv", "dq"):
             if self.trace:
                 params.append(jit_like_array((self.n_ctas, 64, 4), ct.int32))

@@ -1,14 +1,18 @@
-"""FlashAttention backward in cuTile Python: Δ preprocess, a dK/dV pass and a dQ pass, with the scan
-order and CTA schedule of each pass taken from the same ``spec`` vocabulary as the forward.
+"""FlashAttention backward in cuTile Python: a dQ pass that also makes Δ, then a dK/dV pass, with
+the scan order and CTA schedule of each pass taken from the same ``spec`` vocabulary as the forward.
 
 With ``P = exp2(Q·Kᵀ·c − LSE)`` recomputed from the forward's log-sum-exp (``c`` = scale / ln 2,
 ``LSE`` in the same log2 units, ``kernels.device.fmha``) and ``Δ = rowsum(dO ∘ O)``::
 
     dV = Pᵀ·dO        dS = P ∘ (dO·Vᵀ − Δ)        dK = scale · dSᵀ·Q        dQ = scale · dS·K
 
-Three kernels (a fourth with the group split), no atomics, deterministic:
+Two kernels (a third with the group split), launched in this order, no atomics, deterministic:
 
-- ``bwd_preprocess``: Δ per query row (reads O and dO once).
+- ``bwd_dq``: a work item is one Q tile; its CTA keeps Q, dO, LSE, Δ and the dQ accumulator and
+  scans the K/V tiles, exactly like the forward (the 3-loop form of ``kernels.device.fmha``).
+  Each query row belongs to exactly one item, so the item first makes its rows' Δ (one load of
+  its O tile beside the dO tile it keeps anyway) and stores it for the dK/dV pass: no separate
+  Δ kernel, one launch and one read of dO fewer per step.
 - ``bwd_dkdv``: a work item is one K/V tile ``[TILE_N, D]`` of a K/V head; its CTA keeps K, V and
   the fp32 dK, dV accumulators on chip and *scans the Q tiles* (Q, dO, LSE, Δ) of every query head
   of its group (GQA/MQA: the group's dK/dV are summed on chip, never in memory). This is the
@@ -17,8 +21,6 @@ Three kernels (a fourth with the group split), no atomics, deterministic:
   order of that scan decides how much of it a neighbour finds in L2.
 - ``bwd_split_sum``: with the dK/dV pass's group split (few K/V heads), its fp32 partials added
   in a fixed order into dK and dV, one launch for both.
-- ``bwd_dq``: a work item is one Q tile; its CTA keeps Q, dO, LSE, Δ and the dQ accumulator and
-  scans the K/V tiles, exactly like the forward (the 3-loop form of ``kernels.device.fmha``).
 
 The scan order of each pass is a ``spec.OrderKind`` code: with ``r = reversed_for(...)`` (1: this
 item's scan runs backward) a CTA owning several items (persistent) alternates its scan direction
@@ -67,24 +69,6 @@ from kernels.device.work import (
     work_tile,
     work_valid,
 )
-
-
-# ------------------------------------------------------------------------------------------------
-# Δ = rowsum(dO ∘ O)
-# ------------------------------------------------------------------------------------------------
-@ct.kernel
-def bwd_preprocess(O, dO, Delta, H: int, TILE_D: ConstInt, TILE_M: ConstInt):
-    """Grid (⌈S_q/TILE_M⌉, B·H). O, dO [B, H, S_q, D]; Delta fp32 [B, H, S_q]."""
-    m = ct.bid(0)
-    bh = ct.bid(1)
-    b = bh // H
-    h = bh % H
-    o = ct.load(O, index=(b, h, m, 0), shape=(1, 1, TILE_M, TILE_D), padding_mode=ZERO)
-    do = ct.load(dO, index=(b, h, m, 0), shape=(1, 1, TILE_M, TILE_D), padding_mode=ZERO)
-    prod = ct.reshape(o, (TILE_M, TILE_D)).astype(ct.float32) \
-        * ct.reshape(do, (TILE_M, TILE_D)).astype(ct.float32)                # [TILE_M, D]
-    delta = ct.sum(prod, axis=-1)                                             # [TILE_M]
-    ct.store(Delta, index=(b, h, m), tile=ct.reshape(delta, (1, 1, TILE_M)))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -301,9 +285,10 @@ def _dq_step(K, V, q, do, lse, delta, dq, b, kvh, j, qk_scale, offs_m, k_len,
     return ct.mma(ds.astype(q.dtype), ct.transpose(kt), dq)                   # [TILE_M, D]
 
 
-def dq_tile(Q, K, V, dO, LSE, Delta, dQ, Trace, qk_scale, sm_scale, b, h, kvh, q_tile, r,
+def dq_tile(Q, K, V, O, dO, LSE, Delta, dQ, Trace, qk_scale, sm_scale, b, h, kvh, q_tile, r,
             cta, step0, cfg):
-    """dQ of Q tile ``q_tile`` of head (b, h), K/V scanned forward (r=0) or backward (r=1).
+    """dQ of Q tile ``q_tile`` of head (b, h), K/V scanned forward (r=0) or backward (r=1);
+    first Δ = rowsum(dO ∘ O) of its rows, used here and stored for the dK/dV pass that follows.
     ``TRACE`` (``bwd_dq_trace``): step ``i`` stores (b, h, ``q_tile``, K/V tile) at
     ``Trace[cta, step0 + i]``, as the forward's ``_scan``. Returns the item's steps.
     ``cfg`` = (TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, TRACE), the build's constants."""
@@ -317,8 +302,11 @@ def dq_tile(Q, K, V, dO, LSE, Delta, dQ, Trace, qk_scale, sm_scale, b, h, kvh, q
                             padding_mode=ZERO), (TILE_M, TILE_D))              # [TILE_M, D]
     lse = ct.reshape(ct.load(LSE, index=(b, h, q_tile), shape=(1, 1, TILE_M), padding_mode=ZERO),
                      (TILE_M, 1))                                             # [TILE_M, 1]
-    delta = ct.reshape(ct.load(Delta, index=(b, h, q_tile), shape=(1, 1, TILE_M),
-                               padding_mode=ZERO), (TILE_M, 1))               # [TILE_M, 1]
+    o = ct.reshape(ct.load(O, index=(b, h, q_tile, 0), shape=(1, 1, TILE_M, TILE_D),
+                           padding_mode=ZERO), (TILE_M, TILE_D))               # [TILE_M, D]
+    delta = ct.sum(o.astype(ct.float32) * do.astype(ct.float32), axis=-1)    # [TILE_M]
+    ct.store(Delta, index=(b, h, q_tile), tile=ct.reshape(delta, (1, 1, TILE_M)))
+    delta = ct.reshape(delta, (TILE_M, 1))                                    # [TILE_M, 1]
     offs_m = q_tile * TILE_M + ct.arange(TILE_M, dtype=ct.int32)              # [TILE_M]
     dq = ct.full((TILE_M, TILE_D), 0.0, dtype=ct.float32)
     Tc, mask_start = kv_range(q_tile, q_len, n_kv, TILE_M, TILE_N, CAUSAL, EVEN_K)
@@ -352,8 +340,8 @@ def dq_tile(Q, K, V, dO, LSE, Delta, dQ, Trace, qk_scale, sm_scale, b, h, kvh, q
     return Tc
 
 
-def bwd_dq_impl(Q, K, V, dO, LSE, Delta, dQ, Trace, qk_scale, sm_scale, H, GROUP_SIZE, sched,
-                cfg):
+def bwd_dq_impl(Q, K, V, O, dO, LSE, Delta, dQ, Trace, qk_scale, sm_scale, H, GROUP_SIZE,
+                sched, cfg):
     """The body of ``bwd_dq`` (and, with ``TRACE``, of ``bwd_dq_trace``): the forward's work
     items through its work iterator, one ``dq_tile`` each. ``sched`` = (ORDER, GROUP, SCHED,
     WORK); ``cfg`` as ``dq_tile``'s."""
@@ -366,7 +354,7 @@ def bwd_dq_impl(Q, K, V, dO, LSE, Delta, dQ, Trace, qk_scale, sm_scale, H, GROUP
     if one_item(SCHED):
         bh = work_bh(ws, 0, cta, n_q, n_bh, SCHED, WORK)
         head = bh % H
-        dq_tile(Q, K, V, dO, LSE, Delta, dQ, Trace, qk_scale, sm_scale, bh // H, head,
+        dq_tile(Q, K, V, O, dO, LSE, Delta, dQ, Trace, qk_scale, sm_scale, bh // H, head,
                 head // GROUP_SIZE, work_tile(ws, 0, cta, n_q, n_bh, SCHED, WORK),
                 reversed_for(ORDER, GROUP, 0, cta), cta, 0, cfg)
     else:
@@ -378,7 +366,7 @@ def bwd_dq_impl(Q, K, V, dO, LSE, Delta, dQ, Trace, qk_scale, sm_scale, H, GROUP
             q_tile = work_tile(ws, it, cta, n_q, n_bh, SCHED, WORK)
             if work_live(ws, it, cta, SCHED):
                 head = bh % H
-                tc = dq_tile(Q, K, V, dO, LSE, Delta, dQ, Trace, qk_scale, sm_scale, bh // H,
+                tc = dq_tile(Q, K, V, O, dO, LSE, Delta, dQ, Trace, qk_scale, sm_scale, bh // H,
                              head, head // GROUP_SIZE, q_tile,
                              reversed_for(ORDER, GROUP, it, cta), cta, step, cfg)
                 step = step + tc
@@ -386,40 +374,41 @@ def bwd_dq_impl(Q, K, V, dO, LSE, Delta, dQ, Trace, qk_scale, sm_scale, H, GROUP
 
 
 @ct.kernel
-def bwd_dq(Q, K, V, dO, LSE, Delta, dQ, qk_scale: float, sm_scale: float, H: int,
+def bwd_dq(Q, K, V, O, dO, LSE, Delta, dQ, qk_scale: float, sm_scale: float, H: int,
            GROUP_SIZE: int, TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
            CAUSAL: ConstBool, EVEN_K: ConstBool, ORDER: ConstInt, GROUP: ConstInt,
            SCHED: ConstInt, WORK: ConstInt):
-    """Q, dO, dQ [B, H, S_q, D]; K, V [B, H_kv, S_kv, D]; LSE, Delta fp32 [B, H, S_q]. Work
-    items (b, h, Q tile), mapped as the forward's GRID / PERSISTENT schedules."""
-    bwd_dq_impl(Q, K, V, dO, LSE, Delta, dQ, dQ, qk_scale, sm_scale, H, GROUP_SIZE,
+    """Q, O, dO, dQ [B, H, S_q, D]; K, V [B, H_kv, S_kv, D]; LSE fp32 [B, H, S_q] (read), Delta
+    fp32 [B, H, S_q] (written). Work items (b, h, Q tile), mapped as the forward's GRID /
+    PERSISTENT schedules."""
+    bwd_dq_impl(Q, K, V, O, dO, LSE, Delta, dQ, dQ, qk_scale, sm_scale, H, GROUP_SIZE,
                 (ORDER, GROUP, SCHED, WORK), (TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, False))
 
 
 @ct.kernel
-def bwd_dq_trace(Q, K, V, dO, LSE, Delta, dQ, Trace, qk_scale: float, sm_scale: float, H: int,
+def bwd_dq_trace(Q, K, V, O, dO, LSE, Delta, dQ, Trace, qk_scale: float, sm_scale: float,
+                 H: int,
                  GROUP_SIZE: int, TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt,
                  CAUSAL: ConstBool, EVEN_K: ConstBool, ORDER: ConstInt, GROUP: ConstInt,
                  SCHED: ConstInt, WORK: ConstInt):
     """The trace build of ``bwd_dq`` (same arguments and constants, plus ``Trace``, int32
     [n_ctas, steps, 4]): it also stores per CTA and step the (b, h, Q tile, K/V tile) read,
     the layout of ``spec.backward_trace.backward_visits(...).table()``."""
-    bwd_dq_impl(Q, K, V, dO, LSE, Delta, dQ, Trace, qk_scale, sm_scale, H, GROUP_SIZE,
+    bwd_dq_impl(Q, K, V, O, dO, LSE, Delta, dQ, Trace, qk_scale, sm_scale, H, GROUP_SIZE,
                 (ORDER, GROUP, SCHED, WORK), (TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, True))
 
 
 # ------------------------------------------------------------------------------------------------
 # hints per kernel object, created once
 # ------------------------------------------------------------------------------------------------
-KERNELS = {"preprocess": bwd_preprocess, "dkdv": bwd_dkdv, "dq": bwd_dq,
-           "split_sum": bwd_split_sum,
+KERNELS = {"dq": bwd_dq, "dkdv": bwd_dkdv, "split_sum": bwd_split_sum,
            "dkdv_trace": bwd_dkdv_trace, "dq_trace": bwd_dq_trace}
 
 
 @lru_cache(maxsize=None)
 def get_kernel(name: str, occupancy: int | None = None, worker_warps: int | None = None):
-    """The backward kernel ``name`` ("preprocess", "dkdv", "dq", "split_sum"; "dkdv_trace",
-    "dq_trace" their trace builds) with these hints."""
+    """The backward kernel ``name`` ("dq", "dkdv", "split_sum"; "dq_trace", "dkdv_trace" the
+    passes' trace builds) with these hints."""
     hints = {}
     if occupancy is not None:
         hints["occupancy"] = occupancy

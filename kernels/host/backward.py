@@ -5,12 +5,12 @@
     >>> out = backend.attention(q, k, v, causal=True, lse=lse)      # the training forward
     >>> dq, dk, dv = backward.attention_backward(dout, q, k, v, out, lse, causal=True)
 
-``attention_backward`` runs ``fmha_bwd.bwd_preprocess`` (Δ), ``bwd_dkdv`` (then ``bwd_split_sum``
-where the pass splits a group's query heads) and ``bwd_dq`` on torch's current stream; nothing is
-synchronised, so a CUDA graph captures the launches. The scan
-order and CTA schedule of the two main passes are spec objects (``ScanOrder``, ``CtaSchedule``:
-the grid launch or P persistent CTAs, q-major or head-major), so the locality studies of the
-forward apply to the backward unchanged.
+``attention_backward`` runs ``fmha_bwd.bwd_dq`` (which also makes Δ), ``bwd_dkdv`` (then
+``bwd_split_sum`` where the pass splits a group's query heads) on torch's current stream: two
+launches a step (three with the split); nothing is synchronised, so a CUDA graph captures them. The
+scan order and CTA schedule of the two main passes are spec objects (``ScanOrder``, ``CtaSchedule``:
+the grid launch or P persistent CTAs, q-major or head-major), so the locality studies of the forward
+apply to the backward unchanged.
 
 The default configuration (``kernels.host.backend.default_variant`` with ``training=True``, the one
 place both halves of a training step are resolved) comes from a fitted work model of each pass, the
@@ -90,10 +90,10 @@ SUM_TILE_N = 64
 
 
 class BackwardLaunch:
-    """The launches of one backward call key (shapes, strides, dtypes, config): Δ, dK/dV (and,
-    with the group split, the sum of its partials), dQ."""
+    """The launches of one backward call key (shapes, strides, dtypes, config): dQ (and Δ), dK/dV
+    (and, with the group split, the sum of its partials)."""
 
-    __slots__ = ("pre", "dkdv", "sum", "dq", "raw_stream", "launch", "device", "problem", "split",
+    __slots__ = ("dq", "dkdv", "sum", "raw_stream", "launch", "device", "problem", "split",
                  "partial_shape", "config")
 
     def __init__(self, problem: Problem, cfg: BackwardConfig, scale: float, level: int,
@@ -108,10 +108,6 @@ class BackwardLaunch:
         self.config = cfg
         qk_scale = fmha.qk_scale_for(problem.D, max(level, 2), scale)
         G = problem.H // problem.H_kv
-        tm = cfg.preprocess_tile_m
-        self.pre = (fmha_bwd.get_kernel("preprocess"),
-                    (cdiv(problem.S_q, tm), problem.B * problem.H, 1),
-                    (problem.H, problem.D, tm))
         a = cfg.dkdv
         n_items = problem.B * problem.H_kv * cdiv(problem.S_kv, a.tiles.n)
         sms = torch.cuda.get_device_properties(device_index).multi_processor_count
@@ -142,8 +138,8 @@ class BackwardLaunch:
 
     def __call__(self, dout, q, k, v, out, lse, delta, dq, dk, dv) -> None:
         s = self.raw_stream(self.device)
-        kern, grid, tail = self.pre
-        self.launch(s, grid, kern, (out, dout, delta) + tail)
+        kern, grid, tail = self.dq
+        self.launch(s, grid, kern, (q, k, v, out, dout, lse, delta, dq) + tail)
         kern, grid, tail = self.dkdv
         if self.split == 1:
             self.launch(s, grid, kern, (q, k, v, dout, lse, delta, dk, dv) + tail)
@@ -152,8 +148,6 @@ class BackwardLaunch:
             self.launch(s, grid, kern, (q, k, v, dout, lse, delta, pk, pv) + tail)
             kern, grid, tail = self.sum
             self.launch(s, grid, kern, (pk, pv, dk, dv) + tail)
-        kern, grid, tail = self.dq
-        self.launch(s, grid, kern, (q, k, v, dout, lse, delta, dq) + tail)
 
     def partials(self, q):
         """The fp32 partial dK, dV buffers of a split launch."""
@@ -162,20 +156,21 @@ class BackwardLaunch:
                 torch.empty(self.partial_shape, dtype=torch.float32, device=q.device))
 
     def passes(self, dout, q, k, v, out, lse, delta, dq, dk, dv) -> dict:
-        """Each kernel's launch alone (name -> callable), for timing a pass by itself."""
+        """Each pass's launch alone (name -> callable), for timing a pass by itself: "dq" (which
+        writes ``delta``) and "dkdv" (which reads it: launch "dq" once before)."""
         def one(name, args):
             kern, grid, tail = getattr(self, name)
             return lambda: self.launch(self.raw_stream(self.device), grid, kern, args + tail)
-        return {"preprocess": one("pre", (out, dout, delta)),
+        return {"dq": one("dq", (q, k, v, out, dout, lse, delta, dq)),
                 "dkdv": one("dkdv", (q, k, v, dout, lse, delta)
-                            + ((dk, dv) if self.split == 1 else self.partials(q))),
-                "dq": one("dq", (q, k, v, dout, lse, delta, dq))}
+                            + ((dk, dv) if self.split == 1 else self.partials(q)))}
 
     def trace(self, name: str, dout, q, k, v, out, lse):
-        """Δ, then the trace build of pass ``name`` ("dkdv" or "dq": ``fmha_bwd.bwd_dkdv_trace``,
+        """The trace build of pass ``name`` ("dkdv" or "dq": ``fmha_bwd.bwd_dkdv_trace``,
         ``bwd_dq_trace``, the pass's kernel with the same constants that also records what it
-        reads); returns its record, int32 [n_ctas, steps, 4] of (b, query head, Q tile, K/V
-        tile) per CTA and step, -1 where nothing was recorded. ``steps`` bounds every CTA's
+        reads; for "dkdv" after the dQ pass that makes its Δ); returns its record, int32
+        [n_ctas, steps, 4] of (b, query head, Q tile, K/V tile) per CTA and step, -1 where
+        nothing was recorded. ``steps`` bounds every CTA's
         steps with one column to spare (a kernel that visits more than ``spec.backward_trace``
         prescribes leaves a mark there). Synchronises."""
         import torch
@@ -189,14 +184,15 @@ class BackwardLaunch:
         buf = torch.full((grid[0], steps, 4), -1, dtype=torch.int32, device=q.device)
         delta = stat_buffer(q)
         s = self.raw_stream(self.device)
-        pre, pre_grid, pre_tail = self.pre
-        self.launch(s, pre_grid, pre, (out, dout, delta) + pre_tail)
         if name == "dkdv":
+            dq, dq_grid, dq_tail = self.dq
+            self.launch(s, dq_grid, dq, (q, k, v, out, dout, lse, delta, torch.empty_like(q))
+                        + dq_tail)
             grads = ((torch.empty_like(k), torch.empty_like(v)) if self.split == 1
                      else self.partials(q))
             args = (q, k, v, dout, lse, delta) + grads
         else:
-            args = (q, k, v, dout, lse, delta, torch.empty_like(q))
+            args = (q, k, v, out, dout, lse, delta, torch.empty_like(q))
         trace_kern = fmha_bwd.get_kernel(name + "_trace", pc.occupancy, pc.worker_warps)
         self.launch(s, grid, trace_kern, args + (buf,) + tail)
         torch.cuda.synchronize(q.device)

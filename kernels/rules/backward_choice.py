@@ -13,7 +13,8 @@ The two passes have different work items, so they choose independently:
   few; with ``S_kv > S_q`` the keys past ``S_q`` are seen by no query and their items only
   store zeros);
 - **dQ**: forward-like, an item is one Q tile of a query head (``B·H·⌈S_q/tile_m⌉``) scanning the
-  K/V tiles up to the diagonal (``spec.TileGrid.item_steps``), three MMAs a step.
+  K/V tiles up to the diagonal (``spec.TileGrid.item_steps``), three MMAs a step; it runs first
+  and makes Δ for the dK/dV pass.
 
 The model of a pass on a configuration: an item of ``s`` steps costs ``α + β·s`` µs on one slot
 of a full GPU, with the critical path of ``kernels.rules.choice.waves_and_steps`` (equal items in
@@ -35,7 +36,9 @@ GPU; another reads the same file).
 
 What the model leaves out: the L2 reuse of the streamed Q/dO (dK/dV) and K/V (dQ) tiles across
 the CTAs of a head, measured into β at the lengths of the fit; the group split's reduction (a
-separate launch, the same for every configuration of a problem); the Δ preprocess.
+separate launch, the same for every configuration of a problem). The dQ pass's items also make
+their rows' Δ (one more O tile load per item, in α since 2026-11-29; the constants were fitted
+when a separate kernel made it, so each dQ item's α is low by one tile load).
 """
 from __future__ import annotations
 

@@ -36,7 +36,6 @@ class PassConfig:
 class BackwardConfig:
     dkdv: PassConfig
     dq: PassConfig
-    preprocess_tile_m: int = 64
     split: int | None = None       # dK/dV group split; None: ``group_split``'s rule
 
     def label(self) -> str:
