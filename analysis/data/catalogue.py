@@ -146,9 +146,7 @@ def catalogue_text() -> str:
     gone = registry.find(retired=True)
     if gone:
         out += ["## Retired into git history", "",
-                "Each comes back with `python -m analysis.data restore profiles/<run>`.", "",
-                "| run | role | study | in commit |", "|---|---|---|---|"]
-        out += [f"| `{e.path}` | {e.role} | {e.study or '-'} | {e.retired[:12]} |"
-                for e in sorted(gone, key=lambda e: e.path)]
-        out.append("")
+                "Each comes back with `python -m analysis.data restore profiles/<run>`; `python -m "
+                "analysis.data list` gives its role, study and the commit that holds it.", "",
+                ", ".join(f"`{e.path}`" for e in sorted(gone, key=lambda e: e.path)), ""]
     return "\n".join(out)

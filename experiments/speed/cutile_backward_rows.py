@@ -32,11 +32,12 @@ def summary(speed_rows, order_rows) -> list[str]:
                                  f"{geo(ratios):.3f}  min {min(ratios):.3f}  "
                                  f"({len(ratios)} problems)")
     for half in ("tuning", "validation"):
-        ratios = [d["cutile"][9] / min(d[p][9] for p in ("flash", "cudnn") if p in d)
+        ratios = [d["cutile"][9] / min(d[p][9] for p in ("flash", "cudnn")
+                                       if p in d and d[p][9] == d[p][9])
                   for (h, _), d in by.items() if h == half and "cutile" in d
                   and len(d["cutile"]) > 9 and any(p in d and d[p][9] == d[p][9]
                                                    for p in ("flash", "cudnn"))]
-        ratios = [r for r in ratios if r == r]
+        ratios = [r for r in ratios if r == r]          # NaN: cuTile's own row failed
         if ratios:
             lines.append(f"{half:10s} host per call, cutile/best SDPA geo-mean {geo(ratios):.3f}"
                          f"  max {max(ratios):.3f}  ({len(ratios)} problems; < 1: less host time)")
