@@ -16,9 +16,12 @@ scan touched last, still in L2, are the first of the next. The backward has the 
   against the forward's two), so a miss weighs about half as much against a step's compute. Under
   the sawtooth order a CTA alternates its Q scan per owned K/V tile (heads reversed too), exactly as
   the forward alternates its K/V scan per Q tile.
-- ``dq`` (``kernels.device.fmha_bwd.bwd_dq``): a work item is one Q tile; its CTA loads Q, dO, LSE
-  and Δ once and scans the K/V tiles like the forward (three MMAs per step): its K/V stream *is* the
-  forward's (``spec.trace.visit_order`` and ``work_table`` on the same grid, schedule and order).
+- ``dq`` (``kernels.device.fmha_bwd.bwd_dq``): a work item is one Q tile; its CTA loads Q, dO, O
+  and LSE once (O for its rows' Δ, which it stores for the dK/dV pass) and scans the K/V tiles
+  like the forward (three MMAs per step): its K/V stream *is* the forward's
+  (``spec.trace.visit_order`` and ``work_table`` on the same grid, schedule and order). The
+  table counts the item's load as Q, dO, LSE and Δ rows: the O tile read and the Δ rows stored
+  instead are one tile more per item, beside its stream of 2·n_kv K/V tiles.
 
 Worked example (one head, 4 Q and 4 K/V tiles, 2 persistent CTAs, sawtooth, dK/dV): CTA 0 owns
 K/V tiles 0 and 2 and reads Q tiles 0 1 2 3 then 3 2 1 0; CTA 1 owns 1 and 3 and reads the same.
