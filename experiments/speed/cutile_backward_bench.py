@@ -131,7 +131,7 @@ def tune(problems, repeats: int, dev: str):
         for name, pc in cands.items():
             launch, args = _kernel_setup(pr, BackwardConfig(pc, pc))
             passes = launch.passes(*args)
-            for p in ("dkdv", "dq"):
+            for p in ("dq", "dkdv"):            # dQ first: it writes the Δ dK/dV reads
                 try:
                     n = _calls_for(passes[p])
                     ms = statistics.median(_events_ms(passes[p], n) for _ in range(repeats))
