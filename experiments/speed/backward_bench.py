@@ -33,6 +33,8 @@ import sys
 import time
 from pathlib import Path
 
+from experiments.speed.eager import loop_wall_ms
+
 FIELDS = ("family", "half", "problem", "launcher", "fwd_bwd_ms", "bwd_ms", "n_calls",
           "grad_rel_diff", "device", "fwd_bwd_runs_ms", "bwd_runs_ms", "fwd_bwd_host_ms")
 
@@ -104,16 +106,6 @@ def _applies(kw: dict, pr) -> bool:
     return kw.get("D", pr.D) == pr.D
 
 
-def _time_loop(fn, n: int) -> float:
-    import torch
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) * 1e3 / n
-
-
 HOST_BURST = 16
 """Calls per host-time burst (at most the loop's n): few enough that their launches fit the
 launch queue, so the host never waits for the GPU while issuing them."""
@@ -144,7 +136,7 @@ def _prepare(attn, q, k, v, dout):
         return torch.autograd.grad(out, (q, k, v), dout)
     grads = step()
     step()
-    t1 = _time_loop(step, 1)
+    t1 = loop_wall_ms(step, 1)
     n = max(3, min(200, int(200 / max(t1, 1e-3))))
     out = attn(q, k, v)
 
@@ -189,11 +181,11 @@ def _measure_all(launchers, q, k, v, dout, repeats: int, label: str):
     try:
         if live:   # one untimed loop first: the GPU leaves its idle clocks before any is timed
             step, _, n, _ = prepared[live[0]]
-            _time_loop(step, n)
+            loop_wall_ms(step, n)
         for r in range(repeats):
             for name in (live if r % 2 == 0 else live[::-1]):
                 step, back, n, _ = prepared[name]
-                fb[name].append(_time_loop(step, n))
+                fb[name].append(loop_wall_ms(step, n))
                 bw[name].append(_time_back(back, n))
                 host[name].append(_host_time(step, n))
     finally:

@@ -54,6 +54,7 @@ from pathlib import Path
 
 from experiments.measurement.timing import time_interleaved
 from experiments.speed.cutile_backward_rows import manifest, summarize, summary, write
+from experiments.speed.eager import loop_wall_ms
 
 SPEED_FIELDS = ("family", "half", "problem", "launcher", "fwd_bwd_ms", "bwd_ms", "n_calls",
                 "grad_rel_diff", "device", "host_ms")
@@ -172,17 +173,6 @@ def step_launchers(pr):
             **sdpa_peers(pr.causal, pr.H != pr.H_kv)}
 
 
-def _wall_ms(fn, n: int) -> float:
-    """Wall time per call of a loop of ``n`` calls with one synchronisation at the end."""
-    import torch
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) * 1e3 / n
-
-
 def speed(problems, repeats: int, dev: str):
     """Per problem, each launcher's step checked once, then the launchers alternated: each
     repeat times every launcher's loop in turn (the host-bound steps of small problems drift
@@ -207,7 +197,7 @@ def speed(problems, repeats: int, dev: str):
         bw = {name: [] for name in live}
         for _ in range(repeats):
             for name, (step, attn, n) in live.items():
-                fb[name].append(_wall_ms(step, n))
+                fb[name].append(loop_wall_ms(step, n))
                 out = attn(q, k, v)
                 bw[name].append(_events_ms(lambda out=out: torch.autograd.grad(
                     out, (q, k, v), dout, retain_graph=True), n))

@@ -91,6 +91,18 @@ def host_us_per_call(fns: dict[str, Callable[[], None]], *, blocks: int = BLOCKS
     return out
 
 
+def loop_wall_ms(fn: Callable[[], object], n: int) -> float:
+    """Wall time per call of a loop of ``n`` calls with one synchronisation at the end (the
+    host's work included where the GPU does not hide it)."""
+    import torch
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) * 1e3 / n
+
+
 def eager_call_ms(fns: dict[str, Callable[[], None]], *, reps: int = 30,
                   enter=None) -> dict[str, list[float]]:
     """Per caller, ``reps`` eager call times in ms (module docstring), callers alternating;

@@ -242,21 +242,20 @@ def bwd_split_sum(PK, PV, dK, dV, SPLIT: int, TILE_D: ConstInt, TILE_N: ConstInt
     H_kv = dK.shape[1]
     b = bh // H_kv
     kvh = bh % H_kv
-    acc = ct.full((TILE_N, TILE_D), 0.0, dtype=ct.float32)
     if ct.bid(2) == 0:
-        for s in range(0, SPLIT):
-            acc = acc + ct.reshape(ct.load(PK, index=(b, kvh * SPLIT + s, n, 0),
-                                           shape=(1, 1, TILE_N, TILE_D), padding_mode=ZERO),
-                                   (TILE_N, TILE_D))
-        ct.store(dK, index=(b, kvh, n, 0),
-                 tile=ct.reshape(acc, (1, 1, TILE_N, TILE_D)).astype(dK.dtype))
+        _split_sum_tile(PK, dK, b, kvh, n, SPLIT, TILE_D, TILE_N)
     else:
-        for s in range(0, SPLIT):
-            acc = acc + ct.reshape(ct.load(PV, index=(b, kvh * SPLIT + s, n, 0),
-                                           shape=(1, 1, TILE_N, TILE_D), padding_mode=ZERO),
-                                   (TILE_N, TILE_D))
-        ct.store(dV, index=(b, kvh, n, 0),
-                 tile=ct.reshape(acc, (1, 1, TILE_N, TILE_D)).astype(dV.dtype))
+        _split_sum_tile(PV, dV, b, kvh, n, SPLIT, TILE_D, TILE_N)
+
+
+def _split_sum_tile(P, G, b, kvh, n, SPLIT, TILE_D: ConstInt, TILE_N: ConstInt):
+    """G's K/V tile ``n`` of head (b, kvh) = P's SPLIT partials of it, added in slot order."""
+    acc = ct.full((TILE_N, TILE_D), 0.0, dtype=ct.float32)
+    for s in range(0, SPLIT):
+        acc = acc + ct.reshape(ct.load(P, index=(b, kvh * SPLIT + s, n, 0),
+                                       shape=(1, 1, TILE_N, TILE_D), padding_mode=ZERO),
+                               (TILE_N, TILE_D))
+    ct.store(G, index=(b, kvh, n, 0), tile=ct.reshape(acc, (1, 1, TILE_N, TILE_D)).astype(G.dtype))
 
 
 # ------------------------------------------------------------------------------------------------
