@@ -92,8 +92,7 @@ def host_us_per_call(fns: dict[str, Callable[[], None]], *, blocks: int = BLOCKS
 
 
 def loop_wall_ms(fn: Callable[[], object], n: int) -> float:
-    """Wall time per call of a loop of ``n`` calls with one synchronisation at the end (the
-    host's work included where the GPU does not hide it)."""
+    """Wall time per call of ``n`` calls, one synchronisation at the end (host work included)."""
     import torch
     torch.cuda.synchronize()
     t0 = time.perf_counter()
