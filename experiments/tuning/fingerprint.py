@@ -197,7 +197,7 @@ def _cutile_backward() -> list:
     from experiments.registry.plans import backward_plan
     from kernels.build.signatures import BackwardCase, CompileCase
     from kernels.host.backend import default_variant
-    from kernels.host.backward import SUM_TILE_N
+    from kernels.host.backward import BASE, SUM_TILE_N
     from kernels.rules.backward_choice import CANDIDATES
     from kernels.rules.config import default_config
     from spec import Problem, get_arch
@@ -216,6 +216,10 @@ def _cutile_backward() -> list:
                                   training=True).backward
             out.append(_cutile_bwd(t._case("split_sum", D, causal, cfg.dkdv, split=4, H_kv=2,
                                            tile_n=SUM_TILE_N), None, None))
+            for split, H_kv in ((1, 16), (4, 2)):          # test_one_pass_builds
+                out.append(_cutile_bwd(t._case("dkdv", D, causal, BASE, H_kv=H_kv, split=split,
+                                               one_pass=True), BASE.occupancy,
+                                       BASE.worker_warps))
             pc = cfg.dkdv
             for order in (OrderKind.LINEAR, OrderKind.SAWTOOTH):
                 for sched in (ScheduleKind.GRID, ScheduleKind.PERSISTENT):
@@ -226,6 +230,9 @@ def _cutile_backward() -> list:
                              training=True).backward.dkdv
         out.append(_cutile_bwd(t._case("dkdv", D, True, pc, H=32, H_kv=1, split=16),
                                pc.occupancy, pc.worker_warps))
+        for kernel in ("prep", "dq_cast"):                  # test_one_pass_builds
+            out.append(_cutile_bwd(t._case(kernel, D, False, BASE, tile_m=SUM_TILE_N), None,
+                                   None))
     for D, causal in ((64, False), (128, True)):
         cfg = default_config("h100", D, causal)
         case = CompileCase(D=D, causal=causal, tile_m=cfg.tile_m, tile_n=cfg.tile_n, S_q=1000,

@@ -121,6 +121,8 @@ _OPS = ("HGMMA", "HMMA", "UTMALDG", "UTMASTG", "LDG", "STG", "LDL", "STL", "MUFU
 PTX_SECTION = b".nv_debug_ptx_txt"
 _PTX_OPS = {"TMA_LOAD": re.compile(r"cp\.async\.bulk\.tensor\.\w+\.shared::\w+\.global"),
             "TMA_STORE": re.compile(r"cp\.async\.bulk\.tensor\.\w+\.global\.shared"),
+            "TMA_REDUCE": re.compile(r"cp\.reduce\.async\.bulk\.tensor"),
+            "ATOMIC": re.compile(r"\b(?:atom|red)\.(?:global|shared|relaxed|acq|release|gpu)"),
             "WGMMA": re.compile(r"wgmma\.mma_async"),
             "MMA_SYNC": re.compile(r"\bmma\.sync"),
             "LD_LOCAL": re.compile(r"\bld\.local"), "ST_LOCAL": re.compile(r"\bst\.local")}

@@ -137,14 +137,15 @@ class BackwardCase(BuildShape):
     (``bwd_dkdv_trace`` / ``bwd_dq_trace``: the same constants and one more argument, the int32
     record [n_ctas, steps, 4] after the pass's outputs)."""
 
-    kernel: str = "dkdv"          # "dq" | "dkdv" | "split_sum"
+    kernel: str = "dkdv"          # "dq" | "dkdv" | "split_sum" | "prep" | "dq_cast"
     split: int = 1                # dK/dV: query heads of a group dealt over this many items
+    one_pass: bool = False        # dK/dV: the one-pass build (its DQ constant)
     trace: bool = False
     n_ctas: int = 132             # the trace build's record: [n_ctas, 64, 4]
 
     def __post_init__(self) -> None:
-        if self.trace and self.kernel == "split_sum":
-            raise ValueError("the split_sum kernel has no trace build (it reads no scan)")
+        if self.trace and self.kernel not in ("dq", "dkdv"):
+            raise ValueError(f"the {self.kernel} kernel has no trace build (it reads no scan)")
 
     @property
     def kernel_name(self) -> str:
@@ -155,9 +156,11 @@ class BackwardCase(BuildShape):
         """The kernel's constant arguments, in kernel order (``kernels.device.fmha_bwd``)."""
         if self.kernel == "split_sum":
             return (int(self.D), int(self.tile_n))
-        tail = (bool(self.causal),)
-        if self.kernel == "dq":
-            tail += (self.S_kv % self.tile_n == 0,)
+        if self.kernel in ("prep", "dq_cast"):
+            return (int(self.D), int(self.tile_m))
+        tail = (bool(self.causal), self.S_kv % self.tile_n == 0)
+        if self.kernel == "dkdv":
+            tail += (bool(self.one_pass),)
         return ((int(self.D), int(self.tile_m), int(self.tile_n)) + tail
                 + (int(self.order), int(self.group), int(self.sched), int(self.work)))
 
@@ -168,11 +171,16 @@ class BackwardCase(BuildShape):
                               strides=(self.H * sp, sp, 1))
         f32, i32 = ScalarConstraint(ct.float32), ScalarConstraint(ct.int32)
         partial = jit_like_array((self.B, self.H_kv * self.split, self.S_kv, self.D), ct.float32)
+        dq_sum = jit_like_array((self.B, self.H, self.S_q, self.D), ct.float32)
         if self.kernel == "split_sum":
             params = [partial, partial, kv, kv, i32]
+        elif self.kernel == "prep":
+            params = [q, q, stat, dq_sum]
+        elif self.kernel == "dq_cast":
+            params = [dq_sum, q, f32]
         elif self.kernel == "dkdv":
             grad = kv if self.split == 1 else partial
-            params = [q, kv, kv, q, stat, stat, grad, grad]
+            params = [q, kv, kv, q, stat, stat, grad, grad, dq_sum if self.one_pass else grad]
         else:
             params = [q, kv, kv, q, q, stat, stat, q]
         if self.kernel in ("dkdv", "dq"):

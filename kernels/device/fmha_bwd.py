@@ -1,12 +1,20 @@
-"""FlashAttention backward in cuTile Python: a dQ pass that also makes Δ, then a dK/dV pass, with
-the scan order and CTA schedule of each pass taken from the same ``spec`` vocabulary as the forward.
+"""FlashAttention backward in cuTile Python, in two forms: two passes (a dQ pass that also makes Δ,
+then a dK/dV pass; deterministic) or one pass (dK/dV and dQ together, dQ summed across CTAs by
+TMA bulk reduce), with the scan order and CTA schedule taken from the same ``spec`` vocabulary as
+the forward.
 
 With ``P = exp2(Q·Kᵀ·c − LSE)`` recomputed from the forward's log-sum-exp (``c`` = scale / ln 2,
 ``LSE`` in the same log2 units, ``kernels.device.fmha``) and ``Δ = rowsum(dO ∘ O)``::
 
     dV = Pᵀ·dO        dS = P ∘ (dO·Vᵀ − Δ)        dK = scale · dSᵀ·Q        dQ = scale · dS·K
 
-Two kernels (a third with the group split), launched in this order, no atomics, deterministic:
+Per (Q tile, K/V tile) pair the two passes make seven MMAs (dK/dV: Sᵀ, dV, dPᵀ, dK; dQ: S, dP,
+dQ, recomputing S and dP) and the one pass five (dK/dV's four and ``dS·K``), at the price of a
+``TILE_M × D`` fp32 reduce into L2 per pair (FlashAttention-3's scheme; FlashAttention-2's
+per-element atomics cost 1.5-2.1x the two passes in cuTile, ``explorations/fused_bwd_probe.py``).
+The sum's order across CTAs is not fixed, so the one pass is not bitwise repeatable.
+
+Two passes, launched in this order (a third kernel with the group split), no atomics:
 
 - ``bwd_dq``: a work item is one Q tile; its CTA keeps Q, dO, LSE, Δ and the dQ accumulator and
   scans the K/V tiles, exactly like the forward (the 3-loop form of ``kernels.device.fmha``).
@@ -21,6 +29,10 @@ Two kernels (a third with the group split), launched in this order, no atomics, 
   order of that scan decides how much of it a neighbour finds in L2.
 - ``bwd_split_sum``: with the dK/dV pass's group split (few K/V heads), its fp32 partials added
   in a fixed order into dK and dV, one launch for both.
+
+One pass: ``bwd_prep`` (Δ, and zeros for an fp32 dQ sum), ``bwd_dkdv`` with ``DQ`` (each step
+also reduces its ``dS·K`` into that sum; ``bwd_split_sum`` after it with the split), then
+``bwd_dq_cast`` (dQ = scale · sum, rounded once).
 
 The scan order of each pass is a ``spec.OrderKind`` code: with ``r = reversed_for(...)`` (1: this
 item's scan runs backward) a CTA owning several items (persistent) alternates its scan direction
@@ -74,9 +86,14 @@ from kernels.device.work import (
 # ------------------------------------------------------------------------------------------------
 # dK, dV: one K/V tile per work item, the Q tiles of its group streamed
 # ------------------------------------------------------------------------------------------------
-def _dkdv_step(Q, dO, LSE, Delta, k, v, dk, dv, b, h, m, qk_scale, offs_n,
-               TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, MASKED: ConstBool):
-    """One Q tile ``m`` of head (b, h) against this CTA's K/V tile; returns (dk, dv)."""
+def _dkdv_step(Q, dO, LSE, Delta, dQacc, k, v, dk, dv, b, h, m, qk_scale, offs_n, k_len,
+               TILE_D: ConstInt, TILE_M: ConstInt, TILE_N: ConstInt, MASKED: ConstBool,
+               DQ: ConstBool, EVEN_K: ConstBool):
+    """One Q tile ``m`` of head (b, h) against this CTA's K/V tile; returns (dk, dv). With
+    ``DQ`` (the one-pass backward) it also adds this pair's ``dS·K`` to the fp32 dQ sum of the
+    Q tile's rows (unscaled) by one TMA bulk reduce; the K/V rows past ``S_kv`` of a ragged last
+    tile are then masked, since their zero K rows would carry ``Pᵀ = exp2(−LSE)`` (inf for very
+    negative rows) into dQ as ``inf · 0``."""
     qt = ct.load(Q, index=(b, h, 0, m), shape=(1, 1, TILE_D, TILE_M), order=(0, 1, 3, 2),
                  padding_mode=ZERO, latency=2)
     qt = ct.reshape(qt, (TILE_D, TILE_M))                                     # Qᵀ [D, TILE_M]
@@ -87,6 +104,8 @@ def _dkdv_step(Q, dO, LSE, Delta, k, v, dk, dv, b, h, m, qk_scale, offs_n,
     if MASKED:
         offs_m = m * TILE_M + ct.arange(TILE_M, dtype=ct.int32)               # [TILE_M]
         pt = ct.where(offs_m[None, :] >= offs_n[:, None], pt, 0.0)
+    if DQ and not EVEN_K:
+        pt = ct.where(offs_n[:, None] < k_len, pt, 0.0)
     do = ct.load(dO, index=(b, h, m, 0), shape=(1, 1, TILE_M, TILE_D), padding_mode=ZERO,
                  latency=3)
     do = ct.reshape(do, (TILE_M, TILE_D))                                     # [TILE_M, D]
@@ -95,13 +114,18 @@ def _dkdv_step(Q, dO, LSE, Delta, k, v, dk, dv, b, h, m, qk_scale, offs_n,
                  ct.full((TILE_N, TILE_M), 0.0, dtype=ct.float32))            # dPᵀ [TILE_N, TILE_M]
     delta = ct.reshape(ct.load(Delta, index=(b, h, m), shape=(1, 1, TILE_M), padding_mode=ZERO),
                        (1, TILE_M))                                           # [1, TILE_M]
-    dst = pt * (dpt - delta)                                                  # dSᵀ [TILE_N, TILE_M]
-    dk = ct.mma(dst.astype(do.dtype), ct.transpose(qt), dk)                   # [TILE_N, D]
+    dst = (pt * (dpt - delta)).astype(do.dtype)                              # dSᵀ [TILE_N, TILE_M]
+    dk = ct.mma(dst, ct.transpose(qt), dk)                                    # [TILE_N, D]
+    if DQ:
+        dq = ct.mma(ct.transpose(dst), k,
+                    ct.full((TILE_M, TILE_D), 0.0, dtype=ct.float32))         # [TILE_M, D]
+        dQacc.tiled_view((1, 1, TILE_M, TILE_D)).atomic_store_add(
+            (b, h, m, 0), ct.reshape(dq, (1, 1, TILE_M, TILE_D)))
     return dk, dv
 
 
-def dkdv_tile(Q, K, V, dO, LSE, Delta, dK, dV, Trace, qk_scale, sm_scale, b, slot, n_tile,
-              r, cta, step0, SPLIT, HEADS, cfg):
+def dkdv_tile(Q, K, V, dO, LSE, Delta, dK, dV, dQacc, Trace, qk_scale, sm_scale, b, slot,
+              n_tile, r, cta, step0, SPLIT, HEADS, cfg):
     """dK, dV of K/V tile ``n_tile`` of output slot (b, slot): K/V head ``slot // SPLIT`` and
     its query heads ``slot·HEADS .. slot·HEADS + HEADS − 1``, whose Q tiles are scanned forward
     (r=0) or backward (r=1; heads in reverse too). Without a split (SPLIT=1, HEADS = the group
@@ -109,11 +133,13 @@ def dkdv_tile(Q, K, V, dO, LSE, Delta, dK, dV, Trace, qk_scale, sm_scale, b, slo
     partial sums [B, H_kv·SPLIT, S_kv, D] that the host adds over the split.
 
     ``TRACE`` (the trace build, ``bwd_dkdv_trace``): step ``i`` of the item stores (b, query
-    head, Q tile, ``n_tile``) at ``Trace[cta, step0 + i]``. Returns the item's steps.
-    ``cfg`` = (TILE_D, TILE_M, TILE_N, CAUSAL, TRACE), the build's constants."""
-    TILE_D, TILE_M, TILE_N, CAUSAL, TRACE = cfg
+    head, Q tile, ``n_tile``) at ``Trace[cta, step0 + i]``. Returns the item's steps. ``DQ``:
+    each step also adds its dQ share to ``dQacc`` (``_dkdv_step``).
+    ``cfg`` = (TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, DQ, TRACE), the build's constants."""
+    TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, DQ, TRACE = cfg
     kvh = slot // SPLIT
     n_q = ct.cdiv(Q.shape[2], TILE_M)
+    k_len = K.shape[2]
     k = ct.reshape(ct.load(K, index=(b, kvh, n_tile, 0), shape=(1, 1, TILE_N, TILE_D),
                            padding_mode=ZERO), (TILE_N, TILE_D))               # [TILE_N, D]
     v = ct.reshape(ct.load(V, index=(b, kvh, n_tile, 0), shape=(1, 1, TILE_N, TILE_D),
@@ -137,27 +163,31 @@ def dkdv_tile(Q, K, V, dO, LSE, Delta, dK, dV, Trace, qk_scale, sm_scale, b, slo
             for i in range(0, (1 - r) * n_masked):
                 if TRACE:
                     _record(Trace, cta, s0 + i, b, h, m_start + i, n_tile)
-                dk, dv = _dkdv_step(Q, dO, LSE, Delta, k, v, dk, dv, b, h, m_start + i,
-                                    qk_scale, offs_n, TILE_D, TILE_M, TILE_N, True)
+                dk, dv = _dkdv_step(Q, dO, LSE, Delta, dQacc, k, v, dk, dv, b, h, m_start + i,
+                                    qk_scale, offs_n, k_len, TILE_D, TILE_M, TILE_N, True,
+                                    DQ, EVEN_K)
             for i in range(0, n_free):
                 m = m_full + i + r * (n_free - 1 - 2 * i)
                 if TRACE:
                     _record(Trace, cta, s0 + (1 - r) * n_masked + i, b, h, m, n_tile)
-                dk, dv = _dkdv_step(Q, dO, LSE, Delta, k, v, dk, dv, b, h, m,
-                                    qk_scale, offs_n, TILE_D, TILE_M, TILE_N, False)
+                dk, dv = _dkdv_step(Q, dO, LSE, Delta, dQacc, k, v, dk, dv, b, h, m,
+                                    qk_scale, offs_n, k_len, TILE_D, TILE_M, TILE_N, False,
+                                    DQ, EVEN_K)
             # backward scan: the diagonal tiles last, descending
             for i in range(0, r * n_masked):
                 if TRACE:
                     _record(Trace, cta, s0 + n_free + i, b, h, m_full - 1 - i, n_tile)
-                dk, dv = _dkdv_step(Q, dO, LSE, Delta, k, v, dk, dv, b, h, m_full - 1 - i,
-                                    qk_scale, offs_n, TILE_D, TILE_M, TILE_N, True)
+                dk, dv = _dkdv_step(Q, dO, LSE, Delta, dQacc, k, v, dk, dv, b, h, m_full - 1 - i,
+                                    qk_scale, offs_n, k_len, TILE_D, TILE_M, TILE_N, True,
+                                    DQ, EVEN_K)
         else:
             for i in range(0, n_q):
                 m = i + r * (n_q - 1 - 2 * i)
                 if TRACE:
                     _record(Trace, cta, s0 + i, b, h, m, n_tile)
-                dk, dv = _dkdv_step(Q, dO, LSE, Delta, k, v, dk, dv, b, h, m,
-                                    qk_scale, offs_n, TILE_D, TILE_M, TILE_N, False)
+                dk, dv = _dkdv_step(Q, dO, LSE, Delta, dQacc, k, v, dk, dv, b, h, m,
+                                    qk_scale, offs_n, k_len, TILE_D, TILE_M, TILE_N, False,
+                                    DQ, EVEN_K)
     dk = dk * sm_scale
     ct.store(dK, index=(b, slot, n_tile, 0),
              tile=ct.reshape(dk, (1, 1, TILE_N, TILE_D)).astype(dK.dtype))
@@ -166,22 +196,22 @@ def dkdv_tile(Q, K, V, dO, LSE, Delta, dK, dV, Trace, qk_scale, sm_scale, b, slo
     return HEADS * (n_q - m_start)
 
 
-def bwd_dkdv_impl(Q, K, V, dO, LSE, Delta, dK, dV, Trace, qk_scale, sm_scale, N_SLOTS, SPLIT,
-                  sched, cfg):
+def bwd_dkdv_impl(Q, K, V, dO, LSE, Delta, dK, dV, dQacc, Trace, qk_scale, sm_scale, N_SLOTS,
+                  SPLIT, sched, cfg):
     """The body of ``bwd_dkdv`` (and, with ``TRACE``, of ``bwd_dkdv_trace``): this CTA's work
     items (spec ``CtaSchedule.work_items`` on ``spec.backward_trace.PassGrid.items_grid``,
     through the forward's work iterator, ``kernels.device.work``), one ``dkdv_tile`` each.
     ``sched`` = (ORDER, GROUP, SCHED, WORK); ``cfg`` as ``dkdv_tile``'s."""
     ORDER, GROUP, SCHED, WORK = sched
-    TILE_D, TILE_M, TILE_N, CAUSAL, TRACE = cfg
     cta = ct.bid(0)
+    TILE_N = cfg[2]
     n_kv = ct.cdiv(K.shape[2], TILE_N)
     n_bh = K.shape[0] * N_SLOTS
     heads = Q.shape[1] // N_SLOTS                  # query heads per item
     ws = work_start(cta, n_kv, n_bh, SCHED, 1, 1)
     if one_item(SCHED):
         bh = work_bh(ws, 0, cta, n_kv, n_bh, SCHED, WORK)
-        dkdv_tile(Q, K, V, dO, LSE, Delta, dK, dV, Trace, qk_scale, sm_scale, bh // N_SLOTS,
+        dkdv_tile(Q, K, V, dO, LSE, Delta, dK, dV, dQacc, Trace, qk_scale, sm_scale, bh // N_SLOTS,
                   bh % N_SLOTS, work_tile(ws, 0, cta, n_kv, n_bh, SCHED, WORK),
                   reversed_for(ORDER, GROUP, 0, cta), cta, 0, SPLIT, heads, cfg)
     else:
@@ -192,7 +222,7 @@ def bwd_dkdv_impl(Q, K, V, dO, LSE, Delta, dK, dV, Trace, qk_scale, sm_scale, N_
             bh = work_bh(ws, it, cta, n_kv, n_bh, SCHED, WORK)
             n_tile = work_tile(ws, it, cta, n_kv, n_bh, SCHED, WORK)
             if work_live(ws, it, cta, SCHED):
-                tc = dkdv_tile(Q, K, V, dO, LSE, Delta, dK, dV, Trace, qk_scale, sm_scale,
+                tc = dkdv_tile(Q, K, V, dO, LSE, Delta, dK, dV, dQacc, Trace, qk_scale, sm_scale,
                                bh // N_SLOTS, bh % N_SLOTS, n_tile,
                                reversed_for(ORDER, GROUP, it, cta), cta, step, SPLIT, heads,
                                cfg)
@@ -201,10 +231,10 @@ def bwd_dkdv_impl(Q, K, V, dO, LSE, Delta, dK, dV, Trace, qk_scale, sm_scale, N_
 
 
 @ct.kernel
-def bwd_dkdv(Q, K, V, dO, LSE, Delta, dK, dV, qk_scale: float, sm_scale: float,
+def bwd_dkdv(Q, K, V, dO, LSE, Delta, dK, dV, dQacc, qk_scale: float, sm_scale: float,
              N_SLOTS: int, SPLIT: int, TILE_D: ConstInt, TILE_M: ConstInt,
-             TILE_N: ConstInt, CAUSAL: ConstBool, ORDER: ConstInt, GROUP: ConstInt,
-             SCHED: ConstInt, WORK: ConstInt):
+             TILE_N: ConstInt, CAUSAL: ConstBool, EVEN_K: ConstBool, DQ: ConstBool,
+             ORDER: ConstInt, GROUP: ConstInt, SCHED: ConstInt, WORK: ConstInt):
     """Q, dO [B, H, S_q, D]; K, V [B, H_kv, S_kv, D]; dK, dV [B, N_SLOTS, S_kv, D] with
     N_SLOTS = H_kv·SPLIT (``dkdv_tile``); LSE, Delta fp32 [B, H, S_q]. Work items
     (b, slot, K/V tile): GRID (one per CTA, K/V tiles of a slot fastest) or PERSISTENT (round
@@ -213,22 +243,28 @@ def bwd_dkdv(Q, K, V, dO, LSE, Delta, dK, dV, qk_scale: float, sm_scale: float,
 
     The split: with few K/V heads (MQA: one) the items number B·H_kv·⌈S_kv/TILE_N⌉, fewer than
     the GPU holds, and each scans every query head of its group. SPLIT > 1 deals a group's query
-    heads over SPLIT items, each writing a partial sum; the host adds them in a fixed order
-    (deterministic, no atomics)."""
-    bwd_dkdv_impl(Q, K, V, dO, LSE, Delta, dK, dV, dK, qk_scale, sm_scale, N_SLOTS, SPLIT,
-                  (ORDER, GROUP, SCHED, WORK), (TILE_D, TILE_M, TILE_N, CAUSAL, False))
+    heads over SPLIT items, each writing a partial sum; ``bwd_split_sum`` adds them in a fixed
+    order (deterministic, no atomics).
+
+    ``DQ`` (the one-pass backward): dQacc, fp32 [B, H, S_q, D] zeroed by ``bwd_prep``, receives
+    every step's ``dS·K`` by TMA bulk reduce (not scaled; ``bwd_dq_cast`` scales and rounds it),
+    and no dQ pass runs. Without it dQacc is not touched (the host passes dK)."""
+    bwd_dkdv_impl(Q, K, V, dO, LSE, Delta, dK, dV, dQacc, dK, qk_scale, sm_scale, N_SLOTS,
+                  SPLIT, (ORDER, GROUP, SCHED, WORK),
+                  (TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, DQ, False))
 
 
 @ct.kernel
-def bwd_dkdv_trace(Q, K, V, dO, LSE, Delta, dK, dV, Trace, qk_scale: float, sm_scale: float,
-                   N_SLOTS: int, SPLIT: int, TILE_D: ConstInt, TILE_M: ConstInt,
-                   TILE_N: ConstInt, CAUSAL: ConstBool, ORDER: ConstInt, GROUP: ConstInt,
-                   SCHED: ConstInt, WORK: ConstInt):
+def bwd_dkdv_trace(Q, K, V, dO, LSE, Delta, dK, dV, dQacc, Trace, qk_scale: float,
+                   sm_scale: float, N_SLOTS: int, SPLIT: int, TILE_D: ConstInt, TILE_M: ConstInt,
+                   TILE_N: ConstInt, CAUSAL: ConstBool, EVEN_K: ConstBool, DQ: ConstBool,
+                   ORDER: ConstInt, GROUP: ConstInt, SCHED: ConstInt, WORK: ConstInt):
     """The trace build of ``bwd_dkdv`` (same arguments and constants, plus ``Trace``, int32
     [n_ctas, steps, 4]): it also stores per CTA and step the (b, query head, Q tile, K/V tile)
     read, the layout of ``spec.backward_trace.backward_visits(...).table()``."""
-    bwd_dkdv_impl(Q, K, V, dO, LSE, Delta, dK, dV, Trace, qk_scale, sm_scale, N_SLOTS, SPLIT,
-                  (ORDER, GROUP, SCHED, WORK), (TILE_D, TILE_M, TILE_N, CAUSAL, True))
+    bwd_dkdv_impl(Q, K, V, dO, LSE, Delta, dK, dV, dQacc, Trace, qk_scale, sm_scale, N_SLOTS,
+                  SPLIT, (ORDER, GROUP, SCHED, WORK),
+                  (TILE_D, TILE_M, TILE_N, CAUSAL, EVEN_K, DQ, True))
 
 
 @ct.kernel
@@ -256,6 +292,36 @@ def _split_sum_tile(P, G, b, kvh, n, SPLIT, TILE_D: ConstInt, TILE_N: ConstInt):
                                        shape=(1, 1, TILE_N, TILE_D), padding_mode=ZERO),
                                (TILE_N, TILE_D))
     ct.store(G, index=(b, kvh, n, 0), tile=ct.reshape(acc, (1, 1, TILE_N, TILE_D)).astype(G.dtype))
+
+
+@ct.kernel
+def bwd_prep(O, dO, Delta, dQacc, TILE_D: ConstInt, TILE_M: ConstInt):
+    """Grid (⌈S_q/TILE_M⌉, B·H): the one-pass backward's first launch. Δ = rowsum(dO ∘ O) of
+    each row (fp32 [B, H, S_q]) and zeros for the fp32 dQ sum [B, H, S_q, D] that ``bwd_dkdv``
+    with ``DQ`` reduces into."""
+    m = ct.bid(0)
+    bh = ct.bid(1)
+    H = O.shape[1]
+    b = bh // H
+    h = bh % H
+    o = ct.load(O, index=(b, h, m, 0), shape=(1, 1, TILE_M, TILE_D), padding_mode=ZERO)
+    do = ct.load(dO, index=(b, h, m, 0), shape=(1, 1, TILE_M, TILE_D), padding_mode=ZERO)
+    delta = ct.sum(o.astype(ct.float32) * do.astype(ct.float32), axis=-1)   # [1, 1, TILE_M]
+    ct.store(Delta, index=(b, h, m), tile=ct.reshape(delta, (1, 1, TILE_M)))
+    ct.store(dQacc, index=(b, h, m, 0),
+             tile=ct.full((1, 1, TILE_M, TILE_D), 0.0, dtype=ct.float32))
+
+
+@ct.kernel
+def bwd_dq_cast(dQacc, dQ, sm_scale: float, TILE_D: ConstInt, TILE_M: ConstInt):
+    """Grid (⌈S_q/TILE_M⌉, B·H): the one-pass backward's last launch, dQ = scale · the fp32
+    sum ``bwd_dkdv`` reduced, rounded once to dQ's dtype."""
+    m = ct.bid(0)
+    bh = ct.bid(1)
+    H = dQ.shape[1]
+    acc = ct.load(dQacc, index=(bh // H, bh % H, m, 0), shape=(1, 1, TILE_M, TILE_D),
+                  padding_mode=ZERO)
+    ct.store(dQ, index=(bh // H, bh % H, m, 0), tile=(acc * sm_scale).astype(dQ.dtype))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -400,14 +466,14 @@ def bwd_dq_trace(Q, K, V, O, dO, LSE, Delta, dQ, Trace, qk_scale: float, sm_scal
 # ------------------------------------------------------------------------------------------------
 # hints per kernel object, created once
 # ------------------------------------------------------------------------------------------------
-KERNELS = {"dq": bwd_dq, "dkdv": bwd_dkdv, "split_sum": bwd_split_sum,
-           "dkdv_trace": bwd_dkdv_trace, "dq_trace": bwd_dq_trace}
+KERNELS = {"dq": bwd_dq, "dkdv": bwd_dkdv, "split_sum": bwd_split_sum, "prep": bwd_prep,
+           "dq_cast": bwd_dq_cast, "dkdv_trace": bwd_dkdv_trace, "dq_trace": bwd_dq_trace}
 
 
 @lru_cache(maxsize=None)
 def get_kernel(name: str, occupancy: int | None = None, worker_warps: int | None = None):
-    """The backward kernel ``name`` ("dq", "dkdv", "split_sum"; "dq_trace", "dkdv_trace" the
-    passes' trace builds) with these hints."""
+    """The backward kernel ``name`` ("dq", "dkdv", "split_sum", "prep", "dq_cast"; "dq_trace",
+    "dkdv_trace" the passes' trace builds) with these hints."""
     hints = {}
     if occupancy is not None:
         hints["occupancy"] = occupancy

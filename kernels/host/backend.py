@@ -308,21 +308,30 @@ def default_variant(problem: Problem, arch: arch_registry.Arch, *,
 def _default_backward(problem: Problem, order: ScanOrder,
                       schedule: str | CtaSchedule | None = None,
                       tiles: Tiles | tuple[int, int] | None = None) -> BackwardConfig:
-    """The backward half of ``default_variant(training=True)``: each pass's tiles and hints of
-    least predicted time under the fitted rule (``kernels.rules.backward_choice.fitted_rule``;
-    ``BASE`` for both passes where it has no constants), ``order`` and ``schedule`` (None: the
-    grid launch) for both passes, ``tiles`` replacing both passes' tiles."""
+    """The backward half of ``default_variant(training=True)``. D=128 without a mask: the one
+    pass (``BackwardConfig.one_pass``) on ``BASE``, the build checked spill-free with its dQ
+    reduce: 0.80-0.95x the two passes' kernel time on all five such problems of
+    ``explorations/fused_bwd_probe.py`` (H200, profiles/h200/onepass-20261129), where it was
+    1.07-1.55x on every causal problem and 0.99-1.32x at D=64. Otherwise the two passes, each
+    with the tiles and hints of least predicted time under the fitted rule
+    (``kernels.rules.backward_choice.fitted_rule``; ``BASE`` for both where it has no
+    constants). ``order`` and ``schedule`` (None: the grid launch) for both passes, ``tiles``
+    replacing both passes' tiles."""
     if schedule is None:
         schedule = CtaSchedule.grid()
     elif not isinstance(schedule, CtaSchedule):
         schedule = CtaSchedule.parse(schedule)
     rule = backward_choice.fitted_rule()
-    dkdv, dq = (rule.choose(problem) if rule is not None else None) or (BASE, BASE)
+    one_pass = problem.D == 128 and not problem.causal
+    if one_pass:
+        dkdv, dq = BASE, BASE
+    else:
+        dkdv, dq = (rule.choose(problem) if rule is not None else None) or (BASE, BASE)
     if tiles is not None:
         tiles = tiles if isinstance(tiles, Tiles) else Tiles(*tiles)
         dkdv, dq = replace(dkdv, tiles=tiles), replace(dq, tiles=tiles)
     return BackwardConfig(*(PassConfig(c.tiles, c.occupancy, c.worker_warps, order, schedule)
-                            for c in (dkdv, dq)))
+                            for c in (dkdv, dq)), one_pass=one_pass)
 
 
 def default_residency(problem: Problem, arch: arch_registry.Arch) -> int:

@@ -7,7 +7,9 @@
 
 ``attention_backward`` runs ``fmha_bwd.bwd_dq`` (which also makes Δ), ``bwd_dkdv`` (then
 ``bwd_split_sum`` where the pass splits a group's query heads) on torch's current stream: two
-launches a step (three with the split); nothing is synchronised, so a CUDA graph captures them. The
+launches a step (three with the split); with ``BackwardConfig.one_pass`` (the default at D=128
+without a mask) ``bwd_prep``, ``bwd_dkdv`` making dQ too, ``bwd_dq_cast``: three launches, five
+MMAs per tile pair instead of seven. Nothing is synchronised, so a CUDA graph captures them. The
 scan order and CTA schedule of the two main passes are spec objects (``ScanOrder``, ``CtaSchedule``:
 the grid launch or P persistent CTAs, q-major or head-major), so the locality studies of the forward
 apply to the backward unchanged.
@@ -30,6 +32,8 @@ what it visited per CTA and step (``BackwardLaunch.trace``), to compare with
 ``spec.backward_trace.backward_visits``.
 """
 from __future__ import annotations
+
+from dataclasses import replace
 
 from kernels.rules.backward_config import (  # noqa: F401 - the backward's names, re-exported
     BACKWARD_SCHEDULES,
@@ -86,15 +90,17 @@ def trace_steps(problem: Problem, tiles, name: str, split: int, n_ctas: int) -> 
 
 
 SUM_TILE_N = 64
-"""K/V rows per CTA of the split's sum (``fmha_bwd.bwd_split_sum``)."""
+"""Rows per CTA of the backward's row-wise launches: the split's sum (``fmha_bwd.bwd_split_sum``)
+and the one pass's ``bwd_prep`` and ``bwd_dq_cast``."""
 
 
 class BackwardLaunch:
     """The launches of one backward call key (shapes, strides, dtypes, config): dQ (and Δ), dK/dV
-    (and, with the group split, the sum of its partials)."""
+    (and, with the group split, the sum of its partials); with ``config.one_pass`` Δ and a zeroed
+    fp32 dQ sum, dK/dV and dQ, the split's sum, dQ's cast."""
 
-    __slots__ = ("dq", "dkdv", "sum", "raw_stream", "launch", "device", "problem", "split",
-                 "partial_shape", "config")
+    __slots__ = ("dq", "dkdv", "sum", "prep", "cast", "raw_stream", "launch", "device",
+                 "problem", "split", "partial_shape", "config")
 
     def __init__(self, problem: Problem, cfg: BackwardConfig, scale: float, level: int,
                  device_index: int):
@@ -122,9 +128,12 @@ class BackwardLaunch:
         self.dkdv = (fmha_bwd.get_kernel("dkdv", a.occupancy, a.worker_warps),
                      (_grid(a, n_items * self.split), 1, 1),
                      (qk_scale, scale, problem.H_kv * self.split, self.split, problem.D,
-                      a.tiles.m, a.tiles.n,
-                      problem.causal, int(a.order.kind), a.order.group, int(a.schedule.kind),
+                      a.tiles.m, a.tiles.n, problem.causal, problem.S_kv % a.tiles.n == 0,
+                      cfg.one_pass, int(a.order.kind), a.order.group, int(a.schedule.kind),
                       int(a.schedule.work_order)))
+        rows = (cdiv(problem.S_q, SUM_TILE_N), problem.B * problem.H, 1)
+        self.prep = (fmha_bwd.get_kernel("prep"), rows, (problem.D, SUM_TILE_N))
+        self.cast = (fmha_bwd.get_kernel("dq_cast"), rows, (scale, problem.D, SUM_TILE_N))
         d = cfg.dq
         n_items = problem.B * problem.H * cdiv(problem.S_q, d.tiles.m)
         self.dq = (fmha_bwd.get_kernel("dq", d.occupancy, d.worker_warps),
@@ -138,16 +147,30 @@ class BackwardLaunch:
 
     def __call__(self, dout, q, k, v, out, lse, delta, dq, dk, dv) -> None:
         s = self.raw_stream(self.device)
-        kern, grid, tail = self.dq
-        self.launch(s, grid, kern, (q, k, v, out, dout, lse, delta, dq) + tail)
+        if self.config.one_pass:
+            acc = self.dq_sum(q)
+            kern, grid, tail = self.prep
+            self.launch(s, grid, kern, (out, dout, delta, acc) + tail)
+        else:
+            acc = dk                     # not touched by the two passes' dK/dV build
+            kern, grid, tail = self.dq
+            self.launch(s, grid, kern, (q, k, v, out, dout, lse, delta, dq) + tail)
         kern, grid, tail = self.dkdv
         if self.split == 1:
-            self.launch(s, grid, kern, (q, k, v, dout, lse, delta, dk, dv) + tail)
+            self.launch(s, grid, kern, (q, k, v, dout, lse, delta, dk, dv, acc) + tail)
         else:
             pk, pv = self.partials(q)
-            self.launch(s, grid, kern, (q, k, v, dout, lse, delta, pk, pv) + tail)
+            self.launch(s, grid, kern, (q, k, v, dout, lse, delta, pk, pv, acc) + tail)
             kern, grid, tail = self.sum
             self.launch(s, grid, kern, (pk, pv, dk, dv) + tail)
+        if self.config.one_pass:
+            kern, grid, tail = self.cast
+            self.launch(s, grid, kern, (acc, dq) + tail)
+
+    def dq_sum(self, q):
+        """The one pass's fp32 dQ sum [B, H, S_q, D] (zeroed by its ``bwd_prep``)."""
+        import torch
+        return torch.empty(q.shape, dtype=torch.float32, device=q.device)
 
     def partials(self, q):
         """The fp32 partial dK, dV buffers of a split launch."""
@@ -157,13 +180,19 @@ class BackwardLaunch:
 
     def passes(self, dout, q, k, v, out, lse, delta, dq, dk, dv) -> dict:
         """Each pass's launch alone (name -> callable), for timing a pass by itself: "dq" (which
-        writes ``delta``) and "dkdv" (which reads it: launch "dq" once before)."""
+        writes ``delta``) and "dkdv" (which reads it: launch "dq" once before); with
+        ``one_pass`` "prep" in place of "dq" (it writes ``delta`` and zeroes the dQ sum that
+        "dkdv" reduces into)."""
         def one(name, args):
             kern, grid, tail = getattr(self, name)
             return lambda: self.launch(self.raw_stream(self.device), grid, kern, args + tail)
+        grads = (dk, dv) if self.split == 1 else self.partials(q)
+        if self.config.one_pass:
+            acc = self.dq_sum(q)
+            return {"prep": one("prep", (out, dout, delta, acc)),
+                    "dkdv": one("dkdv", (q, k, v, dout, lse, delta) + grads + (acc,))}
         return {"dq": one("dq", (q, k, v, out, dout, lse, delta, dq)),
-                "dkdv": one("dkdv", (q, k, v, dout, lse, delta)
-                            + ((dk, dv) if self.split == 1 else self.partials(q)))}
+                "dkdv": one("dkdv", (q, k, v, dout, lse, delta) + grads + (dk,))}
 
     def trace(self, name: str, dout, q, k, v, out, lse):
         """The trace build of pass ``name`` ("dkdv" or "dq": ``fmha_bwd.bwd_dkdv_trace``,
@@ -178,6 +207,9 @@ class BackwardLaunch:
         from kernels.device import fmha_bwd
         if name not in PASSES:
             raise BadInput(f"backward pass {name!r}: one of {', '.join(PASSES)}")
+        if self.config.one_pass:
+            raise UnsupportedVariant("trace builds record the two-pass backward: pass a "
+                                     "BackwardConfig with one_pass=False")
         kern, grid, tail = getattr(self, name)
         pc = getattr(self.config, name)
         steps = trace_steps(self.problem, pc.tiles, name, self.split, grid[0])
@@ -190,7 +222,7 @@ class BackwardLaunch:
                         + dq_tail)
             grads = ((torch.empty_like(k), torch.empty_like(v)) if self.split == 1
                      else self.partials(q))
-            args = (q, k, v, dout, lse, delta) + grads
+            args = (q, k, v, dout, lse, delta) + grads + (grads[0],)
         else:
             args = (q, k, v, out, dout, lse, delta, torch.empty_like(q))
         trace_kern = fmha_bwd.get_kernel(name + "_trace", pc.occupancy, pc.worker_warps)
@@ -229,13 +261,15 @@ def attention_backward(dout, q, k, v, out, lse, *, causal: bool, scale: float | 
 
     A repeated call with the same key (shapes, strides, dtypes, device and arguments) looks the
     prepared launches up and launches; the first one checks the tensors and resolves the
-    configuration."""
+    configuration. Under ``torch.use_deterministic_algorithms(True)`` the default takes the two
+    passes (bitwise repeatable) and a ``one_pass`` config is refused."""
     import torch
     dout = _ready(dout)
     try:
         key = (q.shape, q.stride(), k.shape, k.stride(), v.stride(), dout.stride(), out.stride(),
                lse.shape, lse.stride(), lse.dtype, q.dtype, k.dtype, v.dtype, dout.dtype,
-               out.dtype, q.device, causal, scale, config, order, schedule, level)
+               out.dtype, q.device, causal, scale, config, order, schedule, level,
+               torch.are_deterministic_algorithms_enabled())
         launch = _LAUNCHES.get(key)
     except TypeError:
         key, launch = None, None
@@ -283,11 +317,18 @@ def _new_backward(dout, q, k, v, out, lse, causal, scale, config, order, schedul
         raise UnsupportedVariant(f"level={level}: the backward reads a log-sum-exp in exp2 units, "
                                  "which the forward stores from level 2 on")
     sc = resolve_scale(scale, problem.D)
+    deterministic = torch.are_deterministic_algorithms_enabled()
     if config is None:
         from kernels.host.backend import default_variant
         from spec.arch import detect
         config = default_variant(problem, detect(), order=order, training=True,
                                  backward_schedule=schedule).backward
+        if deterministic and config.one_pass:
+            config = replace(config, one_pass=False)
+    elif deterministic and config.one_pass:
+        raise UnsupportedVariant("a one_pass backward sums dQ in no fixed order, and "
+                                 "torch.use_deterministic_algorithms is on: pass "
+                                 "one_pass=False (two passes, bitwise repeatable)")
     with torch.cuda.device(q.device):
         return BackwardLaunch(problem, config, sc, level, q.device.index)
 

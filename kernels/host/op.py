@@ -6,11 +6,14 @@ The operators are ``sawtooth::cutile_attention`` (returns (out, lse)), ``..._out
 ``kernels.host.backend.attention`` (the training build ``fmha_fwd_lse`` stores the log-sum-exp
 in ``backward.stat_buffer``: [B, H, S_q] fp32 with rows padded to 16 bytes, so the backward's
 loads of it are TMA copies); the backward is ``kernels.host.backward.attention_backward`` (Δ,
-dK/dV scanning Q tiles, dQ scanning K/V tiles, both in the call's backward order).
+dK/dV scanning Q tiles, dQ scanning K/V tiles, both in the call's backward order; at D=128
+without a mask one pass that makes both, unless ``torch.use_deterministic_algorithms``).
 Knobs: ``occupancy`` (CTAs per SM hint; None: the configuration's), ``arch`` (None: the GPU
 present; a named arch must be it), ``level`` (the tuning ladder 1..6; the backward needs >= 2).
 """
 from __future__ import annotations
+
+from dataclasses import replace
 
 from kernels.host import backend, backward
 from spec.family import UnsupportedVariant, problem_from_tensors
@@ -33,9 +36,12 @@ class CutileFront(Family):
                  occupancy=None, arch=None, level=6):
         config = None
         if tiles is not None:       # the call's backward tiles for both passes
+            import torch
             config = backend.default_variant(
                 problem_from_tensors(q, k, v, causal), backend.check_arch(arch), order=order,
                 training=True, backward_schedule=schedule, backward_tiles=tiles).backward
+            if torch.are_deterministic_algorithms_enabled():    # as the default's (backward)
+                config = replace(config, one_pass=False)
         return backward.attention_backward(dout, q, k, v, out, lse, causal=causal, scale=scale,
                                            config=config, order=order, schedule=schedule)
 

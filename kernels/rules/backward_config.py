@@ -34,11 +34,18 @@ class PassConfig:
 
 @dataclass(frozen=True)
 class BackwardConfig:
+    """The backward's passes. ``one_pass``: the dK/dV pass also makes dQ (summed across its CTAs
+    by TMA bulk reduce, ``kernels.device.fmha_bwd``), ``dq`` is then unused; not bitwise
+    repeatable, so a call under ``torch.use_deterministic_algorithms`` takes the two passes."""
+
     dkdv: PassConfig
     dq: PassConfig
     split: int | None = None       # dK/dV group split; None: ``group_split``'s rule
+    one_pass: bool = False
 
     def label(self) -> str:
+        if self.one_pass:
+            return f"onepass:{self.dkdv.label()}"
         return f"dkdv:{self.dkdv.label()}+dq:{self.dq.label()}"
 
 

@@ -145,6 +145,32 @@ def test_split_dkdv_builds_do_not_spill(toolchain, D):  # noqa: F811
     assert r.stack <= 8 and r.ptx["LD_LOCAL"] == 0 and r.ptx["TMA_STORE"] >= 2, r
 
 
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_one_pass_builds(toolchain, causal):  # noqa: F811
+    """The one-pass backward (``BackwardConfig.one_pass``) on ``BASE``: the dK/dV build with
+    its dQ MMA reduces dQ by TMA (``cp.reduce.async.bulk.tensor``, no per-element atomics),
+    and does not spill at D=128
+    where the default takes it, with and without the group split (at D=64 causal, which the
+    default never takes, it has a 16-24 byte stack). Its ``bwd_prep`` and ``bwd_dq_cast`` build
+    spill-free."""
+    from kernels.build.resources import read_resources
+    from kernels.host.backward import BASE, SUM_TILE_N
+    for D in (64, 128):
+        for split, H_kv in ((1, 16), (4, 2)):
+            r = read_resources(_cubin(_case("dkdv", D, causal, BASE, H_kv=H_kv, split=split,
+                                            one_pass=True), BASE.occupancy, BASE.worker_warps))
+            two = read_resources(_cubin(_case("dkdv", D, causal, BASE, H_kv=H_kv, split=split),
+                                        BASE.occupancy, BASE.worker_warps))
+            print(f"one pass D={D} causal={causal} split={split}: {r}; two passes' dK/dV {two}")
+            assert r.ptx["TMA_REDUCE"] > 0 == two.ptx["TMA_REDUCE"], r
+            assert r.ptx["ATOMIC"] == 0 and r.ptx["WGMMA"] > two.ptx["WGMMA"], (r, two)
+            if D == 128 or not causal:
+                assert not r.spills, r
+        for kernel in ("prep", "dq_cast"):
+            r = read_resources(_cubin(_case(kernel, D, False, BASE, tile_m=SUM_TILE_N)))
+            assert not r.spills, f"{kernel}: {r}"
+
+
 @pytest.mark.parametrize("kernel", ["dkdv", "dq"])
 def test_trace_builds_compile_and_store_the_record(toolchain, kernel):  # noqa: F811
     """The trace build of each pass in the GPU trace test's configuration (64 x 128 tiles,
