@@ -120,8 +120,7 @@ def main(argv=None) -> int:
     from experiments.measurement.timing import time_interleaved
     from kernels.device import fmha
     from kernels.host import backend, backward
-    from kernels.rules.backward_choice import fitted_rule
-    from spec import Problem
+    from spec import Problem, get_arch
     red = bwd_fused_red.replace_hints(occupancy=1, num_worker_warps=8)
     names = ("2pass", "1pass", "red", "cudnn", "flash")
     print(f"{'problem':36s}" + "".join(f"{n:>8s}" for n in names)
@@ -134,8 +133,8 @@ def main(argv=None) -> int:
         lse = backward.stat_buffer(q)
         out = backend.attention(q, k, v, causal=causal, lse=lse)
         ref = _reference(q, k, v, dout, causal)
-        two = backward.BackwardConfig(*(fitted_rule().choose(pr) or (backward.BASE,) * 2))
-        one = backward.BackwardConfig(backward.BASE, backward.BASE, one_pass=True)
+        two, one = (backend.default_variant(pr, get_arch("h100"), training=True,
+                                            backward_one_pass=n == 1).backward for n in (2, 1))
         fns, errs = {}, []
         for name, cfg in (("2pass", two), ("1pass", one)):
             launch = backward.launch_for(pr, cfg, device_index=torch.cuda.current_device())

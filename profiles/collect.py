@@ -14,9 +14,9 @@ exist, so the orchestrator's default is one session per repeat: the H100 diagnos
 (docs/history.md, section 0) found the large cuTile cases' misses spread as much between
 launches of one session as anywhere (the timing of the CTAs' progress), while on the H200 some
 CUDA cases were tight inside each session and 8% apart between two sessions on the same GPU
-(profiles/h200/sharding-20261123/divergence-g1, -g2, S=122880: 12.02 vs 12.96 M sectors; our
-untested hypothesis: a fresh allocation puts K/V at other physical addresses, which the L2 hashes
-onto other slices and partitions). Fewer sessions than repeats is cheaper and measures the
+(docs/history.md, section 0: S=122880, 12.02 vs 12.96 M misses; our untested hypothesis: a
+fresh allocation puts K/V at other physical addresses, which the L2 hashes onto other slices and
+partitions). Fewer sessions than repeats is cheaper and measures the
 launch-to-launch spread only. Sessions run group by group inside a session index, so slow
 drift of the GPU (clocks, temperature) spreads over all groups.
 

@@ -38,15 +38,17 @@ def grid() -> list[Problem]:
 
 
 def chosen(arch: str, p: Problem) -> dict[str, str]:
-    """{kernel: configuration label} the rules choose for ``p``: "fwd", "dkdv", "dq"."""
+    """{kernel: configuration label} the rules choose for ``p``: "fwd", then "dkdv" and "dq"
+    (the two passes) or "onepass" (the one pass, ``BackwardConfig.one_pass``)."""
     from kernels.host.backend import default_variant
     from kernels.rules.backward_choice import cfg_label
     from kernels.rules.backward_config import PassConfig
     from kernels.rules.choice import config_label, problem_config
     from spec import get_arch
     bwd = default_variant(p, get_arch("h100"), training=True).backward
+    passes = (("onepass", bwd.dkdv),) if bwd.one_pass else (("dkdv", bwd.dkdv), ("dq", bwd.dq))
     plain = {name: cfg_label(PassConfig(pc.tiles, pc.occupancy, pc.worker_warps))
-             for name, pc in (("dkdv", bwd.dkdv), ("dq", bwd.dq))}
+             for name, pc in passes}
     return {"fwd": config_label(problem_config(arch, p)), **plain}
 
 

@@ -259,6 +259,7 @@ def default_variant(problem: Problem, arch: arch_registry.Arch, *,
                     level: int = 6, training: bool = False,
                     backward_schedule: str | CtaSchedule | None = None,
                     backward_tiles: Tiles | tuple[int, int] | None = None,
+                    backward_one_pass: bool | None = None,
                     kv_lengths: bool = False) -> Variant | Training | DecodePlan:
     """The cuTile forward that ``attention()`` runs for ``problem`` on ``arch``, and the one place
     its defaults are resolved: the configuration the arch's rule chooses for the problem
@@ -274,7 +275,7 @@ def default_variant(problem: Problem, arch: arch_registry.Arch, *,
     configuration (``_default_backward``: each pass's tiles and hints from the fitted backward
     rule, ``order`` for both passes' scans, as ``attention(order=...)`` runs them,
     ``backward_schedule`` (None: the grid launch) and ``backward_tiles`` for both passes when
-    given).
+    given; ``backward_one_pass`` True or False forces the one pass or the two).
 
     An inference call (``training`` False) of at most ``spec.decode.DECODE_MAX_ROWS`` query rows
     per head, or one that names ``schedule="decode[N]"``, gets the split-K/V decode kernels'
@@ -302,27 +303,30 @@ def default_variant(problem: Problem, arch: arch_registry.Arch, *,
                                                            cfg)[0])
     if not training:
         return variant
-    return Training(variant, _default_backward(problem, order, backward_schedule, backward_tiles))
+    return Training(variant, _default_backward(problem, order, backward_schedule, backward_tiles,
+                                               backward_one_pass))
 
 
 def _default_backward(problem: Problem, order: ScanOrder,
                       schedule: str | CtaSchedule | None = None,
-                      tiles: Tiles | tuple[int, int] | None = None) -> BackwardConfig:
+                      tiles: Tiles | tuple[int, int] | None = None,
+                      one_pass: bool | None = None) -> BackwardConfig:
     """The backward half of ``default_variant(training=True)``. D=128 without a mask: the one
     pass (``BackwardConfig.one_pass``) on ``BASE``, the build checked spill-free with its dQ
     reduce: 0.80-0.95x the two passes' kernel time on all five such problems of
-    ``explorations/fused_bwd_probe.py`` (H200, profiles/h200/onepass-20261129), where it was
+    ``explorations/fused_bwd_probe.py`` (H200, profiles/h200/bwd-onepass-20261129), where it was
     1.07-1.55x on every causal problem and 0.99-1.32x at D=64. Otherwise the two passes, each
     with the tiles and hints of least predicted time under the fitted rule
     (``kernels.rules.backward_choice.fitted_rule``; ``BASE`` for both where it has no
     constants). ``order`` and ``schedule`` (None: the grid launch) for both passes, ``tiles``
-    replacing both passes' tiles."""
+    replacing both passes' tiles; ``one_pass`` True or False overrides the choice."""
     if schedule is None:
         schedule = CtaSchedule.grid()
     elif not isinstance(schedule, CtaSchedule):
         schedule = CtaSchedule.parse(schedule)
     rule = backward_choice.fitted_rule()
-    one_pass = problem.D == 128 and not problem.causal
+    if one_pass is None:
+        one_pass = problem.D == 128 and not problem.causal
     if one_pass:
         dkdv, dq = BASE, BASE
     else:

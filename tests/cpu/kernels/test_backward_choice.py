@@ -121,6 +121,12 @@ def test_d128_without_a_mask_takes_the_one_pass_on_the_base(p):
     cfg = backend.default_variant(p, get_arch("h100"), training=True,
                                   order=ScanOrder.sawtooth()).backward
     assert cfg.one_pass and cfg.dkdv.order == ScanOrder.sawtooth()
+    two = backend.default_variant(p, get_arch("h100"), training=True,
+                                  backward_one_pass=False).backward
+    rule = backward_choice.fitted_rule()
+    assert not two.one_pass and all(
+        cfg_label(getattr(two, n)) == min(rule.predictions(p, n), key=rule.predictions(p, n).get)
+        for n in backward.PASSES)
 
 
 def test_a_key_without_constants_takes_the_base(monkeypatch):
