@@ -6,7 +6,13 @@ dQ with relaxed per-element atomics instead (FlashAttention-2's scheme; its kern
 time on a cold L2, launchers alternated, median of ``--reps``; each launcher's gradients against
 an fp32 reference (max |error| / max |reference|).
 
-    python -m explorations.fused_bwd_probe [--reps 10]
+    python -m explorations.fused_bwd_probe [--reps 10] [--causal schedules|tiles]
+
+``--causal schedules``: where the one pass loses (causal), is it the tail of unequal items (a
+K/V tile near the diagonal scans few Q tiles, the first one all)? The one pass on the grid
+launch, with a reversed scan, and on 132 persistent CTAs dealt head-major (the longest items of
+every head first) and q-major, each against the two passes. ``--causal tiles``: or its tiles
+(the two passes' rule takes 64 x 64 K/V tiles for the causal dK/dV at D=128)?
 
 Problems: none of the model suite's validation half (the training bench's judged half)."""
 from __future__ import annotations
@@ -112,7 +118,12 @@ def _reference(q, k, v, dout, causal):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m explorations.fused_bwd_probe")
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--causal", choices=sorted(CAUSAL_VARIANTS),
+                    help="the causal problems only: the one pass under other scan orders and "
+                    "CTA schedules, or other tiles, beside the two passes")
     a = ap.parse_args(argv)
+    if a.causal:
+        return causal_variants(a.reps, CAUSAL_VARIANTS[a.causal])
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -172,6 +183,50 @@ def main(argv=None) -> int:
         print(f"{pr.label:36s}" + "".join(f"{med.get(n, nan):8.3f}" for n in names)
               + f"{med['1pass'] / med['2pass']:7.3f}{med.get('cudnn', nan) / med['1pass']:9.3f}"
               f"{med.get('cudnn', nan) / med['2pass']:9.3f}  {errs[0]}, {errs[1]}", flush=True)
+    return 0
+
+
+CAUSAL_VARIANTS = {
+    "schedules": {"1pass": {}, "1p-rev": {"order": "reverse"},
+                  "1p-s132h": {"backward_schedule": "static132h"},
+                  "1p-s132": {"backward_schedule": "static132"}},
+    "tiles": {"1pass": {}, "1p-m64n64": {"backward_tiles": (64, 64)},
+              "1p-m128n64": {"backward_tiles": (128, 64)}}}
+"""One-pass variants: ``default_variant`` keywords (the tiles keep BASE's hints: one CTA per
+SM, 8 worker warps; both spill-free with the dQ reduce at D=128)."""
+
+
+def causal_variants(reps: int, variants: dict) -> int:
+    import torch
+
+    from experiments.measurement.correctness import random_inputs
+    from experiments.measurement.timing import time_interleaved
+    from kernels.host import backend, backward
+    from spec import Problem, get_arch
+    print(f"{'problem':36s}{'2pass':>8s}" + "".join(f"{n:>9s}" for n in variants)
+          + "  (ms; then each over 2pass)")
+    for B, H, Hkv, Sq, Skv, D, dt, causal in PROBLEMS:
+        if not causal:
+            continue
+        pr = Problem(B, H, Sq, D, S_kv=Skv, H_kv=Hkv, dtype=dt, causal=causal)
+        q, k, v = random_inputs(pr, 0)
+        dout = torch.randn_like(q)
+        lse = backward.stat_buffer(q)
+        out = backend.attention(q, k, v, causal=causal, lse=lse)
+        cfgs = {"2pass": backend.default_variant(pr, get_arch("h100"), training=True,
+                                                 backward_one_pass=False).backward}
+        for name, kw in variants.items():
+            cfgs[name] = backend.default_variant(pr, get_arch("h100"), training=True,
+                                                 backward_one_pass=True, **kw).backward
+        fns = {}
+        for name, cfg in cfgs.items():
+            launch = backward.launch_for(pr, cfg, device_index=torch.cuda.current_device())
+            bufs = (backward.stat_buffer(q), torch.empty_like(q), torch.empty_like(k),
+                    torch.empty_like(v))
+            fns[name] = lambda launch=launch, bufs=bufs: launch(dout, q, k, v, out, lse, *bufs)
+        med = {n: s.median for n, s in time_interleaved(fns, reps=reps).items()}
+        print(f"{pr.label:36s}{med['2pass']:8.3f}" + "".join(f"{med[n]:9.3f}" for n in variants)
+              + "  " + " ".join(f"{med[n] / med['2pass']:.3f}" for n in variants), flush=True)
     return 0
 
 
