@@ -33,7 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-from experiments.speed.eager import loop_wall_ms
+from experiments.speed.eager import loop_events_ms, loop_wall_ms
 
 FIELDS = ("family", "half", "problem", "launcher", "fwd_bwd_ms", "bwd_ms", "n_calls",
           "grad_rel_diff", "device", "fwd_bwd_runs_ms", "bwd_runs_ms", "fwd_bwd_host_ms")
@@ -148,17 +148,6 @@ def _prepare(attn, q, k, v, dout):
     return step, back, n, grads
 
 
-def _time_back(back, n: int) -> float:
-    import torch
-    ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
-    ev[0].record()
-    for _ in range(n):
-        back()
-    ev[1].record()
-    torch.cuda.synchronize()
-    return ev[0].elapsed_time(ev[1]) / n
-
-
 def _measure_all(launchers, q, k, v, dout, repeats: int, label: str):
     """Every launcher warmed up first; then ``repeats`` rounds, each timing every launcher's
     fwd+bwd loop and bwd loop, in the launchers' order on even rounds and reversed on odd ones
@@ -186,7 +175,7 @@ def _measure_all(launchers, q, k, v, dout, repeats: int, label: str):
             for name in (live if r % 2 == 0 else live[::-1]):
                 step, back, n, _ = prepared[name]
                 fb[name].append(loop_wall_ms(step, n))
-                bw[name].append(_time_back(back, n))
+                bw[name].append(loop_events_ms(back, n))
                 host[name].append(_host_time(step, n))
     finally:
         gc.enable()

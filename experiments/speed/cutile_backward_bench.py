@@ -54,7 +54,7 @@ from pathlib import Path
 
 from experiments.measurement.timing import time_interleaved
 from experiments.speed.cutile_backward_rows import manifest, summarize, summary, write
-from experiments.speed.eager import loop_wall_ms
+from experiments.speed.eager import loop_events_ms, loop_wall_ms
 
 SPEED_FIELDS = ("family", "half", "problem", "launcher", "fwd_bwd_ms", "bwd_ms", "n_calls",
                 "grad_rel_diff", "device", "host_ms")
@@ -72,18 +72,6 @@ def _problems(halves, only):
     from experiments.registry.suites import model_problems
     return [(f, h, p) for f, h, p in model_problems()
             if h in halves and (only is None or any(o in p.label for o in only.split(",")))]
-
-
-def _events_ms(fn, n: int) -> float:
-    """GPU time per call of a loop of ``n`` calls (CUDA events around the loop)."""
-    import torch
-    ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
-    ev[0].record()
-    for _ in range(n):
-        fn()
-    ev[1].record()
-    torch.cuda.synchronize()
-    return ev[0].elapsed_time(ev[1]) / n
 
 
 def _calls_for(fn) -> int:
@@ -135,7 +123,7 @@ def tune(problems, repeats: int, dev: str):
             for p in ("dq", "dkdv"):            # dQ first: it writes the Δ dK/dV reads
                 try:
                     n = _calls_for(passes[p])
-                    ms = statistics.median(_events_ms(passes[p], n) for _ in range(repeats))
+                    ms = statistics.median(loop_events_ms(passes[p], n) for _ in range(repeats))
                     rows.append((fam, half, pr.label, p, name, ms, dev))
                 except Exception as e:  # noqa: BLE001 - a build that fails is reported
                     print(f"tune {pr.label} {p} {name}: {type(e).__name__}: {str(e)[:200]}",
@@ -199,7 +187,7 @@ def speed(problems, repeats: int, dev: str):
             for name, (step, attn, n) in live.items():
                 fb[name].append(loop_wall_ms(step, n))
                 out = attn(q, k, v)
-                bw[name].append(_events_ms(lambda out=out: torch.autograd.grad(
+                bw[name].append(loop_events_ms(lambda out=out: torch.autograd.grad(
                     out, (q, k, v), dout, retain_graph=True), n))
                 del out
         held = time_interleaved({name: v[0] for name, v in live.items()},
@@ -229,7 +217,7 @@ def _alternated(what: str, fns: dict, ref: str, repeats: int, case: tuple, dev: 
     samples = {o: [] for o in fns}
     for _ in range(repeats):
         for o, fn in fns.items():
-            samples[o].append(_events_ms(fn, n))
+            samples[o].append(loop_events_ms(fn, n))
     rows = [(*case, f"{o}{suffix}", statistics.median(s), dev) for o, s in samples.items()]
     print(what, case[2], " ".join(f"{r[3]}={r[4]:.3f}" for r in rows), flush=True)
     return rows

@@ -102,6 +102,18 @@ def loop_wall_ms(fn: Callable[[], object], n: int) -> float:
     return (time.perf_counter() - t0) * 1e3 / n
 
 
+def loop_events_ms(fn: Callable[[], object], n: int) -> float:
+    """GPU time per call of a loop of ``n`` calls (CUDA events around the loop)."""
+    import torch
+    ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
+    ev[0].record()
+    for _ in range(n):
+        fn()
+    ev[1].record()
+    torch.cuda.synchronize()
+    return ev[0].elapsed_time(ev[1]) / n
+
+
 def eager_call_ms(fns: dict[str, Callable[[], None]], *, reps: int = 30,
                   enter=None) -> dict[str, list[float]]:
     """Per caller, ``reps`` eager call times in ms (module docstring), callers alternating;
