@@ -6,19 +6,22 @@ dQ with relaxed per-element atomics instead (FlashAttention-2's scheme; its kern
 time on a cold L2, launchers alternated, median of ``--reps``; each launcher's gradients against
 an fp32 reference (max |error| / max |reference|).
 
-    python -m explorations.fused_bwd_probe [--reps 10] [--causal schedules|tiles]
+    python -m explorations.fused_bwd_probe [--reps 10] [--causal schedules|tiles|rule]
+    python -m explorations.fused_bwd_probe --variants rule
 
 ``--causal schedules``: where the one pass loses (causal), is it the tail of unequal items (a
 K/V tile near the diagonal scans few Q tiles, the first one all)? The one pass on the grid
 launch, with a reversed scan, and on 132 persistent CTAs dealt head-major (the longest items of
 every head first) and q-major, each against the two passes. ``--causal tiles``: or its tiles
-(the two passes' rule takes 64 x 64 K/V tiles for the causal dK/dV at D=128)?
+(the two passes' rule takes 64 x 64 K/V tiles for the causal dK/dV at D=128)? ``rule``: the one
+pass on the two passes' dK/dV configuration (``--variants``: on every problem).
 
 Problems: none of the model suite's validation half (the training bench's judged half)."""
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 
 import cuda.tile as ct
 
@@ -121,9 +124,12 @@ def main(argv=None) -> int:
     ap.add_argument("--causal", choices=sorted(CAUSAL_VARIANTS),
                     help="the causal problems only: the one pass under other scan orders and "
                     "CTA schedules, or other tiles, beside the two passes")
+    ap.add_argument("--variants", choices=sorted(CAUSAL_VARIANTS),
+                    help="as --causal, on every problem")
     a = ap.parse_args(argv)
-    if a.causal:
-        return causal_variants(a.reps, CAUSAL_VARIANTS[a.causal])
+    if a.causal or a.variants:
+        return causal_variants(a.reps, CAUSAL_VARIANTS[a.causal or a.variants],
+                               causal_only=bool(a.causal))
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -191,12 +197,15 @@ CAUSAL_VARIANTS = {
                   "1p-s132h": {"backward_schedule": "static132h"},
                   "1p-s132": {"backward_schedule": "static132"}},
     "tiles": {"1pass": {}, "1p-m64n64": {"backward_tiles": (64, 64)},
-              "1p-m128n64": {"backward_tiles": (128, 64)}}}
+              "1p-m128n64": {"backward_tiles": (128, 64)}},
+    "rule": {"1pass": {}, "1p-rule": None}}
 """One-pass variants: ``default_variant`` keywords (the tiles keep BASE's hints: one CTA per
-SM, 8 worker warps; both spill-free with the dQ reduce at D=128)."""
+SM, 8 worker warps; both spill-free with the dQ reduce at D=128); None: the one pass on the
+configuration the two passes' rule picks for their dK/dV pass (at D=128 causal 64 x 64 K/V
+tiles, two CTAs per SM, spill-free with the dQ made in two halves along D)."""
 
 
-def causal_variants(reps: int, variants: dict) -> int:
+def causal_variants(reps: int, variants: dict, causal_only: bool = True) -> int:
     import torch
 
     from experiments.measurement.correctness import random_inputs
@@ -206,7 +215,7 @@ def causal_variants(reps: int, variants: dict) -> int:
     print(f"{'problem':36s}{'2pass':>8s}" + "".join(f"{n:>9s}" for n in variants)
           + "  (ms; then each over 2pass)")
     for B, H, Hkv, Sq, Skv, D, dt, causal in PROBLEMS:
-        if not causal:
+        if causal_only and not causal:
             continue
         pr = Problem(B, H, Sq, D, S_kv=Skv, H_kv=Hkv, dtype=dt, causal=causal)
         q, k, v = random_inputs(pr, 0)
@@ -216,8 +225,9 @@ def causal_variants(reps: int, variants: dict) -> int:
         cfgs = {"2pass": backend.default_variant(pr, get_arch("h100"), training=True,
                                                  backward_one_pass=False).backward}
         for name, kw in variants.items():
-            cfgs[name] = backend.default_variant(pr, get_arch("h100"), training=True,
-                                                 backward_one_pass=True, **kw).backward
+            cfgs[name] = (replace(cfgs["2pass"], one_pass=True) if kw is None else
+                          backend.default_variant(pr, get_arch("h100"), training=True,
+                                                  backward_one_pass=True, **kw).backward)
         fns = {}
         for name, cfg in cfgs.items():
             launch = backward.launch_for(pr, cfg, device_index=torch.cuda.current_device())

@@ -91,9 +91,11 @@ def _dkdv_step(Q, dO, LSE, Delta, dQacc, k, v, dk, dv, b, h, m, qk_scale, offs_n
                DQ: ConstBool, EVEN_K: ConstBool):
     """One Q tile ``m`` of head (b, h) against this CTA's K/V tile; returns (dk, dv). With
     ``DQ`` (the one-pass backward) it also adds this pair's ``dS·K`` to the fp32 dQ sum of the
-    Q tile's rows (unscaled) by one TMA bulk reduce; the K/V rows past ``S_kv`` of a ragged last
-    tile are then masked, since their zero K rows would carry ``Pᵀ = exp2(−LSE)`` (inf for very
-    negative rows) into dQ as ``inf · 0``."""
+    Q tile's rows (unscaled) by TMA bulk reduce, at D=128 in two halves of 64 columns (one
+    [TILE_M, 64] fp32 accumulator live at a time, and half the staging for the reduce: no spill
+    with two CTAs per SM, 16 KB less shared memory on BASE); the K/V rows past ``S_kv`` of a
+    ragged last tile are then masked, since their zero K rows would carry ``Pᵀ = exp2(−LSE)``
+    (inf for very negative rows) into dQ as ``inf · 0``."""
     qt = ct.load(Q, index=(b, h, 0, m), shape=(1, 1, TILE_D, TILE_M), order=(0, 1, 3, 2),
                  padding_mode=ZERO, latency=2)
     qt = ct.reshape(qt, (TILE_D, TILE_M))                                     # Qᵀ [D, TILE_M]
@@ -117,10 +119,12 @@ def _dkdv_step(Q, dO, LSE, Delta, dQacc, k, v, dk, dv, b, h, m, qk_scale, offs_n
     dst = (pt * (dpt - delta)).astype(do.dtype)                              # dSᵀ [TILE_N, TILE_M]
     dk = ct.mma(dst, ct.transpose(qt), dk)                                    # [TILE_N, D]
     if DQ:
-        dq = ct.mma(ct.transpose(dst), k,
-                    ct.full((TILE_M, TILE_D), 0.0, dtype=ct.float32))         # [TILE_M, D]
-        dQacc.tiled_view((1, 1, TILE_M, TILE_D)).atomic_store_add(
-            (b, h, m, 0), ct.reshape(dq, (1, 1, TILE_M, TILE_D)))
+        HALF = TILE_D // 2 if TILE_D > 64 else TILE_D
+        view = dQacc.tiled_view((1, 1, TILE_M, HALF))
+        for c in range(TILE_D // HALF):
+            dq = ct.mma(ct.transpose(dst), ct.extract(k, (0, c), (TILE_N, HALF)),
+                        ct.full((TILE_M, HALF), 0.0, dtype=ct.float32))
+            view.atomic_store_add((b, h, m, c), ct.reshape(dq, (1, 1, TILE_M, HALF)))
     return dk, dv
 
 

@@ -313,9 +313,10 @@ def _default_backward(problem: Problem, order: ScanOrder,
                       one_pass: bool | None = None) -> BackwardConfig:
     """The backward half of ``default_variant(training=True)``. D=128 without a mask: the one
     pass (``BackwardConfig.one_pass``) on ``BASE``, the build checked spill-free with its dQ
-    reduce: 0.80-0.95x the two passes' kernel time on all five such problems of
-    ``explorations/fused_bwd_probe.py`` (H200, profiles/h200/bwd-onepass-20261129), where it was
-    1.07-1.55x on every causal problem and 0.99-1.32x at D=64. Otherwise the two passes, each
+    reduce: 0.71-0.86x the two passes' kernel time on all five such problems of
+    ``explorations/fused_bwd_probe.py`` (H200, profiles/h200/bwd-onepass-20261129, rule.txt),
+    where it was 1.06-1.42x on every causal problem (1.06-1.16x on the two passes' own two-CTA
+    dK/dV tiles) and 0.99-1.30x at D=64. Otherwise the two passes, each
     with the tiles and hints of least predicted time under the fitted rule
     (``kernels.rules.backward_choice.fitted_rule``; ``BASE`` for both where it has no
     constants). ``order`` and ``schedule`` (None: the grid launch) for both passes, ``tiles``

@@ -273,18 +273,24 @@ def test_backward_schedule_is_bitwise_and_order_rounds_only(pr):
 @pytest.mark.parametrize("pr", MATRIX, ids=_ids)
 def test_one_pass_matches_reference(pr):
     """The one pass on every matrix problem (causal, ragged, S_q ≠ S_kv, GQA/MQA with the group
-    split), every buffer it allocates poisoned (its fp32 dQ sum must be zeroed by
-    ``bwd_prep``)."""
+    split), on ``BASE`` and on the tiles and hints the two passes' rule gives their dK/dV pass
+    (64 x 64, two CTAs per SM at D=128 causal), every buffer it allocates poisoned (its fp32 dQ
+    sum must be zeroed by ``bwd_prep``)."""
+    from dataclasses import replace
+
     from kernels.host import backend, backward
+    from spec import get_arch
     q, k, v, dout = _inputs(pr, seed=zlib.crc32(pr.label.encode()) % 1000 + 1)
     lse = backward.stat_buffer(q)
     out = backend.attention(q, k, v, causal=pr.causal, lse=lse)
     _, ref = _sdpa_grads(q, k, v, dout, pr.causal, None, fp32=True)
     _, peer = _sdpa_grads(q, k, v, dout, pr.causal, None, fp32=False)
-    cfg = one_pass(pr)
-    got = _poisoned_backward(dout, q, k, v, out, lse, causal=pr.causal, config=cfg)
-    for name, g, r, p in zip(("dq", "dk", "dv"), got, ref, peer):
-        _check(f"one pass {name}", g, r, p)
+    two = backend.default_variant(pr, get_arch("h100"), training=True,
+                                  backward_one_pass=False).backward
+    for cfg in dict.fromkeys((one_pass(pr), replace(two, one_pass=True))):
+        got = _poisoned_backward(dout, q, k, v, out, lse, causal=pr.causal, config=cfg)
+        for name, g, r, p in zip(("dq", "dk", "dv"), got, ref, peer):
+            _check(f"{cfg.label()} {name}", g, r, p)
 
 
 def test_deterministic_mode_takes_the_two_passes():

@@ -151,10 +151,12 @@ def test_one_pass_builds(toolchain, causal):  # noqa: F811
     its dQ MMA reduces dQ by TMA (``cp.reduce.async.bulk.tensor``, no per-element atomics),
     and does not spill at D=128
     where the default takes it, with and without the group split (at D=64 causal, which the
-    default never takes, it has a 16-24 byte stack). Its ``bwd_prep`` and ``bwd_dq_cast`` build
+    default never takes, it has a 16-24 byte stack), nor on 64 x 64 tiles with two CTAs per SM
+    at D=128 (its dQ made in two halves along D). Its ``bwd_prep`` and ``bwd_dq_cast`` build
     spill-free."""
     from kernels.build.resources import read_resources
-    from kernels.host.backward import BASE, SUM_TILE_N
+    from kernels.host.backward import BASE, SUM_TILE_N, PassConfig
+    from spec.problem import Tiles
     for D in (64, 128):
         for split, H_kv in ((1, 16), (4, 2)):
             r = read_resources(_cubin(_case("dkdv", D, causal, BASE, H_kv=H_kv, split=split,
@@ -166,6 +168,10 @@ def test_one_pass_builds(toolchain, causal):  # noqa: F811
             assert r.ptx["ATOMIC"] == 0 and r.ptx["WGMMA"] > two.ptx["WGMMA"], (r, two)
             if D == 128 or not causal:
                 assert not r.spills, r
+        if D == 128:   # dQ in two halves along D: the two-CTA 64 x 64 build has no stack
+            pc = PassConfig(Tiles(64, 64), 2)
+            r = read_resources(_cubin(_case("dkdv", D, causal, pc, one_pass=True), 2))
+            assert not r.spills and r.ptx["TMA_REDUCE"] > 0, r
         for kernel in ("prep", "dq_cast"):
             r = read_resources(_cubin(_case(kernel, D, False, BASE, tile_m=SUM_TILE_N)))
             assert not r.spills, f"{kernel}: {r}"
