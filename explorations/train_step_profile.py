@@ -60,7 +60,9 @@ def main(argv=None) -> int:
                     import pstats
                     cp = cProfile.Profile()
                     cp.runcall(lambda: [step() for _ in range(a.calls)])
-                    pstats.Stats(cp).sort_stats("tottime").print_stats(12)
+                    st = pstats.Stats(cp)
+                    st.sort_stats("tottime").print_stats(15)
+                    st.sort_stats("cumtime").print_stats(30)
                 continue
             with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
                 for _ in range(a.calls):
