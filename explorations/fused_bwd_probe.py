@@ -14,7 +14,8 @@ K/V tile near the diagonal scans few Q tiles, the first one all)? The one pass o
 launch, with a reversed scan, and on 132 persistent CTAs dealt head-major (the longest items of
 every head first) and q-major, each against the two passes. ``--causal tiles``: or its tiles
 (the two passes' rule takes 64 x 64 K/V tiles for the causal dK/dV at D=128)? ``rule``: the one
-pass on the two passes' dK/dV configuration (``--variants``: on every problem).
+pass on the two passes' dK/dV configuration (``--variants``: on every problem; ``--D 64``:
+those of D=64). ``wide``: 64 x 64 and 128 x 128 tiles (the latter spill-free at D=64 only).
 
 Problems: none of the model suite's validation half (the training bench's judged half)."""
 from __future__ import annotations
@@ -126,10 +127,11 @@ def main(argv=None) -> int:
                     "CTA schedules, or other tiles, beside the two passes")
     ap.add_argument("--variants", choices=sorted(CAUSAL_VARIANTS),
                     help="as --causal, on every problem")
+    ap.add_argument("--D", type=int, choices=(64, 128), help="only the problems of this D")
     a = ap.parse_args(argv)
     if a.causal or a.variants:
         return causal_variants(a.reps, CAUSAL_VARIANTS[a.causal or a.variants],
-                               causal_only=bool(a.causal))
+                               causal_only=bool(a.causal), D=a.D)
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -198,14 +200,17 @@ CAUSAL_VARIANTS = {
                   "1p-s132": {"backward_schedule": "static132"}},
     "tiles": {"1pass": {}, "1p-m64n64": {"backward_tiles": (64, 64)},
               "1p-m128n64": {"backward_tiles": (128, 64)}},
-    "rule": {"1pass": {}, "1p-rule": None}}
+    "rule": {"1pass": {}, "1p-rule": None},
+    "wide": {"1pass": {}, "1p-m64n64": {"backward_tiles": (64, 64)},
+             "1p-m128n128": {"backward_tiles": (128, 128)}}}
 """One-pass variants: ``default_variant`` keywords (the tiles keep BASE's hints: one CTA per
 SM, 8 worker warps; both spill-free with the dQ reduce at D=128); None: the one pass on the
 configuration the two passes' rule picks for their dK/dV pass (at D=128 causal 64 x 64 K/V
 tiles, two CTAs per SM, spill-free with the dQ made in two halves along D)."""
 
 
-def causal_variants(reps: int, variants: dict, causal_only: bool = True) -> int:
+def causal_variants(reps: int, variants: dict, causal_only: bool = True,
+                    D: int | None = None) -> int:
     import torch
 
     from experiments.measurement.correctness import random_inputs
@@ -214,10 +219,10 @@ def causal_variants(reps: int, variants: dict, causal_only: bool = True) -> int:
     from spec import Problem, get_arch
     print(f"{'problem':36s}{'2pass':>8s}" + "".join(f"{n:>9s}" for n in variants)
           + "  (ms; then each over 2pass)")
-    for B, H, Hkv, Sq, Skv, D, dt, causal in PROBLEMS:
-        if causal_only and not causal:
+    for B, H, Hkv, Sq, Skv, d, dt, causal in PROBLEMS:
+        if (causal_only and not causal) or d != (D or d):
             continue
-        pr = Problem(B, H, Sq, D, S_kv=Skv, H_kv=Hkv, dtype=dt, causal=causal)
+        pr = Problem(B, H, Sq, d, S_kv=Skv, H_kv=Hkv, dtype=dt, causal=causal)
         q, k, v = random_inputs(pr, 0)
         dout = torch.randn_like(q)
         lse = backward.stat_buffer(q)

@@ -15,7 +15,13 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from kernels.rules import backward_choice
-from kernels.rules.backward_config import BASE, BackwardConfig, PassConfig
+from kernels.rules.backward_config import (
+    BASE,
+    ONE_PASS_D64_MIN_ROWS,
+    WIDE,
+    BackwardConfig,
+    PassConfig,
+)
 from kernels.rules.choice import problem_config
 from kernels.rules.config import KernelConfig, persistent_ctas, registry_config
 from spec import arch as arch_registry
@@ -311,13 +317,16 @@ def _default_backward(problem: Problem, order: ScanOrder,
                       schedule: str | CtaSchedule | None = None,
                       tiles: Tiles | tuple[int, int] | None = None,
                       one_pass: bool | None = None) -> BackwardConfig:
-    """The backward half of ``default_variant(training=True)``. D=128 without a mask: the one
-    pass (``BackwardConfig.one_pass``) on ``BASE``, the build checked spill-free with its dQ
-    reduce: 0.71-0.86x the two passes' kernel time on all five such problems of
-    ``explorations/fused_bwd_probe.py`` (H200, profiles/h200/bwd-onepass-20261129, rule.txt),
-    where it was 1.06-1.42x on every causal problem (1.06-1.16x on the two passes' own two-CTA
-    dK/dV tiles) and 0.99-1.30x at D=64. Otherwise the two passes, each
-    with the tiles and hints of least predicted time under the fitted rule
+    """The backward half of ``default_variant(training=True)``. Without a mask, at D=128 and at
+    D=64 from ``ONE_PASS_D64_MIN_ROWS`` query rows on: the one pass (``BackwardConfig.one_pass``)
+    on ``BASE`` at D=128, ``WIDE`` at D=64, each build checked spill-free with its dQ reduce.
+    Measured with ``explorations/fused_bwd_probe.py`` (H200, profiles/h200/bwd-onepass-20261129)
+    against the two passes: at D=128 0.71-0.86x on all five such problems (rule.txt.xz); at D=64
+    (wide64.txt.xz) 0.88-0.95x at S = 3000-4096 and 1.03-1.28x at S = 197-1000, the one pass's two
+    extra launches and its dQ reduce outweighing the two MMAs a pair it saves on short
+    sequences (2048: the power of two above the crossover, ~1550 interpolated in log S). Causal:
+    1.00-1.42x (1.06-1.16x on the two passes' own two-CTA dK/dV tiles), never taken. Otherwise
+    the two passes, each with the tiles and hints of least predicted time under the fitted rule
     (``kernels.rules.backward_choice.fitted_rule``; ``BASE`` for both where it has no
     constants). ``order`` and ``schedule`` (None: the grid launch) for both passes, ``tiles``
     replacing both passes' tiles; ``one_pass`` True or False overrides the choice."""
@@ -327,9 +336,10 @@ def _default_backward(problem: Problem, order: ScanOrder,
         schedule = CtaSchedule.parse(schedule)
     rule = backward_choice.fitted_rule()
     if one_pass is None:
-        one_pass = problem.D == 128 and not problem.causal
+        one_pass = not problem.causal and (problem.D == 128
+                                           or problem.S_q >= ONE_PASS_D64_MIN_ROWS)
     if one_pass:
-        dkdv, dq = BASE, BASE
+        dkdv = dq = BASE if problem.D == 128 else WIDE
     else:
         dkdv, dq = (rule.choose(problem) if rule is not None else None) or (BASE, BASE)
     if tiles is not None:

@@ -7,12 +7,12 @@
 
 ``attention_backward`` runs ``fmha_bwd.bwd_dq`` (which also makes Δ), ``bwd_dkdv`` (then
 ``bwd_split_sum`` where the pass splits a group's query heads) on torch's current stream: two
-launches a step (three with the split); with ``BackwardConfig.one_pass`` (the default at D=128
-without a mask) ``bwd_prep``, ``bwd_dkdv`` making dQ too, ``bwd_dq_cast``: three launches, five
-MMAs per tile pair instead of seven. Nothing is synchronised, so a CUDA graph captures them. The
-scan order and CTA schedule of the two main passes are spec objects (``ScanOrder``, ``CtaSchedule``:
-the grid launch or P persistent CTAs, q-major or head-major), so the locality studies of the forward
-apply to the backward unchanged.
+launches a step (three with the split); with ``BackwardConfig.one_pass`` (the default without a
+mask at D=128, and at D=64 from 2048 query rows on) ``bwd_prep``, ``bwd_dkdv`` making dQ too,
+``bwd_dq_cast``: three launches, five MMAs per tile pair instead of seven. Nothing is
+synchronised, so a CUDA graph captures them. The scan order and CTA schedule of the two main
+passes are spec objects (``ScanOrder``, ``CtaSchedule``: the grid launch or P persistent CTAs,
+q-major or head-major), so the locality studies of the forward apply to the backward unchanged.
 
 The default configuration (``kernels.host.backend.default_variant`` with ``training=True``, the one
 place both halves of a training step are resolved) comes from a fitted work model of each pass, the

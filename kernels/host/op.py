@@ -6,8 +6,9 @@ The operators are ``sawtooth::cutile_attention`` (returns (out, lse)), ``..._out
 ``kernels.host.backend.attention`` (the training build ``fmha_fwd_lse`` stores the log-sum-exp
 in ``backward.stat_buffer``: [B, H, S_q] fp32 with rows padded to 16 bytes, so the backward's
 loads of it are TMA copies); the backward is ``kernels.host.backward.attention_backward`` (Δ,
-dK/dV scanning Q tiles, dQ scanning K/V tiles, both in the call's backward order; at D=128
-without a mask one pass that makes both, unless ``torch.use_deterministic_algorithms``).
+dK/dV scanning Q tiles, dQ scanning K/V tiles, both in the call's backward order; without a
+mask at D=128, and at D=64 from 2048 query rows on, one pass that makes both, unless
+``torch.use_deterministic_algorithms``).
 Knobs: ``occupancy`` (CTAs per SM hint; None: the configuration's), ``arch`` (None: the GPU
 present; a named arch must be it), ``level`` (the tuning ladder 1..6; the backward needs >= 2).
 """

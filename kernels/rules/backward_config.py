@@ -52,6 +52,15 @@ class BackwardConfig:
 BASE = PassConfig(Tiles(64, 128), 1, 8)
 """The base pass configuration (``kernels.host.backward``'s docstring)."""
 
+WIDE = PassConfig(Tiles(128, 128), 1, 8)
+"""The one pass's configuration at D=64: 128 x 128 tiles, twice BASE's Q rows per pair. The dQ
+reduce a pair sends (TILE_M x D fp32) per MMA work (TILE_M x TILE_N x D) is BASE's, but each
+K/V tile is held against 128 query rows per step, and the build is spill-free at D=64 without a
+mask (16 bytes of stack causal, as BASE's); at D=128 it spills."""
+
+ONE_PASS_D64_MIN_ROWS = 2048
+"""From how many query rows (``S_q``) the default takes the one pass at D=64 without a mask."""
+
 
 def group_split(n_items: int, group: int, target: int, fill: int) -> int:
     """Over how many work items the dK/dV pass deals each K/V head's query heads. None (1) when

@@ -53,6 +53,7 @@ MATRIX = [
     Problem(B=3, H=2, S_q=17, D=64, dtype="bf16", causal=True),                 # one partial tile
     Problem(B=1, H=4, H_kv=2, S_q=1000, S_kv=1000, D=128, dtype="bf16", causal=True),
     Problem(B=4, H=16, H_kv=4, S_q=2048, D=64, dtype="fp16", causal=True),   # GQA, no split
+    Problem(B=1, H=4, S_q=2100, D=64, dtype="bf16", causal=False),   # the default's WIDE one pass
 ]
 
 
@@ -88,11 +89,13 @@ def training_jobs() -> list:
             ("linear", "static7"), ("linear", "static5h"), ("sawtooth", "static7"),
             ("reverse", None), ("sawtooth2", "static5h"))]
     jobs += [(p, one_pass(p)) for p in MATRIX]
+    jobs += [(p, default_variant(p, get_arch("h100"), training=True,
+                                 backward_one_pass=True).backward) for p in MATRIX]
     return jobs
 
 
 def one_pass(p: Problem):
-    """The one-pass backward of ``p`` on ``BASE`` (the default's where it takes one)."""
+    """The one-pass backward of ``p`` on ``BASE`` (the default's one pass at D=128)."""
     from kernels.host.backward import BASE, BackwardConfig
     return BackwardConfig(BASE, BASE, one_pass=True)
 
@@ -273,8 +276,9 @@ def test_backward_schedule_is_bitwise_and_order_rounds_only(pr):
 @pytest.mark.parametrize("pr", MATRIX, ids=_ids)
 def test_one_pass_matches_reference(pr):
     """The one pass on every matrix problem (causal, ragged, S_q ≠ S_kv, GQA/MQA with the group
-    split), on ``BASE`` and on the tiles and hints the two passes' rule gives their dK/dV pass
-    (64 x 64, two CTAs per SM at D=128 causal), every buffer it allocates poisoned (its fp32 dQ
+    split), on ``BASE``, on the default's one-pass tiles (``WIDE`` at D=64) and on the tiles and
+    hints the two passes' rule gives their dK/dV pass (64 x 64, two CTAs per SM at D=128
+    causal), every buffer it allocates poisoned (its fp32 dQ
     sum must be zeroed by ``bwd_prep``)."""
     from dataclasses import replace
 
@@ -287,7 +291,9 @@ def test_one_pass_matches_reference(pr):
     _, peer = _sdpa_grads(q, k, v, dout, pr.causal, None, fp32=False)
     two = backend.default_variant(pr, get_arch("h100"), training=True,
                                   backward_one_pass=False).backward
-    for cfg in dict.fromkeys((one_pass(pr), replace(two, one_pass=True))):
+    forced = backend.default_variant(pr, get_arch("h100"), training=True,
+                                     backward_one_pass=True).backward
+    for cfg in dict.fromkeys((one_pass(pr), replace(two, one_pass=True), forced)):
         got = _poisoned_backward(dout, q, k, v, out, lse, causal=pr.causal, config=cfg)
         for name, g, r, p in zip(("dq", "dk", "dv"), got, ref, peer):
             _check(f"{cfg.label()} {name}", g, r, p)

@@ -101,7 +101,8 @@ def test_the_committed_rule_covers_every_key_without_a_table():
 @pytest.mark.parametrize("D,causal", [(64, False), (64, True), (128, True)])
 def test_default_backward_is_each_passes_least_predicted_candidate(D, causal):
     rule = backward_choice.fitted_rule()
-    for p in (Problem(8, 16, 1024, D, causal=causal), Problem(1, 32, 5111, D, H_kv=4,
+    long = 5111 if causal else 1537         # D=64 unmasked from 2048 rows on: the one pass
+    for p in (Problem(8, 16, 1024, D, causal=causal), Problem(1, 32, long, D, H_kv=4,
                                                              causal=causal)):
         cfg = _backward(p)
         assert not cfg.one_pass
@@ -127,6 +128,22 @@ def test_d128_without_a_mask_takes_the_one_pass_on_the_base(p):
     assert not two.one_pass and all(
         cfg_label(getattr(two, n)) == min(rule.predictions(p, n), key=rule.predictions(p, n).get)
         for n in backward.PASSES)
+
+
+@pytest.mark.parametrize("S,one", [(2047, False), (2048, True), (9216, True)])
+def test_d64_without_a_mask_takes_the_wide_one_pass_on_long_sequences(S, one):
+    """D=64 without a mask: the one pass on ``WIDE`` (128 x 128) from ``ONE_PASS_D64_MIN_ROWS``
+    query rows on, the rule's two passes below; causal never; forcing it takes ``WIDE``."""
+    from kernels.rules.backward_config import ONE_PASS_D64_MIN_ROWS, WIDE
+    assert ONE_PASS_D64_MIN_ROWS == 2048
+    cfg = _backward(Problem(2, 8, S, 64))
+    assert cfg.one_pass == one
+    if one:
+        assert cfg_label(cfg.dkdv) == cfg_label(WIDE) == "m128n128ww8"
+    assert not _backward(Problem(2, 8, S, 64, causal=True)).one_pass
+    forced = backend.default_variant(Problem(2, 8, 512, 64), get_arch("h100"), training=True,
+                                     backward_one_pass=True).backward
+    assert forced.one_pass and cfg_label(forced.dkdv) == cfg_label(WIDE)
 
 
 def test_a_key_without_constants_takes_the_base(monkeypatch):

@@ -152,10 +152,12 @@ def test_one_pass_builds(toolchain, causal):  # noqa: F811
     and does not spill at D=128
     where the default takes it, with and without the group split (at D=64 causal, which the
     default never takes, it has a 16-24 byte stack), nor on 64 x 64 tiles with two CTAs per SM
-    at D=128 (its dQ made in two halves along D). Its ``bwd_prep`` and ``bwd_dq_cast`` build
+    at D=128 (its dQ made in two halves along D); at D=64 ``WIDE`` (128 x 128), the default's
+    one pass there, has no more stack than BASE. Its ``bwd_prep`` and ``bwd_dq_cast`` build
     spill-free."""
     from kernels.build.resources import read_resources
     from kernels.host.backward import BASE, SUM_TILE_N, PassConfig
+    from kernels.rules.backward_config import WIDE
     from spec.problem import Tiles
     for D in (64, 128):
         for split, H_kv in ((1, 16), (4, 2)):
@@ -172,6 +174,12 @@ def test_one_pass_builds(toolchain, causal):  # noqa: F811
             pc = PassConfig(Tiles(64, 64), 2)
             r = read_resources(_cubin(_case("dkdv", D, causal, pc, one_pass=True), 2))
             assert not r.spills and r.ptx["TMA_REDUCE"] > 0, r
+        else:          # WIDE, the default's one pass at D=64: BASE's stack at most
+            for split, H_kv in ((1, 16), (4, 2)):
+                r = read_resources(_cubin(_case("dkdv", D, causal, WIDE, H_kv=H_kv, split=split,
+                                                one_pass=True), 1, 8))
+                assert r.ptx["TMA_REDUCE"] > 0 and r.ptx["LD_LOCAL"] == 0, r
+                assert (r.stack <= 16) if causal else not r.spills, r
         for kernel in ("prep", "dq_cast"):
             r = read_resources(_cubin(_case(kernel, D, False, BASE, tile_m=SUM_TILE_N)))
             assert not r.spills, f"{kernel}: {r}"
