@@ -39,7 +39,7 @@ from dataclasses import asdict, is_dataclass
 from importlib import metadata
 from pathlib import Path
 
-from spec.install import checkout, code_identity, output_root
+from spec.install import checkout, code_identity, output_root, source_sha256
 from spec.records import SCHEMA_VERSION
 
 from .journal import Journal, write_text_atomically
@@ -333,7 +333,8 @@ def git_state() -> dict:
     to a GPU machine) can name its commit in $SAWTOOTH_GIT_COMMIT; otherwise it is recorded as
     unknown (None), never guessed; so is an installed package's (it is no checkout). Where no
     commit is known the package version and a hash of the code that ran are recorded instead
-    (``spec.install.code_identity``)."""
+    (``spec.install.code_identity``); so is the code's hash where the tree is dirty, the commit
+    then not naming what ran (a GPU machine's copy with a stale ``.git``)."""
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=tree, capture_output=True, text=True,
                               timeout=10).stdout.strip()
@@ -351,6 +352,8 @@ def git_state() -> dict:
     if not re.fullmatch(r"[0-9a-f]{40}", commit):
         return {"commit": None, "dirty": None, "source": "checkout without git history",
                 **code_identity()}
+    if dirty:
+        return {"commit": commit, "dirty": dirty, "source_sha256": source_sha256()}
     return {"commit": commit, "dirty": dirty}
 
 

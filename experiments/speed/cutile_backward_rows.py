@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import math
-import subprocess
 import sys
 from pathlib import Path
 
@@ -97,13 +96,8 @@ def write(path: Path, fields, rows) -> None:
 
 def manifest(args, dev) -> dict:
     import torch
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                                check=False).stdout.strip() or None
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "kernels", "experiments"],
-                                    capture_output=True, text=True, check=False).stdout.strip())
-    except OSError:
-        commit, dirty = None, None
+
+    from experiments.rundirs.rundir import git_state
     try:
         import cuda.tile as ct
         ctv = getattr(ct, "__version__", None)
@@ -113,5 +107,5 @@ def manifest(args, dev) -> dict:
     return {"schema": 1, "study": "cutile-backward-bench", "device": dev,
             "sm_count": props.multi_processor_count, "l2_bytes": props.L2_cache_size,
             "torch": torch.__version__, "cuda_runtime": torch.version.cuda, "cuda_tile": ctv,
-            "commit": commit, "dirty": dirty, "repeats": args.repeats, "seed": 0,
+            **git_state(), "repeats": args.repeats, "seed": 0,
             "halves": args.halves, "command": " ".join(sys.argv)}

@@ -200,3 +200,25 @@ def test_provenance_without_git_names_the_version_and_a_hash_of_the_code(tmp_pat
     before = install.source_sha256(tmp_path)
     (tmp_path / "spec" / "install.py").write_text("changed")
     assert install.source_sha256(tmp_path) != before
+
+
+def test_a_dirty_tree_records_the_hash_of_the_code_that_ran(tmp_path, monkeypatch):
+    """A dirty checkout's commit does not name what ran (a GPU machine's stale ``.git``)."""
+    import subprocess
+
+    from experiments.rundirs import rundir
+    from spec import install
+
+    def git(*a):
+        subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t",
+                        *a], check=True, capture_output=True)
+    monkeypatch.delenv("SAWTOOTH_GIT_COMMIT", raising=False)
+    (tmp_path / "f").write_text("a")
+    git("init", "-q")
+    git("add", "f")
+    git("commit", "-qm", "x")
+    monkeypatch.setattr(rundir, "checkout", lambda: tmp_path)
+    assert set(rundir.git_state()) == {"commit", "dirty"}
+    (tmp_path / "f").write_text("b")
+    g = rundir.git_state()
+    assert g["dirty"] and g["source_sha256"] == install.source_sha256()
