@@ -325,7 +325,7 @@ def _default_backward(problem: Problem, order: ScanOrder,
     (wide64.txt.xz) 0.88-0.95x at S = 3000-4096 and 1.03-1.28x at S = 197-1000, the one pass's two
     extra launches and its dQ reduce outweighing the two MMAs a pair it saves on short
     sequences (2048: the power of two above the crossover, ~1550 interpolated in log S). Causal:
-    1.00-1.42x (1.06-1.16x on the two passes' own two-CTA dK/dV tiles), never taken. Otherwise
+    1.00-1.83x over every tile, schedule and CTA count tried, never taken. Otherwise
     the two passes, each with the tiles and hints of least predicted time under the fitted rule
     (``kernels.rules.backward_choice.fitted_rule``; ``BASE`` for both where it has no
     constants). ``order`` and ``schedule`` (None: the grid launch) for both passes, ``tiles``
