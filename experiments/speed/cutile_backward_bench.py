@@ -76,13 +76,8 @@ def _problems(halves, only):
 
 def _calls_for(fn) -> int:
     """Calls per timed loop: about 100 ms of work, 3..200."""
-    import torch
     fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    fn()
-    torch.cuda.synchronize()
-    ms = (time.perf_counter() - t0) * 1e3
+    ms = loop_wall_ms(fn, 1)
     return max(3, min(200, int(100 / max(ms, 1e-3))))
 
 

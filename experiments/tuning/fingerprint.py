@@ -197,11 +197,13 @@ def _cutile_backward() -> list:
     from experiments.registry.plans import backward_plan
     from kernels.build.signatures import BackwardCase, CompileCase
     from kernels.host.backend import default_variant
-    from kernels.host.backward import BASE, SUM_TILE_N
+    from kernels.host.backward import BASE, SUM_TILE_N, PassConfig
     from kernels.rules.backward_choice import CANDIDATES
+    from kernels.rules.backward_config import WIDE
     from kernels.rules.config import default_config
     from spec import Problem, get_arch
     from spec.orders import OrderKind
+    from spec.problem import Tiles
     from spec.schedules import ScheduleKind, WorkOrder
     from tests.cpu.kernels import test_cutile_backward_compile as t
     from tests.gpu import test_backward_trace as g
@@ -220,6 +222,12 @@ def _cutile_backward() -> list:
                 out.append(_cutile_bwd(t._case("dkdv", D, causal, BASE, H_kv=H_kv, split=split,
                                                one_pass=True), BASE.occupancy,
                                        BASE.worker_warps))
+                if D == 64:
+                    out.append(_cutile_bwd(t._case("dkdv", D, causal, WIDE, H_kv=H_kv,
+                                                   split=split, one_pass=True), 1, 8))
+            if D == 128:
+                out.append(_cutile_bwd(t._case("dkdv", D, causal, PassConfig(Tiles(64, 64), 2),
+                                               one_pass=True), 2, None))
             pc = cfg.dkdv
             for order in (OrderKind.LINEAR, OrderKind.SAWTOOTH):
                 for sched in (ScheduleKind.GRID, ScheduleKind.PERSISTENT):

@@ -251,12 +251,13 @@ def _ready(t):
 
 def attention_backward(dout, q, k, v, out, lse, *, causal: bool, scale: float | None = None,
                        config: BackwardConfig | None = None, order: str | ScanOrder = "linear",
-                       schedule: str | CtaSchedule | None = None, level: int = 6,
+                       schedule: str | CtaSchedule | None = None, tiles=None, level: int = 6,
                        grads=None):
     """(dq, dk, dv) of ``out = attention(q, k, v, causal, scale)`` for the upstream gradient
     ``dout``; ``lse`` is what the training forward stored (``stat_buffer``). dk, dv have k's
     shape (GQA/MQA: the group's query heads summed). ``config`` (else ``default_variant``'s with
-    ``order`` / ``schedule``) picks the kernels' tiles, hints, scan orders and schedules.
+    ``order`` / ``schedule`` / ``tiles``, both passes' (TILE_M, TILE_N)) picks the kernels'
+    tiles, hints, scan orders and schedules.
     ``grads``: (dq, dk, dv) buffers to write (the tests poison them), else new ones.
 
     A repeated call with the same key (shapes, strides, dtypes, device and arguments) looks the
@@ -268,14 +269,14 @@ def attention_backward(dout, q, k, v, out, lse, *, causal: bool, scale: float | 
     try:
         key = (q.shape, q.stride(), k.shape, k.stride(), v.stride(), dout.stride(), out.stride(),
                lse.shape, lse.stride(), lse.dtype, q.dtype, k.dtype, v.dtype, dout.dtype,
-               out.dtype, q.device, causal, scale, config, order, schedule, level,
+               out.dtype, q.device, causal, scale, config, order, schedule, tiles, level,
                torch.are_deterministic_algorithms_enabled())
         launch = _LAUNCHES.get(key)
     except TypeError:
         key, launch = None, None
     if launch is None:
         launch = _new_backward(dout, q, k, v, out, lse, causal, scale, config, order, schedule,
-                               level)
+                               level, tiles)
         if key is not None:
             _LAUNCHES[key] = launch
     delta = stat_buffer(q)
@@ -301,7 +302,8 @@ def trace_backward(name: str, dout, q, k, v, out, lse, *, causal: bool,
             "tiles": getattr(launch.config, name).tiles, "split": launch.split}
 
 
-def _new_backward(dout, q, k, v, out, lse, causal, scale, config, order, schedule, level):
+def _new_backward(dout, q, k, v, out, lse, causal, scale, config, order, schedule, level,
+                  tiles=None):
     import torch
 
     from spec.family import problem_from_tensors
@@ -322,7 +324,7 @@ def _new_backward(dout, q, k, v, out, lse, causal, scale, config, order, schedul
         from kernels.host.backend import default_variant
         from spec.arch import detect
         config = default_variant(problem, detect(), order=order, training=True,
-                                 backward_schedule=schedule).backward
+                                 backward_schedule=schedule, backward_tiles=tiles).backward
         if deterministic and config.one_pass:
             config = replace(config, one_pass=False)
     elif deterministic and config.one_pass:

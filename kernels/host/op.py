@@ -14,10 +14,8 @@ present; a named arch must be it), ``level`` (the tuning ladder 1..6; the backwa
 """
 from __future__ import annotations
 
-from dataclasses import replace
-
 from kernels.host import backend, backward
-from spec.family import UnsupportedVariant, problem_from_tensors
+from spec.family import UnsupportedVariant
 from spec.front import ATTENTION_DOC, Family, make_attention
 
 
@@ -35,16 +33,8 @@ class CutileFront(Family):
 
     def backward(self, dout, q, k, v, out, lse, causal, scale, order, schedule, tiles,
                  occupancy=None, arch=None, level=6):
-        config = None
-        if tiles is not None:       # the call's backward tiles for both passes
-            import torch
-            config = backend.default_variant(
-                problem_from_tensors(q, k, v, causal), backend.check_arch(arch), order=order,
-                training=True, backward_schedule=schedule, backward_tiles=tiles).backward
-            if torch.are_deterministic_algorithms_enabled():    # as the default's (backward)
-                config = replace(config, one_pass=False)
         return backward.attention_backward(dout, q, k, v, out, lse, causal=causal, scale=scale,
-                                           config=config, order=order, schedule=schedule)
+                                           order=order, schedule=schedule, tiles=tiles)
 
     def check_training(self, knobs):
         if knobs["level"] < 2:
