@@ -1,6 +1,7 @@
 """The split-K/V decode kernel's tactics: K/V tile, occupancy hint and load latency hint.
 
-    python -m explorations.decode_tactics [--reps 15] [--out FILE.csv]
+    python -m explorations.decode_tactics [--set fit|mqa|pdl] [--l2 cold|clean] [--reps 15]
+        [--out FILE.csv]
 
 Decode streams K and V once; on an H200 one CTA per SM (the production plan) must keep about
 36 GB/s of loads in flight to draw its share of the bandwidth, which the production kernel does
@@ -45,6 +46,10 @@ MQA_VARIANTS = {"prod": (None, None, None, None)} | {
     f"s{n}": (None, None, None, None, n) for n in (64, 256)} | {
     f"mocc{m}": (None, None, None, None, 0, m) for m in (1, 2, 8)} | {
     "s256.mocc8": (None, None, None, None, 256, 8)}
+# ``--set pdl``: the merge launched as a programmatic dependent of the split kernel (production)
+# against the plain stream order, on the fit problems; (..., splits, merge hint, dependent merge)
+PDL_VARIANTS = {"prod": (None, None, None, None), "nopdl": (None, None, None, None, 0, None,
+                                                           False)}
 
 
 def _problem(p):
@@ -55,11 +60,11 @@ def _problem(p):
 
 def _plan(p, name: str, sms: int):
     from kernels.host.decode import plan
-    n128, n64, occ, lat, *more = (VARIANTS | MQA_VARIANTS)[name]
-    splits, mocc = (more + [0, None])[:2]
+    n128, n64, occ, lat, *more = (VARIANTS | MQA_VARIANTS | PDL_VARIANTS)[name]
+    splits, mocc, pdl = (more + [0, None, True][len(more):])
     pr = _problem(p)
     return plan(pr, sms, splits, tile_n=n128 if pr.D == 128 else n64, occupancy=occ,
-                latency=lat, merge_occupancy=mocc)
+                latency=lat, merge_occupancy=mocc, dependent_merge=pdl)
 
 
 def _warm(jobs) -> list[str]:
@@ -86,8 +91,11 @@ def main(argv: list[str] | None = None) -> int:
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--out", type=Path)
-    ap.add_argument("--set", choices=("fit", "mqa"), default="fit",
-                    help="the split fit problems and tactics, or the MQA problems and splits")
+    ap.add_argument("--set", choices=("fit", "mqa", "pdl"), default="fit",
+                    help="the split fit problems and tactics, the MQA problems and splits, or "
+                    "the fit problems with and without the dependent merge launch")
+    ap.add_argument("--l2", choices=("cold", "clean"), default="cold",
+                    help="cold: the protocol's write flush; clean: no dirty line left either")
     a = ap.parse_args(argv)
     if a.out is not None and a.out.exists():
         print(f"decode_tactics: {a.out} exists; pass a new path", file=sys.stderr)
@@ -102,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     from kernels.host.decode import DecodeLaunch
     from kernels.host.warm import in_processes
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    problems, variants = (FIT, VARIANTS) if a.set == "fit" else (MQA_FIT, MQA_VARIANTS)
+    problems, variants = {"fit": (FIT, VARIANTS), "mqa": (MQA_FIT, MQA_VARIANTS),
+                          "pdl": (FIT, PDL_VARIANTS)}[a.set]
     errors = in_processes(_warm, [(p, n, sms) for p in problems for n in variants], None)
     for e in errors:
         print("build:", e)
@@ -133,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
                 splits[name] = pl.splits
             fns.update({n: (lambda f=f: f(q, k, v)) for n, f in sdpa_peers(False, H != H_kv)
                         .items()})
-            t = time_interleaved(fns, reps=a.reps, l2="cold")
+            t = time_interleaved(fns, reps=a.reps, l2=a.l2)
         kv_bytes = 2 * B * H_kv * S_kv * D * 2
         for name, smp in t.items():
             rows.append(dict(problem=str(p), variant=name, splits=splits.get(name, ""),

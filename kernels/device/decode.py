@@ -21,6 +21,11 @@ reads the same K/V again. Here (FlashDecoding with the group packed, as FlashAtt
   no key (its chunk starts beyond the sequence's length, or causal rows before the first key)
   writes ``lse = −inf`` and zeros, which the merge weighs 0; a row no split sees comes out 0.
   With one split (``SPLIT`` False) the kernel writes the output itself and nothing is merged.
+  The merge is a programmatic dependent launch (sm_90's ``griddepcontrol``): the split kernel
+  triggers it implicitly as its CTAs exit (an explicit trigger anywhere in it changes the
+  register allocation of these 255-register builds, which then spill), and it waits at its start
+  until the split grid has completed and its writes are visible, so its launch is prepared
+  while the split kernel drains instead of after it.
 * **Lengths.** ``KvLen`` int32 [B] is each sequence's cache length L_b ≤ S_kv, read on the
   device only (``ct.gather`` of one element): the host never syncs on it. With per-sequence
   lengths causal is bottom-right aligned per sequence, as FlashAttention's kvcache: query row r
@@ -170,7 +175,9 @@ def decode_combine(Opart, Lpart, Out, TILE_D: ConstInt, CH: ConstInt):
     (``spec.decode.merge_chunk``): each step loads CH partials at once (splits past the last
     padded: LSE −inf, output 0), takes their maximum LSE into the running ``m``, rescales what it
     holds and adds the chunk's weighted sum; a row whose every split is −inf keeps ``l = 0`` and
-    is written 0."""
+    is written 0. Launched as a programmatic dependent of the split kernel (``DecodeLaunch``),
+    it waits here for the split grid's completion and the visibility of its partials."""
+    ct.grid_dependency_control_wait()
     H = Out.shape[1]
     S_q = Out.shape[2]
     r = ct.bid(0) % S_q

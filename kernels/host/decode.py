@@ -43,6 +43,7 @@ class DecodePlan(spec_decode.DecodePlan):
     latency: int = 2                 # its K/V load latency hint (``decode.LATENCY``)
     reverse: bool = False            # each split scans its chunk from the end
     merge_occupancy: int | None = None   # the combine kernel's hint (None: ``decode``'s)
+    dependent_merge: bool = True     # the merge as a programmatic dependent launch
     FAMILY: ClassVar[str] = "cutile"
 
     @property
@@ -50,23 +51,28 @@ class DecodePlan(spec_decode.DecodePlan):
         return super().label + (f".occ{self.occupancy}" if self.occupancy else "") + (
             f".lat{self.latency}" if self.latency != 2 else "") + (
             ".rev" if self.reverse else "") + (
-            f".mocc{self.merge_occupancy}" if self.merge_occupancy else "")
+            f".mocc{self.merge_occupancy}" if self.merge_occupancy else "") + (
+            "" if self.dependent_merge else ".nopdl")
 
 
 def plan(problem: Problem, num_sms: int, splits: int = 0, *, tile_n: int | None = None,
          occupancy: int | None = None, latency: int | None = None, group: bool = True,
-         reverse: bool = False, merge_occupancy: int | None = None) -> DecodePlan:
+         reverse: bool = False, merge_occupancy: int | None = None,
+         dependent_merge: bool = True) -> DecodePlan:
     """The decode launch plan of ``problem`` on a GPU of ``num_sms`` SMs; ``splits`` 0: the work
     model's. ``tile_n``, ``occupancy`` (resident CTAs per SM asked of the compiler, which the
     work model then fills) and ``latency`` override the defaults for an exploration of the
     kernel's tactics (``explorations/decode_tactics.py``); ``group`` False (one query head per
     CTA) and ``reverse`` (each chunk scanned from its end) are the decode study's variants
-    (``experiments.simulation.decode``); ``attention()`` passes none of them."""
+    (``experiments.simulation.decode``); ``dependent_merge`` False launches the merge after
+    the split kernel in the plain stream order (the A/B of ``explorations/decode_tactics.py``);
+    ``attention()`` passes none of them."""
     from kernels.device import decode
     return DecodePlan.make(problem, num_sms * (occupancy or CTAS_PER_SM), splits, tile_n,
                            group, occupancy=occupancy, reverse=reverse,
                            latency=decode.LATENCY if latency is None else int(latency),
-                           merge_occupancy=merge_occupancy)
+                           merge_occupancy=merge_occupancy,
+                           dependent_merge=dependent_merge)
 
 
 class DecodeLaunch:
@@ -122,7 +128,8 @@ class DecodeLaunch:
             o = self.torch.empty(self.opart_shape, dtype=self.f32, device=q.device)
             l_ = self.torch.empty(self.lpart_shape, dtype=self.f32, device=q.device)
             self.launch(stream, self.grid, self.split, (q, k, v, lens, o, l_, out) + self.tail)
-            self.launch(stream, self.cgrid, self.combine, (o, l_, out) + self.ctail)
+            self.launch(stream, self.cgrid, self.combine, (o, l_, out) + self.ctail,
+                        programmatic_dependent_launch=self.plan.dependent_merge)
         except Exception as e:  # noqa: BLE001 - only toolchain failures are rewrapped
             from kernels.build.toolchain import explain_compile_error
             err = explain_compile_error(e)

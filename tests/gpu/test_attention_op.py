@@ -263,17 +263,18 @@ def test_public_signatures_are_equal_but_for_the_documented_knobs():
         kernels.attention(*[None] * 3, stages=2)
 
 
-def _direct_grads(family, q, k, v, dout, causal, forward_order, order, schedule):
+def _direct_grads(family, q, k, v, dout, causal, forward_order, order, schedule, tiles=None):
     """(dq, dk, dv) from the family's kernels called directly, below the front."""
     if family == "cutile":
         from kernels.host import backend, backward
         lse = backward.stat_buffer(q)
         out = backend.attention(q, k, v, causal=causal, order=forward_order, lse=lse)
         return backward.attention_backward(dout, q, k, v, out, lse, causal=causal, order=order,
-                                           schedule=schedule)
+                                           schedule=schedule, tiles=tiles)
     from cuda_baseline.host import training
     out, lse = training.forward(q, k, v, causal, forward_order, None, None, None)
-    return training.backward(dout, q, k, v, out, lse, causal, order, schedule, None, None, None)
+    return training.backward(dout, q, k, v, out, lse, causal, order, schedule, None, tiles,
+                             None)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -312,6 +313,78 @@ def test_order_drives_the_backward_the_same_way(family):
     rev = got[("reverse", None)]
     assert any(not torch.equal(a, b) for a, b in zip(lin[1:], rev[1:])), \
         "the reverse backward equals the linear one on the same forward: a test that cannot fail"
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_backward_tiles_reach_the_backward(family, monkeypatch):
+    """``backward_tiles=`` through ``attention()``, eager and under ``torch.compile``, is the
+    tile pair the backward's launch is prepared with (a spy on the family's preparation), and
+    its gradients are the direct backward's with those tiles (dK, dV bit for bit; cuTile's dQ
+    too) and match the fp32 reference; ``backward_tiles=None`` prepares the default's tiles."""
+    import torch
+    import torch.nn.functional as F
+
+    import cuda_baseline
+    import kernels
+    from cuda_baseline.host import training
+    from kernels.host import backward
+    attention = kernels.attention if family == "cutile" else cuda_baseline.attention
+    pr = Problem(B=1, H=4, H_kv=2, S_q=384, S_kv=384, D=64, dtype="bf16", causal=True)
+    g = torch.Generator(device="cuda").manual_seed(23)
+    q, k, v, dout = (torch.randn(pr.B, h, pr.S_q, pr.D, device="cuda", dtype=torch.bfloat16,
+                                 generator=g) for h in (pr.H, pr.H_kv, pr.H_kv, pr.H))
+    seen = []
+    if family == "cutile":
+        real = backward.BackwardLaunch.__init__
+        cache = backward._LAUNCHES
+
+        def spy(self, problem, cfg, *a, **kw):
+            seen.append((cfg.dkdv.tiles.m, cfg.dkdv.tiles.n, cfg.dq.tiles.m, cfg.dq.tiles.n))
+            real(self, problem, cfg, *a, **kw)
+        monkeypatch.setattr(backward.BackwardLaunch, "__init__", spy)
+    else:
+        real = training._bwd_blocks
+        cache = training._CACHE
+
+        def spy(*a):
+            hit = real(*a)
+            t = hit[0].instance.tiles
+            seen.append((t.m, t.n) * 2)
+            return hit
+        monkeypatch.setattr(training, "_bwd_blocks", spy)
+    cache.clear()
+
+    def grads(fn, dtype=None, **kw):
+        leaves = [t.detach().to(dtype or t.dtype).requires_grad_(True) for t in (q, k, v)]
+        fn(*leaves, causal=True, **kw).backward(dout.to(dtype or dout.dtype))
+        return [t.grad for t in leaves]
+
+    ref = grads(lambda *a, **kw: F.scaled_dot_product_attention(*a, is_causal=True,
+                                                                enable_gqa=True), torch.float32)
+    half = grads(lambda *a, **kw: F.scaled_dot_product_attention(*a, is_causal=True,
+                                                                 enable_gqa=True))
+    grads(attention)
+    default = seen[-1]
+    tiles = next(t for t in ([(64, 64), (64, 128)] if family == "cutile"
+                             else [(64, 128), (128, 128)]) if t != default[:2])
+    want = _direct_grads(family, q, k, v, dout, True, "linear", "linear", None, tiles)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda q, k, v, causal: attention(q, k, v, causal=causal,
+                                                               backward_tiles=tiles),
+                             fullgraph=True)
+    for name, fn in (("eager", lambda *a, **kw: attention(*a, backward_tiles=tiles, **kw)),
+                     ("compiled", compiled)):
+        seen.clear()
+        cache.clear()
+        got = grads(fn)
+        assert seen and all(s == tiles * 2 for s in seen), (name, tiles, seen)
+        assert torch.equal(got[1], want[1]) and torch.equal(got[2], want[2]), name
+        if family == "cutile":
+            assert torch.equal(got[0], want[0]), name
+        for n, a, r, h in zip("qkv", got, ref, half):
+            err = (a.float() - r).abs().max().item()
+            tol = 2 * (h.float() - r).abs().max().item() + 2e-3
+            assert err <= tol, f"{family} {name} d{n}: {err:.3g} > {tol:.3g}, tiles {tiles}"
 
 
 @pytest.mark.parametrize("family", FAMILIES)
