@@ -6,7 +6,9 @@
 
 ``--host``: the host's time of each part of a step, alone (each call made while the GPU is held
 by a spin, ``time_interleaved``'s hold, so it measures enqueueing, never the kernels): the whole
-step, the forward, the backward on a retained graph, and the pieces of cuTile's backward call.
+step, the forward, the backward on a retained graph, and the pieces of cuTile's backward call
+(``attention_backward``; its prepared launches alone on given buffers; one ``ct.launch``; one
+allocation).
 
 Problems: the training benchmark's lowest cuDNN ratios on an H200
 (``experiments.speed.cutile_backward_bench``, speed phase). Wall per call far above the kernels'
@@ -113,6 +115,18 @@ def host_parts(calls: int) -> int:
             o = backend.attention(q, k, v, causal=pr.causal, lse=lse)
         fns["cutile attention_backward"] = lambda: backward.attention_backward(
             dout, q, k, v, o, lse, causal=pr.causal)
+        backward._LAUNCHES.clear()
+        backward.attention_backward(dout, q, k, v, o, lse, causal=pr.causal)
+        (launch,) = backward._LAUNCHES.values()
+        bufs = (backward.stat_buffer(q), torch.empty_like(q), torch.empty_like(k),
+                torch.empty_like(v))
+        fns["cutile launches alone"] = lambda: launch(dout, q, k, v, o, lse, *bufs)
+        first = launch.prep if launch.config.one_pass else launch.dq
+        kern, grid, tail = first
+        args = ((o, dout, bufs[0], torch.empty(q.shape, dtype=torch.float32, device=q.device))
+                if launch.config.one_pass else (q, k, v, o, dout, lse) + bufs[:2])
+        fns["cutile one ct.launch"] = lambda: launch.launch(
+            launch.raw_stream(launch.device), grid, kern, args + tail)
         fns["torch.empty_like(q)"] = lambda: torch.empty_like(q)
         fns["stat_buffer(q)"] = lambda: backward.stat_buffer(q)
         held = time_interleaved(fns, reps=calls, warmup=2, l2="warm")
