@@ -18,7 +18,10 @@ bytes over its time) in the same run; and over the kernel time with a *clean* co
 followed by a read of another buffer, so the L2's dirty lines are written back before the
 events: the protocol's cold flush leaves up to an L2 of write-backs to the timed kernel, which a
 cache of two or three L2s pays visibly), printed as ``clean`` for cuTile and ``SDPA`` for the
-best SDPA backend.
+best SDPA backend. ``=copy``: cuTile's clean-cold time against a device-to-device copy of the
+same bytes (read + write = the call's K+V bytes) timed in the same interleave, its own launch
+and ramp at that size: the 4 GiB copy's bandwidth is an asymptote that no launch of a few tens
+of microseconds reaches, this one is not.
 
 ``RAGGED`` problems give each sequence its own cache length (``kv_lengths``, drawn uniformly in
 [1, S_kv] from a fixed seed): both families are checked against an fp32 reference masked per
@@ -54,6 +57,9 @@ PROBLEMS = [
 ]
 RAGGED = [(16, 32, 8, 1, 8192, 128), (64, 32, 8, 1, 4096, 128), (8, 32, 8, 4, 16384, 64)]
 OURS = ("cutile", "cuda")
+COPY = "copy-same-bytes"
+"""The size-matched copy: a device-to-device copy whose read + write bytes are the call's K+V
+bytes, timed clean-cold beside the callers (its own launch and ramp at that size)."""
 FIELDS = ["problem", "B", "H", "H_kv", "S_q", "S_kv", "D", "caller", "metric", "value", "unit"]
 
 
@@ -149,7 +155,10 @@ def bench(p, reps: int, writer, table, ragged: bool = False) -> None:
         ok = {n: not math.isnan(e) and e <= 2 * (base or 0) + 2e-3
               for n, e in res.items() if isinstance(e, float)}
         cold = time_interleaved(live, reps=reps, l2="cold")
-        clean = time_interleaved(live, reps=reps, l2="clean")
+        src = torch.empty(cache_bytes(1, H_kv, sum(lengths), D) // 2, dtype=torch.uint8,
+                          device="cuda")
+        dst = torch.empty_like(src)
+        clean = time_interleaved(live | {COPY: lambda: dst.copy_(src)}, reps=reps, l2="clean")
         warm = time_interleaved(live, reps=reps, l2="warm")
         eager = {n: statistics.median(t) for n, t in eager_call_ms(live, reps=reps).items()}
     kv_bytes = cache_bytes(1, H_kv, sum(lengths), D)     # what the call must read
@@ -174,6 +183,8 @@ def bench(p, reps: int, writer, table, ragged: bool = False) -> None:
             if plan is not None:
                 writer.writerow({**row, "caller": n, "metric": "splits", "value": plan.splits,
                                  "unit": "count"})
+    writer.writerow({**row, "caller": COPY, "metric": "kernel_time_clean_l2",
+                     "value": clean[COPY].median, "unit": "ms"})
     t = {n: s.median for n, s in cold.items()}
     best = min(t.get("flash", math.inf), t.get("cudnn", math.inf))
     tc = {n: s.median for n, s in clean.items()}
@@ -184,7 +195,8 @@ def bench(p, reps: int, writer, table, ragged: bool = False) -> None:
                   kv_bytes / (best_clean * 1e-3) / 1e12,
                   ok.get("cutile", False), eager.get("cutile"),
                   min(eager.get("flash", math.inf), eager.get("cudnn", math.inf)),
-                  t.get("cuda"), ok.get("cuda", False)))
+                  t.get("cuda"), ok.get("cuda", False),
+                  tc[COPY] / tc["cutile"] if "cutile" in tc else float("nan")))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -244,11 +256,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{torch.cuda.get_device_name()}: copy bandwidth {copy:.2f} TB/s; kernel time cold "
           "L2 (median); eager: one call, host included")
     print(f"{'problem':36} {'cutile ms':>9} {'best SDPA':>9} {'x SDPA':>6} {'TB/s':>5} "
-          f"{'% copy':>6} {'clean':>6} {'SDPA':>6} {'eager x':>7} ok {'cuda x':>6} ok")
+          f"{'% copy':>6} {'clean':>6} {'SDPA':>6} {'=copy':>6} {'eager x':>7} ok "
+          f"{'cuda x':>6} ok")
     ratios: dict[bool, list] = {False: [], True: []}
     cuda_ratios: dict[bool, list] = {False: [], True: []}
     eager_ratios = []
-    for label, cu, best, bw, bw_clean, bw_peer, ok, e_cu, e_best, cd, cd_ok in table:
+    for label, cu, best, bw, bw_clean, bw_peer, ok, e_cu, e_best, cd, cd_ok, same in table:
         r = best / cu if cu and math.isfinite(best) else float("nan")
         rc = best / cd if cd and math.isfinite(best) else float("nan")
         er = e_best / e_cu if e_cu and math.isfinite(e_best) else float("nan")
@@ -260,7 +273,8 @@ def main(argv: list[str] | None = None) -> int:
             eager_ratios.append(er)
         print(f"{label:36} {cu or float('nan'):9.4f} {best:9.4f} {r:6.2f} {bw:5.2f} "
               f"{100 * bw / copy:5.1f}% {100 * bw_clean / copy:5.1f}% "
-              f"{100 * bw_peer / copy:5.1f}% {er:7.2f} {'yes' if ok else 'NO ':3} {rc:6.2f} "
+              f"{100 * bw_peer / copy:5.1f}% {100 * same:5.1f}% {er:7.2f} "
+              f"{'yes' if ok else 'NO ':3} {rc:6.2f} "
               f"{'yes' if cd_ok else 'NO'}")
 
     def gm(xs):
