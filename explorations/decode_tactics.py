@@ -1,7 +1,7 @@
 """The split-K/V decode kernel's tactics: K/V tile, occupancy hint and load latency hint.
 
-    python -m explorations.decode_tactics [--set fit|mqa|pdl] [--l2 cold|clean] [--reps 15]
-        [--out FILE.csv]
+    python -m explorations.decode_tactics [--set fit|mqa|pdl] [--variants A,B] [--l2 cold|clean]
+        [--reps 15] [--out FILE.csv]
 
 Decode streams K and V once; on an H200 one CTA per SM (the production plan) must keep about
 36 GB/s of loads in flight to draw its share of the bandwidth, which the production kernel does
@@ -35,6 +35,7 @@ VARIANTS = {
     "n128.lat3": (128, 256, None, 3),
     "n32.occ2": (32, 64, 2, None),
     "n32.occ4": (32, 64, 4, None),
+    "n64.occ2": (64, 128, 2, None),
 }
 # ``--set mqa``: one-row multi-query caches (one K/V head, all query heads in one or two CTAs
 # per split), where the split count trades K/V streaming against the merge's latency, and
@@ -94,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", choices=("fit", "mqa", "pdl"), default="fit",
                     help="the split fit problems and tactics, the MQA problems and splits, or "
                     "the fit problems with and without the dependent merge launch")
+    ap.add_argument("--variants", help="comma-separated names of the set's variants to run "
+                    "(prod is always run): default all")
     ap.add_argument("--l2", choices=("cold", "clean"), default="cold",
                     help="cold: the protocol's write flush; clean: no dirty line left either")
     a = ap.parse_args(argv)
@@ -112,6 +115,13 @@ def main(argv: list[str] | None = None) -> int:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     problems, variants = {"fit": (FIT, VARIANTS), "mqa": (MQA_FIT, MQA_VARIANTS),
                           "pdl": (FIT, PDL_VARIANTS)}[a.set]
+    if a.variants:
+        unknown = set(a.variants.split(",")) - set(variants)
+        if unknown:
+            print(f"decode_tactics: --variants {sorted(unknown)[0]!r} is not one of the "
+                  f"{a.set} set's: {', '.join(variants)}", file=sys.stderr)
+            return 2
+        variants = {n: v for n, v in variants.items() if n == "prod" or n in a.variants.split(",")}
     errors = in_processes(_warm, [(p, n, sms) for p in problems for n in variants], None)
     for e in errors:
         print("build:", e)
