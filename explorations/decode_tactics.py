@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.nn.functional as F
 
-    from experiments.measurement.timing import time_interleaved
+    from experiments.measurement.timing import stored, time_interleaved
     from experiments.speed.decode_bench import decode_inputs
     from experiments.speed.eager import sdpa_peers
     from experiments.tuning.decode_splits import FIT
@@ -157,8 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         kv_bytes = 2 * B * H_kv * S_kv * D * 2
         for name, smp in t.items():
             rows.append(dict(problem=str(p), variant=name, splits=splits.get(name, ""),
-                             us=smp.median * 1e3, spread=smp.spread,
-                             tbs=kv_bytes / (smp.median * 1e-3) / 1e12))
+                             us=stored(smp.median * 1e3), spread=stored(smp.spread),
+                             tbs=stored(kv_bytes / (smp.median * 1e-3) / 1e12)))
             table.setdefault(name, {})[p] = smp.median * 1e3
     names = list(table)
     print(f"{'problem':30} " + " ".join(f"{n:>9}" for n in names))

@@ -115,9 +115,9 @@ def host_parts(calls: int) -> int:
             o = backend.attention(q, k, v, causal=pr.causal, lse=lse)
         fns["cutile attention_backward"] = lambda: backward.attention_backward(
             dout, q, k, v, o, lse, causal=pr.causal)
-        backward._LAUNCHES.clear()
-        backward.attention_backward(dout, q, k, v, o, lse, causal=pr.causal)
-        (launch,) = backward._LAUNCHES.values()
+        from kernels.host.backend import default_variant
+        from spec.arch import detect
+        launch = backward.launch_for(pr, default_variant(pr, detect(), training=True).backward)
         bufs = (backward.stat_buffer(q), torch.empty_like(q), torch.empty_like(k),
                 torch.empty_like(v))
         fns["cutile launches alone"] = lambda: launch(dout, q, k, v, o, lse, *bufs)

@@ -29,7 +29,8 @@ sequence, and the peers, which take no lengths, run on the padded cache without 
 user who pads pays; their result is not the masked one and is not checked). A peer that refuses
 a shape (cuDNN on some) is recorded 'n/a'. The decode builds are compiled first in parallel
 (``kernels.host.warm.warm_decode``). Writes a tidy CSV (one row per problem × caller × metric)
-to ``--out`` (refused when it exists) and prints a table last. ``--dry-run`` prints the problems
+to ``--out`` (refused when it exists; values to ``timing.STORED_DIGITS`` significant digits) and
+prints a table last. ``--dry-run`` prints the problems
 only.
 """
 from __future__ import annotations
@@ -112,7 +113,7 @@ def bench(p, reps: int, writer, table, ragged: bool = False) -> None:
     import torch.nn.functional as F
 
     import cuda_baseline
-    from experiments.measurement.timing import time_interleaved
+    from experiments.measurement.timing import stored, time_interleaved
     from experiments.speed.eager import eager_call_ms, sdpa_peers
     from kernels import attention
     from kernels.host import backend
@@ -177,14 +178,15 @@ def bench(p, reps: int, writer, table, ragged: bool = False) -> None:
                 ("kernel_time_clean_l2", clean[n].median, "ms"),
                 ("host_time", cold[n].host_median, "ms"), ("eager_call", eager[n], "ms"),
                 ("bandwidth", kv_bytes / (kms * 1e-3) / 1e12, "TB/s")):
-            writer.writerow({**row, "caller": n, "metric": metric, "value": val, "unit": unit})
+            writer.writerow({**row, "caller": n, "metric": metric, "value": stored(val),
+                             "unit": unit})
         if n == "cutile":
             plan = backend.launch_for(q, k, v, False).plan if not ragged else None
             if plan is not None:
                 writer.writerow({**row, "caller": n, "metric": "splits", "value": plan.splits,
                                  "unit": "count"})
     writer.writerow({**row, "caller": COPY, "metric": "kernel_time_clean_l2",
-                     "value": clean[COPY].median, "unit": "ms"})
+                     "value": stored(clean[COPY].median), "unit": "ms"})
     t = {n: s.median for n, s in cold.items()}
     best = min(t.get("flash", math.inf), t.get("cudnn", math.inf))
     tc = {n: s.median for n, s in clean.items()}
@@ -228,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("decode_bench: needs a CUDA GPU (use --dry-run here)", file=sys.stderr)
         return 2
+    from experiments.measurement.timing import stored
     from kernels.host.warm import decode_job, warm_decode
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     errors = warm_decode([decode_job(_problem(p), sms) for p in PROBLEMS]
@@ -244,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     with partial.open("w", newline="") as f:
         w = csv.DictWriter(f, FIELDS)
         w.writeheader()
-        w.writerow(dict(problem="copy", caller="d2d", metric="bandwidth", value=copy,
+        w.writerow(dict(problem="copy", caller="d2d", metric="bandwidth", value=stored(copy),
                         unit="TB/s"))
         for p in PROBLEMS:
             bench(p, a.reps, w, table)
