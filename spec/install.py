@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
+import re
+import subprocess
 from importlib import metadata
 from pathlib import Path
 
@@ -98,3 +101,32 @@ def lazy_attributes(package: str, names: dict[str, str]):
             return value
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
     return __getattr__
+
+
+def git_state() -> dict:
+    """Commit and dirty flag of the tree. A copy without git history (e.g. a working tree shipped
+    to a GPU machine) can name its commit in $SAWTOOTH_GIT_COMMIT; otherwise it is recorded as
+    unknown (None), never guessed; so is an installed package's (it is no checkout). Where no
+    commit is known the package version and a hash of the code that ran are recorded instead
+    (``spec.install.code_identity``); so is the code's hash where the tree is dirty, the commit
+    then not naming what ran (a GPU machine's copy with a stale ``.git``)."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=tree, capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+    if os.environ.get("SAWTOOTH_GIT_COMMIT"):
+        return {"commit": os.environ["SAWTOOTH_GIT_COMMIT"], "dirty": None,
+                "source": "SAWTOOTH_GIT_COMMIT"}
+    tree = checkout()
+    if tree is None:                        # the version and a hash of the code name it instead
+        return {"commit": None, "dirty": None, "source": "installed package", **code_identity()}
+    try:
+        commit = git("rev-parse", "--verify", "-q", "HEAD^{commit}")
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no")) if commit else None
+    except (OSError, subprocess.SubprocessError):
+        commit, dirty = "", None
+    if not re.fullmatch(r"[0-9a-f]{40}", commit):
+        return {"commit": None, "dirty": None, "source": "checkout without git history",
+                **code_identity()}
+    if dirty:
+        return {"commit": commit, "dirty": dirty, "source_sha256": source_sha256()}
+    return {"commit": commit, "dirty": dirty}

@@ -30,16 +30,14 @@ import datetime as _dt
 import json
 import os
 import platform
-import re
 import shlex
 import shutil
 import socket
-import subprocess
 from dataclasses import asdict, is_dataclass
 from importlib import metadata
 from pathlib import Path
 
-from spec.install import checkout, code_identity, output_root, source_sha256
+from spec.install import git_state, output_root
 from spec.records import SCHEMA_VERSION
 
 from .journal import Journal, write_text_atomically
@@ -326,35 +324,6 @@ def reserved_run_dir(path: Path | None, default=None, on_debris=None, *, keep=No
 def command_line(module: str, argv: list[str]) -> str:
     """The command that re-runs this one, pasteable into a shell from the repository root."""
     return shlex.join(["python", "-m", module, *argv])
-
-
-def git_state() -> dict:
-    """Commit and dirty flag of the tree. A copy without git history (e.g. a working tree shipped
-    to a GPU machine) can name its commit in $SAWTOOTH_GIT_COMMIT; otherwise it is recorded as
-    unknown (None), never guessed; so is an installed package's (it is no checkout). Where no
-    commit is known the package version and a hash of the code that ran are recorded instead
-    (``spec.install.code_identity``); so is the code's hash where the tree is dirty, the commit
-    then not naming what ran (a GPU machine's copy with a stale ``.git``)."""
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=tree, capture_output=True, text=True,
-                              timeout=10).stdout.strip()
-    if os.environ.get("SAWTOOTH_GIT_COMMIT"):
-        return {"commit": os.environ["SAWTOOTH_GIT_COMMIT"], "dirty": None,
-                "source": "SAWTOOTH_GIT_COMMIT"}
-    tree = checkout()
-    if tree is None:                        # the version and a hash of the code name it instead
-        return {"commit": None, "dirty": None, "source": "installed package", **code_identity()}
-    try:
-        commit = git("rev-parse", "--verify", "-q", "HEAD^{commit}")
-        dirty = bool(git("status", "--porcelain", "--untracked-files=no")) if commit else None
-    except (OSError, subprocess.SubprocessError):
-        commit, dirty = "", None
-    if not re.fullmatch(r"[0-9a-f]{40}", commit):
-        return {"commit": None, "dirty": None, "source": "checkout without git history",
-                **code_identity()}
-    if dirty:
-        return {"commit": commit, "dirty": dirty, "source_sha256": source_sha256()}
-    return {"commit": commit, "dirty": dirty}
 
 
 def package_versions() -> dict:

@@ -460,14 +460,10 @@ def run(builds: list, jobs: int, progress=None) -> dict:
 
 
 def _commit() -> str | None:
-    try:
-        r = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                           cwd=Path.cwd())
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, cwd=Path.cwd()).stdout.strip()
-        return r.stdout.strip() + ("+dirty" if dirty else "") if r.returncode == 0 else None
-    except OSError:
-        return None
+    """The tree's commit (``spec.install.git_state``), "+dirty" appended where it is dirty."""
+    from spec.install import git_state
+    g = git_state()
+    return None if g["commit"] is None else g["commit"] + ("+dirty" if g["dirty"] else "")
 
 
 # ------------------------------------------------------------------------------------------------

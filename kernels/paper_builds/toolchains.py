@@ -56,6 +56,7 @@ from kernels.paper_builds.venv import (
 )
 from spec import Backend, CtaSchedule, Problem, ScanOrder, Tiles, Variant, get_arch
 from spec.family import published_limits
+from spec.install import git_state
 from spec.records import open_text
 
 TARGETS = {"sm_121": "gb10", "sm_90": "h100"}
@@ -249,11 +250,7 @@ def run(out: Path, old_venv: Path, new_venv: Path, authors: Path | None, targets
         w = csv.DictWriter(f, fieldnames=FIELDS)
         w.writeheader()
         w.writerows(rows)
-    git = {"commit": subprocess.run(["git", "rev-parse", "HEAD"], check=False, capture_output=True,
-                                    text=True, cwd=repo).stdout.strip() or None,
-           "dirty": bool(subprocess.run(["git", "status", "--porcelain", "--", "kernels", "spec"],
-                                        check=False, capture_output=True, text=True,
-                                        cwd=repo).stdout.strip())}
+    git = git_state()
     manifest = {"command": command or f"python -m kernels.paper_builds.toolchains --out {out}",
                 "created": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                 "git": git, "mode": "compile (no GPU)", "toolchains": versions,

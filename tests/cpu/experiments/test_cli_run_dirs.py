@@ -185,11 +185,10 @@ def test_provenance_without_git_names_the_version_and_a_hash_of_the_code(tmp_pat
     import shutil
 
     from analysis.data.catalogue import _tree
-    from experiments.rundirs import rundir
     from spec import install
     monkeypatch.delenv("SAWTOOTH_GIT_COMMIT", raising=False)
-    monkeypatch.setattr(rundir, "checkout", lambda: None)
-    g = rundir.git_state()
+    monkeypatch.setattr(install, "checkout", lambda: None)
+    g = install.git_state()
     assert g["commit"] is None and g["source"] == "installed package"
     assert g["package"] == "sawtooth-locality" and "version" in g
     assert len(g["source_sha256"]) == 64 and g["source_sha256"] == install.source_sha256()
@@ -206,7 +205,6 @@ def test_a_dirty_tree_records_the_hash_of_the_code_that_ran(tmp_path, monkeypatc
     """A dirty checkout's commit does not name what ran (a GPU machine's stale ``.git``)."""
     import subprocess
 
-    from experiments.rundirs import rundir
     from spec import install
 
     def git(*a):
@@ -217,8 +215,8 @@ def test_a_dirty_tree_records_the_hash_of_the_code_that_ran(tmp_path, monkeypatc
     git("init", "-q")
     git("add", "f")
     git("commit", "-qm", "x")
-    monkeypatch.setattr(rundir, "checkout", lambda: tmp_path)
-    assert set(rundir.git_state()) == {"commit", "dirty"}
+    monkeypatch.setattr(install, "checkout", lambda: tmp_path)
+    assert set(install.git_state()) == {"commit", "dirty"}
     (tmp_path / "f").write_text("b")
-    g = rundir.git_state()
+    g = install.git_state()
     assert g["dirty"] and g["source_sha256"] == install.source_sha256()
