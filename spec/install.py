@@ -10,7 +10,8 @@ runs the main command and the dry-run read. Two things follow, defined here once
 - outputs (run directories, figures) go under the checkout when there is one, and under the
   working directory otherwise (never into ``site-packages``);
 - a command that needs a committed dataset the package does not carry says so in one line
-  (``CHECKOUT_HINT``) instead of asking to restore a file that was never installed.
+  (``CHECKOUT_HINT``) instead of asking to restore a file that was never installed;
+- what names the code that ran (``git_state``: a commit, or a hash of the code).
 """
 from __future__ import annotations
 

@@ -18,10 +18,10 @@ bytes over its time) in the same run; and over the kernel time with a *clean* co
 followed by a read of another buffer, so the L2's dirty lines are written back before the
 events: the protocol's cold flush leaves up to an L2 of write-backs to the timed kernel, which a
 cache of two or three L2s pays visibly), printed as ``clean`` for cuTile and ``SDPA`` for the
-best SDPA backend. ``=copy``: cuTile's clean-cold time against a device-to-device copy of the
-same bytes (read + write = the call's K+V bytes) timed in the same interleave, its own launch
-and ramp at that size: the 4 GiB copy's bandwidth is an asymptote that no launch of a few tens
-of microseconds reaches, this one is not.
+best SDPA backend. ``=copy``: a device-to-device copy of the same bytes (read + write = the
+call's K+V bytes, timed in the same interleave) over cuTile's clean-cold time: that size's own
+launch and ramp, where the 4 GiB copy is an asymptote (its writes, up to an L2's worth, need not
+reach DRAM within its timing: a flattering peer below a few L2s).
 
 ``RAGGED`` problems give each sequence its own cache length (``kv_lengths``, drawn uniformly in
 [1, S_kv] from a fixed seed): both families are checked against an fp32 reference masked per
