@@ -14,7 +14,6 @@ writes them as CSV.
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from pathlib import Path
 
@@ -36,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     from kernels.host.decode import DecodeLaunch, plan
     from spec import Problem
     from spec.decode import cache_bytes
+    from spec.records import write_dicts
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     rows = []
     for p in [p for p in FIT if p[3] == 1]:
@@ -72,10 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
     if a.out is not None:
-        with a.out.open("w", newline="") as f:
-            w = csv.DictWriter(f, list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+        write_dicts(a.out, rows)
     return 0
 
 

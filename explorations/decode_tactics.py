@@ -19,7 +19,6 @@ writes every sample's median as CSV. The builds are compiled first in parallel.
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import sys
 from pathlib import Path
@@ -112,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     from experiments.tuning.decode_splits import FIT
     from kernels.host.decode import DecodeLaunch
     from kernels.host.warm import in_processes
+    from spec.records import write_dicts
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     problems, variants = {"fit": (FIT, VARIANTS), "mqa": (MQA_FIT, MQA_VARIANTS),
                           "pdl": (FIT, PDL_VARIANTS)}[a.set]
@@ -171,10 +171,7 @@ def main(argv: list[str] | None = None) -> int:
                           / len(common))
             print(f"{n}: {gm:.3f}x prod over {len(common)} problems")
     if a.out is not None:
-        with a.out.open("w", newline="") as f:
-            w = csv.DictWriter(f, list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+        write_dicts(a.out, rows)
     return 0
 
 

@@ -97,7 +97,7 @@ def write(path: Path, fields, rows) -> None:
 def manifest(args, dev) -> dict:
     import torch
 
-    from experiments.rundirs.rundir import git_state
+    from spec.install import git_state
     try:
         import cuda.tile as ct
         ctv = getattr(ct, "__version__", None)

@@ -131,6 +131,7 @@ def bench(p, reps: int, writer, table, ragged: bool = False) -> None:
         callers = {"cutile": lambda: attention(q, k, v),
                    "cuda": lambda: cuda_baseline.attention(q, k, v)}
     callers.update({n: (lambda f=f: f(q, k, v)) for n, f in peers.items()})
+    kv_bytes = cache_bytes(1, H_kv, sum(lengths), D)     # what the call must read
     with torch.no_grad():
         if ragged:
             L = torch.tensor(lengths, device="cuda").view(B, 1, 1, 1)
@@ -156,13 +157,11 @@ def bench(p, reps: int, writer, table, ragged: bool = False) -> None:
         ok = {n: not math.isnan(e) and e <= 2 * (base or 0) + 2e-3
               for n, e in res.items() if isinstance(e, float)}
         cold = time_interleaved(live, reps=reps, l2="cold")
-        src = torch.empty(cache_bytes(1, H_kv, sum(lengths), D) // 2, dtype=torch.uint8,
-                          device="cuda")
+        src = torch.empty(kv_bytes // 2, dtype=torch.uint8, device="cuda")
         dst = torch.empty_like(src)
         clean = time_interleaved(live | {COPY: lambda: dst.copy_(src)}, reps=reps, l2="clean")
         warm = time_interleaved(live, reps=reps, l2="warm")
         eager = {n: statistics.median(t) for n, t in eager_call_ms(live, reps=reps).items()}
-    kv_bytes = cache_bytes(1, H_kv, sum(lengths), D)     # what the call must read
     row = dict(problem=_label(p, ragged), B=B, H=H, H_kv=H_kv, S_q=S_q, S_kv=S_kv, D=D)
     for n in callers:
         if n not in live:
