@@ -4,7 +4,7 @@ without the GPU extra.
 The documented install is editable (``pip install -e .`` in a checkout): the packages sit beside
 ``pyproject.toml`` and ``profiles/`` holds every committed dataset. A plain ``pip install .``
 copies the packages into ``site-packages`` with only the package data: the kernel
-configurations, the simulator parameters, ``profiles/registry.json`` and the few small registered
+configurations, the simulator parameters, ``profiles/registry.json.xz`` and the few small registered
 runs the main command and the dry-run read. Two things follow, defined here once:
 
 - outputs (run directories, figures) go under the checkout when there is one, and under the

@@ -1,6 +1,8 @@
 """The one door to the committed data: every run under ``profiles/`` that code may read is named in
-``profiles/registry.json`` with its role and the SHA-256 of its content, and this module is the only
-code that lists or opens files there.
+``profiles/registry.json.xz`` with its role and the SHA-256 of its content, and this module is the
+only code that lists or opens files there (the registry is machine-read, so it is stored compressed
+like every machine file under ``profiles/``, one JSON entry per line inside; ``profiles/README.md``
+is its readable catalogue).
 
 Why a registry. A figure, a findings section or a simulator parameter file is a function of the
 runs it reads. When the runs are found by globbing (``the newest smmap-*``), committing one more run
@@ -44,6 +46,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import lzma
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -54,7 +57,7 @@ from spec.install import CHECKOUT_HINT, checkout
 from spec.records import data_path
 
 ROOT = Path(__file__).resolve().parents[2]
-REGISTRY = "registry.json"
+REGISTRY = "registry.json.xz"
 ROLES = ("dataset", "measured", "instrument", "tuning", "validation", "reference", "evidence")
 SCHEMA = 1
 
@@ -154,11 +157,11 @@ def entries() -> dict[str, Entry]:
     if "entries" not in _cache:
         p = profiles_dir() / REGISTRY
         try:
-            doc = json.loads(p.read_text())
+            doc = json.loads(lzma.decompress(p.read_bytes()))
         except FileNotFoundError:
             raise DatasetError(f"{p}: missing; restore it with `git checkout -- "
                                f"profiles/{REGISTRY}`") from None
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, lzma.LZMAError) as e:
             raise DatasetError(f"{p}: not readable JSON ({type(e).__name__}); restore it with "
                                f"`git checkout -- profiles/{REGISTRY}`") from None
         if doc.get("schema") != SCHEMA:
@@ -324,7 +327,8 @@ def write(doc_entries: list[dict]) -> Path:
     tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
     lines = ",\n".join("  " + json.dumps(e, sort_keys=False) for e in body.pop("entries"))
     head = json.dumps(body, indent=1)[:-2]
-    tmp.write_text(f"{head},\n \"entries\": [\n{lines}\n ]\n}}\n")
+    text = f"{head},\n \"entries\": [\n{lines}\n ]\n}}\n"
+    tmp.write_bytes(lzma.compress(text.encode(), preset=9 | lzma.PRESET_EXTREME))
     os.replace(tmp, p)
     _cache.clear()
     return p

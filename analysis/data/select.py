@@ -1,6 +1,6 @@
 """Which stored run a report section or a figure reads: one rule over the registered runs.
 
-Where runs are. A *committed* run is a registered ``dataset`` entry of ``profiles/registry.json``
+Where runs are. A *committed* run is a registered ``dataset`` entry of ``profiles/registry.json.xz``
 (``profiles/<arch>/<name>-<stamp>[-r<N>]``, ``analysis.data.registry``): the stamp starts with a
 digit (so ``longseq-profile-20261121`` is the dataset ``longseq-profile``, never a run of
 ``longseq``) and ``-r<N>`` is the N-th independent repeat of the run ``<name>-<stamp>``. A

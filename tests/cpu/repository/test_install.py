@@ -55,7 +55,7 @@ def test_the_packages_come_from_the_install(installed):
     assert r.returncode == 0, r.stderr
     files = [Path(f) for f in r.stdout.split()]
     assert len(files) == 7 and all(f.is_relative_to(site) for f in files), files
-    for data in ("kernels/rules/configs/h100.json", "profiles/registry.json",
+    for data in ("kernels/rules/configs/h100.json", "profiles/registry.json.xz",
                  "analysis/params/h100.json", "cuda_baseline/device/flash_fwd.cuh"):
         assert (site / data).is_file(), data
 

@@ -17,10 +17,10 @@ def _package_data() -> dict[str, list[str]]:
 
 def test_every_packaged_profiles_pattern_is_a_registered_run_with_files():
     patterns = _package_data()["profiles"]
-    assert "registry.json" in patterns
+    assert "registry.json.xz" in patterns
     entries = registry.entries()
     for pat in patterns:
-        if pat == "registry.json":
+        if pat == "registry.json.xz":
             continue
         top = "/".join(pat.split("/")[:2])
         assert top in entries, f"pyproject.toml packages profiles/{pat}, not a registered run"
@@ -31,9 +31,9 @@ def test_every_packaged_run_is_carried_whole():
     """A registered run is hashed over all its files: the patterns must take every one of them,
     or the installed copy would fail its content check."""
     patterns = _package_data()["profiles"]
-    tops = {"/".join(p.split("/")[:2]) for p in patterns if p != "registry.json"}
+    tops = {"/".join(p.split("/")[:2]) for p in patterns if p != "registry.json.xz"}
     base = ROOT / "profiles"
-    carried = {f for p in patterns if p != "registry.json" for f in base.glob(p) if f.is_file()}
+    carried = {f for p in patterns if p != "registry.json.xz" for f in base.glob(p) if f.is_file()}
     for top in tops:
         files = {f for f in (base / top).rglob("*") if f.is_file()
                  and "__pycache__" not in f.parts}

@@ -94,11 +94,11 @@ def test_a_pinned_run_is_compacted_only_with_pinned_and_its_pin_follows(store):
 
 def test_dry_run_changes_nothing_and_says_what_it_would_save(store, capsys):
     with registry.use_root(store):
-        reg = (registry.profiles_dir() / "registry.json").read_bytes()
+        reg = (registry.profiles_dir() / "registry.json.xz").read_bytes()
         assert main(["compact", "--dry-run"]) == 0
         out = capsys.readouterr().out
         assert "would store 2 file(s) of 1 run(s)" in out and "ladder-20990102" in out
-        assert (registry.profiles_dir() / "registry.json").read_bytes() == reg
+        assert (registry.profiles_dir() / "registry.json.xz").read_bytes() == reg
         assert (registry.profiles_dir() / "h100/ladder-20990101/timing.csv").exists()
 
 

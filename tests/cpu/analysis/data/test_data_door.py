@@ -113,8 +113,8 @@ def test_only_the_door_opens_files_under_profiles(monkeypatch):
 
 def test_the_watch_catches_a_reader_outside_the_door(monkeypatch):
     bad = _watch(monkeypatch)
-    (PROFILES / "registry.json").read_text()
-    assert bad and "registry.json" in bad[0]
+    (PROFILES / "registry.json.xz").read_bytes()
+    assert bad and "registry.json.xz" in bad[0]
 
 
 @pytest.fixture

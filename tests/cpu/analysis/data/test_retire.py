@@ -100,7 +100,7 @@ RETIRABLE = ["profiles/h100/notes-20990101", "profiles/h100/bench.csv.gz",
 
 def test_retire_then_restore_gives_back_the_same_bytes_and_registry(repo, capsys):
     before = _snapshot(repo)
-    reg = (repo / "profiles" / "registry.json").read_bytes()
+    reg = (repo / "profiles" / "registry.json.xz").read_bytes()
     made = git(repo, "rev-parse", "HEAD")
     git(repo, "commit", "-q", "--allow-empty", "-m", "later work")
     assert main(["retire", *RETIRABLE]) == 0
@@ -132,7 +132,7 @@ def test_retire_then_restore_gives_back_the_same_bytes_and_registry(repo, capsys
     assert main(["restore", "--all"]) == 0
     assert "3 run(s) restored" in capsys.readouterr().out
     assert _snapshot(repo) == before
-    assert (repo / "profiles" / "registry.json").read_bytes() == reg
+    assert (repo / "profiles" / "registry.json.xz").read_bytes() == reg
     assert not [p for p in (repo / "profiles").rglob(".*")]       # no temporary files left
 
 
