@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import ast
 import inspect
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any, Callable, Optional
 
 import torch
@@ -55,7 +55,9 @@ class Family:
     with ``save_lse`` the training build that also stores the log-sum-exp; ``kv_lengths`` None
     or the checked per-sequence cache lengths (an inference call: never with ``save_lse``).
     ``backward(dout, q, k, v, out, lse, causal, scale, order, schedule, tiles, **knobs)``
-    returns (dq, dk, dv). ``lse_like(q)`` allocates the log-sum-exp buffer the training forward
+    returns (dq, dk, dv). ``train_forward`` is the eager training call's forward: (out, lse, a
+    backward for them), so a family can prepare both halves of a step once per launch key.
+    ``lse_like(q)`` allocates the log-sum-exp buffer the training forward
     returns and ``grad_like(t)`` a gradient of ``t`` as ``backward`` lays it out (both also on
     fake tensors). ``check(q, k, v, causal, out, kv_lengths)`` is the metadata check the fake
     implementations run while tracing. ``check_training(knobs)`` refuses, in one line, knobs
@@ -71,13 +73,18 @@ class Family:
     def backward(self, dout, q, k, v, out, lse, causal, scale, order, schedule, tiles, **knobs):
         raise NotImplementedError
 
+    def train_forward(self, q, k, v, causal, order, schedule, tiles, scale, border, bschedule,
+                      btiles, **knobs) -> tuple[Tensor, Tensor, Callable]:
+        """(out, lse, backward): the training forward and ``backward(dout, q, k, v, out, lse)
+        -> (dq, dk, dv)`` with the backward's ``border`` / ``bschedule`` / ``btiles``; by
+        default ``forward`` and ``self.backward`` bound to the call's arguments."""
+        out, lse = self.forward(q, k, v, None, True, causal, order, schedule, tiles, scale,
+                                **knobs)
+        return out, lse, partial(self.backward, causal=causal, scale=scale, order=border,
+                                 schedule=bschedule, tiles=btiles, **knobs)
+
     def lse_like(self, q) -> Tensor:
-        """[B, H, S_q] fp32, rows padded to 16 bytes: the log-sum-exp layout of both families
-        (the cuTile kernels read it with TMA copies, which need 16-byte row strides)."""
-        B, H, S, _ = q.shape
-        sp = (S + 3) // 4 * 4
-        return torch.empty_strided((B, H, S), (H * sp, sp, 1), dtype=torch.float32,
-                                   device=q.device)
+        return lse_buffer(q)
 
     def grad_like(self, t) -> Tensor:
         """The layout ``backward`` returns a gradient of ``t`` in (also on fake tensors)."""
@@ -90,6 +97,19 @@ class Family:
 
     def check_training(self, knobs: dict) -> None:
         """Nothing to refuse by default."""
+
+
+def lse_buffer(q) -> Tensor:
+    """[B, H, S_q] fp32, rows padded to 16 bytes: the log-sum-exp (and Δ) layout of both
+    families (the cuTile kernels read it with TMA copies, which need 16-byte row strides).
+    Where S_q is a multiple of 4 the rows need no padding and a plain allocation has the same
+    strides (``empty_strided`` costs the host a few us more per call, twice a training step)."""
+    B, H, S, _ = q.shape
+    if S % 4 == 0:
+        return torch.empty((B, H, S), dtype=torch.float32, device=q.device)
+    sp = (S + 3) // 4 * 4
+    return torch.empty_strided((B, H, S), (H * sp, sp, 1), dtype=torch.float32,
+                               device=q.device)
 
 
 @lru_cache(maxsize=None)
@@ -127,26 +147,20 @@ def _needs_grad(q, k, v) -> bool:
 
 class _EagerAttention(torch.autograd.Function):
     """The differentiable eager call: the family's training forward (with the log-sum-exp) and
-    its backward, without the dispatcher's per-call cost; the operator's registered autograd
-    runs the same two."""
+    the backward it prepared for it (``Family.train_forward``), without the dispatcher's
+    per-call cost; the operator's registered autograd runs the same kernels. The call's
+    arguments travel as one tuple: ``apply`` pays per argument it is given."""
 
     @staticmethod
-    def forward(ctx, fam, q, k, v, causal, order, schedule, tiles, scale, border, bschedule,
-                btiles, knobs):
-        out, lse = fam.forward(q, k, v, None, True, causal, order, schedule, tiles, scale,
-                               **knobs)
+    def forward(ctx, fam, args, q, k, v):
+        out, lse, ctx.run_backward = fam.train_forward(q, k, v, *args[:-1], **args[-1])
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.fam, ctx.args = fam, (causal, scale, border, bschedule, btiles, knobs)
         return out
 
     @staticmethod
     @once_differentiable        # no double backward: one line from autograd if asked
     def backward(ctx, dout):
-        q, k, v, out, lse = ctx.saved_tensors
-        causal, scale, border, bschedule, btiles, knobs = ctx.args
-        dq, dk, dv = ctx.fam.backward(dout, q, k, v, out, lse, causal, scale, border, bschedule,
-                                      btiles, **knobs)
-        return (None, dq, dk, dv) + (None,) * 9
+        return (None, None) + tuple(ctx.run_backward(dout, *ctx.saved_tensors))
 
 
 def register(fam: Family) -> Callable:
@@ -247,9 +261,9 @@ def make_attention(fam: Family) -> Callable:
             fam.check_training(knobs)
             border = order if backward_order is None else backward_order
             if not torch.compiler.is_compiling():
-                return _EagerAttention.apply(fam, q, k, v, causal, order, schedule, tiles,
-                                             scale, border, backward_schedule, backward_tiles,
-                                             knobs)
+                return _EagerAttention.apply(fam, (causal, order, schedule, tiles, scale,
+                                                   border, backward_schedule, backward_tiles,
+                                                   knobs), q, k, v)
             o, s, tm, tn = op_spelling(order, schedule, tiles)
             bo, bs, btm, btn = op_spelling(border, backward_schedule, backward_tiles)
             return attention_op(q, k, v, causal, o, s, tm, tn, _scale_arg(scale), True, bo, bs,

@@ -77,7 +77,7 @@ HOLD_MARGIN = 3.0     # the GPU spins this many times the slowest host launch of
 HOLD_MIN_MS = 0.2     # and at least this long
 
 
-def _spin_cycles_per_ms() -> float:
+def spin_cycles_per_ms() -> float:
     """GPU clock cycles of ``torch.cuda._sleep`` per millisecond, measured on the spot (the spin
     counts SM clock cycles, so the rate follows the clock the GPU runs at now)."""
     import torch
@@ -112,7 +112,7 @@ def time_interleaved(fns: dict[str, Callable[[], None]], *, reps: int = 20, warm
             last = (time.perf_counter() - t0) * 1e3
             torch.cuda.synchronize()
         slowest = max(slowest, last if warmup else 0.0)
-    hold = int(max(HOLD_MIN_MS, HOLD_MARGIN * slowest) * _spin_cycles_per_ms())
+    hold = int(max(HOLD_MIN_MS, HOLD_MARGIN * slowest) * spin_cycles_per_ms())
     events = {name: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                      for _ in range(reps)] for name in fns}
     host = {name: [] for name in fns}

@@ -374,10 +374,11 @@ class Launch:
 
     ``scale`` is the softmax scale (None: 1/sqrt(D)); with ``save_lse`` the launch is the
     training build (``fmha.fmha_fwd_lse``, same constants) and a call passes the fp32 LSE
-    buffer it fills."""
+    buffer it fills; ``backward_plans`` then holds the backward prepared for it
+    (``kernels.host.backward.plan_for``), so a training step looks its launch key up once."""
 
     __slots__ = ("prepared", "grid", "kernel", "tail", "device", "empty_like", "raw_stream",
-                 "launch", "save_lse")
+                 "launch", "save_lse", "backward_plans")
 
     def __init__(self, prepared: Prepared, device_index: int, scale: float | None = None,
                  save_lse: bool = False):
@@ -399,6 +400,7 @@ class Launch:
         self.empty_like = torch.empty_like
         self.raw_stream = torch._C._cuda_getCurrentRawStream
         self.launch = ct.launch
+        self.backward_plans: dict = {}
 
     def __call__(self, q, k, v, out, lse=None) -> None:
         args = (q, k, v, out) if lse is None else (q, k, v, out, lse)

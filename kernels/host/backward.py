@@ -62,11 +62,9 @@ def check_pass(name: str, cfg: PassConfig) -> None:
 
 def stat_buffer(q):
     """An fp32 [B, H, S_q] buffer for the log-sum-exp or Δ, its row stride padded to 16 bytes
-    (so the kernels' loads of it are TMA copies whatever S_q is)."""
-    import torch
-    B, H, S, _ = q.shape
-    sp = (S + 3) // 4 * 4
-    return torch.empty_strided((B, H, S), (H * sp, sp, 1), dtype=torch.float32, device=q.device)
+    (so the kernels' loads of it are TMA copies whatever S_q is): ``spec.front.lse_buffer``."""
+    from spec.front import lse_buffer
+    return lse_buffer(q)
 
 
 def _grid(cfg: PassConfig, n_items: int) -> int:
@@ -100,7 +98,7 @@ class BackwardLaunch:
     fp32 dQ sum, dK/dV and dQ, the split's sum, dQ's cast."""
 
     __slots__ = ("dq", "dkdv", "sum", "prep", "cast", "raw_stream", "launch", "device",
-                 "problem", "split", "partial_shape", "config")
+                 "problem", "split", "partial_shape", "config", "lse_buffer")
 
     def __init__(self, problem: Problem, cfg: BackwardConfig, scale: float, level: int,
                  device_index: int):
@@ -144,6 +142,8 @@ class BackwardLaunch:
         self.raw_stream = torch._C._cuda_getCurrentRawStream
         self.launch = ct.launch
         self.device = device_index
+        from spec.front import lse_buffer
+        self.lse_buffer = lse_buffer
 
     def __call__(self, dout, q, k, v, out, lse, delta, dq, dk, dv) -> None:
         s = self.raw_stream(self.device)
@@ -166,6 +166,16 @@ class BackwardLaunch:
         if self.config.one_pass:
             kern, grid, tail = self.cast
             self.launch(s, grid, kern, (acc, dq) + tail)
+
+    def run(self, dout, q, k, v, out, lse):
+        """(dq, dk, dv) in new buffers: Δ and the gradients allocated, the launches made (the
+        allocators read from ``torch`` per call, which tests/gpu/poison.py patches)."""
+        import torch
+        dout = _ready(dout)
+        delta = self.lse_buffer(q)
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        self(dout, q, k, v, out, lse, delta, dq, dk, dv)
+        return dq, dk, dv
 
     def dq_sum(self, q):
         """The one pass's fp32 dQ sum [B, H, S_q, D] (zeroed by its ``bwd_prep``)."""
@@ -244,7 +254,8 @@ def launch_for(problem: Problem, config: BackwardConfig, scale: float | None = N
 def _ready(t):
     """``t`` if the kernels can read it (last dimension contiguous, no broadcast dimension),
     else a contiguous copy (autograd may hand an expanded gradient, stride 0)."""
-    if t.stride(-1) == 1 and all(s != 0 or n == 1 for s, n in zip(t.stride(), t.shape)):
+    st = t.stride()
+    if st[-1] == 1 and (0 not in st or all(s != 0 or n == 1 for s, n in zip(st, t.shape))):
         return t
     return t.contiguous()
 
@@ -279,11 +290,48 @@ def attention_backward(dout, q, k, v, out, lse, *, causal: bool, scale: float | 
                                level, tiles)
         if key is not None:
             _LAUNCHES[key] = launch
-    delta = stat_buffer(q)
-    dq, dk, dv = grads if grads is not None else (torch.empty_like(q), torch.empty_like(k),
-                                                    torch.empty_like(v))
-    launch(dout, q, k, v, out, lse, delta, dq, dk, dv)
-    return dq, dk, dv
+    if grads is None:
+        return launch.run(dout, q, k, v, out, lse)
+    launch(dout, q, k, v, out, lse, stat_buffer(q), *grads)
+    return tuple(grads)
+
+
+class BackwardPlan:
+    """The backward prepared for one training forward's launch (``kernels.host.backend.Launch``
+    with ``save_lse``) and one choice of backward order, schedule and tiles: the forward's launch
+    key already pinned q, k, v's shapes, strides and dtypes and the layouts of the out and lse it
+    made, so a step's backward looks nothing up but the determinism flag (read when it runs, as
+    ``attention_backward`` reads it). ``plan(dout, q, k, v, out, lse)`` -> (dq, dk, dv)."""
+
+    __slots__ = ("causal", "scale", "order", "schedule", "tiles", "level", "launches")
+
+    def __init__(self, causal, scale, order, schedule, tiles, level):
+        self.causal, self.scale, self.level = causal, scale, level
+        self.order, self.schedule, self.tiles = order, schedule, tiles
+        self.launches: dict = {}
+
+    def __call__(self, dout, q, k, v, out, lse):
+        import torch
+        det = torch.are_deterministic_algorithms_enabled()
+        launch = self.launches.get(det)
+        if launch is None:
+            # checked as attention_backward checks, out standing for dout (autograd hands a
+            # gradient of out's shape, dtype and device; run() makes its layout one we read)
+            launch = self.launches[det] = _new_backward(
+                out, q, k, v, out, lse, self.causal, self.scale, None, self.order,
+                self.schedule, self.level, self.tiles)
+        return launch.run(dout, q, k, v, out, lse)
+
+
+def plan_for(forward, *, causal: bool, scale, order, schedule, tiles, level: int) -> BackwardPlan:
+    """The ``BackwardPlan`` of training forward launch ``forward`` for this backward order,
+    schedule and tiles (made once, then kept in ``forward.backward_plans``)."""
+    key = (order, schedule, tiles)
+    plan = forward.backward_plans.get(key)
+    if plan is None:
+        plan = forward.backward_plans[key] = BackwardPlan(causal, scale, order, schedule, tiles,
+                                                          level)
+    return plan
 
 
 def trace_backward(name: str, dout, q, k, v, out, lse, *, causal: bool,
@@ -335,5 +383,5 @@ def _new_backward(dout, q, k, v, out, lse, causal, scale, config, order, schedul
         return BackwardLaunch(problem, config, sc, level, q.device.index)
 
 
-__all__ = ["BackwardConfig", "PassConfig", "attention_backward",
+__all__ = ["BackwardConfig", "BackwardPlan", "PassConfig", "attention_backward", "plan_for",
            "stat_buffer", "trace_backward", "WorkOrder"]

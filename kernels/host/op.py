@@ -4,7 +4,7 @@ The user's examples are in the ``kernels`` package docstring.
 The operators are ``sawtooth::cutile_attention`` (returns (out, lse)), ``..._out`` and
 ``..._backward``, registered by ``spec.front.register``. The forward is
 ``kernels.host.backend.attention`` (the training build ``fmha_fwd_lse`` stores the log-sum-exp
-in ``backward.stat_buffer``: [B, H, S_q] fp32 with rows padded to 16 bytes, so the backward's
+in ``spec.front.lse_buffer``: [B, H, S_q] fp32 with rows padded to 16 bytes, so the backward's
 loads of it are TMA copies); the backward is ``kernels.host.backward.attention_backward`` (Δ,
 dK/dV scanning Q tiles, dQ scanning K/V tiles, both in the call's backward order; without a
 mask at D=128, and at D=64 from 2048 query rows on, one pass that makes both, unless
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from kernels.host import backend, backward
 from spec.family import UnsupportedVariant
-from spec.front import ATTENTION_DOC, Family, make_attention
+from spec.front import ATTENTION_DOC, Family, lse_buffer, make_attention
 
 
 class CutileFront(Family):
@@ -30,6 +30,17 @@ class CutileFront(Family):
                                 tiles=tiles, occupancy=occupancy, arch=arch, level=level,
                                 out=out, scale=scale, lse=lse, kv_lengths=kv_lengths)
         return out, lse
+
+    def train_forward(self, q, k, v, causal, order, schedule, tiles, scale, border, bschedule,
+                      btiles, occupancy=None, arch=None, level=6):
+        """The forward's launch looked up once; the backward prepared on it
+        (``backward.plan_for``)."""
+        launch = backend.launch_for(q, k, v, causal, order, schedule, tiles, occupancy, arch,
+                                    level, None, scale, True)
+        out, lse = launch.empty_like(q), lse_buffer(q)
+        launch(q, k, v, out, lse)
+        return out, lse, backward.plan_for(launch, causal=causal, scale=scale, order=border,
+                                           schedule=bschedule, tiles=btiles, level=level)
 
     def backward(self, dout, q, k, v, out, lse, causal, scale, order, schedule, tiles,
                  occupancy=None, arch=None, level=6):

@@ -25,8 +25,9 @@ def _math_attention(q, k, v, causal, scale):
 
 @pytest.fixture
 def fake_kernels(monkeypatch):
-    """backend.attention and backward.attention_backward replaced by math on CPU tensors; the
-    calls are recorded."""
+    """backend.attention, the training forward's launch (backend.launch_for), the backward
+    prepared on it (backward.plan_for) and backward.attention_backward replaced by math on CPU
+    tensors; the calls are recorded."""
     from kernels.host import backend, backward
     calls = []
 
@@ -51,12 +52,29 @@ def fake_kernels(monkeypatch):
             grads = torch.autograd.grad(o, leaves, dout.float())
         return tuple(g.to(q.dtype) for g in grads)
 
-    def stat(q):
-        return torch.empty(q.shape[:3], dtype=torch.float32)
+    class TrainingLaunch:                  # backend.launch_for's, for the training forward
+        empty_like = staticmethod(torch.empty_like)
+
+        def __init__(self, causal, scale):
+            self.causal, self.scale = causal, scale
+
+        def __call__(self, q, k, v, out, lse):
+            fwd(q, k, v, causal=self.causal, scale=self.scale, lse=lse, out=out)
+
+    def launch_for(q, k, v, causal, order, schedule, tiles, occupancy, arch, level, out, scale,
+                   save_lse, kv_lengths=None):
+        assert save_lse and out is None and kv_lengths is None
+        return TrainingLaunch(causal, scale)
+
+    def plan_for(forward, *, causal, scale, order, schedule, tiles, level):
+        assert isinstance(forward, TrainingLaunch) and level == 6
+        return lambda dout, q, k, v, out, lse: bwd(dout, q, k, v, out, lse, causal=causal,
+                                                   scale=scale)
 
     monkeypatch.setattr(backend, "attention", fwd)
+    monkeypatch.setattr(backend, "launch_for", launch_for)
     monkeypatch.setattr(backward, "attention_backward", bwd)
-    monkeypatch.setattr(backward, "stat_buffer", stat)
+    monkeypatch.setattr(backward, "plan_for", plan_for)
     return calls
 
 
@@ -122,3 +140,46 @@ def test_refusals_before_any_launch(fake_kernels):
     with pytest.raises(UnsupportedVariant, match="level"):
         attention(q, k, v, level=1)
     assert fake_kernels == []
+
+
+def test_backward_plan_is_prepared_once_per_choice_and_determinism(monkeypatch):
+    """plan_for keeps one plan per (order, schedule, tiles) on the forward's launch; a plan
+    resolves its launches once per determinism flag (read when it runs), checked against out
+    for dout, and runs the launch on the step's tensors."""
+    from kernels.host import backward
+    made = []
+
+    class Launch:
+        def __init__(self, det):
+            self.det = det
+
+        def run(self, dout, q, k, v, out, lse):
+            return ("ran", self.det, dout)
+
+    def new_backward(dout, q, k, v, out, lse, causal, scale, config, order, schedule, level,
+                     tiles):
+        assert dout is out and config is None
+        made.append((order, schedule, tiles, torch.are_deterministic_algorithms_enabled()))
+        return Launch(made[-1][-1])
+
+    monkeypatch.setattr(backward, "_new_backward", new_backward)
+
+    class Forward:
+        backward_plans: dict = {}
+
+    fwd = Forward()
+    kw = dict(causal=True, scale=None, schedule=None, tiles=None, level=6)
+    plan = backward.plan_for(fwd, order="linear", **kw)
+    assert backward.plan_for(fwd, order="linear", **kw) is plan
+    other = backward.plan_for(fwd, order="sawtooth", **kw)
+    assert other is not plan and len(fwd.backward_plans) == 2
+    q = out = object()
+    assert plan("d", q, q, q, out, q) == ("ran", False, "d")
+    assert plan("d", q, q, q, out, q) == ("ran", False, "d") and len(made) == 1
+    was = torch.are_deterministic_algorithms_enabled()
+    try:
+        torch.use_deterministic_algorithms(True)
+        assert plan("e", q, q, q, out, q) == ("ran", True, "e")
+    finally:
+        torch.use_deterministic_algorithms(was)
+    assert made == [("linear", None, None, False), ("linear", None, None, True)]
