@@ -84,6 +84,7 @@ class Family:
                                  schedule=bschedule, tiles=btiles, **knobs)
 
     def lse_like(self, q) -> Tensor:
+        """``lse_buffer(q)``: the one layout of both families (also on fake tensors)."""
         return lse_buffer(q)
 
     def grad_like(self, t) -> Tensor:
