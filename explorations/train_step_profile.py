@@ -7,8 +7,8 @@
 ``--host``: the host's time of each part of a step, alone (each call made while the GPU is held
 by a spin, ``time_interleaved``'s hold, so it measures enqueueing, never the kernels): the whole
 step, the forward, the backward on a retained graph, and the pieces of cuTile's backward call
-(``attention_backward``; its prepared launches alone on given buffers; one ``ct.launch``; one
-allocation).
+(``attention_backward``; its prepared launches alone on given buffers; each pass's
+``ct.launch`` alone; one allocation).
 
 ``--burst``: the same parts, two floors (a Python ``autograd.Function`` whose forward and
 backward only allocate; an aten op's step, ``neg``) and the eager call as it was before its
@@ -102,6 +102,47 @@ def main(argv=None) -> int:
     return 0
 
 
+def _part_fns(pr, q, k, v, dout, launchers: dict, steps_only: bool = False) -> dict:
+    """{part: call} of one problem: each launcher's whole step and, unless ``steps_only``, its
+    forward, its backward on a retained graph, and the pieces of cuTile's backward call
+    (``attention_backward``; its prepared launches alone on given buffers; each pass's
+    ``ct.launch`` alone, ``BackwardLaunch.passes``; one allocation)."""
+    import torch
+
+    from kernels.host import backend, backward
+    from kernels.host.backend import default_variant
+    from spec.arch import detect
+    fns = {}
+    for name, attn in launchers.items():
+        try:
+            out = attn(q, k, v)
+        except RuntimeError as e:           # a peer that refuses the problem
+            print(f"{pr.label:38} {name}: {str(e).splitlines()[0][:80]}")
+            continue
+        fns[f"{name} step"] = lambda attn=attn: torch.autograd.grad(attn(q, k, v), (q, k, v),
+                                                                    dout)
+        if not steps_only:
+            fns[f"{name} forward"] = lambda attn=attn: attn(q, k, v)
+            fns[f"{name} backward"] = lambda out=out: torch.autograd.grad(
+                out, (q, k, v), dout, retain_graph=True)
+    if steps_only:
+        return fns
+    lse = backward.stat_buffer(q)
+    with torch.no_grad():
+        o = backend.attention(q, k, v, causal=pr.causal, lse=lse)
+    fns["cutile attention_backward"] = lambda: backward.attention_backward(
+        dout, q, k, v, o, lse, causal=pr.causal)
+    launch = backward.launch_for(pr, default_variant(pr, detect(), training=True).backward)
+    bufs = (backward.stat_buffer(q), torch.empty_like(q), torch.empty_like(k),
+            torch.empty_like(v))
+    fns["cutile launches alone"] = lambda: launch(dout, q, k, v, o, lse, *bufs)
+    for name, fn in launch.passes(dout, q, k, v, o, lse, *bufs).items():
+        fns[f"cutile ct.launch {name}"] = fn
+    fns["torch.empty_like(q)"] = lambda: torch.empty_like(q)
+    fns["stat_buffer(q)"] = lambda: backward.stat_buffer(q)
+    return fns
+
+
 def host_parts(calls: int) -> int:
     """Print the host's µs per call of each part of a step, per problem and launcher."""
     import torch
@@ -109,41 +150,9 @@ def host_parts(calls: int) -> int:
     from experiments.measurement.timing import time_interleaved
     from experiments.registry.suites import model_problems
     from experiments.speed.cutile_backward_bench import step_inputs, step_launchers
-    from kernels.host import backward
     for pr in [p for _, _, p in model_problems() if p.label in PROBLEMS]:
         q, k, v, dout = step_inputs(pr, grad=True)
-        fns = {}
-        for name, attn in step_launchers(pr).items():
-            try:
-                out = attn(q, k, v)
-            except RuntimeError as e:           # a peer that refuses the problem
-                print(f"{pr.label:38} {name}: {str(e).splitlines()[0][:80]}")
-                continue
-            fns[f"{name} step"] = lambda attn=attn: torch.autograd.grad(attn(q, k, v),
-                                                                        (q, k, v), dout)
-            fns[f"{name} forward"] = lambda attn=attn: attn(q, k, v)
-            fns[f"{name} backward"] = lambda out=out: torch.autograd.grad(
-                out, (q, k, v), dout, retain_graph=True)
-        lse = backward.stat_buffer(q)
-        from kernels.host import backend
-        with torch.no_grad():
-            o = backend.attention(q, k, v, causal=pr.causal, lse=lse)
-        fns["cutile attention_backward"] = lambda: backward.attention_backward(
-            dout, q, k, v, o, lse, causal=pr.causal)
-        from kernels.host.backend import default_variant
-        from spec.arch import detect
-        launch = backward.launch_for(pr, default_variant(pr, detect(), training=True).backward)
-        bufs = (backward.stat_buffer(q), torch.empty_like(q), torch.empty_like(k),
-                torch.empty_like(v))
-        fns["cutile launches alone"] = lambda: launch(dout, q, k, v, o, lse, *bufs)
-        first = launch.prep if launch.config.one_pass else launch.dq
-        kern, grid, tail = first
-        args = ((o, dout, bufs[0], torch.empty(q.shape, dtype=torch.float32, device=q.device))
-                if launch.config.one_pass else (q, k, v, o, dout, lse) + bufs[:2])
-        fns["cutile one ct.launch"] = lambda: launch.launch(
-            launch.raw_stream(launch.device), grid, kern, args + tail)
-        fns["torch.empty_like(q)"] = lambda: torch.empty_like(q)
-        fns["stat_buffer(q)"] = lambda: backward.stat_buffer(q)
+        fns = _part_fns(pr, q, k, v, dout, step_launchers(pr))
         held = time_interleaved(fns, reps=calls, warmup=2, l2="warm")
         for name, smp in held.items():
             print(f"{pr.label:38} {name:28} host {1e3 * smp.host_median:7.1f} us")
@@ -236,55 +245,17 @@ def burst_parts(bursts: int, n_problems: int = len(PROBLEMS), steps_only: bool =
     from experiments.measurement.timing import spin_cycles_per_ms
     from experiments.registry.suites import model_problems
     from experiments.speed.cutile_backward_bench import step_inputs, step_launchers
-    from kernels.host import backend, backward
-    from kernels.host.backend import default_variant
-    from spec.arch import detect
     hold = int(60 * spin_cycles_per_ms())          # 60 ms: 16 steps of the slowest host
     floor = _floor_function()
     last = None
     ratios = {}
     for pr in [p for _, _, p in model_problems() if p.label in PROBLEMS][:n_problems]:
         q, k, v, dout = step_inputs(pr, grad=True)
-        fns = {}
         launchers = dict(step_launchers(pr), unprepared=_unprepared_step(pr.causal))
-        for name, attn in launchers.items():
-            try:
-                out = attn(q, k, v)
-            except RuntimeError:
-                continue
-            fns[f"{name} step"] = lambda attn=attn: torch.autograd.grad(attn(q, k, v),
-                                                                        (q, k, v), dout)
-            if steps_only:
-                continue
-            fns[f"{name} forward"] = lambda attn=attn: attn(q, k, v)
-            fns[f"{name} backward"] = lambda out=out: torch.autograd.grad(
-                out, (q, k, v), dout, retain_graph=True)
+        fns = _part_fns(pr, q, k, v, dout, launchers, steps_only)
         fns["floor: python Function step"] = lambda: torch.autograd.grad(
             floor(q, k, v), (q, k, v), dout)
         fns["floor: aten neg step"] = lambda: torch.autograd.grad(q.neg(), (q,), dout)
-        if not steps_only:
-            lse = backward.stat_buffer(q)
-            with torch.no_grad():
-                o = backend.attention(q, k, v, causal=pr.causal, lse=lse)
-            fns["cutile attention_backward"] = lambda: backward.attention_backward(
-                dout, q, k, v, o, lse, causal=pr.causal)
-            launch = backward.launch_for(pr, default_variant(pr, detect(),
-                                                             training=True).backward)
-            bufs = (backward.stat_buffer(q), torch.empty_like(q), torch.empty_like(k),
-                    torch.empty_like(v))
-            fns["cutile launches alone"] = lambda: launch(dout, q, k, v, o, lse, *bufs)
-            kern, grid, tail = launch.dkdv
-            grads = (bufs[2], bufs[3]) if launch.split == 1 else launch.partials(q)
-            acc = launch.dq_sum(q) if launch.config.one_pass else grads[0]
-            dargs = (q, k, v, dout, lse, bufs[0]) + grads + (acc,) + tail
-            fns["cutile ct.launch dkdv"] = lambda: launch.launch(
-                launch.raw_stream(launch.device), grid, kern, dargs)
-            pk, pgrid, ptail = launch.prep
-            pargs = (o, dout, bufs[0], torch.empty(q.shape, dtype=torch.float32,
-                                                    device=q.device)) + ptail
-            fns["cutile ct.launch prep"] = lambda: launch.launch(
-                launch.raw_stream(launch.device), pgrid, pk, pargs)
-            fns["torch.empty_like(q)"] = lambda: torch.empty_like(q)
         for fn in fns.values():
             fn()
             fn()
